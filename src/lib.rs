@@ -1,0 +1,9 @@
+//! Sprint Supervisor: runs many coding agents on one execution plan.
+//!
+//! Layers (see the README's architecture part): [`plan`] reads the plan,
+//! [`engine`] decides, [`report`] renders text; adapters ([`runner`], [`store`])
+//! carry effects out; the front door ([`cli`]) is thin.
+
+pub mod cli;
+pub mod plan;
+pub mod text;

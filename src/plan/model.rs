@@ -1,0 +1,304 @@
+//! The plain data model of a plan: what the reader found, with the source line of
+//! every element. Nothing here knows about Markdown or about execution.
+
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
+use std::fmt;
+
+/// A sprint id as the plan writes it: a number with an optional lower-case suffix
+/// (`2`, `2a`, `2b`). Ordered numerically, then by suffix, so `2a` runs before `2b`
+/// and `10` after `9`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SprintId(String);
+
+impl SprintId {
+    /// Parses `2`, `2a`, `Sprint 2a`; `None` when it is not of that shape.
+    pub fn parse(text: &str) -> Option<SprintId> {
+        let t = text.trim();
+        let t = t
+            .strip_prefix("Sprint")
+            .or_else(|| t.strip_prefix("sprint"))
+            .unwrap_or(t)
+            .trim();
+        let digits = t.chars().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 || digits > 6 {
+            return None;
+        }
+        let rest = &t[digits..];
+        if rest.len() > 2 || !rest.chars().all(|c| c.is_ascii_alphabetic()) {
+            return None;
+        }
+        Some(SprintId(format!("{}{}", &t[..digits], rest.to_ascii_lowercase())))
+    }
+
+    /// An id made from a plain ordinal (for plans whose sprints carry no number).
+    pub fn ordinal(n: usize) -> SprintId {
+        SprintId(n.to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    fn key(&self) -> (u64, &str) {
+        let digits = self.0.chars().take_while(|c| c.is_ascii_digit()).count();
+        (self.0[..digits].parse().unwrap_or(u64::MAX), &self.0[digits..])
+    }
+}
+
+impl Ord for SprintId {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+impl PartialOrd for SprintId {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for SprintId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How work units depend on each other (§2c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DependencyStructure {
+    /// A Layer / Tier column: every unit waits for all units of lower layers.
+    Layers,
+    /// Explicit edges: a Dependencies column, `depends on` text, a Mermaid graph.
+    Graph,
+    /// One unit whose sprints run in order.
+    Sequential,
+    /// Several units, no dependencies: all start in parallel.
+    None,
+}
+
+/// Whether prompts come from the plan's own template (§6c) or are built (§6d).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DispatchMode {
+    Template,
+    Dynamic,
+}
+
+/// The kind of work a sprint is (§2g); it changes dispatch and verification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SprintType {
+    Code,
+    Command,
+    Background,
+    Deferred,
+    Manual,
+}
+
+impl SprintType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SprintType::Code => "code",
+            SprintType::Command => "command",
+            SprintType::Background => "background",
+            SprintType::Deferred => "deferred",
+            SprintType::Manual => "manual",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<SprintType> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "code" => Some(SprintType::Code),
+            "command" => Some(SprintType::Command),
+            "background" => Some(SprintType::Background),
+            "deferred" => Some(SprintType::Deferred),
+            "manual" => Some(SprintType::Manual),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for SprintType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a criterion can be checked (§2d).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CriterionKind {
+    /// Needs a person's judgement.
+    Checklist,
+    /// A shell command; exit status 0 (and matching output, if given) passes.
+    Command,
+    /// A boolean check on state, such as a file that must exist.
+    Assertion,
+}
+
+/// A machine-checkable assertion the verifier knows how to evaluate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "check", rename_all = "snake_case")]
+pub enum Assertion {
+    FileExists { path: String },
+    FileContains { path: String, text: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Criterion {
+    pub kind: CriterionKind,
+    pub text: String,
+    pub line: usize,
+    /// The command to run, for `command` criteria.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub command: Option<String>,
+    /// Text the command's output must contain (from an `Expected` block).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub expected: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub assertion: Option<Assertion>,
+}
+
+impl Criterion {
+    /// Whether `supervise verify` can decide this criterion without a person.
+    pub fn is_machine_checkable(&self) -> bool {
+        self.command.is_some() || self.assertion.is_some()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sprint {
+    pub id: SprintId,
+    pub name: String,
+    pub line: usize,
+    #[serde(rename = "type")]
+    pub kind: SprintType,
+    pub tasks: Vec<String>,
+    pub entry_criteria: Vec<Criterion>,
+    pub exit_criteria: Vec<Criterion>,
+    /// Free text under the sprint that is neither a task nor a criterion.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub notes: Vec<String>,
+    /// The sprint's definition exactly as the plan writes it (pasted into prompts).
+    #[serde(skip)]
+    pub body: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkUnit {
+    pub name: String,
+    pub directory: Option<String>,
+    pub layer: u32,
+    pub depends_on: Vec<String>,
+    pub line: usize,
+    pub sprints: Vec<Sprint>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileRole {
+    Progress,
+    Todo,
+    Status,
+    Config,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReferencedFile {
+    /// Relative to the project root.
+    pub path: String,
+    pub role: FileRole,
+    /// The unit whose directory holds it, for per-unit files.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub unit: Option<String>,
+    /// Filled by [`crate::plan::load`]; the pure reader leaves it `false`.
+    pub exists: bool,
+    pub line: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchTemplate {
+    pub text: String,
+    pub line: usize,
+    pub variables: Vec<String>,
+}
+
+/// A plan that can be run. Built only by the reader, which refuses unusable plans.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub title: String,
+    /// The operation name from the plan's frontmatter, once the naming ritual ran.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub feature_name: Option<String>,
+    pub dependency_structure: DependencyStructure,
+    pub dispatch_mode: DispatchMode,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub dispatch_template: Option<DispatchTemplate>,
+    pub work_units: Vec<WorkUnit>,
+    pub referenced_files: Vec<ReferencedFile>,
+    /// Odd but usable things the reader noticed.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub warnings: Vec<Problem>,
+}
+
+impl Plan {
+    pub fn total_sprints(&self) -> usize {
+        self.work_units.iter().map(|u| u.sprints.len()).sum()
+    }
+
+    pub fn unit(&self, name: &str) -> Option<&WorkUnit> {
+        self.work_units.iter().find(|u| u.name == name)
+    }
+
+    /// Units that (transitively) wait for `name`.
+    pub fn dependents_of(&self, name: &str) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        let mut frontier = vec![name];
+        while let Some(n) = frontier.pop() {
+            for u in &self.work_units {
+                if u.depends_on.iter().any(|d| d == n) && !out.contains(&u.name.as_str()) {
+                    out.push(&u.name);
+                    frontier.push(&u.name);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Something wrong (or odd) in a plan, with where it is and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    pub line: usize,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub hint: Option<String>,
+}
+
+impl Problem {
+    pub fn new(line: usize, message: impl Into<String>) -> Problem {
+        Problem {
+            line,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Problem {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)?;
+        if let Some(h) = &self.hint {
+            write!(f, " ({h})")?;
+        }
+        Ok(())
+    }
+}
