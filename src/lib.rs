@@ -5,5 +5,6 @@
 //! carry effects out; the front door ([`cli`]) is thin.
 
 pub mod cli;
+pub mod engine;
 pub mod plan;
 pub mod text;

@@ -8,7 +8,7 @@ use std::fmt;
 /// A sprint id as the plan writes it: a number with an optional lower-case suffix
 /// (`2`, `2a`, `2b`). Ordered numerically, then by suffix, so `2a` runs before `2b`
 /// and `10` after `9`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct SprintId(String);
 

@@ -1,0 +1,288 @@
+//! What goes into the engine (inputs), what it records (events) and what it asks
+//! the adapters to do (effects).
+
+use super::state::{DecisionEntry, DispatchId, OperationId};
+use super::EngineConfig;
+use crate::plan::{Plan, SprintId};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelTier {
+    Haiku,
+    Sonnet,
+    Opus,
+}
+
+impl ModelTier {
+    pub const ALL: [ModelTier; 3] = [ModelTier::Haiku, ModelTier::Sonnet, ModelTier::Opus];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelTier::Haiku => "haiku",
+            ModelTier::Sonnet => "sonnet",
+            ModelTier::Opus => "opus",
+        }
+    }
+
+    pub fn stronger(self) -> ModelTier {
+        match self {
+            ModelTier::Haiku => ModelTier::Sonnet,
+            _ => ModelTier::Opus,
+        }
+    }
+}
+
+/// Why a dispatch went out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DispatchKind {
+    Fresh,
+    Continuation,
+    Retry,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelReason {
+    /// No output for the stall timeout (§9 unresponsive agent).
+    Stalled,
+    /// §10 phase 3: the drain timed out.
+    StopTimeout,
+    /// §11.
+    Killall,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CriterionOutcome {
+    Passed,
+    Failed,
+    /// Not machine-checkable (a checklist item): a person must confirm it.
+    Unverified,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CriterionResult {
+    pub line: usize,
+    pub text: String,
+    pub outcome: CriterionOutcome,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+/// What a progress file (PROGRESS.md and the like) says about the sprint (§5c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgressMarker {
+    Complete,
+    Partial,
+}
+
+/// Ground truth the adapter gathered after the agent exited (§5b–§5e).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Commits on the sprint branch since the dispatch (short hashes).
+    pub commits: Vec<String>,
+    /// Paths with uncommitted changes in the agent's checkout.
+    pub uncommitted: Vec<String>,
+    pub progress: Option<ProgressMarker>,
+    /// `supervise verify` results, one per exit criterion.
+    pub criteria: Vec<CriterionResult>,
+    /// The repository's own CI on the sprint's head, when known.
+    pub ci_passed: Option<bool>,
+    /// The sprint branch does not merge cleanly into the integration branch.
+    pub merge_conflict: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentReport {
+    pub exit_code: Option<i32>,
+    /// The end of the agent's output (§5a looks for signal words there).
+    pub output_tail: String,
+    pub turns_used: Option<u32>,
+    pub evidence: Evidence,
+}
+
+/// Everything that can happen to an operation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "input", rename_all = "snake_case")]
+pub enum Input {
+    Start { operation: OperationId, plan: Box<Plan>, config: EngineConfig, seed: u64 },
+    Resume { unit: Option<String> },
+    Stop,
+    Killall,
+    Status,
+    NameFeature,
+    AgentStarted { dispatch: DispatchId },
+    AgentActivity { dispatch: DispatchId },
+    AgentFinished { dispatch: DispatchId, report: AgentReport },
+    /// The runner could not launch the agent at all (not an attempt of the agent).
+    DispatchFailed { dispatch: DispatchId, error: String },
+    Tick,
+    GateResult { gate: u32, passed: bool, output: String },
+    ConditionPolled { unit: String, sprint: SprintId, met: bool, error: Option<String> },
+    ManualConfirmed { unit: String, sprint: SprintId },
+}
+
+/// A record of one finished dispatch, kept for reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub dispatch: DispatchId,
+    pub attempt: u32,
+    pub tier: ModelTier,
+    pub score: i32,
+    pub kind: DispatchKind,
+    pub dispatched_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub outcome: String,
+    pub turns: Option<u32>,
+    pub commits: Vec<String>,
+    pub uncommitted: Vec<String>,
+}
+
+/// What §14b records when a sprint is verified complete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completion {
+    pub started_at: DateTime<Utc>,
+    pub completed_at: DateTime<Utc>,
+    pub tier: ModelTier,
+    pub score: i32,
+    pub attempts: u32,
+    pub turns: Option<u32>,
+    pub commits: Vec<String>,
+    pub criteria: Vec<CriterionResult>,
+}
+
+/// The facts the engine records. `apply` folds them into state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    OperationStarted { operation: OperationId, name: String, seed: u64, plan: Box<Plan>, config: EngineConfig, at: DateTime<Utc> },
+    Renamed { name: String, at: DateTime<Utc> },
+    Overall { to: super::OverallStatus, reason: String, at: DateTime<Utc> },
+    Unit { unit: usize, to: super::UnitStatus, reason: String, at: DateTime<Utc> },
+    Sprint { unit: usize, sprint: usize, to: super::SprintStatus, at: DateTime<Utc> },
+    Dispatched {
+        unit: usize,
+        sprint: usize,
+        dispatch: DispatchId,
+        attempt: u32,
+        tier: ModelTier,
+        model_id: String,
+        score: i32,
+        cost: u64,
+        kind: DispatchKind,
+        at: DateTime<Utc>,
+    },
+    Activity { unit: usize, sprint: usize, at: DateTime<Utc> },
+    StallWarned { unit: usize, sprint: usize, at: DateTime<Utc> },
+    CancelRequested { unit: usize, sprint: usize, reason: CancelReason, at: DateTime<Utc> },
+    AttemptClosed { unit: usize, sprint: usize, record: AttemptRecord },
+    FailureCounted { unit: usize, sprint: usize, reason: String, at: DateTime<Utc> },
+    FailuresReset { unit: usize, sprint: usize, at: DateTime<Utc> },
+    ContinuationCounted { unit: usize, sprint: usize, remaining: Vec<String>, at: DateTime<Utc> },
+    SprintCompleted { unit: usize, sprint: usize, completion: Completion },
+    AwaitingConfirmation { unit: usize, sprint: usize, at: DateTime<Utc> },
+    DeferredWaiting { unit: usize, sprint: usize, polls: u32, at: DateTime<Utc> },
+    Decision { entry: DecisionEntry },
+    UnitNote { unit: usize, note: String, at: DateTime<Utc> },
+    GateOpened { id: u32, layer: u32, units: Vec<String>, at: DateTime<Utc> },
+    GateClosed { id: u32, passed: bool, at: DateTime<Utc> },
+    StopTicked { ticks: u32, at: DateTime<Utc> },
+}
+
+impl Event {
+    pub fn at(&self) -> DateTime<Utc> {
+        match self {
+            Event::OperationStarted { at, .. }
+            | Event::Renamed { at, .. }
+            | Event::Overall { at, .. }
+            | Event::Unit { at, .. }
+            | Event::Sprint { at, .. }
+            | Event::Dispatched { at, .. }
+            | Event::Activity { at, .. }
+            | Event::StallWarned { at, .. }
+            | Event::CancelRequested { at, .. }
+            | Event::FailureCounted { at, .. }
+            | Event::FailuresReset { at, .. }
+            | Event::ContinuationCounted { at, .. }
+            | Event::AwaitingConfirmation { at, .. }
+            | Event::DeferredWaiting { at, .. }
+            | Event::UnitNote { at, .. }
+            | Event::GateOpened { at, .. }
+            | Event::GateClosed { at, .. }
+            | Event::StopTicked { at, .. } => *at,
+            Event::AttemptClosed { record, .. } => record.finished_at,
+            Event::SprintCompleted { completion, .. } => completion.completed_at,
+            Event::Decision { entry } => entry.at,
+        }
+    }
+}
+
+/// One agent to launch: everything a runner needs, nothing it must decide.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchOrder {
+    pub dispatch: DispatchId,
+    pub unit: String,
+    pub directory: Option<String>,
+    pub sprint: SprintId,
+    pub sprint_name: String,
+    pub attempt: u32,
+    pub tier: ModelTier,
+    pub model_id: String,
+    pub max_turns: u32,
+    pub kind: DispatchKind,
+    pub prompt: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeKind {
+    Blocked,
+    DeferredWaiting,
+    ManualCheck,
+    BudgetReached,
+    Draining,
+    Killed,
+    Completed,
+}
+
+/// What the adapters are asked to carry out, after the events are stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "effect", rename_all = "snake_case")]
+pub enum Effect {
+    Dispatch(DispatchOrder),
+    Cancel { dispatch: DispatchId, force: bool },
+    /// Merge a verified sprint's branch into the operation's integration branch.
+    Integrate { unit: String, sprint: SprintId, dispatch: DispatchId },
+    /// Run the build/test gate on the integration branch (§3.5).
+    RunGate { gate: u32, layer: u32, units: Vec<String> },
+    /// Check a deferred sprint's condition again (§9).
+    PollCondition { unit: String, sprint: SprintId },
+    Notify { kind: NoticeKind, unit: Option<String>, text: String },
+    /// The status changed: refresh the status table wherever it is shown.
+    PublishStatus,
+    /// Every unit is COMPLETED: write the final verification (§14d).
+    FinalReport,
+}
+
+/// An input the engine will not act on, with the reason for the person who sent it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("no operation has been started yet; run `start` first")]
+    NotStarted,
+    #[error("an operation is already under way for this plan (`{0}`); use `resume` or `status`")]
+    AlreadyStarted(String),
+    #[error("{0}")]
+    NotAllowed(String),
+    #[error("{0}")]
+    UnknownUnit(String),
+    /// `name-feature` before any start: the playful reproach of the ritual.
+    #[error("{0}")]
+    Ritual(String),
+    /// A report about a dispatch that is not (or no longer) out: harmless, ignored.
+    #[error("dispatch {0} is not in flight")]
+    StaleDispatch(String),
+}

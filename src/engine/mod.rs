@@ -1,0 +1,98 @@
+//! The engine decides everything the supervisor does, and nothing else: it is pure,
+//! `(state, input, now) → (events, effects)`, with no I/O, no clock and no hidden
+//! randomness. The state machines (§1), dependency gates (§7), the verification
+//! decision (§5), retries and model selection (§6a, §9), stop and killall (§10,
+//! §11) and build gates (§3.5) live here.
+
+mod decide;
+pub mod events;
+pub mod naming;
+pub mod prompt;
+pub mod select;
+mod state;
+pub mod verify;
+
+pub use decide::{decide, Decision};
+pub use events::*;
+pub use state::*;
+
+use serde::{Deserialize, Serialize};
+
+/// Model ids per tier: what `SUPERVISE_MODEL` carries to the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelIds {
+    pub haiku: String,
+    pub sonnet: String,
+    pub opus: String,
+}
+
+impl Default for ModelIds {
+    fn default() -> Self {
+        ModelIds { haiku: "haiku".into(), sonnet: "sonnet".into(), opus: "opus".into() }
+    }
+}
+
+/// The knobs of an operation. Fixed when it starts (recorded in the first event),
+/// so replaying a log never depends on today's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EngineConfig {
+    /// Attempts per sprint before FATAL (§1).
+    pub max_retries: u32,
+    /// Agents in flight at once.
+    pub max_parallel: u32,
+    pub max_turns: u32,
+    /// PARTIAL continuations before a PARTIAL counts as a failed attempt; keeps an
+    /// agent that always does a little from looping for ever.
+    pub max_continuations: u32,
+    pub models: ModelIds,
+    /// Relative cost per tier: haiku, sonnet, opus.
+    pub costs: [u64; 3],
+    /// Cap on the operation's total relative cost; reaching it drains like `stop`.
+    pub budget: Option<u64>,
+    /// Whether a build gate runs at each phase boundary (§3.5).
+    pub build_gate: bool,
+    /// No output for this long: warn at half, cancel at the full time (§9).
+    pub stall_timeout_secs: u64,
+    /// Ticks without any agent finishing before `stop` force-cancels (§10).
+    pub stop_timeout_ticks: u32,
+    /// Polls of a deferred condition before the person is asked (§9).
+    pub deferred_report_polls: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_retries: 3,
+            max_parallel: 4,
+            max_turns: 50,
+            max_continuations: 3,
+            models: ModelIds::default(),
+            costs: [1, 10, 30],
+            budget: None,
+            build_gate: false,
+            stall_timeout_secs: 30 * 60,
+            stop_timeout_ticks: 10,
+            deferred_report_polls: 20,
+        }
+    }
+}
+
+impl EngineConfig {
+    pub fn cost(&self, tier: ModelTier) -> u64 {
+        self.costs[tier as usize]
+    }
+
+    pub fn model_id(&self, tier: ModelTier) -> &str {
+        match tier {
+            ModelTier::Haiku => &self.models.haiku,
+            ModelTier::Sonnet => &self.models.sonnet,
+            ModelTier::Opus => &self.models.opus,
+        }
+    }
+}
+
+/// §3 default command: `resume` when an operation exists, else `start`.
+pub fn default_is_resume(state: Option<&OperationState>) -> bool {
+    state.is_some()
+}

@@ -1,0 +1,465 @@
+//! Formal states, the operation state, and `apply`: the only code that changes
+//! state. State is the fold of the event log, so any store can persist it.
+
+use super::events::*;
+use super::EngineConfig;
+use crate::plan::{Plan, SprintId};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// An operation: one run of one plan. Also names its branches and runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OperationId(pub String);
+
+/// The idempotency key of one dispatch: `<op>/<unit>/<sprint>/a<attempt>d<n>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DispatchId(pub String);
+
+impl fmt::Display for OperationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for DispatchId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+macro_rules! formal_states {
+    ($name:ident { $($variant:ident => $text:literal),* $(,)? }) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+        pub enum $name { $($variant),* }
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),*];
+            pub fn as_str(self) -> &'static str { match self { $($name::$variant => $text),* } }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.as_str()) }
+        }
+    };
+}
+
+formal_states!(UnitStatus {
+    NotStarted => "NOT_STARTED",
+    Running => "RUNNING",
+    Completed => "COMPLETED",
+    Stopping => "STOPPING",
+    Stopped => "STOPPED",
+    Blocked => "BLOCKED",
+    Killed => "KILLED",
+});
+
+formal_states!(SprintStatus {
+    Pending => "PENDING",
+    Dispatched => "DISPATCHED",
+    Running => "RUNNING",
+    Completed => "COMPLETED",
+    Partial => "PARTIAL",
+    Backoff => "BACKOFF",
+    Fatal => "FATAL",
+});
+
+formal_states!(OverallStatus {
+    Running => "running",
+    Stopping => "stopping",
+    Stopped => "stopped",
+    Killed => "killed",
+    Blocked => "blocked",
+    Completed => "completed",
+});
+
+impl UnitStatus {
+    /// The transitions of §1, plus those §10 and §11 spell out for stop and killall.
+    pub fn can_become(self, to: UnitStatus) -> bool {
+        use UnitStatus::*;
+        matches!(
+            (self, to),
+            (NotStarted, Running)
+                | (Running, Completed)
+                | (Running, Stopping)
+                | (Running, Blocked)
+                | (Stopping, Stopped)
+                | (Stopped, Running)
+                | (Blocked, Running)
+                | (Killed, Running)
+                // §10 phase 3 and §11: force-terminated units are KILLED.
+                | (Running, Killed)
+                | (Stopping, Killed)
+                // A stopping unit whose last sprint fails for good is still BLOCKED.
+                | (Stopping, Blocked)
+                // `resume` during the drain takes the unit back.
+                | (Stopping, Running)
+        )
+    }
+
+    /// Units in these states never get a new dispatch.
+    pub fn is_halted(self) -> bool {
+        matches!(self, UnitStatus::Stopping | UnitStatus::Stopped | UnitStatus::Blocked | UnitStatus::Killed)
+    }
+}
+
+impl SprintStatus {
+    /// The transitions of §1, plus §3.5's gate failure (COMPLETED → BACKOFF) and
+    /// §10/§11's kill handling (in flight → BACKOFF, BACKOFF → PENDING on resume).
+    pub fn can_become(self, to: SprintStatus) -> bool {
+        use SprintStatus::*;
+        matches!(
+            (self, to),
+            (Pending, Dispatched)
+                | (Dispatched, Running)
+                | (Running, Completed)
+                | (Running, Partial)
+                | (Running, Backoff)
+                | (Partial, Dispatched)
+                | (Backoff, Dispatched)
+                | (Backoff, Fatal)
+                | (Fatal, Pending)
+                | (Completed, Backoff)
+                | (Dispatched, Backoff)
+                | (Backoff, Pending)
+                | (Partial, Completed)
+                | (Partial, Backoff)
+        )
+    }
+
+    pub fn in_flight(self) -> bool {
+        matches!(self, SprintStatus::Dispatched | SprintStatus::Running)
+    }
+}
+
+/// The dispatch a sprint has out right now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveDispatch {
+    pub id: DispatchId,
+    pub attempt: u32,
+    pub tier: ModelTier,
+    pub model_id: String,
+    pub score: i32,
+    pub kind: DispatchKind,
+    pub dispatched_at: DateTime<Utc>,
+    pub last_activity: DateTime<Utc>,
+    pub stall_warned: bool,
+    pub cancel: Option<CancelReason>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SprintRun {
+    pub id: SprintId,
+    pub status: Option<SprintStatus>,
+    /// Failed attempts so far: the attempt counter of §1.
+    pub failures: u32,
+    pub continuations: u32,
+    pub dispatches: u32,
+    pub active: Option<ActiveDispatch>,
+    pub history: Vec<AttemptRecord>,
+    pub last_failure: Option<String>,
+    pub remaining: Vec<String>,
+    pub awaiting_confirmation: bool,
+    pub deferred_waiting: bool,
+    pub deferred_polls: u32,
+    pub completion: Option<Completion>,
+    pub uncommitted: Vec<String>,
+}
+
+impl SprintRun {
+    pub fn status(&self) -> SprintStatus {
+        self.status.unwrap_or(SprintStatus::Pending)
+    }
+
+    /// The attempt the next (or current) dispatch is: failures so far plus one.
+    pub fn attempt(&self) -> u32 {
+        self.failures + 1
+    }
+
+    pub fn first_dispatched_at(&self) -> Option<DateTime<Utc>> {
+        self.history.first().map(|h| h.dispatched_at).or(self.active.as_ref().map(|a| a.dispatched_at))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitRun {
+    pub name: String,
+    pub status: UnitStatus,
+    pub sprints: Vec<SprintRun>,
+    pub notes: Vec<String>,
+}
+
+impl UnitRun {
+    /// The first sprint not yet COMPLETED: sprints run strictly in order.
+    pub fn current(&self) -> Option<usize> {
+        self.sprints.iter().position(|s| s.status() != SprintStatus::Completed)
+    }
+
+    pub fn all_sprints_done(&self) -> bool {
+        self.current().is_none()
+    }
+
+    pub fn active(&self) -> Option<&ActiveDispatch> {
+        self.sprints.iter().find_map(|s| s.active.as_ref())
+    }
+
+    pub fn completed_count(&self) -> usize {
+        self.sprints.iter().filter(|s| s.status() == SprintStatus::Completed).count()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gate {
+    pub id: u32,
+    pub layer: u32,
+    pub units: Vec<String>,
+    pub passed: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionEntry {
+    pub at: DateTime<Utc>,
+    pub unit: Option<String>,
+    pub sprint: Option<SprintId>,
+    pub decision: String,
+    pub rationale: String,
+}
+
+/// Everything the engine knows about one operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationState {
+    pub id: OperationId,
+    pub name: String,
+    pub renames: u32,
+    pub seed: u64,
+    pub plan: Plan,
+    pub config: EngineConfig,
+    pub status: OverallStatus,
+    pub status_reason: String,
+    pub started_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub units: Vec<UnitRun>,
+    pub decisions: Vec<DecisionEntry>,
+    pub cost_spent: u64,
+    pub gates: Vec<Gate>,
+    pub stop_ticks: u32,
+    /// Events applied so far (a replay check and a cheap change counter).
+    pub version: u64,
+}
+
+impl OperationState {
+    pub fn unit_index(&self, name: &str) -> Option<usize> {
+        self.units.iter().position(|u| u.name == name)
+    }
+
+    pub fn active_count(&self) -> usize {
+        self.units.iter().map(|u| u.sprints.iter().filter(|s| s.active.is_some()).count()).sum()
+    }
+
+    pub fn find_dispatch(&self, id: &DispatchId) -> Option<(usize, usize)> {
+        self.units.iter().enumerate().find_map(|(u, unit)| {
+            unit.sprints
+                .iter()
+                .position(|s| s.active.as_ref().is_some_and(|a| &a.id == id))
+                .map(|s| (u, s))
+        })
+    }
+
+    pub fn blocked_units(&self) -> impl Iterator<Item = &UnitRun> {
+        self.units.iter().filter(|u| u.status == UnitStatus::Blocked)
+    }
+
+    /// The state after `events`, from nothing. Replaying a log gives the same state.
+    pub fn replay<'a>(events: impl IntoIterator<Item = &'a Event>) -> Option<OperationState> {
+        let mut state: Option<OperationState> = None;
+        for e in events {
+            apply(&mut state, e);
+        }
+        state
+    }
+
+    /// Model tiers used by completed sprints (for the usage summary of §13).
+    pub fn model_usage(&self) -> BTreeMap<ModelTier, usize> {
+        let mut m = BTreeMap::new();
+        for u in &self.units {
+            for s in &u.sprints {
+                if let Some(c) = &s.completion {
+                    *m.entry(c.tier).or_default() += 1;
+                }
+            }
+        }
+        m
+    }
+}
+
+/// Applies one event. Deterministic and total: an event that names something
+/// unknown (which the engine never emits) is ignored rather than panicking.
+pub fn apply(state: &mut Option<OperationState>, event: &Event) {
+    if let Event::OperationStarted { operation, name, seed, plan, config, at } = event {
+        *state = Some(OperationState {
+            id: operation.clone(),
+            name: name.clone(),
+            renames: 0,
+            seed: *seed,
+            units: plan
+                .work_units
+                .iter()
+                .map(|u| UnitRun {
+                    name: u.name.clone(),
+                    status: UnitStatus::NotStarted,
+                    sprints: u.sprints.iter().map(|s| SprintRun { id: s.id.clone(), ..Default::default() }).collect(),
+                    notes: Vec::new(),
+                })
+                .collect(),
+            plan: (**plan).clone(),
+            config: config.clone(),
+            status: OverallStatus::Running,
+            status_reason: String::new(),
+            started_at: *at,
+            updated_at: *at,
+            finished_at: None,
+            decisions: Vec::new(),
+            cost_spent: 0,
+            gates: Vec::new(),
+            stop_ticks: 0,
+            version: 1,
+        });
+        return;
+    }
+    let Some(st) = state.as_mut() else { return };
+    st.version += 1;
+    st.updated_at = event.at().max(st.updated_at);
+    match event {
+        Event::OperationStarted { .. } => {}
+        Event::Renamed { name, .. } => {
+            st.name = name.clone();
+            st.renames += 1;
+        }
+        Event::Overall { to, reason, at } => {
+            st.status = *to;
+            st.status_reason = reason.clone();
+            st.stop_ticks = 0;
+            if matches!(to, OverallStatus::Completed) {
+                st.finished_at = Some(*at);
+            }
+        }
+        Event::Unit { unit, to, .. } => {
+            if let Some(u) = st.units.get_mut(*unit) {
+                u.status = *to;
+            }
+        }
+        Event::Sprint { unit, sprint, to, .. } => {
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.status = Some(*to);
+                if *to == SprintStatus::Pending || *to == SprintStatus::Dispatched {
+                    s.awaiting_confirmation = false;
+                    s.deferred_waiting = false;
+                }
+            }
+        }
+        Event::Dispatched { unit, sprint, dispatch, attempt, tier, model_id, score, cost, kind, at } => {
+            st.cost_spent += cost;
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.status = Some(SprintStatus::Dispatched);
+                s.dispatches += 1;
+                s.deferred_polls = 0;
+                s.active = Some(ActiveDispatch {
+                    id: dispatch.clone(),
+                    attempt: *attempt,
+                    tier: *tier,
+                    model_id: model_id.clone(),
+                    score: *score,
+                    kind: *kind,
+                    dispatched_at: *at,
+                    last_activity: *at,
+                    stall_warned: false,
+                    cancel: None,
+                });
+            }
+        }
+        Event::Activity { unit, sprint, at } => {
+            if let Some(a) = sprint_mut(st, *unit, *sprint).and_then(|s| s.active.as_mut()) {
+                a.last_activity = *at;
+                a.stall_warned = false;
+            }
+        }
+        Event::StallWarned { unit, sprint, .. } => {
+            if let Some(a) = sprint_mut(st, *unit, *sprint).and_then(|s| s.active.as_mut()) {
+                a.stall_warned = true;
+            }
+        }
+        Event::CancelRequested { unit, sprint, reason, .. } => {
+            if let Some(a) = sprint_mut(st, *unit, *sprint).and_then(|s| s.active.as_mut()) {
+                a.cancel = Some(*reason);
+            }
+        }
+        Event::AttemptClosed { unit, sprint, record } => {
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.active = None;
+                s.history.push(record.clone());
+                if !record.uncommitted.is_empty() {
+                    s.uncommitted = record.uncommitted.clone();
+                }
+            }
+            st.stop_ticks = 0;
+        }
+        Event::FailureCounted { unit, sprint, reason, .. } => {
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.failures += 1;
+                s.last_failure = Some(reason.clone());
+            }
+        }
+        Event::FailuresReset { unit, sprint, .. } => {
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.failures = 0;
+                s.continuations = 0;
+            }
+        }
+        Event::ContinuationCounted { unit, sprint, remaining, .. } => {
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.continuations += 1;
+                s.remaining = remaining.clone();
+            }
+        }
+        Event::SprintCompleted { unit, sprint, completion } => {
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.status = Some(SprintStatus::Completed);
+                s.completion = Some(completion.clone());
+                s.awaiting_confirmation = false;
+                s.deferred_waiting = false;
+                s.remaining.clear();
+            }
+        }
+        Event::AwaitingConfirmation { unit, sprint, .. } => {
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.awaiting_confirmation = true;
+            }
+        }
+        Event::DeferredWaiting { unit, sprint, polls, .. } => {
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.deferred_waiting = true;
+                s.deferred_polls = *polls;
+            }
+        }
+        Event::Decision { entry } => st.decisions.push(entry.clone()),
+        Event::UnitNote { unit, note, .. } => {
+            if let Some(u) = st.units.get_mut(*unit) {
+                u.notes.push(note.clone());
+            }
+        }
+        Event::GateOpened { id, layer, units, .. } => st.gates.push(Gate { id: *id, layer: *layer, units: units.clone(), passed: None }),
+        Event::GateClosed { id, passed, .. } => {
+            if let Some(g) = st.gates.iter_mut().find(|g| g.id == *id) {
+                g.passed = Some(*passed);
+            }
+        }
+        Event::StopTicked { ticks, .. } => st.stop_ticks = *ticks,
+    }
+}
+
+fn sprint_mut(st: &mut OperationState, u: usize, s: usize) -> Option<&mut SprintRun> {
+    st.units.get_mut(u).and_then(|unit| unit.sprints.get_mut(s))
+}

@@ -1,0 +1,125 @@
+//! §5 the verification cascade: from the agent's output, git state, progress
+//! files, exit-criteria results and task type to one outcome.
+
+use super::events::{AgentReport, CriterionOutcome, ProgressMarker};
+use crate::plan::{Sprint, SprintType};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    /// Progress was made; these items remain.
+    Partial(Vec<String>),
+    Failed(String),
+    /// A deferred sprint whose condition is not met yet.
+    Waiting,
+    /// A manual sprint: a person has to confirm.
+    AwaitConfirmation,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    Success,
+    Failure,
+    Partial,
+}
+
+/// §5a: the last signal word in the agent's output wins.
+fn output_signal(text: &str) -> Option<Signal> {
+    let lower = text.to_lowercase();
+    let words: [(Signal, &[&str]); 3] = [
+        (Signal::Partial, &["partial", "incomplete", "remaining", "continued in next"]),
+        (Signal::Failure, &["failed", "error", "blocked", "could not", "cannot"]),
+        (Signal::Success, &["completed", "all checks pass", "committed", "done", "success"]),
+    ];
+    words
+        .iter()
+        .flat_map(|(sig, ws)| ws.iter().filter_map(|w| lower.rfind(w).map(|pos| (pos, *sig))))
+        .max_by_key(|(pos, _)| *pos)
+        .map(|(_, s)| s)
+}
+
+/// The cascade's decision. Ambiguity favours PARTIAL over FAILURE (preserve work).
+pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome {
+    let ev = &report.evidence;
+    let exit_ok = report.exit_code == Some(0);
+    let signal = output_signal(&report.output_tail);
+    let checked: Vec<_> = ev.criteria.iter().filter(|c| c.outcome != CriterionOutcome::Unverified).collect();
+    let failed: Vec<String> = checked.iter().filter(|c| c.outcome == CriterionOutcome::Failed).map(|c| c.text.clone()).collect();
+    let all_pass = !checked.is_empty() && failed.is_empty();
+    let some_pass = checked.iter().any(|c| c.outcome == CriterionOutcome::Passed);
+    let committed = !ev.commits.is_empty();
+    let progress = committed || !ev.uncommitted.is_empty() || some_pass || ev.progress.is_some() || signal == Some(Signal::Partial);
+    let exhausted = report.turns_used.is_some_and(|t| t >= max_turns);
+
+    if let Some(conflict) = &ev.merge_conflict {
+        return Outcome::Failed(format!("the sprint branch does not merge into the integration branch: {conflict}"));
+    }
+    match sprint.kind {
+        SprintType::Manual => {
+            return if exit_ok || progress { Outcome::AwaitConfirmation } else { Outcome::Failed(failure_reason(report, &failed)) };
+        }
+        SprintType::Deferred => {
+            if all_pass {
+                return Outcome::Completed;
+            }
+            // Waiting is not failure; only an agent that errored is.
+            return if exit_ok || checked.is_empty() && report.exit_code.is_none() { Outcome::Waiting } else { Outcome::Failed(failure_reason(report, &failed)) };
+        }
+        _ => {}
+    }
+    let needs_commit = sprint.kind == SprintType::Code;
+    let contradicted = !failed.is_empty()
+        || signal == Some(Signal::Failure) && !all_pass
+        || !exit_ok && !exhausted
+        || ev.ci_passed == Some(false)
+        || needs_commit && !committed
+        || !ev.uncommitted.is_empty();
+    let success = all_pass
+        || ev.progress == Some(ProgressMarker::Complete)
+        || ev.ci_passed == Some(true)
+        || exit_ok && matches!(signal, Some(Signal::Success) | None) && (!needs_commit || committed);
+    if success && !contradicted {
+        return Outcome::Completed;
+    }
+    if progress {
+        let mut remaining = failed;
+        if !ev.uncommitted.is_empty() {
+            remaining.push(format!("commit the uncommitted changes ({})", ev.uncommitted.join(", ")));
+        }
+        if needs_commit && !committed {
+            remaining.push("commit the sprint's work on the sprint branch".into());
+        }
+        if remaining.is_empty() {
+            remaining = sprint.exit_criteria.iter().map(|c| c.text.clone()).collect();
+        }
+        if remaining.is_empty() {
+            remaining = sprint.tasks.clone();
+        }
+        return Outcome::Partial(remaining);
+    }
+    Outcome::Failed(failure_reason(report, &failed))
+}
+
+fn failure_reason(report: &AgentReport, failed: &[String]) -> String {
+    let mut parts = Vec::new();
+    match report.exit_code {
+        Some(0) => {}
+        Some(c) => parts.push(format!("agent exited with status {c}")),
+        None => parts.push("agent ended without an exit status".to_string()),
+    }
+    if report.turns_used.is_some() && report.evidence.commits.is_empty() {
+        parts.push("no commits".to_string());
+    }
+    if !failed.is_empty() {
+        parts.push(format!("failing criteria: {}", failed.join("; ")));
+    }
+    let tail: String = report.output_tail.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").chars().take(300).collect();
+    if !tail.is_empty() {
+        parts.push(format!("last output: {tail}"));
+    }
+    if parts.is_empty() {
+        "no progress".to_string()
+    } else {
+        parts.join("; ")
+    }
+}
