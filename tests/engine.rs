@@ -1,142 +1,13 @@
 //! The engine, driven through its only door (`decide`), with invariants checked
 //! on every event of every test.
 
-use chrono::{DateTime, Duration, TimeZone, Utc};
+mod common;
+
+use chrono::Utc;
+use common::*;
 use proptest::prelude::*;
 use supervise::engine::*;
-use supervise::plan::{self, Plan, SprintId};
-
-const THREE_UNITS: &str = "# Shop\n\n| Work Unit | Layer |\n|---|---|\n| api | 0 |\n| docs | 0 |\n| web | 1 |\n\n\
-## api\n### Sprint 1: Create the API types\n- [ ] `make api-types` passes\n### Sprint 2: Implement the handlers\n- [ ] `make api` passes\n\
-## docs\n### Sprint 1: Write the guide\n- [ ] `docs/guide.md` exists\n\
-## web\n### Sprint 1: Build the page\n- [ ] `make web` passes\n";
-
-fn plan(src: &str) -> Plan {
-    plan::parse(src, "test").expect("test plan is valid")
-}
-
-struct Sim {
-    state: Option<OperationState>,
-    log: Vec<Event>,
-    now: DateTime<Utc>,
-    effects: Vec<Effect>,
-}
-
-impl Sim {
-    fn start(src: &str, config: EngineConfig) -> Sim {
-        let mut sim = Sim { state: None, log: Vec::new(), now: Utc.with_ymd_and_hms(2026, 11, 22, 9, 0, 0).unwrap(), effects: Vec::new() };
-        sim.send(Input::Start { operation: OperationId("op1".into()), plan: Box::new(plan(src)), config, seed: 42 }).unwrap();
-        sim
-    }
-
-    fn send(&mut self, input: Input) -> Result<Decision, Refusal> {
-        let d = decide(self.state.as_ref(), input, self.now)?;
-        for e in &d.events {
-            check_invariants(self.state.as_ref(), e);
-            apply(&mut self.state, e);
-            self.log.push(e.clone());
-        }
-        assert_eq!(OperationState::replay(&self.log).as_ref(), self.state.as_ref(), "replaying the log gives the same state");
-        self.effects.extend(d.effects.iter().cloned());
-        Ok(d)
-    }
-
-    fn st(&self) -> &OperationState {
-        self.state.as_ref().unwrap()
-    }
-
-    fn unit(&self, name: &str) -> &UnitRun {
-        &self.st().units[self.st().unit_index(name).unwrap()]
-    }
-
-    fn sprint_status(&self, unit: &str, i: usize) -> SprintStatus {
-        self.unit(unit).sprints[i].status()
-    }
-
-    /// Dispatch orders still out (not yet finished), oldest first.
-    fn out(&self) -> Vec<DispatchOrder> {
-        self.effects
-            .iter()
-            .filter_map(|e| match e {
-                Effect::Dispatch(o) if self.st().find_dispatch(&o.dispatch).is_some() => Some(o.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn order_for(&self, unit: &str) -> DispatchOrder {
-        self.out().into_iter().find(|o| o.unit == unit).unwrap_or_else(|| panic!("no dispatch out for {unit}"))
-    }
-
-    fn finish(&mut self, unit: &str, report: AgentReport) -> Decision {
-        self.now += Duration::minutes(7);
-        let o = self.order_for(unit);
-        self.send(Input::AgentFinished { dispatch: o.dispatch, report }).unwrap()
-    }
-
-    fn advance(&mut self, secs: i64) {
-        self.now += Duration::seconds(secs);
-    }
-}
-
-fn check_invariants(before: Option<&OperationState>, e: &Event) {
-    let Some(st) = before else { return };
-    match e {
-        Event::Dispatched { unit, sprint, attempt, .. } => {
-            let u = &st.units[*unit];
-            assert!(!u.status.is_halted() && u.status == UnitStatus::Running, "dispatch while {}", u.status);
-            assert!(u.sprints[..*sprint].iter().all(|s| s.status() == SprintStatus::Completed), "sprint dispatched before its predecessor completed");
-            assert!(*attempt <= st.config.max_retries, "attempt {attempt} exceeds max_retries");
-            assert!(u.active().is_none(), "two agents on one unit");
-        }
-        Event::Unit { unit, to, .. } => {
-            let from = st.units[*unit].status;
-            assert!(from.can_become(*to), "illegal unit transition {from} -> {to}");
-            if from == UnitStatus::NotStarted && *to == UnitStatus::Running {
-                for d in &st.plan.work_units[*unit].depends_on {
-                    let dep = &st.units[st.unit_index(d).unwrap()];
-                    assert_eq!(dep.status, UnitStatus::Completed, "dependent started before {d}");
-                }
-            }
-        }
-        Event::Sprint { unit, sprint, to, .. } => {
-            let from = st.units[*unit].sprints[*sprint].status();
-            assert!(from.can_become(*to), "illegal sprint transition {from} -> {to}");
-        }
-        _ => {}
-    }
-}
-
-fn success() -> AgentReport {
-    AgentReport {
-        exit_code: Some(0),
-        output_tail: "All checks pass. Committed.".into(),
-        turns_used: Some(12),
-        evidence: Evidence {
-            commits: vec!["a1b2c3d".into()],
-            criteria: vec![CriterionResult { line: 1, text: "make passes".into(), outcome: CriterionOutcome::Passed, detail: String::new() }],
-            ..Default::default()
-        },
-    }
-}
-
-fn partial() -> AgentReport {
-    let mut r = success();
-    r.evidence.criteria.push(CriterionResult { line: 2, text: "make api passes".into(), outcome: CriterionOutcome::Failed, detail: "exit 2".into() });
-    r.output_tail = "Partial: handlers remaining".into();
-    r
-}
-
-fn failure() -> AgentReport {
-    AgentReport { exit_code: Some(1), output_tail: "error: could not compile".into(), turns_used: Some(50), evidence: Evidence::default() }
-}
-
-fn notices(sim: &Sim, kind: NoticeKind) -> Vec<String> {
-    sim.effects.iter().filter_map(|e| match e {
-        Effect::Notify { kind: k, text, .. } if *k == kind => Some(text.clone()),
-        _ => None,
-    }).collect()
-}
+use supervise::plan::SprintId;
 
 #[test]
 fn start_dispatches_every_eligible_unit_in_parallel_and_names_the_operation() {
@@ -147,7 +18,9 @@ fn start_dispatches_every_eligible_unit_in_parallel_and_names_the_operation() {
     assert_eq!(sim.unit("web").status, UnitStatus::NotStarted);
     let o = sim.order_for("api");
     assert_eq!(o.dispatch.0, "op1/api/1/a1d1");
-    assert!(o.prompt.contains("You are executing Sprint 1: Create the API types."));
+    assert!(o
+        .prompt
+        .contains("You are executing Sprint 1: Create the API types."));
     assert!(o.prompt.contains("Do NOT start the next sprint."));
 }
 
@@ -157,9 +30,16 @@ fn success_advances_in_order_then_unlocks_dependents_then_completes() {
     sim.finish("api", success());
     assert_eq!(sim.sprint_status("api", 0), SprintStatus::Completed);
     assert_eq!(sim.order_for("api").sprint, SprintId::parse("2").unwrap());
-    assert!(sim.effects.iter().any(|e| matches!(e, Effect::Integrate { unit, .. } if unit == "api")));
+    assert!(sim
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::Integrate { unit, .. } if unit == "api")));
     sim.finish("docs", success());
-    assert_eq!(sim.unit("web").status, UnitStatus::NotStarted, "web waits for api too");
+    assert_eq!(
+        sim.unit("web").status,
+        UnitStatus::NotStarted,
+        "web waits for api too"
+    );
     sim.finish("api", success());
     assert_eq!(sim.unit("web").status, UnitStatus::Running);
     sim.finish("web", success());
@@ -178,7 +58,9 @@ fn partial_is_continued_without_an_attempt_on_at_least_sonnet() {
     assert_eq!(next.kind, DispatchKind::Continuation);
     assert_eq!(next.attempt, 1);
     assert!(next.tier >= ModelTier::Sonnet && next.tier >= first.tier);
-    assert!(next.prompt.contains("Complete ONLY the remaining work:\n- make api passes"));
+    assert!(next
+        .prompt
+        .contains("Complete ONLY the remaining work:\n- make api passes"));
 }
 
 #[test]
@@ -189,10 +71,21 @@ fn failure_retries_on_a_stronger_model_with_what_went_wrong() {
     assert_eq!(sim.unit("docs").sprints[0].failures, 1);
     let retry = sim.order_for("docs");
     assert_eq!((retry.kind, retry.attempt), (DispatchKind::Retry, 2));
-    assert!(retry.tier > first.tier, "{:?} should be stronger than {:?}", retry.tier, first.tier);
-    assert!(retry.prompt.contains("failed on attempt 1. Here is what went wrong: agent exited with status 1"));
+    assert!(
+        retry.tier > first.tier,
+        "{:?} should be stronger than {:?}",
+        retry.tier,
+        first.tier
+    );
+    assert!(retry
+        .prompt
+        .contains("failed on attempt 1. Here is what went wrong: agent exited with status 1"));
     sim.finish("docs", failure());
-    assert_eq!(sim.order_for("docs").tier, ModelTier::Opus, "2+ failures force opus");
+    assert_eq!(
+        sim.order_for("docs").tier,
+        ModelTier::Opus,
+        "2+ failures force opus"
+    );
 }
 
 #[test]
@@ -212,11 +105,18 @@ fn three_failures_block_the_unit_while_others_go_on_and_dependents_wait() {
     assert_eq!(sim.st().status, OverallStatus::Blocked);
     assert!(sim.out().is_empty());
     // resume after BLOCKED: the sprint starts over with a fresh attempt counter.
-    sim.send(Input::Resume { unit: Some("api".into()) }).unwrap();
+    sim.send(Input::Resume {
+        unit: Some("api".into()),
+    })
+    .unwrap();
     assert_eq!(sim.unit("api").status, UnitStatus::Running);
     let o = sim.order_for("api");
     assert_eq!((o.attempt, o.kind), (1, DispatchKind::Fresh));
-    assert!(sim.st().decisions.iter().any(|d| d.rationale.contains("3 earlier failed attempt(s)")));
+    assert!(sim
+        .st()
+        .decisions
+        .iter()
+        .any(|d| d.rationale.contains("3 earlier failed attempt(s)")));
 }
 
 #[test]
@@ -225,16 +125,38 @@ fn an_unresponsive_agent_is_warned_about_then_cancelled_and_retried() {
     cfg.stall_timeout_secs = 600;
     let mut sim = Sim::start(THREE_UNITS, cfg);
     sim.advance(300);
-    sim.send(Input::AgentActivity { dispatch: sim.order_for("docs").dispatch }).unwrap();
+    sim.send(Input::AgentActivity {
+        dispatch: sim.order_for("docs").dispatch,
+    })
+    .unwrap();
     sim.advance(1);
     sim.send(Input::Tick).unwrap();
-    assert!(sim.st().decisions.iter().any(|d| d.decision.contains("api") || d.decision.contains("may be unresponsive")));
+    assert!(sim
+        .st()
+        .decisions
+        .iter()
+        .any(|d| d.decision.contains("api") || d.decision.contains("may be unresponsive")));
     sim.advance(300);
     let d = sim.send(Input::Tick).unwrap();
     let api = sim.order_for("api").dispatch;
-    assert!(d.effects.contains(&Effect::Cancel { dispatch: api.clone(), force: false }));
-    assert!(!d.effects.iter().any(|e| matches!(e, Effect::Cancel { dispatch, .. } if *dispatch != api)), "docs was active recently");
-    sim.send(Input::AgentFinished { dispatch: api, report: AgentReport { exit_code: None, ..Default::default() } }).unwrap();
+    assert!(d.effects.contains(&Effect::Cancel {
+        dispatch: api.clone(),
+        force: false
+    }));
+    assert!(
+        !d.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Cancel { dispatch, .. } if *dispatch != api)),
+        "docs was active recently"
+    );
+    sim.send(Input::AgentFinished {
+        dispatch: api,
+        report: AgentReport {
+            exit_code: None,
+            ..Default::default()
+        },
+    })
+    .unwrap();
     assert_eq!(sim.unit("api").sprints[0].failures, 1);
     assert_eq!(sim.order_for("api").kind, DispatchKind::Retry);
 }
@@ -243,17 +165,26 @@ fn an_unresponsive_agent_is_warned_about_then_cancelled_and_retried() {
 fn stop_drains_then_stops_and_times_out_into_killed() {
     let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
     sim.send(Input::Stop).unwrap();
-    assert_eq!(notices(&sim, NoticeKind::Draining), ["Supervisor entering graceful shutdown. Waiting for 2 active agents to finish."]);
+    assert_eq!(
+        notices(&sim, NoticeKind::Draining),
+        ["Supervisor entering graceful shutdown. Waiting for 2 active agents to finish."]
+    );
     assert_eq!(sim.unit("api").status, UnitStatus::Stopping);
     sim.finish("api", success());
     assert_eq!(sim.unit("api").status, UnitStatus::Stopped);
-    assert!(sim.out().iter().all(|o| o.unit != "api"), "no new dispatch while stopping");
+    assert!(
+        sim.out().iter().all(|o| o.unit != "api"),
+        "no new dispatch while stopping"
+    );
     for _ in 0..9 {
         sim.send(Input::Tick).unwrap();
     }
     assert_eq!(sim.unit("docs").status, UnitStatus::Stopping);
     let d = sim.send(Input::Tick).unwrap();
-    assert!(d.effects.iter().any(|e| matches!(e, Effect::Cancel { force: true, .. })));
+    assert!(d
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::Cancel { force: true, .. })));
     assert_eq!(sim.unit("docs").status, UnitStatus::Killed);
     assert_eq!(sim.sprint_status("docs", 0), SprintStatus::Backoff);
     assert_eq!(sim.st().status, OverallStatus::Killed);
@@ -261,9 +192,20 @@ fn stop_drains_then_stops_and_times_out_into_killed() {
     let docs = sim.unit("docs").active().unwrap().id.clone();
     let mut r = failure();
     r.evidence.uncommitted = vec!["docs/guide.md".into()];
-    sim.send(Input::AgentFinished { dispatch: docs, report: r }).unwrap();
-    assert_eq!(sim.unit("docs").notes, ["has uncommitted work from killed Sprint 1: docs/guide.md"]);
-    assert_eq!(sim.unit("docs").sprints[0].failures, 0, "a kill is not a failed attempt");
+    sim.send(Input::AgentFinished {
+        dispatch: docs,
+        report: r,
+    })
+    .unwrap();
+    assert_eq!(
+        sim.unit("docs").notes,
+        ["has uncommitted work from killed Sprint 1: docs/guide.md"]
+    );
+    assert_eq!(
+        sim.unit("docs").sprints[0].failures,
+        0,
+        "a kill is not a failed attempt"
+    );
     sim.send(Input::Resume { unit: None }).unwrap();
     assert_eq!(sim.unit("api").status, UnitStatus::Running);
     assert_eq!(sim.order_for("api").sprint.as_str(), "2");
@@ -275,17 +217,31 @@ fn killall_cancels_everything_and_resume_redispatches_with_attempts_kept() {
     let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
     sim.finish("docs", failure());
     let d = sim.send(Input::Killall).unwrap();
-    assert_eq!(d.effects.iter().filter(|e| matches!(e, Effect::Cancel { force: true, .. })).count(), 2);
+    assert_eq!(
+        d.effects
+            .iter()
+            .filter(|e| matches!(e, Effect::Cancel { force: true, .. }))
+            .count(),
+        2
+    );
     assert_eq!(sim.st().status, OverallStatus::Killed);
     assert_eq!(sim.unit("api").status, UnitStatus::Killed);
     assert_eq!(sim.unit("web").status, UnitStatus::NotStarted);
     for u in ["api", "docs"] {
         let id = sim.unit(u).active().unwrap().id.clone();
-        sim.send(Input::AgentFinished { dispatch: id, report: failure() }).unwrap();
+        sim.send(Input::AgentFinished {
+            dispatch: id,
+            report: failure(),
+        })
+        .unwrap();
     }
     assert!(sim.out().is_empty());
     sim.send(Input::Resume { unit: None }).unwrap();
-    assert_eq!(sim.order_for("docs").attempt, 2, "attempt counter preserved across kill");
+    assert_eq!(
+        sim.order_for("docs").attempt,
+        2,
+        "attempt counter preserved across kill"
+    );
 }
 
 #[test]
@@ -298,14 +254,29 @@ fn deferred_sprints_poll_without_attempts_and_report_after_twenty() {
     sim.finish(&unit, r);
     assert!(sim.st().units[0].sprints[0].deferred_waiting);
     let d = sim.send(Input::Tick).unwrap();
-    assert!(d.effects.iter().any(|e| matches!(e, Effect::PollCondition { .. })));
+    assert!(d
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::PollCondition { .. })));
     let sprint = SprintId::parse("1").unwrap();
     for _ in 0..20 {
-        sim.send(Input::ConditionPolled { unit: unit.clone(), sprint: sprint.clone(), met: false, error: None }).unwrap();
+        sim.send(Input::ConditionPolled {
+            unit: unit.clone(),
+            sprint: sprint.clone(),
+            met: false,
+            error: None,
+        })
+        .unwrap();
     }
     assert_eq!(sim.st().units[0].sprints[0].failures, 0);
     assert_eq!(notices(&sim, NoticeKind::DeferredWaiting).len(), 1);
-    sim.send(Input::ConditionPolled { unit: unit.clone(), sprint, met: true, error: None }).unwrap();
+    sim.send(Input::ConditionPolled {
+        unit: unit.clone(),
+        sprint,
+        met: true,
+        error: None,
+    })
+    .unwrap();
     assert_eq!(sim.st().status, OverallStatus::Completed);
 }
 
@@ -327,26 +298,54 @@ fn build_gates_hold_dependents_and_send_failures_back_to_the_phase() {
     let mut cfg = EngineConfig::default();
     cfg.build_gate = true;
     let mut sim = Sim::start(THREE_UNITS, cfg);
-    assert!(sim.order_for("api").prompt.contains("Build Coordination"), "parallel code sprints are told not to build");
+    assert!(
+        sim.order_for("api").prompt.contains("Build Coordination"),
+        "parallel code sprints are told not to build"
+    );
     sim.finish("api", success());
     sim.finish("docs", success());
     sim.finish("api", success());
-    assert_eq!(sim.unit("api").status, UnitStatus::Running, "waiting for the gate");
-    let gate = sim.effects.iter().find_map(|e| match e {
-        Effect::RunGate { gate, units, .. } => Some((*gate, units.clone())),
-        _ => None,
-    }).expect("gate opened");
+    assert_eq!(
+        sim.unit("api").status,
+        UnitStatus::Running,
+        "waiting for the gate"
+    );
+    let gate = sim
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::RunGate { gate, units, .. } => Some((*gate, units.clone())),
+            _ => None,
+        })
+        .expect("gate opened");
     assert_eq!(gate.1, ["api", "docs"]);
     assert_eq!(sim.unit("web").status, UnitStatus::NotStarted);
-    sim.send(Input::GateResult { gate: gate.0, passed: false, output: "test api::handlers ... FAILED".into() }).unwrap();
-    assert_eq!(sim.unit("api").sprints[1].failures, 1, "the gate failure counts against the phase's sprint");
+    sim.send(Input::GateResult {
+        gate: gate.0,
+        passed: false,
+        output: "test api::handlers ... FAILED".into(),
+    })
+    .unwrap();
+    assert_eq!(
+        sim.unit("api").sprints[1].failures,
+        1,
+        "the gate failure counts against the phase's sprint"
+    );
     assert_eq!(sim.order_for("api").kind, DispatchKind::Retry);
-    assert!(sim.order_for("api").prompt.contains("the coordinated build failed after this phase:\ntest api::handlers ... FAILED"));
+    assert!(sim
+        .order_for("api")
+        .prompt
+        .contains("the coordinated build failed after this phase:\ntest api::handlers ... FAILED"));
     sim.finish("api", success());
     sim.finish("docs", success());
     let gate2 = sim.st().gates.last().unwrap().id;
     assert_eq!(gate2, 2);
-    sim.send(Input::GateResult { gate: gate2, passed: true, output: String::new() }).unwrap();
+    sim.send(Input::GateResult {
+        gate: gate2,
+        passed: true,
+        output: String::new(),
+    })
+    .unwrap();
     assert_eq!(sim.unit("web").status, UnitStatus::Running);
 }
 
@@ -358,8 +357,15 @@ fn the_budget_drains_like_stop_and_says_why() {
     assert!(sim.out().len() < 2);
     let text = &notices(&sim, NoticeKind::BudgetReached)[0];
     assert!(text.starts_with("Budget reached:"), "{text}");
-    assert!(sim.st().decisions.iter().any(|d| d.decision == "Budget reached: draining"));
-    assert!(matches!(sim.st().status, OverallStatus::Stopping | OverallStatus::Stopped));
+    assert!(sim
+        .st()
+        .decisions
+        .iter()
+        .any(|d| d.decision == "Budget reached: draining"));
+    assert!(matches!(
+        sim.st().status,
+        OverallStatus::Stopping | OverallStatus::Stopped
+    ));
 }
 
 #[test]
@@ -377,13 +383,32 @@ fn refusals_change_nothing_and_say_why() {
     let none = decide(None, Input::Stop, Utc::now()).unwrap_err();
     assert_eq!(none, Refusal::NotStarted);
     let ritual = decide(None, Input::NameFeature, Utc::now()).unwrap_err();
-    assert!(ritual.to_string().contains("Naming is a ritual of STARTING the plan"));
+    assert!(ritual
+        .to_string()
+        .contains("Naming is a ritual of STARTING the plan"));
     let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
-    let err = sim.send(Input::Resume { unit: Some("aip".into()) }).unwrap_err();
-    assert_eq!(err.to_string(), "there is no work unit `aip` in this plan. Did you mean `api`?");
-    let err = sim.send(Input::AgentFinished { dispatch: DispatchId("op1/x/1/a1d1".into()), report: success() }).unwrap_err();
+    let err = sim
+        .send(Input::Resume {
+            unit: Some("aip".into()),
+        })
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "there is no work unit `aip` in this plan. Did you mean `api`?"
+    );
+    let err = sim
+        .send(Input::AgentFinished {
+            dispatch: DispatchId("op1/x/1/a1d1".into()),
+            report: success(),
+        })
+        .unwrap_err();
     assert!(matches!(err, Refusal::StaleDispatch(_)));
-    let again = sim.send(Input::Start { operation: OperationId("op2".into()), plan: Box::new(plan(THREE_UNITS)), config: EngineConfig::default(), seed: 1 });
+    let again = sim.send(Input::Start {
+        operation: OperationId("op2".into()),
+        plan: Box::new(plan(THREE_UNITS)),
+        config: EngineConfig::default(),
+        seed: 1,
+    });
     assert!(matches!(again, Err(Refusal::AlreadyStarted(_))));
     let name = sim.st().name.clone();
     sim.send(Input::NameFeature).unwrap();
@@ -395,48 +420,153 @@ fn every_formal_transition_and_no_other() {
     use SprintStatus as S;
     use UnitStatus as U;
     let unit_allowed = [
-        (U::NotStarted, U::Running), (U::Running, U::Completed), (U::Running, U::Stopping), (U::Running, U::Blocked),
-        (U::Stopping, U::Stopped), (U::Stopped, U::Running), (U::Blocked, U::Running), (U::Killed, U::Running),
-        (U::Running, U::Killed), (U::Stopping, U::Killed), (U::Stopping, U::Blocked), (U::Stopping, U::Running),
+        (U::NotStarted, U::Running),
+        (U::Running, U::Completed),
+        (U::Running, U::Stopping),
+        (U::Running, U::Blocked),
+        (U::Stopping, U::Stopped),
+        (U::Stopped, U::Running),
+        (U::Blocked, U::Running),
+        (U::Killed, U::Running),
+        (U::Running, U::Killed),
+        (U::Stopping, U::Killed),
+        (U::Stopping, U::Blocked),
+        (U::Stopping, U::Running),
     ];
     for &a in U::ALL {
         for &b in U::ALL {
-            assert_eq!(a.can_become(b), unit_allowed.contains(&(a, b)), "{a} -> {b}");
+            assert_eq!(
+                a.can_become(b),
+                unit_allowed.contains(&(a, b)),
+                "{a} -> {b}"
+            );
         }
     }
     let sprint_allowed = [
-        (S::Pending, S::Dispatched), (S::Dispatched, S::Running), (S::Running, S::Completed), (S::Running, S::Partial),
-        (S::Running, S::Backoff), (S::Partial, S::Dispatched), (S::Backoff, S::Dispatched), (S::Backoff, S::Fatal),
-        (S::Fatal, S::Pending), (S::Completed, S::Backoff), (S::Dispatched, S::Backoff), (S::Backoff, S::Pending),
-        (S::Partial, S::Completed), (S::Partial, S::Backoff),
+        (S::Pending, S::Dispatched),
+        (S::Dispatched, S::Running),
+        (S::Running, S::Completed),
+        (S::Running, S::Partial),
+        (S::Running, S::Backoff),
+        (S::Partial, S::Dispatched),
+        (S::Backoff, S::Dispatched),
+        (S::Backoff, S::Fatal),
+        (S::Fatal, S::Pending),
+        (S::Completed, S::Backoff),
+        (S::Dispatched, S::Backoff),
+        (S::Backoff, S::Pending),
+        (S::Partial, S::Completed),
+        (S::Partial, S::Backoff),
     ];
     for &a in S::ALL {
         for &b in S::ALL {
-            assert_eq!(a.can_become(b), sprint_allowed.contains(&(a, b)), "{a} -> {b}");
+            assert_eq!(
+                a.can_become(b),
+                sprint_allowed.contains(&(a, b)),
+                "{a} -> {b}"
+            );
         }
     }
-    let names: Vec<_> = U::ALL.iter().map(|s| serde_json::to_value(s).unwrap()).collect();
-    assert_eq!(names, ["NOT_STARTED", "RUNNING", "COMPLETED", "STOPPING", "STOPPED", "BLOCKED", "KILLED"]);
+    let names: Vec<_> = U::ALL
+        .iter()
+        .map(|s| serde_json::to_value(s).unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "NOT_STARTED",
+            "RUNNING",
+            "COMPLETED",
+            "STOPPING",
+            "STOPPED",
+            "BLOCKED",
+            "KILLED"
+        ]
+    );
 }
 
 #[test]
 fn model_selection_follows_the_worked_rules() {
     use select::{select, Complexity, SelectionContext};
-    let c = |score| Complexity { score, estimated_turns: 10, parts: vec![], vague_criteria: false, foundation: false, dependents: 0, open_questions: false };
-    let fresh = SelectionContext { failures: 0, partial: false, previous: None };
+    let c = |score| Complexity {
+        score,
+        estimated_turns: 10,
+        parts: vec![],
+        vague_criteria: false,
+        foundation: false,
+        dependents: 0,
+        open_questions: false,
+    };
+    let fresh = SelectionContext {
+        failures: 0,
+        partial: false,
+        previous: None,
+    };
     assert_eq!(select(&c(5), fresh).0, ModelTier::Haiku);
     assert_eq!(select(&c(6), fresh).0, ModelTier::Sonnet);
     assert_eq!(select(&c(12), fresh).0, ModelTier::Sonnet);
     assert_eq!(select(&c(13), fresh).0, ModelTier::Opus);
-    assert_eq!(select(&c(1), SelectionContext { failures: 2, ..fresh }).0, ModelTier::Opus);
-    assert_eq!(select(&c(1), SelectionContext { failures: 1, previous: Some(ModelTier::Haiku), ..fresh }).0, ModelTier::Sonnet);
-    assert_eq!(select(&c(1), SelectionContext { partial: true, ..fresh }).0, ModelTier::Sonnet);
-    assert_eq!(select(&c(1), SelectionContext { partial: true, previous: Some(ModelTier::Opus), ..fresh }).0, ModelTier::Opus);
-    let vague = Complexity { vague_criteria: true, ..c(1) };
+    assert_eq!(
+        select(
+            &c(1),
+            SelectionContext {
+                failures: 2,
+                ..fresh
+            }
+        )
+        .0,
+        ModelTier::Opus
+    );
+    assert_eq!(
+        select(
+            &c(1),
+            SelectionContext {
+                failures: 1,
+                previous: Some(ModelTier::Haiku),
+                ..fresh
+            }
+        )
+        .0,
+        ModelTier::Sonnet
+    );
+    assert_eq!(
+        select(
+            &c(1),
+            SelectionContext {
+                partial: true,
+                ..fresh
+            }
+        )
+        .0,
+        ModelTier::Sonnet
+    );
+    assert_eq!(
+        select(
+            &c(1),
+            SelectionContext {
+                partial: true,
+                previous: Some(ModelTier::Opus),
+                ..fresh
+            }
+        )
+        .0,
+        ModelTier::Opus
+    );
+    let vague = Complexity {
+        vague_criteria: true,
+        ..c(1)
+    };
     assert_eq!(select(&vague, fresh).0, ModelTier::Sonnet);
-    let foundation = Complexity { foundation: true, dependents: 5, ..c(1) };
+    let foundation = Complexity {
+        foundation: true,
+        dependents: 5,
+        ..c(1)
+    };
     assert_eq!(select(&foundation, fresh).0, ModelTier::Opus);
-    let tbd = Complexity { open_questions: true, ..c(1) };
+    let tbd = Complexity {
+        open_questions: true,
+        ..c(1)
+    };
     let (tier, why) = select(&tbd, fresh);
     assert_eq!(tier, ModelTier::Opus);
     assert!(why.contains("open questions"));
@@ -462,10 +592,14 @@ fn the_verification_cascade_favours_partial_over_failure() {
     // Uncommitted changes contradict success.
     let mut dirty = success();
     dirty.evidence.uncommitted = vec!["src/lib.rs".into()];
-    assert!(matches!(assess(s, &dirty, 50), Outcome::Partial(ref r) if r[0].contains("commit the uncommitted changes")));
+    assert!(
+        matches!(assess(s, &dirty, 50), Outcome::Partial(ref r) if r[0].contains("commit the uncommitted changes"))
+    );
     let mut conflict = success();
     conflict.evidence.merge_conflict = Some("src/lib.rs".into());
-    assert!(matches!(assess(s, &conflict, 50), Outcome::Failed(ref r) if r.contains("does not merge")));
+    assert!(
+        matches!(assess(s, &conflict, 50), Outcome::Failed(ref r) if r.contains("does not merge"))
+    );
 }
 
 // ---- property tests ------------------------------------------------------------

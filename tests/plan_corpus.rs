@@ -18,13 +18,21 @@ fn fixtures() -> Vec<PathBuf> {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plans").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/plans")
+        .join(name)
 }
 
 #[test]
 fn every_usable_plan_matches_its_snapshot() {
-    let usable: Vec<_> = fixtures().into_iter().filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with("bad_")).collect();
-    assert!(usable.len() >= 12, "the corpus should hold at least 12 usable plans");
+    let usable: Vec<_> = fixtures()
+        .into_iter()
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with("bad_"))
+        .collect();
+    assert!(
+        usable.len() >= 12,
+        "the corpus should hold at least 12 usable plans"
+    );
     for path in usable {
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
         let loaded = plan::load(&path).unwrap_or_else(|e| panic!("{name} should be usable: {e}"));
@@ -35,30 +43,60 @@ fn every_usable_plan_matches_its_snapshot() {
 
 fn problems(name: &str) -> Vec<(usize, String)> {
     match plan::load(&fixture(name)) {
-        Err(LoadError::Plan(e)) => e.problems.into_iter().map(|p| (p.line, p.message)).collect(),
+        Err(LoadError::Plan(e)) => e
+            .problems
+            .into_iter()
+            .map(|p| (p.line, p.message))
+            .collect(),
         other => panic!("{name} should be refused, got {other:?}"),
     }
 }
 
 #[test]
 fn malformed_plans_are_refused_with_their_lines() {
-    assert_eq!(problems("bad_no_sprints.md"), [(1, "work unit `Ideas` has no sprints".to_string())]);
-    assert_eq!(problems("bad_duplicate_sprint.md"), [(9, "work unit `Duplicates` defines sprint 2 twice".to_string())]);
+    assert_eq!(
+        problems("bad_no_sprints.md"),
+        [(1, "work unit `Ideas` has no sprints".to_string())]
+    );
+    assert_eq!(
+        problems("bad_duplicate_sprint.md"),
+        [(
+            9,
+            "work unit `Duplicates` defines sprint 2 twice".to_string()
+        )]
+    );
     assert_eq!(
         problems("bad_unknown_dependency.md"),
         [
-            (6, "work unit `ui` depends on `engien`, which the plan does not define".to_string()),
-            (7, "work unit `cli` depends on `storage`, which the plan does not define".to_string()),
+            (
+                6,
+                "work unit `ui` depends on `engien`, which the plan does not define".to_string()
+            ),
+            (
+                7,
+                "work unit `cli` depends on `storage`, which the plan does not define".to_string()
+            ),
         ]
     );
-    assert_eq!(problems("bad_cycle.md"), [(5, "dependency cycle: a → c → b → a".to_string())]);
-    assert_eq!(problems("bad_unit_without_sprints.md"), [(6, "work unit `ui` has no sprints".to_string())]);
+    assert_eq!(
+        problems("bad_cycle.md"),
+        [(5, "dependency cycle: a → c → b → a".to_string())]
+    );
+    assert_eq!(
+        problems("bad_unit_without_sprints.md"),
+        [(6, "work unit `ui` has no sprints".to_string())]
+    );
 }
 
 #[test]
 fn unknown_dependency_suggests_the_nearest_unit() {
-    let Err(LoadError::Plan(e)) = plan::load(&fixture("bad_unknown_dependency.md")) else { panic!() };
-    assert_eq!(e.problems[0].hint.as_deref(), Some("did you mean `engine`?"));
+    let Err(LoadError::Plan(e)) = plan::load(&fixture("bad_unknown_dependency.md")) else {
+        panic!()
+    };
+    assert_eq!(
+        e.problems[0].hint.as_deref(),
+        Some("did you mean `engine`?")
+    );
     let text = e.to_string();
     assert!(text.contains("bad_unknown_dependency.md:6:"), "{text}");
 }
@@ -72,39 +110,66 @@ fn seed_001_shape_reads_layers_template_and_progress_files() {
     assert_eq!(bib.directory.as_deref(), Some("verificar-biblioteca"));
     let t = p.dispatch_template.as_ref().unwrap();
     assert!(t.variables.contains(&"<PACKAGE_NAME>".to_string()));
-    assert!(p.referenced_files.iter().any(|f| f.path == "verificar-parser/PROGRESS.md" && f.unit.as_deref() == Some("parser")));
+    assert!(p
+        .referenced_files
+        .iter()
+        .any(|f| f.path == "verificar-parser/PROGRESS.md" && f.unit.as_deref() == Some("parser")));
 }
 
 #[test]
 fn compound_ids_run_in_order_and_types_are_classified() {
     let p = plan::load(&fixture("08_compound_ids.md")).unwrap().plan;
-    let ids: Vec<_> = p.work_units[0].sprints.iter().map(|s| s.id.to_string()).collect();
+    let ids: Vec<_> = p.work_units[0]
+        .sprints
+        .iter()
+        .map(|s| s.id.to_string())
+        .collect();
     assert_eq!(ids, ["1", "2a", "2b", "10"]);
     let p = plan::load(&fixture("09_sprint_types.md")).unwrap().plan;
     let kinds: Vec<_> = p.work_units[0].sprints.iter().map(|s| s.kind).collect();
     use SprintType::*;
-    assert_eq!(kinds, [Code, Command, Background, Deferred, Manual, Command]);
+    assert_eq!(
+        kinds,
+        [Code, Command, Background, Deferred, Manual, Command]
+    );
 }
 
 #[test]
 fn crlf_bom_and_non_ascii_names_are_read() {
-    let p = plan::load(&fixture("10_crlf_bom_dependencies_column.md")).unwrap().plan;
+    let p = plan::load(&fixture("10_crlf_bom_dependencies_column.md"))
+        .unwrap()
+        .plan;
     assert_eq!(p.title, "Übersetzung");
-    assert_eq!(p.unit("extra-spalte").unwrap().depends_on, ["kern", "oberfläche"]);
+    assert_eq!(
+        p.unit("extra-spalte").unwrap().depends_on,
+        ["kern", "oberfläche"]
+    );
     assert_eq!(p.unit("oberfläche").unwrap().sprints[0].line, 16);
 }
 
 #[test]
 fn cli_exit_status_follows_usability() {
     let bin = env!("CARGO_BIN_EXE_supervise");
-    let ok = std::process::Command::new(bin).args(["plan", "show", "--json"]).arg(fixture("03_sections_depends_on.md")).output().unwrap();
+    let ok = std::process::Command::new(bin)
+        .args(["plan", "show", "--json"])
+        .arg(fixture("03_sections_depends_on.md"))
+        .output()
+        .unwrap();
     assert_eq!(ok.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
     assert_eq!(v["work_units"][1]["depends_on"][0], "api");
-    let bad = std::process::Command::new(bin).args(["plan", "show"]).arg(fixture("bad_cycle.md")).output().unwrap();
+    let bad = std::process::Command::new(bin)
+        .args(["plan", "show"])
+        .arg(fixture("bad_cycle.md"))
+        .output()
+        .unwrap();
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("bad_cycle.md:5: dependency cycle"));
-    let missing = std::process::Command::new(bin).args(["plan", "show"]).current_dir(std::env::temp_dir()).output().unwrap();
+    let missing = std::process::Command::new(bin)
+        .args(["plan", "show"])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("Cannot find EXECUTION_PLAN.md"));
 }

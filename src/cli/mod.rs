@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
-#[command(name = "supervise", version, about = "Run many coding agents on one execution plan, sprint by sprint.")]
+#[command(
+    name = "supervise",
+    version,
+    about = "Run many coding agents on one execution plan, sprint by sprint."
+)]
 pub struct Cli {
     /// Log as JSON lines (for log collectors).
     #[arg(long, global = true, env = "SUPERVISE_LOG_JSON")]

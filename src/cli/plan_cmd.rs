@@ -16,11 +16,21 @@ pub fn render_tree(plan: &Plan) -> String {
         "{} work unit(s), {} sprint(s); dependencies: {}; prompts: {}",
         plan.work_units.len(),
         plan.total_sprints(),
-        serde_json::to_value(plan.dependency_structure).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
-        serde_json::to_value(plan.dispatch_mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+        serde_json::to_value(plan.dependency_structure)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        serde_json::to_value(plan.dispatch_mode)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
     );
     for u in &plan.work_units {
-        let deps = if u.depends_on.is_empty() { "—".to_string() } else { u.depends_on.join(", ") };
+        let deps = if u.depends_on.is_empty() {
+            "—".to_string()
+        } else {
+            u.depends_on.join(", ")
+        };
         let _ = writeln!(
             out,
             "\n■ {} (line {}) layer {} · depends on: {}{}",
@@ -28,29 +38,60 @@ pub fn render_tree(plan: &Plan) -> String {
             u.line,
             u.layer,
             deps,
-            u.directory.as_ref().map(|d| format!(" · dir {d}")).unwrap_or_default()
+            u.directory
+                .as_ref()
+                .map(|d| format!(" · dir {d}"))
+                .unwrap_or_default()
         );
         for s in &u.sprints {
-            let _ = writeln!(out, "  ├ Sprint {}: {} [{}] (line {})", s.id, s.name, s.kind, s.line);
+            let _ = writeln!(
+                out,
+                "  ├ Sprint {}: {} [{}] (line {})",
+                s.id, s.name, s.kind, s.line
+            );
             for t in &s.tasks {
                 let _ = writeln!(out, "  │   task  {t}");
             }
             for c in &s.entry_criteria {
-                let _ = writeln!(out, "  │   entry {:<10} {}", format!("{:?}", c.kind).to_lowercase(), c.text);
+                let _ = writeln!(
+                    out,
+                    "  │   entry {:<10} {}",
+                    format!("{:?}", c.kind).to_lowercase(),
+                    c.text
+                );
             }
             for c in &s.exit_criteria {
-                let _ = writeln!(out, "  │   exit  {:<10} {}", format!("{:?}", c.kind).to_lowercase(), c.text);
+                let _ = writeln!(
+                    out,
+                    "  │   exit  {:<10} {}",
+                    format!("{:?}", c.kind).to_lowercase(),
+                    c.text
+                );
             }
         }
     }
     if !plan.referenced_files.is_empty() {
         let _ = writeln!(out, "\nReferenced files:");
         for f in &plan.referenced_files {
-            let _ = writeln!(out, "  {} ({})", f.path, if f.exists { "exists" } else { "will be created" });
+            let _ = writeln!(
+                out,
+                "  {} ({})",
+                f.path,
+                if f.exists {
+                    "exists"
+                } else {
+                    "will be created"
+                }
+            );
         }
     }
     if let Some(t) = &plan.dispatch_template {
-        let _ = writeln!(out, "\nDispatch template at line {} with variables: {}", t.line, t.variables.join(" "));
+        let _ = writeln!(
+            out,
+            "\nDispatch template at line {} with variables: {}",
+            t.line,
+            t.variables.join(" ")
+        );
     }
     for w in &plan.warnings {
         let _ = writeln!(out, "warning: {w}");
@@ -64,7 +105,12 @@ pub fn show(path: Option<&Path>, json: bool) -> anyhow::Result<i32> {
     let loaded = match plan::locate(path, &cwd).and_then(|p| plan::load(&p)) {
         Ok(l) => l,
         Err(LoadError::Plan(e)) if json => {
-            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "path": e.path, "problems": e.problems }))?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({ "path": e.path, "problems": e.problems })
+                )?
+            );
             return Ok(1);
         }
         Err(e) => {

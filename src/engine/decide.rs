@@ -22,25 +22,65 @@ struct Ctx {
     now: DateTime<Utc>,
 }
 
-pub fn decide(state: Option<&OperationState>, input: Input, now: DateTime<Utc>) -> Result<Decision, Refusal> {
-    let mut c = Ctx { state: state.cloned(), events: Vec::new(), effects: Vec::new(), now };
+pub fn decide(
+    state: Option<&OperationState>,
+    input: Input,
+    now: DateTime<Utc>,
+) -> Result<Decision, Refusal> {
+    let mut c = Ctx {
+        state: state.cloned(),
+        events: Vec::new(),
+        effects: Vec::new(),
+        now,
+    };
     match input {
-        Input::Start { operation, plan, config, seed } => {
+        Input::Start {
+            operation,
+            plan,
+            config,
+            seed,
+        } => {
             if let Some(st) = &c.state {
                 return Err(Refusal::AlreadyStarted(st.name.clone()));
             }
-            let name = plan.feature_name.clone().unwrap_or_else(|| naming::operation_name(seed));
+            let name = plan
+                .feature_name
+                .clone()
+                .unwrap_or_else(|| naming::operation_name(seed));
             let units = plan.work_units.len();
             let sprints = plan.total_sprints();
-            c.emit(Event::OperationStarted { operation, name: name.clone(), seed, plan, config, at: now });
-            c.log(None, None, format!("Operation named: {name}"), format!("{units} work unit(s), {sprints} sprint(s)"));
+            c.emit(Event::OperationStarted {
+                operation,
+                name: name.clone(),
+                seed,
+                plan,
+                config,
+                at: now,
+            });
+            c.log(
+                None,
+                None,
+                format!("Operation named: {name}"),
+                format!("{units} work unit(s), {sprints} sprint(s)"),
+            );
             c.settle();
         }
         Input::NameFeature => {
-            let st = c.state.as_ref().ok_or_else(|| Refusal::Ritual(naming::REPROACH.to_string()))?;
+            let st = c
+                .state
+                .as_ref()
+                .ok_or_else(|| Refusal::Ritual(naming::REPROACH.to_string()))?;
             let name = naming::operation_name(st.seed.wrapping_add(st.renames as u64 + 1));
-            c.emit(Event::Renamed { name: name.clone(), at: now });
-            c.log(None, None, format!("Operation renamed: {name}"), "name-feature after start".into());
+            c.emit(Event::Renamed {
+                name: name.clone(),
+                at: now,
+            });
+            c.log(
+                None,
+                None,
+                format!("Operation renamed: {name}"),
+                "name-feature after start".into(),
+            );
         }
         Input::Status => {
             c.require()?;
@@ -57,8 +97,17 @@ pub fn decide(state: Option<&OperationState>, input: Input, now: DateTime<Utc>) 
             }
             let last = c.sprint(u, s).active.as_ref().map(|a| a.last_activity);
             // Activity is recorded at most once a second: the log stays small.
-            if last.is_none_or(|l| (now - l).num_milliseconds() >= 1000) || c.sprint(u, s).active.as_ref().is_some_and(|a| a.stall_warned) {
-                c.emit(Event::Activity { unit: u, sprint: s, at: now });
+            if last.is_none_or(|l| (now - l).num_milliseconds() >= 1000)
+                || c.sprint(u, s)
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| a.stall_warned)
+            {
+                c.emit(Event::Activity {
+                    unit: u,
+                    sprint: s,
+                    at: now,
+                });
             }
         }
         Input::AgentFinished { dispatch, report } => c.finished(&dispatch, report)?,
@@ -68,7 +117,11 @@ pub fn decide(state: Option<&OperationState>, input: Input, now: DateTime<Utc>) 
             if c.sprint(u, s).status() == SprintStatus::Dispatched {
                 c.sprint_to(u, s, SprintStatus::Running);
             }
-            c.fail(u, s, format!("the runner could not launch the agent: {error}"));
+            c.fail(
+                u,
+                s,
+                format!("the runner could not launch the agent: {error}"),
+            );
             c.settle();
         }
         Input::Tick => {
@@ -77,12 +130,23 @@ pub fn decide(state: Option<&OperationState>, input: Input, now: DateTime<Utc>) 
             }
             c.tick();
         }
-        Input::GateResult { gate, passed, output } => c.gate_result(gate, passed, &output)?,
-        Input::ConditionPolled { unit, sprint, met, error } => c.condition(&unit, &sprint, met, error)?,
+        Input::GateResult {
+            gate,
+            passed,
+            output,
+        } => c.gate_result(gate, passed, &output)?,
+        Input::ConditionPolled {
+            unit,
+            sprint,
+            met,
+            error,
+        } => c.condition(&unit, &sprint, met, error)?,
         Input::ManualConfirmed { unit, sprint } => {
             let (u, s) = c.locate(&unit, &sprint)?;
             if !c.sprint(u, s).awaiting_confirmation {
-                return Err(Refusal::NotAllowed(format!("{unit} Sprint {sprint} is not waiting for a confirmation")));
+                return Err(Refusal::NotAllowed(format!(
+                    "{unit} Sprint {sprint} is not waiting for a confirmation"
+                )));
             }
             c.confirm(u, s);
             c.settle();
@@ -96,7 +160,10 @@ impl Ctx {
         if !self.events.is_empty() && !self.effects.contains(&Effect::PublishStatus) {
             self.effects.push(Effect::PublishStatus);
         }
-        Decision { events: self.events, effects: self.effects }
+        Decision {
+            events: self.events,
+            effects: self.effects,
+        }
     }
 
     fn emit(&mut self, e: Event) {
@@ -109,7 +176,9 @@ impl Ctx {
     }
 
     fn st(&self) -> &OperationState {
-        self.state.as_ref().expect("operation state exists after start")
+        self.state
+            .as_ref()
+            .expect("operation state exists after start")
     }
 
     fn sprint(&self, u: usize, s: usize) -> &SprintRun {
@@ -130,7 +199,15 @@ impl Ctx {
             (Some(u), None) => (Some(self.st().units[u].name.clone()), None),
             _ => (None, None),
         };
-        self.emit(Event::Decision { entry: DecisionEntry { at: self.now, unit, sprint, decision, rationale } });
+        self.emit(Event::Decision {
+            entry: DecisionEntry {
+                at: self.now,
+                unit,
+                sprint,
+                decision,
+                rationale,
+            },
+        });
     }
 
     fn unit_to(&mut self, u: usize, to: UnitStatus, reason: &str) {
@@ -138,7 +215,12 @@ impl Ctx {
         if from == to || !from.can_become(to) {
             return;
         }
-        self.emit(Event::Unit { unit: u, to, reason: reason.to_string(), at: self.now });
+        self.emit(Event::Unit {
+            unit: u,
+            to,
+            reason: reason.to_string(),
+            at: self.now,
+        });
     }
 
     fn sprint_to(&mut self, u: usize, s: usize, to: SprintStatus) {
@@ -146,31 +228,56 @@ impl Ctx {
         if from == to || !from.can_become(to) {
             return;
         }
-        self.emit(Event::Sprint { unit: u, sprint: s, to, at: self.now });
+        self.emit(Event::Sprint {
+            unit: u,
+            sprint: s,
+            to,
+            at: self.now,
+        });
     }
 
     fn overall(&mut self, to: OverallStatus, reason: &str) {
         if self.st().status != to {
-            self.emit(Event::Overall { to, reason: reason.to_string(), at: self.now });
+            self.emit(Event::Overall {
+                to,
+                reason: reason.to_string(),
+                at: self.now,
+            });
         }
     }
 
     fn find(&self, d: &DispatchId) -> Result<(usize, usize), Refusal> {
-        self.require()?.find_dispatch(d).ok_or_else(|| Refusal::StaleDispatch(d.0.clone()))
+        self.require()?
+            .find_dispatch(d)
+            .ok_or_else(|| Refusal::StaleDispatch(d.0.clone()))
     }
 
-    fn locate(&self, unit: &str, sprint: &crate::plan::SprintId) -> Result<(usize, usize), Refusal> {
+    fn locate(
+        &self,
+        unit: &str,
+        sprint: &crate::plan::SprintId,
+    ) -> Result<(usize, usize), Refusal> {
         let st = self.require()?;
         let u = self.unit_named(unit)?;
-        let s = st.units[u].sprints.iter().position(|x| &x.id == sprint).ok_or_else(|| Refusal::NotAllowed(format!("work unit {unit} has no sprint {sprint}")))?;
+        let s = st.units[u]
+            .sprints
+            .iter()
+            .position(|x| &x.id == sprint)
+            .ok_or_else(|| {
+                Refusal::NotAllowed(format!("work unit {unit} has no sprint {sprint}"))
+            })?;
         Ok((u, s))
     }
 
     fn unit_named(&self, name: &str) -> Result<usize, Refusal> {
         let st = self.require()?;
         st.unit_index(name).ok_or_else(|| {
-            let hint = nearest(name, st.units.iter().map(|u| u.name.as_str())).map(|n| format!(" Did you mean `{n}`?")).unwrap_or_default();
-            Refusal::UnknownUnit(format!("there is no work unit `{name}` in this plan.{hint}"))
+            let hint = nearest(name, st.units.iter().map(|u| u.name.as_str()))
+                .map(|n| format!(" Did you mean `{n}`?"))
+                .unwrap_or_default();
+            Refusal::UnknownUnit(format!(
+                "there is no work unit `{name}` in this plan.{hint}"
+            ))
         })
     }
 
@@ -179,7 +286,9 @@ impl Ctx {
     fn resume(&mut self, unit: Option<String>) -> Result<(), Refusal> {
         let st = self.require()?;
         if st.status == OverallStatus::Completed {
-            return Err(Refusal::NotAllowed("the operation is complete; there is nothing to resume".into()));
+            return Err(Refusal::NotAllowed(
+                "the operation is complete; there is nothing to resume".into(),
+            ));
         }
         let targets: Vec<usize> = match &unit {
             Some(n) => vec![self.unit_named(n)?],
@@ -190,7 +299,9 @@ impl Ctx {
             let status = self.st().units[u].status;
             let cur = self.st().units[u].current();
             match status {
-                UnitStatus::Stopped | UnitStatus::Stopping => self.unit_to(u, UnitStatus::Running, "resume"),
+                UnitStatus::Stopped | UnitStatus::Stopping => {
+                    self.unit_to(u, UnitStatus::Running, "resume")
+                }
                 UnitStatus::Killed => {
                     self.unit_to(u, UnitStatus::Running, "resume after kill");
                     if let Some(s) = cur {
@@ -203,7 +314,11 @@ impl Ctx {
                     if let Some(s) = cur {
                         let failures = self.sprint(u, s).failures;
                         self.sprint_to(u, s, SprintStatus::Pending);
-                        self.emit(Event::FailuresReset { unit: u, sprint: s, at: self.now });
+                        self.emit(Event::FailuresReset {
+                            unit: u,
+                            sprint: s,
+                            at: self.now,
+                        });
                         self.log(Some(u), Some(s), "Resumed after FATAL: sprint reset to PENDING".into(), format!("{failures} earlier failed attempt(s); the attempt counter starts again"));
                     }
                 }
@@ -223,7 +338,10 @@ impl Ctx {
     fn stop(&mut self) -> Result<(), Refusal> {
         let st = self.require()?;
         if !matches!(st.status, OverallStatus::Running | OverallStatus::Blocked) {
-            return Err(Refusal::NotAllowed(format!("the operation is {}; there is nothing to stop", st.status)));
+            return Err(Refusal::NotAllowed(format!(
+                "the operation is {}; there is nothing to stop",
+                st.status
+            )));
         }
         for u in 0..st.units.len() {
             if self.st().units[u].status == UnitStatus::Running {
@@ -232,11 +350,18 @@ impl Ctx {
         }
         let n = self.st().active_count();
         self.overall(OverallStatus::Stopping, "stop requested");
-        self.log(None, None, "Graceful shutdown".into(), format!("no new dispatches; waiting for {n} active agent(s)"));
+        self.log(
+            None,
+            None,
+            "Graceful shutdown".into(),
+            format!("no new dispatches; waiting for {n} active agent(s)"),
+        );
         self.effects.push(Effect::Notify {
             kind: NoticeKind::Draining,
             unit: None,
-            text: format!("Supervisor entering graceful shutdown. Waiting for {n} active agents to finish."),
+            text: format!(
+                "Supervisor entering graceful shutdown. Waiting for {n} active agents to finish."
+            ),
         });
         self.settle();
         Ok(())
@@ -245,12 +370,23 @@ impl Ctx {
     fn killall(&mut self) -> Result<(), Refusal> {
         let st = self.require()?;
         if matches!(st.status, OverallStatus::Completed) {
-            return Err(Refusal::NotAllowed("the operation is complete; there is nothing to kill".into()));
+            return Err(Refusal::NotAllowed(
+                "the operation is complete; there is nothing to kill".into(),
+            ));
         }
         let n = self.cancel_all(CancelReason::Killall);
         self.overall(OverallStatus::Killed, "user invoked killall");
-        self.log(None, None, "Kill all".into(), format!("{n} agent(s) terminated"));
-        self.effects.push(Effect::Notify { kind: NoticeKind::Killed, unit: None, text: format!("Kill all complete. Agents terminated: {n}") });
+        self.log(
+            None,
+            None,
+            "Kill all".into(),
+            format!("{n} agent(s) terminated"),
+        );
+        self.effects.push(Effect::Notify {
+            kind: NoticeKind::Killed,
+            unit: None,
+            text: format!("Kill all complete. Agents terminated: {n}"),
+        });
         Ok(())
     }
 
@@ -260,20 +396,41 @@ impl Ctx {
         let mut n = 0;
         for u in 0..self.st().units.len() {
             for s in 0..self.st().units[u].sprints.len() {
-                let Some(a) = self.sprint(u, s).active.clone() else { continue };
+                let Some(a) = self.sprint(u, s).active.clone() else {
+                    continue;
+                };
                 if a.cancel.is_none() || a.cancel == Some(CancelReason::Stalled) {
                     n += 1;
-                    self.emit(Event::CancelRequested { unit: u, sprint: s, reason, at: self.now });
-                    self.effects.push(Effect::Cancel { dispatch: a.id.clone(), force: true });
+                    self.emit(Event::CancelRequested {
+                        unit: u,
+                        sprint: s,
+                        reason,
+                        at: self.now,
+                    });
+                    self.effects.push(Effect::Cancel {
+                        dispatch: a.id.clone(),
+                        force: true,
+                    });
                 }
                 if self.sprint(u, s).status().in_flight() {
                     self.sprint_to(u, s, SprintStatus::Backoff);
                 }
                 if reason == CancelReason::StopTimeout {
-                    self.log(Some(u), Some(s), format!("Sprint {} force-terminated during graceful shutdown", self.sprint(u, s).id), "no agent finished within the stop timeout".into());
+                    self.log(
+                        Some(u),
+                        Some(s),
+                        format!(
+                            "Sprint {} force-terminated during graceful shutdown",
+                            self.sprint(u, s).id
+                        ),
+                        "no agent finished within the stop timeout".into(),
+                    );
                 }
             }
-            if matches!(self.st().units[u].status, UnitStatus::Running | UnitStatus::Stopping) {
+            if matches!(
+                self.st().units[u].status,
+                UnitStatus::Running | UnitStatus::Stopping
+            ) {
                 self.unit_to(u, UnitStatus::Killed, "agents terminated");
             }
         }
@@ -283,7 +440,9 @@ impl Ctx {
     // ---- agents ----------------------------------------------------------------
 
     fn close_attempt(&mut self, u: usize, s: usize, outcome: &str, report: &AgentReport) {
-        let Some(a) = self.sprint(u, s).active.clone() else { return };
+        let Some(a) = self.sprint(u, s).active.clone() else {
+            return;
+        };
         let record = AttemptRecord {
             dispatch: a.id,
             attempt: a.attempt,
@@ -297,19 +456,34 @@ impl Ctx {
             commits: report.evidence.commits.clone(),
             uncommitted: report.evidence.uncommitted.clone(),
         };
-        self.emit(Event::AttemptClosed { unit: u, sprint: s, record });
+        self.emit(Event::AttemptClosed {
+            unit: u,
+            sprint: s,
+            record,
+        });
     }
 
     fn finished(&mut self, dispatch: &DispatchId, report: AgentReport) -> Result<(), Refusal> {
         let (u, s) = self.find(dispatch)?;
-        let active = self.sprint(u, s).active.clone().expect("found by its active dispatch");
+        let active = self
+            .sprint(u, s)
+            .active
+            .clone()
+            .expect("found by its active dispatch");
         match active.cancel {
             Some(CancelReason::Killall | CancelReason::StopTimeout) => {
                 self.close_attempt(u, s, "terminated", &report);
                 if !report.evidence.uncommitted.is_empty() {
                     let id = self.sprint(u, s).id.clone();
-                    let note = format!("has uncommitted work from killed Sprint {id}: {}", report.evidence.uncommitted.join(", "));
-                    self.emit(Event::UnitNote { unit: u, note, at: self.now });
+                    let note = format!(
+                        "has uncommitted work from killed Sprint {id}: {}",
+                        report.evidence.uncommitted.join(", ")
+                    );
+                    self.emit(Event::UnitNote {
+                        unit: u,
+                        note,
+                        at: self.now,
+                    });
                 }
                 self.settle();
                 return Ok(());
@@ -318,7 +492,11 @@ impl Ctx {
                 self.sprint_to(u, s, SprintStatus::Running);
                 self.close_attempt(u, s, "cancelled: unresponsive", &report);
                 let secs = self.st().config.stall_timeout_secs;
-                self.fail(u, s, format!("the agent produced no output for {secs} s and was cancelled"));
+                self.fail(
+                    u,
+                    s,
+                    format!("the agent produced no output for {secs} s and was cancelled"),
+                );
                 self.settle();
                 return Ok(());
             }
@@ -341,21 +519,52 @@ impl Ctx {
             verify::Outcome::Partial(remaining) => {
                 let max = self.st().config.max_continuations;
                 if self.sprint(u, s).continuations >= max {
-                    self.fail(u, s, format!("still partial after {max} continuations; remaining: {}", remaining.join("; ")));
+                    self.fail(
+                        u,
+                        s,
+                        format!(
+                            "still partial after {max} continuations; remaining: {}",
+                            remaining.join("; ")
+                        ),
+                    );
                 } else {
                     self.sprint_to(u, s, SprintStatus::Partial);
-                    self.log(Some(u), Some(s), format!("Sprint {id} PARTIAL"), format!("remaining: {}", remaining.join("; ")));
-                    self.emit(Event::ContinuationCounted { unit: u, sprint: s, remaining, at: self.now });
+                    self.log(
+                        Some(u),
+                        Some(s),
+                        format!("Sprint {id} PARTIAL"),
+                        format!("remaining: {}", remaining.join("; ")),
+                    );
+                    self.emit(Event::ContinuationCounted {
+                        unit: u,
+                        sprint: s,
+                        remaining,
+                        at: self.now,
+                    });
                 }
             }
             verify::Outcome::Failed(reason) => self.fail(u, s, reason),
             verify::Outcome::Waiting => {
-                self.emit(Event::DeferredWaiting { unit: u, sprint: s, polls: 0, at: self.now });
-                self.log(Some(u), Some(s), format!("Sprint {id} waiting on its condition"), "deferred sprint: polling does not count as an attempt".into());
+                self.emit(Event::DeferredWaiting {
+                    unit: u,
+                    sprint: s,
+                    polls: 0,
+                    at: self.now,
+                });
+                self.log(
+                    Some(u),
+                    Some(s),
+                    format!("Sprint {id} waiting on its condition"),
+                    "deferred sprint: polling does not count as an attempt".into(),
+                );
             }
             verify::Outcome::AwaitConfirmation => {
                 self.sprint_to(u, s, SprintStatus::Partial);
-                self.emit(Event::AwaitingConfirmation { unit: u, sprint: s, at: self.now });
+                self.emit(Event::AwaitingConfirmation {
+                    unit: u,
+                    sprint: s,
+                    at: self.now,
+                });
                 let unit = self.st().units[u].name.clone();
                 self.effects.push(Effect::Notify {
                     kind: NoticeKind::ManualCheck,
@@ -369,7 +578,10 @@ impl Ctx {
     }
 
     fn complete(&mut self, u: usize, s: usize, active: &ActiveDispatch, report: &AgentReport) {
-        let started_at = self.sprint(u, s).first_dispatched_at().unwrap_or(active.dispatched_at);
+        let started_at = self
+            .sprint(u, s)
+            .first_dispatched_at()
+            .unwrap_or(active.dispatched_at);
         let completion = Completion {
             started_at,
             completed_at: self.now,
@@ -380,15 +592,30 @@ impl Ctx {
             commits: report.evidence.commits.clone(),
             criteria: report.evidence.criteria.clone(),
         };
-        self.emit(Event::SprintCompleted { unit: u, sprint: s, completion });
+        self.emit(Event::SprintCompleted {
+            unit: u,
+            sprint: s,
+            completion,
+        });
         let (unit, sprint) = self.names(u, s);
-        self.log(Some(u), Some(s), format!("Sprint {sprint} COMPLETED"), "verification cascade confirmed the exit criteria".into());
-        self.effects.push(Effect::Integrate { unit, sprint, dispatch: active.id.clone() });
+        self.log(
+            Some(u),
+            Some(s),
+            format!("Sprint {sprint} COMPLETED"),
+            "verification cascade confirmed the exit criteria".into(),
+        );
+        self.effects.push(Effect::Integrate {
+            unit,
+            sprint,
+            dispatch: active.id.clone(),
+        });
     }
 
     /// Completes a sprint whose last attempt already closed (manual, deferred).
     fn confirm(&mut self, u: usize, s: usize) {
-        let Some(last) = self.sprint(u, s).history.last().cloned() else { return };
+        let Some(last) = self.sprint(u, s).history.last().cloned() else {
+            return;
+        };
         let active = ActiveDispatch {
             id: last.dispatch.clone(),
             attempt: last.attempt,
@@ -401,13 +628,25 @@ impl Ctx {
             stall_warned: false,
             cancel: None,
         };
-        let report = AgentReport { turns_used: last.turns, evidence: Evidence { commits: last.commits, ..Default::default() }, ..Default::default() };
+        let report = AgentReport {
+            turns_used: last.turns,
+            evidence: Evidence {
+                commits: last.commits,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
         self.complete(u, s, &active, &report);
     }
 
     /// A failed attempt: BACKOFF, or FATAL and BLOCKED once retries are spent (§9).
     fn fail(&mut self, u: usize, s: usize, reason: String) {
-        self.emit(Event::FailureCounted { unit: u, sprint: s, reason: reason.clone(), at: self.now });
+        self.emit(Event::FailureCounted {
+            unit: u,
+            sprint: s,
+            reason: reason.clone(),
+            at: self.now,
+        });
         self.sprint_to(u, s, SprintStatus::Backoff);
         let failures = self.sprint(u, s).failures;
         let max = self.st().config.max_retries;
@@ -415,7 +654,12 @@ impl Ctx {
         if failures >= max {
             self.sprint_to(u, s, SprintStatus::Fatal);
             self.unit_to(u, UnitStatus::Blocked, "sprint FATAL");
-            self.log(Some(u), Some(s), format!("Sprint {id} FATAL; {unit} BLOCKED"), format!("failed {failures} of {max} attempts; last failure: {reason}"));
+            self.log(
+                Some(u),
+                Some(s),
+                format!("Sprint {id} FATAL; {unit} BLOCKED"),
+                format!("failed {failures} of {max} attempts; last failure: {reason}"),
+            );
             self.effects.push(Effect::Notify {
                 kind: NoticeKind::Blocked,
                 unit: Some(unit.clone()),
@@ -424,26 +668,57 @@ impl Ctx {
                 ),
             });
         } else {
-            self.log(Some(u), Some(s), format!("Sprint {id} BACKOFF (attempt {failures}/{max} failed)"), reason);
+            self.log(
+                Some(u),
+                Some(s),
+                format!("Sprint {id} BACKOFF (attempt {failures}/{max} failed)"),
+                reason,
+            );
         }
     }
 
-    fn condition(&mut self, unit: &str, sprint: &crate::plan::SprintId, met: bool, error: Option<String>) -> Result<(), Refusal> {
+    fn condition(
+        &mut self,
+        unit: &str,
+        sprint: &crate::plan::SprintId,
+        met: bool,
+        error: Option<String>,
+    ) -> Result<(), Refusal> {
         let (u, s) = self.locate(unit, sprint)?;
         if !self.sprint(u, s).deferred_waiting {
-            return Err(Refusal::NotAllowed(format!("{unit} Sprint {sprint} is not waiting on a condition")));
+            return Err(Refusal::NotAllowed(format!(
+                "{unit} Sprint {sprint} is not waiting on a condition"
+            )));
         }
         if met {
             self.confirm(u, s);
         } else if let Some(e) = error {
-            self.fail(u, s, format!("the awaited condition reported an error: {e}"));
+            self.fail(
+                u,
+                s,
+                format!("the awaited condition reported an error: {e}"),
+            );
         } else {
             let polls = self.sprint(u, s).deferred_polls + 1;
-            self.emit(Event::DeferredWaiting { unit: u, sprint: s, polls, at: self.now });
+            self.emit(Event::DeferredWaiting {
+                unit: u,
+                sprint: s,
+                polls,
+                at: self.now,
+            });
             if polls == self.st().config.deferred_report_polls {
                 let text = format!("{unit} Sprint {sprint} is waiting on its condition. Still not met after {polls} checks. Continue waiting or intervene?");
-                self.log(Some(u), Some(s), "Deferred sprint still waiting".into(), text.clone());
-                self.effects.push(Effect::Notify { kind: NoticeKind::DeferredWaiting, unit: Some(unit.to_string()), text });
+                self.log(
+                    Some(u),
+                    Some(s),
+                    "Deferred sprint still waiting".into(),
+                    text.clone(),
+                );
+                self.effects.push(Effect::Notify {
+                    kind: NoticeKind::DeferredWaiting,
+                    unit: Some(unit.to_string()),
+                    text,
+                });
             }
         }
         self.settle();
@@ -462,12 +737,34 @@ impl Ctx {
                     let idle = (self.now - a.last_activity).num_seconds();
                     let id = sp.id.clone();
                     if idle >= stall {
-                        self.emit(Event::CancelRequested { unit: u, sprint: s, reason: CancelReason::Stalled, at: self.now });
-                        self.effects.push(Effect::Cancel { dispatch: a.id, force: false });
-                        self.log(Some(u), Some(s), format!("Sprint {id} agent unresponsive: cancelling"), format!("no output for {idle} s"));
+                        self.emit(Event::CancelRequested {
+                            unit: u,
+                            sprint: s,
+                            reason: CancelReason::Stalled,
+                            at: self.now,
+                        });
+                        self.effects.push(Effect::Cancel {
+                            dispatch: a.id,
+                            force: false,
+                        });
+                        self.log(
+                            Some(u),
+                            Some(s),
+                            format!("Sprint {id} agent unresponsive: cancelling"),
+                            format!("no output for {idle} s"),
+                        );
                     } else if idle >= stall / 2 && !a.stall_warned {
-                        self.emit(Event::StallWarned { unit: u, sprint: s, at: self.now });
-                        self.log(Some(u), Some(s), format!("Sprint {id} agent may be unresponsive"), format!("no output for {idle} s; still waiting"));
+                        self.emit(Event::StallWarned {
+                            unit: u,
+                            sprint: s,
+                            at: self.now,
+                        });
+                        self.log(
+                            Some(u),
+                            Some(s),
+                            format!("Sprint {id} agent may be unresponsive"),
+                            format!("no output for {idle} s; still waiting"),
+                        );
                     }
                 } else if sp.deferred_waiting && self.st().units[u].status == UnitStatus::Running {
                     let (unit, sprint) = self.names(u, s);
@@ -477,30 +774,82 @@ impl Ctx {
         }
         if self.st().status == OverallStatus::Stopping && self.st().active_count() > 0 {
             let ticks = self.st().stop_ticks + 1;
-            self.emit(Event::StopTicked { ticks, at: self.now });
+            self.emit(Event::StopTicked {
+                ticks,
+                at: self.now,
+            });
             if ticks >= self.st().config.stop_timeout_ticks {
                 let n = self.cancel_all(CancelReason::StopTimeout);
-                self.overall(OverallStatus::Killed, "stop timed out; remaining agents force-terminated");
-                self.effects.push(Effect::Notify { kind: NoticeKind::Killed, unit: None, text: format!("Graceful shutdown timed out; {n} agent(s) force-terminated.") });
+                self.overall(
+                    OverallStatus::Killed,
+                    "stop timed out; remaining agents force-terminated",
+                );
+                self.effects.push(Effect::Notify {
+                    kind: NoticeKind::Killed,
+                    unit: None,
+                    text: format!("Graceful shutdown timed out; {n} agent(s) force-terminated."),
+                });
             }
         }
         self.settle();
     }
 
     fn gate_result(&mut self, gate: u32, passed: bool, output: &str) -> Result<(), Refusal> {
-        let g = self.require()?.gates.iter().find(|g| g.id == gate && g.passed.is_none()).cloned();
-        let Some(g) = g else { return Err(Refusal::NotAllowed(format!("build gate {gate} is not open"))) };
-        self.emit(Event::GateClosed { id: gate, passed, at: self.now });
+        let g = self
+            .require()?
+            .gates
+            .iter()
+            .find(|g| g.id == gate && g.passed.is_none())
+            .cloned();
+        let Some(g) = g else {
+            return Err(Refusal::NotAllowed(format!(
+                "build gate {gate} is not open"
+            )));
+        };
+        self.emit(Event::GateClosed {
+            id: gate,
+            passed,
+            at: self.now,
+        });
         if passed {
-            self.log(None, None, format!("Build gate {gate} passed (layer {})", g.layer), format!("units: {}", g.units.join(", ")));
+            self.log(
+                None,
+                None,
+                format!("Build gate {gate} passed (layer {})", g.layer),
+                format!("units: {}", g.units.join(", ")),
+            );
         } else {
-            let tail: String = output.lines().rev().take(20).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-            self.log(None, None, format!("Build gate {gate} failed (layer {})", g.layer), format!("failures attributed to the last sprint of: {}", g.units.join(", ")));
+            let tail: String = output
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
+            self.log(
+                None,
+                None,
+                format!("Build gate {gate} failed (layer {})", g.layer),
+                format!(
+                    "failures attributed to the last sprint of: {}",
+                    g.units.join(", ")
+                ),
+            );
             for name in &g.units {
-                let Some(u) = self.st().unit_index(name) else { continue };
-                let Some(s) = self.st().units[u].sprints.len().checked_sub(1) else { continue };
+                let Some(u) = self.st().unit_index(name) else {
+                    continue;
+                };
+                let Some(s) = self.st().units[u].sprints.len().checked_sub(1) else {
+                    continue;
+                };
                 if self.st().units[u].status == UnitStatus::Running {
-                    self.fail(u, s, format!("the coordinated build failed after this phase:\n{tail}"));
+                    self.fail(
+                        u,
+                        s,
+                        format!("the coordinated build failed after this phase:\n{tail}"),
+                    );
                 }
             }
         }
@@ -535,10 +884,19 @@ impl Ctx {
                 continue;
             }
             let deps = self.st().plan.work_units[u].depends_on.clone();
-            let ready = deps.iter().all(|d| self.st().units.iter().any(|x| &x.name == d && x.status == UnitStatus::Completed));
+            let ready = deps.iter().all(|d| {
+                self.st()
+                    .units
+                    .iter()
+                    .any(|x| &x.name == d && x.status == UnitStatus::Completed)
+            });
             if ready {
                 self.unit_to(u, UnitStatus::Running, "dependencies complete");
-                let why = if deps.is_empty() { "no dependencies".to_string() } else { format!("dependencies COMPLETED: {}", deps.join(", ")) };
+                let why = if deps.is_empty() {
+                    "no dependencies".to_string()
+                } else {
+                    format!("dependencies COMPLETED: {}", deps.join(", "))
+                };
                 self.log(Some(u), None, "Work unit started".into(), why);
             }
         }
@@ -557,7 +915,11 @@ impl Ctx {
             if unit.status != UnitStatus::Running || !unit.all_sprints_done() {
                 continue;
             }
-            let covered = self.st().gates.iter().any(|g| g.passed == Some(true) && g.units.contains(&unit.name));
+            let covered = self
+                .st()
+                .gates
+                .iter()
+                .any(|g| g.passed == Some(true) && g.units.contains(&unit.name));
             if !gate || covered {
                 self.unit_to(u, UnitStatus::Completed, "all sprints complete");
             }
@@ -570,21 +932,44 @@ impl Ctx {
         layers.dedup();
         for layer in layers {
             let st = self.st();
-            let in_layer: Vec<usize> = (0..st.units.len()).filter(|&u| st.plan.work_units[u].layer == layer).collect();
-            let busy = in_layer.iter().any(|&u| st.units[u].status == UnitStatus::Running && !st.units[u].all_sprints_done());
-            let open = st.gates.iter().any(|g| g.layer == layer && g.passed.is_none());
+            let in_layer: Vec<usize> = (0..st.units.len())
+                .filter(|&u| st.plan.work_units[u].layer == layer)
+                .collect();
+            let busy = in_layer.iter().any(|&u| {
+                st.units[u].status == UnitStatus::Running && !st.units[u].all_sprints_done()
+            });
+            let open = st
+                .gates
+                .iter()
+                .any(|g| g.layer == layer && g.passed.is_none());
             let waiting: Vec<String> = in_layer
                 .iter()
-                .filter(|&&u| st.units[u].status == UnitStatus::Running && st.units[u].all_sprints_done())
+                .filter(|&&u| {
+                    st.units[u].status == UnitStatus::Running && st.units[u].all_sprints_done()
+                })
                 .map(|&u| st.units[u].name.clone())
                 .collect();
             if busy || open || waiting.is_empty() {
                 continue;
             }
             let id = st.gates.len() as u32 + 1;
-            self.emit(Event::GateOpened { id, layer, units: waiting.clone(), at: self.now });
-            self.log(None, None, format!("Phase {layer} complete: build gate {id}"), format!("one coordinated build for {}", waiting.join(", ")));
-            self.effects.push(Effect::RunGate { gate: id, layer, units: waiting });
+            self.emit(Event::GateOpened {
+                id,
+                layer,
+                units: waiting.clone(),
+                at: self.now,
+            });
+            self.log(
+                None,
+                None,
+                format!("Phase {layer} complete: build gate {id}"),
+                format!("one coordinated build for {}", waiting.join(", ")),
+            );
+            self.effects.push(Effect::RunGate {
+                gate: id,
+                layer,
+                units: waiting,
+            });
         }
     }
 
@@ -622,8 +1007,18 @@ impl Ctx {
                 }
             }
             let attempt = sp.attempt();
-            let dispatch = DispatchId(format!("{}/{}/{}/a{}d{}", st.id, slug(&unit.name), sp.id, attempt, sp.dispatches + 1));
-            let others = st.active_count() > 0 || st.units.iter().enumerate().any(|(i, x)| i != u && x.status == UnitStatus::Running && x.current().is_some());
+            let dispatch = DispatchId(format!(
+                "{}/{}/{}/a{}d{}",
+                st.id,
+                slug(&unit.name),
+                sp.id,
+                attempt,
+                sp.dispatches + 1
+            ));
+            let others = st.active_count() > 0
+                || st.units.iter().enumerate().any(|(i, x)| {
+                    i != u && x.status == UnitStatus::Running && x.current().is_some()
+                });
             let plan_unit = &st.plan.work_units[u];
             let plan_sprint = &plan_unit.sprints[s];
             let text = prompt::build(&prompt::PromptInput {
@@ -650,7 +1045,15 @@ impl Ctx {
                 prompt: text,
             };
             let max = st.config.max_retries;
-            self.log(Some(u), Some(s), format!("Model: {} (attempt {attempt}/{max}, {kind:?})", tier.as_str()), why);
+            self.log(
+                Some(u),
+                Some(s),
+                format!(
+                    "Model: {} (attempt {attempt}/{max}, {kind:?})",
+                    tier.as_str()
+                ),
+                why,
+            );
             self.emit(Event::Dispatched {
                 unit: u,
                 sprint: s,
@@ -677,7 +1080,11 @@ impl Ctx {
         let text = format!("Budget reached: {spent}x spent of {budget}x; the next dispatch would cost {next}x. Draining like `stop`; raise the budget and `resume` to go on.");
         self.overall(OverallStatus::Stopping, &text);
         self.log(None, None, "Budget reached: draining".into(), text.clone());
-        self.effects.push(Effect::Notify { kind: NoticeKind::BudgetReached, unit: None, text });
+        self.effects.push(Effect::Notify {
+            kind: NoticeKind::BudgetReached,
+            unit: None,
+            text,
+        });
     }
 
     /// §4 step 8: the operation's overall state follows its units.
@@ -692,19 +1099,39 @@ impl Ctx {
                 let units = st.units.len();
                 self.overall(OverallStatus::Completed, "all work units COMPLETED");
                 self.effects.push(Effect::FinalReport);
-                self.effects.push(Effect::Notify { kind: NoticeKind::Completed, unit: None, text: format!("All {n} sprints executed across {units} work units.") });
+                self.effects.push(Effect::Notify {
+                    kind: NoticeKind::Completed,
+                    unit: None,
+                    text: format!("All {n} sprints executed across {units} work units."),
+                });
             }
-            OverallStatus::Stopping if !any(|s| matches!(s, UnitStatus::Running | UnitStatus::Stopping)) => {
+            OverallStatus::Stopping
+                if !any(|s| matches!(s, UnitStatus::Running | UnitStatus::Stopping)) =>
+            {
                 let killed = any(|s| s == UnitStatus::Killed);
                 let reason = st.status_reason.clone();
                 if killed {
                     self.overall(OverallStatus::Killed, "stop escalated to force-termination");
                 } else {
-                    self.overall(OverallStatus::Stopped, if reason.starts_with("Budget") { &reason } else { "stopped" });
+                    self.overall(
+                        OverallStatus::Stopped,
+                        if reason.starts_with("Budget") {
+                            &reason
+                        } else {
+                            "stopped"
+                        },
+                    );
                 }
             }
-            OverallStatus::Running if st.active_count() == 0 && !any(|s| s == UnitStatus::Running) && any(|s| s == UnitStatus::Blocked) => {
-                self.overall(OverallStatus::Blocked, "every active work unit is BLOCKED; waiting for intervention");
+            OverallStatus::Running
+                if st.active_count() == 0
+                    && !any(|s| s == UnitStatus::Running)
+                    && any(|s| s == UnitStatus::Blocked) =>
+            {
+                self.overall(
+                    OverallStatus::Blocked,
+                    "every active work unit is BLOCKED; waiting for intervention",
+                );
             }
             _ => {}
         }

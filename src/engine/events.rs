@@ -109,21 +109,50 @@ pub struct AgentReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "input", rename_all = "snake_case")]
 pub enum Input {
-    Start { operation: OperationId, plan: Box<Plan>, config: EngineConfig, seed: u64 },
-    Resume { unit: Option<String> },
+    Start {
+        operation: OperationId,
+        plan: Box<Plan>,
+        config: EngineConfig,
+        seed: u64,
+    },
+    Resume {
+        unit: Option<String>,
+    },
     Stop,
     Killall,
     Status,
     NameFeature,
-    AgentStarted { dispatch: DispatchId },
-    AgentActivity { dispatch: DispatchId },
-    AgentFinished { dispatch: DispatchId, report: AgentReport },
+    AgentStarted {
+        dispatch: DispatchId,
+    },
+    AgentActivity {
+        dispatch: DispatchId,
+    },
+    AgentFinished {
+        dispatch: DispatchId,
+        report: AgentReport,
+    },
     /// The runner could not launch the agent at all (not an attempt of the agent).
-    DispatchFailed { dispatch: DispatchId, error: String },
+    DispatchFailed {
+        dispatch: DispatchId,
+        error: String,
+    },
     Tick,
-    GateResult { gate: u32, passed: bool, output: String },
-    ConditionPolled { unit: String, sprint: SprintId, met: bool, error: Option<String> },
-    ManualConfirmed { unit: String, sprint: SprintId },
+    GateResult {
+        gate: u32,
+        passed: bool,
+        output: String,
+    },
+    ConditionPolled {
+        unit: String,
+        sprint: SprintId,
+        met: bool,
+        error: Option<String>,
+    },
+    ManualConfirmed {
+        unit: String,
+        sprint: SprintId,
+    },
 }
 
 /// A record of one finished dispatch, kept for reports.
@@ -159,11 +188,35 @@ pub struct Completion {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    OperationStarted { operation: OperationId, name: String, seed: u64, plan: Box<Plan>, config: EngineConfig, at: DateTime<Utc> },
-    Renamed { name: String, at: DateTime<Utc> },
-    Overall { to: super::OverallStatus, reason: String, at: DateTime<Utc> },
-    Unit { unit: usize, to: super::UnitStatus, reason: String, at: DateTime<Utc> },
-    Sprint { unit: usize, sprint: usize, to: super::SprintStatus, at: DateTime<Utc> },
+    OperationStarted {
+        operation: OperationId,
+        name: String,
+        seed: u64,
+        plan: Box<Plan>,
+        config: EngineConfig,
+        at: DateTime<Utc>,
+    },
+    Renamed {
+        name: String,
+        at: DateTime<Utc>,
+    },
+    Overall {
+        to: super::OverallStatus,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    Unit {
+        unit: usize,
+        to: super::UnitStatus,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    Sprint {
+        unit: usize,
+        sprint: usize,
+        to: super::SprintStatus,
+        at: DateTime<Utc>,
+    },
     Dispatched {
         unit: usize,
         sprint: usize,
@@ -176,21 +229,83 @@ pub enum Event {
         kind: DispatchKind,
         at: DateTime<Utc>,
     },
-    Activity { unit: usize, sprint: usize, at: DateTime<Utc> },
-    StallWarned { unit: usize, sprint: usize, at: DateTime<Utc> },
-    CancelRequested { unit: usize, sprint: usize, reason: CancelReason, at: DateTime<Utc> },
-    AttemptClosed { unit: usize, sprint: usize, record: AttemptRecord },
-    FailureCounted { unit: usize, sprint: usize, reason: String, at: DateTime<Utc> },
-    FailuresReset { unit: usize, sprint: usize, at: DateTime<Utc> },
-    ContinuationCounted { unit: usize, sprint: usize, remaining: Vec<String>, at: DateTime<Utc> },
-    SprintCompleted { unit: usize, sprint: usize, completion: Completion },
-    AwaitingConfirmation { unit: usize, sprint: usize, at: DateTime<Utc> },
-    DeferredWaiting { unit: usize, sprint: usize, polls: u32, at: DateTime<Utc> },
-    Decision { entry: DecisionEntry },
-    UnitNote { unit: usize, note: String, at: DateTime<Utc> },
-    GateOpened { id: u32, layer: u32, units: Vec<String>, at: DateTime<Utc> },
-    GateClosed { id: u32, passed: bool, at: DateTime<Utc> },
-    StopTicked { ticks: u32, at: DateTime<Utc> },
+    Activity {
+        unit: usize,
+        sprint: usize,
+        at: DateTime<Utc>,
+    },
+    StallWarned {
+        unit: usize,
+        sprint: usize,
+        at: DateTime<Utc>,
+    },
+    CancelRequested {
+        unit: usize,
+        sprint: usize,
+        reason: CancelReason,
+        at: DateTime<Utc>,
+    },
+    AttemptClosed {
+        unit: usize,
+        sprint: usize,
+        record: AttemptRecord,
+    },
+    FailureCounted {
+        unit: usize,
+        sprint: usize,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    FailuresReset {
+        unit: usize,
+        sprint: usize,
+        at: DateTime<Utc>,
+    },
+    ContinuationCounted {
+        unit: usize,
+        sprint: usize,
+        remaining: Vec<String>,
+        at: DateTime<Utc>,
+    },
+    SprintCompleted {
+        unit: usize,
+        sprint: usize,
+        completion: Completion,
+    },
+    AwaitingConfirmation {
+        unit: usize,
+        sprint: usize,
+        at: DateTime<Utc>,
+    },
+    DeferredWaiting {
+        unit: usize,
+        sprint: usize,
+        polls: u32,
+        at: DateTime<Utc>,
+    },
+    Decision {
+        entry: DecisionEntry,
+    },
+    UnitNote {
+        unit: usize,
+        note: String,
+        at: DateTime<Utc>,
+    },
+    GateOpened {
+        id: u32,
+        layer: u32,
+        units: Vec<String>,
+        at: DateTime<Utc>,
+    },
+    GateClosed {
+        id: u32,
+        passed: bool,
+        at: DateTime<Utc>,
+    },
+    StopTicked {
+        ticks: u32,
+        at: DateTime<Utc>,
+    },
 }
 
 impl Event {
@@ -254,14 +369,32 @@ pub enum NoticeKind {
 #[serde(tag = "effect", rename_all = "snake_case")]
 pub enum Effect {
     Dispatch(DispatchOrder),
-    Cancel { dispatch: DispatchId, force: bool },
+    Cancel {
+        dispatch: DispatchId,
+        force: bool,
+    },
     /// Merge a verified sprint's branch into the operation's integration branch.
-    Integrate { unit: String, sprint: SprintId, dispatch: DispatchId },
+    Integrate {
+        unit: String,
+        sprint: SprintId,
+        dispatch: DispatchId,
+    },
     /// Run the build/test gate on the integration branch (§3.5).
-    RunGate { gate: u32, layer: u32, units: Vec<String> },
+    RunGate {
+        gate: u32,
+        layer: u32,
+        units: Vec<String>,
+    },
     /// Check a deferred sprint's condition again (§9).
-    PollCondition { unit: String, sprint: SprintId },
-    Notify { kind: NoticeKind, unit: Option<String>, text: String },
+    PollCondition {
+        unit: String,
+        sprint: SprintId,
+    },
+    Notify {
+        kind: NoticeKind,
+        unit: Option<String>,
+        text: String,
+    },
     /// The status changed: refresh the status table wherever it is shown.
     PublishStatus,
     /// Every unit is COMPLETED: write the final verification (§14d).

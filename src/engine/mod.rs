@@ -28,7 +28,11 @@ pub struct ModelIds {
 
 impl Default for ModelIds {
     fn default() -> Self {
-        ModelIds { haiku: "haiku".into(), sonnet: "sonnet".into(), opus: "opus".into() }
+        ModelIds {
+            haiku: "haiku".into(),
+            sonnet: "sonnet".into(),
+            opus: "opus".into(),
+        }
     }
 }
 

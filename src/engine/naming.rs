@@ -1,15 +1,57 @@
 //! The naming ritual: a humorous military operation name, deterministic from a seed.
 
 const ADJECTIVES: &[&str] = &[
-    "Caffeinated", "Relentless", "Sleepless", "Unflappable", "Meticulous", "Stubborn", "Thunderous", "Polite",
-    "Overcaffeinated", "Indefatigable", "Slightly Nervous", "Rubber", "Iron", "Velvet", "Midnight", "Recursive",
-    "Idempotent", "Asynchronous", "Well-Tested", "Lint-Free", "Tenacious", "Audacious", "Bashful", "Dapper",
+    "Caffeinated",
+    "Relentless",
+    "Sleepless",
+    "Unflappable",
+    "Meticulous",
+    "Stubborn",
+    "Thunderous",
+    "Polite",
+    "Overcaffeinated",
+    "Indefatigable",
+    "Slightly Nervous",
+    "Rubber",
+    "Iron",
+    "Velvet",
+    "Midnight",
+    "Recursive",
+    "Idempotent",
+    "Asynchronous",
+    "Well-Tested",
+    "Lint-Free",
+    "Tenacious",
+    "Audacious",
+    "Bashful",
+    "Dapper",
 ];
 
 const NOUNS: &[&str] = &[
-    "Badger", "Walrus", "Tortoise", "Heron", "Mongoose", "Capybara", "Narwhal", "Platypus", "Otter", "Yak",
-    "Pelican", "Wombat", "Hedgehog", "Marmot", "Lobster", "Armadillo", "Stapler", "Teapot", "Rubber Duck",
-    "Semicolon", "Pointer", "Monad", "Borrow Checker", "Merge Queue",
+    "Badger",
+    "Walrus",
+    "Tortoise",
+    "Heron",
+    "Mongoose",
+    "Capybara",
+    "Narwhal",
+    "Platypus",
+    "Otter",
+    "Yak",
+    "Pelican",
+    "Wombat",
+    "Hedgehog",
+    "Marmot",
+    "Lobster",
+    "Armadillo",
+    "Stapler",
+    "Teapot",
+    "Rubber Duck",
+    "Semicolon",
+    "Pointer",
+    "Monad",
+    "Borrow Checker",
+    "Merge Queue",
 ];
 
 /// splitmix64: a tiny, well-mixed step so nearby seeds give unrelated names.
@@ -23,7 +65,11 @@ fn mix(mut x: u64) -> u64 {
 pub fn operation_name(seed: u64) -> String {
     let a = mix(seed);
     let n = mix(a);
-    format!("Operation {} {}", ADJECTIVES[(a % ADJECTIVES.len() as u64) as usize], NOUNS[(n % NOUNS.len() as u64) as usize])
+    format!(
+        "Operation {} {}",
+        ADJECTIVES[(a % ADJECTIVES.len() as u64) as usize],
+        NOUNS[(n % NOUNS.len() as u64) as usize]
+    )
 }
 
 pub fn announcement(name: &str, units: usize, sprints: usize) -> String {
@@ -41,7 +87,11 @@ mod tests {
     fn names_are_deterministic_and_varied() {
         assert_eq!(operation_name(7), operation_name(7));
         let distinct: std::collections::BTreeSet<_> = (0..50).map(operation_name).collect();
-        assert!(distinct.len() > 40, "only {} distinct names", distinct.len());
+        assert!(
+            distinct.len() > 40,
+            "only {} distinct names",
+            distinct.len()
+        );
         assert!(operation_name(1).starts_with("Operation "));
     }
 }

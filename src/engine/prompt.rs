@@ -23,7 +23,9 @@ fn criteria(list: &[Criterion], none: &str) -> String {
     }
     list.iter()
         .map(|c| match &c.command {
-            Some(cmd) if !c.text.contains(cmd.as_str()) => format!("- [ ] {} — run: `{cmd}`\n", c.text),
+            Some(cmd) if !c.text.contains(cmd.as_str()) => {
+                format!("- [ ] {} — run: `{cmd}`\n", c.text)
+            }
             _ => format!("- [ ] {}\n", c.text),
         })
         .collect()
@@ -32,9 +34,38 @@ fn criteria(list: &[Criterion], none: &str) -> String {
 fn fill_template(template: &str, p: &PromptInput) -> String {
     let dir = p.unit.directory.clone().unwrap_or_else(|| ".".to_string());
     let pairs: [(&[&str], String); 4] = [
-        (&["<PACKAGE_NAME>", "<WORK_UNIT>", "<UNIT_NAME>", "<UNIT>", "{{unit}}", "{{work_unit}}", "{{package}}"], p.unit.name.clone()),
-        (&["<PACKAGE_DIR>", "<UNIT_DIR>", "<DIRECTORY>", "{{directory}}", "{{dir}}"], dir),
-        (&["<N>", "<SPRINT_ID>", "<SPRINT_NUMBER>", "{{sprint}}", "{{sprint_id}}"], p.sprint.id.to_string()),
+        (
+            &[
+                "<PACKAGE_NAME>",
+                "<WORK_UNIT>",
+                "<UNIT_NAME>",
+                "<UNIT>",
+                "{{unit}}",
+                "{{work_unit}}",
+                "{{package}}",
+            ],
+            p.unit.name.clone(),
+        ),
+        (
+            &[
+                "<PACKAGE_DIR>",
+                "<UNIT_DIR>",
+                "<DIRECTORY>",
+                "{{directory}}",
+                "{{dir}}",
+            ],
+            dir,
+        ),
+        (
+            &[
+                "<N>",
+                "<SPRINT_ID>",
+                "<SPRINT_NUMBER>",
+                "{{sprint}}",
+                "{{sprint_id}}",
+            ],
+            p.sprint.id.to_string(),
+        ),
         (&["<SPRINT_NAME>", "{{sprint_name}}"], p.sprint.name.clone()),
     ];
     let mut out = template.to_string();
@@ -44,7 +75,9 @@ fn fill_template(template: &str, p: &PromptInput) -> String {
         }
     }
     // The agent runs at the project root, so root-relative paths need no prefix.
-    out.replace("$PROJECT_ROOT/", "").replace("${PROJECT_ROOT}/", "").replace("$PROJECT_ROOT", ".")
+    out.replace("$PROJECT_ROOT/", "")
+        .replace("${PROJECT_ROOT}/", "")
+        .replace("$PROJECT_ROOT", ".")
 }
 
 pub fn build(p: &PromptInput) -> String {
@@ -57,10 +90,19 @@ pub fn build(p: &PromptInput) -> String {
         }
         None => {
             // Part 1: context, only what is needed.
-            let dir = p.unit.directory.as_deref().map(|d| format!("{d}/")).unwrap_or_default();
+            let dir = p
+                .unit
+                .directory
+                .as_deref()
+                .map(|d| format!("{d}/"))
+                .unwrap_or_default();
             let _ = writeln!(out, "You are working on {} in ./{dir}.\n", p.unit.name);
             out.push_str("FIRST, read these files in order:\n1. EXECUTION_PLAN.md\n");
-            let files = p.plan.referenced_files.iter().filter(|f| f.exists && f.unit.as_deref().is_none_or(|u| u == p.unit.name));
+            let files = p
+                .plan
+                .referenced_files
+                .iter()
+                .filter(|f| f.exists && f.unit.as_deref().is_none_or(|u| u == p.unit.name));
             for (i, f) in files.enumerate() {
                 let _ = writeln!(out, "{}. {}", i + 2, f.path);
             }
@@ -72,9 +114,15 @@ pub fn build(p: &PromptInput) -> String {
             }
             // Part 3: checks.
             out.push_str("\nENTRY CRITERIA (verify before starting):\n");
-            out.push_str(&criteria(&s.entry_criteria, "None — this is the first sprint"));
+            out.push_str(&criteria(
+                &s.entry_criteria,
+                "None — this is the first sprint",
+            ));
             out.push_str("\nEXIT CRITERIA (verify before declaring done):\n");
-            out.push_str(&criteria(&s.exit_criteria, "The sprint's tasks are done and committed"));
+            out.push_str(&criteria(
+                &s.exit_criteria,
+                "The sprint's tasks are done and committed",
+            ));
             // Part 4: boundaries.
             out.push_str("\nIMPORTANT:\n- Do NOT start the next sprint. Your scope ends after this sprint.\n- Do NOT modify EXECUTION_PLAN.md.\n- Commit your work on the current branch before you finish.\n");
             match s.kind {

@@ -101,7 +101,10 @@ impl UnitStatus {
 
     /// Units in these states never get a new dispatch.
     pub fn is_halted(self) -> bool {
-        matches!(self, UnitStatus::Stopping | UnitStatus::Stopped | UnitStatus::Blocked | UnitStatus::Killed)
+        matches!(
+            self,
+            UnitStatus::Stopping | UnitStatus::Stopped | UnitStatus::Blocked | UnitStatus::Killed
+        )
     }
 }
 
@@ -178,8 +181,19 @@ impl SprintRun {
         self.failures + 1
     }
 
+    /// The attempt to show people: the one in flight, else the next one, never
+    /// more than `max` (a FATAL sprint used all of them).
+    pub fn shown_attempt(&self, max: u32) -> u32 {
+        self.active
+            .as_ref()
+            .map_or(self.attempt().min(max), |a| a.attempt)
+    }
+
     pub fn first_dispatched_at(&self) -> Option<DateTime<Utc>> {
-        self.history.first().map(|h| h.dispatched_at).or(self.active.as_ref().map(|a| a.dispatched_at))
+        self.history
+            .first()
+            .map(|h| h.dispatched_at)
+            .or(self.active.as_ref().map(|a| a.dispatched_at))
     }
 }
 
@@ -194,7 +208,9 @@ pub struct UnitRun {
 impl UnitRun {
     /// The first sprint not yet COMPLETED: sprints run strictly in order.
     pub fn current(&self) -> Option<usize> {
-        self.sprints.iter().position(|s| s.status() != SprintStatus::Completed)
+        self.sprints
+            .iter()
+            .position(|s| s.status() != SprintStatus::Completed)
     }
 
     pub fn all_sprints_done(&self) -> bool {
@@ -206,7 +222,10 @@ impl UnitRun {
     }
 
     pub fn completed_count(&self) -> usize {
-        self.sprints.iter().filter(|s| s.status() == SprintStatus::Completed).count()
+        self.sprints
+            .iter()
+            .filter(|s| s.status() == SprintStatus::Completed)
+            .count()
     }
 }
 
@@ -256,7 +275,10 @@ impl OperationState {
     }
 
     pub fn active_count(&self) -> usize {
-        self.units.iter().map(|u| u.sprints.iter().filter(|s| s.active.is_some()).count()).sum()
+        self.units
+            .iter()
+            .map(|u| u.sprints.iter().filter(|s| s.active.is_some()).count())
+            .sum()
     }
 
     pub fn find_dispatch(&self, id: &DispatchId) -> Option<(usize, usize)> {
@@ -269,7 +291,9 @@ impl OperationState {
     }
 
     pub fn blocked_units(&self) -> impl Iterator<Item = &UnitRun> {
-        self.units.iter().filter(|u| u.status == UnitStatus::Blocked)
+        self.units
+            .iter()
+            .filter(|u| u.status == UnitStatus::Blocked)
     }
 
     /// The state after `events`, from nothing. Replaying a log gives the same state.
@@ -298,7 +322,15 @@ impl OperationState {
 /// Applies one event. Deterministic and total: an event that names something
 /// unknown (which the engine never emits) is ignored rather than panicking.
 pub fn apply(state: &mut Option<OperationState>, event: &Event) {
-    if let Event::OperationStarted { operation, name, seed, plan, config, at } = event {
+    if let Event::OperationStarted {
+        operation,
+        name,
+        seed,
+        plan,
+        config,
+        at,
+    } = event
+    {
         *state = Some(OperationState {
             id: operation.clone(),
             name: name.clone(),
@@ -310,7 +342,14 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                 .map(|u| UnitRun {
                     name: u.name.clone(),
                     status: UnitStatus::NotStarted,
-                    sprints: u.sprints.iter().map(|s| SprintRun { id: s.id.clone(), ..Default::default() }).collect(),
+                    sprints: u
+                        .sprints
+                        .iter()
+                        .map(|s| SprintRun {
+                            id: s.id.clone(),
+                            ..Default::default()
+                        })
+                        .collect(),
                     notes: Vec::new(),
                 })
                 .collect(),
@@ -351,7 +390,9 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                 u.status = *to;
             }
         }
-        Event::Sprint { unit, sprint, to, .. } => {
+        Event::Sprint {
+            unit, sprint, to, ..
+        } => {
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 s.status = Some(*to);
                 if *to == SprintStatus::Pending || *to == SprintStatus::Dispatched {
@@ -360,7 +401,18 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                 }
             }
         }
-        Event::Dispatched { unit, sprint, dispatch, attempt, tier, model_id, score, cost, kind, at } => {
+        Event::Dispatched {
+            unit,
+            sprint,
+            dispatch,
+            attempt,
+            tier,
+            model_id,
+            score,
+            cost,
+            kind,
+            at,
+        } => {
             st.cost_spent += cost;
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 s.status = Some(SprintStatus::Dispatched);
@@ -391,12 +443,21 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                 a.stall_warned = true;
             }
         }
-        Event::CancelRequested { unit, sprint, reason, .. } => {
+        Event::CancelRequested {
+            unit,
+            sprint,
+            reason,
+            ..
+        } => {
             if let Some(a) = sprint_mut(st, *unit, *sprint).and_then(|s| s.active.as_mut()) {
                 a.cancel = Some(*reason);
             }
         }
-        Event::AttemptClosed { unit, sprint, record } => {
+        Event::AttemptClosed {
+            unit,
+            sprint,
+            record,
+        } => {
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 s.active = None;
                 s.history.push(record.clone());
@@ -406,7 +467,12 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
             }
             st.stop_ticks = 0;
         }
-        Event::FailureCounted { unit, sprint, reason, .. } => {
+        Event::FailureCounted {
+            unit,
+            sprint,
+            reason,
+            ..
+        } => {
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 s.failures += 1;
                 s.last_failure = Some(reason.clone());
@@ -418,13 +484,22 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                 s.continuations = 0;
             }
         }
-        Event::ContinuationCounted { unit, sprint, remaining, .. } => {
+        Event::ContinuationCounted {
+            unit,
+            sprint,
+            remaining,
+            ..
+        } => {
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 s.continuations += 1;
                 s.remaining = remaining.clone();
             }
         }
-        Event::SprintCompleted { unit, sprint, completion } => {
+        Event::SprintCompleted {
+            unit,
+            sprint,
+            completion,
+        } => {
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 s.status = Some(SprintStatus::Completed);
                 s.completion = Some(completion.clone());
@@ -438,7 +513,12 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                 s.awaiting_confirmation = true;
             }
         }
-        Event::DeferredWaiting { unit, sprint, polls, .. } => {
+        Event::DeferredWaiting {
+            unit,
+            sprint,
+            polls,
+            ..
+        } => {
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 s.deferred_waiting = true;
                 s.deferred_polls = *polls;
@@ -450,7 +530,14 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                 u.notes.push(note.clone());
             }
         }
-        Event::GateOpened { id, layer, units, .. } => st.gates.push(Gate { id: *id, layer: *layer, units: units.clone(), passed: None }),
+        Event::GateOpened {
+            id, layer, units, ..
+        } => st.gates.push(Gate {
+            id: *id,
+            layer: *layer,
+            units: units.clone(),
+            passed: None,
+        }),
         Event::GateClosed { id, passed, .. } => {
             if let Some(g) = st.gates.iter_mut().find(|g| g.id == *id) {
                 g.passed = Some(*passed);

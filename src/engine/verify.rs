@@ -27,13 +27,31 @@ enum Signal {
 fn output_signal(text: &str) -> Option<Signal> {
     let lower = text.to_lowercase();
     let words: [(Signal, &[&str]); 3] = [
-        (Signal::Partial, &["partial", "incomplete", "remaining", "continued in next"]),
-        (Signal::Failure, &["failed", "error", "blocked", "could not", "cannot"]),
-        (Signal::Success, &["completed", "all checks pass", "committed", "done", "success"]),
+        (
+            Signal::Partial,
+            &["partial", "incomplete", "remaining", "continued in next"],
+        ),
+        (
+            Signal::Failure,
+            &["failed", "error", "blocked", "could not", "cannot"],
+        ),
+        (
+            Signal::Success,
+            &[
+                "completed",
+                "all checks pass",
+                "committed",
+                "done",
+                "success",
+            ],
+        ),
     ];
     words
         .iter()
-        .flat_map(|(sig, ws)| ws.iter().filter_map(|w| lower.rfind(w).map(|pos| (pos, *sig))))
+        .flat_map(|(sig, ws)| {
+            ws.iter()
+                .filter_map(|w| lower.rfind(w).map(|pos| (pos, *sig)))
+        })
         .max_by_key(|(pos, _)| *pos)
         .map(|(_, s)| s)
 }
@@ -43,27 +61,51 @@ pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome 
     let ev = &report.evidence;
     let exit_ok = report.exit_code == Some(0);
     let signal = output_signal(&report.output_tail);
-    let checked: Vec<_> = ev.criteria.iter().filter(|c| c.outcome != CriterionOutcome::Unverified).collect();
-    let failed: Vec<String> = checked.iter().filter(|c| c.outcome == CriterionOutcome::Failed).map(|c| c.text.clone()).collect();
+    let checked: Vec<_> = ev
+        .criteria
+        .iter()
+        .filter(|c| c.outcome != CriterionOutcome::Unverified)
+        .collect();
+    let failed: Vec<String> = checked
+        .iter()
+        .filter(|c| c.outcome == CriterionOutcome::Failed)
+        .map(|c| c.text.clone())
+        .collect();
     let all_pass = !checked.is_empty() && failed.is_empty();
-    let some_pass = checked.iter().any(|c| c.outcome == CriterionOutcome::Passed);
+    let some_pass = checked
+        .iter()
+        .any(|c| c.outcome == CriterionOutcome::Passed);
     let committed = !ev.commits.is_empty();
-    let progress = committed || !ev.uncommitted.is_empty() || some_pass || ev.progress.is_some() || signal == Some(Signal::Partial);
+    let progress = committed
+        || !ev.uncommitted.is_empty()
+        || some_pass
+        || ev.progress.is_some()
+        || signal == Some(Signal::Partial);
     let exhausted = report.turns_used.is_some_and(|t| t >= max_turns);
 
     if let Some(conflict) = &ev.merge_conflict {
-        return Outcome::Failed(format!("the sprint branch does not merge into the integration branch: {conflict}"));
+        return Outcome::Failed(format!(
+            "the sprint branch does not merge into the integration branch: {conflict}"
+        ));
     }
     match sprint.kind {
         SprintType::Manual => {
-            return if exit_ok || progress { Outcome::AwaitConfirmation } else { Outcome::Failed(failure_reason(report, &failed)) };
+            return if exit_ok || progress {
+                Outcome::AwaitConfirmation
+            } else {
+                Outcome::Failed(failure_reason(report, &failed))
+            };
         }
         SprintType::Deferred => {
             if all_pass {
                 return Outcome::Completed;
             }
             // Waiting is not failure; only an agent that errored is.
-            return if exit_ok || checked.is_empty() && report.exit_code.is_none() { Outcome::Waiting } else { Outcome::Failed(failure_reason(report, &failed)) };
+            return if exit_ok || checked.is_empty() && report.exit_code.is_none() {
+                Outcome::Waiting
+            } else {
+                Outcome::Failed(failure_reason(report, &failed))
+            };
         }
         _ => {}
     }
@@ -77,20 +119,29 @@ pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome 
     let success = all_pass
         || ev.progress == Some(ProgressMarker::Complete)
         || ev.ci_passed == Some(true)
-        || exit_ok && matches!(signal, Some(Signal::Success) | None) && (!needs_commit || committed);
+        || exit_ok
+            && matches!(signal, Some(Signal::Success) | None)
+            && (!needs_commit || committed);
     if success && !contradicted {
         return Outcome::Completed;
     }
     if progress {
         let mut remaining = failed;
         if !ev.uncommitted.is_empty() {
-            remaining.push(format!("commit the uncommitted changes ({})", ev.uncommitted.join(", ")));
+            remaining.push(format!(
+                "commit the uncommitted changes ({})",
+                ev.uncommitted.join(", ")
+            ));
         }
         if needs_commit && !committed {
             remaining.push("commit the sprint's work on the sprint branch".into());
         }
         if remaining.is_empty() {
-            remaining = sprint.exit_criteria.iter().map(|c| c.text.clone()).collect();
+            remaining = sprint
+                .exit_criteria
+                .iter()
+                .map(|c| c.text.clone())
+                .collect();
         }
         if remaining.is_empty() {
             remaining = sprint.tasks.clone();
@@ -113,7 +164,15 @@ fn failure_reason(report: &AgentReport, failed: &[String]) -> String {
     if !failed.is_empty() {
         parts.push(format!("failing criteria: {}", failed.join("; ")));
     }
-    let tail: String = report.output_tail.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").chars().take(300).collect();
+    let tail: String = report
+        .output_tail
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .chars()
+        .take(300)
+        .collect();
     if !tail.is_empty() {
         parts.push(format!("last output: {tail}"));
     }

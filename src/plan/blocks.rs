@@ -101,7 +101,10 @@ struct ItemBuf {
 }
 
 pub(crate) fn parse(source: &str) -> Doc {
-    let source = source.strip_prefix('\u{feff}').unwrap_or(source).to_string();
+    let source = source
+        .strip_prefix('\u{feff}')
+        .unwrap_or(source)
+        .to_string();
     let index = LineIndex::new(&source);
     let opts = Options::ENABLE_TABLES
         | Options::ENABLE_TASKLISTS
@@ -259,7 +262,9 @@ pub(crate) fn parse(source: &str) -> Doc {
                     cells.push(tidy(&buf));
                 }
             }
-            Event::Start(Tag::Strong) | Event::End(TagEnd::Strong) => push(&mut open, &mut buf, &mut items, "**"),
+            Event::Start(Tag::Strong) | Event::End(TagEnd::Strong) => {
+                push(&mut open, &mut buf, &mut items, "**")
+            }
             Event::Text(t) => push(&mut open, &mut buf, &mut items, &t),
             Event::Code(t) => {
                 push(&mut open, &mut buf, &mut items, "`");
@@ -304,7 +309,11 @@ fn tidy(s: &str) -> String {
 /// Removes Markdown emphasis and code markers for names and labels.
 pub(crate) fn plain(s: &str) -> String {
     let t = s.replace("**", "").replace('`', "");
-    t.trim().trim_matches('_').trim_matches('*').trim().to_string()
+    t.trim()
+        .trim_matches('_')
+        .trim_matches('*')
+        .trim()
+        .to_string()
 }
 
 #[cfg(test)]
@@ -313,11 +322,17 @@ mod tests {
 
     #[test]
     fn lines_survive_crlf_and_bom() {
-        let doc = parse("\u{feff}# Title\r\n\r\n## Sprint 1: A\r\n\r\n- [ ] `make test` passes\r\n");
+        let doc =
+            parse("\u{feff}# Title\r\n\r\n## Sprint 1: A\r\n\r\n- [ ] `make test` passes\r\n");
         assert_eq!(doc.blocks[0].line(), 1);
         assert_eq!(doc.blocks[1].line(), 3);
         match &doc.blocks[2] {
-            Block::Item { text, checked, line, .. } => {
+            Block::Item {
+                text,
+                checked,
+                line,
+                ..
+            } => {
                 assert_eq!(text, "`make test` passes");
                 assert_eq!(*checked, Some(false));
                 assert_eq!(*line, 5);

@@ -23,7 +23,9 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     let blocks = &doc.blocks;
-    let title = title(blocks).map(|t| unit_name_from_title(&t)).unwrap_or_else(|| fallback_name.to_string());
+    let title = title(blocks)
+        .map(|t| unit_name_from_title(&t))
+        .unwrap_or_else(|| fallback_name.to_string());
 
     let mut drafts = table_units(blocks)
         .or_else(|| section_units(blocks))
@@ -44,8 +46,9 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
     for d in &drafts {
         if let Some(first) = seen.insert(d.name.to_lowercase(), d.line) {
             errors.push(
-                Problem::new(d.line, format!("work unit `{}` is defined twice", d.name))
-                    .hint(format!("first definition at line {first}; give each unit its own name")),
+                Problem::new(d.line, format!("work unit `{}` is defined twice", d.name)).hint(
+                    format!("first definition at line {first}; give each unit its own name"),
+                ),
             );
         }
     }
@@ -111,7 +114,10 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
         u.depends_on = deps;
     }
     if let Some(cycle) = find_cycle(&units) {
-        let line = units.iter().find(|u| u.name == cycle[0]).map_or(1, |u| u.line);
+        let line = units
+            .iter()
+            .find(|u| u.name == cycle[0])
+            .map_or(1, |u| u.line);
         errors.push(
             Problem::new(line, format!("dependency cycle: {}", cycle.join(" → ")))
                 .hint("a unit cannot wait for itself; remove one of these dependencies"),
@@ -120,7 +126,9 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
         assign_depths(&mut units);
     }
 
-    if units.iter().all(|u| u.sprints.is_empty()) && errors.iter().all(|e| !e.message.contains("no sprints")) {
+    if units.iter().all(|u| u.sprints.is_empty())
+        && errors.iter().all(|e| !e.message.contains("no sprints"))
+    {
         errors.push(Problem::new(1, "the plan defines no sprints"));
     }
     if !errors.is_empty() {
@@ -170,7 +178,9 @@ fn title(blocks: &[Block]) -> Option<String> {
 /// `EXECUTION_PLAN.md — Foo` names the project `Foo`.
 fn unit_name_from_title(title: &str) -> String {
     let t = title.trim();
-    if t.to_lowercase().starts_with("execution_plan") || t.to_lowercase().starts_with("execution plan") {
+    if t.to_lowercase().starts_with("execution_plan")
+        || t.to_lowercase().starts_with("execution plan")
+    {
         for sep in ['—', '–', ':', '-'] {
             if let Some((_, rest)) = t.split_once(sep) {
                 if !rest.trim().is_empty() {
@@ -183,35 +193,60 @@ fn unit_name_from_title(title: &str) -> String {
 }
 
 fn norm_header(h: &str) -> String {
-    plain(h).to_lowercase().replace(['_', '-'], " ").trim().to_string()
+    plain(h)
+        .to_lowercase()
+        .replace(['_', '-'], " ")
+        .trim()
+        .to_string()
 }
 
 fn column(header: &[String], names: &[&str]) -> Option<usize> {
     header.iter().position(|h| {
         let h = norm_header(h);
-        names.iter().any(|n| h == *n || h.starts_with(&format!("{n} ")))
+        names
+            .iter()
+            .any(|n| h == *n || h.starts_with(&format!("{n} ")))
     })
 }
 
-const UNIT_COLUMNS: &[&str] = &["work unit", "workunit", "package", "component", "module", "phase", "unit", "crate", "service"];
+const UNIT_COLUMNS: &[&str] = &[
+    "work unit",
+    "workunit",
+    "package",
+    "component",
+    "module",
+    "phase",
+    "unit",
+    "crate",
+    "service",
+];
 
 /// §2a.1: a table with a unit column lists the units.
 fn table_units(blocks: &[Block]) -> Option<Vec<UnitDraft>> {
     for b in blocks {
-        let Block::Table { header, rows, .. } = b else { continue };
-        let Some(name_col) = column(header, UNIT_COLUMNS) else { continue };
+        let Block::Table { header, rows, .. } = b else {
+            continue;
+        };
+        let Some(name_col) = column(header, UNIT_COLUMNS) else {
+            continue;
+        };
         if column(header, &["sprint", "sprint id"]).is_some() {
             continue; // a sprint table, not a unit table
         }
         let dir_col = column(header, &["directory", "dir", "path", "location", "folder"]);
         let sprints_col = column(header, &["sprints", "sprint count", "# sprints"]);
         let layer_col = column(header, &["layer", "tier", "level"]);
-        let deps_col = column(header, &["dependencies", "depends on", "deps", "requires", "needs"]);
+        let deps_col = column(
+            header,
+            &["dependencies", "depends on", "deps", "requires", "needs"],
+        );
         if dir_col.is_none() && sprints_col.is_none() && layer_col.is_none() && deps_col.is_none() {
             continue;
         }
         let cell = |r: &super::blocks::Row, c: Option<usize>| -> Option<String> {
-            c.and_then(|c| r.cells.get(c)).map(|s| plain(s)).filter(|s| !is_none_word(s))
+            c.and_then(|c| r.cells.get(c))
+                .map(|s| plain(s))
+                .filter(|s| !is_none_word(s))
         };
         let units: Vec<UnitDraft> = rows
             .iter()
@@ -231,7 +266,9 @@ fn table_units(blocks: &[Block]) -> Option<Vec<UnitDraft>> {
                                 .collect()
                         })
                         .unwrap_or_default(),
-                    declared_sprints: cell(r, sprints_col).and_then(|s| first_number(&s)).map(|n| n as usize),
+                    declared_sprints: cell(r, sprints_col)
+                        .and_then(|s| first_number(&s))
+                        .map(|n| n as usize),
                     name,
                     region: None,
                 })
@@ -245,7 +282,10 @@ fn table_units(blocks: &[Block]) -> Option<Vec<UnitDraft>> {
 }
 
 fn is_none_word(s: &str) -> bool {
-    matches!(s.trim().to_lowercase().as_str(), "" | "-" | "—" | "–" | "none" | "n/a" | "—none—")
+    matches!(
+        s.trim().to_lowercase().as_str(),
+        "" | "-" | "—" | "–" | "none" | "n/a" | "—none—"
+    )
 }
 
 fn first_number(s: &str) -> Option<u32> {
@@ -271,9 +311,19 @@ fn section(blocks: &[Block], i: usize) -> Range<usize> {
 fn unit_heading_name(text: &str) -> String {
     let t = plain(text);
     let lower = t.to_lowercase();
-    for p in ["work unit", "package", "component", "module", "unit", "crate", "service"] {
+    for p in [
+        "work unit",
+        "package",
+        "component",
+        "module",
+        "unit",
+        "crate",
+        "service",
+    ] {
         if let Some(rest) = lower.strip_prefix(p) {
-            let rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ':' || c == '—' || c == '-');
+            let rest = rest.trim_start_matches(|c: char| {
+                c.is_whitespace() || c == ':' || c == '—' || c == '-'
+            });
             if rest.len() < lower.len() - p.len() || rest.is_empty() {
                 let cut = t.len() - rest.len();
                 if !rest.is_empty() {
@@ -290,7 +340,9 @@ fn section_units(blocks: &[Block]) -> Option<Vec<UnitDraft>> {
     for level in [2u8, 1, 3] {
         let mut units = Vec::new();
         for (i, b) in blocks.iter().enumerate() {
-            let Some((l, text)) = b.heading() else { continue };
+            let Some((l, text)) = b.heading() else {
+                continue;
+            };
             if l != level || sprint_heading(text).is_some() || task_heading(text).is_some() {
                 continue;
             }
@@ -316,7 +368,9 @@ fn section_units(blocks: &[Block]) -> Option<Vec<UnitDraft>> {
 
 fn has_sprint_definitions(blocks: &[Block], r: Range<usize>) -> bool {
     blocks[r].iter().any(|b| match b {
-        Block::Heading { text, .. } => sprint_heading(text).is_some() || task_heading(text).is_some(),
+        Block::Heading { text, .. } => {
+            sprint_heading(text).is_some() || task_heading(text).is_some()
+        }
         Block::Table { header, .. } => is_sprint_table(header),
         _ => false,
     })
@@ -327,7 +381,9 @@ fn unit_section(blocks: &[Block], name: &str) -> Option<Range<usize>> {
     let lname = name.to_lowercase();
     let mut best: Option<(u8, Range<usize>)> = None;
     for (i, b) in blocks.iter().enumerate() {
-        let Some((_, text)) = b.heading() else { continue };
+        let Some((_, text)) = b.heading() else {
+            continue;
+        };
         if sprint_heading(text).is_some() {
             continue;
         }
@@ -370,25 +426,49 @@ pub(crate) fn sprint_heading(text: &str) -> Option<(SprintId, String)> {
         if !matches!(sep, ':' | '.' | '-' | '—' | '–' | '(') {
             return None;
         }
-        after[sep.len_utf8()..].trim().trim_end_matches(')').trim().to_string()
+        after[sep.len_utf8()..]
+            .trim()
+            .trim_end_matches(')')
+            .trim()
+            .to_string()
     };
-    let name = if name.is_empty() { format!("Sprint {id}") } else { name };
+    let name = if name.is_empty() {
+        format!("Sprint {id}")
+    } else {
+        name
+    };
     Some((id, name))
 }
 
 /// `Task 3.2: Name` → (3, `Name`).
 fn task_heading(text: &str) -> Option<(u32, String)> {
     let t = plain(text);
-    let rest = t.strip_prefix("Task ").or_else(|| t.strip_prefix("task "))?;
+    let rest = t
+        .strip_prefix("Task ")
+        .or_else(|| t.strip_prefix("task "))?;
     let (num, name) = rest.split_once([':', ' ']).unwrap_or((rest, ""));
     let (major, minor) = num.trim_end_matches(':').split_once('.')?;
     minor.parse::<u32>().ok()?;
-    Some((major.parse().ok()?, name.trim_start_matches(':').trim().to_string()))
+    Some((
+        major.parse().ok()?,
+        name.trim_start_matches(':').trim().to_string(),
+    ))
 }
 
 fn is_sprint_table(header: &[String]) -> bool {
     column(header, &["sprint", "sprint id", "#"]).is_some()
-        && column(header, &["name", "description", "goal", "title", "deliverable", "objective"]).is_some()
+        && column(
+            header,
+            &[
+                "name",
+                "description",
+                "goal",
+                "title",
+                "deliverable",
+                "objective",
+            ],
+        )
+        .is_some()
 }
 
 /// §2b in priority order, within one unit's region.
@@ -461,7 +541,9 @@ fn find_sprints(doc: &Doc, r: Range<usize>) -> Vec<Sprint> {
     // 4. Checklist groups under headers.
     let mut out = Vec::new();
     for i in r.clone() {
-        let Some((_, text)) = blocks[i].heading() else { continue };
+        let Some((_, text)) = blocks[i].heading() else {
+            continue;
+        };
         if label_of(text).is_some() {
             continue;
         }
@@ -469,9 +551,15 @@ fn find_sprints(doc: &Doc, r: Range<usize>) -> Vec<Sprint> {
             .iter()
             .position(|b| b.heading().is_some())
             .map_or(r.end, |p| i + 1 + p);
-        let has_checks = blocks[i + 1..end]
-            .iter()
-            .any(|b| matches!(b, Block::Item { checked: Some(_), .. }));
+        let has_checks = blocks[i + 1..end].iter().any(|b| {
+            matches!(
+                b,
+                Block::Item {
+                    checked: Some(_),
+                    ..
+                }
+            )
+        });
         if has_checks {
             let s = section(blocks, i);
             out.push(build_sprint(
@@ -488,16 +576,37 @@ fn find_sprints(doc: &Doc, r: Range<usize>) -> Vec<Sprint> {
 
 fn table_sprints(header: &[String], rows: &[super::blocks::Row]) -> Vec<Sprint> {
     let id_col = column(header, &["sprint", "sprint id", "#"]).unwrap_or(0);
-    let name_col = column(header, &["name", "title", "goal", "objective", "deliverable", "description"]);
+    let name_col = column(
+        header,
+        &[
+            "name",
+            "title",
+            "goal",
+            "objective",
+            "deliverable",
+            "description",
+        ],
+    );
     let desc_col = column(header, &["description", "tasks", "deliverables", "scope"]);
     let entry_col = column(header, &["entry criteria", "entry", "preconditions"]);
-    let exit_col = column(header, &["exit criteria", "exit", "done when", "validation", "acceptance"]);
+    let exit_col = column(
+        header,
+        &[
+            "exit criteria",
+            "exit",
+            "done when",
+            "validation",
+            "acceptance",
+        ],
+    );
     let type_col = column(header, &["type", "kind"]);
     rows.iter()
         .enumerate()
         .filter_map(|(n, r)| {
-            let get = |c: Option<usize>| c.and_then(|c| r.cells.get(c)).cloned().unwrap_or_default();
-            let id = SprintId::parse(&plain(&get(Some(id_col)))).unwrap_or_else(|| SprintId::ordinal(n + 1));
+            let get =
+                |c: Option<usize>| c.and_then(|c| r.cells.get(c)).cloned().unwrap_or_default();
+            let id = SprintId::parse(&plain(&get(Some(id_col))))
+                .unwrap_or_else(|| SprintId::ordinal(n + 1));
             let name = plain(&get(name_col));
             let tasks: Vec<String> = if desc_col.is_some() && desc_col != name_col {
                 split_cell(&get(desc_col))
@@ -513,7 +622,11 @@ fn table_sprints(header: &[String], rows: &[super::blocks::Row]) -> Vec<Sprint> 
             let explicit = SprintType::parse(&plain(&get(type_col)));
             Some(Sprint {
                 kind: classify(&name, &tasks, explicit),
-                name: if name.is_empty() { format!("Sprint {id}") } else { name },
+                name: if name.is_empty() {
+                    format!("Sprint {id}")
+                } else {
+                    name
+                },
                 id,
                 line: r.line,
                 entry_criteria: crit(entry_col, Label::Entry),
@@ -552,23 +665,52 @@ fn label_of(text: &str) -> Option<Label> {
     if t.split_whitespace().count() > 5 {
         return None;
     }
-    Some(if has("entry") || has("precondition") || has("prerequisite") {
-        Label::Entry
-    } else if has("expected") {
-        Label::Expected
-    } else if has("validat") || has("execute") || has("verification") || t == "verify" || t == "commands" {
-        Label::Validate
-    } else if has("exit") || has("acceptance") || has("done when") || has("definition of done") || has("success criteria") || has("rules") || has("constraints") {
-        Label::Exit
-    } else if has("task") || has("deliverable") || has("steps") || t == "work" || has("scope") || t == "todo" {
-        Label::Tasks
-    } else if t == "type" || t == "sprint type" || t == "kind" {
-        Label::Type
-    } else if has("goal") || has("objective") || has("notes") || has("context") || has("description") || has("files") || has("priority") || has("dependencies") || has("estimate") {
-        Label::Notes
-    } else {
-        return None;
-    })
+    Some(
+        if has("entry") || has("precondition") || has("prerequisite") {
+            Label::Entry
+        } else if has("expected") {
+            Label::Expected
+        } else if has("validat")
+            || has("execute")
+            || has("verification")
+            || t == "verify"
+            || t == "commands"
+        {
+            Label::Validate
+        } else if has("exit")
+            || has("acceptance")
+            || has("done when")
+            || has("definition of done")
+            || has("success criteria")
+            || has("rules")
+            || has("constraints")
+        {
+            Label::Exit
+        } else if has("task")
+            || has("deliverable")
+            || has("steps")
+            || t == "work"
+            || has("scope")
+            || t == "todo"
+        {
+            Label::Tasks
+        } else if t == "type" || t == "sprint type" || t == "kind" {
+            Label::Type
+        } else if has("goal")
+            || has("objective")
+            || has("notes")
+            || has("context")
+            || has("description")
+            || has("files")
+            || has("priority")
+            || has("dependencies")
+            || has("estimate")
+        {
+            Label::Notes
+        } else {
+            return None;
+        },
+    )
 }
 
 /// A paragraph that opens with a label (`**Exit criteria**:`, `Entry Criteria:`)
@@ -616,41 +758,71 @@ fn build_sprint(doc: &Doc, id: SprintId, name: String, head: usize, r: Range<usi
                         continue;
                     }
                     match l {
-                        Label::Type => explicit = SprintType::parse(plain(&rest).split_whitespace().next().unwrap_or("")),
+                        Label::Type => {
+                            explicit = SprintType::parse(
+                                plain(&rest).split_whitespace().next().unwrap_or(""),
+                            )
+                        }
                         Label::Entry => s.entry_criteria.push(criterion(&rest, *line, l)),
-                        Label::Exit | Label::Validate => s.exit_criteria.push(criterion(&rest, *line, l)),
+                        Label::Exit | Label::Validate => {
+                            s.exit_criteria.push(criterion(&rest, *line, l))
+                        }
                         _ => s.notes.push(plain(&rest)),
                     }
                 } else {
                     match label {
-                        Some(l @ (Label::Entry | Label::Exit)) if text.contains('`') => push_criterion(&mut s, text, *line, l),
+                        Some(l @ (Label::Entry | Label::Exit)) if text.contains('`') => {
+                            push_criterion(&mut s, text, *line, l)
+                        }
                         _ => s.notes.push(text.clone()),
                     }
                 }
             }
             Block::Item { text, line, .. } => match label {
-                Some(l @ (Label::Entry | Label::Exit | Label::Validate)) => push_criterion(&mut s, text, *line, l),
+                Some(l @ (Label::Entry | Label::Exit | Label::Validate)) => {
+                    push_criterion(&mut s, text, *line, l)
+                }
                 Some(Label::Notes | Label::Expected | Label::Type) => s.notes.push(text.clone()),
                 // An unlabelled checkbox that names a command or a file is a criterion.
-                None if matches!(b, Block::Item { checked: Some(_), .. })
-                    && criterion(text, *line, Label::Exit).kind != CriterionKind::Checklist =>
+                None if matches!(
+                    b,
+                    Block::Item {
+                        checked: Some(_),
+                        ..
+                    }
+                ) && criterion(text, *line, Label::Exit).kind
+                    != CriterionKind::Checklist =>
                 {
                     push_criterion(&mut s, text, *line, Label::Exit)
                 }
                 Some(Label::Tasks) | None => s.tasks.push(text.clone()),
             },
-            Block::Code { text, line, in_item, lang } => {
+            Block::Code {
+                text,
+                line,
+                in_item,
+                lang,
+            } => {
                 if lang == "mermaid" || text.trim().is_empty() {
                     continue;
                 }
                 match label {
                     Some(Label::Expected) => {
-                        if let Some(c) = s.exit_criteria.iter_mut().rev().find(|c| c.command.is_some()) {
+                        if let Some(c) = s
+                            .exit_criteria
+                            .iter_mut()
+                            .rev()
+                            .find(|c| c.command.is_some())
+                        {
                             c.expected = Some(text.trim().to_string());
                         }
                     }
                     Some(l @ (Label::Entry | Label::Exit | Label::Validate)) => {
-                        let list = if l == Label::Entry { &mut s.entry_criteria } else { &mut s.exit_criteria };
+                        let list = if l == Label::Entry {
+                            &mut s.entry_criteria
+                        } else {
+                            &mut s.exit_criteria
+                        };
                         match list.last_mut() {
                             Some(c) if *in_item && c.command.is_none() && c.line < *line => {
                                 c.kind = CriterionKind::Command;
@@ -687,7 +859,11 @@ fn push_criterion(s: &mut Sprint, text: &str, line: usize, l: Label) {
 }
 
 fn first_line(s: &str) -> String {
-    s.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string()
+    s.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_string()
 }
 
 fn body_text(doc: &Doc, head: usize, end: usize) -> String {
@@ -711,32 +887,94 @@ fn body_text(doc: &Doc, head: usize, end: usize) -> String {
 }
 
 const KNOWN_TOOLS: &[&str] = &[
-    "make", "cargo", "npm", "npx", "yarn", "pnpm", "node", "python", "python3", "pytest", "go", "swift", "xcodebuild",
-    "gradle", "mvn", "dotnet", "bash", "sh", "test", "grep", "ls", "cat", "diff", "curl", "docker", "git", "tsc",
-    "ruby", "bundle", "rake", "deno", "bun", "jest", "ctest", "cmake", "java", "javac", "rustc", "gcc", "clang",
-    "terraform", "kubectl", "helm", "uv", "poetry", "tox", "ruff", "mypy", "eslint", "wc", "jq", "find", "stat",
+    "make",
+    "cargo",
+    "npm",
+    "npx",
+    "yarn",
+    "pnpm",
+    "node",
+    "python",
+    "python3",
+    "pytest",
+    "go",
+    "swift",
+    "xcodebuild",
+    "gradle",
+    "mvn",
+    "dotnet",
+    "bash",
+    "sh",
+    "test",
+    "grep",
+    "ls",
+    "cat",
+    "diff",
+    "curl",
+    "docker",
+    "git",
+    "tsc",
+    "ruby",
+    "bundle",
+    "rake",
+    "deno",
+    "bun",
+    "jest",
+    "ctest",
+    "cmake",
+    "java",
+    "javac",
+    "rustc",
+    "gcc",
+    "clang",
+    "terraform",
+    "kubectl",
+    "helm",
+    "uv",
+    "poetry",
+    "tox",
+    "ruff",
+    "mypy",
+    "eslint",
+    "wc",
+    "jq",
+    "find",
+    "stat",
 ];
 
 fn looks_like_command(code: &str) -> bool {
     let code = code.trim();
-    let Some(first) = code.split_whitespace().next() else { return false };
+    let Some(first) = code.split_whitespace().next() else {
+        return false;
+    };
     if first.starts_with("./") || first.ends_with(".sh") || KNOWN_TOOLS.contains(&first) {
         return true;
     }
     code.contains(' ')
         && first.len() >= 2
-        && first.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && first
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
 }
 
 fn looks_like_path(code: &str) -> bool {
     let code = code.trim();
     !code.is_empty()
         && !code.contains(char::is_whitespace)
-        && (code.contains('/') || code.rsplit_once('.').is_some_and(|(a, ext)| !a.is_empty() && (1..=5).contains(&ext.len()) && ext.chars().all(|c| c.is_ascii_alphanumeric())))
+        && (code.contains('/')
+            || code.rsplit_once('.').is_some_and(|(a, ext)| {
+                !a.is_empty()
+                    && (1..=5).contains(&ext.len())
+                    && ext.chars().all(|c| c.is_ascii_alphanumeric())
+            }))
 }
 
 fn inline_codes(text: &str) -> Vec<String> {
-    text.split('`').skip(1).step_by(2).map(|s| s.to_string()).collect()
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|s| s.to_string())
+        .collect()
 }
 
 fn criterion(text: &str, line: usize, label: Label) -> Criterion {
@@ -754,22 +992,42 @@ fn criterion(text: &str, line: usize, label: Label) -> Criterion {
     };
     let path = codes.iter().find(|c| looks_like_path(c));
     if let (Some(path), true) = (path, lower.contains("contain") && codes.len() >= 2) {
-        let needle = codes.iter().find(|c| *c != path).cloned().unwrap_or_default();
+        let needle = codes
+            .iter()
+            .find(|c| *c != path)
+            .cloned()
+            .unwrap_or_default();
         c.kind = CriterionKind::Assertion;
-        c.assertion = Some(Assertion::FileContains { path: path.clone(), text: needle });
+        c.assertion = Some(Assertion::FileContains {
+            path: path.clone(),
+            text: needle,
+        });
     } else if !commands.is_empty() && !(lower.contains(" exist") && commands.len() < codes.len()) {
         c.kind = CriterionKind::Command;
-        c.command = Some(commands.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" && "));
+        c.command = Some(
+            commands
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(" && "),
+        );
     } else if let (Some(path), true) = (
         path,
-        lower.contains("exist") || lower.contains("created") || lower.contains("present") || lower.contains("written"),
+        lower.contains("exist")
+            || lower.contains("created")
+            || lower.contains("present")
+            || lower.contains("written"),
     ) {
         c.kind = CriterionKind::Assertion;
         c.assertion = Some(Assertion::FileExists { path: path.clone() });
     } else if label == Label::Validate && !codes.is_empty() {
         c.kind = CriterionKind::Command;
         c.command = Some(codes.join(" && "));
-    } else if lower.contains(" is ") || lower.contains(" == ") || lower.contains(" equals ") || lower.starts_with("no ") {
+    } else if lower.contains(" is ")
+        || lower.contains(" == ")
+        || lower.contains(" equals ")
+        || lower.starts_with("no ")
+    {
         c.kind = CriterionKind::Assertion;
     }
     c
@@ -781,11 +1039,61 @@ fn classify(name: &str, tasks: &[String], explicit: Option<SprintType>) -> Sprin
         return t;
     }
     const INDICATORS: &[(SprintType, &[&str])] = &[
-        (SprintType::Manual, &["listen", "visit", "check browser", "check the browser", "spot-check", "spot check", "human judgment", "human judgement", "manually", "manual review", "by hand"]),
-        (SprintType::Deferred, &["wait for", "wait until", "monitor", "check deployment", "poll until", "once deployed"]),
-        (SprintType::Background, &["kick off", "nohup", "background", "long-running", "overnight"]),
-        (SprintType::Command, &["run ", "execute", "deploy", "migrate the", "publish"]),
-        (SprintType::Code, &["write", "create", "implement", "build", "fix", "add ", "refactor", "port ", "define"]),
+        (
+            SprintType::Manual,
+            &[
+                "listen",
+                "visit",
+                "check browser",
+                "check the browser",
+                "spot-check",
+                "spot check",
+                "human judgment",
+                "human judgement",
+                "manually",
+                "manual review",
+                "by hand",
+            ],
+        ),
+        (
+            SprintType::Deferred,
+            &[
+                "wait for",
+                "wait until",
+                "monitor",
+                "check deployment",
+                "poll until",
+                "once deployed",
+            ],
+        ),
+        (
+            SprintType::Background,
+            &[
+                "kick off",
+                "nohup",
+                "background",
+                "long-running",
+                "overnight",
+            ],
+        ),
+        (
+            SprintType::Command,
+            &["run ", "execute", "deploy", "migrate the", "publish"],
+        ),
+        (
+            SprintType::Code,
+            &[
+                "write",
+                "create",
+                "implement",
+                "build",
+                "fix",
+                "add ",
+                "refactor",
+                "port ",
+                "define",
+            ],
+        ),
     ];
     let score = |text: &str, t: SprintType| {
         let lower = format!("{} ", text.to_lowercase());
@@ -810,26 +1118,43 @@ fn classify(name: &str, tasks: &[String], explicit: Option<SprintType>) -> Sprin
 }
 
 /// Orders sprints by id (2a before 2b) and refuses duplicate ids.
-fn order_sprints(mut sprints: Vec<Sprint>, unit: &str, errors: &mut Vec<Problem>, warnings: &mut Vec<Problem>) -> Vec<Sprint> {
+fn order_sprints(
+    mut sprints: Vec<Sprint>,
+    unit: &str,
+    errors: &mut Vec<Problem>,
+    warnings: &mut Vec<Problem>,
+) -> Vec<Sprint> {
     let mut seen: BTreeMap<SprintId, usize> = BTreeMap::new();
     for s in &sprints {
         if let Some(first) = seen.insert(s.id.clone(), s.line) {
             errors.push(
-                Problem::new(s.line, format!("work unit `{unit}` defines sprint {} twice", s.id))
-                    .hint(format!("first definition at line {first}; give each sprint its own id, e.g. 2a and 2b")),
+                Problem::new(
+                    s.line,
+                    format!("work unit `{unit}` defines sprint {} twice", s.id),
+                )
+                .hint(format!(
+                    "first definition at line {first}; give each sprint its own id, e.g. 2a and 2b"
+                )),
             );
         }
     }
     if sprints.windows(2).any(|w| w[0].id > w[1].id) {
         let line = sprints.first().map_or(1, |s| s.line);
-        warnings.push(Problem::new(line, format!("sprints of `{unit}` are not written in order; running them by id")));
+        warnings.push(Problem::new(
+            line,
+            format!("sprints of `{unit}` are not written in order; running them by id"),
+        ));
         sprints.sort_by(|a, b| a.id.cmp(&b.id));
     }
     sprints
 }
 
 /// Explicit dependency edges `(dependent, dependency)` as unit indices (§2c.2).
-fn dependencies(doc: &Doc, drafts: &[UnitDraft], errors: &mut Vec<Problem>) -> BTreeSet<(usize, usize)> {
+fn dependencies(
+    doc: &Doc,
+    drafts: &[UnitDraft],
+    errors: &mut Vec<Problem>,
+) -> BTreeSet<(usize, usize)> {
     let names: Vec<String> = drafts.iter().map(|d| d.name.to_lowercase()).collect();
     let find = |n: &str| names.iter().position(|x| *x == n.to_lowercase());
     let mut edges = BTreeSet::new();
@@ -840,7 +1165,13 @@ fn dependencies(doc: &Doc, drafts: &[UnitDraft], errors: &mut Vec<Problem>) -> B
                     edges.insert((i, j));
                 }
                 None => {
-                    let mut p = Problem::new(*line, format!("work unit `{}` depends on `{dep}`, which the plan does not define", d.name));
+                    let mut p = Problem::new(
+                        *line,
+                        format!(
+                            "work unit `{}` depends on `{dep}`, which the plan does not define",
+                            d.name
+                        ),
+                    );
                     if let Some(n) = nearest(dep, drafts.iter().map(|d| d.name.as_str())) {
                         p = p.hint(format!("did you mean `{n}`?"));
                     } else {
@@ -854,22 +1185,34 @@ fn dependencies(doc: &Doc, drafts: &[UnitDraft], errors: &mut Vec<Problem>) -> B
     if drafts.len() < 2 {
         return edges;
     }
-    let owner = |idx: usize| drafts.iter().position(|d| d.region.as_ref().is_some_and(|r| r.contains(&idx)));
+    let owner = |idx: usize| {
+        drafts
+            .iter()
+            .position(|d| d.region.as_ref().is_some_and(|r| r.contains(&idx)))
+    };
     let mut dep_section = false;
     for (idx, b) in doc.blocks.iter().enumerate() {
         let (text, arrows_ok) = match b {
             Block::Heading { text, .. } => {
                 let t = text.to_lowercase();
-                dep_section = t.contains("depend") || t.contains("order") || t.contains("graph") || t.contains("layer");
+                dep_section = t.contains("depend")
+                    || t.contains("order")
+                    || t.contains("graph")
+                    || t.contains("layer");
                 (text.as_str(), false)
             }
-            Block::Paragraph { text, .. } | Block::Item { text, .. } => (text.as_str(), dep_section),
+            Block::Paragraph { text, .. } | Block::Item { text, .. } => {
+                (text.as_str(), dep_section)
+            }
             Block::Code { lang, text, .. } => {
                 if lang == "mermaid" {
                     mermaid_edges(text, &names, &mut edges);
                     continue;
                 }
-                (text.as_str(), lang.is_empty() || lang == "text" || lang == "ascii")
+                (
+                    text.as_str(),
+                    lang.is_empty() || lang == "text" || lang == "ascii",
+                )
             }
             Block::Table { .. } => continue,
         };
@@ -878,11 +1221,25 @@ fn dependencies(doc: &Doc, drafts: &[UnitDraft], errors: &mut Vec<Problem>) -> B
             if arrows_ok {
                 arrow_edges(&lower, &names, &mut edges);
             }
-            for kw in ["depends on", "depend on", "requires", "needs", "preconditions:", "precondition:", "dependencies:", "blocked by", "waits for"] {
+            for kw in [
+                "depends on",
+                "depend on",
+                "requires",
+                "needs",
+                "preconditions:",
+                "precondition:",
+                "dependencies:",
+                "blocked by",
+                "waits for",
+            ] {
                 let Some(pos) = lower.find(kw) else { continue };
                 let (before, after) = (&lower[..pos], &lower[pos + kw.len()..]);
-                let objects: Vec<usize> = (0..names.len()).filter(|&j| contains_word(after, &names[j])).collect();
-                let mut subjects: Vec<usize> = (0..names.len()).filter(|&j| contains_word(before, &names[j])).collect();
+                let objects: Vec<usize> = (0..names.len())
+                    .filter(|&j| contains_word(after, &names[j]))
+                    .collect();
+                let mut subjects: Vec<usize> = (0..names.len())
+                    .filter(|&j| contains_word(before, &names[j]))
+                    .collect();
                 if subjects.is_empty() {
                     subjects.extend(owner(idx));
                 }
@@ -901,7 +1258,9 @@ fn dependencies(doc: &Doc, drafts: &[UnitDraft], errors: &mut Vec<Problem>) -> B
 
 fn mention(segment: &str, names: &[String]) -> Vec<usize> {
     let seg = segment.trim().to_lowercase();
-    (0..names.len()).filter(|&j| contains_word(&seg, &names[j])).collect()
+    (0..names.len())
+        .filter(|&j| contains_word(&seg, &names[j]))
+        .collect()
 }
 
 /// `a ──► b`, `a -> b`, `a → b`: b depends on a.
@@ -924,7 +1283,10 @@ fn arrow_edges(line: &str, names: &[String], edges: &mut BTreeSet<(usize, usize)
 
 /// Mermaid `graph`/`flowchart` edges; node ids or labels name units.
 fn mermaid_edges(text: &str, names: &[String], edges: &mut BTreeSet<(usize, usize)>) {
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("%%"));
+    let mut lines = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("%%"));
     let Some(first) = lines.next() else { return };
     if !(first.starts_with("graph") || first.starts_with("flowchart")) {
         return;
@@ -935,13 +1297,27 @@ fn mermaid_edges(text: &str, names: &[String], edges: &mut BTreeSet<(usize, usiz
         let id_end = tok.find(['[', '(', '{', '>']).unwrap_or(tok.len());
         let id = tok[..id_end].trim().to_string();
         if id_end < tok.len() {
-            let label = tok[id_end..].trim_matches(|c| "[](){}>\"' ".contains(c)).to_string();
+            let label = tok[id_end..]
+                .trim_matches(|c| "[](){}>\"' ".contains(c))
+                .to_string();
             labels.insert(id.clone(), label);
         }
         id
     };
     for l in lines {
-        if ["subgraph", "end", "classdef", "class ", "style", "click", "linkstyle", "direction"].iter().any(|k| l.to_lowercase().starts_with(k)) {
+        if [
+            "subgraph",
+            "end",
+            "classdef",
+            "class ",
+            "style",
+            "click",
+            "linkstyle",
+            "direction",
+        ]
+        .iter()
+        .any(|k| l.to_lowercase().starts_with(k))
+        {
             continue;
         }
         // Drop edge labels (`-->|text|`) before splitting on arrows.
@@ -968,8 +1344,14 @@ fn mermaid_edges(text: &str, names: &[String], edges: &mut BTreeSet<(usize, usiz
             let by_id = id.to_lowercase();
             names
                 .iter()
-                .position(|n| *n == by_id || n.replace(['-', ' '], "_") == by_id.replace(['-', ' '], "_"))
-                .or_else(|| labels.get(id).and_then(|l| names.iter().position(|n| *n == l.to_lowercase())))
+                .position(|n| {
+                    *n == by_id || n.replace(['-', ' '], "_") == by_id.replace(['-', ' '], "_")
+                })
+                .or_else(|| {
+                    labels
+                        .get(id)
+                        .and_then(|l| names.iter().position(|n| *n == l.to_lowercase()))
+                })
         };
         for w in toks.windows(2) {
             if let (Some(from), Some(to)) = (resolve(&w[0], &labels), resolve(&w[1], &labels)) {
@@ -982,14 +1364,24 @@ fn mermaid_edges(text: &str, names: &[String], edges: &mut BTreeSet<(usize, usiz
 }
 
 fn find_cycle(units: &[WorkUnit]) -> Option<Vec<String>> {
-    fn visit(i: usize, units: &[WorkUnit], state: &mut [u8], stack: &mut Vec<usize>) -> Option<Vec<String>> {
+    fn visit(
+        i: usize,
+        units: &[WorkUnit],
+        state: &mut [u8],
+        stack: &mut Vec<usize>,
+    ) -> Option<Vec<String>> {
         state[i] = 1;
         stack.push(i);
         for d in &units[i].depends_on {
-            let Some(j) = units.iter().position(|u| &u.name == d) else { continue };
+            let Some(j) = units.iter().position(|u| &u.name == d) else {
+                continue;
+            };
             if state[j] == 1 {
                 let from = stack.iter().position(|&k| k == j).unwrap_or(0);
-                let mut cycle: Vec<String> = stack[from..].iter().map(|&k| units[k].name.clone()).collect();
+                let mut cycle: Vec<String> = stack[from..]
+                    .iter()
+                    .map(|&k| units[k].name.clone())
+                    .collect();
                 cycle.push(units[j].name.clone());
                 return Some(cycle);
             }
@@ -1042,9 +1434,19 @@ fn assign_depths(units: &mut [WorkUnit]) {
 fn dispatch_template(doc: &Doc) -> Option<DispatchTemplate> {
     let blocks = &doc.blocks;
     for (i, b) in blocks.iter().enumerate() {
-        let Some((_, text)) = b.heading() else { continue };
+        let Some((_, text)) = b.heading() else {
+            continue;
+        };
         let t = plain(text).to_lowercase();
-        let named = t.starts_with("appendix d") || ["dispatch template", "sprint prompt template", "agent prompt", "prompt template"].iter().any(|k| t.contains(k));
+        let named = t.starts_with("appendix d")
+            || [
+                "dispatch template",
+                "sprint prompt template",
+                "agent prompt",
+                "prompt template",
+            ]
+            .iter()
+            .any(|k| t.contains(k));
         if !named {
             continue;
         }
@@ -1055,13 +1457,28 @@ fn dispatch_template(doc: &Doc) -> Option<DispatchTemplate> {
                 Block::Code { text, .. } => Some(text.clone()),
                 _ => None,
             })
-            .unwrap_or_else(|| body_text(doc, i, r.end).lines().skip(1).collect::<Vec<_>>().join("\n").trim().to_string());
+            .unwrap_or_else(|| {
+                body_text(doc, i, r.end)
+                    .lines()
+                    .skip(1)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+                    .trim()
+                    .to_string()
+            });
         if !text.is_empty() {
-            return Some(DispatchTemplate { variables: template_variables(&text), text, line: b.line() });
+            return Some(DispatchTemplate {
+                variables: template_variables(&text),
+                text,
+                line: b.line(),
+            });
         }
     }
     for b in blocks {
-        if let Block::Code { text, line, lang, .. } = b {
+        if let Block::Code {
+            text, line, lang, ..
+        } = b
+        {
             if !matches!(lang.as_str(), "yaml" | "yml" | "") {
                 continue;
             }
@@ -1070,12 +1487,20 @@ fn dispatch_template(doc: &Doc) -> Option<DispatchTemplate> {
                 if let Some(v) = l.trim_start().strip_prefix("template:") {
                     let v = v.trim();
                     let body = if v == "|" || v == ">" || v.is_empty() {
-                        lines.by_ref().map(|l| l.strip_prefix("  ").unwrap_or(l.trim_start())).collect::<Vec<_>>().join("\n")
+                        lines
+                            .by_ref()
+                            .map(|l| l.strip_prefix("  ").unwrap_or(l.trim_start()))
+                            .collect::<Vec<_>>()
+                            .join("\n")
                     } else {
                         v.trim_matches('"').to_string()
                     };
                     if !body.trim().is_empty() {
-                        return Some(DispatchTemplate { variables: template_variables(&body), text: body.trim().to_string(), line: *line });
+                        return Some(DispatchTemplate {
+                            variables: template_variables(&body),
+                            text: body.trim().to_string(),
+                            line: *line,
+                        });
                     }
                 }
             }
@@ -1101,7 +1526,11 @@ fn template_variables(text: &str) -> Vec<String> {
         };
         if c == '<' {
             if let Some((name, j)) = take(i + 1, '>') {
-                if !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit()) {
+                if !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
+                {
                     vars.insert(format!("<{name}>"));
                     i = j;
                 }
@@ -1112,7 +1541,10 @@ fn template_variables(text: &str) -> Vec<String> {
                 i = j;
             }
         } else if c == '$' {
-            let name: String = bytes[i + 1..].iter().take_while(|c| c.is_ascii_uppercase() || **c == '_').collect();
+            let name: String = bytes[i + 1..]
+                .iter()
+                .take_while(|c| c.is_ascii_uppercase() || **c == '_')
+                .collect();
             if name.len() > 1 {
                 vars.insert(format!("${name}"));
             }
@@ -1127,22 +1559,43 @@ fn referenced_files(blocks: &[Block], units: &[WorkUnit]) -> Vec<ReferencedFile>
     let mut out: Vec<ReferencedFile> = Vec::new();
     let mut add = |path: String, role: FileRole, unit: Option<String>, line: usize| {
         if !out.iter().any(|f| f.path == path) {
-            out.push(ReferencedFile { path, role, unit, exists: false, line });
+            out.push(ReferencedFile {
+                path,
+                role,
+                unit,
+                exists: false,
+                line,
+            });
         }
     };
-    let with_dirs: Vec<&WorkUnit> = units.iter().filter(|u| u.directory.as_deref().is_some_and(|d| d != ".")).collect();
+    let with_dirs: Vec<&WorkUnit> = units
+        .iter()
+        .filter(|u| u.directory.as_deref().is_some_and(|d| d != "."))
+        .collect();
     for b in blocks {
         let (texts, line): (Vec<&str>, usize) = match b {
-            Block::Heading { text, line, .. } | Block::Paragraph { text, line } | Block::Item { text, line, .. } => (vec![text.as_str()], *line),
-            Block::Table { rows, line, .. } => (rows.iter().flat_map(|r| r.cells.iter().map(String::as_str)).collect(), *line),
+            Block::Heading { text, line, .. }
+            | Block::Paragraph { text, line }
+            | Block::Item { text, line, .. } => (vec![text.as_str()], *line),
+            Block::Table { rows, line, .. } => (
+                rows.iter()
+                    .flat_map(|r| r.cells.iter().map(String::as_str))
+                    .collect(),
+                *line,
+            ),
             Block::Code { .. } => continue,
         };
         for text in texts {
             for raw in text.split(|c: char| c.is_whitespace() || "`()[],;\"'*".contains(c)) {
                 let tok = raw.trim_end_matches(['.', ':', '!', '?']);
-                let Some((role, placeholder)) = file_role(tok) else { continue };
+                let Some((role, placeholder)) = file_role(tok) else {
+                    continue;
+                };
                 let base = tok.rsplit('/').next().unwrap_or(tok).to_string();
-                if (placeholder || !tok.contains('/')) && !with_dirs.is_empty() && role != FileRole::Config {
+                if (placeholder || !tok.contains('/'))
+                    && !with_dirs.is_empty()
+                    && role != FileRole::Config
+                {
                     for u in &with_dirs {
                         let dir = u.directory.as_deref().unwrap_or(".");
                         add(format!("{dir}/{base}"), role, Some(u.name.clone()), line);
@@ -1161,10 +1614,18 @@ fn file_role(tok: &str) -> Option<(FileRole, bool)> {
     let (stem, ext) = base.rsplit_once('.')?;
     let ext = ext.to_lowercase();
     let stem_l = stem.to_lowercase();
-    if stem.is_empty() || !base.chars().all(|c| c.is_alphanumeric() || "._-".contains(c)) {
+    if stem.is_empty()
+        || !base
+            .chars()
+            .all(|c| c.is_alphanumeric() || "._-".contains(c))
+    {
         return None;
     }
-    if matches!(stem_l.as_str(), "execution_plan" | "supervisor_state" | "analysis_report") || stem_l.starts_with("complete_") {
+    if matches!(
+        stem_l.as_str(),
+        "execution_plan" | "supervisor_state" | "analysis_report"
+    ) || stem_l.starts_with("complete_")
+    {
         return None;
     }
     let placeholder = tok.contains('<') || tok.contains('{') || tok.contains('$');
@@ -1178,7 +1639,9 @@ fn file_role(tok: &str) -> Option<(FileRole, bool)> {
         } else {
             return None;
         }
-    } else if matches!(ext.as_str(), "yml" | "yaml" | "toml" | "json") && (stem_l.contains("config") || stem_l.contains("settings") || stem.starts_with('.')) {
+    } else if matches!(ext.as_str(), "yml" | "yaml" | "toml" | "json")
+        && (stem_l.contains("config") || stem_l.contains("settings") || stem.starts_with('.'))
+    {
         FileRole::Config
     } else {
         return None;

@@ -86,7 +86,11 @@ pub fn load(path: &Path) -> Result<LoadedPlan, LoadError> {
     })?;
     let source = String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
-        let line = e.as_bytes()[..valid].iter().filter(|b| **b == b'\n').count() + 1;
+        let line = e.as_bytes()[..valid]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count()
+            + 1;
         LoadError::NotUtf8 {
             path: path.to_path_buf(),
             line,
@@ -119,8 +123,16 @@ pub fn load(path: &Path) -> Result<LoadedPlan, LoadError> {
 /// §2 plan resolution: an explicit path, else `EXECUTION_PLAN.md` here, else up the tree.
 pub fn locate(explicit: Option<&Path>, cwd: &Path) -> Result<PathBuf, LoadError> {
     if let Some(p) = explicit {
-        let p = if p.is_dir() { p.join("EXECUTION_PLAN.md") } else { p.to_path_buf() };
-        return if p.is_file() { Ok(p) } else { Err(LoadError::NotFound) };
+        let p = if p.is_dir() {
+            p.join("EXECUTION_PLAN.md")
+        } else {
+            p.to_path_buf()
+        };
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(LoadError::NotFound)
+        };
     }
     cwd.ancestors()
         .map(|d| d.join("EXECUTION_PLAN.md"))
@@ -132,7 +144,11 @@ pub fn locate(explicit: Option<&Path>, cwd: &Path) -> Result<PathBuf, LoadError>
 /// `REQUIREMENTS.md`, `PRD.md`, `SPEC.md`, `README.md` in `cwd`.
 pub fn locate_requirements(explicit: Option<&Path>, cwd: &Path) -> Result<PathBuf, LoadError> {
     if let Some(p) = explicit {
-        return if p.is_file() { Ok(p.to_path_buf()) } else { Err(LoadError::NoRequirements) };
+        return if p.is_file() {
+            Ok(p.to_path_buf())
+        } else {
+            Err(LoadError::NoRequirements)
+        };
     }
     ["REQUIREMENTS.md", "PRD.md", "SPEC.md", "README.md"]
         .iter()
@@ -151,10 +167,15 @@ mod tests {
         std::fs::write(dir.path().join("EXECUTION_PLAN.md"), "# P\n").unwrap();
         let deep = dir.path().join("a/b");
         std::fs::create_dir_all(&deep).unwrap();
-        assert_eq!(locate(None, &deep).unwrap(), dir.path().join("EXECUTION_PLAN.md"));
+        assert_eq!(
+            locate(None, &deep).unwrap(),
+            dir.path().join("EXECUTION_PLAN.md")
+        );
         let other = tempfile::tempdir().unwrap();
         let err = locate(None, other.path()).unwrap_err();
-        assert!(err.to_string().starts_with("ERROR: Cannot find EXECUTION_PLAN.md."));
+        assert!(err
+            .to_string()
+            .starts_with("ERROR: Cannot find EXECUTION_PLAN.md."));
     }
 
     #[test]
@@ -162,6 +183,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("README.md"), "x").unwrap();
         std::fs::write(dir.path().join("PRD.md"), "x").unwrap();
-        assert_eq!(locate_requirements(None, dir.path()).unwrap(), dir.path().join("PRD.md"));
+        assert_eq!(
+            locate_requirements(None, dir.path()).unwrap(),
+            dir.path().join("PRD.md")
+        );
     }
 }

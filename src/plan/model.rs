@@ -29,7 +29,11 @@ impl SprintId {
         if rest.len() > 2 || !rest.chars().all(|c| c.is_ascii_alphabetic()) {
             return None;
         }
-        Some(SprintId(format!("{}{}", &t[..digits], rest.to_ascii_lowercase())))
+        Some(SprintId(format!(
+            "{}{}",
+            &t[..digits],
+            rest.to_ascii_lowercase()
+        )))
     }
 
     /// An id made from a plain ordinal (for plans whose sprints carry no number).
@@ -43,7 +47,10 @@ impl SprintId {
 
     fn key(&self) -> (u64, &str) {
         let digits = self.0.chars().take_while(|c| c.is_ascii_digit()).count();
-        (self.0[..digits].parse().unwrap_or(u64::MAX), &self.0[digits..])
+        (
+            self.0[..digits].parse().unwrap_or(u64::MAX),
+            &self.0[digits..],
+        )
     }
 }
 

@@ -1,0 +1,43 @@
+//! Text for people, from state alone: the status table and BLOCKED notices (§13),
+//! `SUPERVISOR_STATE.md` (§8), `COMPLETE_<NAME>.md` with the final verification and
+//! cadence analysis (§14), and the kill summary (§11). Pure: no I/O, no clock.
+
+mod complete;
+mod state_md;
+mod status;
+
+pub use complete::{complete_file_name, complete_md, final_summary, verification, Verification};
+pub use state_md::supervisor_state_md;
+pub use status::{blocked_notices, completion_summary, kill_summary, status_table};
+
+use chrono::{DateTime, Utc};
+
+/// A Markdown table cell: pipes escaped, lines joined.
+pub(crate) fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+pub(crate) fn ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// "<X> minutes", or hours above an hour (§14b).
+pub(crate) fn duration(secs: i64) -> String {
+    let secs = secs.max(0);
+    if secs >= 3600 {
+        format!("{:.1} hours", secs as f64 / 3600.0)
+    } else if secs >= 60 {
+        format!("{} minutes", (secs as f64 / 60.0).round() as i64)
+    } else {
+        format!("{secs} seconds")
+    }
+}
+
+pub(crate) fn elapsed(secs: i64) -> String {
+    let secs = secs.max(0);
+    match secs {
+        0..=59 => format!("{secs}s"),
+        60..=3599 => format!("{}m {:02}s", secs / 60, secs % 60),
+        _ => format!("{}h {:02}m", secs / 3600, (secs % 3600) / 60),
+    }
+}

@@ -1,0 +1,243 @@
+//! §13 status table, BLOCKED notices and the completion summary; §11 kill summary.
+
+use super::{cell, elapsed, ts};
+use crate::engine::{ModelTier, OperationState, OverallStatus, SprintStatus, UnitStatus};
+use chrono::{DateTime, Utc};
+use std::fmt::Write as _;
+
+fn next_event(st: &OperationState) -> String {
+    let active = st.active_count();
+    match st.status {
+        OverallStatus::Completed => "operation complete".into(),
+        OverallStatus::Blocked => "waiting for intervention (resume a BLOCKED unit)".into(),
+        OverallStatus::Killed => "killed; `resume` to continue".into(),
+        OverallStatus::Stopped => "stopped; `resume` to continue".into(),
+        OverallStatus::Stopping => format!("waiting for {active} active agent(s) to finish"),
+        OverallStatus::Running => {
+            if let Some(g) = st.gates.iter().find(|g| g.passed.is_none()) {
+                format!("waiting for build gate {} (layer {})", g.id, g.layer)
+            } else if active > 0 {
+                "polling active agents".into()
+            } else if st
+                .units
+                .iter()
+                .any(|u| u.sprints.iter().any(|s| s.awaiting_confirmation))
+            {
+                "waiting for a person to confirm a manual sprint".into()
+            } else {
+                "dispatching".into()
+            }
+        }
+    }
+}
+
+/// The §13 table, then the active agents with their elapsed time, then notices.
+pub fn status_table(st: &OperationState, now: DateTime<Utc>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "## Supervisor Status — {}", ts(now));
+    let _ = writeln!(out, "{} · status: {}\n", st.name, st.status);
+    out.push_str("| Work Unit | Deps | State | Sprint | Sprint State | Type | Model | Attempt |\n");
+    out.push_str("|-----------|------|-------|--------|-------------|------|-------|---------|\n");
+    for (i, u) in st.units.iter().enumerate() {
+        let pu = &st.plan.work_units[i];
+        let deps = if pu.depends_on.is_empty() {
+            "—".to_string()
+        } else {
+            pu.depends_on.join(", ")
+        };
+        let total = u.sprints.len();
+        let row = match (u.status, u.current()) {
+            (UnitStatus::NotStarted, _) => format!("0/{total} | — | — | — | —"),
+            (_, None) => format!(
+                "{total}/{total} | COMPLETED | — | {} | —",
+                last_tier(u).map_or("—", |t| t.as_str())
+            ),
+            (_, Some(c)) => {
+                let s = &u.sprints[c];
+                let tier = s
+                    .active
+                    .as_ref()
+                    .map(|a| a.tier)
+                    .or(s.history.last().map(|h| h.tier));
+                let state = if s.status() == SprintStatus::Pending && s.dispatches == 0 {
+                    "PENDING".to_string()
+                } else {
+                    s.status().to_string()
+                };
+                format!(
+                    "{}/{total} | {state} | {} | {} | {}/{}",
+                    c + 1,
+                    pu.sprints[c].kind,
+                    tier.map_or("—", |t| t.as_str()),
+                    s.shown_attempt(st.config.max_retries),
+                    st.config.max_retries
+                )
+            }
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {row} |",
+            cell(&u.name),
+            cell(&deps),
+            u.status
+        );
+    }
+    let blocked = st.blocked_units().count();
+    let _ = writeln!(out, "\nActive agents: {}", st.active_count());
+    for u in &st.units {
+        for s in &u.sprints {
+            if let Some(a) = &s.active {
+                let _ = writeln!(
+                    out,
+                    "- {} Sprint {} ({} · {}) — {} elapsed",
+                    u.name,
+                    s.id,
+                    a.tier.as_str(),
+                    a.id,
+                    elapsed((now - a.dispatched_at).num_seconds())
+                );
+            }
+        }
+    }
+    let _ = writeln!(out, "Blocked work units: {blocked}");
+    let _ = writeln!(out, "Next event: {}", next_event(st));
+    if let Some(b) = st.config.budget {
+        let _ = writeln!(out, "Relative cost: {}x of {b}x budget", st.cost_spent);
+    }
+    let notices = blocked_notices(st);
+    if !notices.is_empty() {
+        out.push('\n');
+        out.push_str(&notices);
+    }
+    if st.status == OverallStatus::Completed {
+        out.push('\n');
+        out.push_str(&completion_summary(st));
+    }
+    out
+}
+
+fn last_tier(u: &crate::engine::UnitRun) -> Option<ModelTier> {
+    u.sprints
+        .iter()
+        .rev()
+        .find_map(|s| s.completion.as_ref().map(|c| c.tier))
+}
+
+/// One prominent line per BLOCKED unit (§13).
+pub fn blocked_notices(st: &OperationState) -> String {
+    let mut out = String::new();
+    for u in st.blocked_units() {
+        if let Some(s) = u.sprints.iter().find(|s| s.status() == SprintStatus::Fatal) {
+            let _ = writeln!(
+                out,
+                "BLOCKED: {} Sprint {} — FATAL after {} attempts. Run `supervise resume {}` to retry.",
+                u.name, s.id, s.failures, u.name
+            );
+            if let Some(f) = &s.last_failure {
+                let _ = writeln!(out, "  Last failure: {}", f.lines().next().unwrap_or(""));
+            }
+        }
+    }
+    out
+}
+
+/// §13 "Supervisor Complete" with the model usage table.
+pub fn completion_summary(st: &OperationState) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "## Supervisor Complete\nAll {} sprints executed across {} work units.",
+        st.plan.total_sprints(),
+        st.units.len()
+    );
+    let all_verified = st
+        .units
+        .iter()
+        .flat_map(|u| &u.sprints)
+        .all(|s| s.completion.is_some());
+    let _ = writeln!(
+        out,
+        "{}\n",
+        if all_verified {
+            "All exit criteria verified."
+        } else {
+            "Some exit criteria need a person; see the final verification."
+        }
+    );
+    out.push_str("### Model Usage Summary\n| Model | Sprints | Dispatches | Relative Cost |\n|-------|---------|------------|---------------|\n");
+    let usage = st.model_usage();
+    let mut total = 0;
+    for tier in ModelTier::ALL {
+        let sprints = usage.get(&tier).copied().unwrap_or(0);
+        let dispatches: usize = st
+            .units
+            .iter()
+            .flat_map(|u| &u.sprints)
+            .flat_map(|s| &s.history)
+            .filter(|h| h.tier == tier)
+            .count();
+        let cost = dispatches as u64 * st.config.cost(tier);
+        total += cost;
+        let _ = writeln!(
+            out,
+            "| {} | {sprints} | {dispatches} | {cost}x |",
+            tier.as_str()
+        );
+    }
+    let _ = writeln!(out, "\nTotal relative cost: {total}x (baseline: haiku = 1x; every dispatch counts, retries included)");
+    out
+}
+
+/// §11 step 6.
+pub fn kill_summary(st: &OperationState) -> String {
+    let mut out = String::from("## Kill All Complete\n\n");
+    let terminated = st
+        .units
+        .iter()
+        .flat_map(|u| &u.sprints)
+        .flat_map(|s| &s.history)
+        .filter(|h| h.outcome == "terminated")
+        .count();
+    let with_work: Vec<&str> = st
+        .units
+        .iter()
+        .filter(|u| u.notes.iter().any(|n| n.contains("uncommitted")))
+        .map(|u| u.name.as_str())
+        .collect();
+    let _ = writeln!(out, "Agents terminated: {terminated}");
+    let _ = writeln!(
+        out,
+        "Work units with uncommitted work: {}\n",
+        if with_work.is_empty() {
+            "none".to_string()
+        } else {
+            with_work.join(", ")
+        }
+    );
+    out.push_str("Work unit states after kill:\n| Work Unit | Last Completed Sprint | Uncommitted Work | Action Needed |\n|-----------|----------------------|------------------|---------------|\n");
+    for u in &st.units {
+        let last = u
+            .sprints
+            .iter()
+            .rev()
+            .find(|s| s.status() == SprintStatus::Completed)
+            .map_or("—".to_string(), |s| format!("Sprint {}", s.id));
+        let dirty = u.notes.iter().any(|n| n.contains("uncommitted"));
+        let action = match (u.status, u.current()) {
+            (UnitStatus::Completed, _) | (_, None) => "none".to_string(),
+            (UnitStatus::NotStarted, _) => "starts when its dependencies complete".to_string(),
+            (_, Some(c)) if u.sprints[c].dispatches > 0 => {
+                format!("restart Sprint {}", u.sprints[c].id)
+            }
+            (_, Some(c)) => format!("resume from Sprint {}", u.sprints[c].id),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {last} | {} | {action} |",
+            cell(&u.name),
+            if dirty { "yes" } else { "no" }
+        );
+    }
+    out.push_str("\nTo resume: supervise resume\nUncommitted work stays in each sprint's worktree; inspect it there, or discard it with `git checkout -- . && git clean -fd` inside that worktree before resuming.\n");
+    out
+}

@@ -1,0 +1,210 @@
+//! The engine test harness shared by the engine and report tests: a story-like
+//! driver that checks every invariant on every event and replays the log.
+#![allow(dead_code)]
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use supervise::engine::*;
+use supervise::plan::{self, Plan};
+
+pub const THREE_UNITS: &str = "# Shop\n\n| Work Unit | Layer |\n|---|---|\n| api | 0 |\n| docs | 0 |\n| web | 1 |\n\n\
+## api\n### Sprint 1: Create the API types\n- [ ] `make api-types` passes\n### Sprint 2: Implement the handlers\n- [ ] `make api` passes\n\
+## docs\n### Sprint 1: Write the guide\n- [ ] `docs/guide.md` exists\n\
+## web\n### Sprint 1: Build the page\n- [ ] `make web` passes\n";
+
+pub fn plan(src: &str) -> Plan {
+    plan::parse(src, "test").expect("test plan is valid")
+}
+
+pub struct Sim {
+    pub state: Option<OperationState>,
+    pub log: Vec<Event>,
+    pub now: DateTime<Utc>,
+    pub effects: Vec<Effect>,
+}
+
+impl Sim {
+    pub fn start(src: &str, config: EngineConfig) -> Sim {
+        let mut sim = Sim {
+            state: None,
+            log: Vec::new(),
+            now: Utc.with_ymd_and_hms(2026, 11, 22, 9, 0, 0).unwrap(),
+            effects: Vec::new(),
+        };
+        sim.send(Input::Start {
+            operation: OperationId("op1".into()),
+            plan: Box::new(plan(src)),
+            config,
+            seed: 42,
+        })
+        .unwrap();
+        sim
+    }
+
+    pub fn send(&mut self, input: Input) -> Result<Decision, Refusal> {
+        let d = decide(self.state.as_ref(), input, self.now)?;
+        for e in &d.events {
+            check_invariants(self.state.as_ref(), e);
+            apply(&mut self.state, e);
+            self.log.push(e.clone());
+        }
+        assert_eq!(
+            OperationState::replay(&self.log).as_ref(),
+            self.state.as_ref(),
+            "replaying the log gives the same state"
+        );
+        self.effects.extend(d.effects.iter().cloned());
+        Ok(d)
+    }
+
+    pub fn st(&self) -> &OperationState {
+        self.state.as_ref().unwrap()
+    }
+
+    pub fn unit(&self, name: &str) -> &UnitRun {
+        &self.st().units[self.st().unit_index(name).unwrap()]
+    }
+
+    pub fn sprint_status(&self, unit: &str, i: usize) -> SprintStatus {
+        self.unit(unit).sprints[i].status()
+    }
+
+    /// Dispatch orders still out (not yet finished), oldest first.
+    pub fn out(&self) -> Vec<DispatchOrder> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Dispatch(o) if self.st().find_dispatch(&o.dispatch).is_some() => {
+                    Some(o.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn order_for(&self, unit: &str) -> DispatchOrder {
+        self.out()
+            .into_iter()
+            .find(|o| o.unit == unit)
+            .unwrap_or_else(|| panic!("no dispatch out for {unit}"))
+    }
+
+    pub fn finish(&mut self, unit: &str, report: AgentReport) -> Decision {
+        self.now += Duration::minutes(7);
+        let o = self.order_for(unit);
+        self.send(Input::AgentFinished {
+            dispatch: o.dispatch,
+            report,
+        })
+        .unwrap()
+    }
+
+    pub fn advance(&mut self, secs: i64) {
+        self.now += Duration::seconds(secs);
+    }
+}
+
+pub fn check_invariants(before: Option<&OperationState>, e: &Event) {
+    let Some(st) = before else { return };
+    match e {
+        Event::Dispatched {
+            unit,
+            sprint,
+            attempt,
+            ..
+        } => {
+            let u = &st.units[*unit];
+            assert!(
+                !u.status.is_halted() && u.status == UnitStatus::Running,
+                "dispatch while {}",
+                u.status
+            );
+            assert!(
+                u.sprints[..*sprint]
+                    .iter()
+                    .all(|s| s.status() == SprintStatus::Completed),
+                "sprint dispatched before its predecessor completed"
+            );
+            assert!(
+                *attempt <= st.config.max_retries,
+                "attempt {attempt} exceeds max_retries"
+            );
+            assert!(u.active().is_none(), "two agents on one unit");
+        }
+        Event::Unit { unit, to, .. } => {
+            let from = st.units[*unit].status;
+            assert!(
+                from.can_become(*to),
+                "illegal unit transition {from} -> {to}"
+            );
+            if from == UnitStatus::NotStarted && *to == UnitStatus::Running {
+                for d in &st.plan.work_units[*unit].depends_on {
+                    let dep = &st.units[st.unit_index(d).unwrap()];
+                    assert_eq!(
+                        dep.status,
+                        UnitStatus::Completed,
+                        "dependent started before {d}"
+                    );
+                }
+            }
+        }
+        Event::Sprint {
+            unit, sprint, to, ..
+        } => {
+            let from = st.units[*unit].sprints[*sprint].status();
+            assert!(
+                from.can_become(*to),
+                "illegal sprint transition {from} -> {to}"
+            );
+        }
+        _ => {}
+    }
+}
+
+pub fn success() -> AgentReport {
+    AgentReport {
+        exit_code: Some(0),
+        output_tail: "All checks pass. Committed.".into(),
+        turns_used: Some(12),
+        evidence: Evidence {
+            commits: vec!["a1b2c3d".into()],
+            criteria: vec![CriterionResult {
+                line: 1,
+                text: "make passes".into(),
+                outcome: CriterionOutcome::Passed,
+                detail: String::new(),
+            }],
+            ..Default::default()
+        },
+    }
+}
+
+pub fn partial() -> AgentReport {
+    let mut r = success();
+    r.evidence.criteria.push(CriterionResult {
+        line: 2,
+        text: "make api passes".into(),
+        outcome: CriterionOutcome::Failed,
+        detail: "exit 2".into(),
+    });
+    r.output_tail = "Partial: handlers remaining".into();
+    r
+}
+
+pub fn failure() -> AgentReport {
+    AgentReport {
+        exit_code: Some(1),
+        output_tail: "error: could not compile".into(),
+        turns_used: Some(50),
+        evidence: Evidence::default(),
+    }
+}
+
+pub fn notices(sim: &Sim, kind: NoticeKind) -> Vec<String> {
+    sim.effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Notify { kind: k, text, .. } if *k == kind => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}

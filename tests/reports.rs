@@ -1,0 +1,96 @@
+//! Snapshot tests of every report, from deterministic engine runs.
+
+mod common;
+
+use common::*;
+use supervise::engine::*;
+use supervise::report;
+
+fn output_file(d: &DispatchId) -> String {
+    format!(".supervise/runs/{}/output.log", d.0.replace('/', "_"))
+}
+
+/// A run with a retry, a partial continuation and a blocked unit, mid-flight.
+fn mid_run() -> Sim {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    sim.finish("api", partial());
+    sim.finish("api", success());
+    for _ in 0..3 {
+        sim.finish("docs", failure());
+    }
+    sim
+}
+
+#[test]
+fn status_table_with_a_blocked_unit() {
+    let sim = mid_run();
+    insta::assert_snapshot!(report::status_table(sim.st(), sim.now));
+}
+
+#[test]
+fn supervisor_state_md_follows_section_8() {
+    let sim = mid_run();
+    let md = report::supervisor_state_md(sim.st(), &output_file);
+    for heading in [
+        "## Plan Summary",
+        "## Work Units",
+        "### api",
+        "- Work unit state: RUNNING",
+        "## Active Agents",
+        "## Decisions Log",
+        "## Overall Status",
+    ] {
+        assert!(md.contains(heading), "missing {heading}");
+    }
+    insta::assert_snapshot!(md);
+}
+
+#[test]
+fn complete_md_and_final_verification_at_the_end() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    sim.finish("api", success());
+    sim.finish("docs", failure());
+    let mut no_commit = success();
+    no_commit.evidence.criteria.clear();
+    sim.finish("docs", success());
+    sim.finish("api", success());
+    sim.finish("web", success());
+    assert_eq!(sim.st().status, OverallStatus::Completed);
+    assert_eq!(report::complete_file_name(sim.st()), "COMPLETE_SHOP.md");
+    let md = report::complete_md(sim.st(), sim.now);
+    assert!(md.contains("```mermaid\ngantt"));
+    assert!(md.contains("```mermaid\ngraph LR"));
+    insta::assert_snapshot!("complete_md", md);
+    insta::assert_snapshot!("final_summary", report::final_summary(sim.st()));
+    insta::assert_snapshot!("status_complete", report::status_table(sim.st(), sim.now));
+}
+
+#[test]
+fn final_verification_fails_on_unverified_criteria() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    let mut weak = success();
+    weak.evidence.criteria.clear();
+    for u in ["api", "docs", "api", "web"] {
+        sim.finish(u, weak.clone());
+    }
+    let v = report::verification(sim.st());
+    assert!(!v.passed());
+    assert_eq!(v.fully_verified, 0);
+    assert!(report::complete_md(sim.st(), sim.now).contains("✗ VERIFICATION FAILED"));
+}
+
+#[test]
+fn kill_summary_lists_uncommitted_work() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    sim.finish("api", success());
+    sim.send(Input::Killall).unwrap();
+    let api = sim.unit("api").active().unwrap().id.clone();
+    let mut r = failure();
+    r.evidence.uncommitted = vec!["src/handlers.rs".into()];
+    sim.send(Input::AgentFinished {
+        dispatch: api,
+        report: r,
+    })
+    .unwrap();
+    insta::assert_snapshot!(report::kill_summary(sim.st()));
+}
