@@ -8,4 +8,7 @@ pub mod cli;
 pub mod engine;
 pub mod plan;
 pub mod report;
+pub mod runner;
+pub mod settings;
+pub mod store;
 pub mod text;

@@ -51,8 +51,10 @@ fn completed(st: &OperationState) -> Vec<Done<'_>> {
     v
 }
 
-fn secs(c: &Completion) -> i64 {
-    (c.completed_at - c.started_at).num_seconds().max(0)
+/// Sprint duration in seconds, with millisecond precision (fast agents finish
+/// within a second, and cadence ratios must not divide by zero).
+fn secs(c: &Completion) -> f64 {
+    (c.completed_at - c.started_at).num_milliseconds().max(0) as f64 / 1000.0
 }
 
 fn mark(o: CriterionOutcome) -> &'static str {
@@ -91,7 +93,7 @@ pub fn complete_md(st: &OperationState, now: DateTime<Utc>) -> String {
         .min()
         .unwrap_or(st.started_at);
     let _ = writeln!(out, "Start: {}\nLast updated: {}\n", ts(start), ts(now));
-    let total: i64 = done.iter().map(|d| secs(d.c)).sum();
+    let total: f64 = done.iter().map(|d| secs(d.c)).sum();
     let _ = writeln!(
         out,
         "## Summary\n- Total sprints planned: {}\n- Total sprints completed: {} ({})\n- Models used: {}\n- Total cost: {}x (relative: haiku={}x, sonnet={}x, opus={}x; every dispatch counts)\n- Total duration: {}\n\n---\n\n## Work Units\n",
@@ -265,8 +267,8 @@ pub fn verification(st: &OperationState) -> Verification {
     v
 }
 
-fn mins(s: i64) -> f64 {
-    s as f64 / 60.0
+fn mins(s: f64) -> f64 {
+    s / 60.0
 }
 
 fn bar(frac: f64) -> String {
@@ -387,8 +389,8 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
         .map(|d| d.c.completed_at)
         .max()
         .unwrap_or(st.updated_at);
-    let elapsed = (end - start).num_seconds().max(1);
-    let active: i64 = done.iter().map(|d| secs(d.c)).sum();
+    let elapsed = ((end - start).num_milliseconds() as f64 / 1000.0).max(0.001);
+    let active: f64 = done.iter().map(|d| secs(d.c)).sum();
     let turns: u32 = done.iter().filter_map(|d| d.c.turns).sum();
     let reported = done.iter().filter(|d| d.c.turns.is_some()).count() as u32;
     let _ = writeln!(
@@ -402,7 +404,7 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
     let _ = writeln!(
         out,
         "- **Parallelism efficiency**: {:.0}%",
-        active as f64 * 100.0 / elapsed as f64
+        active * 100.0 / elapsed
     );
     let _ = writeln!(
         out,
@@ -412,7 +414,7 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
     let _ = writeln!(
         out,
         "- **Sprints per hour**: {:.2}",
-        done.len() as f64 / (elapsed as f64 / 3600.0)
+        done.len() as f64 / (elapsed / 3600.0)
     );
     let _ = writeln!(
         out,
@@ -427,20 +429,20 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
         if mine.is_empty() {
             continue;
         }
-        let t: i64 = mine.iter().map(|d| secs(d.c)).sum();
+        let t: f64 = mine.iter().map(|d| secs(d.c)).sum();
         let _ = writeln!(
             out,
             "| {} | {} | {:.1}h | {:.1}min |",
             cell(&u.name),
             mine.len(),
-            t as f64 / 3600.0,
+            t / 3600.0,
             mins(t) / mine.len() as f64
         );
     }
     let _ = writeln!(
         out,
         "\n**Parallelism gain**: {:.2}× (sum of sprint durations / elapsed)\n",
-        active as f64 / elapsed as f64
+        active / elapsed
     );
 
     out.push_str("### By Model\n| Model | Sprints | Avg Duration | Avg Turns | Success Rate | Avg Attempts | Cost Impact |\n|-------|---------|--------------|-----------|--------------|--------------|-------------|\n");
@@ -525,7 +527,7 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
         .count();
     let _ = writeln!(out, "- **Oversized sprints**: {over} (over 80% of the turn budget)\n- **Undersized sprints**: {under} (under 15% of the turn budget)\n");
 
-    let longest = done.iter().max_by_key(|d| secs(d.c));
+    let longest = done.iter().max_by(|a, b| secs(a.c).total_cmp(&secs(b.c)));
     let most = done.iter().max_by_key(|d| d.c.attempts);
     out.push_str("### Bottleneck Analysis\n");
     if let Some(d) = longest {
@@ -602,7 +604,7 @@ fn charts(st: &OperationState, done: &[Done]) -> String {
                 d.sprint.id,
                 d.sprint.name.replace([':', '#', ';'], " "),
                 d.c.started_at.format("%Y-%m-%dT%H:%M:%S"),
-                secs(d.c).max(1)
+                (secs(d.c).ceil() as i64).max(1)
             );
         }
     }
@@ -687,9 +689,9 @@ pub fn final_summary(st: &OperationState) -> String {
     let start = done.iter().map(|d| d.c.started_at).min();
     let end = done.iter().map(|d| d.c.completed_at).max();
     if let (Some(a), Some(b)) = (start, end) {
-        let active: i64 = done.iter().map(|d| secs(d.c)).sum();
-        let el = (b - a).num_seconds().max(1);
-        let _ = writeln!(out, "\n### Performance Summary\n- Total time: {} ({} → {})\n- Average sprint: {:.1} minutes\n- Parallelism efficiency: {:.0}%", duration(el), ts(a), ts(b), mins(active) / done.len() as f64, active as f64 * 100.0 / el as f64);
+        let active: f64 = done.iter().map(|d| secs(d.c)).sum();
+        let el = ((b - a).num_milliseconds() as f64 / 1000.0).max(0.001);
+        let _ = writeln!(out, "\n### Performance Summary\n- Total time: {} ({} → {})\n- Average sprint: {:.1} minutes\n- Parallelism efficiency: {:.0}%", duration(el), ts(a), ts(b), mins(active) / done.len() as f64, active * 100.0 / el);
     }
     let _ = writeln!(
         out,

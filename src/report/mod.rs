@@ -22,14 +22,14 @@ pub(crate) fn ts(t: DateTime<Utc>) -> String {
 }
 
 /// "<X> minutes", or hours above an hour (§14b).
-pub(crate) fn duration(secs: i64) -> String {
-    let secs = secs.max(0);
-    if secs >= 3600 {
-        format!("{:.1} hours", secs as f64 / 3600.0)
-    } else if secs >= 60 {
-        format!("{} minutes", (secs as f64 / 60.0).round() as i64)
+pub(crate) fn duration(secs: f64) -> String {
+    let secs = secs.max(0.0);
+    if secs >= 3600.0 {
+        format!("{:.1} hours", secs / 3600.0)
+    } else if secs >= 60.0 {
+        format!("{} minutes", (secs / 60.0).round() as i64)
     } else {
-        format!("{secs} seconds")
+        format!("{secs:.1} seconds")
     }
 }
 

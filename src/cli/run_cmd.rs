@@ -1,0 +1,306 @@
+//! `supervise run | start | resume | status | stop | killall | name-feature | verify`.
+
+use crate::engine::{Input, OverallStatus, Refusal};
+use crate::plan::{self, LoadedPlan};
+use crate::report;
+use crate::runner::local::{self, default_output, exit, OutputMode, Supervisor};
+use crate::runner::{process, verify};
+use crate::settings::{self, FileSettings, ModelIdsFile, Settings};
+use anyhow::{anyhow, Result};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Options of a local run; each may also come from `.github/supervise.yml`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunFlags {
+    /// The agent command, run through `sh -c` in the sprint's worktree.
+    #[arg(long, env = "SUPERVISE_AGENT")]
+    pub agent: Option<String>,
+    /// Agents in flight at once.
+    #[arg(long)]
+    pub max_parallel: Option<u32>,
+    /// Attempts per sprint before it is FATAL and its unit BLOCKED.
+    #[arg(long)]
+    pub max_retries: Option<u32>,
+    /// Turn budget given to each agent (SUPERVISE_MAX_TURNS).
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// Cap on the operation's total relative cost (haiku=1, sonnet=10, opus=30).
+    #[arg(long)]
+    pub budget: Option<u64>,
+    /// Model id sent for the haiku tier.
+    #[arg(long)]
+    pub model_haiku: Option<String>,
+    #[arg(long)]
+    pub model_sonnet: Option<String>,
+    #[arg(long)]
+    pub model_opus: Option<String>,
+    /// Build/test command run on the integration branch at each phase boundary.
+    #[arg(long)]
+    pub build_gate: Option<String>,
+    /// Seconds without output before an agent is cancelled and retried.
+    #[arg(long)]
+    pub stall_timeout: Option<u64>,
+    /// Seconds an exit-criterion command may run.
+    #[arg(long)]
+    pub verify_timeout: Option<u64>,
+    /// Milliseconds between supervisor ticks.
+    #[arg(long, hide = true)]
+    pub tick_ms: Option<u64>,
+    /// Print one JSON object per event instead of the status table.
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing but errors.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl RunFlags {
+    fn as_file(&self) -> FileSettings {
+        FileSettings {
+            agent: self.agent.clone(),
+            max_parallel: self.max_parallel,
+            max_retries: self.max_retries,
+            max_turns: self.max_turns,
+            budget: self.budget,
+            models: Some(ModelIdsFile {
+                haiku: self.model_haiku.clone(),
+                sonnet: self.model_sonnet.clone(),
+                opus: self.model_opus.clone(),
+            }),
+            build_gate: self.build_gate.clone(),
+            stall_timeout: self.stall_timeout,
+            verify_timeout: self.verify_timeout,
+            tick_ms: self.tick_ms,
+        }
+    }
+
+    fn output(&self) -> OutputMode {
+        if self.quiet {
+            OutputMode::Quiet
+        } else {
+            default_output(self.json)
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Start, or resume what exists (§3 default command).
+    Run,
+    Start,
+    Resume(Option<String>),
+}
+
+/// Prints a plan or lookup error and gives the usage exit status.
+fn load(path: Option<&Path>) -> Result<Result<LoadedPlan, i32>> {
+    let cwd = std::env::current_dir()?;
+    match plan::locate(path, &cwd).and_then(|p| plan::load(&p)) {
+        Ok(p) => Ok(Ok(p)),
+        Err(e) => {
+            eprint!("{e}");
+            if !e.to_string().ends_with('\n') {
+                eprintln!();
+            }
+            Ok(Err(exit::USAGE))
+        }
+    }
+}
+
+fn settings_for(plan: &LoadedPlan, flags: &RunFlags) -> Result<Settings> {
+    let file = match settings::find_file(&plan.root) {
+        Some(p) => settings::read_file(&p)?,
+        None => FileSettings::default(),
+    };
+    Ok(Settings::merge(file, flags.as_file()))
+}
+
+fn refused(r: Refusal) -> i32 {
+    eprintln!("{r}");
+    exit::USAGE
+}
+
+pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
+    let plan = match load(path)? {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let dir = local::state_dir(&plan);
+    if let Some(pid) = local::running_supervisor(&dir) {
+        if let Mode::Resume(unit) = &mode {
+            local::send_control(
+                &dir,
+                &format!("resume {}", unit.clone().unwrap_or_default()),
+            )?;
+            println!("Sent `resume` to the running supervisor (pid {pid}).");
+            return Ok(exit::COMPLETED);
+        }
+        eprintln!("A supervisor is already running for this plan (pid {pid}). Use `supervise status`, `stop` or `killall`.");
+        return Ok(exit::USAGE);
+    }
+    let settings = settings_for(&plan, flags)?;
+    if settings.agent.is_none() {
+        eprintln!("No agent command: pass --agent CMD (for example --agent 'claude -p \"$(cat $SUPERVISE_PROMPT_FILE)\"') or set `agent:` in .github/supervise.yml.");
+        return Ok(exit::USAGE);
+    }
+    let out = flags.output();
+    let mut sup = Supervisor::open(plan, settings, out)?;
+    let first = match (sup.state().map(|s| s.status), &mode) {
+        (None, Mode::Resume(_)) => {
+            eprintln!("No operation to resume for this plan; run `supervise run` to start one.");
+            return Ok(exit::USAGE);
+        }
+        (None, _) => {
+            let input = sup.start_input()?;
+            Some(input)
+        }
+        (Some(_), Mode::Start) => {
+            return Ok(refused(Refusal::AlreadyStarted(
+                sup.state().map(|s| s.name.clone()).unwrap_or_default(),
+            )))
+        }
+        (Some(_), Mode::Resume(unit)) => Some(Input::Resume { unit: unit.clone() }),
+        (
+            Some(OverallStatus::Stopped | OverallStatus::Killed | OverallStatus::Blocked),
+            Mode::Run,
+        ) => Some(Input::Resume { unit: None }),
+        (Some(_), Mode::Run) => None,
+    };
+    if let Some(input) = first {
+        let is_start = matches!(input, Input::Start { .. });
+        if let Err(r) = sup.handle(input)? {
+            return Ok(refused(r));
+        }
+        if is_start && out != OutputMode::Quiet && out != OutputMode::Json {
+            if let Some(st) = sup.state() {
+                println!(
+                    "{}",
+                    crate::engine::naming::announcement(
+                        &st.name,
+                        st.units.len(),
+                        st.plan.total_sprints()
+                    )
+                );
+            }
+        }
+    }
+    sup.run_loop()
+}
+
+/// `stop`, `killall` and `name-feature`: sent to a running supervisor, or applied
+/// to the recorded state when none runs.
+pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
+    let plan = match load(path)? {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let dir = local::state_dir(&plan);
+    if let Some(pid) = local::running_supervisor(&dir) {
+        local::send_control(&dir, word)?;
+        println!("Sent `{word}` to the running supervisor (pid {pid}).");
+        return Ok(exit::COMPLETED);
+    }
+    let settings = settings_for(&plan, &RunFlags::default())?;
+    let mut sup = Supervisor::open(plan, settings, OutputMode::Lines)?;
+    match sup.handle(input)? {
+        Ok(()) => {}
+        Err(Refusal::Ritual(text)) => {
+            println!("{text}");
+            return Ok(exit::COMPLETED);
+        }
+        Err(r) => return Ok(refused(r)),
+    }
+    if let Some(st) = sup.state() {
+        match word {
+            "killall" => println!("{}", report::kill_summary(st)),
+            "name-feature" => println!("Operation renamed: {}", st.name),
+            _ => println!("{}", report::status_table(st, chrono::Utc::now())),
+        }
+    }
+    Ok(exit::COMPLETED)
+}
+
+pub fn status(path: Option<&Path>, json: bool) -> Result<i32> {
+    let plan = match load(path)? {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let Some(st) = local::read_state(&plan)? else {
+        eprintln!(
+            "No operation has been started for {}; run `supervise run`.",
+            plan.path.display()
+        );
+        return Ok(exit::USAGE);
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&st)?);
+    } else {
+        print!("{}", report::status_table(&st, chrono::Utc::now()));
+        if local::running_supervisor(&local::state_dir(&plan)).is_none()
+            && matches!(st.status, OverallStatus::Running | OverallStatus::Stopping)
+        {
+            println!("(no supervisor is running for this plan; `supervise run` picks it up)");
+        }
+    }
+    Ok(exit::COMPLETED)
+}
+
+pub fn verify_cmd(
+    path: Option<&Path>,
+    unit: &str,
+    sprint: &str,
+    dir: Option<&Path>,
+    json: bool,
+    timeout: u64,
+) -> Result<i32> {
+    let plan = match load(path)? {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let u = plan
+        .plan
+        .unit(unit)
+        .ok_or_else(|| anyhow!("there is no work unit `{unit}` in {}", plan.path.display()))?;
+    let id = crate::plan::SprintId::parse(sprint)
+        .ok_or_else(|| anyhow!("`{sprint}` is not a sprint id (like 2 or 2a)"))?;
+    let s = u
+        .sprints
+        .iter()
+        .find(|s| s.id == id)
+        .ok_or_else(|| anyhow!("work unit `{unit}` has no sprint {sprint}"))?;
+    let root: PathBuf = dir
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| plan.root.clone());
+    let results = verify::verify_sprint(u, s, &root, Duration::from_secs(timeout));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        for r in &results {
+            let mark = match r.outcome {
+                crate::engine::CriterionOutcome::Passed => "✓",
+                crate::engine::CriterionOutcome::Failed => "✗",
+                crate::engine::CriterionOutcome::Unverified => "☐",
+            };
+            println!(
+                "{mark} line {}: {}{}",
+                r.line,
+                r.text,
+                if r.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" — {}", r.detail.lines().next().unwrap_or(""))
+                }
+            );
+        }
+    }
+    let failed = results
+        .iter()
+        .any(|r| r.outcome == crate::engine::CriterionOutcome::Failed);
+    Ok(if failed { 1 } else { 0 })
+}
+
+pub fn run_agent(dir: &Path) -> Result<i32> {
+    process::run_agent(dir)?;
+    Ok(0)
+}

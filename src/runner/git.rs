@@ -1,0 +1,296 @@
+//! Git for local runs: the operation's integration branch, a branch and worktree per
+//! sprint, the evidence the cascade needs, and merges into the integration branch.
+//! Only refs and worktrees under `.supervise/` are touched: the person's own
+//! checkout and branch never change.
+
+use anyhow::{anyhow, Context, Result};
+use git2::{BranchType, Oid, Repository, ResetType, Signature, StatusOptions, WorktreeAddOptions};
+use std::path::{Path, PathBuf};
+
+pub struct Git {
+    repo: Repository,
+    /// The repository's working directory (where `.git` lives).
+    workdir: PathBuf,
+    /// The plan's directory relative to `workdir` (empty when at the root).
+    plan_rel: PathBuf,
+    worktrees: PathBuf,
+}
+
+/// What git says about a sprint branch after an agent ran.
+#[derive(Debug, Default, Clone)]
+pub struct BranchEvidence {
+    pub commits: Vec<String>,
+    pub uncommitted: Vec<String>,
+    pub merge_conflict: Option<String>,
+}
+
+/// `supervise/<op>/integration`: git cannot hold a branch `supervise/<op>` next to
+/// the sprint branches below it, so the integration branch is a sibling of theirs.
+pub fn integration_branch(op: &str) -> String {
+    format!("supervise/{op}/integration")
+}
+
+pub fn sprint_branch(op: &str, unit_slug: &str, sprint: &str) -> String {
+    format!("supervise/{op}/{unit_slug}/sprint-{sprint}")
+}
+
+fn signature(repo: &Repository) -> Signature<'static> {
+    repo.signature()
+        .map(|s| s.to_owned())
+        .or_else(|_| Signature::now("Sprint Supervisor", "supervise@localhost"))
+        .expect("a fixed signature is valid")
+}
+
+impl Git {
+    /// Opens the repository holding `plan_root`; worktrees go to `state_dir/worktrees`.
+    pub fn open(plan_root: &Path, state_dir: &Path) -> Result<Git> {
+        let repo = Repository::discover(plan_root).with_context(|| {
+            format!(
+                "{} is not inside a git repository; run `git init` and commit first",
+                plan_root.display()
+            )
+        })?;
+        let workdir = repo
+            .workdir()
+            .ok_or_else(|| anyhow!("the repository is bare; run from a checkout"))?
+            .canonicalize()?;
+        let root = plan_root.canonicalize()?;
+        let plan_rel = root
+            .strip_prefix(&workdir)
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let worktrees = state_dir.join("worktrees");
+        // Keep the supervisor's files out of `git status` in the person's checkout.
+        let exclude = repo.path().join("info/exclude");
+        let rel_state = state_dir.canonicalize().ok().and_then(|s| {
+            s.strip_prefix(&workdir)
+                .ok()
+                .map(|p| format!("/{}/", p.display()))
+        });
+        if let Some(line) = rel_state {
+            let current = std::fs::read_to_string(&exclude).unwrap_or_default();
+            if !current.lines().any(|l| l == line) {
+                let _ = std::fs::create_dir_all(exclude.parent().unwrap_or(Path::new(".")));
+                let _ = std::fs::write(
+                    &exclude,
+                    format!(
+                        "{current}{}{line}\n",
+                        if current.is_empty() || current.ends_with('\n') {
+                            ""
+                        } else {
+                            "\n"
+                        }
+                    ),
+                );
+            }
+        }
+        Ok(Git {
+            repo,
+            workdir,
+            plan_rel,
+            worktrees,
+        })
+    }
+
+    pub fn head_commit(&self) -> Result<Oid> {
+        let head = self
+            .repo
+            .head()
+            .context("the repository has no commits yet; commit the plan first")?;
+        Ok(head.peel_to_commit()?.id())
+    }
+
+    fn branch_oid(&self, name: &str) -> Result<Option<Oid>> {
+        match self.repo.find_branch(name, BranchType::Local) {
+            Ok(b) => Ok(Some(b.get().peel_to_commit()?.id())),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Creates the integration branch from `start` unless it exists (idempotent).
+    pub fn ensure_integration(&self, op: &str, start: Oid) -> Result<Oid> {
+        let name = integration_branch(op);
+        if let Some(oid) = self.branch_oid(&name)? {
+            return Ok(oid);
+        }
+        self.repo
+            .branch(&name, &self.repo.find_commit(start)?, false)?;
+        Ok(start)
+    }
+
+    pub fn integration_head(&self, op: &str) -> Result<Oid> {
+        self.branch_oid(&integration_branch(op))?.ok_or_else(|| {
+            anyhow!(
+                "the integration branch {} is missing",
+                integration_branch(op)
+            )
+        })
+    }
+
+    fn worktree_name(branch: &str) -> String {
+        branch.replace('/', "-")
+    }
+
+    /// The checkout of `branch`, created from the integration head at first use.
+    /// Returns the project root inside the worktree (where the agent runs).
+    pub fn ensure_sprint_worktree(&self, op: &str, branch: &str) -> Result<PathBuf> {
+        let name = Self::worktree_name(branch);
+        let path = self.worktrees.join(&name);
+        if !path.join(".git").exists() {
+            if self.branch_oid(branch)?.is_none() {
+                let base = self.repo.find_commit(self.integration_head(op)?)?;
+                self.repo.branch(branch, &base, false)?;
+            }
+            std::fs::create_dir_all(&self.worktrees)?;
+            // A worktree record left by a crash between `add` and checkout is pruned first.
+            if let Ok(wt) = self.repo.find_worktree(&name) {
+                let _ = wt.prune(Some(
+                    git2::WorktreePruneOptions::new()
+                        .valid(true)
+                        .working_tree(true),
+                ));
+            }
+            let reference = self
+                .repo
+                .find_branch(branch, BranchType::Local)?
+                .into_reference();
+            let mut opts = WorktreeAddOptions::new();
+            opts.reference(Some(&reference));
+            self.repo
+                .worktree(&name, &path, Some(&opts))
+                .with_context(|| format!("creating the worktree for {branch}"))?;
+        }
+        Ok(path.join(&self.plan_rel))
+    }
+
+    pub fn branch_head(&self, branch: &str) -> Result<Option<Oid>> {
+        self.branch_oid(branch)
+    }
+
+    /// Commits on the sprint branch not yet in the integration branch, uncommitted
+    /// paths in its worktree, and whether it would merge cleanly.
+    pub fn evidence(&self, op: &str, branch: &str) -> Result<BranchEvidence> {
+        let mut ev = BranchEvidence::default();
+        let integ = self.integration_head(op)?;
+        let Some(head) = self.branch_oid(branch)? else {
+            return Ok(ev);
+        };
+        let mut walk = self.repo.revwalk()?;
+        walk.push(head)?;
+        walk.hide(integ)?;
+        for oid in walk {
+            ev.commits.push(oid?.to_string()[..7].to_string());
+        }
+        let path = self.worktrees.join(Self::worktree_name(branch));
+        if path.join(".git").exists() {
+            let wt = Repository::open(&path)?;
+            let mut opts = StatusOptions::new();
+            opts.include_untracked(true)
+                .recurse_untracked_dirs(true)
+                .include_ignored(false);
+            for s in wt.statuses(Some(&mut opts))?.iter() {
+                if let Ok(p) = s.path() {
+                    ev.uncommitted.push(p.to_string());
+                }
+            }
+        }
+        if !self.repo.graph_descendant_of(head, integ)? && head != integ {
+            let idx = self.repo.merge_commits(
+                &self.repo.find_commit(integ)?,
+                &self.repo.find_commit(head)?,
+                None,
+            )?;
+            if idx.has_conflicts() {
+                let paths: Vec<String> = idx
+                    .conflicts()?
+                    .filter_map(|c| c.ok())
+                    .filter_map(|c| {
+                        c.our
+                            .or(c.their)
+                            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+                    })
+                    .collect();
+                ev.merge_conflict = Some(format!(
+                    "conflicts in {}; merge {} into this branch and resolve them",
+                    paths.join(", "),
+                    integration_branch(op)
+                ));
+            }
+        }
+        Ok(ev)
+    }
+
+    /// Merges a verified sprint branch into the integration branch. Idempotent: a
+    /// branch already contained in the integration branch is a no-op.
+    pub fn integrate(&self, op: &str, branch: &str, message: &str) -> Result<()> {
+        let integ = self.integration_head(op)?;
+        let Some(head) = self.branch_oid(branch)? else {
+            return Ok(());
+        };
+        if head == integ || self.repo.graph_descendant_of(integ, head)? {
+            return Ok(());
+        }
+        let refname = format!("refs/heads/{}", integration_branch(op));
+        if self.repo.graph_descendant_of(head, integ)? {
+            self.repo.reference(&refname, head, true, message)?;
+            return Ok(());
+        }
+        let (ours, theirs) = (self.repo.find_commit(integ)?, self.repo.find_commit(head)?);
+        let mut idx = self.repo.merge_commits(&ours, &theirs, None)?;
+        if idx.has_conflicts() {
+            return Err(anyhow!(
+                "{branch} no longer merges cleanly into {}",
+                integration_branch(op)
+            ));
+        }
+        let tree = self.repo.find_tree(idx.write_tree_to(&self.repo)?)?;
+        let sig = signature(&self.repo);
+        self.repo.commit(
+            Some(&refname),
+            &sig,
+            &sig,
+            message,
+            &tree,
+            &[&ours, &theirs],
+        )?;
+        Ok(())
+    }
+
+    /// A clean checkout of the integration head for the build gate.
+    pub fn gate_worktree(&self, op: &str) -> Result<PathBuf> {
+        let branch = format!("supervise/{op}/gate");
+        let head = self.integration_head(op)?;
+        let commit = self.repo.find_commit(head)?;
+        self.repo.branch(&branch, &commit, true)?;
+        let name = Self::worktree_name(&branch);
+        let path = self.worktrees.join(&name);
+        if !path.join(".git").exists() {
+            std::fs::create_dir_all(&self.worktrees)?;
+            let reference = self
+                .repo
+                .find_branch(&branch, BranchType::Local)?
+                .into_reference();
+            let mut opts = WorktreeAddOptions::new();
+            opts.reference(Some(&reference));
+            self.repo.worktree(&name, &path, Some(&opts))?;
+        }
+        let wt = Repository::open(&path)?;
+        wt.reset(wt.find_commit(head)?.as_object(), ResetType::Hard, None)?;
+        Ok(path.join(&self.plan_rel))
+    }
+
+    /// Removes a finished sprint's worktree (its branch stays).
+    pub fn remove_worktree(&self, branch: &str) {
+        let name = Self::worktree_name(branch);
+        let path = self.worktrees.join(&name);
+        let _ = std::fs::remove_dir_all(&path);
+        if let Ok(wt) = self.repo.find_worktree(&name) {
+            let _ = wt.prune(Some(git2::WorktreePruneOptions::new().valid(true)));
+        }
+    }
+
+    pub fn workdir(&self) -> &Path {
+        &self.workdir
+    }
+}

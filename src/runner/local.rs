@@ -1,0 +1,677 @@
+//! The local supervisor: drives the engine with agents as local processes in git
+//! worktrees and the file ledger as its store. One loop, one input at a time:
+//! decide → write events and effects → carry out the effects → mark them done.
+
+use super::git::{sprint_branch, Git};
+use super::process::{self, RunSpec, Watched};
+use super::verify;
+use crate::engine::{
+    self, decide, AgentReport, Effect, Evidence, Input, NoticeKind, OperationId, OperationState,
+    OverallStatus, Refusal,
+};
+use crate::plan::LoadedPlan;
+use crate::report;
+use crate::settings::Settings;
+use crate::store::{FileLedger, Ledger, PendingEffect};
+use crate::text::slug;
+use anyhow::{anyhow, Context, Result};
+use std::collections::{HashSet, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::{IsTerminal, Write};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+/// Messages from watcher and worker threads to the loop.
+enum Msg {
+    Finished(engine::DispatchId),
+    Activity(engine::DispatchId),
+    Input(Input),
+}
+
+/// How the run reports to the person at the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputMode {
+    /// A live table redrawn in place.
+    Live,
+    /// Plain lines, for logs and pipes.
+    Lines,
+    /// One JSON object per event, on standard output.
+    Json,
+    Quiet,
+}
+
+/// The exit statuses of `supervise run`, documented in `--help` and the README.
+pub mod exit {
+    pub const COMPLETED: i32 = 0;
+    pub const USAGE: i32 = 1;
+    pub const VERIFICATION_FAILED: i32 = 2;
+    pub const BLOCKED: i32 = 3;
+    pub const STOPPED: i32 = 4;
+    pub const AWAITING_PERSON: i32 = 5;
+}
+
+pub struct Supervisor {
+    plan: LoadedPlan,
+    dir: PathBuf,
+    ledger: FileLedger,
+    state: Option<OperationState>,
+    git: Git,
+    settings: Settings,
+    out: OutputMode,
+    tx: Sender<Msg>,
+    rx: Receiver<Msg>,
+    queue: VecDeque<Input>,
+    watching: HashSet<engine::DispatchId>,
+    last_draw: Option<Instant>,
+    _lock: File,
+}
+
+/// `.supervise/` beside the plan.
+pub fn state_dir(plan: &LoadedPlan) -> PathBuf {
+    plan.root.join(".supervise")
+}
+
+fn supervisor_lock(dir: &Path) -> Result<Option<File>> {
+    std::fs::create_dir_all(dir)?;
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join("supervisor.lock"))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Ok(None);
+    }
+    f.set_len(0)?;
+    write!(&f, "{}", std::process::id())?;
+    Ok(Some(f))
+}
+
+/// The pid of the supervisor running for this plan, if one is.
+pub fn running_supervisor(dir: &Path) -> Option<String> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("supervisor.lock"))
+        .ok()?;
+    // SAFETY: as above; a lock we get is released when `f` drops.
+    let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    (!free).then(|| std::fs::read_to_string(dir.join("supervisor.lock")).unwrap_or_default())
+}
+
+/// Asks the running supervisor to carry out a command (stop, killall, resume).
+pub fn send_control(dir: &Path, command: &str) -> Result<()> {
+    let control = dir.join("control");
+    std::fs::create_dir_all(&control)?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let tmp = control.join(format!(".{nanos}.tmp"));
+    std::fs::write(&tmp, command)?;
+    std::fs::rename(tmp, control.join(format!("{nanos:032}")))?;
+    Ok(())
+}
+
+/// Reads the recorded state without taking the lock (for `status`).
+pub fn read_state(plan: &LoadedPlan) -> Result<Option<OperationState>> {
+    Ok(FileLedger::new(&state_dir(plan)).load()?.state)
+}
+
+impl Supervisor {
+    /// Takes the plan's supervisor lock; fails if another supervisor holds it.
+    pub fn open(plan: LoadedPlan, settings: Settings, out: OutputMode) -> Result<Supervisor> {
+        let dir = state_dir(&plan);
+        let lock = supervisor_lock(&dir)?.ok_or_else(|| {
+            let pid = running_supervisor(&dir).unwrap_or_default();
+            anyhow!("a supervisor is already running for this plan (pid {pid}); use `supervise status`, `stop` or `killall` from here")
+        })?;
+        let git = Git::open(&plan.root, &dir)?;
+        let mut ledger = FileLedger::new(&dir);
+        let loaded = ledger.load()?;
+        let (tx, rx) = channel();
+        let mut sup = Supervisor {
+            plan,
+            dir,
+            ledger,
+            state: loaded.state,
+            git,
+            settings,
+            out,
+            tx,
+            rx,
+            queue: VecDeque::new(),
+            watching: HashSet::new(),
+            last_draw: None,
+            _lock: lock,
+        };
+        // Events first, effects second: whatever the last process recorded but did
+        // not finish is carried out now (every effect is idempotent).
+        sup.reconcile(loaded.pending)?;
+        Ok(sup)
+    }
+
+    pub fn state(&self) -> Option<&OperationState> {
+        self.state.as_ref()
+    }
+
+    fn op(&self) -> String {
+        self.state
+            .as_ref()
+            .map(|s| s.id.0.clone())
+            .unwrap_or_default()
+    }
+
+    fn runs(&self) -> PathBuf {
+        self.dir.join("runs")
+    }
+
+    /// The input that starts a new operation on this plan.
+    pub fn start_input(&self) -> Result<Input> {
+        let title = slug(&self.plan.plan.title);
+        let now = chrono::Utc::now();
+        let nanos = now.timestamp_nanos_opt().unwrap_or(0) as u64;
+        let op = format!(
+            "{}-{:06x}",
+            &title[..title.len().min(24)].trim_end_matches('-'),
+            nanos & 0xff_ffff
+        );
+        let start = self.git.head_commit()?;
+        self.git.ensure_integration(&op, start)?;
+        Ok(Input::Start {
+            operation: OperationId(op),
+            plan: Box::new(self.plan.plan.clone()),
+            config: self.settings.engine.clone(),
+            seed: nanos,
+        })
+    }
+
+    /// Carries out the outbox, then adopts (or finishes) every run in flight.
+    fn reconcile(&mut self, pending: Vec<PendingEffect>) -> Result<()> {
+        for p in pending {
+            self.carry_out(p)?;
+        }
+        let active: Vec<engine::DispatchId> = self
+            .state
+            .iter()
+            .flat_map(|s| s.units.iter())
+            .flat_map(|u| u.sprints.iter())
+            .filter_map(|s| s.active.as_ref().map(|a| a.id.clone()))
+            .collect();
+        for d in active {
+            let dir = process::run_dir(&self.runs(), &d.0);
+            if dir.exists() {
+                self.watch(d, None);
+            } else {
+                // Recorded as dispatched but never launched: nothing ran, so the
+                // outbox entry (already re-run above) is the only launcher.
+                tracing::warn!(dispatch = %d, "dispatch recorded without a run directory");
+            }
+        }
+        Ok(())
+    }
+
+    fn watch(&mut self, d: engine::DispatchId, child: Option<std::process::Child>) {
+        if !self.watching.insert(d.clone()) {
+            return;
+        }
+        let dir = process::run_dir(&self.runs(), &d.0);
+        process::watch(dir, child, self.tx.clone(), move |w| match w {
+            Watched::Finished => Msg::Finished(d.clone()),
+            Watched::Activity => Msg::Activity(d.clone()),
+        });
+    }
+
+    /// Decides one input, records it, carries out its effects.
+    pub fn handle(&mut self, input: Input) -> Result<Result<(), Refusal>> {
+        let now = chrono::Utc::now();
+        let span = tracing::info_span!("input", op = %self.op());
+        let _g = span.enter();
+        let d = match decide(self.state.as_ref(), input, now) {
+            Ok(d) => d,
+            Err(r) => return Ok(Err(r)),
+        };
+        if d.events.is_empty() && d.effects.is_empty() {
+            return Ok(Ok(()));
+        }
+        let pending = self.ledger.append(&d.events, &d.effects)?;
+        for e in &d.events {
+            engine::apply(&mut self.state, e);
+            self.print_event(e);
+        }
+        for p in pending {
+            self.carry_out(p)?;
+        }
+        Ok(Ok(()))
+    }
+
+    fn carry_out(&mut self, p: PendingEffect) -> Result<()> {
+        let span = tracing::info_span!("effect", id = %p.id);
+        let _g = span.enter();
+        match self.effect(&p.effect) {
+            Ok(()) => self.ledger.mark_done(&p.id)?,
+            // Left undone in the outbox: the next start of the supervisor retries it.
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "effect failed");
+                self.notice(&format!("error: {e:#}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn effect(&mut self, effect: &Effect) -> Result<()> {
+        let op = self.op();
+        match effect {
+            Effect::Dispatch(order) => {
+                let dir = process::run_dir(&self.runs(), &order.dispatch.0);
+                let branch = sprint_branch(&op, &slug(&order.unit), order.sprint.as_str());
+                let checkout = match self.git.ensure_sprint_worktree(&op, &branch) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.queue.push_back(Input::DispatchFailed {
+                            dispatch: order.dispatch.clone(),
+                            error: format!("{e:#}"),
+                        });
+                        return Ok(());
+                    }
+                };
+                let agent = self.settings.agent.clone().ok_or_else(|| anyhow!("no agent command: pass --agent CMD or set `agent:` in .github/supervise.yml"))?;
+                let st = self
+                    .state
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("dispatch before start"))?;
+                let ui = st
+                    .unit_index(&order.unit)
+                    .ok_or_else(|| anyhow!("unknown unit {}", order.unit))?;
+                let unit = st.plan.work_units[ui].clone();
+                let sprint = unit
+                    .sprints
+                    .iter()
+                    .find(|s| s.id == order.sprint)
+                    .cloned()
+                    .ok_or_else(|| anyhow!("unknown sprint"))?;
+                let spec = RunSpec {
+                    order: order.clone(),
+                    agent,
+                    checkout,
+                    unit,
+                    sprint,
+                    verify_timeout_secs: self.settings.verify_timeout_secs,
+                };
+                let child = process::spawn(&dir, &spec)?;
+                self.watch(order.dispatch.clone(), child);
+            }
+            Effect::Cancel { dispatch, force } => {
+                let grace = if *force {
+                    Duration::from_secs(2)
+                } else {
+                    Duration::from_secs(10)
+                };
+                process::cancel(&process::run_dir(&self.runs(), &dispatch.0), grace);
+            }
+            Effect::Integrate {
+                unit,
+                sprint,
+                dispatch,
+            } => {
+                let branch = sprint_branch(&op, &slug(unit), sprint.as_str());
+                self.git.integrate(
+                    &op,
+                    &branch,
+                    &format!("Merge {unit} Sprint {sprint} ({dispatch})"),
+                )?;
+                self.git.remove_worktree(&branch);
+            }
+            Effect::RunGate { gate, layer, units } => {
+                let cmd = self
+                    .settings
+                    .build_gate
+                    .clone()
+                    .unwrap_or_else(|| "true".into());
+                let dir = self.git.gate_worktree(&op)?;
+                let (tx, gate, timeout) = (
+                    self.tx.clone(),
+                    *gate,
+                    Duration::from_secs(self.settings.verify_timeout_secs),
+                );
+                self.notice(&format!(
+                    "🏗️  Phase {layer} complete ({}). Running coordinated build: {cmd}",
+                    units.join(", ")
+                ));
+                std::thread::spawn(move || {
+                    let (passed, output) = verify::run_shell(&cmd, &dir, timeout);
+                    let _ = tx.send(Msg::Input(Input::GateResult {
+                        gate,
+                        passed,
+                        output,
+                    }));
+                });
+            }
+            Effect::PollCondition { unit, sprint } => {
+                let branch = sprint_branch(&op, &slug(unit), sprint.as_str());
+                let checkout = self.git.ensure_sprint_worktree(&op, &branch)?;
+                let st = self
+                    .state
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("poll before start"))?;
+                let u = st
+                    .plan
+                    .unit(unit)
+                    .cloned()
+                    .ok_or_else(|| anyhow!("unknown unit"))?;
+                let s = u
+                    .sprints
+                    .iter()
+                    .find(|s| &s.id == sprint)
+                    .cloned()
+                    .ok_or_else(|| anyhow!("unknown sprint"))?;
+                let (tx, unit, sprint, timeout) = (
+                    self.tx.clone(),
+                    unit.clone(),
+                    sprint.clone(),
+                    Duration::from_secs(self.settings.verify_timeout_secs),
+                );
+                std::thread::spawn(move || {
+                    let results = verify::verify_sprint(&u, &s, &checkout, timeout);
+                    let met = results
+                        .iter()
+                        .all(|r| r.outcome != engine::CriterionOutcome::Failed)
+                        && results
+                            .iter()
+                            .any(|r| r.outcome == engine::CriterionOutcome::Passed);
+                    let _ = tx.send(Msg::Input(Input::ConditionPolled {
+                        unit,
+                        sprint,
+                        met,
+                        error: None,
+                    }));
+                });
+            }
+            Effect::Notify { kind, text, .. } => {
+                let prefix = match kind {
+                    NoticeKind::Blocked => "⛔ ",
+                    NoticeKind::Completed => "✅ ",
+                    NoticeKind::BudgetReached => "💰 ",
+                    _ => "",
+                };
+                self.notice(&format!("{prefix}{text}"));
+            }
+            Effect::PublishStatus => self.publish()?,
+            Effect::FinalReport => {
+                self.publish()?;
+                if let Some(st) = &self.state {
+                    let s = report::final_summary(st);
+                    self.notice(&s);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites SUPERVISOR_STATE.md and COMPLETE_<NAME>.md and refreshes the screen.
+    fn publish(&mut self) -> Result<()> {
+        let Some(st) = &self.state else { return Ok(()) };
+        let runs = self.runs();
+        let output_file = |d: &engine::DispatchId| {
+            process::run_dir(&runs, &d.0)
+                .join("output.log")
+                .strip_prefix(&self.plan.root)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        };
+        let now = chrono::Utc::now();
+        write_file(
+            &self.plan.root.join("SUPERVISOR_STATE.md"),
+            &report::supervisor_state_md(st, &output_file),
+        )?;
+        if st
+            .units
+            .iter()
+            .any(|u| u.sprints.iter().any(|s| s.completion.is_some()))
+        {
+            write_file(
+                &self.plan.root.join(report::complete_file_name(st)),
+                &report::complete_md(st, now),
+            )?;
+        }
+        if self.out == OutputMode::Live
+            && self
+                .last_draw
+                .is_none_or(|t| t.elapsed() >= Duration::from_millis(200))
+        {
+            self.last_draw = Some(Instant::now());
+            let recent: Vec<String> = st
+                .decisions
+                .iter()
+                .rev()
+                .take(8)
+                .rev()
+                .map(|d| {
+                    format!(
+                        "{} {}{}: {} — {}",
+                        d.at.format("%H:%M:%S"),
+                        d.unit.as_deref().unwrap_or("operation"),
+                        d.sprint
+                            .as_ref()
+                            .map(|s| format!(" Sprint {s}"))
+                            .unwrap_or_default(),
+                        d.decision,
+                        d.rationale
+                    )
+                })
+                .collect();
+            print!(
+                "\x1b[H\x1b[2J{}\nRecent decisions:\n{}\n",
+                report::status_table(st, now),
+                recent.join("\n")
+            );
+            let _ = std::io::stdout().flush();
+        }
+        Ok(())
+    }
+
+    fn print_event(&self, e: &engine::Event) {
+        match self.out {
+            OutputMode::Json => {
+                if let Ok(s) = serde_json::to_string(e) {
+                    println!("{s}");
+                }
+            }
+            OutputMode::Lines => {
+                if let engine::Event::Decision { entry: d } = e {
+                    println!(
+                        "[{}] {}{}: {} — {}",
+                        d.at.format("%H:%M:%S"),
+                        d.unit.as_deref().unwrap_or("operation"),
+                        d.sprint
+                            .as_ref()
+                            .map(|s| format!(" Sprint {s}"))
+                            .unwrap_or_default(),
+                        d.decision,
+                        d.rationale
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn notice(&self, text: &str) {
+        match self.out {
+            OutputMode::Quiet => {}
+            OutputMode::Json => eprintln!("{text}"),
+            _ => println!("{text}"),
+        }
+    }
+
+    /// Turns a finished run into the engine's input: the wrapper's result plus the
+    /// git evidence, read now (after any earlier merges) so a conflict is current.
+    fn finished_input(&self, d: &engine::DispatchId) -> Result<Option<Input>> {
+        let Some(st) = &self.state else {
+            return Ok(None);
+        };
+        let Some((u, s)) = st.find_dispatch(d) else {
+            return Ok(None);
+        };
+        let unit = &st.plan.work_units[u];
+        let sprint = &unit.sprints[s];
+        let branch = sprint_branch(&st.id.0, &slug(&unit.name), sprint.id.as_str());
+        let dir = process::run_dir(&self.runs(), &d.0);
+        let result = process::read_result(&dir).unwrap_or_else(|| process::RunResult {
+            output_tail: verify::tail(
+                &std::fs::read_to_string(dir.join("output.log")).unwrap_or_default(),
+                4000,
+            ),
+            ..Default::default()
+        });
+        let git = self.git.evidence(&st.id.0, &branch)?;
+        let checkout = self.git.ensure_sprint_worktree(&st.id.0, &branch).ok();
+        let progress = checkout
+            .as_deref()
+            .and_then(|c| verify::progress_marker(&st.plan, unit, sprint, c));
+        let report = AgentReport {
+            exit_code: result.exit_code,
+            output_tail: result.output_tail,
+            turns_used: result.turns_used,
+            evidence: Evidence {
+                commits: git.commits,
+                uncommitted: git.uncommitted,
+                progress,
+                criteria: result.criteria,
+                ci_passed: None,
+                merge_conflict: git.merge_conflict,
+            },
+        };
+        Ok(Some(Input::AgentFinished {
+            dispatch: d.clone(),
+            report,
+        }))
+    }
+
+    fn control_requests(&mut self) -> Result<Vec<Input>> {
+        let control = self.dir.join("control");
+        let Ok(entries) = std::fs::read_dir(&control) else {
+            return Ok(Vec::new());
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| !n.to_string_lossy().starts_with('.'))
+            })
+            .collect();
+        files.sort();
+        let mut inputs = Vec::new();
+        for f in files {
+            let cmd = std::fs::read_to_string(&f).unwrap_or_default();
+            let mut words = cmd.split_whitespace();
+            let input = match words.next() {
+                Some("stop") => Some(Input::Stop),
+                Some("killall") => Some(Input::Killall),
+                Some("resume") => Some(Input::Resume {
+                    unit: words.next().map(str::to_string),
+                }),
+                Some("name-feature") => Some(Input::NameFeature),
+                _ => None,
+            };
+            std::fs::remove_file(&f)?;
+            inputs.extend(input);
+        }
+        Ok(inputs)
+    }
+
+    /// Whether anything can still happen without a person.
+    fn idle(&self) -> bool {
+        let Some(st) = &self.state else { return true };
+        st.active_count() == 0
+            && !st.gates.iter().any(|g| g.passed.is_none())
+            && !st
+                .units
+                .iter()
+                .any(|u| u.sprints.iter().any(|s| s.deferred_waiting))
+            && self.queue.is_empty()
+    }
+
+    /// Runs the loop until the operation ends, stops, blocks or waits for a person.
+    pub fn run_loop(&mut self) -> Result<i32> {
+        let tick = Duration::from_millis(self.settings.tick_ms);
+        let mut next_tick = Instant::now() + tick;
+        loop {
+            while let Some(input) = self.queue.pop_front() {
+                if let Err(r) = self.handle(input)? {
+                    tracing::debug!(%r, "input refused");
+                }
+            }
+            if let Some(code) = self.finished_code() {
+                self.publish()?;
+                return Ok(code);
+            }
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(wait) {
+                Ok(Msg::Finished(d)) => {
+                    self.watching.remove(&d);
+                    if let Some(input) = self.finished_input(&d)? {
+                        self.queue.push_back(input);
+                    }
+                }
+                Ok(Msg::Activity(d)) => self.queue.push_back(Input::AgentActivity { dispatch: d }),
+                Ok(Msg::Input(i)) => self.queue.push_back(i),
+                Err(RecvTimeoutError::Timeout) => {
+                    next_tick = Instant::now() + tick;
+                    let requests = self.control_requests()?;
+                    self.queue.extend(requests);
+                    self.queue.push_back(Input::Tick);
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(anyhow!("internal channel closed"))
+                }
+            }
+        }
+    }
+
+    fn finished_code(&self) -> Option<i32> {
+        let st = self.state.as_ref()?;
+        if !self.idle() {
+            return None;
+        }
+        Some(match st.status {
+            OverallStatus::Completed => {
+                if report::verification(st).passed() {
+                    exit::COMPLETED
+                } else {
+                    exit::VERIFICATION_FAILED
+                }
+            }
+            OverallStatus::Blocked => exit::BLOCKED,
+            OverallStatus::Stopped | OverallStatus::Killed => exit::STOPPED,
+            OverallStatus::Running | OverallStatus::Stopping => {
+                self.notice("Waiting for a person: a manual sprint needs confirming. Review it, then run `supervise resume`.");
+                exit::AWAITING_PERSON
+            }
+        })
+    }
+
+    pub fn push(&mut self, input: Input) {
+        self.queue.push_back(input);
+    }
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("md.tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+pub fn default_output(json: bool) -> OutputMode {
+    if json {
+        OutputMode::Json
+    } else if std::io::stdout().is_terminal() {
+        OutputMode::Live
+    } else {
+        OutputMode::Lines
+    }
+}

@@ -1,0 +1,170 @@
+//! `supervise verify`: runs a sprint's exit criteria in the agent's checkout and
+//! records each result, and reads progress files for §5c markers. Runs where the
+//! agent ran (a local worktree or an Actions runner), never on a server.
+
+use crate::engine::{CriterionOutcome, CriterionResult, ProgressMarker};
+use crate::plan::{Assertion, Criterion, Plan, Sprint, WorkUnit};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The directory criteria run in: the unit's directory when it exists, else the root.
+pub fn criteria_dir(root: &Path, unit: &WorkUnit) -> PathBuf {
+    match &unit.directory {
+        Some(d) if root.join(d).is_dir() => root.join(d),
+        _ => root.to_path_buf(),
+    }
+}
+
+/// Runs `sh -c cmd` in `dir` with a time limit, in its own process group so a
+/// timeout kills everything it started. Returns (success, combined output tail).
+pub fn run_shell(cmd: &str, dir: &Path, timeout: Duration) -> (bool, String) {
+    use std::os::unix::process::CommandExt;
+    let log = match tempfile::NamedTempFile::new() {
+        Ok(f) => f,
+        Err(e) => return (false, format!("cannot create a temporary file: {e}")),
+    };
+    let (out, err) = match (log.reopen(), log.reopen()) {
+        (Ok(a), Ok(b)) => (a, b),
+        _ => return (false, "cannot open the output file".into()),
+    };
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return (false, format!("cannot start `sh`: {e}")),
+    };
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if start.elapsed() >= timeout => {
+                // SAFETY: signalling a process group we created; no memory is involved.
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => break None,
+        }
+    };
+    let mut text = String::new();
+    let _ = log.reopen().and_then(|mut f| f.read_to_string(&mut text));
+    let tail = tail(&text, 2000);
+    match status {
+        Some(s) => (s.success(), tail),
+        None => (
+            false,
+            format!("timed out after {} s\n{tail}", timeout.as_secs()),
+        ),
+    }
+}
+
+/// The last `max` bytes of `text`, cut at a character boundary.
+pub fn tail(text: &str, max: usize) -> String {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].to_string()
+}
+
+fn check(c: &Criterion, dir: &Path, root: &Path, timeout: Duration) -> (CriterionOutcome, String) {
+    if let Some(cmd) = &c.command {
+        let (ok, out) = run_shell(cmd, dir, timeout);
+        return match (ok, &c.expected) {
+            (true, Some(exp)) if !out.contains(exp.trim()) => (
+                CriterionOutcome::Failed,
+                format!("output does not contain `{}`", exp.trim()),
+            ),
+            (true, _) => (CriterionOutcome::Passed, String::new()),
+            (false, _) => (CriterionOutcome::Failed, tail(&out, 500)),
+        };
+    }
+    let find = |p: &str| [dir.join(p), root.join(p)].into_iter().find(|x| x.exists());
+    match &c.assertion {
+        Some(Assertion::FileExists { path }) => match find(path) {
+            Some(_) => (CriterionOutcome::Passed, String::new()),
+            None => (CriterionOutcome::Failed, format!("{path} does not exist")),
+        },
+        Some(Assertion::FileContains { path, text }) => match find(path)
+            .and_then(|p| std::fs::read_to_string(p).ok())
+        {
+            Some(body) if body.contains(text.as_str()) => (CriterionOutcome::Passed, String::new()),
+            Some(_) => (
+                CriterionOutcome::Failed,
+                format!("{path} does not contain `{text}`"),
+            ),
+            None => (CriterionOutcome::Failed, format!("{path} does not exist")),
+        },
+        None => (CriterionOutcome::Unverified, "needs a person".into()),
+    }
+}
+
+/// Checks every exit criterion of `sprint` in the checkout at `root`.
+pub fn verify_sprint(
+    unit: &WorkUnit,
+    sprint: &Sprint,
+    root: &Path,
+    timeout: Duration,
+) -> Vec<CriterionResult> {
+    let dir = criteria_dir(root, unit);
+    sprint
+        .exit_criteria
+        .iter()
+        .map(|c| {
+            let (outcome, detail) = check(c, &dir, root, timeout);
+            CriterionResult {
+                line: c.line,
+                text: c.text.clone(),
+                outcome,
+                detail,
+            }
+        })
+        .collect()
+}
+
+/// §5c: what the unit's progress files say about this sprint, if anything.
+pub fn progress_marker(
+    plan: &Plan,
+    unit: &WorkUnit,
+    sprint: &Sprint,
+    root: &Path,
+) -> Option<ProgressMarker> {
+    let needle = format!("sprint {}", sprint.id).to_lowercase();
+    for f in plan.referenced_files.iter().filter(|f| {
+        f.role == crate::plan::FileRole::Progress
+            && f.unit.as_deref().is_none_or(|u| u == unit.name)
+    }) {
+        let Ok(text) = std::fs::read_to_string(root.join(&f.path)) else {
+            continue;
+        };
+        for line in text.lines().rev() {
+            let l = line.to_lowercase();
+            if !crate::text::contains_word(&l, &needle) {
+                continue;
+            }
+            if ["(partial)", "partial", "incomplete", "in progress"]
+                .iter()
+                .any(|w| l.contains(w))
+            {
+                return Some(ProgressMarker::Partial);
+            }
+            if ["complete", "done", "passing", "[x]", "✓"]
+                .iter()
+                .any(|w| l.contains(w))
+            {
+                return Some(ProgressMarker::Complete);
+            }
+        }
+    }
+    None
+}

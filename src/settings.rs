@@ -1,0 +1,145 @@
+//! Per-repository settings from `.github/supervise.yml`, under the command line's
+//! flags. Unknown keys are refused with the file and key named, so a typo is not
+//! silently ignored.
+
+use crate::engine::{EngineConfig, ModelIds};
+use anyhow::{Context, Result};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    pub agent: Option<String>,
+    pub max_parallel: Option<u32>,
+    pub max_retries: Option<u32>,
+    pub max_turns: Option<u32>,
+    pub budget: Option<u64>,
+    pub models: Option<ModelIdsFile>,
+    /// A build/test command run at each phase boundary on the integration branch.
+    pub build_gate: Option<String>,
+    /// Seconds without agent output before the agent is cancelled.
+    pub stall_timeout: Option<u64>,
+    /// Seconds an exit-criterion command may run.
+    pub verify_timeout: Option<u64>,
+    /// Milliseconds between supervisor ticks (stall checks, deferred polls, stop timeout).
+    pub tick_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelIdsFile {
+    pub haiku: Option<String>,
+    pub sonnet: Option<String>,
+    pub opus: Option<String>,
+}
+
+/// The settings a local run uses, after merging file and flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub engine: EngineConfig,
+    pub agent: Option<String>,
+    pub build_gate: Option<String>,
+    pub verify_timeout_secs: u64,
+    pub tick_ms: u64,
+}
+
+/// `.github/supervise.yml` in the plan's directory or any parent up to the repo root.
+pub fn find_file(plan_root: &Path) -> Option<PathBuf> {
+    plan_root
+        .ancestors()
+        .map(|d| d.join(".github/supervise.yml"))
+        .find(|p| p.is_file())
+}
+
+pub fn read_file(path: &Path) -> Result<FileSettings> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    if text.trim().is_empty() {
+        return Ok(FileSettings::default());
+    }
+    serde_yaml::from_str(&text).map_err(|e| {
+        let at = e.location().map(|l| format!(":{}:{}", l.line(), l.column())).unwrap_or_default();
+        anyhow::anyhow!("{}{at}: {e}\n  valid keys: agent, max_parallel, max_retries, max_turns, budget, models (haiku, sonnet, opus), build_gate, stall_timeout, verify_timeout, tick_ms", path.display())
+    })
+}
+
+impl Settings {
+    /// File values first, then every flag that was given on top.
+    pub fn merge(file: FileSettings, flags: FileSettings) -> Settings {
+        let pick = |a: Option<u32>, b: Option<u32>, d: u32| b.or(a).unwrap_or(d);
+        let d = EngineConfig::default();
+        let models_file = file.models.clone().unwrap_or_default();
+        let models_flag = flags.models.clone().unwrap_or_default();
+        let dm = ModelIds::default();
+        let build_gate = flags
+            .build_gate
+            .or(file.build_gate)
+            .filter(|s| !s.trim().is_empty());
+        Settings {
+            engine: EngineConfig {
+                max_retries: pick(file.max_retries, flags.max_retries, d.max_retries).max(1),
+                max_parallel: pick(file.max_parallel, flags.max_parallel, d.max_parallel).max(1),
+                max_turns: pick(file.max_turns, flags.max_turns, d.max_turns).max(1),
+                budget: flags.budget.or(file.budget),
+                models: ModelIds {
+                    haiku: models_flag.haiku.or(models_file.haiku).unwrap_or(dm.haiku),
+                    sonnet: models_flag
+                        .sonnet
+                        .or(models_file.sonnet)
+                        .unwrap_or(dm.sonnet),
+                    opus: models_flag.opus.or(models_file.opus).unwrap_or(dm.opus),
+                },
+                build_gate: build_gate.is_some(),
+                stall_timeout_secs: flags
+                    .stall_timeout
+                    .or(file.stall_timeout)
+                    .unwrap_or(d.stall_timeout_secs)
+                    .max(1),
+                ..d
+            },
+            agent: flags.agent.or(file.agent),
+            build_gate,
+            verify_timeout_secs: flags.verify_timeout.or(file.verify_timeout).unwrap_or(600),
+            tick_ms: flags
+                .tick_ms
+                .or(file.tick_ms)
+                .unwrap_or(2000)
+                .clamp(10, 60_000),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_and_typos_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("supervise.yml");
+        std::fs::write(
+            &p,
+            "max_parallel: 2\nbudget: 100\nmodels:\n  opus: claude-opus-4\n",
+        )
+        .unwrap();
+        let file = read_file(&p).unwrap();
+        let s = Settings::merge(
+            file,
+            FileSettings {
+                max_parallel: Some(5),
+                ..Default::default()
+            },
+        );
+        assert_eq!(s.engine.max_parallel, 5);
+        assert_eq!(s.engine.budget, Some(100));
+        assert_eq!(s.engine.models.opus, "claude-opus-4");
+        assert_eq!(s.engine.models.haiku, "haiku");
+        std::fs::write(&p, "max_paralel: 2\n").unwrap();
+        let err = read_file(&p).unwrap_err().to_string();
+        assert!(
+            err.contains("supervise.yml:1:1") && err.contains("max_paralel"),
+            "{err}"
+        );
+    }
+}

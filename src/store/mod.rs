@@ -1,0 +1,278 @@
+//! Durable state: the event log and its outbox. Events and the effects they imply
+//! are written together, in one record, before any effect is carried out; effects
+//! are marked done afterwards. On restart, the log is replayed and every effect not
+//! marked done is carried out again (effects are idempotent).
+//!
+//! [`FileLedger`] keeps this as JSON lines beside the plan (`.supervise/events.jsonl`):
+//! embedded, inspectable with any text tool, one `write` + `fsync` per decision.
+
+use crate::engine::{Effect, Event, OperationState};
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+/// An effect waiting in the outbox, with its idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingEffect {
+    /// `<record sequence>.<index>`: stable across restarts.
+    pub id: String,
+    pub effect: Effect,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "record", rename_all = "snake_case")]
+enum Record {
+    Decision {
+        seq: u64,
+        events: Vec<Event>,
+        effects: Vec<PendingEffect>,
+    },
+    Done {
+        effect: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot use the event log {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the event log {path} is damaged at line {line}: {message}; move it aside to start over"
+    )]
+    Corrupt {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+/// What a store gives back on start-up.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub state: Option<OperationState>,
+    pub events: usize,
+    /// Effects recorded but not yet marked done, in order.
+    pub pending: Vec<PendingEffect>,
+}
+
+/// The port every store implements (files here; SQLite/PostgreSQL for the service).
+pub trait Ledger {
+    fn load(&mut self) -> Result<Loaded, StoreError>;
+    /// Writes the events and their effects as one durable record.
+    fn append(
+        &mut self,
+        events: &[Event],
+        effects: &[Effect],
+    ) -> Result<Vec<PendingEffect>, StoreError>;
+    fn mark_done(&mut self, effect_id: &str) -> Result<(), StoreError>;
+}
+
+pub struct FileLedger {
+    path: PathBuf,
+    next_seq: u64,
+    file: Option<File>,
+}
+
+impl FileLedger {
+    pub fn new(dir: &Path) -> FileLedger {
+        FileLedger {
+            path: dir.join("events.jsonl"),
+            next_seq: 1,
+            file: None,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn io(&self, source: std::io::Error) -> StoreError {
+        StoreError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn write_line(&mut self, record: &Record) -> Result<(), StoreError> {
+        if self.file.is_none() {
+            if let Some(dir) = self.path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| self.io(e))?;
+            }
+            let f = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+                .map_err(|e| self.io(e))?;
+            self.file = Some(f);
+        }
+        let mut line = serde_json::to_string(record).expect("records serialize");
+        line.push('\n');
+        let f = self.file.as_mut().expect("opened above");
+        // One write of the whole line, then fsync: a crash leaves either the whole
+        // record or a torn last line, which `load` drops.
+        let r = f.write_all(line.as_bytes()).and_then(|_| f.sync_data());
+        r.map_err(|e| StoreError::Io {
+            path: self.path.clone(),
+            source: e,
+        })
+    }
+}
+
+impl Ledger for FileLedger {
+    fn load(&mut self) -> Result<Loaded, StoreError> {
+        let file = match File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
+            Err(e) => return Err(self.io(e)),
+        };
+        let mut state = None;
+        let mut pending: Vec<PendingEffect> = Vec::new();
+        let mut events = 0;
+        let mut good_len = 0u64;
+        let mut lines = BufReader::new(file).lines().enumerate().peekable();
+        while let Some((i, line)) = lines.next() {
+            let line = line.map_err(|e| self.io(e))?;
+            let last = lines.peek().is_none();
+            let record: Record = match serde_json::from_str(&line) {
+                Ok(r) => r,
+                // A torn final line is what a crash mid-write leaves: drop it.
+                Err(_) if last => break,
+                Err(e) => {
+                    return Err(StoreError::Corrupt {
+                        path: self.path.clone(),
+                        line: i + 1,
+                        message: e.to_string(),
+                    })
+                }
+            };
+            good_len += line.len() as u64 + 1;
+            match record {
+                Record::Decision {
+                    seq,
+                    events: evs,
+                    effects,
+                } => {
+                    for e in &evs {
+                        crate::engine::apply(&mut state, e);
+                    }
+                    events += evs.len();
+                    pending.extend(effects);
+                    self.next_seq = seq + 1;
+                }
+                Record::Done { effect } => pending.retain(|p| p.id != effect),
+            }
+        }
+        // Cut a torn tail so the next append starts on a clean line.
+        let len = std::fs::metadata(&self.path).map_err(|e| self.io(e))?.len();
+        if len > good_len {
+            let f = OpenOptions::new()
+                .write(true)
+                .open(&self.path)
+                .map_err(|e| self.io(e))?;
+            f.set_len(good_len).map_err(|e| self.io(e))?;
+        }
+        Ok(Loaded {
+            state,
+            events,
+            pending,
+        })
+    }
+
+    fn append(
+        &mut self,
+        events: &[Event],
+        effects: &[Effect],
+    ) -> Result<Vec<PendingEffect>, StoreError> {
+        let seq = self.next_seq;
+        let pending: Vec<PendingEffect> = effects
+            .iter()
+            .enumerate()
+            .map(|(i, e)| PendingEffect {
+                id: format!("{seq}.{i}"),
+                effect: e.clone(),
+            })
+            .collect();
+        self.write_line(&Record::Decision {
+            seq,
+            events: events.to_vec(),
+            effects: pending.clone(),
+        })?;
+        self.next_seq += 1;
+        Ok(pending)
+    }
+
+    fn mark_done(&mut self, effect_id: &str) -> Result<(), StoreError> {
+        self.write_line(&Record::Done {
+            effect: effect_id.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{decide, EngineConfig, Input, OperationId};
+
+    #[test]
+    fn replays_and_keeps_undone_effects_and_survives_a_torn_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = crate::plan::parse(
+            "# P\n\n## Sprint 1: Implement x\n- [ ] `make` passes\n",
+            "p",
+        )
+        .unwrap();
+        let now = chrono::Utc::now();
+        let d = decide(
+            None,
+            Input::Start {
+                operation: OperationId("op".into()),
+                plan: Box::new(plan),
+                config: EngineConfig::default(),
+                seed: 1,
+            },
+            now,
+        )
+        .unwrap();
+        let mut l = FileLedger::new(dir.path());
+        let pending = l.append(&d.events, &d.effects).unwrap();
+        l.mark_done(&pending[0].id).unwrap();
+        // A crash mid-write leaves half a line.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(l.path())
+            .unwrap()
+            .write_all(b"{\"record\":\"decis")
+            .unwrap();
+        let mut again = FileLedger::new(dir.path());
+        let loaded = again.load().unwrap();
+        assert_eq!(
+            loaded.state.as_ref().unwrap().version,
+            d.events.len() as u64
+        );
+        assert_eq!(loaded.pending.len(), pending.len() - 1);
+        assert_eq!(loaded.pending[0].id, pending[1].id);
+        // The torn tail was cut: appending again yields a readable log.
+        again.mark_done(&pending[1].id).unwrap();
+        assert_eq!(
+            FileLedger::new(dir.path()).load().unwrap().pending.len(),
+            pending.len() - 2
+        );
+    }
+
+    #[test]
+    fn damage_before_the_end_is_reported_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("events.jsonl"),
+            "garbage\n{\"record\":\"done\",\"effect\":\"1.0\"}\n",
+        )
+        .unwrap();
+        let err = FileLedger::new(dir.path()).load().unwrap_err();
+        assert!(err.to_string().contains("damaged at line 1"), "{err}");
+    }
+}

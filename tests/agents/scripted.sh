@@ -1,0 +1,37 @@
+#!/bin/sh
+# Scripted agent for end-to-end tests. $AGENT_BEHAVIOUR holds lines
+#   <unit> <sprint> <action>[,<action>…]
+# and the k-th invocation for that sprint takes the k-th action (the last repeats).
+# Actions: ok | fail | partial | hang | noop | dirty | slow
+# Every invocation appends "<unit> <sprint> <dispatch id>" to $AGENT_LOG, so tests
+# can prove no attempt ran twice.
+set -u
+log="${AGENT_LOG:-/dev/null}"
+n=$(grep -c "^$SUPERVISE_UNIT $SUPERVISE_SPRINT " "$log" 2>/dev/null || true)
+n=$(( ${n:-0} + 1 ))
+echo "$SUPERVISE_UNIT $SUPERVISE_SPRINT $SUPERVISE_DISPATCH_ID" >> "$log"
+actions=$(awk -v u="$SUPERVISE_UNIT" -v s="$SUPERVISE_SPRINT" '$1==u && $2==s {print $3; exit}' "${AGENT_BEHAVIOUR:-/dev/null}")
+[ -n "$actions" ] || actions=ok
+action=$(echo "$actions" | awk -F, -v n="$n" '{ if (n <= NF) print $n; else print $NF }')
+dir="${SUPERVISE_UNIT_DIR:-.}"
+mkdir -p "$dir"
+file="$dir/$SUPERVISE_UNIT-sprint-$SUPERVISE_SPRINT.txt"
+case "$action" in
+  slow) sleep "${AGENT_SLOW:-1}"; action=ok ;;
+esac
+case "$action" in
+  ok)
+    echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"
+    echo "supervise:turns=5"; echo "Done. All checks pass." ;;
+  partial)
+    echo "half" > "$file.part"
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT (partial)"
+    echo "Partial: the rest is remaining." ;;
+  dirty)
+    echo "uncommitted" > "$file"
+    echo "done (forgot to commit)" ;;
+  fail) echo "error: could not build"; exit 1 ;;
+  hang) sleep 600 ;;
+  noop) echo "nothing to do" ;;
+esac
