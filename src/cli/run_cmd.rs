@@ -46,7 +46,7 @@ pub struct RunFlags {
     #[arg(long)]
     pub verify_timeout: Option<u64>,
     /// Milliseconds between supervisor ticks.
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, env = "SUPERVISE_TICK_MS")]
     pub tick_ms: Option<u64>,
     /// Print one JSON object per event instead of the status table.
     #[arg(long)]

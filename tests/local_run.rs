@@ -1,0 +1,258 @@
+//! `supervise run` end to end: a real git repository, real agent processes (the
+//! scripted agent in tests/agents), real kills. Each test reads like a story.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PLAN: &str = "# Shop\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n| docs | docs | 0 |\n| web | web | 1 |\n\n\
+## api\n### Sprint 1: Implement the API types\n- [ ] `api-sprint-1.txt` exists\n### Sprint 2: Implement the handlers\n- [ ] `api-sprint-2.txt` exists\n\
+## docs\n### Sprint 1: Write the guide\n- [ ] `docs-sprint-1.txt` exists\n\
+## web\n### Sprint 1: Build the page\n- [ ] `web-sprint-1.txt` exists\n";
+
+struct Repo {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    log: PathBuf,
+    behaviour: PathBuf,
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git").args(args).current_dir(dir).env("GIT_AUTHOR_NAME", "t").env("GIT_AUTHOR_EMAIL", "t@x").env("GIT_COMMITTER_NAME", "t").env("GIT_COMMITTER_EMAIL", "t@x").output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl Repo {
+    fn new(plan: &str, behaviour: &str) -> Repo {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("repo");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("EXECUTION_PLAN.md"), plan).unwrap();
+        git(&root, &["init", "-q", "-b", "main"]);
+        git(&root, &["add", "-A"]);
+        git(&root, &["commit", "-qm", "plan"]);
+        let log = tmp.path().join("agent.log");
+        let b = tmp.path().join("behaviour");
+        std::fs::write(&b, behaviour).unwrap();
+        Repo { root, log, behaviour: b, _tmp: tmp }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/scripted.sh");
+        let mut c = Command::new(env!("CARGO_BIN_EXE_supervise"));
+        c.args(args)
+            .current_dir(&self.root)
+            .env("SUPERVISE_AGENT", agent)
+            .env("AGENT_LOG", &self.log)
+            .env("AGENT_BEHAVIOUR", &self.behaviour)
+            .env("GIT_AUTHOR_NAME", "agent")
+            .env("GIT_AUTHOR_EMAIL", "agent@x")
+            .env("GIT_COMMITTER_NAME", "agent")
+            .env("GIT_COMMITTER_EMAIL", "agent@x")
+            .env("SUPERVISE_TICK_MS", "100");
+        c
+    }
+
+    fn run(&self, extra: &[&str]) -> Output {
+        let mut args = vec!["run"];
+        args.extend_from_slice(extra);
+        self.cmd(&args).output().unwrap()
+    }
+
+    fn spawn(&self, extra: &[&str]) -> Child {
+        self.spawn_with(extra, "100")
+    }
+
+    fn spawn_with(&self, extra: &[&str], tick_ms: &str) -> Child {
+        let mut args = vec!["run", "--quiet"];
+        args.extend_from_slice(extra);
+        self.cmd(&args).env("SUPERVISE_TICK_MS", tick_ms).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    }
+
+    fn state(&self) -> serde_json::Value {
+        let out = self.cmd(&["status", "--json"]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn unit(&self, name: &str) -> serde_json::Value {
+        self.state()["units"].as_array().unwrap().iter().find(|u| u["name"] == name).cloned().unwrap()
+    }
+
+    fn invocations(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log).unwrap_or_default().lines().map(str::to_string).collect()
+    }
+
+    fn integration_files(&self) -> String {
+        let op = self.state()["id"].as_str().unwrap().to_string();
+        git(&self.root, &["ls-tree", "-r", "--name-only", &format!("supervise/{op}/integration")])
+    }
+
+    fn wait_for(&self, what: &str, f: impl Fn(&Repo) -> bool) {
+        let start = Instant::now();
+        while !f(self) {
+            assert!(start.elapsed() < Duration::from_secs(30), "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+fn success_partial_and_a_retry_on_a_stronger_model_all_reach_the_integration_branch() {
+    let repo = Repo::new(PLAN, "api 1 partial,ok\ndocs 1 fail,ok\n");
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let st = repo.state();
+    assert_eq!(st["status"], "COMPLETED");
+    let files = repo.integration_files();
+    for f in ["api/api-sprint-1.txt", "api/api-sprint-2.txt", "docs/docs-sprint-1.txt", "web/web-sprint-1.txt"] {
+        assert!(files.contains(f), "{f} missing from the integration branch:\n{files}");
+    }
+    let docs = repo.unit("docs");
+    let hist = docs["sprints"][0]["history"].as_array().unwrap();
+    assert_eq!(hist.len(), 2);
+    assert_eq!(hist[0]["outcome"], "failed");
+    let tiers = ["haiku", "sonnet", "opus"];
+    let pos = |t: &serde_json::Value| tiers.iter().position(|x| t == x).unwrap();
+    assert!(pos(&hist[1]["tier"]) > pos(&hist[0]["tier"]), "retry on a stronger model");
+    let api = repo.unit("api");
+    assert_eq!(api["sprints"][0]["continuations"], 1);
+    assert_eq!(api["sprints"][0]["failures"], 0, "partial is not a failure");
+    // The person's checkout is untouched; the reports sit beside the plan.
+    assert_eq!(git(&repo.root, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(), "main");
+    assert!(!repo.root.join("api").exists());
+    let complete = std::fs::read_to_string(repo.root.join("COMPLETE_SHOP.md")).unwrap();
+    assert!(complete.contains("✓ VERIFICATION PASSED"), "{complete}");
+    assert!(std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap().contains("- Work unit state: COMPLETED"));
+}
+
+#[test]
+fn a_doomed_sprint_blocks_its_unit_and_dependents_while_others_finish_then_resume() {
+    let repo = Repo::new(PLAN, "api 1 fail,fail,fail,ok\n");
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("BLOCKED: api Sprint 1 failed after 3 attempts."));
+    assert_eq!(repo.unit("api")["status"], "BLOCKED");
+    assert_eq!(repo.unit("docs")["status"], "COMPLETED");
+    assert_eq!(repo.unit("web")["status"], "NOT_STARTED");
+    let status = repo.cmd(&["status"]).output().unwrap();
+    assert!(text(&status).contains("BLOCKED: api Sprint 1 — FATAL after 3 attempts."));
+    // resume after BLOCKED: the fourth try succeeds and the dependents follow.
+    let out = repo.cmd(&["resume", "api"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(repo.state()["status"], "COMPLETED");
+}
+
+#[test]
+fn a_hanging_agent_is_cancelled_by_the_stall_timeout_and_retried() {
+    let repo = Repo::new("# One\n\n## Sprint 1: Implement it\n- [ ] `One-sprint-1.txt` exists\n", "One 1 hang,ok\n");
+    let start = Instant::now();
+    let out = repo.run(&["--stall-timeout", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(start.elapsed() < Duration::from_secs(25));
+    let s = &repo.state()["units"][0]["sprints"][0];
+    assert_eq!(s["history"][0]["outcome"], "cancelled: unresponsive");
+    assert_eq!(s["failures"], 1);
+}
+
+#[test]
+fn stop_from_a_second_terminal_drains_and_resume_finishes() {
+    let repo = Repo::new(PLAN, "api 1 slow\ndocs 1 slow\n");
+    // Ticks of 1 s: the stop timeout (10 ticks) is far longer than the agents.
+    let mut sup = repo.spawn_with(&[], "1000");
+    repo.wait_for("two agents running", |r| r.invocations().len() >= 2);
+    let out = repo.cmd(&["stop"]).output().unwrap();
+    assert!(text(&out).contains("Sent `stop`"), "{}", text(&out));
+    let code = sup.wait().unwrap().code();
+    assert_eq!(code, Some(4));
+    assert_eq!(repo.state()["status"], "STOPPED");
+    assert_eq!(repo.unit("api")["status"], "STOPPED");
+    assert_eq!(repo.unit("api")["sprints"][0]["status"], "COMPLETED", "the agent in flight finished and was verified");
+    assert_eq!(repo.invocations().len(), 2, "nothing new was dispatched while stopping");
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn killall_terminates_agents_and_keeps_their_work_for_inspection() {
+    let repo = Repo::new(PLAN, "api 1 hang,ok\ndocs 1 hang,ok\n");
+    let mut sup = repo.spawn(&[]);
+    repo.wait_for("two agents running", |r| r.invocations().len() >= 2);
+    repo.cmd(&["killall"]).output().unwrap();
+    assert_eq!(sup.wait().unwrap().code(), Some(4));
+    assert_eq!(repo.state()["status"], "KILLED");
+    assert_eq!(repo.unit("api")["status"], "KILLED");
+    assert_eq!(repo.unit("api")["sprints"][0]["status"], "BACKOFF");
+    assert_eq!(repo.unit("api")["sprints"][0]["failures"], 0, "a kill is not a failed attempt");
+    // No agent survives: the hanging shells were in the killed process groups.
+    let runs = repo.root.join(".supervise/runs");
+    for entry in std::fs::read_dir(runs).unwrap() {
+        assert!(!supervise::runner::process::is_alive(&entry.unwrap().path()), "an agent outlived killall");
+    }
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn killing_the_supervisor_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
+    for seed in 0..6u64 {
+        let repo = Repo::new(PLAN, "api 1 slow\napi 2 fail,slow\ndocs 1 slow\nweb 1 slow\n");
+        let mut rng = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut runs = 0;
+        loop {
+            runs += 1;
+            assert!(runs < 40, "seed {seed}: the operation never finished");
+            let mut sup = repo.spawn(&["--max-parallel", "2"]);
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let delay = Duration::from_millis(150 + rng % 900);
+            let start = Instant::now();
+            let mut done = None;
+            while start.elapsed() < delay {
+                if let Some(s) = sup.try_wait().unwrap() {
+                    done = Some(s);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            match done {
+                Some(s) => {
+                    assert_eq!(s.code(), Some(0), "seed {seed}: finished with {s:?}");
+                    break;
+                }
+                None => {
+                    sup.kill().unwrap(); // SIGKILL
+                    sup.wait().unwrap();
+                }
+            }
+        }
+        assert_eq!(repo.state()["status"], "COMPLETED", "seed {seed}");
+        let inv = repo.invocations();
+        let mut ids: Vec<&str> = inv.iter().map(|l| l.rsplit(' ').next().unwrap()).collect();
+        let n = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "seed {seed}: an attempt ran twice: {inv:?}");
+        assert!(repo.integration_files().contains("web/web-sprint-1.txt"));
+    }
+}
+
+#[test]
+fn a_bad_plan_and_a_missing_agent_are_answered_with_exit_status_1() {
+    let repo = Repo::new("# Nothing\n\nJust prose.\n", "");
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("EXECUTION_PLAN.md:1: work unit `Nothing` has no sprints"), "{}", text(&out));
+    let repo = Repo::new(PLAN, "");
+    let out = Command::new(env!("CARGO_BIN_EXE_supervise")).args(["run"]).current_dir(&repo.root).env_remove("SUPERVISE_AGENT").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("No agent command"));
+    let out = repo.cmd(&["name-feature"]).output().unwrap();
+    assert!(text(&out).contains("Naming is a ritual of STARTING the plan"), "{}", text(&out));
+}
