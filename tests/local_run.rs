@@ -18,8 +18,20 @@ struct Repo {
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").args(args).current_dir(dir).env("GIT_AUTHOR_NAME", "t").env("GIT_AUTHOR_EMAIL", "t@x").env("GIT_COMMITTER_NAME", "t").env("GIT_COMMITTER_EMAIL", "t@x").output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@x")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@x")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -35,7 +47,12 @@ impl Repo {
         let log = tmp.path().join("agent.log");
         let b = tmp.path().join("behaviour");
         std::fs::write(&b, behaviour).unwrap();
-        Repo { root, log, behaviour: b, _tmp: tmp }
+        Repo {
+            root,
+            log,
+            behaviour: b,
+            _tmp: tmp,
+        }
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
@@ -67,39 +84,73 @@ impl Repo {
     fn spawn_with(&self, extra: &[&str], tick_ms: &str) -> Child {
         let mut args = vec!["run", "--quiet"];
         args.extend_from_slice(extra);
-        self.cmd(&args).env("SUPERVISE_TICK_MS", tick_ms).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+        self.cmd(&args)
+            .env("SUPERVISE_TICK_MS", tick_ms)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
     }
 
     fn state(&self) -> serde_json::Value {
         let out = self.cmd(&["status", "--json"]).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
     fn unit(&self, name: &str) -> serde_json::Value {
-        self.state()["units"].as_array().unwrap().iter().find(|u| u["name"] == name).cloned().unwrap()
+        self.state()["units"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["name"] == name)
+            .cloned()
+            .unwrap()
     }
 
     fn invocations(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.log).unwrap_or_default().lines().map(str::to_string).collect()
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 
     fn integration_files(&self) -> String {
         let op = self.state()["id"].as_str().unwrap().to_string();
-        git(&self.root, &["ls-tree", "-r", "--name-only", &format!("supervise/{op}/integration")])
+        git(
+            &self.root,
+            &[
+                "ls-tree",
+                "-r",
+                "--name-only",
+                &format!("supervise/{op}/integration"),
+            ],
+        )
     }
 
     fn wait_for(&self, what: &str, f: impl Fn(&Repo) -> bool) {
         let start = Instant::now();
         while !f(self) {
-            assert!(start.elapsed() < Duration::from_secs(30), "timed out waiting for {what}");
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "timed out waiting for {what}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 #[test]
@@ -110,8 +161,16 @@ fn success_partial_and_a_retry_on_a_stronger_model_all_reach_the_integration_bra
     let st = repo.state();
     assert_eq!(st["status"], "COMPLETED");
     let files = repo.integration_files();
-    for f in ["api/api-sprint-1.txt", "api/api-sprint-2.txt", "docs/docs-sprint-1.txt", "web/web-sprint-1.txt"] {
-        assert!(files.contains(f), "{f} missing from the integration branch:\n{files}");
+    for f in [
+        "api/api-sprint-1.txt",
+        "api/api-sprint-2.txt",
+        "docs/docs-sprint-1.txt",
+        "web/web-sprint-1.txt",
+    ] {
+        assert!(
+            files.contains(f),
+            "{f} missing from the integration branch:\n{files}"
+        );
     }
     let docs = repo.unit("docs");
     let hist = docs["sprints"][0]["history"].as_array().unwrap();
@@ -119,16 +178,26 @@ fn success_partial_and_a_retry_on_a_stronger_model_all_reach_the_integration_bra
     assert_eq!(hist[0]["outcome"], "failed");
     let tiers = ["haiku", "sonnet", "opus"];
     let pos = |t: &serde_json::Value| tiers.iter().position(|x| t == x).unwrap();
-    assert!(pos(&hist[1]["tier"]) > pos(&hist[0]["tier"]), "retry on a stronger model");
+    assert!(
+        pos(&hist[1]["tier"]) > pos(&hist[0]["tier"]),
+        "retry on a stronger model"
+    );
     let api = repo.unit("api");
     assert_eq!(api["sprints"][0]["continuations"], 1);
     assert_eq!(api["sprints"][0]["failures"], 0, "partial is not a failure");
     // The person's checkout is untouched; the reports sit beside the plan.
-    assert_eq!(git(&repo.root, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(), "main");
+    assert_eq!(
+        git(&repo.root, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        "main"
+    );
     assert!(!repo.root.join("api").exists());
     let complete = std::fs::read_to_string(repo.root.join("COMPLETE_SHOP.md")).unwrap();
     assert!(complete.contains("✓ VERIFICATION PASSED"), "{complete}");
-    assert!(std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap().contains("- Work unit state: COMPLETED"));
+    assert!(
+        std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md"))
+            .unwrap()
+            .contains("- Work unit state: COMPLETED")
+    );
 }
 
 #[test]
@@ -150,7 +219,10 @@ fn a_doomed_sprint_blocks_its_unit_and_dependents_while_others_finish_then_resum
 
 #[test]
 fn a_hanging_agent_is_cancelled_by_the_stall_timeout_and_retried() {
-    let repo = Repo::new("# One\n\n## Sprint 1: Implement it\n- [ ] `One-sprint-1.txt` exists\n", "One 1 hang,ok\n");
+    let repo = Repo::new(
+        "# One\n\n## Sprint 1: Implement it\n- [ ] `One-sprint-1.txt` exists\n",
+        "One 1 hang,ok\n",
+    );
     let start = Instant::now();
     let out = repo.run(&["--stall-timeout", "2"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -172,8 +244,16 @@ fn stop_from_a_second_terminal_drains_and_resume_finishes() {
     assert_eq!(code, Some(4));
     assert_eq!(repo.state()["status"], "STOPPED");
     assert_eq!(repo.unit("api")["status"], "STOPPED");
-    assert_eq!(repo.unit("api")["sprints"][0]["status"], "COMPLETED", "the agent in flight finished and was verified");
-    assert_eq!(repo.invocations().len(), 2, "nothing new was dispatched while stopping");
+    assert_eq!(
+        repo.unit("api")["sprints"][0]["status"],
+        "COMPLETED",
+        "the agent in flight finished and was verified"
+    );
+    assert_eq!(
+        repo.invocations().len(),
+        2,
+        "nothing new was dispatched while stopping"
+    );
     let out = repo.run(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
@@ -188,11 +268,18 @@ fn killall_terminates_agents_and_keeps_their_work_for_inspection() {
     assert_eq!(repo.state()["status"], "KILLED");
     assert_eq!(repo.unit("api")["status"], "KILLED");
     assert_eq!(repo.unit("api")["sprints"][0]["status"], "BACKOFF");
-    assert_eq!(repo.unit("api")["sprints"][0]["failures"], 0, "a kill is not a failed attempt");
+    assert_eq!(
+        repo.unit("api")["sprints"][0]["failures"],
+        0,
+        "a kill is not a failed attempt"
+    );
     // No agent survives: the hanging shells were in the killed process groups.
     let runs = repo.root.join(".supervise/runs");
     for entry in std::fs::read_dir(runs).unwrap() {
-        assert!(!supervise::runner::process::is_alive(&entry.unwrap().path()), "an agent outlived killall");
+        assert!(
+            !supervise::runner::process::is_alive(&entry.unwrap().path()),
+            "an agent outlived killall"
+        );
     }
     let out = repo.run(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -201,8 +288,13 @@ fn killall_terminates_agents_and_keeps_their_work_for_inspection() {
 #[test]
 fn killing_the_supervisor_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
     for seed in 0..6u64 {
-        let repo = Repo::new(PLAN, "api 1 slow\napi 2 fail,slow\ndocs 1 slow\nweb 1 slow\n");
-        let mut rng = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let repo = Repo::new(
+            PLAN,
+            "api 1 slow\napi 2 fail,slow\ndocs 1 slow\nweb 1 slow\n",
+        );
+        let mut rng = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let mut runs = 0;
         loop {
             runs += 1;
@@ -248,11 +340,24 @@ fn a_bad_plan_and_a_missing_agent_are_answered_with_exit_status_1() {
     let repo = Repo::new("# Nothing\n\nJust prose.\n", "");
     let out = repo.run(&[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out).contains("EXECUTION_PLAN.md:1: work unit `Nothing` has no sprints"), "{}", text(&out));
+    assert!(
+        text(&out).contains("EXECUTION_PLAN.md:1: work unit `Nothing` has no sprints"),
+        "{}",
+        text(&out)
+    );
     let repo = Repo::new(PLAN, "");
-    let out = Command::new(env!("CARGO_BIN_EXE_supervise")).args(["run"]).current_dir(&repo.root).env_remove("SUPERVISE_AGENT").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_supervise"))
+        .args(["run"])
+        .current_dir(&repo.root)
+        .env_remove("SUPERVISE_AGENT")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("No agent command"));
     let out = repo.cmd(&["name-feature"]).output().unwrap();
-    assert!(text(&out).contains("Naming is a ritual of STARTING the plan"), "{}", text(&out));
+    assert!(
+        text(&out).contains("Naming is a ritual of STARTING the plan"),
+        "{}",
+        text(&out)
+    );
 }

@@ -135,7 +135,12 @@ pub(crate) fn parse(source: &str) -> Doc {
     }
 
     for (event, range) in Parser::new_ext(&source, opts).into_offset_iter() {
-        let line = index.line(range.start);
+        // Only tags that open an element need their line; text events are many.
+        let line = if matches!(event, Event::Start(_)) {
+            index.line(range.start)
+        } else {
+            0
+        };
         match event {
             Event::Start(Tag::Heading { level, .. }) => {
                 open = Some(Open::Heading(level as u8, range.start));
@@ -301,9 +306,16 @@ fn push(open: &mut Option<Open>, buf: &mut String, items: &mut [ItemBuf], text: 
     }
 }
 
-/// Collapses white space and drops stray carriage returns.
+/// Collapses white space (carriage returns included) in one pass.
 fn tidy(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    let mut out = String::with_capacity(s.len());
+    for word in s.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out
 }
 
 /// Removes Markdown emphasis and code markers for names and labels.

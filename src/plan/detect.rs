@@ -4,7 +4,8 @@
 use super::blocks::{plain, Block, Doc};
 use super::model::*;
 use crate::text::{contains_word, nearest};
-use std::collections::{BTreeMap, BTreeSet};
+use aho_corasick::AhoCorasick;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 
 /// A unit found before its sprints are read: where it is defined and what the
@@ -27,8 +28,9 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
         .map(|t| unit_name_from_title(&t))
         .unwrap_or_else(|| fallback_name.to_string());
 
+    let o = Outline::new(blocks);
     let mut drafts = table_units(blocks)
-        .or_else(|| section_units(blocks))
+        .or_else(|| section_units(blocks, &o))
         .unwrap_or_else(|| {
             vec![UnitDraft {
                 name: unit_name_from_title(&title),
@@ -53,13 +55,17 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
         }
     }
 
+    if drafts.iter().any(|d| d.region.is_none()) {
+        let names: Vec<&str> = drafts.iter().map(|d| d.name.as_str()).collect();
+        let sections = unit_sections(blocks, &o, &names);
+        for (d, r) in drafts.iter_mut().zip(sections) {
+            d.region = d.region.take().or(r);
+        }
+    }
     let mut units = Vec::new();
     for d in &mut drafts {
-        if d.region.is_none() {
-            d.region = unit_section(blocks, &d.name);
-        }
         let sprints = match &d.region {
-            Some(r) => find_sprints(doc, r.clone()),
+            Some(r) => find_sprints(doc, &o, r.clone()),
             None => Vec::new(),
         };
         if sprints.is_empty() {
@@ -101,16 +107,18 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
             .filter(|(from, _)| *from == i)
             .map(|(_, to)| drafts[*to].name.clone())
             .collect();
+        // Explicit edges are few; unit names are unique, so only they need deduping.
+        let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+        deps.retain(|d| seen.insert(d.clone()));
         if has_layers {
             let mine = drafts[i].layer.unwrap_or(0);
-            for d in &drafts {
-                if d.layer.unwrap_or(0) < mine {
-                    deps.push(d.name.clone());
-                }
-            }
+            deps.extend(
+                drafts
+                    .iter()
+                    .filter(|d| d.layer.unwrap_or(0) < mine && !seen.contains(&d.name))
+                    .map(|d| d.name.clone()),
+            );
         }
-        let mut seen = BTreeSet::new();
-        deps.retain(|d| seen.insert(d.clone()));
         u.depends_on = deps;
     }
     if let Some(cycle) = find_cycle(&units) {
@@ -145,7 +153,7 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
     } else {
         DependencyStructure::None
     };
-    let dispatch_template = dispatch_template(doc);
+    let dispatch_template = dispatch_template(doc, &o);
     let referenced_files = referenced_files(blocks, &units);
     Ok(Plan {
         title,
@@ -297,14 +305,49 @@ fn first_number(s: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// The blocks from heading `i` to the next heading of the same or a higher level.
-fn section(blocks: &[Block], i: usize) -> Range<usize> {
-    let level = blocks[i].heading().map_or(0, |(l, _)| l);
-    let end = blocks[i + 1..]
-        .iter()
-        .position(|b| matches!(b.heading(), Some((l, _)) if l <= level))
-        .map_or(blocks.len(), |p| i + 1 + p);
-    i..end
+/// Where every section ends and where sprint definitions are, computed once so
+/// that no heuristic rescans the document (plans with thousands of units).
+struct Outline {
+    /// For a heading at `i`: the first block after its section.
+    end: Vec<usize>,
+    /// Prefix counts of blocks that define sprints (sprint/task headings, sprint tables).
+    defs: Vec<u32>,
+}
+
+impl Outline {
+    fn new(blocks: &[Block]) -> Outline {
+        let mut end = vec![blocks.len(); blocks.len()];
+        let mut open: Vec<(usize, u8)> = Vec::new();
+        let mut defs = Vec::with_capacity(blocks.len() + 1);
+        defs.push(0u32);
+        for (i, b) in blocks.iter().enumerate() {
+            if let Some((level, _)) = b.heading() {
+                while open.last().is_some_and(|(_, l)| *l >= level) {
+                    let (j, _) = open.pop().expect("checked");
+                    end[j] = i;
+                }
+                open.push((i, level));
+            }
+            let is_def = match b {
+                Block::Heading { text, .. } => {
+                    sprint_heading(text).is_some() || task_heading(text).is_some()
+                }
+                Block::Table { header, .. } => is_sprint_table(header),
+                _ => false,
+            };
+            defs.push(defs[i] + u32::from(is_def));
+        }
+        Outline { end, defs }
+    }
+
+    /// The blocks from heading `i` to the next heading of the same or a higher level.
+    fn section(&self, i: usize) -> Range<usize> {
+        i..self.end[i]
+    }
+
+    fn has_defs(&self, r: Range<usize>) -> bool {
+        r.start < r.end && self.defs[r.end] > self.defs[r.start]
+    }
 }
 
 /// Strips `Work Unit:`-style prefixes from a section heading.
@@ -320,23 +363,24 @@ fn unit_heading_name(text: &str) -> String {
         "crate",
         "service",
     ] {
-        if let Some(rest) = lower.strip_prefix(p) {
-            let rest = rest.trim_start_matches(|c: char| {
-                c.is_whitespace() || c == ':' || c == '—' || c == '-'
-            });
-            if rest.len() < lower.len() - p.len() || rest.is_empty() {
-                let cut = t.len() - rest.len();
-                if !rest.is_empty() {
-                    return t[cut..].trim().to_string();
-                }
-            }
+        // Only a real prefix: `Package: parser`, `Work Unit — api`, not `unit-5`.
+        let Some(rest) = lower.strip_prefix(p) else {
+            continue;
+        };
+        if !rest.starts_with([':', ' ', '\t', '—']) {
+            continue;
+        }
+        let rest = rest
+            .trim_start_matches(|c: char| c.is_whitespace() || c == ':' || c == '—' || c == '-');
+        if !rest.is_empty() {
+            return t[t.len() - rest.len()..].trim().to_string();
         }
     }
     t
 }
 
 /// §2a.2: several same-level sections that each hold sprint definitions.
-fn section_units(blocks: &[Block]) -> Option<Vec<UnitDraft>> {
+fn section_units(blocks: &[Block], o: &Outline) -> Option<Vec<UnitDraft>> {
     for level in [2u8, 1, 3] {
         let mut units = Vec::new();
         for (i, b) in blocks.iter().enumerate() {
@@ -346,8 +390,8 @@ fn section_units(blocks: &[Block]) -> Option<Vec<UnitDraft>> {
             if l != level || sprint_heading(text).is_some() || task_heading(text).is_some() {
                 continue;
             }
-            let r = section(blocks, i);
-            if has_sprint_definitions(blocks, r.start + 1..r.end) {
+            let r = o.section(i);
+            if o.has_defs(r.start + 1..r.end) {
                 units.push(UnitDraft {
                     name: unit_heading_name(text),
                     line: b.line(),
@@ -366,43 +410,45 @@ fn section_units(blocks: &[Block]) -> Option<Vec<UnitDraft>> {
     None
 }
 
-fn has_sprint_definitions(blocks: &[Block], r: Range<usize>) -> bool {
-    blocks[r].iter().any(|b| match b {
-        Block::Heading { text, .. } => {
-            sprint_heading(text).is_some() || task_heading(text).is_some()
-        }
-        Block::Table { header, .. } => is_sprint_table(header),
-        _ => false,
-    })
-}
-
-/// The section of a table-listed unit: the heading that names it and holds sprints.
-fn unit_section(blocks: &[Block], name: &str) -> Option<Range<usize>> {
-    let lname = name.to_lowercase();
-    let mut best: Option<(u8, Range<usize>)> = None;
-    for (i, b) in blocks.iter().enumerate() {
-        let Some((_, text)) = b.heading() else {
+/// The sections of table-listed units: for each, the heading that names it exactly
+/// (`## parser`, `## Package: parser`) and holds sprints, else the first heading
+/// that mentions it as a word. One pass over the headings for the exact names.
+fn unit_sections(blocks: &[Block], o: &Outline, names: &[&str]) -> Vec<Option<Range<usize>>> {
+    let index: HashMap<String, usize> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.to_lowercase(), i))
+        .collect();
+    let mut found: Vec<Option<Range<usize>>> = vec![None; names.len()];
+    let candidates: Vec<usize> = (0..blocks.len())
+        .filter(|&i| {
+            blocks[i]
+                .heading()
+                .is_some_and(|(_, t)| sprint_heading(t).is_none())
+                && o.has_defs(i + 1..o.end[i])
+        })
+        .collect();
+    for &i in &candidates {
+        let Some((_, text)) = blocks[i].heading() else {
             continue;
         };
-        if sprint_heading(text).is_some() {
-            continue;
-        }
-        let h = plain(text).to_lowercase();
-        let exact = unit_heading_name(text).to_lowercase() == lname;
-        if !exact && !contains_word(&h, &lname) {
-            continue;
-        }
-        let r = section(blocks, i);
-        let inner = r.start + 1..r.end;
-        if !has_sprint_definitions(blocks, inner.clone()) {
-            continue;
-        }
-        let rank = if exact { 0 } else { 1 };
-        if best.as_ref().is_none_or(|(b, _)| rank < *b) {
-            best = Some((rank, inner));
+        if let Some(&u) = index.get(&unit_heading_name(text).to_lowercase()) {
+            if found[u].is_none() {
+                found[u] = Some(i + 1..o.end[i]);
+            }
         }
     }
-    best.map(|(_, r)| r)
+    for (u, name) in names.iter().enumerate() {
+        if found[u].is_some() {
+            continue;
+        }
+        let lname = name.to_lowercase();
+        found[u] = candidates.iter().find_map(|&i| {
+            let (_, text) = blocks[i].heading()?;
+            contains_word(&plain(text).to_lowercase(), &lname).then(|| i + 1..o.end[i])
+        });
+    }
+    found
 }
 
 /// `Sprint 2a: Name` → (`2a`, `Name`).
@@ -472,7 +518,7 @@ fn is_sprint_table(header: &[String]) -> bool {
 }
 
 /// §2b in priority order, within one unit's region.
-fn find_sprints(doc: &Doc, r: Range<usize>) -> Vec<Sprint> {
+fn find_sprints(doc: &Doc, o: &Outline, r: Range<usize>) -> Vec<Sprint> {
     let blocks = &doc.blocks;
     // 1. `## Sprint N:` headers.
     let heads: Vec<(usize, SprintId, String)> = (r.start..r.end)
@@ -485,7 +531,7 @@ fn find_sprints(doc: &Doc, r: Range<usize>) -> Vec<Sprint> {
         return heads
             .into_iter()
             .map(|(i, id, name)| {
-                let s = section(blocks, i);
+                let s = o.section(i);
                 let end = s.end.min(r.end);
                 build_sprint(doc, id, name, i, i + 1..end)
             })
@@ -513,7 +559,7 @@ fn find_sprints(doc: &Doc, r: Range<usize>) -> Vec<Sprint> {
             .into_iter()
             .map(|(major, heads)| {
                 let first = heads[0];
-                let last = section(blocks, *heads.last().unwrap_or(&first));
+                let last = o.section(*heads.last().unwrap_or(&first));
                 let mut s = build_sprint(
                     doc,
                     SprintId::ordinal(major as usize),
@@ -561,7 +607,7 @@ fn find_sprints(doc: &Doc, r: Range<usize>) -> Vec<Sprint> {
             )
         });
         if has_checks {
-            let s = section(blocks, i);
+            let s = o.section(i);
             out.push(build_sprint(
                 doc,
                 SprintId::ordinal(out.len() + 1),
@@ -717,6 +763,10 @@ fn label_of(text: &str) -> Option<Label> {
 /// gives the label and the text after it.
 fn paragraph_label(text: &str) -> Option<(Label, String)> {
     let t = text.trim();
+    // A label is short and ends in a colon near the start: skip prose quickly.
+    if !t.starts_with("**") && !t.get(..t.len().min(48)).is_some_and(|h| h.contains(':')) {
+        return None;
+    }
     let (head, rest) = if let Some(inner) = t.strip_prefix("**") {
         let close = inner.find("**")?;
         let head = &inner[..close];
@@ -1095,23 +1145,46 @@ fn classify(name: &str, tasks: &[String], explicit: Option<SprintType>) -> Sprin
             ],
         ),
     ];
-    let score = |text: &str, t: SprintType| {
-        let lower = format!("{} ", text.to_lowercase());
-        INDICATORS
-            .iter()
-            .filter(|(k, _)| *k == t)
-            .flat_map(|(_, words)| words.iter())
-            .filter(|w| lower.contains(*w))
-            .count()
-    };
+    // One automaton over every indicator: each text is scanned once.
+    static MATCHER: std::sync::LazyLock<(AhoCorasick, Vec<SprintType>)> =
+        std::sync::LazyLock::new(|| {
+            let (kinds, words): (Vec<SprintType>, Vec<&str>) = INDICATORS
+                .iter()
+                .flat_map(|(k, ws)| ws.iter().map(move |w| (*k, *w)))
+                .unzip();
+            let ac = AhoCorasick::builder()
+                .ascii_case_insensitive(true)
+                .match_kind(aho_corasick::MatchKind::Standard)
+                .build(words)
+                .expect("fixed patterns");
+            (ac, kinds)
+        });
+    let (ac, kinds) = &*MATCHER;
+    let mut scores = [0usize; 5];
+    for (i, text) in std::iter::once(name)
+        .chain(tasks.iter().map(String::as_str))
+        .enumerate()
+    {
+        let weight = if i == 0 { 3 } else { 1 };
+        let padded = format!("{text} ");
+        let mut seen = std::collections::HashSet::new();
+        for m in ac.find_overlapping_iter(&padded) {
+            if seen.insert(m.pattern()) {
+                scores[kinds[m.pattern().as_usize()] as usize] += weight;
+            }
+        }
+    }
+    if name
+        .get(..6)
+        .is_some_and(|p| p.eq_ignore_ascii_case("start "))
+    {
+        scores[SprintType::Background as usize] += 3;
+    }
+    // Ties go to the earlier entry of INDICATORS (manual before code).
     let mut best = (0usize, SprintType::Code);
     for (t, _) in INDICATORS {
-        let mut s = score(name, *t) * 3 + tasks.iter().map(|task| score(task, *t)).sum::<usize>();
-        if *t == SprintType::Background && name.to_lowercase().starts_with("start ") {
-            s += 3;
-        }
-        if s > best.0 {
-            best = (s, *t);
+        if scores[*t as usize] > best.0 {
+            best = (scores[*t as usize], *t);
         }
     }
     best.1
@@ -1156,7 +1229,14 @@ fn dependencies(
     errors: &mut Vec<Problem>,
 ) -> BTreeSet<(usize, usize)> {
     let names: Vec<String> = drafts.iter().map(|d| d.name.to_lowercase()).collect();
-    let find = |n: &str| names.iter().position(|x| *x == n.to_lowercase());
+    let index = NameIndex::new(&names);
+    let find = |n: &str| {
+        index
+            .words
+            .get(n.to_lowercase().as_str())
+            .copied()
+            .or_else(|| names.iter().position(|x| *x == n.to_lowercase()))
+    };
     let mut edges = BTreeSet::new();
     for (i, d) in drafts.iter().enumerate() {
         for (dep, line) in &d.declared_deps {
@@ -1185,11 +1265,14 @@ fn dependencies(
     if drafts.len() < 2 {
         return edges;
     }
-    let owner = |idx: usize| {
-        drafts
-            .iter()
-            .position(|d| d.region.as_ref().is_some_and(|r| r.contains(&idx)))
-    };
+    // The unit whose section holds each block, for sentences without a subject.
+    let mut owners: Vec<Option<usize>> = vec![None; doc.blocks.len()];
+    for (u, d) in drafts.iter().enumerate() {
+        for slot in d.region.clone().into_iter().flatten() {
+            owners[slot].get_or_insert(u);
+        }
+    }
+    let owner = |idx: usize| owners[idx];
     let mut dep_section = false;
     for (idx, b) in doc.blocks.iter().enumerate() {
         let (text, arrows_ok) = match b {
@@ -1216,10 +1299,20 @@ fn dependencies(
             }
             Block::Table { .. } => continue,
         };
-        for sentence in text.split(['.', ';', '\n']) {
-            let lower = sentence.to_lowercase();
+        // Most blocks name no dependency at all: skip them with one cheap scan.
+        static HINTS: std::sync::LazyLock<AhoCorasick> = std::sync::LazyLock::new(|| {
+            AhoCorasick::builder()
+                .ascii_case_insensitive(true)
+                .build(DEP_HINTS)
+                .expect("fixed patterns")
+        });
+        if !arrows_ok && !HINTS.is_match(text) {
+            continue;
+        }
+        let block_lower = text.to_lowercase();
+        for lower in block_lower.split(['.', ';', '\n']) {
             if arrows_ok {
-                arrow_edges(&lower, &names, &mut edges);
+                arrow_edges(&lower, &index, &mut edges);
             }
             for kw in [
                 "depends on",
@@ -1234,12 +1327,8 @@ fn dependencies(
             ] {
                 let Some(pos) = lower.find(kw) else { continue };
                 let (before, after) = (&lower[..pos], &lower[pos + kw.len()..]);
-                let objects: Vec<usize> = (0..names.len())
-                    .filter(|&j| contains_word(after, &names[j]))
-                    .collect();
-                let mut subjects: Vec<usize> = (0..names.len())
-                    .filter(|&j| contains_word(before, &names[j]))
-                    .collect();
+                let objects = index.mentions(after);
+                let mut subjects = index.mentions(before);
                 if subjects.is_empty() {
                     subjects.extend(owner(idx));
                 }
@@ -1256,20 +1345,75 @@ fn dependencies(
     edges
 }
 
-fn mention(segment: &str, names: &[String]) -> Vec<usize> {
-    let seg = segment.trim().to_lowercase();
-    (0..names.len())
-        .filter(|&j| contains_word(&seg, &names[j]))
-        .collect()
+/// Substrings every dependency keyword contains (a cheap pre-filter).
+const DEP_HINTS: &[&str] = &[
+    "depend",
+    "requires",
+    "needs",
+    "precondition",
+    "blocked by",
+    "waits for",
+];
+
+/// Finds unit names in text by word lookup, so a sentence costs its length, not
+/// its length times the number of units.
+struct NameIndex<'a> {
+    names: &'a [String],
+    words: HashMap<&'a str, usize>,
+    /// Names with characters outside words (spaces, `+`…): matched one by one.
+    other: Vec<usize>,
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '-' || c == '_'
+}
+
+impl<'a> NameIndex<'a> {
+    fn new(names: &'a [String]) -> NameIndex<'a> {
+        let mut words = HashMap::new();
+        let mut other = Vec::new();
+        for (i, n) in names.iter().enumerate() {
+            if !n.is_empty() && n.chars().all(is_word_char) {
+                words.entry(n.as_str()).or_insert(i);
+            } else {
+                other.push(i);
+            }
+        }
+        NameIndex {
+            names,
+            words,
+            other,
+        }
+    }
+
+    /// Indices of the units named in `lower` (already lower-case), ascending.
+    fn mentions(&self, lower: &str) -> Vec<usize> {
+        let mut found: Vec<usize> = lower
+            .split(|c: char| !is_word_char(c))
+            .filter_map(|w| self.words.get(w).copied())
+            .collect();
+        found.extend(
+            self.other
+                .iter()
+                .copied()
+                .filter(|&j| contains_word(lower, &self.names[j])),
+        );
+        found.sort_unstable();
+        found.dedup();
+        found
+    }
 }
 
 /// `a ──► b`, `a -> b`, `a → b`: b depends on a.
-fn arrow_edges(line: &str, names: &[String], edges: &mut BTreeSet<(usize, usize)>) {
+fn arrow_edges(line: &str, index: &NameIndex, edges: &mut BTreeSet<(usize, usize)>) {
     let mut norm = line.to_string();
     for a in ["──►", "──>", "-->", "->", "→", "=>", "⟶"] {
         norm = norm.replace(a, "\u{1}");
     }
-    let parts: Vec<Vec<usize>> = norm.split('\u{1}').map(|p| mention(p, names)).collect();
+    let parts: Vec<Vec<usize>> = norm
+        .split('\u{1}')
+        .map(|p| index.mentions(p.trim()))
+        .collect();
     for w in parts.windows(2) {
         for &from in &w[0] {
             for &to in &w[1] {
@@ -1363,43 +1507,56 @@ fn mermaid_edges(text: &str, names: &[String], edges: &mut BTreeSet<(usize, usiz
     }
 }
 
+/// Dependencies as unit indices (names are unique and known by now).
+fn dep_indices(units: &[WorkUnit]) -> Vec<Vec<usize>> {
+    let at: HashMap<&str, usize> = units
+        .iter()
+        .enumerate()
+        .map(|(i, u)| (u.name.as_str(), i))
+        .collect();
+    units
+        .iter()
+        .map(|u| {
+            u.depends_on
+                .iter()
+                .filter_map(|d| at.get(d.as_str()).copied())
+                .collect()
+        })
+        .collect()
+}
+
 fn find_cycle(units: &[WorkUnit]) -> Option<Vec<String>> {
-    fn visit(
-        i: usize,
-        units: &[WorkUnit],
-        state: &mut [u8],
-        stack: &mut Vec<usize>,
-    ) -> Option<Vec<String>> {
-        state[i] = 1;
-        stack.push(i);
-        for d in &units[i].depends_on {
-            let Some(j) = units.iter().position(|u| &u.name == d) else {
-                continue;
-            };
-            if state[j] == 1 {
-                let from = stack.iter().position(|&k| k == j).unwrap_or(0);
-                let mut cycle: Vec<String> = stack[from..]
-                    .iter()
-                    .map(|&k| units[k].name.clone())
-                    .collect();
-                cycle.push(units[j].name.clone());
-                return Some(cycle);
-            }
-            if state[j] == 0 {
-                if let Some(c) = visit(j, units, state, stack) {
-                    return Some(c);
-                }
-            }
-        }
-        stack.pop();
-        state[i] = 2;
-        None
-    }
+    let deps = dep_indices(units);
+    // Iterative depth-first search: 0 unseen, 1 on the stack, 2 done.
     let mut state = vec![0u8; units.len()];
-    for i in 0..units.len() {
-        if state[i] == 0 {
-            if let Some(c) = visit(i, units, &mut state, &mut Vec::new()) {
-                return Some(c);
+    for root in 0..units.len() {
+        if state[root] != 0 {
+            continue;
+        }
+        let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
+        state[root] = 1;
+        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
+            if let Some(&j) = deps[node].get(*next) {
+                *next += 1;
+                match state[j] {
+                    1 => {
+                        let from = stack.iter().position(|(k, _)| *k == j).unwrap_or(0);
+                        let mut cycle: Vec<String> = stack[from..]
+                            .iter()
+                            .map(|(k, _)| units[*k].name.clone())
+                            .collect();
+                        cycle.push(units[j].name.clone());
+                        return Some(cycle);
+                    }
+                    0 => {
+                        state[j] = 1;
+                        stack.push((j, 0));
+                    }
+                    _ => {}
+                }
+            } else {
+                state[node] = 2;
+                stack.pop();
             }
         }
     }
@@ -1408,30 +1565,29 @@ fn find_cycle(units: &[WorkUnit]) -> Option<Vec<String>> {
 
 /// Without declared layers, a unit's layer is its depth in the dependency graph.
 fn assign_depths(units: &mut [WorkUnit]) {
-    let mut depth = vec![0u32; units.len()];
-    for _ in 0..units.len() {
-        let mut changed = false;
-        for i in 0..units.len() {
-            for d in &units[i].depends_on {
-                if let Some(j) = units.iter().position(|u| &u.name == d) {
-                    if depth[i] < depth[j] + 1 {
-                        depth[i] = depth[j] + 1;
-                        changed = true;
-                    }
-                }
-            }
+    let deps = dep_indices(units);
+    let mut depth: Vec<Option<u32>> = vec![None; units.len()];
+    fn visit(i: usize, deps: &[Vec<usize>], depth: &mut Vec<Option<u32>>) -> u32 {
+        if let Some(d) = depth[i] {
+            return d;
         }
-        if !changed {
-            break;
-        }
+        depth[i] = Some(0); // acyclic by now; this only guards against surprises
+        let d = deps[i]
+            .iter()
+            .map(|&j| visit(j, deps, depth) + 1)
+            .max()
+            .unwrap_or(0);
+        depth[i] = Some(d);
+        d
     }
-    for (u, d) in units.iter_mut().zip(depth) {
-        u.layer = d;
+    for i in 0..units.len() {
+        let d = visit(i, &deps, &mut depth);
+        units[i].layer = d;
     }
 }
 
 /// §2e: the plan's own prompt template, if it has one.
-fn dispatch_template(doc: &Doc) -> Option<DispatchTemplate> {
+fn dispatch_template(doc: &Doc, o: &Outline) -> Option<DispatchTemplate> {
     let blocks = &doc.blocks;
     for (i, b) in blocks.iter().enumerate() {
         let Some((_, text)) = b.heading() else {
@@ -1450,7 +1606,7 @@ fn dispatch_template(doc: &Doc) -> Option<DispatchTemplate> {
         if !named {
             continue;
         }
-        let r = section(blocks, i);
+        let r = o.section(i);
         let text = blocks[r.clone()]
             .iter()
             .find_map(|b| match b {
@@ -1585,7 +1741,16 @@ fn referenced_files(blocks: &[Block], units: &[WorkUnit]) -> Vec<ReferencedFile>
             ),
             Block::Code { .. } => continue,
         };
+        static EXTENSIONS: std::sync::LazyLock<AhoCorasick> = std::sync::LazyLock::new(|| {
+            AhoCorasick::builder()
+                .ascii_case_insensitive(true)
+                .build([".md", ".txt", ".yml", ".yaml", ".toml", ".json"])
+                .expect("fixed patterns")
+        });
         for text in texts {
+            if !EXTENSIONS.is_match(text) {
+                continue;
+            }
             for raw in text.split(|c: char| c.is_whitespace() || "`()[],;\"'*".contains(c)) {
                 let tok = raw.trim_end_matches(['.', ':', '!', '?']);
                 let Some((role, placeholder)) = file_role(tok) else {
