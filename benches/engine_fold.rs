@@ -5,9 +5,22 @@ use chrono::{Duration, TimeZone, Utc};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use supervise::engine::*;
 
-const PLAN: &str = "# Ops\n\n| Work Unit | Layer |\n|---|---|\n| a | 0 |\n| b | 0 |\n| c | 1 |\n\n\
-## a\n### Sprint 1: Implement a1\n- [ ] `make a1` passes\n### Sprint 2: Implement a2\n- [ ] `make a2` passes\n\
-## b\n### Sprint 1: Implement b1\n- [ ] `make b1` passes\n## c\n### Sprint 1: Implement c1\n- [ ] `make c1` passes\n";
+/// A plan of 10 units × 10 sprints in two layers: about 1,000 events per operation.
+fn plan_text() -> String {
+    let mut s = String::from("# Ops\n\n| Work Unit | Layer |\n|---|---|\n");
+    for u in 0..10 {
+        s.push_str(&format!("| u{u} | {} |\n", u / 5));
+    }
+    for u in 0..10 {
+        s.push_str(&format!("\n## u{u}\n"));
+        for n in 1..=10 {
+            s.push_str(&format!(
+                "### Sprint {n}: Implement part {n}\n- [ ] `make u{u}-{n}` passes\n"
+            ));
+        }
+    }
+    s
+}
 
 fn report(ok: bool) -> AgentReport {
     AgentReport {
@@ -32,24 +45,26 @@ fn report(ok: bool) -> AgentReport {
 }
 
 /// Runs one operation to the end; returns the number of events it produced.
-fn operation(plan: &supervise::plan::Plan, n: u64) -> usize {
+fn operation(plan: &supervise::plan::Plan, n: u64, mut record: Option<&mut Vec<Event>>) -> usize {
     let mut now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
     let mut state: Option<OperationState> = None;
     let mut events = 0;
     let mut pending: Vec<DispatchId> = Vec::new();
-    let mut step =
-        |input: Input, state: &mut Option<OperationState>, pending: &mut Vec<DispatchId>| {
-            let d = decide(state.as_ref(), input, now).expect("accepted");
-            for e in &d.events {
-                apply(state, e);
+    let mut step = |input: Input,
+                    now: chrono::DateTime<Utc>,
+                    state: &mut Option<OperationState>,
+                    pending: &mut Vec<DispatchId>| {
+        let d = decide_mut(state, input, now).expect("accepted");
+        if let Some(log) = record.as_deref_mut() {
+            log.extend(d.events.iter().cloned());
+        }
+        events += d.events.len();
+        for e in d.effects {
+            if let Effect::Dispatch(o) = e {
+                pending.push(o.dispatch);
             }
-            events += d.events.len();
-            for e in d.effects {
-                if let Effect::Dispatch(o) = e {
-                    pending.push(o.dispatch);
-                }
-            }
-        };
+        }
+    };
     step(
         Input::Start {
             operation: OperationId(format!("op{n}")),
@@ -57,6 +72,7 @@ fn operation(plan: &supervise::plan::Plan, n: u64) -> usize {
             config: EngineConfig::default(),
             seed: n,
         },
+        now,
         &mut state,
         &mut pending,
     );
@@ -68,16 +84,18 @@ fn operation(plan: &supervise::plan::Plan, n: u64) -> usize {
             Input::AgentActivity {
                 dispatch: d.clone(),
             },
+            now,
             &mut state,
             &mut pending,
         );
-        step(Input::Tick, &mut state, &mut pending);
+        step(Input::Tick, now, &mut state, &mut pending);
         // Every third dispatch fails once, so retries and model upgrades are exercised.
         step(
             Input::AgentFinished {
                 dispatch: d,
                 report: report(i % 3 != 0),
             },
+            now,
             &mut state,
             &mut pending,
         );
@@ -90,30 +108,23 @@ fn operation(plan: &supervise::plan::Plan, n: u64) -> usize {
 }
 
 fn bench(c: &mut Criterion) {
-    let plan = supervise::plan::parse(PLAN, "ops").unwrap();
-    let per_op = operation(&plan, 0);
+    let plan = supervise::plan::parse(&plan_text(), "ops").unwrap();
+    let per_op = operation(&plan, 0, None);
+    println!(
+        "events per operation: {per_op}; per sample: {}",
+        per_op * 1000
+    );
     let mut g = c.benchmark_group("engine");
     g.sample_size(10);
     g.throughput(Throughput::Elements(per_op as u64 * 1000));
     g.bench_function("1000_operations", |b| {
-        b.iter(|| (0..1000).map(|n| operation(&plan, n)).sum::<usize>());
+        b.iter(|| (0..1000).map(|n| operation(&plan, n, None)).sum::<usize>());
     });
     g.finish();
-    // Replay: fold a recorded log of the same size.
+    // Replay: fold one recorded operation's whole log back into its state.
     let mut log = Vec::new();
-    let d = decide(
-        None,
-        Input::Start {
-            operation: OperationId("r".into()),
-            plan: Box::new(plan.clone()),
-            config: EngineConfig::default(),
-            seed: 1,
-        },
-        Utc::now(),
-    )
-    .unwrap();
-    log.extend(d.events);
-    c.bench_function("replay_start_log", |b| {
+    operation(&plan, 7, Some(&mut log));
+    c.bench_function("replay_one_operation_log", |b| {
         b.iter(|| OperationState::replay(&log))
     });
 }

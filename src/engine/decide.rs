@@ -15,20 +15,33 @@ pub struct Decision {
     pub effects: Vec<Effect>,
 }
 
-struct Ctx {
-    state: Option<OperationState>,
+struct Ctx<'a> {
+    state: &'a mut Option<OperationState>,
     events: Vec<Event>,
     effects: Vec<Effect>,
     now: DateTime<Utc>,
 }
 
+/// Pure form: the caller's state is untouched; apply the returned events to it.
 pub fn decide(
     state: Option<&OperationState>,
     input: Input,
     now: DateTime<Utc>,
 ) -> Result<Decision, Refusal> {
+    let mut work = state.cloned();
+    decide_mut(&mut work, input, now)
+}
+
+/// In-place form for hot loops: the returned events are already applied to
+/// `state` (by `apply`, as a replay would). Every refusal is decided before the
+/// first event, so a refused input leaves `state` as it was.
+pub fn decide_mut(
+    state: &mut Option<OperationState>,
+    input: Input,
+    now: DateTime<Utc>,
+) -> Result<Decision, Refusal> {
     let mut c = Ctx {
-        state: state.cloned(),
+        state,
         events: Vec::new(),
         effects: Vec::new(),
         now,
@@ -155,7 +168,7 @@ pub fn decide(
     Ok(c.finish())
 }
 
-impl Ctx {
+impl Ctx<'_> {
     fn finish(mut self) -> Decision {
         if !self.events.is_empty() && !self.effects.contains(&Effect::PublishStatus) {
             self.effects.push(Effect::PublishStatus);
@@ -167,7 +180,7 @@ impl Ctx {
     }
 
     fn emit(&mut self, e: Event) {
-        apply(&mut self.state, &e);
+        apply(self.state, &e);
         self.events.push(e);
     }
 

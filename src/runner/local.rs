@@ -6,8 +6,8 @@ use super::git::{sprint_branch, Git};
 use super::process::{self, RunSpec, Watched};
 use super::verify;
 use crate::engine::{
-    self, decide, AgentReport, Effect, Evidence, Input, NoticeKind, OperationId, OperationState,
-    OverallStatus, Refusal,
+    self, decide_mut, AgentReport, Effect, Evidence, Input, NoticeKind, OperationId,
+    OperationState, OverallStatus, Refusal,
 };
 use crate::plan::LoadedPlan;
 use crate::report;
@@ -230,7 +230,9 @@ impl Supervisor {
         let now = chrono::Utc::now();
         let span = tracing::info_span!("input", op = %self.op());
         let _g = span.enter();
-        let d = match decide(self.state.as_ref(), input, now) {
+        // Applied in place (no clone of the whole state per input); if the log
+        // write below fails the process stops, and the log stays the record.
+        let d = match decide_mut(&mut self.state, input, now) {
             Ok(d) => d,
             Err(r) => return Ok(Err(r)),
         };
@@ -239,7 +241,6 @@ impl Supervisor {
         }
         let pending = self.ledger.append(&d.events, &d.effects)?;
         for e in &d.events {
-            engine::apply(&mut self.state, e);
             self.print_event(e);
         }
         for p in pending {
