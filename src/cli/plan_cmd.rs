@@ -16,14 +16,8 @@ pub fn render_tree(plan: &Plan) -> String {
         "{} work unit(s), {} sprint(s); dependencies: {}; prompts: {}",
         plan.work_units.len(),
         plan.total_sprints(),
-        serde_json::to_value(plan.dependency_structure)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default(),
-        serde_json::to_value(plan.dispatch_mode)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default(),
+        plan.dependency_structure.as_str(),
+        plan.dispatch_mode.as_str(),
     );
     for u in &plan.work_units {
         let deps = if u.depends_on.is_empty() {
@@ -52,21 +46,10 @@ pub fn render_tree(plan: &Plan) -> String {
             for t in &s.tasks {
                 let _ = writeln!(out, "  │   task  {t}");
             }
-            for c in &s.entry_criteria {
-                let _ = writeln!(
-                    out,
-                    "  │   entry {:<10} {}",
-                    format!("{:?}", c.kind).to_lowercase(),
-                    c.text
-                );
-            }
-            for c in &s.exit_criteria {
-                let _ = writeln!(
-                    out,
-                    "  │   exit  {:<10} {}",
-                    format!("{:?}", c.kind).to_lowercase(),
-                    c.text
-                );
+            for (label, list) in [("entry", &s.entry_criteria), ("exit ", &s.exit_criteria)] {
+                for c in list {
+                    let _ = writeln!(out, "  │   {label} {:<10} {}", c.kind.as_str(), c.text);
+                }
             }
         }
     }

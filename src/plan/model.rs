@@ -86,12 +86,32 @@ pub enum DependencyStructure {
     None,
 }
 
+impl DependencyStructure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DependencyStructure::Layers => "layers",
+            DependencyStructure::Graph => "graph",
+            DependencyStructure::Sequential => "sequential",
+            DependencyStructure::None => "none",
+        }
+    }
+}
+
 /// Whether prompts come from the plan's own template (§6c) or are built (§6d).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DispatchMode {
     Template,
     Dynamic,
+}
+
+impl DispatchMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DispatchMode::Template => "template",
+            DispatchMode::Dynamic => "dynamic",
+        }
+    }
 }
 
 /// The kind of work a sprint is (§2g); it changes dispatch and verification.
@@ -135,6 +155,16 @@ impl fmt::Display for SprintType {
 }
 
 /// How a criterion can be checked (§2d).
+impl CriterionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CriterionKind::Checklist => "checklist",
+            CriterionKind::Command => "command",
+            CriterionKind::Assertion => "assertion",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CriterionKind {

@@ -316,7 +316,7 @@ fn final_verification(st: &OperationState, now: DateTime<Utc>) -> String {
             "- {} Sprint {}: {ok}/{total} criteria verified {}",
             d.unit,
             d.sprint.id,
-            if ok == total { "✓" } else { "✗" }
+            super::tick(ok == total)
         );
     }
     let unverified = v.criteria_sprints - v.fully_verified;
@@ -338,7 +338,7 @@ fn final_verification(st: &OperationState, now: DateTime<Utc>) -> String {
                 "- {} Sprint {} (code): {n} commits found {}",
                 d.unit,
                 d.sprint.id,
-                if n > 0 { "✓" } else { "✗" }
+                super::tick(n > 0)
             );
         } else {
             let _ = writeln!(
@@ -652,29 +652,21 @@ pub fn final_summary(st: &OperationState) -> String {
     let _ = writeln!(
         out,
         "{} Coverage: {}/{} sprints accounted for",
-        if v.covered == v.planned { "✓" } else { "✗" },
+        super::tick(v.covered == v.planned),
         v.covered,
         v.planned
     );
     let _ = writeln!(
         out,
         "{} Exit Criteria: {}/{} sprints fully verified",
-        if v.fully_verified == v.criteria_sprints {
-            "✓"
-        } else {
-            "✗"
-        },
+        super::tick(v.fully_verified == v.criteria_sprints),
         v.fully_verified,
         v.criteria_sprints
     );
     let _ = writeln!(
         out,
         "{} Git Commits: {}/{} code sprints have commits",
-        if v.code_with_commits == v.code_sprints {
-            "✓"
-        } else {
-            "✗"
-        },
+        super::tick(v.code_with_commits == v.code_sprints),
         v.code_with_commits,
         v.code_sprints
     );

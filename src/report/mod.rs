@@ -17,6 +17,42 @@ pub(crate) fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
+/// `a, b, c`, or `empty` when there is nothing to list.
+pub(crate) fn list_or(items: &[impl AsRef<str>], sep: &str, empty: &str) -> String {
+    if items.is_empty() {
+        empty.to_string()
+    } else {
+        items
+            .iter()
+            .map(AsRef::as_ref)
+            .collect::<Vec<_>>()
+            .join(sep)
+    }
+}
+
+pub(crate) fn tick(ok: bool) -> &'static str {
+    if ok {
+        "✓"
+    } else {
+        "✗"
+    }
+}
+
+/// One Decisions Log entry as a line: `12:00:01 api Sprint 2: decision — rationale`.
+pub fn decision_line(d: &crate::engine::DecisionEntry) -> String {
+    format!(
+        "{} {}{}: {} — {}",
+        d.at.format("%H:%M:%S"),
+        d.unit.as_deref().unwrap_or("operation"),
+        d.sprint
+            .as_ref()
+            .map(|s| format!(" Sprint {s}"))
+            .unwrap_or_default(),
+        d.decision,
+        d.rationale
+    )
+}
+
 pub(crate) fn ts(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }

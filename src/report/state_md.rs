@@ -15,14 +15,8 @@ pub fn supervisor_state_md(
     let mut out = String::new();
     let _ = writeln!(out, "# Supervisor State — {}\n", st.name);
     out.push_str("<!-- Written by Sprint Supervisor after every event. Edits are overwritten; the event log in .supervise/ is the record. -->\n\n");
-    let dep = serde_json::to_value(plan.dependency_structure)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
-    let mode = serde_json::to_value(plan.dispatch_mode)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
+    let dep = plan.dependency_structure.as_str();
+    let mode = plan.dispatch_mode.as_str();
     let _ = writeln!(
         out,
         "## Plan Summary\n- Work units: {}\n- Total sprints: {}\n- Dependency structure: {dep}\n- Dispatch mode: {mode}\n",
@@ -134,15 +128,7 @@ pub fn supervisor_state_md(
                 notes.push("manual sprint awaiting a person's confirmation (`resume`)".into());
             }
         }
-        let _ = writeln!(
-            out,
-            "- Notes: {}\n",
-            if notes.is_empty() {
-                "—".to_string()
-            } else {
-                notes.join("; ")
-            }
-        );
+        let _ = writeln!(out, "- Notes: {}\n", super::list_or(&notes, "; ", "—"));
     }
     out.push_str("## Active Agents\n");
     let mut any = false;

@@ -208,11 +208,7 @@ pub fn kill_summary(st: &OperationState) -> String {
     let _ = writeln!(
         out,
         "Work units with uncommitted work: {}\n",
-        if with_work.is_empty() {
-            "none".to_string()
-        } else {
-            with_work.join(", ")
-        }
+        super::list_or(&with_work, ", ", "none")
     );
     out.push_str("Work unit states after kill:\n| Work Unit | Last Completed Sprint | Uncommitted Work | Action Needed |\n|-----------|----------------------|------------------|---------------|\n");
     for u in &st.units {

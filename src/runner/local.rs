@@ -450,19 +450,7 @@ impl Supervisor {
                 .rev()
                 .take(8)
                 .rev()
-                .map(|d| {
-                    format!(
-                        "{} {}{}: {} — {}",
-                        d.at.format("%H:%M:%S"),
-                        d.unit.as_deref().unwrap_or("operation"),
-                        d.sprint
-                            .as_ref()
-                            .map(|s| format!(" Sprint {s}"))
-                            .unwrap_or_default(),
-                        d.decision,
-                        d.rationale
-                    )
-                })
+                .map(report::decision_line)
                 .collect();
             print!(
                 "\x1b[H\x1b[2J{}\nRecent decisions:\n{}\n",
@@ -483,17 +471,7 @@ impl Supervisor {
             }
             OutputMode::Lines => {
                 if let engine::Event::Decision { entry: d } = e {
-                    println!(
-                        "[{}] {}{}: {} — {}",
-                        d.at.format("%H:%M:%S"),
-                        d.unit.as_deref().unwrap_or("operation"),
-                        d.sprint
-                            .as_ref()
-                            .map(|s| format!(" Sprint {s}"))
-                            .unwrap_or_default(),
-                        d.decision,
-                        d.rationale
-                    );
+                    println!("[{}", report::decision_line(d).replacen(' ', "] ", 1));
                 }
             }
             _ => {}
