@@ -9,6 +9,7 @@ pub mod engine;
 pub mod plan;
 pub mod report;
 pub mod runner;
+pub mod server;
 pub mod settings;
 pub mod store;
 pub mod text;

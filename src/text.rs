@@ -1,18 +1,29 @@
 //! Small text helpers shared by the plan reader and the command parsers.
 
-/// Edit distance between two short strings (for "did you mean …" answers).
+/// Edit distance between two short strings (for "did you mean …" answers), with
+/// a swap of two neighbouring letters counted as one edit — the commonest typo.
 pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
     }
-    prev[b.len()]
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// The candidate nearest to `word`, if it is near enough to be a plausible typo.
@@ -67,6 +78,8 @@ mod tests {
     #[test]
     fn nearest_finds_typos_only() {
         assert_eq!(nearest("stat", ["start", "status", "stop"]), Some("start"));
+        assert_eq!(nearest("stauts", ["start", "status"]), Some("status"));
+        assert_eq!(edit_distance("ab", "ba"), 1);
         assert_eq!(nearest("killal", ["killall", "resume"]), Some("killall"));
         assert_eq!(nearest("zebra", ["start", "resume"]), None);
     }

@@ -1,0 +1,381 @@
+//! `/supervise` commands in issue and pull-request comments. Comment text is
+//! untrusted: only lines that start with `/supervise` outside code (fenced,
+//! indented or inline) and outside block quotes count, arguments are checked, and
+//! a mistake is answered with the nearest valid command.
+
+use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+use std::fmt;
+use std::ops::Range;
+
+pub const PREFIX: &str = "/supervise";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// A bare `/supervise`: resume if an operation exists, else start (§3).
+    Default,
+    Start {
+        plan: Option<String>,
+    },
+    Resume {
+        unit: Option<String>,
+    },
+    Status,
+    Stop,
+    Killall,
+    NameFeature,
+    Breakdown {
+        doc: Option<String>,
+    },
+    Analyze,
+    Prioritize,
+    Evaluate,
+    Help,
+}
+
+/// (name, argument it takes, what it does) — the help text and the parser share it.
+pub const COMMANDS: &[(&str, Option<&str>, &str)] = &[
+    (
+        "start",
+        Some("PLAN"),
+        "start the plan (default EXECUTION_PLAN.md)",
+    ),
+    (
+        "resume",
+        Some("UNIT"),
+        "resume stopped, killed or blocked units (all, or one)",
+    ),
+    ("status", None, "show the status table"),
+    (
+        "stop",
+        None,
+        "graceful shutdown: drain, wait, then force-cancel",
+    ),
+    ("killall", None, "emergency stop: cancel every agent now"),
+    (
+        "name-feature",
+        None,
+        "rename the operation (the naming ritual)",
+    ),
+    (
+        "breakdown",
+        Some("DOC"),
+        "turn a requirements document into a plan",
+    ),
+    ("analyze", None, "three-pass analysis of the plan"),
+    ("prioritize", None, "reorder sprints by priority"),
+    ("evaluate", None, "check sprint quality and fix what it can"),
+    ("help", None, "this list"),
+];
+
+impl Command {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Default => "",
+            Command::Start { .. } => "start",
+            Command::Resume { .. } => "resume",
+            Command::Status => "status",
+            Command::Stop => "stop",
+            Command::Killall => "killall",
+            Command::NameFeature => "name-feature",
+            Command::Breakdown { .. } => "breakdown",
+            Command::Analyze => "analyze",
+            Command::Prioritize => "prioritize",
+            Command::Evaluate => "evaluate",
+            Command::Help => "help",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseError {
+    Unknown {
+        word: String,
+        suggestion: Option<&'static str>,
+    },
+    ExtraArguments {
+        command: &'static str,
+        extra: String,
+    },
+    BadArgument {
+        command: &'static str,
+        argument: String,
+        why: &'static str,
+    },
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParseError::Unknown {
+                word,
+                suggestion: Some(s),
+            } => write!(f, "`{word}` is not a command. Did you mean `{PREFIX} {s}`?"),
+            ParseError::Unknown {
+                word,
+                suggestion: None,
+            } => write!(f, "`{word}` is not a command."),
+            ParseError::ExtraArguments { command, extra } => {
+                write!(f, "`{command}` does not take `{extra}`.")
+            }
+            ParseError::BadArgument {
+                command,
+                argument,
+                why,
+            } => write!(
+                f,
+                "`{argument}` is not a valid argument of `{command}`: {why}."
+            ),
+        }
+    }
+}
+
+pub fn help_text() -> String {
+    let mut s = format!("Commands (one per line, at the start of the line):\n\n- `{PREFIX}` — resume the operation if there is one, else start\n");
+    for (name, arg, what) in COMMANDS {
+        let arg = arg.map(|a| format!(" [{a}]")).unwrap_or_default();
+        s.push_str(&format!("- `{PREFIX} {name}{arg}` — {what}\n"));
+    }
+    s
+}
+
+/// Byte ranges of code and quotes, where commands are never read.
+fn ignored_ranges(body: &str) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut open: Vec<usize> = Vec::new();
+    for (ev, r) in Parser::new_ext(body, Options::empty()).into_offset_iter() {
+        match ev {
+            Event::Start(Tag::CodeBlock(_) | Tag::BlockQuote(_)) => open.push(r.start),
+            Event::End(TagEnd::CodeBlock | TagEnd::BlockQuote(_)) => {
+                if let Some(start) = open.pop() {
+                    out.push(start..r.end);
+                }
+            }
+            Event::Code(_) | Event::Html(_) | Event::InlineHtml(_) => out.push(r),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A repository path argument: relative, no `..`, no odd characters.
+fn check_path(command: &'static str, p: &str) -> Result<String, ParseError> {
+    let bad = |why| {
+        Err(ParseError::BadArgument {
+            command,
+            argument: p.chars().take(80).collect(),
+            why,
+        })
+    };
+    if p.len() > 200 {
+        return bad("it is longer than 200 characters");
+    }
+    if p.starts_with('/') || p.split('/').any(|c| c == "..") {
+        return bad("use a path relative to the repository root, without `..`");
+    }
+    if !p
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
+    {
+        return bad("use letters, digits and . _ - / only");
+    }
+    Ok(p.to_string())
+}
+
+fn parse_line(rest: &str) -> Result<Command, ParseError> {
+    let mut words = rest.split_whitespace();
+    let Some(word) = words.next() else {
+        return Ok(Command::Default);
+    };
+    let arg = words.next().map(str::to_string);
+    let extra: Vec<&str> = words.collect();
+    let name = COMMANDS
+        .iter()
+        .find(|(n, _, _)| n.eq_ignore_ascii_case(word))
+        .map(|(n, a, _)| (*n, a.is_some()));
+    let Some((name, takes_arg)) = name else {
+        let suggestion = crate::text::nearest(word, COMMANDS.iter().map(|(n, _, _)| *n));
+        return Err(ParseError::Unknown {
+            word: word.chars().take(40).collect(),
+            suggestion,
+        });
+    };
+    let too_many = |e: String| ParseError::ExtraArguments {
+        command: name,
+        extra: e.chars().take(80).collect(),
+    };
+    if !takes_arg && arg.is_some() {
+        let mut all = vec![arg.clone().unwrap_or_default()];
+        all.extend(extra.iter().map(|s| s.to_string()));
+        return Err(too_many(all.join(" ")));
+    }
+    if !extra.is_empty() {
+        return Err(too_many(extra.join(" ")));
+    }
+    Ok(match name {
+        "start" => Command::Start {
+            plan: arg.map(|a| check_path("start", &a)).transpose()?,
+        },
+        "resume" => Command::Resume {
+            unit: match arg {
+                Some(u) if u.chars().count() > 100 => {
+                    return Err(ParseError::BadArgument {
+                        command: "resume",
+                        argument: u.chars().take(80).collect(),
+                        why: "unit names are at most 100 characters",
+                    })
+                }
+                other => other,
+            },
+        },
+        "status" => Command::Status,
+        "stop" => Command::Stop,
+        "killall" => Command::Killall,
+        "name-feature" => Command::NameFeature,
+        "breakdown" => Command::Breakdown {
+            doc: arg.map(|a| check_path("breakdown", &a)).transpose()?,
+        },
+        "analyze" => Command::Analyze,
+        "prioritize" => Command::Prioritize,
+        "evaluate" => Command::Evaluate,
+        _ => Command::Help,
+    })
+}
+
+/// Every `/supervise` line of a comment, in order, parsed or with its mistake.
+pub fn parse_comment(body: &str) -> Vec<Result<Command, ParseError>> {
+    let ignored = ignored_ranges(body);
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for line in body.split_inclusive('\n') {
+        let start = offset;
+        offset += line.len();
+        let trimmed = line.trim_start();
+        let at = start + (line.len() - trimmed.len());
+        let Some(rest) = trimmed.strip_prefix(PREFIX) else {
+            continue;
+        };
+        // `/supervisor` or `/supervise-me` are other words, not this command.
+        if rest.chars().next().is_some_and(|c| !c.is_whitespace()) {
+            continue;
+        }
+        if ignored.iter().any(|r| r.contains(&at)) {
+            continue;
+        }
+        out.push(parse_line(rest.trim_end()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(body: &str) -> Result<Command, ParseError> {
+        let mut v = parse_comment(body);
+        assert_eq!(v.len(), 1, "{body:?} gave {v:?}");
+        v.remove(0)
+    }
+
+    #[test]
+    fn commands_and_arguments() {
+        assert_eq!(one("/supervise"), Ok(Command::Default));
+        assert_eq!(one("/supervise start"), Ok(Command::Start { plan: None }));
+        assert_eq!(
+            one("/supervise start docs/EXECUTION_PLAN.md"),
+            Ok(Command::Start {
+                plan: Some("docs/EXECUTION_PLAN.md".into())
+            })
+        );
+        assert_eq!(
+            one("  /supervise RESUME parser\r\n"),
+            Ok(Command::Resume {
+                unit: Some("parser".into())
+            })
+        );
+        assert_eq!(
+            one("Please\n/supervise killall\nthanks"),
+            Ok(Command::Killall)
+        );
+        assert_eq!(one("/supervise name-feature"), Ok(Command::NameFeature));
+    }
+
+    #[test]
+    fn code_quotes_and_other_words_are_ignored() {
+        assert!(parse_comment("```\n/supervise start\n```").is_empty());
+        assert!(parse_comment("~~~sh\n/supervise killall\n~~~\n").is_empty());
+        assert!(
+            parse_comment("    /supervise stop\n").is_empty(),
+            "indented code"
+        );
+        assert!(parse_comment("> /supervise start\n").is_empty());
+        assert!(parse_comment("> quoted\n> /supervise killall\n").is_empty());
+        assert!(parse_comment("run `/supervise start` to begin").is_empty());
+        assert!(parse_comment("/supervisor start").is_empty());
+        assert!(
+            parse_comment("text /supervise start").is_empty(),
+            "only at the start of a line"
+        );
+        assert_eq!(
+            parse_comment("```\n/supervise stop\n```\n/supervise status").len(),
+            1
+        );
+    }
+
+    #[test]
+    fn mistakes_get_the_nearest_command() {
+        assert_eq!(
+            one("/supervise stauts"),
+            Err(ParseError::Unknown {
+                word: "stauts".into(),
+                suggestion: Some("status")
+            })
+        );
+        assert_eq!(
+            one("/supervise stauts").unwrap_err().to_string(),
+            "`stauts` is not a command. Did you mean `/supervise status`?"
+        );
+        assert!(matches!(
+            one("/supervise status now"),
+            Err(ParseError::ExtraArguments {
+                command: "status",
+                ..
+            })
+        ));
+        assert!(matches!(
+            one("/supervise start ../../etc/passwd"),
+            Err(ParseError::BadArgument {
+                command: "start",
+                ..
+            })
+        ));
+        assert!(matches!(
+            one("/supervise start /abs/plan.md"),
+            Err(ParseError::BadArgument { .. })
+        ));
+        assert!(matches!(
+            one("/supervise start plan.md;rm"),
+            Err(ParseError::BadArgument { .. })
+        ));
+        assert!(matches!(
+            one("/supervise resume a b"),
+            Err(ParseError::ExtraArguments { .. })
+        ));
+    }
+
+    #[test]
+    fn help_lists_every_command() {
+        let h = help_text();
+        for (n, _, _) in COMMANDS {
+            assert!(h.contains(&format!("`{PREFIX} {n}")), "{n} missing");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_comment_parses_without_panic(body in "(/supervise|```|> |`| |\\n|[a-z-]{1,8}|\\PC){0,40}") {
+            for r in parse_comment(&body) {
+                if let Err(e) = r { proptest::prop_assert!(!e.to_string().is_empty()); }
+            }
+        }
+    }
+}
