@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod engine;
+pub mod github;
 pub mod plan;
 pub mod report;
 pub mod runner;

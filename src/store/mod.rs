@@ -6,6 +6,8 @@
 //! [`FileLedger`] keeps this as JSON lines beside the plan (`.supervise/events.jsonl`):
 //! embedded, inspectable with any text tool, one `write` + `fsync` per decision.
 
+pub mod sql;
+
 use crate::engine::{Effect, Event, OperationState};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};

@@ -1,0 +1,272 @@
+//! The GitHub adapter: one client wrapper every call goes through. It
+//! authenticates as the App (RS256 JWT → installation tokens, cached by octocrab
+//! until shortly before they expire), honours `Retry-After` and
+//! `x-ratelimit-remaining`/`-reset` by pausing *all* calls of that installation
+//! until the reset (never hammering), retries transient failures with backoff,
+//! and sends `If-None-Match` for reads it repeats.
+
+use octocrab::models::{AppId, InstallationId};
+use octocrab::service::middleware::retry::RetryConfig;
+use octocrab::Octocrab;
+use secrecy::{ExposeSecret, SecretString};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitHubError {
+    #[error("GitHub answered {status} to {what}: {body}")]
+    Http {
+        status: u16,
+        what: String,
+        body: String,
+    },
+    #[error("cannot reach GitHub for {what}: {message}")]
+    Transport { what: String, message: String },
+    #[error("rate-limited for {wait_secs} s more than this call may wait ({what})")]
+    RateLimited { what: String, wait_secs: u64 },
+    #[error("GitHub App configuration: {0}")]
+    Config(String),
+}
+
+impl GitHubError {
+    /// Whether trying the same call later may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            GitHubError::Http { status, .. } => *status >= 500 || *status == 429 || *status == 403,
+            GitHubError::Transport { .. } | GitHubError::RateLimited { .. } => true,
+            GitHubError::Config(_) => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+pub struct GitHub {
+    app: Octocrab,
+    installations: Mutex<HashMap<u64, Octocrab>>,
+    paused_until: Mutex<HashMap<u64, Instant>>,
+    etags: Mutex<HashMap<String, (String, String)>>,
+    /// The longest pause one call accepts before giving the work back to the queue.
+    pub max_wait: Duration,
+    /// First backoff after a 5xx or a transport error; doubles per retry.
+    pub backoff: Duration,
+}
+
+#[derive(Clone, Copy)]
+enum Method {
+    Get,
+    Post,
+}
+
+fn header_num(h: &http::HeaderMap, name: &str) -> Option<i64> {
+    h.get(name)?.to_str().ok()?.trim().parse().ok()
+}
+
+impl GitHub {
+    pub fn new(
+        api_url: &str,
+        app_id: u64,
+        private_key_pem: &SecretString,
+    ) -> Result<GitHub, GitHubError> {
+        let key =
+            jsonwebtoken::EncodingKey::from_rsa_pem(private_key_pem.expose_secret().as_bytes())
+                .map_err(|e| {
+                    GitHubError::Config(format!("the private key is not an RSA PEM key: {e}"))
+                })?;
+        let app = Octocrab::builder()
+            .base_uri(api_url)
+            .map_err(|e| GitHubError::Config(format!("GITHUB_API_URL `{api_url}`: {e}")))?
+            .add_retry_config(RetryConfig::None)
+            .app(AppId(app_id), key)
+            .build()
+            .map_err(|e| GitHubError::Config(e.to_string()))?;
+        Ok(GitHub {
+            app,
+            installations: Mutex::new(HashMap::new()),
+            paused_until: Mutex::new(HashMap::new()),
+            etags: Mutex::new(HashMap::new()),
+            max_wait: Duration::from_secs(15 * 60),
+            backoff: Duration::from_millis(250),
+        })
+    }
+
+    fn client(&self, installation: u64) -> Result<Octocrab, GitHubError> {
+        let mut map = self.installations.lock().expect("lock");
+        if let Some(c) = map.get(&installation) {
+            return Ok(c.clone());
+        }
+        let c = self
+            .app
+            .installation(InstallationId(installation))
+            .map_err(|e| GitHubError::Config(e.to_string()))?;
+        map.insert(installation, c.clone());
+        Ok(c)
+    }
+
+    pub async fn get(&self, installation: u64, path: &str) -> Result<Reply, GitHubError> {
+        self.send(installation, Method::Get, path, None).await
+    }
+
+    pub async fn post(
+        &self,
+        installation: u64,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<Reply, GitHubError> {
+        self.send(installation, Method::Post, path, Some(body))
+            .await
+    }
+
+    async fn send(
+        &self,
+        installation: u64,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<Reply, GitHubError> {
+        let what = format!(
+            "{} {path}",
+            if matches!(method, Method::Get) {
+                "GET"
+            } else {
+                "POST"
+            }
+        );
+        let client = self.client(installation)?;
+        let mut backoff = self.backoff;
+        let mut last = String::new();
+        for attempt in 0..5 {
+            let pause = self
+                .paused_until
+                .lock()
+                .expect("lock")
+                .get(&installation)
+                .copied();
+            if let Some(until) = pause {
+                let wait = until.saturating_duration_since(Instant::now());
+                if wait > self.max_wait {
+                    return Err(GitHubError::RateLimited {
+                        what,
+                        wait_secs: wait.as_secs(),
+                    });
+                }
+                tokio::time::sleep(wait).await;
+            }
+            let cached = matches!(method, Method::Get)
+                .then(|| self.etags.lock().expect("lock").get(path).cloned())
+                .flatten();
+            let res = match method {
+                Method::Get => {
+                    let mut h = http::HeaderMap::new();
+                    if let Some((etag, _)) = &cached {
+                        if let Ok(v) = http::HeaderValue::from_str(etag) {
+                            h.insert(http::header::IF_NONE_MATCH, v);
+                        }
+                    }
+                    client._get_with_headers(path, Some(h)).await
+                }
+                Method::Post => client._post(path, body).await,
+            };
+            let res = match res {
+                Ok(r) => r,
+                Err(e) => {
+                    last = e.to_string();
+                    metrics::counter!("supervise_github_requests_total", "status" => "error")
+                        .increment(1);
+                    tracing::warn!(%what, attempt, error = %last, "GitHub call failed; backing off");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                    continue;
+                }
+            };
+            let status = res.status().as_u16();
+            let headers = res.headers().clone();
+            metrics::counter!("supervise_github_requests_total", "status" => status.to_string())
+                .increment(1);
+            let remaining = header_num(&headers, "x-ratelimit-remaining");
+            if let Some(r) = remaining {
+                metrics::gauge!("supervise_github_ratelimit_remaining").set(r as f64);
+            }
+            let text = client.body_to_string(res).await.unwrap_or_default();
+            match status {
+                200..=299 => {
+                    if let (Method::Get, Some(etag)) = (
+                        method,
+                        headers
+                            .get(http::header::ETAG)
+                            .and_then(|v| v.to_str().ok()),
+                    ) {
+                        self.etags
+                            .lock()
+                            .expect("lock")
+                            .insert(path.to_string(), (etag.to_string(), text.clone()));
+                    }
+                    return Ok(Reply { status, body: text });
+                }
+                304 => {
+                    if let Some((_, body)) = cached {
+                        return Ok(Reply { status: 200, body });
+                    }
+                    return Err(GitHubError::Http {
+                        status,
+                        what,
+                        body: text,
+                    });
+                }
+                403 | 429
+                    if headers.contains_key(http::header::RETRY_AFTER) || remaining == Some(0) =>
+                {
+                    let wait = match header_num(&headers, "retry-after") {
+                        Some(s) => Duration::from_secs(s.max(0) as u64),
+                        None => {
+                            let reset = header_num(&headers, "x-ratelimit-reset").unwrap_or(0);
+                            let now = chrono::Utc::now().timestamp();
+                            // One second past the reset: the reset instant itself may be early.
+                            Duration::from_secs((reset - now).max(0) as u64 + 1)
+                        }
+                    };
+                    tracing::warn!(%what, wait_secs = wait.as_secs(), "rate-limited; pausing this installation until the reset");
+                    self.paused_until
+                        .lock()
+                        .expect("lock")
+                        .insert(installation, Instant::now() + wait);
+                    last = format!("{status} rate limit");
+                    if wait > self.max_wait {
+                        return Err(GitHubError::RateLimited {
+                            what,
+                            wait_secs: wait.as_secs(),
+                        });
+                    }
+                }
+                500..=599 => {
+                    last = format!("{status}: {}", text.chars().take(200).collect::<String>());
+                    tracing::warn!(%what, attempt, status, "GitHub server error; backing off");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                _ => {
+                    return Err(GitHubError::Http {
+                        status,
+                        what,
+                        body: text.chars().take(500).collect(),
+                    })
+                }
+            }
+        }
+        Err(GitHubError::Transport {
+            what,
+            message: last,
+        })
+    }
+}
