@@ -3,6 +3,7 @@
 
 pub mod plan_cmd;
 pub mod run_cmd;
+pub mod serve_cmd;
 
 use crate::engine::Input;
 use clap::{Parser, Subcommand};
@@ -97,6 +98,8 @@ pub enum Command {
     /// Inspect an execution plan.
     #[command(subcommand)]
     Plan(PlanCommand),
+    /// The GitHub App service: hears `/supervise` commands in comments.
+    Serve(serve_cmd::ServeArgs),
     /// Internal: the detached wrapper that runs one agent.
     #[command(name = "__run-agent", hide = true)]
     RunAgent { dir: PathBuf },
@@ -144,5 +147,6 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         ),
         Command::Plan(PlanCommand::Show { path, json }) => plan_cmd::show(path.as_deref(), json),
         Command::RunAgent { dir } => run_cmd::run_agent(&dir),
+        Command::Serve(args) => serve_cmd::run(args),
     }
 }

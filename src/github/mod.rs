@@ -69,6 +69,20 @@ enum Method {
     Post,
 }
 
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    if s == "GitHub" {
+        s = format!("{e:?}");
+    }
+    s.chars().take(400).collect()
+}
+
 fn header_num(h: &http::HeaderMap, name: &str) -> Option<i64> {
     h.get(name)?.to_str().ok()?.trim().parse().ok()
 }
@@ -181,7 +195,8 @@ impl GitHub {
             let res = match res {
                 Ok(r) => r,
                 Err(e) => {
-                    last = e.to_string();
+                    // octocrab's Display says little ("GitHub"); the chain says what.
+                    last = error_chain(&e);
                     metrics::counter!("supervise_github_requests_total", "status" => "error")
                         .increment(1);
                     tracing::warn!(%what, attempt, error = %last, "GitHub call failed; backing off");

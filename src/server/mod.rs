@@ -4,4 +4,5 @@
 
 pub mod auth;
 pub mod command;
+pub mod service;
 pub mod signature;

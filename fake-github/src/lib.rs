@@ -1,0 +1,670 @@
+//! A stateful fake of the GitHub REST API subset Sprint Supervisor uses (see
+//! README). State lives in memory behind one mutex; every request is logged.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hmac::{Hmac, KeyInit, Mac};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    /// Where webhooks go, e.g. `http://127.0.0.1:3000/webhook`.
+    pub webhook_url: Option<String>,
+    pub webhook_secret: String,
+    pub app_id: u64,
+    /// The App's public key (PEM); without it the JWT's signature is not checked.
+    pub app_public_key_pem: Option<String>,
+    pub installation_id: u64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Comment {
+    pub id: i64,
+    pub repo: String,
+    pub issue: i64,
+    pub user: String,
+    pub body: String,
+}
+
+#[derive(Debug, Clone)]
+struct Fault {
+    status: u16,
+    times: u32,
+    retry_after: Option<u64>,
+    reset_in: Option<u64>,
+    latency_ms: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    users: HashMap<String, (String, String)>,
+    comments: Vec<Comment>,
+    reactions: Vec<(i64, String, String)>,
+    tokens: HashMap<String, u64>,
+    counts: BTreeMap<String, u64>,
+    log: Vec<(f64, String, u16)>,
+    faults: Vec<Fault>,
+    rate_limited_until: Option<Instant>,
+    early_calls: u64,
+    next_id: i64,
+    deliveries: u64,
+}
+
+pub struct FakeGitHub {
+    pub addr: SocketAddr,
+    config: Config,
+    inner: Arc<Mutex<Inner>>,
+    started: Instant,
+}
+
+type Shared = Arc<FakeGitHub>;
+
+impl FakeGitHub {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn add_user(&self, login: &str, role: &str, kind: &str) {
+        self.inner
+            .lock()
+            .unwrap()
+            .users
+            .insert(login.to_string(), (role.to_string(), kind.to_string()));
+    }
+
+    pub fn comments(&self, repo: &str, issue: i64) -> Vec<Comment> {
+        self.inner
+            .lock()
+            .unwrap()
+            .comments
+            .iter()
+            .filter(|c| c.repo == repo && c.issue == issue)
+            .cloned()
+            .collect()
+    }
+
+    pub fn reactions(&self) -> Vec<(i64, String, String)> {
+        self.inner.lock().unwrap().reactions.clone()
+    }
+
+    /// Requests per endpoint (method and route pattern).
+    pub fn counts(&self) -> BTreeMap<String, u64> {
+        self.inner.lock().unwrap().counts.clone()
+    }
+
+    /// API calls made while a rate-limit window the fake announced was still open.
+    pub fn early_calls(&self) -> u64 {
+        self.inner.lock().unwrap().early_calls
+    }
+
+    /// The next `times` API calls answer `status`; with `reset_in`, as a rate limit.
+    pub fn inject(
+        &self,
+        status: u16,
+        times: u32,
+        retry_after: Option<u64>,
+        reset_in: Option<u64>,
+        latency_ms: u64,
+    ) {
+        self.inner.lock().unwrap().faults.push(Fault {
+            status,
+            times,
+            retry_after,
+            reset_in,
+            latency_ms,
+        });
+    }
+
+    /// Posts a comment as `login` and delivers the webhook (twice if asked).
+    /// Returns the comment id and each delivery's HTTP status.
+    pub async fn comment(
+        &self,
+        repo: &str,
+        issue: i64,
+        login: &str,
+        body: &str,
+        twice: bool,
+    ) -> (i64, Vec<u16>) {
+        let (c, kind) = {
+            let mut s = self.inner.lock().unwrap();
+            s.next_id += 1;
+            let c = Comment {
+                id: 1000 + s.next_id,
+                repo: repo.to_string(),
+                issue,
+                user: login.to_string(),
+                body: body.to_string(),
+            };
+            s.comments.push(c.clone());
+            let kind = s
+                .users
+                .get(login)
+                .map(|u| u.1.clone())
+                .unwrap_or_else(|| "User".into());
+            (c, kind)
+        };
+        let payload = self.payload("created", &c, &kind);
+        let mut statuses = vec![self.deliver("issue_comment", &payload).await];
+        if twice {
+            statuses.push(self.deliver("issue_comment", &payload).await);
+        }
+        (c.id, statuses)
+    }
+
+    pub async fn edit(&self, comment_id: i64, body: &str) -> u16 {
+        let found = {
+            let mut s = self.inner.lock().unwrap();
+            let c = s.comments.iter_mut().find(|c| c.id == comment_id).map(|c| {
+                c.body = body.to_string();
+                c.clone()
+            });
+            c.map(|c| {
+                let kind = s
+                    .users
+                    .get(&c.user)
+                    .map(|u| u.1.clone())
+                    .unwrap_or_else(|| "User".into());
+                (c, kind)
+            })
+        };
+        match found {
+            Some((c, kind)) => {
+                let payload = self.payload("edited", &c, &kind);
+                self.deliver("issue_comment", &payload).await
+            }
+            None => 404,
+        }
+    }
+
+    fn payload(&self, action: &str, c: &Comment, kind: &str) -> Value {
+        let (owner, name) = c.repo.split_once('/').unwrap_or(("owner", "repo"));
+        json!({
+            "action": action,
+            "issue": { "number": c.issue, "title": "Operation", "state": "open" },
+            "comment": { "id": c.id, "body": c.body, "user": { "login": c.user, "type": kind } },
+            "repository": { "full_name": c.repo, "name": name, "owner": { "login": owner } },
+            "sender": { "login": c.user, "type": kind },
+            "installation": { "id": self.config.installation_id }
+        })
+    }
+
+    /// Signs and POSTs a webhook over plain HTTP/1.1; returns the status code.
+    pub async fn deliver(&self, event: &str, payload: &Value) -> u16 {
+        let Some(url) = &self.config.webhook_url else {
+            return 0;
+        };
+        let body = serde_json::to_vec(payload).unwrap();
+        let id = {
+            let mut s = self.inner.lock().unwrap();
+            s.deliveries += 1;
+            format!("fake-delivery-{}-{}", std::process::id(), s.deliveries)
+        };
+        send_webhook(url, event, &id, &self.config.webhook_secret, &body).await
+    }
+}
+
+/// Sends one signed webhook request; returns the HTTP status (0 if unreachable).
+pub async fn send_webhook(
+    url: &str,
+    event: &str,
+    delivery: &str,
+    secret: &str,
+    body: &[u8],
+) -> u16 {
+    let rest = url.strip_prefix("http://").unwrap_or(url);
+    let (host, path) = rest
+        .split_once('/')
+        .map(|(h, p)| (h, format!("/{p}")))
+        .unwrap_or((rest, "/".into()));
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(body);
+    let sig = hex::encode(mac.finalize().into_bytes());
+    let Ok(mut stream) = tokio::net::TcpStream::connect(host).await else {
+        return 0;
+    };
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nUser-Agent: GitHub-Hookshot/fake\r\nX-GitHub-Event: {event}\r\nX-GitHub-Delivery: {delivery}\r\nX-Hub-Signature-256: sha256={sig}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    if stream.write_all(head.as_bytes()).await.is_err() || stream.write_all(body).await.is_err() {
+        return 0;
+    }
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut buf)).await;
+    let text = String::from_utf8_lossy(&buf);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Starts the fake on `127.0.0.1:0`; it serves until the runtime ends.
+pub async fn start(config: Config) -> Arc<FakeGitHub> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fake = Arc::new(FakeGitHub {
+        addr,
+        config,
+        inner: Arc::new(Mutex::new(Inner::default())),
+        started: Instant::now(),
+    });
+    let app = Router::new()
+        .route("/app/installations/{id}/access_tokens", post(access_token))
+        .route(
+            "/repos/{owner}/{repo}/collaborators/{user}/permission",
+            get(permission),
+        )
+        .route(
+            "/repos/{owner}/{repo}/issues/comments/{id}/reactions",
+            post(react),
+        )
+        .route(
+            "/repos/{owner}/{repo}/issues/{n}/comments",
+            get(list_comments).post(create_comment),
+        )
+        .route("/_fake/users", post(control_user))
+        .route("/_fake/comments", post(control_comment))
+        .route("/_fake/edit", post(control_edit))
+        .route("/_fake/state", get(control_state))
+        .route("/_fake/faults", post(control_faults))
+        .with_state(fake.clone());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    fake
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        Json(json!({ "message": message, "documentation_url": "https://docs.github.com/rest" })),
+    )
+        .into_response()
+}
+
+/// Logs the call, applies any injected fault, and checks the token.
+/// Injected faults apply to installation API calls (`needs_token`), not to the
+/// App's token exchange.
+async fn gate(
+    f: &FakeGitHub,
+    endpoint: &str,
+    headers: &HeaderMap,
+    needs_token: bool,
+) -> Result<(), Response> {
+    let fault = {
+        let mut s = f.inner.lock().unwrap();
+        *s.counts.entry(endpoint.to_string()).or_default() += 1;
+        if s.rate_limited_until.is_some_and(|t| Instant::now() < t) {
+            s.early_calls += 1;
+        }
+        match s.faults.first_mut().filter(|_| needs_token) {
+            Some(fl) => {
+                fl.times -= 1;
+                let out = fl.clone();
+                if fl.times == 0 {
+                    s.faults.remove(0);
+                }
+                Some(out)
+            }
+            None => None,
+        }
+    };
+    let record = |status: u16| {
+        let mut s = f.inner.lock().unwrap();
+        let at = f.started.elapsed().as_secs_f64();
+        s.log.push((at, endpoint.to_string(), status));
+    };
+    if let Some(fl) = fault {
+        if fl.latency_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(fl.latency_ms)).await;
+        }
+        if fl.status >= 400 {
+            record(fl.status);
+            let mut resp = error(
+                StatusCode::from_u16(fl.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                "injected fault",
+            );
+            let h = resp.headers_mut();
+            if let Some(ra) = fl.retry_after {
+                h.insert("retry-after", HeaderValue::from(ra));
+            }
+            if let Some(r) = fl.reset_in {
+                let reset = chrono::Utc::now().timestamp() + r as i64;
+                h.insert("x-ratelimit-remaining", HeaderValue::from(0));
+                h.insert("x-ratelimit-reset", HeaderValue::from(reset));
+                f.inner.lock().unwrap().rate_limited_until =
+                    Some(Instant::now() + Duration::from_secs(r));
+            }
+            return Err(resp);
+        }
+    }
+    if needs_token {
+        let token = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or(v.strip_prefix("token ")))
+            .unwrap_or("");
+        if !f.inner.lock().unwrap().tokens.contains_key(token) {
+            record(401);
+            return Err(error(StatusCode::UNAUTHORIZED, "Bad credentials"));
+        }
+    }
+    record(200);
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    iss: serde_json::Value,
+    iat: i64,
+    exp: i64,
+}
+
+async fn access_token(
+    State(f): State<Shared>,
+    Path(id): Path<u64>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = gate(
+        &f,
+        "POST /app/installations/{id}/access_tokens",
+        &headers,
+        false,
+    )
+    .await
+    {
+        return r;
+    }
+    let jwt = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let claims = match &f.config.app_public_key_pem {
+        Some(pem) => {
+            let Ok(key) = jsonwebtoken::DecodingKey::from_rsa_pem(pem.as_bytes()) else {
+                return error(StatusCode::INTERNAL_SERVER_ERROR, "bad fake key");
+            };
+            let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
+            // `iss` is the App id as a number, which the library's check rejects; checked below.
+            v.required_spec_claims = ["exp"].iter().map(|s| s.to_string()).collect();
+            v.validate_aud = false;
+            match jsonwebtoken::decode::<Claims>(jwt, &key, &v) {
+                Ok(d) => d.claims,
+                Err(e) => {
+                    return error(
+                        StatusCode::UNAUTHORIZED,
+                        &format!("A JSON web token could not be decoded: {e}"),
+                    )
+                }
+            }
+        }
+        None => match jsonwebtoken::dangerous::insecure_decode::<Claims>(jwt) {
+            Ok(d) => d.claims,
+            Err(_) => {
+                return error(
+                    StatusCode::UNAUTHORIZED,
+                    "A JSON web token could not be decoded",
+                )
+            }
+        },
+    };
+    let iss = claims
+        .iss
+        .as_u64()
+        .or_else(|| claims.iss.as_str().and_then(|s| s.parse().ok()));
+    // GitHub: `exp` at most 10 minutes from now (with a little clock skew), `iat`
+    // may be back-dated; `iss` is the App id.
+    let now = chrono::Utc::now().timestamp();
+    if iss != Some(f.config.app_id) || claims.exp - now > 630 || claims.iat > now + 30 {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "'Issuer' claim ('iss') must be the App id and 'exp' at most 10 minutes from now",
+        );
+    }
+    let token = {
+        let mut s = f.inner.lock().unwrap();
+        let t = format!("ghs_fake_{id}_{}", s.tokens.len() + 1);
+        s.tokens.insert(t.clone(), id);
+        t
+    };
+    let expires = (chrono::Utc::now() + chrono::Duration::hours(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    (StatusCode::CREATED, Json(json!({ "token": token, "expires_at": expires, "permissions": {}, "repository_selection": "all" }))).into_response()
+}
+
+async fn permission(
+    State(f): State<Shared>,
+    Path((owner, repo, user)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = gate(
+        &f,
+        "GET /repos/{o}/{r}/collaborators/{u}/permission",
+        &headers,
+        true,
+    )
+    .await
+    {
+        return r;
+    }
+    let _ = (owner, repo);
+    let role = f
+        .inner
+        .lock()
+        .unwrap()
+        .users
+        .get(&user)
+        .map(|u| u.0.clone());
+    match role {
+        Some(role) => {
+            let legacy = match role.as_str() {
+                "maintain" => "write",
+                "triage" => "read",
+                r => r,
+            };
+            Json(json!({ "permission": legacy, "role_name": role, "user": { "login": user } }))
+                .into_response()
+        }
+        None => error(StatusCode::NOT_FOUND, &format!("{user} is not a user")),
+    }
+}
+
+#[derive(Deserialize)]
+struct ReactionBody {
+    content: String,
+}
+
+async fn react(
+    State(f): State<Shared>,
+    Path((_o, _r, id)): Path<(String, String, i64)>,
+    headers: HeaderMap,
+    Json(b): Json<ReactionBody>,
+) -> Response {
+    if let Err(r) = gate(
+        &f,
+        "POST /repos/{o}/{r}/issues/comments/{id}/reactions",
+        &headers,
+        true,
+    )
+    .await
+    {
+        return r;
+    }
+    let mut s = f.inner.lock().unwrap();
+    let exists = s
+        .reactions
+        .iter()
+        .any(|(c, content, _)| *c == id && *content == b.content);
+    if !exists {
+        s.reactions
+            .push((id, b.content.clone(), "supervise[bot]".into()));
+    }
+    let status = if exists {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    (
+        status,
+        Json(json!({ "id": s.reactions.len(), "content": b.content })),
+    )
+        .into_response()
+}
+
+fn comment_json(c: &Comment) -> Value {
+    json!({ "id": c.id, "body": c.body, "user": { "login": c.user, "type": if c.user.ends_with("[bot]") { "Bot" } else { "User" } } })
+}
+
+async fn list_comments(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(resp) = gate(&f, "GET /repos/{o}/{r}/issues/{n}/comments", &headers, true).await {
+        return resp;
+    }
+    let repo = format!("{o}/{r}");
+    let list: Vec<Value> = f.comments(&repo, n).iter().map(comment_json).collect();
+    let body = serde_json::to_string(&list).unwrap();
+    let etag = format!(
+        "\"{:x}\"",
+        body.len() as u64 * 1_000_003 + list.len() as u64
+    );
+    if headers.get("if-none-match").and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
+        return (StatusCode::NOT_MODIFIED, [("etag", etag)]).into_response();
+    }
+    (
+        StatusCode::OK,
+        [
+            ("etag", etag),
+            ("content-type", "application/json".to_string()),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+struct CommentBody {
+    body: String,
+}
+
+async fn create_comment(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    headers: HeaderMap,
+    Json(b): Json<CommentBody>,
+) -> Response {
+    if let Err(resp) = gate(
+        &f,
+        "POST /repos/{o}/{r}/issues/{n}/comments",
+        &headers,
+        true,
+    )
+    .await
+    {
+        return resp;
+    }
+    let mut s = f.inner.lock().unwrap();
+    s.next_id += 1;
+    let c = Comment {
+        id: 1000 + s.next_id,
+        repo: format!("{o}/{r}"),
+        issue: n,
+        user: "supervise[bot]".into(),
+        body: b.body,
+    };
+    s.comments.push(c.clone());
+    (StatusCode::CREATED, Json(comment_json(&c))).into_response()
+}
+
+#[derive(Deserialize)]
+struct UserBody {
+    login: String,
+    role: String,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+}
+
+async fn control_user(State(f): State<Shared>, Json(b): Json<UserBody>) -> StatusCode {
+    f.add_user(&b.login, &b.role, b.kind.as_deref().unwrap_or("User"));
+    StatusCode::NO_CONTENT
+}
+
+#[derive(Deserialize)]
+struct NewComment {
+    repo: String,
+    issue: i64,
+    login: String,
+    body: String,
+    #[serde(default)]
+    twice: bool,
+}
+
+async fn control_comment(State(f): State<Shared>, Json(b): Json<NewComment>) -> Json<Value> {
+    let (id, statuses) = f
+        .comment(&b.repo, b.issue, &b.login, &b.body, b.twice)
+        .await;
+    Json(json!({ "comment_id": id, "deliveries": statuses }))
+}
+
+#[derive(Deserialize)]
+struct Edit {
+    comment_id: i64,
+    body: String,
+}
+
+async fn control_edit(State(f): State<Shared>, Json(b): Json<Edit>) -> Json<Value> {
+    Json(json!({ "delivery": f.edit(b.comment_id, &b.body).await }))
+}
+
+async fn control_state(
+    State(f): State<Shared>,
+    Query(_q): Query<HashMap<String, String>>,
+) -> Json<Value> {
+    let s = f.inner.lock().unwrap();
+    Json(json!({
+        "comments": s.comments,
+        "reactions": s.reactions.iter().map(|(c, r, u)| json!({"comment": c, "content": r, "user": u})).collect::<Vec<_>>(),
+        "counts": s.counts,
+        "log": s.log.iter().map(|(t, e, st)| json!({"at": t, "endpoint": e, "status": st})).collect::<Vec<_>>(),
+        "early_calls": s.early_calls,
+    }))
+}
+
+#[derive(Deserialize)]
+struct FaultBody {
+    status: u16,
+    times: u32,
+    retry_after: Option<u64>,
+    reset_in: Option<u64>,
+    #[serde(default)]
+    latency_ms: u64,
+}
+
+async fn control_faults(State(f): State<Shared>, body: Bytes) -> StatusCode {
+    match serde_json::from_slice::<FaultBody>(&body) {
+        Ok(b) => {
+            f.inject(
+                b.status,
+                b.times.max(1),
+                b.retry_after,
+                b.reset_in,
+                b.latency_ms,
+            );
+            StatusCode::NO_CONTENT
+        }
+        Err(_) => StatusCode::BAD_REQUEST,
+    }
+}

@@ -1,0 +1,115 @@
+//! `supervise serve`: configuration from flags and the environment, then the
+//! service. Secrets are held as `SecretString` and never printed (clap hides
+//! their environment values from `--help`).
+
+use crate::github::GitHub;
+use crate::server::service::{self, Service};
+use crate::store::sql::SqlStore;
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use secrecy::SecretString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "SUPERVISE_LISTEN", default_value = "0.0.0.0:3000")]
+    pub listen: String,
+    /// The GitHub App's id.
+    #[arg(long, env = "GITHUB_APP_ID")]
+    pub app_id: u64,
+    /// The App's private key (PEM text).
+    #[arg(
+        long,
+        env = "GITHUB_PRIVATE_KEY",
+        hide_env_values = true,
+        conflicts_with = "private_key_path"
+    )]
+    pub private_key: Option<String>,
+    /// A file holding the App's private key.
+    #[arg(long, env = "GITHUB_PRIVATE_KEY_PATH")]
+    pub private_key_path: Option<PathBuf>,
+    /// Webhook secret; a comma-separated list accepts each (for rotation).
+    #[arg(long, env = "GITHUB_WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: String,
+    /// The REST API base (GitHub Enterprise, or the fake GitHub in tests).
+    #[arg(long, env = "GITHUB_API_URL", default_value = "https://api.github.com")]
+    pub api_url: String,
+    /// `sqlite://supervise.db?mode=rwc` (default) or `postgres://…`.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "sqlite://supervise.db?mode=rwc",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+    /// Bot logins whose commands are acted on (exact match); other bots are ignored.
+    #[arg(long, env = "SUPERVISE_BOT_ALLOW_LIST", value_delimiter = ',')]
+    pub bot_allow_list: Vec<String>,
+    /// Deliveries processed at once.
+    #[arg(long, env = "SUPERVISE_WORKERS", default_value_t = 4)]
+    pub workers: usize,
+    /// Deliveries of one installation processed at once.
+    #[arg(long, env = "SUPERVISE_INSTALLATION_CONCURRENCY", default_value_t = 2)]
+    pub per_installation: usize,
+    /// Seconds a worker holds a delivery before another may take it over.
+    #[arg(long, env = "SUPERVISE_LEASE_SECS", default_value_t = 120, hide = true)]
+    pub lease_secs: u64,
+}
+
+pub fn run(args: ServeArgs) -> Result<i32> {
+    let key = match (&args.private_key, &args.private_key_path) {
+        (Some(k), _) => k.clone(),
+        (None, Some(p)) => std::fs::read_to_string(p)
+            .with_context(|| format!("reading GITHUB_PRIVATE_KEY_PATH {}", p.display()))?,
+        (None, None) => {
+            return Err(anyhow!(
+                "set GITHUB_PRIVATE_KEY (PEM text) or GITHUB_PRIVATE_KEY_PATH"
+            ))
+        }
+    };
+    let secrets: Vec<SecretString> = args
+        .webhook_secret
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| SecretString::from(s.to_string()))
+        .collect();
+    if secrets.is_empty() {
+        return Err(anyhow!("GITHUB_WEBHOOK_SECRET is empty"));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .ok();
+        let store = SqlStore::connect(&args.database_url)
+            .await
+            .context("opening the database (DATABASE_URL)")?;
+        let github = GitHub::new(&args.api_url, args.app_id, &SecretString::from(key))?;
+        let svc = Service::new(
+            store,
+            github,
+            secrets,
+            metrics,
+            args.bot_allow_list.clone(),
+            args.per_installation,
+            Duration::from_secs(args.lease_secs.max(1)),
+        );
+        service::spawn_workers(svc.clone(), args.workers);
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?;
+        tracing::info!(addr = %listener.local_addr()?, "supervise serve listening");
+        eprintln!("supervise serve listening on {}", listener.local_addr()?);
+        axum::serve(listener, service::router(svc))
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        Ok::<_, anyhow::Error>(0)
+    })
+}

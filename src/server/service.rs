@@ -1,0 +1,400 @@
+//! The webhook service: intake over HTTP, processing from the store.
+//!
+//! Intake answers fast whatever GitHub or processing is doing: it refuses bodies
+//! over 25 MiB before reading them (413), checks the signature before parsing
+//! (401), stores the delivery, and only then answers 2xx. Workers claim stored
+//! deliveries with a lease and carry them out, at most a few at a time per
+//! installation.
+
+use super::auth::{self, Actor, Permission, Verdict};
+use super::command::{self, Command};
+use super::signature;
+use crate::engine::naming;
+use crate::github::{GitHub, GitHubError};
+use crate::store::sql::{Intake, SqlStore};
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, Semaphore};
+
+pub const MAX_BODY: usize = 25 * 1024 * 1024;
+
+pub struct Service {
+    pub store: SqlStore,
+    pub github: GitHub,
+    pub secrets: Vec<SecretString>,
+    pub metrics: Option<PrometheusHandle>,
+    pub bot_allow_list: Vec<String>,
+    pub per_installation: usize,
+    pub lease: Duration,
+    work: Notify,
+    limits: Mutex<HashMap<i64, Arc<Semaphore>>>,
+}
+
+impl Service {
+    pub fn new(
+        store: SqlStore,
+        github: GitHub,
+        secrets: Vec<SecretString>,
+        metrics: Option<PrometheusHandle>,
+        bot_allow_list: Vec<String>,
+        per_installation: usize,
+        lease: Duration,
+    ) -> Arc<Service> {
+        Arc::new(Service {
+            store,
+            github,
+            secrets,
+            metrics,
+            bot_allow_list,
+            per_installation: per_installation.max(1),
+            lease,
+            work: Notify::new(),
+            limits: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn limit(&self, installation: i64) -> Arc<Semaphore> {
+        self.limits
+            .lock()
+            .expect("lock")
+            .entry(installation)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.per_installation)))
+            .clone()
+    }
+}
+
+pub fn router(svc: Arc<Service>) -> Router {
+    Router::new()
+        .route("/webhook", post(intake))
+        .route("/api/github/webhooks", post(intake))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(svc)
+}
+
+async fn readyz(State(svc): State<Arc<Service>>) -> (StatusCode, &'static str) {
+    if svc.store.ping().await {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "database unreachable")
+    }
+}
+
+async fn metrics(State(svc): State<Arc<Service>>) -> String {
+    svc.metrics.as_ref().map(|h| h.render()).unwrap_or_default()
+}
+
+/// The events this service acts on; others are acknowledged and dropped.
+const HANDLED: &[&str] = &["issue_comment"];
+
+async fn intake(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    body: Body,
+) -> (StatusCode, &'static str) {
+    let started = Instant::now();
+    let event = headers
+        .get("x-github-event")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let delivery = headers
+        .get("x-github-delivery")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let span = tracing::info_span!("delivery", %delivery, %event);
+    let _g = span.enter();
+    // Refuse an oversized body from its declared length, before reading any of it;
+    // a body without a length is cut off while reading.
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        metrics::counter!("supervise_deliveries_total", "event" => event.clone(), "outcome" => "too_large").increment(1);
+        return (StatusCode::PAYLOAD_TOO_LARGE, "body over 25 MiB\n");
+    }
+    let body: Bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "body over 25 MiB\n"),
+    };
+    let sig = headers
+        .get("x-hub-signature-256")
+        .and_then(|v| v.to_str().ok());
+    let secrets: Vec<&[u8]> = svc
+        .secrets
+        .iter()
+        .map(|s| s.expose_secret().as_bytes())
+        .collect();
+    let outcome = |o: &'static str, code: StatusCode, text: &'static str| {
+        metrics::counter!("supervise_deliveries_total", "event" => event.clone(), "outcome" => o)
+            .increment(1);
+        metrics::histogram!("supervise_intake_seconds").record(started.elapsed().as_secs_f64());
+        (code, text)
+    };
+    if !signature::verify(&secrets, &body, sig) {
+        tracing::warn!("rejected: missing or wrong signature");
+        return outcome(
+            "bad_signature",
+            StatusCode::UNAUTHORIZED,
+            "signature does not match\n",
+        );
+    }
+    if event.is_empty() || delivery.is_empty() || delivery.len() > 100 {
+        return outcome(
+            "bad_request",
+            StatusCode::BAD_REQUEST,
+            "X-GitHub-Event and X-GitHub-Delivery are required\n",
+        );
+    }
+    if !HANDLED.contains(&event.as_str()) {
+        return outcome("ignored", StatusCode::ACCEPTED, "ignored\n");
+    }
+    let Ok(payload) = serde_json::from_slice::<Value>(&body) else {
+        return outcome("bad_request", StatusCode::BAD_REQUEST, "body is not JSON\n");
+    };
+    let installation = payload["installation"]["id"].as_i64();
+    let dedupe = payload["comment"]["id"]
+        .as_i64()
+        .map(|c| format!("comment:{c}:{}", payload["action"].as_str().unwrap_or("")));
+    let text = String::from_utf8_lossy(&body);
+    match svc
+        .store
+        .intake(&delivery, &event, dedupe.as_deref(), installation, &text)
+        .await
+    {
+        Ok(Intake::Stored) => {
+            svc.work.notify_one();
+            outcome("stored", StatusCode::ACCEPTED, "stored\n")
+        }
+        Ok(Intake::Duplicate) => outcome("duplicate", StatusCode::OK, "duplicate\n"),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot store the delivery; GitHub will show it failed and it can be redelivered");
+            outcome(
+                "store_error",
+                StatusCode::SERVICE_UNAVAILABLE,
+                "cannot store the delivery\n",
+            )
+        }
+    }
+}
+
+/// Runs `n` workers until the process ends.
+pub fn spawn_workers(svc: Arc<Service>, n: usize) {
+    for _ in 0..n.max(1) {
+        let svc = svc.clone();
+        tokio::spawn(async move {
+            loop {
+                match svc.store.claim(svc.lease).await {
+                    Ok(Some(d)) => {
+                        let limit = svc.limit(d.installation.unwrap_or(0));
+                        let _permit = limit.acquire_owned().await;
+                        let span = tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
+                        let _g = span.enter();
+                        let result = process(&svc, &d.payload).await;
+                        let r = match result {
+                            Ok(()) => svc.store.finish(&d.id, None).await,
+                            Err(e) if e.is_transient() && d.attempts < 8 => {
+                                let delay =
+                                    Duration::from_secs(1u64 << d.attempts.clamp(0, 8) as u32);
+                                tracing::warn!(error = %e, ?delay, "transient failure; will retry");
+                                svc.store.retry_later(&d.id, delay, &e.to_string()).await
+                            }
+                            Err(e) => {
+                                tracing::error!(error = %e, "delivery failed for good");
+                                svc.store.finish(&d.id, Some(&e.to_string())).await
+                            }
+                        };
+                        if let Err(e) = r {
+                            tracing::error!(error = %e, "cannot record the delivery's outcome");
+                        }
+                    }
+                    Ok(None) => {
+                        let _ =
+                            tokio::time::timeout(Duration::from_millis(500), svc.work.notified())
+                                .await;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot claim work; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Where a comment was made, from its payload.
+struct Place {
+    installation: u64,
+    repo: String,
+    issue: i64,
+    comment: i64,
+}
+
+/// The person's role; a stranger (404) has none. Any other error is returned, so
+/// the delivery is retried later — nothing acts without an answer.
+async fn permission(svc: &Service, p: &Place, login: &str) -> Result<Permission, GitHubError> {
+    let path = format!("/repos/{}/collaborators/{}/permission", p.repo, login);
+    match svc.github.get(p.installation, &path).await {
+        Ok(r) => {
+            let v = r.json();
+            Ok(Permission::parse(
+                v["role_name"]
+                    .as_str()
+                    .or(v["permission"].as_str())
+                    .unwrap_or("none"),
+            ))
+        }
+        Err(GitHubError::Http { status: 404, .. }) => Ok(Permission::None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Posts a reply unless one with the same marker is already there: a reply is
+/// made once even when the delivery is processed again after a crash.
+async fn reply(svc: &Service, p: &Place, n: usize, text: &str) -> Result<(), GitHubError> {
+    let marker = format!("<!-- supervise:reply {}/{} -->", p.comment, n);
+    let path = format!("/repos/{}/issues/{}/comments", p.repo, p.issue);
+    let existing = svc
+        .github
+        .get(p.installation, &format!("{path}?per_page=100"))
+        .await?;
+    if existing.body.contains(&marker) {
+        return Ok(());
+    }
+    svc.github
+        .post(
+            p.installation,
+            &path,
+            &json!({ "body": format!("{text}\n\n{marker}") }),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Acts on one stored delivery.
+pub async fn process(svc: &Service, payload: &str) -> Result<(), GitHubError> {
+    let v: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
+    // Only new comments act: edits and deletions never do.
+    if v["action"] != "created" {
+        return Ok(());
+    }
+    let (Some(installation), Some(repo), Some(issue), Some(comment)) = (
+        v["installation"]["id"].as_u64(),
+        v["repository"]["full_name"].as_str(),
+        v["issue"]["number"].as_i64(),
+        v["comment"]["id"].as_i64(),
+    ) else {
+        return Ok(());
+    };
+    let place = Place {
+        installation,
+        repo: repo.to_string(),
+        issue,
+        comment,
+    };
+    let body = v["comment"]["body"].as_str().unwrap_or("");
+    let login = v["comment"]["user"]["login"]
+        .as_str()
+        .or(v["sender"]["login"].as_str())
+        .unwrap_or("");
+    let kind = v["comment"]["user"]["type"]
+        .as_str()
+        .or(v["sender"]["type"].as_str())
+        .unwrap_or("User");
+    let actor = Actor { login, kind };
+    let commands = command::parse_comment(body);
+    if commands.is_empty() {
+        return Ok(());
+    }
+    let mut perm: Option<Permission> = None;
+    let mut reacted = false;
+    for (n, parsed) in commands.into_iter().enumerate() {
+        // A mistake is answered like `help`: to anyone who may read the repository.
+        let cmd = parsed.clone().unwrap_or(Command::Help);
+        let p = match perm {
+            Some(p) => p,
+            None => *perm.insert(permission(svc, &place, login).await?),
+        };
+        let verdict = auth::authorise(&cmd, &actor, Ok(p), &svc.bot_allow_list);
+        if verdict == Verdict::Ignored {
+            continue;
+        }
+        if !reacted {
+            let path = format!(
+                "/repos/{}/issues/comments/{}/reactions",
+                place.repo, place.comment
+            );
+            svc.github
+                .post(installation, &path, &json!({ "content": "eyes" }))
+                .await?;
+            reacted = true;
+        }
+        let text = match (verdict, parsed) {
+            (Verdict::Refused(why), _) => why,
+            (_, Err(e)) => format!("{e}\n\n{}", command::help_text()),
+            (_, Ok(cmd)) => answer(svc, &place, login, n, &cmd).await?,
+        };
+        reply(svc, &place, n, &text).await?;
+    }
+    Ok(())
+}
+
+async fn answer(
+    svc: &Service,
+    p: &Place,
+    login: &str,
+    n: usize,
+    cmd: &Command,
+) -> Result<String, GitHubError> {
+    Ok(match cmd {
+        Command::Help => command::help_text(),
+        // Operations on GitHub are not carried out yet, so none can exist here.
+        Command::Status => {
+            "No operation has been started on this issue yet. Comment `/supervise start` to begin."
+                .to_string()
+        }
+        Command::NameFeature => naming::REPROACH.to_string(),
+        other => {
+            let argument = match other {
+                Command::Start { plan } => plan.clone(),
+                Command::Resume { unit } => unit.clone(),
+                Command::Breakdown { doc } => doc.clone(),
+                _ => None,
+            };
+            let name = if other.name().is_empty() {
+                "default"
+            } else {
+                other.name()
+            };
+            let id = format!("{}:{}", p.comment, n);
+            if let Err(e) = svc
+                .store
+                .record_command(&id, &p.repo, p.issue, login, name, argument.as_deref())
+                .await
+            {
+                return Err(GitHubError::Transport {
+                    what: "recording the command".into(),
+                    message: e.to_string(),
+                });
+            }
+            format!(
+                "Recorded `/supervise {}` from @{login}. Running operations from GitHub is not switched on in this version of Sprint Supervisor yet; the command is kept and will be acted on once it is. Until then, `supervise run` runs the plan on your machine.",
+                other.name()
+            )
+        }
+    })
+}

@@ -1,0 +1,326 @@
+//! `supervise serve` end to end: the real binary against the fake GitHub, over
+//! real HTTP, with a real SQLite file. Each test is a short story.
+
+use fake_github::{send_webhook, Config, FakeGitHub};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SECRET: &str = "s3cret";
+const REPO: &str = "acme/shop";
+
+struct Harness {
+    fake: Arc<FakeGitHub>,
+    serve: Child,
+    port: u16,
+    _db: tempfile::TempDir,
+    db_url: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn spawn_serve(port: u16, api: &str, db_url: &str, lease_secs: u64) -> Child {
+    let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem");
+    Command::new(env!("CARGO_BIN_EXE_supervise"))
+        .arg("serve")
+        .env("SUPERVISE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("GITHUB_APP_ID", "42")
+        .env("GITHUB_PRIVATE_KEY_PATH", key)
+        .env("GITHUB_WEBHOOK_SECRET", format!("old-secret,{SECRET}"))
+        .env("GITHUB_API_URL", api)
+        .env("DATABASE_URL", db_url)
+        .env("SUPERVISE_LEASE_SECS", lease_secs.to_string())
+        .env("SUPERVISE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(if std::env::var("SERVE_LOG").is_ok() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
+        .spawn()
+        .unwrap()
+}
+
+async fn wait_listening(port: u16) {
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "serve did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+impl Harness {
+    async fn start(lease_secs: u64) -> Harness {
+        let port = free_port();
+        let pubkey = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pub.pem"),
+        )
+        .unwrap();
+        let fake = fake_github::start(Config {
+            webhook_url: Some(format!("http://127.0.0.1:{port}/webhook")),
+            webhook_secret: SECRET.into(),
+            app_id: 42,
+            app_public_key_pem: Some(pubkey),
+            installation_id: 7,
+        })
+        .await;
+        fake.add_user("mia", "maintain", "User");
+        fake.add_user("rex", "read", "User");
+        fake.add_user("renovate[bot]", "admin", "Bot");
+        let db = tempfile::tempdir().unwrap();
+        let db_url = format!(
+            "sqlite://{}?mode=rwc",
+            db.path().join("supervise.db").display()
+        );
+        let serve = spawn_serve(port, &fake.url(), &db_url, lease_secs);
+        wait_listening(port).await;
+        Harness {
+            fake,
+            serve,
+            port,
+            _db: db,
+            db_url,
+        }
+    }
+
+    fn replies(&self, issue: i64) -> Vec<String> {
+        self.fake
+            .comments(REPO, issue)
+            .into_iter()
+            .filter(|c| c.user == "supervise[bot]")
+            .map(|c| c.body)
+            .collect()
+    }
+
+    async fn wait_reply(&self, issue: i64, n: usize) -> Vec<String> {
+        let start = Instant::now();
+        loop {
+            let r = self.replies(issue);
+            if r.len() >= n {
+                return r;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no reply on issue {issue}; comments: {:?}",
+                self.fake.comments(REPO, issue)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits long enough for a delivery to have been processed if it were going to be.
+    async fn settle(&self) {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.serve.kill();
+        let _ = self.serve.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maintainers_status_is_answered_and_a_readers_start_is_refused() {
+    let h = Harness::start(120).await;
+    let (comment, statuses) = h
+        .fake
+        .comment(REPO, 1, "mia", "/supervise status", false)
+        .await;
+    assert_eq!(statuses, [202]);
+    let replies = h.wait_reply(1, 1).await;
+    assert!(
+        replies[0].starts_with("No operation has been started on this issue yet."),
+        "{replies:?}"
+    );
+    assert!(
+        h.fake
+            .reactions()
+            .iter()
+            .any(|(c, content, _)| *c == comment && content == "eyes"),
+        "acknowledged with 👀"
+    );
+
+    h.fake
+        .comment(REPO, 2, "rex", "/supervise start", false)
+        .await;
+    let replies = h.wait_reply(2, 1).await;
+    assert_eq!(replies[0].lines().next().unwrap(), "Sorry @rex, `/supervise start` needs **write** access to this repository or more; you have **read**.");
+
+    h.fake
+        .comment(REPO, 3, "mia", "Let's go.\n/supervise start\n", false)
+        .await;
+    let replies = h.wait_reply(3, 1).await;
+    assert!(
+        replies[0].starts_with("Recorded `/supervise start` from @mia."),
+        "{replies:?}"
+    );
+
+    h.fake
+        .comment(REPO, 4, "mia", "/supervise stauts", false)
+        .await;
+    let replies = h.wait_reply(4, 1).await;
+    assert!(
+        replies[0].starts_with("`stauts` is not a command. Did you mean `/supervise status`?"),
+        "{replies:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_code_blocks_edits_and_bots_do_not_act_twice_or_at_all() {
+    let h = Harness::start(120).await;
+    let (_, statuses) = h
+        .fake
+        .comment(REPO, 1, "mia", "/supervise help", true)
+        .await;
+    assert_eq!(
+        statuses,
+        [202, 200],
+        "the second hook's copy is a duplicate"
+    );
+    h.wait_reply(1, 1).await;
+    let (quoted, _) = h
+        .fake
+        .comment(
+            REPO,
+            2,
+            "mia",
+            "Try this:\n```\n/supervise killall\n```\n> /supervise stop\n",
+            false,
+        )
+        .await;
+    h.fake
+        .comment(REPO, 3, "renovate[bot]", "/supervise status", false)
+        .await;
+    assert_eq!(h.fake.edit(quoted, "/supervise killall").await, 202);
+    h.settle().await;
+    assert_eq!(h.replies(1).len(), 1, "one reply for one comment");
+    assert!(h.replies(2).is_empty(), "code, quotes and edits never act");
+    assert!(h.replies(3).is_empty(), "bots are ignored");
+    assert!(!h.fake.reactions().iter().any(|(c, _, _)| *c == quoted));
+}
+
+async fn raw_post(port: u16, head: &str, body: &[u8]) -> u16 {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    let _ = s.write_all(body).await;
+    let mut buf = vec![0u8; 256];
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n])
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signatures_and_size_are_checked_before_anything_is_stored() {
+    let h = Harness::start(120).await;
+    let url = format!("http://127.0.0.1:{}/webhook", h.port);
+    let body = br#"{"action":"created","comment":{"id":1,"body":"/supervise status"}}"#;
+    assert_eq!(
+        send_webhook(&url, "issue_comment", "d-1", "wrong", body).await,
+        401
+    );
+    assert_eq!(
+        send_webhook(&url, "issue_comment", "d-2", "old-secret", body).await,
+        202,
+        "a rotated-out secret still in the list is accepted"
+    );
+    assert_eq!(
+        send_webhook(&url, "push", "d-3", SECRET, b"{}").await,
+        202,
+        "unknown events are acknowledged"
+    );
+    let head = format!("POST /webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: big\r\nContent-Length: {}\r\n\r\n", 26 * 1024 * 1024);
+    assert_eq!(
+        raw_post(h.port, &head, b"{").await,
+        413,
+        "too big, refused from its header"
+    );
+    let health = raw_post(
+        h.port,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"",
+    )
+    .await;
+    assert_eq!(health, 200);
+    let ready = raw_post(
+        h.port,
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"",
+    )
+    .await;
+    assert_eq!(ready, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_are_waited_out_and_server_errors_retried() {
+    let h = Harness::start(120).await;
+    // The first API call is told the window resets in 2 s, then two calls fail with 502.
+    h.fake.inject(403, 1, None, Some(2), 0);
+    h.fake.inject(502, 2, None, None, 0);
+    let start = Instant::now();
+    h.fake
+        .comment(REPO, 5, "mia", "/supervise status", false)
+        .await;
+    h.wait_reply(5, 1).await;
+    assert!(
+        start.elapsed() >= Duration::from_secs(2),
+        "answered only after the reset"
+    );
+    assert_eq!(
+        h.fake.early_calls(),
+        0,
+        "no request was made before the reset"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_mid_processing_neither_loses_nor_repeats_the_delivery() {
+    let mut h = Harness::start(2).await;
+    // The permission check hangs for 4 s: the service is killed while processing.
+    h.fake.inject(200, 1, None, None, 4000);
+    let (comment, _) = h
+        .fake
+        .comment(REPO, 6, "mia", "/supervise help", false)
+        .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    h.serve.kill().unwrap();
+    h.serve.wait().unwrap();
+    assert!(h.replies(6).is_empty());
+    h.serve = spawn_serve(h.port, &h.fake.url(), &h.db_url, 2);
+    wait_listening(h.port).await;
+    let replies = h.wait_reply(6, 1).await;
+    assert!(replies[0].contains("Commands (one per line"));
+    h.settle().await;
+    assert_eq!(h.replies(6).len(), 1, "exactly one reply after the restart");
+    assert_eq!(
+        h.fake
+            .reactions()
+            .iter()
+            .filter(|(c, _, _)| *c == comment)
+            .count(),
+        1
+    );
+}
