@@ -4,5 +4,6 @@
 
 pub mod auth;
 pub mod command;
+pub mod payload;
 pub mod service;
 pub mod signature;

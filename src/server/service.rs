@@ -8,6 +8,7 @@
 
 use super::auth::{self, Actor, Permission, Verdict};
 use super::command::{self, Command};
+use super::payload::CommentEvent;
 use super::signature;
 use crate::engine::naming;
 use crate::github::{GitHub, GitHubError};
@@ -287,35 +288,28 @@ async fn reply(svc: &Service, p: &Place, n: usize, text: &str) -> Result<(), Git
 
 /// Acts on one stored delivery.
 pub async fn process(svc: &Service, payload: &str) -> Result<(), GitHubError> {
-    let v: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
+    let ev = match CommentEvent::parse(payload) {
+        Ok(ev) => ev,
+        Err(e) => {
+            tracing::warn!(error = %e, "unusable payload; dropped");
+            return Ok(());
+        }
+    };
     // Only new comments act: edits and deletions never do.
-    if v["action"] != "created" {
-        return Ok(());
-    }
-    let (Some(installation), Some(repo), Some(issue), Some(comment)) = (
-        v["installation"]["id"].as_u64(),
-        v["repository"]["full_name"].as_str(),
-        v["issue"]["number"].as_i64(),
-        v["comment"]["id"].as_i64(),
-    ) else {
+    let Some(installation) = ev.installation.filter(|_| ev.action == "created") else {
         return Ok(());
     };
     let place = Place {
         installation,
-        repo: repo.to_string(),
-        issue,
-        comment,
+        repo: ev.repo.clone(),
+        issue: ev.issue,
+        comment: ev.comment_id,
     };
-    let body = v["comment"]["body"].as_str().unwrap_or("");
-    let login = v["comment"]["user"]["login"]
-        .as_str()
-        .or(v["sender"]["login"].as_str())
-        .unwrap_or("");
-    let kind = v["comment"]["user"]["type"]
-        .as_str()
-        .or(v["sender"]["type"].as_str())
-        .unwrap_or("User");
-    let actor = Actor { login, kind };
+    let (body, login) = (ev.body.as_str(), ev.login.as_str());
+    let actor = Actor {
+        login,
+        kind: &ev.kind,
+    };
     let commands = command::parse_comment(body);
     if commands.is_empty() {
         return Ok(());

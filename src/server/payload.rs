@@ -1,0 +1,77 @@
+//! The webhook payloads the service acts on, as types. Only the fields used are
+//! read; everything else GitHub sends is ignored.
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommentEvent {
+    pub action: String,
+    pub installation: Option<u64>,
+    /// `owner/name`.
+    pub repo: String,
+    pub issue: i64,
+    pub is_pull_request: bool,
+    pub comment_id: i64,
+    pub body: String,
+    pub login: String,
+    /// `User`, `Bot` or `Organization`.
+    pub kind: String,
+}
+
+#[derive(Deserialize)]
+struct Raw {
+    action: String,
+    issue: RawIssue,
+    comment: RawComment,
+    repository: RawRepo,
+    installation: Option<RawId>,
+}
+
+#[derive(Deserialize)]
+struct RawIssue {
+    number: i64,
+    pull_request: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct RawComment {
+    id: i64,
+    body: Option<String>,
+    user: RawUser,
+}
+
+#[derive(Deserialize)]
+struct RawUser {
+    login: String,
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawRepo {
+    full_name: String,
+}
+
+#[derive(Deserialize)]
+struct RawId {
+    id: u64,
+}
+
+impl CommentEvent {
+    /// An `issue_comment` payload; the error says which field is missing.
+    pub fn parse(payload: &str) -> Result<CommentEvent, String> {
+        let r: Raw = serde_json::from_str(payload)
+            .map_err(|e| format!("not an issue_comment payload: {e}"))?;
+        Ok(CommentEvent {
+            action: r.action,
+            installation: r.installation.map(|i| i.id),
+            repo: r.repository.full_name,
+            issue: r.issue.number,
+            is_pull_request: r.issue.pull_request.is_some(),
+            comment_id: r.comment.id,
+            body: r.comment.body.unwrap_or_default(),
+            login: r.comment.user.login,
+            kind: r.comment.user.kind.unwrap_or_else(|| "User".into()),
+        })
+    }
+}

@@ -1,0 +1,171 @@
+//! The service store's guarantees, on SQLite (always) and on a real PostgreSQL
+//! server (the `postgres_*` tests; `scripts/test` starts one and sets
+//! SUPERVISE_TEST_POSTGRES_URL, e.g. postgres://postgres:postgres@127.0.0.1:5432/postgres).
+
+use std::time::Duration;
+use supervise::store::sql::{Intake, SqlStore};
+
+async fn sqlite() -> (SqlStore, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("s.db").display());
+    (SqlStore::connect(&url).await.unwrap(), dir)
+}
+
+/// A fresh database on the test server, so tests never see each other's rows.
+async fn postgres_url() -> String {
+    let base = std::env::var("SUPERVISE_TEST_POSTGRES_URL")
+        .expect("SUPERVISE_TEST_POSTGRES_URL: run scripts/test, which starts PostgreSQL");
+    sqlx::any::install_default_drivers();
+    let admin = sqlx::AnyPool::connect(&base)
+        .await
+        .expect("PostgreSQL reachable");
+    let name = format!(
+        "supervise_t{}_{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0) % 1_000_000_000
+    );
+    // The name is made of digits and a fixed prefix only.
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let (head, _) = base.rsplit_once('/').unwrap();
+    format!("{head}/{name}")
+}
+
+async fn dedupe_and_leases(s: &SqlStore) {
+    assert_eq!(
+        s.intake(
+            "d1",
+            "issue_comment",
+            Some("comment:7:created"),
+            Some(1),
+            "{}"
+        )
+        .await
+        .unwrap(),
+        Intake::Stored
+    );
+    assert_eq!(
+        s.intake(
+            "d1",
+            "issue_comment",
+            Some("comment:7:created"),
+            Some(1),
+            "{}"
+        )
+        .await
+        .unwrap(),
+        Intake::Duplicate
+    );
+    assert_eq!(
+        s.intake(
+            "d2",
+            "issue_comment",
+            Some("comment:7:created"),
+            Some(1),
+            "{}"
+        )
+        .await
+        .unwrap(),
+        Intake::Duplicate,
+        "same comment via a second hook"
+    );
+    let c = s.claim(Duration::from_millis(300)).await.unwrap().unwrap();
+    assert_eq!((c.id.as_str(), c.attempts), ("d1", 1));
+    assert!(
+        s.claim(Duration::from_secs(5)).await.unwrap().is_none(),
+        "leased, not pending"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let again = s.claim(Duration::from_secs(5)).await.unwrap().unwrap();
+    assert_eq!(
+        (again.id.as_str(), again.attempts),
+        ("d1", 2),
+        "a crashed worker's delivery comes back after its lease"
+    );
+    s.finish("d1", None).await.unwrap();
+    assert!(s.claim(Duration::from_secs(5)).await.unwrap().is_none());
+    assert_eq!(s.counts().await.unwrap(), (1, 1));
+    assert!(s
+        .record_command("c1:0", "o/r", 3, "ana", "start", None)
+        .await
+        .unwrap());
+    assert!(!s
+        .record_command("c1:0", "o/r", 3, "ana", "start", None)
+        .await
+        .unwrap());
+    assert_eq!(
+        s.commands().await.unwrap(),
+        [("ana".to_string(), "start".to_string(), None)]
+    );
+}
+
+/// Two replicas claiming at once never get the same delivery.
+async fn replicas_claim_each_delivery_once(a: SqlStore, b: SqlStore) {
+    for i in 0..40 {
+        a.intake(&format!("r{i}"), "issue_comment", None, Some(1), "{}")
+            .await
+            .unwrap();
+    }
+    let worker = |s: SqlStore| async move {
+        let mut got = Vec::new();
+        while let Some(c) = s.claim(Duration::from_secs(60)).await.unwrap() {
+            got.push(c.id.clone());
+            s.finish(&c.id, None).await.unwrap();
+        }
+        got
+    };
+    let (x, y) = tokio::join!(tokio::spawn(worker(a)), tokio::spawn(worker(b)));
+    let mut all: Vec<String> = x.unwrap().into_iter().chain(y.unwrap()).collect();
+    all.sort();
+    let n = all.len();
+    all.dedup();
+    assert_eq!(
+        (n, all.len()),
+        (40, 40),
+        "every delivery claimed exactly once"
+    );
+}
+
+#[tokio::test]
+async fn sqlite_dedupes_and_leases() {
+    let (s, _d) = sqlite().await;
+    dedupe_and_leases(&s).await;
+}
+
+#[tokio::test]
+async fn sqlite_replicas_claim_each_delivery_once() {
+    let (a, d) = sqlite().await;
+    let url = format!("sqlite://{}?mode=rwc", d.path().join("s.db").display());
+    let b = SqlStore::connect(&url).await.unwrap();
+    replicas_claim_each_delivery_once(a, b).await;
+}
+
+#[tokio::test]
+async fn sqlite_migrations_are_idempotent() {
+    let (s, d) = sqlite().await;
+    s.record_command("x:0", "o/r", 1, "ana", "stop", None)
+        .await
+        .unwrap();
+    drop(s);
+    let url = format!("sqlite://{}?mode=rwc", d.path().join("s.db").display());
+    let s = SqlStore::connect(&url).await.unwrap();
+    assert_eq!(s.commands().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: scripts/test starts one"]
+async fn postgres_dedupes_and_leases() {
+    let s = SqlStore::connect(&postgres_url().await).await.unwrap();
+    dedupe_and_leases(&s).await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: scripts/test starts one"]
+async fn postgres_replicas_claim_each_delivery_once() {
+    let url = postgres_url().await;
+    let a = SqlStore::connect(&url).await.unwrap();
+    let b = SqlStore::connect(&url).await.unwrap();
+    replicas_claim_each_delivery_once(a, b).await;
+}
