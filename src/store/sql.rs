@@ -72,6 +72,7 @@ impl SqlStore {
     pub async fn connect(url: &str) -> Result<SqlStore, SqlError> {
         sqlx::any::install_default_drivers();
         let memory = url.contains(":memory:");
+        let sqlite = url.starts_with("sqlite:");
         let pool = AnyPoolOptions::new()
             // One connection keeps an in-memory SQLite database alive and shared.
             .max_connections(if memory { 1 } else { 8 })
@@ -82,6 +83,19 @@ impl SqlStore {
                 Some(Duration::from_secs(600))
             })
             .acquire_timeout(Duration::from_secs(10))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if sqlite {
+                        use sqlx::Executor;
+                        // WAL: one fsync per commit and readers never block the
+                        // writer; FULL keeps a stored delivery safe from power loss.
+                        conn.execute("PRAGMA journal_mode = WAL").await?;
+                        conn.execute("PRAGMA synchronous = FULL").await?;
+                        conn.execute("PRAGMA busy_timeout = 10000").await?;
+                    }
+                    Ok(())
+                })
+            })
             .connect(url)
             .await?;
         let store = SqlStore { pool };

@@ -1,0 +1,238 @@
+//! Load on the webhook intake, from this (second) process over loopback: signed
+//! `issue_comment` deliveries at a fixed rate and at the maximum rate, against
+//! `supervise serve` (signature check + durable SQLite insert + 202) and, side by
+//! side, a minimal Node receiver on @octokit/webhooks (signature check + 202, no
+//! storage). Latency is measured from each request's *scheduled* send time at the
+//! fixed rate, so a slow server cannot hide its queueing.
+//! Run: `cargo bench --bench webhook_load` (needs node and target/npm, which
+//! scripts/test installs; `npm install --prefix target/npm @octokit/webhooks`).
+
+use hmac::{Hmac, KeyInit, Mac};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const SECRET: &str = "load-secret";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn request(n: u64) -> Vec<u8> {
+    let body = format!(
+        r#"{{"action":"created","issue":{{"number":1}},"comment":{{"id":{n},"body":"Looks good to me, thanks!","user":{{"login":"mia","type":"User"}}}},"repository":{{"full_name":"acme/shop"}},"installation":{{"id":7}}}}"#
+    );
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(body.as_bytes());
+    let sig = hex::encode(mac.finalize().into_bytes());
+    format!(
+        "POST /webhook HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: load-{n}\r\nX-Hub-Signature-256: sha256={sig}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Sends one request on a keep-alive connection and reads the whole response.
+async fn roundtrip(s: &mut TcpStream, req: &[u8], buf: &mut Vec<u8>) -> u16 {
+    s.write_all(req).await.unwrap();
+    buf.clear();
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = s.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "connection closed");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                let n = s.read(&mut chunk).await.unwrap();
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+}
+
+struct Result {
+    sent: usize,
+    secs: f64,
+    lat_ms: Vec<f64>,
+}
+
+impl Result {
+    fn line(&self, name: &str, mode: &str) -> String {
+        let mut l = self.lat_ms.clone();
+        l.sort_by(f64::total_cmp);
+        let p = |q: f64| l[((l.len() - 1) as f64 * q).round() as usize];
+        format!(
+            "| {name} | {mode} | {:.0}/s | {:.2} ms | {:.2} ms |",
+            self.sent as f64 / self.secs,
+            p(0.5),
+            p(0.99)
+        )
+    }
+}
+
+/// `rate`: Some(per second) for an open loop on `conns` connections, None for a
+/// closed loop as fast as each connection can go.
+async fn load(port: u16, conns: usize, rate: Option<f64>, dur: Duration, base: u64) -> Result {
+    let start = Instant::now() + Duration::from_millis(100);
+    let mut tasks = Vec::new();
+    for c in 0..conns {
+        tasks.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            s.set_nodelay(true).unwrap();
+            let mut buf = Vec::with_capacity(1024);
+            let mut lat = Vec::new();
+            let mut i = 0u64;
+            loop {
+                let scheduled = match rate {
+                    Some(r) => {
+                        start + Duration::from_secs_f64((i as f64 * conns as f64 + c as f64) / r)
+                    }
+                    None => Instant::now(),
+                };
+                if scheduled.duration_since(start) >= dur {
+                    break;
+                }
+                tokio::time::sleep_until(scheduled.into()).await;
+                let req = request(base + (i * conns as u64) + c as u64);
+                let status = roundtrip(&mut s, &req, &mut buf).await;
+                assert!(status == 202 || status == 200, "status {status}");
+                lat.push(scheduled.elapsed().as_secs_f64() * 1000.0);
+                i += 1;
+            }
+            lat
+        }));
+    }
+    let mut lat_ms = Vec::new();
+    for t in tasks {
+        lat_ms.extend(t.await.unwrap());
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Result {
+        sent: lat_ms.len(),
+        secs,
+        lat_ms,
+    }
+}
+
+/// Kills the servers however the benchmark ends.
+struct Servers(Vec<Child>);
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+async fn wait_port(port: u16) {
+    let t = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "server on {port} did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn start_serve(port: u16, db: &Path) -> Child {
+    let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem");
+    Command::new(env!("CARGO_BIN_EXE_supervise"))
+        .arg("serve")
+        .env("SUPERVISE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("GITHUB_APP_ID", "1")
+        .env("GITHUB_PRIVATE_KEY_PATH", key)
+        .env("GITHUB_WEBHOOK_SECRET", SECRET)
+        .env("GITHUB_API_URL", "http://127.0.0.1:9")
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}?mode=rwc", db.display()),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn start_node(port: u16) -> Option<Child> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/npm");
+    if !dir.join("node_modules/@octokit/webhooks").exists() {
+        eprintln!("skipping the Node receiver: npm install --prefix target/npm @octokit/webhooks");
+        return None;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/node-receiver/receiver.mjs");
+    std::fs::copy(&script, dir.join("receiver.mjs")).ok()?;
+    Command::new("node")
+        .arg("receiver.mjs")
+        .current_dir(&dir)
+        .env("PORT", port.to_string())
+        .env("SECRET", SECRET)
+        .stdout(Stdio::null())
+        .spawn()
+        .ok()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (sp, np) = (free_port(), free_port());
+    let node = start_node(np);
+    let has_node = node.is_some();
+    let _servers = Servers(
+        std::iter::once(start_serve(sp, &tmp.path().join("load.db")))
+            .chain(node)
+            .collect(),
+    );
+    wait_port(sp).await;
+    if has_node {
+        wait_port(np).await;
+    }
+    let dur = Duration::from_secs(5);
+    println!("| receiver | load | throughput | p50 ack | p99 ack |\n|---|---|---|---|---|");
+    let mut base = 0;
+    let mut targets = vec![("supervise serve (SQLite, fsync)", sp)];
+    if has_node {
+        targets.push(("Node @octokit/webhooks (no storage)", np));
+    }
+    for (name, port) in targets {
+        load(
+            port,
+            4,
+            Some(200.0),
+            Duration::from_secs(1),
+            9_000_000 + base,
+        )
+        .await; // warm-up
+        base += 100_000;
+        let fixed = load(port, 8, Some(500.0), dur, base).await;
+        println!("{}", fixed.line(name, "500/s fixed, 8 conns"));
+        base += 100_000;
+        let max = load(port, 16, None, dur, base).await;
+        println!("{}", max.line(name, "max, 16 conns"));
+        base += 1_000_000;
+    }
+}
