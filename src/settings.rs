@@ -24,6 +24,10 @@ pub struct FileSettings {
     pub verify_timeout: Option<u64>,
     /// Milliseconds between supervisor ticks (stall checks, deferred polls, stop timeout).
     pub tick_ms: Option<u64>,
+    /// `supervise serve`: the least role per command, e.g. `killall: admin`.
+    pub permissions: Option<std::collections::BTreeMap<String, String>>,
+    /// `supervise serve`: bot logins whose commands are acted on (exact match).
+    pub bots: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
@@ -55,12 +59,18 @@ pub fn find_file(plan_root: &Path) -> Option<PathBuf> {
 pub fn read_file(path: &Path) -> Result<FileSettings> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    parse(&text, &path.display().to_string()).map_err(anyhow::Error::msg)
+}
+
+/// Parses settings text; the error names `origin`, the line and column, and the
+/// valid keys.
+pub fn parse(text: &str, origin: &str) -> std::result::Result<FileSettings, String> {
     if text.trim().is_empty() {
         return Ok(FileSettings::default());
     }
-    serde_yaml::from_str(&text).map_err(|e| {
+    serde_yaml::from_str(text).map_err(|e| {
         let at = e.location().map(|l| format!(":{}:{}", l.line(), l.column())).unwrap_or_default();
-        anyhow::anyhow!("{}{at}: {e}\n  valid keys: agent, max_parallel, max_retries, max_turns, budget, models (haiku, sonnet, opus), build_gate, stall_timeout, verify_timeout, tick_ms", path.display())
+        format!("{origin}{at}: {e}\n  valid keys: agent, max_parallel, max_retries, max_turns, budget, models (haiku, sonnet, opus), build_gate, stall_timeout, verify_timeout, tick_ms, permissions, bots")
     })
 }
 

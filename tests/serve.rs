@@ -324,3 +324,43 @@ async fn a_restart_mid_processing_neither_loses_nor_repeats_the_delivery() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repository_sets_its_own_permissions_and_bots() {
+    let h = Harness::start(120).await;
+    h.fake.add_file(
+        REPO,
+        ".github/supervise.yml",
+        "permissions:\n  status: write\nbots:\n  - renovate[bot]\n",
+    );
+    h.fake
+        .comment(REPO, 1, "rex", "/supervise status", false)
+        .await;
+    let r = h.wait_reply(1, 1).await;
+    assert!(
+        r[0].starts_with("Sorry @rex, `/supervise status` needs **write** access"),
+        "{r:?}"
+    );
+    h.fake
+        .comment(REPO, 2, "renovate[bot]", "/supervise status", false)
+        .await;
+    let r = h.wait_reply(2, 1).await;
+    assert!(
+        r[0].starts_with("No operation has been started"),
+        "an allow-listed bot is answered: {r:?}"
+    );
+    // A broken file does not loosen anything: nothing but help acts, and the reply says where.
+    h.fake.add_file(
+        REPO,
+        ".github/supervise.yml",
+        "permissions:\n  stpo: write\n",
+    );
+    h.fake
+        .comment(REPO, 3, "mia", "/supervise start", false)
+        .await;
+    let r = h.wait_reply(3, 1).await;
+    assert!(
+        r[0].contains("`.github/supervise.yml` is not valid") && r[0].contains("`stpo`"),
+        "{r:?}"
+    );
+}

@@ -48,6 +48,7 @@ struct Fault {
 #[derive(Default)]
 struct Inner {
     users: HashMap<String, (String, String)>,
+    files: HashMap<(String, String), String>,
     comments: Vec<Comment>,
     reactions: Vec<(i64, String, String)>,
     tokens: HashMap<String, u64>,
@@ -80,6 +81,15 @@ impl FakeGitHub {
             .unwrap()
             .users
             .insert(login.to_string(), (role.to_string(), kind.to_string()));
+    }
+
+    /// A file in a repository's default branch (for the contents API).
+    pub fn add_file(&self, repo: &str, path: &str, content: &str) {
+        self.inner
+            .lock()
+            .unwrap()
+            .files
+            .insert((repo.to_string(), path.to_string()), content.to_string());
     }
 
     pub fn comments(&self, repo: &str, issue: i64) -> Vec<Comment> {
@@ -272,6 +282,7 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
             "/repos/{owner}/{repo}/issues/{n}/comments",
             get(list_comments).post(create_comment),
         )
+        .route("/repos/{owner}/{repo}/contents/{*path}", get(contents))
         .route("/_fake/users", post(control_user))
         .route("/_fake/comments", post(control_comment))
         .route("/_fake/edit", post(control_edit))
@@ -587,6 +598,57 @@ async fn create_comment(
     };
     s.comments.push(c.clone());
     (StatusCode::CREATED, Json(comment_json(&c))).into_response()
+}
+
+async fn contents(
+    State(f): State<Shared>,
+    Path((o, r, path)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(resp) = gate(&f, "GET /repos/{o}/{r}/contents/{path}", &headers, true).await {
+        return resp;
+    }
+    let file = f
+        .inner
+        .lock()
+        .unwrap()
+        .files
+        .get(&(format!("{o}/{r}"), path.clone()))
+        .cloned();
+    match file {
+        Some(text) => {
+            // GitHub wraps base64 at 60 characters; so does the fake.
+            let b64 = base64_encode(text.as_bytes());
+            let wrapped: Vec<String> = b64
+                .as_bytes()
+                .chunks(60)
+                .map(|c| String::from_utf8_lossy(c).into_owned())
+                .collect();
+            Json(json!({ "type": "file", "path": path, "encoding": "base64", "content": wrapped.join("\n") + "\n" })).into_response()
+        }
+        None => error(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}
+
+fn base64_encode(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 #[derive(Deserialize)]

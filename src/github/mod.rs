@@ -10,7 +10,7 @@ use octocrab::service::middleware::retry::RetryConfig;
 use octocrab::Octocrab;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +54,9 @@ impl Reply {
 
 pub struct GitHub {
     app: Octocrab,
-    installations: Mutex<HashMap<u64, Octocrab>>,
+    /// One client per installation, shared: octocrab's token cache does not
+    /// survive a clone, so a clone per call would fetch a new token every time.
+    installations: Mutex<HashMap<u64, std::sync::Arc<Octocrab>>>,
     paused_until: Mutex<HashMap<u64, Instant>>,
     etags: Mutex<HashMap<String, (String, String)>>,
     /// The longest pause one call accepts before giving the work back to the queue.
@@ -115,15 +117,16 @@ impl GitHub {
         })
     }
 
-    fn client(&self, installation: u64) -> Result<Octocrab, GitHubError> {
+    fn client(&self, installation: u64) -> Result<Arc<Octocrab>, GitHubError> {
         let mut map = self.installations.lock().expect("lock");
         if let Some(c) = map.get(&installation) {
             return Ok(c.clone());
         }
-        let c = self
-            .app
-            .installation(InstallationId(installation))
-            .map_err(|e| GitHubError::Config(e.to_string()))?;
+        let c = Arc::new(
+            self.app
+                .installation(InstallationId(installation))
+                .map_err(|e| GitHubError::Config(e.to_string()))?,
+        );
         map.insert(installation, c.clone());
         Ok(c)
     }

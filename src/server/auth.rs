@@ -46,12 +46,61 @@ impl fmt::Display for Permission {
     }
 }
 
-/// The least permission a command needs (overridable per repository).
+/// The least permission a command needs by default.
 pub fn required(cmd: &Command) -> Permission {
     match cmd {
         Command::Status | Command::Help => Permission::Read,
         Command::Killall => Permission::Maintain,
         _ => Permission::Write,
+    }
+}
+
+/// A repository's own rules (`permissions:` and `bots:` in `.github/supervise.yml`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    pub overrides: std::collections::BTreeMap<String, Permission>,
+    pub bots: Vec<String>,
+}
+
+impl Policy {
+    /// Checks the names: a typo in a command or a role is an error, not a silent default.
+    pub fn from_settings(
+        permissions: Option<&std::collections::BTreeMap<String, String>>,
+        bots: Option<&[String]>,
+    ) -> Result<Policy, String> {
+        let mut overrides = std::collections::BTreeMap::new();
+        for (cmd, role) in permissions.into_iter().flatten() {
+            let known =
+                cmd == "default" || super::command::COMMANDS.iter().any(|(n, _, _)| n == cmd);
+            if !known {
+                return Err(format!(
+                    "`permissions` names `{cmd}`, which is not a command"
+                ));
+            }
+            let p = Permission::parse(role);
+            if p == Permission::None && role != "none" {
+                return Err(format!(
+                    "`permissions.{cmd}` is `{role}`; use read, triage, write, maintain or admin"
+                ));
+            }
+            overrides.insert(cmd.clone(), p);
+        }
+        Ok(Policy {
+            overrides,
+            bots: bots.map(<[String]>::to_vec).unwrap_or_default(),
+        })
+    }
+
+    pub fn required(&self, cmd: &Command) -> Permission {
+        let name = if cmd.name().is_empty() {
+            "default"
+        } else {
+            cmd.name()
+        };
+        self.overrides
+            .get(name)
+            .copied()
+            .unwrap_or_else(|| required(cmd))
     }
 }
 
@@ -72,17 +121,24 @@ pub struct Actor<'a> {
 }
 
 /// Decides; `permission` is the API's answer, or an error (which means no).
+/// Bots are allowed only when the service's or the repository's list names them.
 pub fn authorise(
     cmd: &Command,
     actor: &Actor,
     permission: Result<Permission, String>,
     bot_allow_list: &[String],
+    policy: &Policy,
 ) -> Verdict {
     let is_bot = actor.kind == "Bot" || actor.login.ends_with("[bot]");
-    if is_bot && !bot_allow_list.iter().any(|b| b == actor.login) {
+    if is_bot
+        && !bot_allow_list
+            .iter()
+            .chain(policy.bots.iter())
+            .any(|b| b == actor.login)
+    {
         return Verdict::Ignored;
     }
-    let need = required(cmd);
+    let need = policy.required(cmd);
     match permission {
         Ok(p) if p >= need => Verdict::Allowed,
         Ok(p) => Verdict::Refused(format!(
@@ -127,13 +183,49 @@ mod tests {
             (Command::Default, Write, true),
         ];
         for (cmd, p, ok) in cases {
-            let v = authorise(cmd, &user, Ok(*p), &[]);
+            let v = authorise(cmd, &user, Ok(*p), &[], &Policy::default());
             assert_eq!(v == Verdict::Allowed, *ok, "{cmd:?} with {p}: {v:?}");
         }
-        let Verdict::Refused(text) = authorise(&Command::Killall, &user, Ok(Write), &[]) else {
+        let Verdict::Refused(text) =
+            authorise(&Command::Killall, &user, Ok(Write), &[], &Policy::default())
+        else {
             panic!()
         };
         assert_eq!(text, "Sorry @ana, `/supervise killall` needs **maintain** access to this repository or more; you have **write**.");
+    }
+
+    #[test]
+    fn repositories_can_raise_or_lower_what_a_command_needs() {
+        let mut perms = std::collections::BTreeMap::new();
+        perms.insert("status".to_string(), "write".to_string());
+        perms.insert("killall".to_string(), "admin".to_string());
+        let p = Policy::from_settings(Some(&perms), Option::None).unwrap();
+        let user = Actor {
+            login: "ana",
+            kind: "User",
+        };
+        assert!(matches!(
+            authorise(&Command::Status, &user, Ok(Read), &[], &p),
+            Verdict::Refused(_)
+        ));
+        assert!(matches!(
+            authorise(&Command::Killall, &user, Ok(Maintain), &[], &p),
+            Verdict::Refused(_)
+        ));
+        assert_eq!(
+            authorise(&Command::Stop, &user, Ok(Write), &[], &p),
+            Verdict::Allowed,
+            "others keep their defaults"
+        );
+        perms.insert("stpo".to_string(), "write".to_string());
+        assert!(Policy::from_settings(Some(&perms), Option::None)
+            .unwrap_err()
+            .contains("`stpo`"));
+        let mut bad = std::collections::BTreeMap::new();
+        bad.insert("stop".to_string(), "owner".to_string());
+        assert!(Policy::from_settings(Some(&bad), Option::None)
+            .unwrap_err()
+            .contains("use read, triage, write, maintain or admin"));
     }
 
     #[test]
@@ -143,7 +235,13 @@ mod tests {
             kind: "User",
         };
         assert!(matches!(
-            authorise(&Command::Status, &user, Err("502".into()), &[]),
+            authorise(
+                &Command::Status,
+                &user,
+                Err("502".into()),
+                &[],
+                &Policy::default()
+            ),
             Verdict::Refused(_)
         ));
         let bot = Actor {
@@ -151,14 +249,28 @@ mod tests {
             kind: "Bot",
         };
         assert_eq!(
-            authorise(&Command::Status, &bot, Ok(Admin), &[]),
+            authorise(&Command::Status, &bot, Ok(Admin), &[], &Policy::default()),
             Verdict::Ignored
         );
         assert_eq!(
-            authorise(&Command::Status, &bot, Ok(Admin), &["renovate[bot]".into()]),
+            authorise(
+                &Command::Status,
+                &bot,
+                Ok(Admin),
+                &["renovate[bot]".into()],
+                &Policy::default()
+            ),
             Verdict::Allowed
         );
         assert_eq!(Permission::parse("push"), Write);
+        let repo_bots = Policy {
+            bots: vec!["renovate[bot]".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            authorise(&Command::Status, &bot, Ok(Admin), &[], &repo_bots),
+            Verdict::Allowed
+        );
         assert_eq!(Permission::parse("weird"), None);
     }
 }

@@ -6,12 +6,13 @@
 //! deliveries with a lease and carry them out, at most a few at a time per
 //! installation.
 
-use super::auth::{self, Actor, Permission, Verdict};
+use super::auth::{self, Actor, Permission, Policy, Verdict};
 use super::command::{self, Command};
 use super::payload::CommentEvent;
 use super::signature;
 use crate::engine::naming;
 use crate::github::{GitHub, GitHubError};
+use crate::settings;
 use crate::store::sql::{Intake, SqlStore};
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
@@ -264,6 +265,35 @@ async fn permission(svc: &Service, p: &Place, login: &str) -> Result<Permission,
     }
 }
 
+/// The repository's rules from `.github/supervise.yml` (defaults when there is
+/// none), or the reason the file is unusable.
+async fn repo_policy(svc: &Service, p: &Place) -> Result<Result<Policy, String>, GitHubError> {
+    use base64::Engine;
+    let path = format!("/repos/{}/contents/.github/supervise.yml", p.repo);
+    let reply = match svc.github.get(p.installation, &path).await {
+        Ok(r) => r,
+        Err(GitHubError::Http { status: 404, .. }) => return Ok(Ok(Policy::default())),
+        Err(e) => return Err(e),
+    };
+    let encoded: String = reply.json()["content"]
+        .as_str()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| ".github/supervise.yml is not UTF-8 text".to_string());
+    Ok(text
+        .and_then(|t| settings::parse(&t, ".github/supervise.yml"))
+        .and_then(|f| {
+            Policy::from_settings(f.permissions.as_ref(), f.bots.as_deref())
+                .map_err(|e| format!(".github/supervise.yml: {e}"))
+        }))
+}
+
 /// Posts a reply unless one with the same marker is already there: a reply is
 /// made once even when the delivery is processed again after a crash.
 async fn reply(svc: &Service, p: &Place, n: usize, text: &str) -> Result<(), GitHubError> {
@@ -314,6 +344,7 @@ pub async fn process(svc: &Service, payload: &str) -> Result<(), GitHubError> {
     if commands.is_empty() {
         return Ok(());
     }
+    let policy = repo_policy(svc, &place).await?;
     let mut perm: Option<Permission> = None;
     let mut reacted = false;
     for (n, parsed) in commands.into_iter().enumerate() {
@@ -323,7 +354,14 @@ pub async fn process(svc: &Service, payload: &str) -> Result<(), GitHubError> {
             Some(p) => p,
             None => *perm.insert(permission(svc, &place, login).await?),
         };
-        let verdict = auth::authorise(&cmd, &actor, Ok(p), &svc.bot_allow_list);
+        let verdict = match &policy {
+            Ok(policy) => auth::authorise(&cmd, &actor, Ok(p), &svc.bot_allow_list, policy),
+            // An unusable policy must not loosen a stricter one: only `help` acts.
+            Err(e) => match auth::authorise(&cmd, &actor, Ok(p), &svc.bot_allow_list, &Policy::default()) {
+                Verdict::Allowed if cmd != Command::Help => Verdict::Refused(format!("I did not act because `.github/supervise.yml` is not valid:\n\n```\n{e}\n```\nPlease fix it and say the command again.")),
+                v => v,
+            },
+        };
         if verdict == Verdict::Ignored {
             continue;
         }
