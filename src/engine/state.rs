@@ -181,6 +181,22 @@ impl SprintRun {
         self.failures + 1
     }
 
+    /// The model tier of the attempt in flight, else of the last one.
+    pub fn tier(&self) -> Option<ModelTier> {
+        self.active
+            .as_ref()
+            .map(|a| a.tier)
+            .or(self.history.last().map(|h| h.tier))
+    }
+
+    /// The complexity score of the attempt in flight, else of the last one.
+    pub fn score(&self) -> Option<i32> {
+        self.active
+            .as_ref()
+            .map(|a| a.score)
+            .or(self.history.last().map(|h| h.score))
+    }
+
     /// The attempt to show people: the one in flight, else the next one, never
     /// more than `max` (a FATAL sprint used all of them).
     pub fn shown_attempt(&self, max: u32) -> u32 {

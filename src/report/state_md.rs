@@ -68,16 +68,8 @@ pub fn supervisor_state_md(
         let (cur, sprint_state, kind, model, score, attempt) = match u.current() {
             Some(c) if u.status != UnitStatus::NotStarted => {
                 let s = &u.sprints[c];
-                let tier = s
-                    .active
-                    .as_ref()
-                    .map(|a| a.tier)
-                    .or(s.history.last().map(|h| h.tier));
-                let score = s
-                    .active
-                    .as_ref()
-                    .map(|a| a.score)
-                    .or(s.history.last().map(|h| h.score));
+                let tier = s.tier();
+                let score = s.score();
                 (
                     c + 1,
                     s.status().to_string(),

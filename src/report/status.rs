@@ -54,11 +54,7 @@ pub fn status_table(st: &OperationState, now: DateTime<Utc>) -> String {
             ),
             (_, Some(c)) => {
                 let s = &u.sprints[c];
-                let tier = s
-                    .active
-                    .as_ref()
-                    .map(|a| a.tier)
-                    .or(s.history.last().map(|h| h.tier));
+                let tier = s.tier();
                 let state = if s.status() == SprintStatus::Pending && s.dispatches == 0 {
                     "PENDING".to_string()
                 } else {

@@ -205,7 +205,9 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
                         let _permit = limit.acquire_owned().await;
                         let span = tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
                         let _g = span.enter();
+                        let began = Instant::now();
                         let result = process(&svc, &d.payload).await;
+                        metrics::histogram!("supervise_processing_seconds", "outcome" => if result.is_ok() { "ok" } else { "error" }).record(began.elapsed().as_secs_f64());
                         let r = match result {
                             Ok(()) => svc.store.finish(&d.id, None).await,
                             Err(e) if e.is_transient() && d.attempts < 8 => {
