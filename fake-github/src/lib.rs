@@ -201,7 +201,7 @@ impl FakeGitHub {
         json!({
             "action": action,
             "issue": { "number": c.issue, "title": "Operation", "state": "open" },
-            "comment": { "id": c.id, "body": c.body, "user": { "login": c.user, "type": kind } },
+            "comment": { "id": c.id, "body": c.body, "created_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true), "user": { "login": c.user, "type": kind } },
             "repository": { "full_name": c.repo, "name": name, "owner": { "login": owner } },
             "sender": { "login": c.user, "type": kind },
             "installation": { "id": self.config.installation_id }

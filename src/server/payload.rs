@@ -13,6 +13,8 @@ pub struct CommentEvent {
     pub is_pull_request: bool,
     pub comment_id: i64,
     pub body: String,
+    /// When the comment was made (ISO 8601), if the payload says.
+    pub created_at: Option<String>,
     pub login: String,
     /// `User`, `Bot` or `Organization`.
     pub kind: String,
@@ -37,6 +39,7 @@ struct RawIssue {
 struct RawComment {
     id: i64,
     body: Option<String>,
+    created_at: Option<String>,
     user: RawUser,
 }
 
@@ -70,6 +73,7 @@ impl CommentEvent {
             is_pull_request: r.issue.pull_request.is_some(),
             comment_id: r.comment.id,
             body: r.comment.body.unwrap_or_default(),
+            created_at: r.comment.created_at,
             login: r.comment.user.login,
             kind: r.comment.user.kind.unwrap_or_else(|| "User".into()),
         })

@@ -246,6 +246,8 @@ struct Place {
     repo: String,
     issue: i64,
     comment: i64,
+    /// The command comment's time: our replies come after it.
+    since: Option<String>,
 }
 
 /// The person's role; a stranger (404) has none. Any other error is returned, so
@@ -336,6 +338,7 @@ pub async fn process(svc: &Service, payload: &str) -> Result<(), GitHubError> {
         repo: ev.repo.clone(),
         issue: ev.issue,
         comment: ev.comment_id,
+        since: ev.created_at.clone(),
     };
     let (body, login) = (ev.body.as_str(), ev.login.as_str());
     let actor = Actor {
