@@ -8,6 +8,14 @@ use std::process::Command;
 
 const SPRINTS: usize = 30;
 
+/// Who commits, for the set-up and for the agents.
+const GIT_IDENTITY: [(&str, &str); 4] = [
+    ("GIT_AUTHOR_NAME", "b"),
+    ("GIT_AUTHOR_EMAIL", "b@x"),
+    ("GIT_COMMITTER_NAME", "b"),
+    ("GIT_COMMITTER_EMAIL", "b@x"),
+];
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` lists benchmarks; nothing to list here
@@ -36,10 +44,7 @@ fn main() {
         assert!(Command::new("git")
             .args(args)
             .current_dir(&root)
-            .env("GIT_AUTHOR_NAME", "b")
-            .env("GIT_AUTHOR_EMAIL", "b@x")
-            .env("GIT_COMMITTER_NAME", "b")
-            .env("GIT_COMMITTER_EMAIL", "b@x")
+            .envs(GIT_IDENTITY)
             .status()
             .unwrap()
             .success());
@@ -55,10 +60,7 @@ fn main() {
             &format!("sh {}", agent.display()),
         ])
         .current_dir(&root)
-        .env("GIT_AUTHOR_NAME", "b")
-        .env("GIT_AUTHOR_EMAIL", "b@x")
-        .env("GIT_COMMITTER_NAME", "b")
-        .env("GIT_COMMITTER_EMAIL", "b@x")
+        .envs(GIT_IDENTITY)
         .status()
         .unwrap();
     assert!(status.success(), "the run failed: {status:?}");

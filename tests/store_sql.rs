@@ -5,9 +5,13 @@
 use std::time::Duration;
 use supervise::store::sql::{Intake, SqlStore};
 
+fn sqlite_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}?mode=rwc", dir.path().join("s.db").display())
+}
+
 async fn sqlite() -> (SqlStore, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("s.db").display());
+    let url = sqlite_url(&dir);
     (SqlStore::connect(&url).await.unwrap(), dir)
 }
 
@@ -137,7 +141,7 @@ async fn sqlite_dedupes_and_leases() {
 #[tokio::test]
 async fn sqlite_replicas_claim_each_delivery_once() {
     let (a, d) = sqlite().await;
-    let url = format!("sqlite://{}?mode=rwc", d.path().join("s.db").display());
+    let url = sqlite_url(&d);
     let b = SqlStore::connect(&url).await.unwrap();
     replicas_claim_each_delivery_once(a, b).await;
 }
@@ -149,7 +153,7 @@ async fn sqlite_migrations_are_idempotent() {
         .await
         .unwrap();
     drop(s);
-    let url = format!("sqlite://{}?mode=rwc", d.path().join("s.db").display());
+    let url = sqlite_url(&d);
     let s = SqlStore::connect(&url).await.unwrap();
     assert_eq!(s.commands().await.unwrap().len(), 1);
 }

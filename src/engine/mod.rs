@@ -95,8 +95,3 @@ impl EngineConfig {
         }
     }
 }
-
-/// §3 default command: `resume` when an operation exists, else `start`.
-pub fn default_is_resume(state: Option<&OperationState>) -> bool {
-    state.is_some()
-}

@@ -840,10 +840,14 @@ fn build_sprint(doc: &Doc, id: SprintId, name: String, head: usize, r: Range<usi
                         checked: Some(_),
                         ..
                     }
-                ) && criterion(text, *line, Label::Exit).kind
-                    != CriterionKind::Checklist =>
+                ) =>
                 {
-                    push_criterion(&mut s, text, *line, Label::Exit)
+                    let c = criterion(text, *line, Label::Exit);
+                    if c.kind == CriterionKind::Checklist {
+                        s.tasks.push(text.clone());
+                    } else {
+                        s.exit_criteria.push(c);
+                    }
                 }
                 Some(Label::Tasks) | None => s.tasks.push(text.clone()),
             },

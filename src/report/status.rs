@@ -55,11 +55,7 @@ pub fn status_table(st: &OperationState, now: DateTime<Utc>) -> String {
             (_, Some(c)) => {
                 let s = &u.sprints[c];
                 let tier = s.tier();
-                let state = if s.status() == SprintStatus::Pending && s.dispatches == 0 {
-                    "PENDING".to_string()
-                } else {
-                    s.status().to_string()
-                };
+                let state = s.status();
                 format!(
                     "{}/{total} | {state} | {} | {} | {}/{}",
                     c + 1,

@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 
 pub struct Git {
     repo: Repository,
-    /// The repository's working directory (where `.git` lives).
-    workdir: PathBuf,
-    /// The plan's directory relative to `workdir` (empty when at the root).
+    /// The plan's directory relative to the repository's working directory.
     plan_rel: PathBuf,
     worktrees: PathBuf,
 }
@@ -86,7 +84,6 @@ impl Git {
         }
         Ok(Git {
             repo,
-            workdir,
             plan_rel,
             worktrees,
         })
@@ -162,10 +159,6 @@ impl Git {
                 .with_context(|| format!("creating the worktree for {branch}"))?;
         }
         Ok(path.join(&self.plan_rel))
-    }
-
-    pub fn branch_head(&self, branch: &str) -> Result<Option<Oid>> {
-        self.branch_oid(branch)
     }
 
     /// Commits on the sprint branch not yet in the integration branch, uncommitted
@@ -288,9 +281,5 @@ impl Git {
         if let Ok(wt) = self.repo.find_worktree(&name) {
             let _ = wt.prune(Some(git2::WorktreePruneOptions::new().valid(true)));
         }
-    }
-
-    pub fn workdir(&self) -> &Path {
-        &self.workdir
     }
 }

@@ -401,8 +401,8 @@ impl Supervisor {
                 self.notice(&format!("{prefix}{text}"));
             }
             Effect::PublishStatus => self.publish()?,
+            // The files are rewritten by the PublishStatus of the same decision.
             Effect::FinalReport => {
-                self.publish()?;
                 if let Some(st) = &self.state {
                     let s = report::final_summary(st);
                     self.notice(&s);

@@ -303,9 +303,20 @@ async fn repo_policy(svc: &Service, p: &Place) -> Result<Result<Policy, String>,
 async fn reply(svc: &Service, p: &Place, n: usize, text: &str) -> Result<(), GitHubError> {
     let marker = format!("<!-- supervise:reply {}/{} -->", p.comment, n);
     let path = format!("/repos/{}/issues/{}/comments", p.repo, p.issue);
+    // Only comments made since the command: a long thread cannot push an earlier
+    // reply of ours off the page.
+    let since = p
+        .since
+        .as_deref()
+        .filter(|s| {
+            s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-:.+".contains(c))
+        })
+        .map(|s| format!("&since={s}"))
+        .unwrap_or_default();
     let existing = svc
         .github
-        .get(p.installation, &format!("{path}?per_page=100"))
+        .get(p.installation, &format!("{path}?per_page=100{since}"))
         .await?;
     if existing.body.contains(&marker) {
         return Ok(());
