@@ -76,6 +76,7 @@ impl Harness {
             app_id: 42,
             app_public_key_pem: Some(pubkey),
             installation_id: 7,
+            data_dir: None,
         })
         .await;
         fake.add_user("mia", "maintain", "User");

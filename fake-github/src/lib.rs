@@ -25,6 +25,9 @@ pub struct Config {
     /// The App's public key (PEM); without it the JWT's signature is not checked.
     pub app_public_key_pem: Option<String>,
     pub installation_id: u64,
+    /// Where bare repositories and run checkouts live; a fresh temporary
+    /// directory when unset.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -46,10 +49,10 @@ struct Fault {
 }
 
 #[derive(Default)]
-struct Inner {
+pub(crate) struct Inner {
     users: HashMap<String, (String, String)>,
-    files: HashMap<(String, String), String>,
-    comments: Vec<Comment>,
+    pub(crate) comments: Vec<Comment>,
+    pub(crate) api: api::ApiState,
     reactions: Vec<(i64, String, String)>,
     tokens: HashMap<String, u64>,
     counts: BTreeMap<String, u64>,
@@ -59,16 +62,24 @@ struct Inner {
     early_calls: u64,
     next_id: i64,
     deliveries: u64,
+    /// Every n-th installation API call fails with a 502 (0: never).
+    fail_every: u64,
+    calls: u64,
 }
 
 pub struct FakeGitHub {
     pub addr: SocketAddr,
-    config: Config,
-    inner: Arc<Mutex<Inner>>,
+    pub(crate) config: Config,
+    pub(crate) inner: Arc<Mutex<Inner>>,
     started: Instant,
+    pub(crate) data_dir: std::path::PathBuf,
 }
 
-type Shared = Arc<FakeGitHub>;
+pub(crate) type Shared = Arc<FakeGitHub>;
+
+mod api;
+pub mod git;
+pub use api::{CheckRun, Issue, Pull, Run};
 
 impl FakeGitHub {
     pub fn url(&self) -> String {
@@ -83,13 +94,12 @@ impl FakeGitHub {
             .insert(login.to_string(), (role.to_string(), kind.to_string()));
     }
 
-    /// A file in a repository's default branch (for the contents API).
+    /// Commits a file to a repository's default branch (creating the repository).
     pub fn add_file(&self, repo: &str, path: &str, content: &str) {
-        self.inner
-            .lock()
-            .unwrap()
-            .files
-            .insert((repo.to_string(), path.to_string()), content.to_string());
+        self.ensure_repo(repo);
+        let r = self.repo(repo).expect("repository");
+        r.commit_files(&r.default_branch, &[(path, content)], &format!("Add {path}"))
+            .expect("commit");
     }
 
     pub fn comments(&self, repo: &str, issue: i64) -> Vec<Comment> {
@@ -115,6 +125,16 @@ impl FakeGitHub {
     /// API calls made while a rate-limit window the fake announced was still open.
     pub fn early_calls(&self) -> u64 {
         self.inner.lock().unwrap().early_calls
+    }
+
+    /// From now on every `n`-th installation API call answers 502 (0 stops it).
+    pub fn fail_every(&self, n: u64) {
+        self.inner.lock().unwrap().fail_every = n;
+    }
+
+    /// The request log: seconds since start, endpoint, status.
+    pub fn request_log(&self) -> Vec<(f64, String, u16)> {
+        self.inner.lock().unwrap().log.clone()
     }
 
     /// The next `times` API calls answer `status`; with `reset_in`, as a rate limit.
@@ -262,13 +282,24 @@ pub async fn send_webhook(
 pub async fn start(config: Config) -> Arc<FakeGitHub> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let data_dir = config.data_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!(
+            "fake-github-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ))
+    });
     let fake = Arc::new(FakeGitHub {
         addr,
         config,
         inner: Arc::new(Mutex::new(Inner::default())),
         started: Instant::now(),
+        data_dir,
     });
-    let app = Router::new()
+    let app = api::routes(Router::new())
         .route("/app/installations/{id}/access_tokens", post(access_token))
         .route(
             "/repos/{owner}/{repo}/collaborators/{user}/permission",
@@ -282,7 +313,6 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
             "/repos/{owner}/{repo}/issues/{n}/comments",
             get(list_comments).post(create_comment),
         )
-        .route("/repos/{owner}/{repo}/contents/{*path}", get(contents))
         .route("/_fake/users", post(control_user))
         .route("/_fake/comments", post(control_comment))
         .route("/_fake/edit", post(control_edit))
@@ -295,7 +325,7 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
     fake
 }
 
-fn error(status: StatusCode, message: &str) -> Response {
+pub(crate) fn error(status: StatusCode, message: &str) -> Response {
     (
         status,
         Json(json!({ "message": message, "documentation_url": "https://docs.github.com/rest" })),
@@ -306,7 +336,7 @@ fn error(status: StatusCode, message: &str) -> Response {
 /// Logs the call, applies any injected fault, and checks the token.
 /// Injected faults apply to installation API calls (`needs_token`), not to the
 /// App's token exchange.
-async fn gate(
+pub(crate) async fn gate(
     f: &FakeGitHub,
     endpoint: &str,
     headers: &HeaderMap,
@@ -318,7 +348,20 @@ async fn gate(
         if s.rate_limited_until.is_some_and(|t| Instant::now() < t) {
             s.early_calls += 1;
         }
-        match s.faults.first_mut().filter(|_| needs_token) {
+        if needs_token {
+            s.calls += 1;
+        }
+        let periodic = needs_token && s.fail_every > 0 && s.calls % s.fail_every == 0;
+        if periodic && s.faults.is_empty() {
+            Some(Fault {
+                status: 502,
+                times: 1,
+                retry_after: None,
+                reset_in: None,
+                latency_ms: 0,
+            })
+        } else {
+            match s.faults.first_mut().filter(|_| needs_token) {
             Some(fl) => {
                 fl.times -= 1;
                 let out = fl.clone();
@@ -328,6 +371,7 @@ async fn gate(
                 Some(out)
             }
             None => None,
+        }
         }
     };
     let record = |status: u16| {
@@ -600,37 +644,7 @@ async fn create_comment(
     (StatusCode::CREATED, Json(comment_json(&c))).into_response()
 }
 
-async fn contents(
-    State(f): State<Shared>,
-    Path((o, r, path)): Path<(String, String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(resp) = gate(&f, "GET /repos/{o}/{r}/contents/{path}", &headers, true).await {
-        return resp;
-    }
-    let file = f
-        .inner
-        .lock()
-        .unwrap()
-        .files
-        .get(&(format!("{o}/{r}"), path.clone()))
-        .cloned();
-    match file {
-        Some(text) => {
-            // GitHub wraps base64 at 60 characters; so does the fake.
-            let b64 = base64_encode(text.as_bytes());
-            let wrapped: Vec<String> = b64
-                .as_bytes()
-                .chunks(60)
-                .map(|c| String::from_utf8_lossy(c).into_owned())
-                .collect();
-            Json(json!({ "type": "file", "path": path, "encoding": "base64", "content": wrapped.join("\n") + "\n" })).into_response()
-        }
-        None => error(StatusCode::NOT_FOUND, "Not Found"),
-    }
-}
-
-fn base64_encode(data: &[u8]) -> String {
+pub(crate) fn base64_encode(data: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for chunk in data.chunks(3) {

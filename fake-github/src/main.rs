@@ -18,6 +18,7 @@ async fn main() {
         installation_id: arg("--installation")
             .and_then(|s| s.parse().ok())
             .unwrap_or(1),
+        data_dir: arg("--data-dir").map(Into::into),
     };
     let fake = fake_github::start(config).await;
     println!("fake GitHub on {}", fake.url());
