@@ -78,23 +78,9 @@ pub enum Command {
         #[arg(long)]
         plan: Option<PathBuf>,
     },
-    /// Run a sprint's exit criteria in a checkout and print each result.
-    Verify {
-        #[arg(long)]
-        plan: Option<PathBuf>,
-        #[arg(long)]
-        unit: String,
-        #[arg(long)]
-        sprint: String,
-        /// The checkout to check (default: the plan's directory).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
-        /// Seconds each command may run.
-        #[arg(long, default_value_t = 600)]
-        timeout: u64,
-    },
+    /// Run a sprint's exit criteria in a checkout and print each result; with
+    /// `--record`, also commit them for the supervisor (the agent workflow's last step).
+    Verify(run_cmd::VerifyArgs),
     /// Inspect an execution plan.
     #[command(subcommand)]
     Plan(PlanCommand),
@@ -130,21 +116,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::NameFeature { plan } => {
             run_cmd::command(plan.as_deref(), Input::NameFeature, "name-feature")
         }
-        Command::Verify {
-            plan,
-            unit,
-            sprint,
-            dir,
-            json,
-            timeout,
-        } => run_cmd::verify_cmd(
-            plan.as_deref(),
-            &unit,
-            &sprint,
-            dir.as_deref(),
-            json,
-            timeout,
-        ),
+        Command::Verify(args) => run_cmd::verify_cmd(&args),
         Command::Plan(PlanCommand::Show { path, json }) => plan_cmd::show(path.as_deref(), json),
         Command::RunAgent { dir } => run_cmd::run_agent(&dir),
         Command::Serve(args) => serve_cmd::run(args),

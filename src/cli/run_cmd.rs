@@ -248,18 +248,40 @@ pub fn status(path: Option<&Path>, json: bool) -> Result<i32> {
     Ok(exit::COMPLETED)
 }
 
-pub fn verify_cmd(
-    path: Option<&Path>,
-    unit: &str,
-    sprint: &str,
-    dir: Option<&Path>,
-    json: bool,
-    timeout: u64,
-) -> Result<i32> {
-    let plan = match load(path)? {
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    #[arg(long)]
+    pub plan: Option<PathBuf>,
+    #[arg(long)]
+    pub unit: String,
+    #[arg(long)]
+    pub sprint: String,
+    /// The checkout to check (default: the plan's directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds each command may run.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Record the results for this dispatch id under `.supervise/results/` and
+    /// commit them, with the agent's exit status and output, for the supervisor.
+    #[arg(long, value_name = "DISPATCH_ID")]
+    pub record: Option<String>,
+    /// The agent's exit status (with `--record`).
+    #[arg(long, allow_hyphen_values = true)]
+    pub agent_exit: Option<i32>,
+    /// A file holding the agent's output (with `--record`); its end is kept.
+    #[arg(long)]
+    pub agent_output: Option<PathBuf>,
+}
+
+pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
+    let plan = match load(a.plan.as_deref())? {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
+    let (unit, sprint) = (a.unit.as_str(), a.sprint.as_str());
     let u = plan
         .plan
         .unit(unit)
@@ -271,11 +293,25 @@ pub fn verify_cmd(
         .iter()
         .find(|s| s.id == id)
         .ok_or_else(|| anyhow!("work unit `{unit}` has no sprint {sprint}"))?;
-    let root: PathBuf = dir
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| plan.root.clone());
-    let results = verify::verify_sprint(u, s, &root, Duration::from_secs(timeout));
-    if json {
+    let root: PathBuf = a.dir.clone().unwrap_or_else(|| plan.root.clone());
+    let results = verify::verify_sprint(u, s, &root, Duration::from_secs(a.timeout));
+    if let Some(dispatch) = &a.record {
+        let output = a
+            .agent_output
+            .as_ref()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .unwrap_or_default();
+        let result = process::RunResult {
+            exit_code: a.agent_exit,
+            turns_used: process::parse_turns(&output),
+            output_tail: verify::tail(&output, 4000),
+            criteria: results.clone(),
+            progress: verify::progress_marker(&plan.plan, u, s, &root),
+        };
+        let path = verify::record_result(&root, dispatch, &result)?;
+        eprintln!("recorded {} criteria in {}", results.len(), path.display());
+    }
+    if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
         for r in &results {

@@ -69,6 +69,19 @@ pub struct GitHub {
 enum Method {
     Get,
     Post,
+    Put,
+    Patch,
+}
+
+impl Method {
+    fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+        }
+    }
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -145,6 +158,25 @@ impl GitHub {
             .await
     }
 
+    pub async fn put(
+        &self,
+        installation: u64,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<Reply, GitHubError> {
+        self.send(installation, Method::Put, path, Some(body)).await
+    }
+
+    pub async fn patch(
+        &self,
+        installation: u64,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<Reply, GitHubError> {
+        self.send(installation, Method::Patch, path, Some(body))
+            .await
+    }
+
     async fn send(
         &self,
         installation: u64,
@@ -152,14 +184,7 @@ impl GitHub {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<Reply, GitHubError> {
-        let what = format!(
-            "{} {path}",
-            if matches!(method, Method::Get) {
-                "GET"
-            } else {
-                "POST"
-            }
-        );
+        let what = format!("{} {path}", method.as_str());
         let client = self.client(installation)?;
         let mut backoff = self.backoff;
         let mut last = String::new();
@@ -194,6 +219,8 @@ impl GitHub {
                     client._get_with_headers(path, Some(h)).await
                 }
                 Method::Post => client._post(path, body).await,
+                Method::Put => client._put(path, body).await,
+                Method::Patch => client._patch(path, body).await,
             };
             let res = match res {
                 Ok(r) => r,

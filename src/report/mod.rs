@@ -3,12 +3,15 @@
 //! cadence analysis (§14), and the kill summary (§11). Pure: no I/O, no clock.
 
 mod complete;
+pub mod github;
 mod state_md;
 mod status;
 
 pub use complete::{complete_file_name, complete_md, final_summary, verification, Verification};
 pub use state_md::supervisor_state_md;
-pub use status::{blocked_notices, completion_summary, kill_summary, status_table};
+pub use status::{
+    blocked_notices, completion_summary, kill_summary, status_table, status_table_linked,
+};
 
 use chrono::{DateTime, Utc};
 

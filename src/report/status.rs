@@ -33,6 +33,16 @@ fn next_event(st: &OperationState) -> String {
 
 /// The §13 table, then the active agents with their elapsed time, then notices.
 pub fn status_table(st: &OperationState, now: DateTime<Utc>) -> String {
+    status_table_linked(st, now, &|_| None)
+}
+
+/// The status table with each active agent's dispatch id linked to where it runs
+/// (its Actions run, on GitHub).
+pub fn status_table_linked(
+    st: &OperationState,
+    now: DateTime<Utc>,
+    link: &dyn Fn(&crate::engine::DispatchId) -> Option<String>,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "## Supervisor Status — {}", ts(now));
     let _ = writeln!(out, "{} · status: {}\n", st.name, st.status);
@@ -79,13 +89,16 @@ pub fn status_table(st: &OperationState, now: DateTime<Utc>) -> String {
     for u in &st.units {
         for s in &u.sprints {
             if let Some(a) = &s.active {
+                let id = match link(&a.id) {
+                    Some(url) => format!("[{}]({url})", a.id),
+                    None => a.id.to_string(),
+                };
                 let _ = writeln!(
                     out,
-                    "- {} Sprint {} ({} · {}) — {} elapsed",
+                    "- {} Sprint {} ({} · {id}) — {} elapsed",
                     u.name,
                     s.id,
                     a.tier.as_str(),
-                    a.id,
                     elapsed((now - a.dispatched_at).num_seconds())
                 );
             }

@@ -38,6 +38,9 @@ pub struct RunResult {
     pub turns_used: Option<u32>,
     pub output_tail: String,
     pub criteria: Vec<CriterionResult>,
+    /// What the plan's progress files say (recorded by `supervise verify --record`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<crate::engine::ProgressMarker>,
 }
 
 pub fn run_dir(runs: &Path, dispatch: &str) -> PathBuf {
@@ -112,7 +115,7 @@ pub fn spawn(dir: &Path, spec: &RunSpec) -> Result<Option<Child>> {
 }
 
 /// The agent's turn count, if it printed `supervise:turns=N` or `turns used: N`.
-fn parse_turns(output: &str) -> Option<u32> {
+pub fn parse_turns(output: &str) -> Option<u32> {
     output.lines().rev().find_map(|l| {
         let l = l.to_lowercase();
         let at = l
@@ -182,6 +185,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         turns_used: parse_turns(&output),
         output_tail: super::verify::tail(&output, 4000),
         criteria,
+        progress: None,
     };
     write_atomic(
         &dir.join("result.json"),

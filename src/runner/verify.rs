@@ -168,3 +168,57 @@ pub fn progress_marker(
     }
     None
 }
+
+/// Where a dispatch's recorded results live in the repository: one file per
+/// dispatch, so sprints of different units never touch the same path.
+pub fn results_path(dispatch: &str) -> String {
+    format!(".supervise/results/{}.json", dispatch.replace('/', "__"))
+}
+
+/// Where a sprint's prompt is committed on its branch.
+pub fn prompt_path(unit_slug: &str, sprint: &str) -> String {
+    format!(".supervise/prompts/{unit_slug}-sprint-{sprint}.md")
+}
+
+/// Writes a dispatch's results into the checkout and commits them (with the
+/// person's or the runner's git identity), so the supervisor reads them from the
+/// sprint branch. The commit message starts with `supervise:`, which tells the
+/// supervisor it is not the agent's work.
+pub fn record_result(
+    root: &Path,
+    dispatch: &str,
+    result: &super::process::RunResult,
+) -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    let rel = results_path(dispatch);
+    let top = std::process::Command::new("git")
+        .args(["rev-parse", "--show-toplevel"])
+        .current_dir(root)
+        .output()
+        .context("running git")?;
+    let top = std::path::PathBuf::from(String::from_utf8_lossy(&top.stdout).trim());
+    let path = top.join(&rel);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(result)?)?;
+    let git = |args: &[&str]| -> anyhow::Result<()> {
+        let st = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&top)
+            .status()
+            .with_context(|| format!("running git {}", args.join(" ")))?;
+        anyhow::ensure!(st.success(), "git {} failed", args.join(" "));
+        Ok(())
+    };
+    git(&["add", "-f", &rel])?;
+    git(&[
+        "commit",
+        "-q",
+        "-m",
+        &format!("supervise: results of {dispatch}"),
+        "--",
+        &rel,
+    ])?;
+    Ok(path)
+}

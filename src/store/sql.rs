@@ -4,14 +4,16 @@
 //! from here: claimed with a lease, so a crash mid-processing hands it to the next
 //! worker after the lease instead of losing it or running it twice at once.
 
+use crate::engine::{Effect, Event};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use std::time::Duration;
 
 /// Versioned schema steps, applied once each, in order, in a transaction.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE IF NOT EXISTS deliveries (
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE IF NOT EXISTS deliveries (
         id TEXT PRIMARY KEY,
         event TEXT NOT NULL,
         dedupe TEXT UNIQUE,
@@ -33,12 +35,101 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         argument TEXT,
         received_at BIGINT NOT NULL
     );",
-)];
+    ),
+    (
+        2,
+        "CREATE TABLE IF NOT EXISTS operations (
+        id TEXT PRIMARY KEY,
+        repo TEXT NOT NULL,
+        issue BIGINT NOT NULL,
+        installation BIGINT NOT NULL,
+        active INTEGER NOT NULL,
+        status_comment BIGINT,
+        context TEXT NOT NULL,
+        created_at BIGINT NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS operations_issue ON operations (repo, issue, created_at);
+    CREATE TABLE IF NOT EXISTS op_log (
+        op TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        events TEXT NOT NULL,
+        PRIMARY KEY (op, seq)
+    );
+    CREATE TABLE IF NOT EXISTS op_effects (
+        op TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        idx BIGINT NOT NULL,
+        effect TEXT NOT NULL,
+        done INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (op, seq, idx)
+    );
+    CREATE TABLE IF NOT EXISTS op_runs (
+        dispatch TEXT PRIMARY KEY,
+        op TEXT NOT NULL,
+        run_id BIGINT,
+        html_url TEXT,
+        base_sha TEXT,
+        completed INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE IF NOT EXISTS op_units (
+        op TEXT NOT NULL,
+        unit TEXT NOT NULL,
+        number BIGINT NOT NULL,
+        issue_id BIGINT NOT NULL,
+        flags TEXT NOT NULL DEFAULT 'none',
+        PRIMARY KEY (op, unit)
+    );",
+    ),
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum SqlError {
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
+    #[error("stored record is unreadable: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// One operation run from GitHub, as the service records it.
+#[derive(Debug, Clone)]
+pub struct OperationRow {
+    pub id: String,
+    pub repo: String,
+    pub issue: i64,
+    pub installation: i64,
+    pub active: bool,
+    pub status_comment: Option<i64>,
+    /// The adapter's fixed facts (JSON): workflow file, branches, merge mode.
+    pub context: String,
+}
+
+/// An effect of an operation's outbox not yet carried out.
+#[derive(Debug, Clone)]
+pub struct OpEffect {
+    pub seq: i64,
+    pub idx: i64,
+    pub effect: Effect,
+}
+
+/// What is known of a dispatch's workflow run.
+#[derive(Debug, Clone, Default)]
+pub struct RunRow {
+    pub dispatch: String,
+    pub op: String,
+    pub run_id: Option<i64>,
+    pub html_url: Option<String>,
+    pub base_sha: Option<String>,
+    pub completed: bool,
+}
+
+/// A work unit's sub-issue.
+#[derive(Debug, Clone)]
+pub struct UnitIssue {
+    pub unit: String,
+    pub number: i64,
+    pub issue_id: i64,
+    /// What has been done to it already: `none`, `closed`, `blocked`.
+    pub flags: String,
 }
 
 #[derive(Clone)]
@@ -240,6 +331,217 @@ impl SqlStore {
             .iter()
             .map(|r| (r.get("login"), r.get("command"), r.try_get("argument").ok()))
             .collect())
+    }
+
+    /// Records a new operation; false if one with this id exists (a retried start).
+    pub async fn create_operation(&self, op: &OperationRow) -> Result<bool, SqlError> {
+        let r = sqlx::query("INSERT INTO operations (id, repo, issue, installation, active, status_comment, context, created_at) VALUES ($1, $2, $3, $4, 1, NULL, $5, $6) ON CONFLICT DO NOTHING")
+            .bind(&op.id)
+            .bind(&op.repo)
+            .bind(op.issue)
+            .bind(op.installation)
+            .bind(&op.context)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    fn operation_row(r: &AnyRow) -> OperationRow {
+        OperationRow {
+            id: r.get("id"),
+            repo: r.get("repo"),
+            issue: r.get("issue"),
+            installation: r.get("installation"),
+            active: r.try_get::<i32, _>("active").map(|a| a != 0).unwrap_or(true),
+            status_comment: r.try_get("status_comment").ok(),
+            context: r.get("context"),
+        }
+    }
+
+    /// Operations still running (or every one), oldest first.
+    pub async fn operations(&self, active_only: bool) -> Result<Vec<OperationRow>, SqlError> {
+        let rows = sqlx::query("SELECT id, repo, issue, installation, active, status_comment, context FROM operations WHERE active = 1 OR $1 = 0 ORDER BY created_at, id")
+            .bind(active_only as i32)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(Self::operation_row).collect())
+    }
+
+    /// The latest operation started on an issue.
+    pub async fn operation_on(&self, repo: &str, issue: i64) -> Result<Option<OperationRow>, SqlError> {
+        let row = sqlx::query("SELECT id, repo, issue, installation, active, status_comment, context FROM operations WHERE repo = $1 AND issue = $2 ORDER BY created_at DESC, id DESC LIMIT 1")
+            .bind(repo)
+            .bind(issue)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(Self::operation_row))
+    }
+
+    pub async fn set_active(&self, op: &str, active: bool) -> Result<(), SqlError> {
+        sqlx::query("UPDATE operations SET active = $1 WHERE id = $2")
+            .bind(active as i32)
+            .bind(op)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn set_status_comment(&self, op: &str, comment: i64) -> Result<(), SqlError> {
+        sqlx::query("UPDATE operations SET status_comment = $1 WHERE id = $2")
+            .bind(comment)
+            .bind(op)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Events first, effects second: one decision's events and the effects they
+    /// imply, in one transaction. Returns the effects with their outbox keys.
+    pub async fn append(&self, op: &str, events: &[Event], effects: &[Effect]) -> Result<Vec<OpEffect>, SqlError> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) AS last FROM op_log WHERE op = $1")
+            .bind(op)
+            .fetch_one(&mut *tx)
+            .await?;
+        let seq: i64 = row.try_get::<i64, _>("last").unwrap_or(0) + 1;
+        sqlx::query("INSERT INTO op_log (op, seq, events) VALUES ($1, $2, $3)")
+            .bind(op)
+            .bind(seq)
+            .bind(serde_json::to_string(events)?)
+            .execute(&mut *tx)
+            .await?;
+        let mut out = Vec::new();
+        for (idx, e) in effects.iter().enumerate() {
+            sqlx::query("INSERT INTO op_effects (op, seq, idx, effect) VALUES ($1, $2, $3, $4)")
+                .bind(op)
+                .bind(seq)
+                .bind(idx as i64)
+                .bind(serde_json::to_string(e)?)
+                .execute(&mut *tx)
+                .await?;
+            out.push(OpEffect {
+                seq,
+                idx: idx as i64,
+                effect: e.clone(),
+            });
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// The operation's events in order, and its effects not yet done.
+    pub async fn load_operation(&self, op: &str) -> Result<(Vec<Event>, Vec<OpEffect>), SqlError> {
+        let rows = sqlx::query("SELECT events FROM op_log WHERE op = $1 ORDER BY seq")
+            .bind(op)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut events = Vec::new();
+        for r in rows {
+            let batch: Vec<Event> = serde_json::from_str(&r.get::<String, _>("events"))?;
+            events.extend(batch);
+        }
+        let rows = sqlx::query("SELECT seq, idx, effect FROM op_effects WHERE op = $1 AND done = 0 ORDER BY seq, idx")
+            .bind(op)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut pending = Vec::new();
+        for r in rows {
+            pending.push(OpEffect {
+                seq: r.get("seq"),
+                idx: r.get("idx"),
+                effect: serde_json::from_str(&r.get::<String, _>("effect"))?,
+            });
+        }
+        Ok((events, pending))
+    }
+
+    pub async fn effect_done(&self, op: &str, seq: i64, idx: i64) -> Result<(), SqlError> {
+        sqlx::query("UPDATE op_effects SET done = 1 WHERE op = $1 AND seq = $2 AND idx = $3")
+            .bind(op)
+            .bind(seq)
+            .bind(idx)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Records what is known of a dispatch's run; known values are never erased.
+    pub async fn put_run(&self, r: &RunRow) -> Result<(), SqlError> {
+        sqlx::query("INSERT INTO op_runs (dispatch, op, run_id, html_url, base_sha, completed) VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (dispatch) DO UPDATE SET run_id = COALESCE(EXCLUDED.run_id, op_runs.run_id), html_url = COALESCE(EXCLUDED.html_url, op_runs.html_url), base_sha = COALESCE(op_runs.base_sha, EXCLUDED.base_sha), completed = EXCLUDED.completed")
+            .bind(&r.dispatch)
+            .bind(&r.op)
+            .bind(r.run_id)
+            .bind(&r.html_url)
+            .bind(&r.base_sha)
+            .bind(r.completed as i32)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    fn run_row(r: &AnyRow) -> RunRow {
+        RunRow {
+            dispatch: r.get("dispatch"),
+            op: r.get("op"),
+            run_id: r.try_get("run_id").ok(),
+            html_url: r.try_get("html_url").ok(),
+            base_sha: r.try_get("base_sha").ok(),
+            completed: r.try_get::<i32, _>("completed").map(|c| c != 0).unwrap_or(false),
+        }
+    }
+
+    pub async fn run(&self, dispatch: &str) -> Result<Option<RunRow>, SqlError> {
+        let row = sqlx::query("SELECT dispatch, op, run_id, html_url, base_sha, completed FROM op_runs WHERE dispatch = $1")
+            .bind(dispatch)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(Self::run_row))
+    }
+
+    pub async fn run_by_id(&self, run_id: i64) -> Result<Option<RunRow>, SqlError> {
+        let row = sqlx::query("SELECT dispatch, op, run_id, html_url, base_sha, completed FROM op_runs WHERE run_id = $1")
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(Self::run_row))
+    }
+
+    pub async fn runs_of(&self, op: &str) -> Result<Vec<RunRow>, SqlError> {
+        let rows = sqlx::query("SELECT dispatch, op, run_id, html_url, base_sha, completed FROM op_runs WHERE op = $1")
+            .bind(op)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(Self::run_row).collect())
+    }
+
+    pub async fn unit_issues(&self, op: &str) -> Result<Vec<UnitIssue>, SqlError> {
+        let rows = sqlx::query("SELECT unit, number, issue_id, flags FROM op_units WHERE op = $1")
+            .bind(op)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| UnitIssue {
+                unit: r.get("unit"),
+                number: r.get("number"),
+                issue_id: r.get("issue_id"),
+                flags: r.get("flags"),
+            })
+            .collect())
+    }
+
+    pub async fn put_unit_issue(&self, op: &str, u: &UnitIssue) -> Result<(), SqlError> {
+        sqlx::query("INSERT INTO op_units (op, unit, number, issue_id, flags) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (op, unit) DO UPDATE SET flags = EXCLUDED.flags")
+            .bind(op)
+            .bind(&u.unit)
+            .bind(u.number)
+            .bind(u.issue_id)
+            .bind(&u.flags)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     pub async fn counts(&self) -> Result<(i64, i64), SqlError> {

@@ -1,0 +1,171 @@
+//! Text that appears on GitHub: the sticky status comment, a sprint's pull
+//! request description, a sprint's check-run summary, a unit's sub-issue. Each
+//! carries a hidden marker so the service finds its own words again instead of
+//! posting twice.
+
+use super::{cell, status_table_linked};
+use crate::engine::{
+    AgentReport, CriterionOutcome, CriterionResult, DispatchId, OperationState, SprintStatus,
+};
+use crate::plan::{Sprint, WorkUnit};
+use chrono::{DateTime, Utc};
+use std::fmt::Write as _;
+
+/// The marker of an operation's status comment.
+pub fn status_marker(op: &str) -> String {
+    format!("<!-- supervise:status {op} -->")
+}
+
+/// The marker of a unit's sub-issue.
+pub fn unit_marker(op: &str, unit: &str) -> String {
+    format!("<!-- supervise:unit {op}/{unit} -->")
+}
+
+/// The marker of a one-off notice (BLOCKED, final report), keyed by its outbox id.
+pub fn notice_marker(op: &str, key: &str) -> String {
+    format!("<!-- supervise:notice {op}/{key} -->")
+}
+
+/// The sticky status comment: the §13 table with active agents linked to their runs.
+pub fn status_comment(
+    st: &OperationState,
+    now: DateTime<Utc>,
+    link: &dyn Fn(&DispatchId) -> Option<String>,
+) -> String {
+    let mut out = status_table_linked(st, now, link);
+    out.push_str(
+        "\n<sub>Edited in place as the operation moves. Commands: `/supervise status`, `stop`, `killall`, `resume [unit]`.</sub>\n",
+    );
+    out.push_str(&status_marker(&st.id.0));
+    out
+}
+
+fn criterion_line(c: &crate::plan::Criterion) -> String {
+    match &c.command {
+        Some(cmd) if cmd.trim() != c.text.trim() => format!("{} — `{}`", c.text, cmd.trim()),
+        _ => c.text.clone(),
+    }
+}
+
+/// A sprint's pull request: what it is for, and its exit criteria to tick.
+pub fn sprint_pr_body(op: &str, unit: &WorkUnit, sprint: &Sprint, prompt_path: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "**{}** · Sprint {} of {} — {}\n",
+        unit.name,
+        sprint.id,
+        unit.sprints.len(),
+        sprint.name
+    );
+    if !sprint.tasks.is_empty() {
+        out.push_str("### Tasks\n");
+        for t in &sprint.tasks {
+            let _ = writeln!(out, "- {t}");
+        }
+        out.push('\n');
+    }
+    out.push_str("### Exit criteria\n");
+    if sprint.exit_criteria.is_empty() {
+        out.push_str("_The plan gives none: the agent's report and commits decide._\n");
+    }
+    for c in &sprint.exit_criteria {
+        let _ = writeln!(out, "- [ ] {} (plan line {})", criterion_line(c), c.line);
+    }
+    let _ = writeln!(
+        out,
+        "\nThe agent's prompt is committed at `{prompt_path}`. Sprint Supervisor merges this pull request into the operation's integration branch once the sprint is verified; the check run `supervise` on its head shows each criterion.\n\n<!-- supervise:sprint {op}/{}/{} -->",
+        unit.name, sprint.id
+    );
+    out
+}
+
+fn outcome_mark(o: CriterionOutcome) -> &'static str {
+    match o {
+        CriterionOutcome::Passed => "✓ passed",
+        CriterionOutcome::Failed => "✗ failed",
+        CriterionOutcome::Unverified => "☐ needs a person",
+    }
+}
+
+/// The check run of one attempt: its conclusion, title and per-criterion table.
+pub fn sprint_check(
+    unit: &str,
+    sprint: &Sprint,
+    attempt: u32,
+    model: &str,
+    report: &AgentReport,
+    verdict: Option<SprintStatus>,
+) -> (&'static str, String, String) {
+    let criteria: &[CriterionResult] = &report.evidence.criteria;
+    let failed = criteria
+        .iter()
+        .filter(|c| c.outcome == CriterionOutcome::Failed)
+        .count();
+    let conclusion = match verdict {
+        Some(SprintStatus::Completed) => "success",
+        Some(SprintStatus::Partial) => "neutral",
+        _ => "failure",
+    };
+    let title = format!(
+        "{unit} Sprint {}: {} — {} of {} criteria passed",
+        sprint.id,
+        verdict.map_or("not verified".to_string(), |v| v.to_string()),
+        criteria.len() - failed,
+        criteria.len()
+    );
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Attempt {attempt} on `{model}` · agent exit {} · {} commit(s) since dispatch{}\n",
+        report
+            .exit_code
+            .map_or("unknown".to_string(), |c| c.to_string()),
+        report.evidence.commits.len(),
+        match report.evidence.ci_passed {
+            Some(true) => " · repository CI green",
+            Some(false) => " · repository CI red",
+            None => "",
+        }
+    );
+    s.push_str("| Line | Criterion | Result | Detail |\n|---|---|---|---|\n");
+    for c in criteria {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            c.line,
+            cell(&c.text),
+            outcome_mark(c.outcome),
+            cell(c.detail.lines().next().unwrap_or(""))
+        );
+    }
+    if criteria.is_empty() {
+        s.push_str("| — | (no machine-checkable criteria) | — | — |\n");
+    }
+    if let Some(conflict) = &report.evidence.merge_conflict {
+        let _ = writeln!(s, "\nDoes not merge into the integration branch: {conflict}");
+    }
+    (conclusion, title, s)
+}
+
+/// A unit's sub-issue.
+pub fn unit_issue_body(op: &str, unit: &WorkUnit, parent_issue: i64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Work unit **{}** of operation `{op}` (#{parent_issue}).\n",
+        unit.name
+    );
+    if !unit.depends_on.is_empty() {
+        let _ = writeln!(out, "Depends on: {}\n", unit.depends_on.join(", "));
+    }
+    for s in &unit.sprints {
+        let _ = writeln!(out, "- [ ] Sprint {}: {}", s.id, s.name);
+    }
+    let _ = write!(
+        out,
+        "\nClosed by Sprint Supervisor when every sprint is verified.\n\n{}",
+        unit_marker(op, &unit.name)
+    );
+    out
+}
