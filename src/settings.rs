@@ -28,6 +28,19 @@ pub struct FileSettings {
     pub permissions: Option<std::collections::BTreeMap<String, String>>,
     /// `supervise serve`: bot logins whose commands are acted on (exact match).
     pub bots: Option<Vec<String>>,
+    /// On GitHub: the agent workflow's file name in `.github/workflows/`.
+    pub workflow: Option<String>,
+    /// On GitHub: merge a verified sprint's pull request `immediately` or
+    /// `after_review` (an approving review).
+    pub merge: Option<MergeMode>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeMode {
+    #[default]
+    Immediately,
+    AfterReview,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
@@ -70,7 +83,7 @@ pub fn parse(text: &str, origin: &str) -> std::result::Result<FileSettings, Stri
     }
     serde_yaml::from_str(text).map_err(|e| {
         let at = e.location().map(|l| format!(":{}:{}", l.line(), l.column())).unwrap_or_default();
-        format!("{origin}{at}: {e}\n  valid keys: agent, max_parallel, max_retries, max_turns, budget, models (haiku, sonnet, opus), build_gate, stall_timeout, verify_timeout, tick_ms, permissions, bots")
+        format!("{origin}{at}: {e}\n  valid keys: agent, max_parallel, max_retries, max_turns, budget, models (haiku, sonnet, opus), build_gate, stall_timeout, verify_timeout, tick_ms, permissions, bots, workflow, merge (immediately, after_review)")
     })
 }
 

@@ -283,7 +283,7 @@ pub(crate) fn routes(r: Router<Shared>) -> Router<Shared> {
             "/repos/{o}/{r}/contents/{*path}",
             get(get_contents).put(put_contents),
         )
-        .route("/repos/{o}/{r}/compare/{basehead}", get(compare))
+        .route("/repos/{o}/{r}/compare/{*basehead}", get(compare))
         .route("/repos/{o}/{r}/pulls", get(list_pulls).post(create_pull))
         .route("/repos/{o}/{r}/pulls/{n}", get(get_pull))
         .route("/repos/{o}/{r}/pulls/{n}/merge", put(merge_pull))

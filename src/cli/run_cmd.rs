@@ -73,8 +73,7 @@ impl RunFlags {
             stall_timeout: self.stall_timeout,
             verify_timeout: self.verify_timeout,
             tick_ms: self.tick_ms,
-            permissions: None,
-            bots: None,
+            ..FileSettings::default()
         }
     }
 

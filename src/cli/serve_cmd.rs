@@ -2,7 +2,9 @@
 //! service. Secrets are held as `SecretString` and never printed (clap hides
 //! their environment values from `--help`).
 
+use crate::github::operation::{OpTimings, Operations};
 use crate::github::GitHub;
+use std::sync::Arc;
 use crate::server::service::{self, Service};
 use crate::store::sql::SqlStore;
 use anyhow::{anyhow, Context, Result};
@@ -56,6 +58,21 @@ pub struct ServeArgs {
     /// Seconds a worker holds a delivery before another may take it over.
     #[arg(long, env = "SUPERVISE_LEASE_SECS", default_value_t = 120, hide = true)]
     pub lease_secs: u64,
+    /// Milliseconds between ticks of each operation (stall checks, stop drain,
+    /// outbox retries).
+    #[arg(long, env = "SUPERVISE_TICK_MS", default_value_t = 2000)]
+    pub tick_ms: u64,
+    /// Seconds between checks of runs in flight against GitHub (a missed
+    /// webhook only delays an operation by this much).
+    #[arg(long, env = "SUPERVISE_RECONCILE_SECS", default_value_t = 30)]
+    pub reconcile_secs: u64,
+    /// Least milliseconds between two edits of a status comment.
+    #[arg(long, env = "SUPERVISE_STATUS_INTERVAL_MS", default_value_t = 5000)]
+    pub status_interval_ms: u64,
+    /// Seconds a build gate waits for the repository's CI to report on the
+    /// integration branch before passing without it.
+    #[arg(long, env = "SUPERVISE_CI_GRACE_SECS", default_value_t = 60)]
+    pub ci_grace_secs: u64,
 }
 
 pub fn run(args: ServeArgs) -> Result<i32> {
@@ -89,10 +106,31 @@ pub fn run(args: ServeArgs) -> Result<i32> {
         let store = SqlStore::connect(&args.database_url)
             .await
             .context("opening the database (DATABASE_URL)")?;
-        let github = GitHub::new(&args.api_url, args.app_id, &SecretString::from(key))?;
+        let github = Arc::new(GitHub::new(
+            &args.api_url,
+            args.app_id,
+            &SecretString::from(key),
+        )?);
+        let ops = Operations::new(
+            github.clone(),
+            store.clone(),
+            OpTimings {
+                tick: Duration::from_millis(args.tick_ms.clamp(10, 60_000)),
+                reconcile: Duration::from_secs(args.reconcile_secs.max(1)),
+                status_interval: Duration::from_millis(args.status_interval_ms),
+                ci_grace: Duration::from_secs(args.ci_grace_secs),
+            },
+        );
+        let loaded = ops
+            .load_all()
+            .await
+            .context("loading the operations in progress")?;
+        tracing::info!(operations = loaded, "operations loaded");
+        ops.spawn_timer();
         let svc = Service::new(
             store,
             github,
+            ops,
             secrets,
             metrics,
             args.bot_allow_list.clone(),

@@ -52,6 +52,9 @@ impl Reply {
     }
 }
 
+pub mod operation;
+pub mod repo;
+
 pub struct GitHub {
     app: Octocrab,
     /// One client per installation, shared: octocrab's token cache does not

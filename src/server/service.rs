@@ -11,6 +11,8 @@ use super::command::{self, Command};
 use super::payload::CommentEvent;
 use super::signature;
 use crate::engine::naming;
+use crate::engine::Input;
+use crate::github::operation::{OpError, Operations, Origin};
 use crate::github::{GitHub, GitHubError};
 use crate::settings;
 use crate::store::sql::{Intake, SqlStore};
@@ -31,7 +33,8 @@ pub const MAX_BODY: usize = 25 * 1024 * 1024;
 
 pub struct Service {
     pub store: SqlStore,
-    pub github: GitHub,
+    pub github: Arc<GitHub>,
+    pub ops: Arc<Operations>,
     pub secrets: Vec<SecretString>,
     pub metrics: Option<PrometheusHandle>,
     pub bot_allow_list: Vec<String>,
@@ -42,9 +45,11 @@ pub struct Service {
 }
 
 impl Service {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: SqlStore,
-        github: GitHub,
+        github: Arc<GitHub>,
+        ops: Arc<Operations>,
         secrets: Vec<SecretString>,
         metrics: Option<PrometheusHandle>,
         bot_allow_list: Vec<String>,
@@ -54,6 +59,7 @@ impl Service {
         Arc::new(Service {
             store,
             github,
+            ops,
             secrets,
             metrics,
             bot_allow_list,
@@ -98,7 +104,7 @@ async fn metrics(State(svc): State<Arc<Service>>) -> String {
 }
 
 /// The events this service acts on; others are acknowledged and dropped.
-const HANDLED: &[&str] = &["issue_comment"];
+const HANDLED: &[&str] = &["issue_comment", "workflow_run"];
 
 async fn intake(
     State(svc): State<Arc<Service>>,
@@ -168,9 +174,15 @@ async fn intake(
         return outcome("bad_request", StatusCode::BAD_REQUEST, "body is not JSON\n");
     };
     let installation = payload["installation"]["id"].as_i64();
-    let dedupe = payload["comment"]["id"]
-        .as_i64()
-        .map(|c| format!("comment:{c}:{}", payload["action"].as_str().unwrap_or("")));
+    let action = payload["action"].as_str().unwrap_or("");
+    let dedupe = match event.as_str() {
+        "workflow_run" => payload["workflow_run"]["id"]
+            .as_i64()
+            .map(|r| format!("run:{r}:{action}")),
+        _ => payload["comment"]["id"]
+            .as_i64()
+            .map(|c| format!("comment:{c}:{action}")),
+    };
     let text = String::from_utf8_lossy(&body);
     match svc
         .store
@@ -206,7 +218,11 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
                         let span = tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
                         let _g = span.enter();
                         let began = Instant::now();
-                        let result = process(&svc, &d.payload).await;
+                        let result = if d.event == "workflow_run" {
+                            workflow_run(&svc, &d.payload).await
+                        } else {
+                            process(&svc, &d.payload).await
+                        };
                         metrics::histogram!("supervise_processing_seconds", "outcome" => if result.is_ok() { "ok" } else { "error" }).record(began.elapsed().as_secs_f64());
                         let r = match result {
                             Ok(()) => svc.store.finish(&d.id, None).await,
@@ -401,6 +417,24 @@ pub async fn process(svc: &Service, payload: &str) -> Result<(), GitHubError> {
     Ok(())
 }
 
+fn op_error(e: OpError) -> GitHubError {
+    match e {
+        OpError::GitHub(g) => g,
+        OpError::Store(e) => GitHubError::Transport {
+            what: "the store".into(),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// A `workflow_run` delivery: one of our agent runs started or finished.
+async fn workflow_run(svc: &Service, payload: &str) -> Result<(), GitHubError> {
+    let Ok(v) = serde_json::from_str::<Value>(payload) else {
+        return Ok(());
+    };
+    svc.ops.workflow_run(&v).await.map_err(op_error)
+}
+
 async fn answer(
     svc: &Service,
     p: &Place,
@@ -408,41 +442,52 @@ async fn answer(
     n: usize,
     cmd: &Command,
 ) -> Result<String, GitHubError> {
-    Ok(match cmd {
-        Command::Help => command::help_text(),
-        // Operations on GitHub are not carried out yet, so none can exist here.
-        Command::Status => {
-            "No operation has been started on this issue yet. Comment `/supervise start` to begin."
-                .to_string()
-        }
-        Command::NameFeature => naming::REPROACH.to_string(),
-        other => {
-            let argument = match other {
-                Command::Start { plan } => plan.clone(),
-                Command::Resume { unit } => unit.clone(),
-                Command::Breakdown { doc } => doc.clone(),
-                _ => None,
-            };
-            let name = if other.name().is_empty() {
-                "default"
-            } else {
-                other.name()
-            };
-            let id = format!("{}:{}", p.comment, n);
-            if let Err(e) = svc
-                .store
-                .record_command(&id, &p.repo, p.issue, login, name, argument.as_deref())
-                .await
-            {
-                return Err(GitHubError::Transport {
-                    what: "recording the command".into(),
-                    message: e.to_string(),
-                });
-            }
-            format!(
-                "Recorded `/supervise {}` from @{login}. Running operations from GitHub is not switched on in this version of Sprint Supervisor yet; the command is kept and will be acted on once it is. Until then, `supervise run` runs the plan on your machine.",
-                other.name()
-            )
-        }
-    })
+    let origin = Origin {
+        installation: p.installation,
+        repo: &p.repo,
+        issue: p.issue,
+        comment: p.comment,
+        created_at: p.since.as_deref(),
+    };
+    let ops = &svc.ops;
+    let argument = match cmd {
+        Command::Start { plan } => plan.clone(),
+        Command::Resume { unit } => unit.clone(),
+        Command::Breakdown { doc } => doc.clone(),
+        _ => None,
+    };
+    let name = if cmd.name().is_empty() { "default" } else { cmd.name() };
+    svc.store
+        .record_command(&format!("{}:{}", p.comment, n), &p.repo, p.issue, login, name, argument.as_deref())
+        .await
+        .map_err(|e| GitHubError::Transport {
+            what: "recording the command".into(),
+            message: e.to_string(),
+        })?;
+    let text = match cmd {
+        Command::Help => Ok(command::help_text()),
+        Command::Status => ops.status(&p.repo, p.issue).await.map(|s| {
+            s.unwrap_or_else(|| {
+                "No operation has been started on this issue yet. Comment `/supervise start` to begin.".to_string()
+            })
+        }),
+        Command::Start { plan } => ops.start(&origin, plan.as_deref()).await,
+        // §: resume when an operation exists here, otherwise start.
+        Command::Default => match ops.on_issue(&p.repo, p.issue).await.map_err(op_error)? {
+            Some(_) => ops.command(&p.repo, p.issue, Input::Resume { unit: None }).await,
+            None => ops.start(&origin, None).await,
+        },
+        Command::Resume { unit } => ops.command(&p.repo, p.issue, Input::Resume { unit: unit.clone() }).await,
+        Command::Stop => ops.command(&p.repo, p.issue, Input::Stop).await,
+        Command::Killall => ops.command(&p.repo, p.issue, Input::Killall).await,
+        Command::NameFeature => match ops.on_issue(&p.repo, p.issue).await.map_err(op_error)? {
+            Some(_) => ops.command(&p.repo, p.issue, Input::NameFeature).await,
+            None => Ok(naming::REPROACH.to_string()),
+        },
+        Command::Breakdown { .. } | Command::Analyze | Command::Prioritize | Command::Evaluate => Ok(format!(
+            "`/supervise {}` is not available yet in this version of Sprint Supervisor. On your machine, `supervise plan show` prints what the reader found in the plan.",
+            cmd.name()
+        )),
+    };
+    text.map_err(op_error)
 }

@@ -1,0 +1,512 @@
+//! Typed calls on one repository, each a thin wrapper over one REST endpoint.
+//! Creation calls are written to be safe to repeat: they look first, or treat
+//! GitHub's "already exists" answer as success.
+
+use super::{GitHub, GitHubError};
+use base64::Engine;
+use serde_json::{json, Value};
+
+pub struct Repo<'a> {
+    pub gh: &'a GitHub,
+    pub installation: u64,
+    pub name: &'a str,
+}
+
+/// Percent-encodes a path segment or query value.
+pub fn enc(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[derive(Debug, Clone)]
+pub struct PullRequest {
+    pub number: i64,
+    pub state: String,
+    pub merged: bool,
+    pub mergeable: Option<bool>,
+    pub head_sha: Option<String>,
+}
+
+impl PullRequest {
+    fn from(v: &Value) -> Option<PullRequest> {
+        Some(PullRequest {
+            number: v["number"].as_i64()?,
+            state: v["state"].as_str().unwrap_or("open").to_string(),
+            merged: v["merged"].as_bool().unwrap_or(false) || !v["merged_at"].is_null(),
+            mergeable: v["mergeable"].as_bool(),
+            head_sha: v["head"]["sha"].as_str().map(str::to_string),
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkflowRun {
+    pub id: i64,
+    pub title: String,
+    pub status: String,
+    pub conclusion: Option<String>,
+    pub html_url: String,
+}
+
+impl WorkflowRun {
+    pub fn from(v: &Value) -> Option<WorkflowRun> {
+        Some(WorkflowRun {
+            id: v["id"].as_i64()?,
+            title: v["display_title"]
+                .as_str()
+                .or(v["name"].as_str())
+                .unwrap_or("")
+                .to_string(),
+            status: v["status"].as_str().unwrap_or("").to_string(),
+            conclusion: v["conclusion"].as_str().map(str::to_string),
+            html_url: v["html_url"].as_str().unwrap_or("").to_string(),
+        })
+    }
+
+    /// Whether this run carries `dispatch` in its name (the template's `run-name`).
+    pub fn carries(&self, dispatch: &str) -> bool {
+        self.title.split_whitespace().any(|w| w == dispatch)
+    }
+}
+
+/// A check run someone else (the repository's CI) reported on a commit.
+#[derive(Debug, Clone)]
+pub struct Check {
+    pub name: String,
+    pub app: String,
+    pub completed: bool,
+    pub conclusion: Option<String>,
+}
+
+impl Check {
+    pub fn green(&self) -> bool {
+        matches!(
+            self.conclusion.as_deref(),
+            Some("success" | "neutral" | "skipped")
+        )
+    }
+}
+
+impl Repo<'_> {
+    fn path(&self, rest: &str) -> String {
+        format!("/repos/{}{rest}", self.name)
+    }
+
+    async fn get(&self, rest: &str) -> Result<Value, GitHubError> {
+        Ok(self.gh.get(self.installation, &self.path(rest)).await?.json())
+    }
+
+    async fn post(&self, rest: &str, body: Value) -> Result<Value, GitHubError> {
+        Ok(self
+            .gh
+            .post(self.installation, &self.path(rest), &body)
+            .await?
+            .json())
+    }
+
+    pub async fn default_branch(&self) -> Result<String, GitHubError> {
+        Ok(self.get("").await?["default_branch"]
+            .as_str()
+            .unwrap_or("main")
+            .to_string())
+    }
+
+    /// The branch's head commit, or None when there is no such branch.
+    pub async fn branch_sha(&self, branch: &str) -> Result<Option<String>, GitHubError> {
+        match self.get(&format!("/git/ref/heads/{}", enc(branch))).await {
+            Ok(v) => Ok(v["object"]["sha"].as_str().map(str::to_string)),
+            Err(GitHubError::Http { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates a branch at `sha`; an existing branch is left as it is.
+    pub async fn create_branch(&self, branch: &str, sha: &str) -> Result<(), GitHubError> {
+        let body = json!({ "ref": format!("refs/heads/{branch}"), "sha": sha });
+        match self.post("/git/refs", body).await {
+            Ok(_) => Ok(()),
+            Err(GitHubError::Http { status: 422, body, .. }) if body.contains("already exists") => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A file's text and blob sha at a ref, or None.
+    pub async fn file(
+        &self,
+        path: &str,
+        rev: &str,
+    ) -> Result<Option<(String, String)>, GitHubError> {
+        let v = match self
+            .get(&format!("/contents/{}?ref={}", enc(path), enc(rev)))
+            .await
+        {
+            Ok(v) => v,
+            Err(GitHubError::Http { status: 404, .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let encoded: String = v["content"]
+            .as_str()
+            .unwrap_or("")
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        let text = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .unwrap_or_default();
+        Ok(Some((text, v["sha"].as_str().unwrap_or("").to_string())))
+    }
+
+    /// Commits `text` at `path` on `branch` unless it is there already; returns
+    /// the new commit's sha when one was made.
+    pub async fn put_file(
+        &self,
+        branch: &str,
+        path: &str,
+        text: &str,
+        message: &str,
+    ) -> Result<Option<String>, GitHubError> {
+        let existing = self.file(path, branch).await?;
+        if existing.as_ref().is_some_and(|(t, _)| t == text) {
+            return Ok(None);
+        }
+        let mut body = json!({
+            "message": message,
+            "branch": branch,
+            "content": base64::engine::general_purpose::STANDARD.encode(text),
+        });
+        if let Some((_, sha)) = existing {
+            body["sha"] = json!(sha);
+        }
+        let v = self
+            .gh
+            .put(
+                self.installation,
+                &self.path(&format!("/contents/{}", enc(path))),
+                &body,
+            )
+            .await?
+            .json();
+        Ok(v["commit"]["sha"].as_str().map(str::to_string))
+    }
+
+    /// Commits on `head` since `base` as (sha, first line of message).
+    pub async fn compare(
+        &self,
+        base: &str,
+        head: &str,
+    ) -> Result<Vec<(String, String)>, GitHubError> {
+        let v = self
+            .get(&format!("/compare/{}...{}", enc(base), enc(head)))
+            .await?;
+        Ok(v["commits"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|c| {
+                        (
+                            c["sha"].as_str().unwrap_or("").to_string(),
+                            c["commit"]["message"]
+                                .as_str()
+                                .unwrap_or("")
+                                .lines()
+                                .next()
+                                .unwrap_or("")
+                                .to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// The pull request from `head` (open or not), if there is one.
+    pub async fn pull_for(&self, head: &str) -> Result<Option<PullRequest>, GitHubError> {
+        let owner = self.name.split('/').next().unwrap_or("");
+        let v = self
+            .get(&format!(
+                "/pulls?state=all&head={}",
+                enc(&format!("{owner}:{head}"))
+            ))
+            .await?;
+        Ok(v.as_array()
+            .and_then(|a| a.iter().find_map(PullRequest::from)))
+    }
+
+    pub async fn pull(&self, number: i64) -> Result<Option<PullRequest>, GitHubError> {
+        Ok(PullRequest::from(&self.get(&format!("/pulls/{number}")).await?))
+    }
+
+    /// Opens a pull request unless one from `head` exists; returns its number.
+    pub async fn ensure_pull(
+        &self,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<i64, GitHubError> {
+        if let Some(p) = self.pull_for(head).await? {
+            return Ok(p.number);
+        }
+        let v = self
+            .post(
+                "/pulls",
+                json!({ "title": title, "head": head, "base": base, "body": body }),
+            )
+            .await?;
+        Ok(v["number"].as_i64().unwrap_or(0))
+    }
+
+    /// Merges a pull request. Ok(false) when it cannot merge (a conflict).
+    pub async fn merge(&self, number: i64) -> Result<bool, GitHubError> {
+        let r = self
+            .gh
+            .put(
+                self.installation,
+                &self.path(&format!("/pulls/{number}/merge")),
+                &json!({ "merge_method": "merge" }),
+            )
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(GitHubError::Http { status: 405, .. }) => {
+                // Already merged (a repeated effect) counts as done.
+                Ok(self.pull(number).await?.is_some_and(|p| p.merged))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn approved(&self, number: i64) -> Result<bool, GitHubError> {
+        let v = self.get(&format!("/pulls/{number}/reviews")).await?;
+        Ok(v.as_array()
+            .is_some_and(|a| a.iter().any(|r| r["state"] == "APPROVED")))
+    }
+
+    /// Check runs on a commit, from every app.
+    pub async fn checks(&self, rev: &str) -> Result<Vec<Check>, GitHubError> {
+        let v = self
+            .get(&format!("/commits/{}/check-runs?per_page=100", enc(rev)))
+            .await?;
+        Ok(v["check_runs"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|c| Check {
+                        name: c["name"].as_str().unwrap_or("").to_string(),
+                        app: c["app"]["slug"].as_str().unwrap_or("").to_string(),
+                        completed: c["status"] == "completed",
+                        conclusion: c["conclusion"].as_str().map(str::to_string),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    pub async fn create_check(&self, body: Value) -> Result<(), GitHubError> {
+        self.post("/check-runs", body).await.map(|_| ())
+    }
+
+    pub async fn create_issue(
+        &self,
+        title: &str,
+        body: &str,
+        labels: &[&str],
+    ) -> Result<(i64, i64), GitHubError> {
+        let v = self
+            .post(
+                "/issues",
+                json!({ "title": title, "body": body, "labels": labels }),
+            )
+            .await?;
+        Ok((
+            v["number"].as_i64().unwrap_or(0),
+            v["id"].as_i64().unwrap_or(0),
+        ))
+    }
+
+    /// Issues (any state) carrying `label`, as (number, id, body).
+    pub async fn issues_labelled(&self, label: &str) -> Result<Vec<(i64, i64, String)>, GitHubError> {
+        let v = self
+            .get(&format!("/issues?state=all&per_page=100&labels={}", enc(label)))
+            .await?;
+        Ok(v.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|i| {
+                        (
+                            i["number"].as_i64().unwrap_or(0),
+                            i["id"].as_i64().unwrap_or(0),
+                            i["body"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    pub async fn add_sub_issue(&self, parent: i64, child_id: i64) -> Result<(), GitHubError> {
+        match self
+            .post(
+                &format!("/issues/{parent}/sub_issues"),
+                json!({ "sub_issue_id": child_id }),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Already linked: the repeated effect is done.
+            Err(GitHubError::Http { status: 422, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn close_issue(&self, number: i64) -> Result<(), GitHubError> {
+        self.gh
+            .patch(
+                self.installation,
+                &self.path(&format!("/issues/{number}")),
+                &json!({ "state": "closed", "state_reason": "completed" }),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn add_labels(&self, number: i64, labels: &[&str]) -> Result<(), GitHubError> {
+        self.post(
+            &format!("/issues/{number}/labels"),
+            json!({ "labels": labels }),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Comments on an issue as (id, body), optionally only since a time.
+    pub async fn comments(
+        &self,
+        issue: i64,
+        since: Option<&str>,
+    ) -> Result<Vec<(i64, String)>, GitHubError> {
+        let since = since
+            .map(|s| format!("&since={}", enc(s)))
+            .unwrap_or_default();
+        let v = self
+            .get(&format!("/issues/{issue}/comments?per_page=100{since}"))
+            .await?;
+        Ok(v.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|c| {
+                        (
+                            c["id"].as_i64().unwrap_or(0),
+                            c["body"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    pub async fn comment(&self, issue: i64, body: &str) -> Result<i64, GitHubError> {
+        let v = self
+            .post(&format!("/issues/{issue}/comments"), json!({ "body": body }))
+            .await?;
+        Ok(v["id"].as_i64().unwrap_or(0))
+    }
+
+    /// Posts a comment unless one carrying `marker` is already on the issue.
+    pub async fn comment_once(
+        &self,
+        issue: i64,
+        since: Option<&str>,
+        marker: &str,
+        body: &str,
+    ) -> Result<(), GitHubError> {
+        if self
+            .comments(issue, since)
+            .await?
+            .iter()
+            .any(|(_, b)| b.contains(marker))
+        {
+            return Ok(());
+        }
+        self.comment(issue, &format!("{body}\n\n{marker}"))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn edit_comment(&self, id: i64, body: &str) -> Result<(), GitHubError> {
+        self.gh
+            .patch(
+                self.installation,
+                &self.path(&format!("/issues/comments/{id}")),
+                &json!({ "body": body }),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Dispatches the workflow and returns its run (GitHub answers with the run's
+    /// details when asked to).
+    pub async fn dispatch(
+        &self,
+        workflow: &str,
+        branch: &str,
+        inputs: Value,
+    ) -> Result<Option<(i64, String)>, GitHubError> {
+        let v = self
+            .post(
+                &format!("/actions/workflows/{}/dispatches", enc(workflow)),
+                json!({ "ref": branch, "inputs": inputs, "return_run_details": true }),
+            )
+            .await?;
+        Ok(v["workflow_run_id"].as_i64().map(|id| {
+            (
+                id,
+                v["html_url"].as_str().unwrap_or("").to_string(),
+            )
+        }))
+    }
+
+    /// Recent runs of a workflow (newest first), created at or after `since`.
+    pub async fn runs(&self, workflow: &str, since: &str) -> Result<Vec<WorkflowRun>, GitHubError> {
+        let v = self
+            .get(&format!(
+                "/actions/workflows/{}/runs?event=workflow_dispatch&per_page=100&created={}",
+                enc(workflow),
+                enc(&format!(">={since}"))
+            ))
+            .await?;
+        Ok(v["workflow_runs"]
+            .as_array()
+            .map(|a| a.iter().filter_map(WorkflowRun::from).collect())
+            .unwrap_or_default())
+    }
+
+    pub async fn run(&self, id: i64) -> Result<Option<WorkflowRun>, GitHubError> {
+        match self.get(&format!("/actions/runs/{id}")).await {
+            Ok(v) => Ok(WorkflowRun::from(&v)),
+            Err(GitHubError::Http { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Cancels a run (force: even one that ignores the cancel). A run that has
+    /// already finished is fine.
+    pub async fn cancel(&self, id: i64, force: bool) -> Result<(), GitHubError> {
+        let what = if force { "force-cancel" } else { "cancel" };
+        match self.post(&format!("/actions/runs/{id}/{what}"), json!({})).await {
+            Ok(_) | Err(GitHubError::Http { status: 409, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
