@@ -1,14 +1,15 @@
 //! `supervise serve` end to end: the real binary against the fake GitHub, over
 //! real HTTP, with a real SQLite file. Each test is a short story.
 
+mod support;
+
 use fake_github::{send_webhook, Config, FakeGitHub};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use support::{free_port, test_app_public_key, wait_listening, SECRET};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const SECRET: &str = "s3cret";
 const REPO: &str = "acme/shop";
 
 struct Harness {
@@ -19,57 +20,19 @@ struct Harness {
     db_url: String,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn spawn_serve(port: u16, api: &str, db_url: &str, lease_secs: u64) -> Child {
-    let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem");
-    Command::new(env!("CARGO_BIN_EXE_supervise"))
-        .arg("serve")
-        .env("SUPERVISE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("GITHUB_APP_ID", "42")
-        .env("GITHUB_PRIVATE_KEY_PATH", key)
-        .env("GITHUB_WEBHOOK_SECRET", format!("old-secret,{SECRET}"))
-        .env("GITHUB_API_URL", api)
-        .env("DATABASE_URL", db_url)
-        .env("SUPERVISE_LEASE_SECS", lease_secs.to_string())
-        .env("SUPERVISE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(if std::env::var("SERVE_LOG").is_ok() {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
-        })
-        .spawn()
-        .unwrap()
-}
-
-async fn wait_listening(port: u16) {
-    let start = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "serve did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::spawn_serve(
+        port,
+        api,
+        db_url,
+        &[("SUPERVISE_LEASE_SECS", lease_secs.to_string())],
+    )
 }
 
 impl Harness {
     async fn start(lease_secs: u64) -> Harness {
         let port = free_port();
-        let pubkey = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pub.pem"),
-        )
-        .unwrap();
+        let pubkey = test_app_public_key();
         let fake = fake_github::start(Config {
             webhook_url: Some(format!("http://127.0.0.1:{port}/webhook")),
             webhook_secret: SECRET.into(),
@@ -79,6 +42,7 @@ impl Harness {
             data_dir: None,
         })
         .await;
+        fake.ensure_repo(REPO);
         fake.add_user("mia", "maintain", "User");
         fake.add_user("rex", "read", "User");
         fake.add_user("renovate[bot]", "admin", "Bot");
@@ -168,8 +132,8 @@ async fn a_maintainers_status_is_answered_and_a_readers_start_is_refused() {
         .await;
     let replies = h.wait_reply(3, 1).await;
     assert!(
-        replies[0].starts_with("Recorded `/supervise start` from @mia."),
-        "{replies:?}"
+        replies[0].starts_with("ERROR: Cannot find `EXECUTION_PLAN.md` on `main`."),
+        "a start without a plan says what is missing: {replies:?}"
     );
 
     h.fake

@@ -738,6 +738,7 @@ impl Operations {
             "dispatch_id": d.0,
             "plan": ctx.plan_path,
             "unit": order.unit,
+            "directory": order.directory.as_deref().unwrap_or("."),
             "sprint": order.sprint.as_str(),
             "attempt": order.attempt.to_string(),
             "model": order.model_id,

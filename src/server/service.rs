@@ -489,5 +489,13 @@ async fn answer(
             cmd.name()
         )),
     };
-    text.map_err(op_error)
+    match text {
+        Ok(t) => Ok(t),
+        // A permanent refusal from GitHub (a missing repository, a protected
+        // branch) is the person's to fix: say so instead of retrying for ever.
+        Err(e) if !e.is_transient() => Ok(format!(
+            "Sprint Supervisor could not carry out `/supervise {name}`:\n\n```\n{e}\n```"
+        )),
+        Err(e) => Err(op_error(e)),
+    }
 }
