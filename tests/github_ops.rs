@@ -60,6 +60,7 @@ impl Story {
             ("AGENT_LOG", tmp.path().join("agent.log")),
             ("AGENT_BEHAVIOUR", behaviour_file),
             ("SUPERVISE_BIN", PathBuf::from(env!("CARGO_BIN_EXE_supervise"))),
+            ("AGENT_SLOW", PathBuf::from("1")),
         ];
         let env: Vec<(String, String)> = env
             .iter()
@@ -110,7 +111,27 @@ impl Story {
     }
 
     async fn say(&self, body: &str) {
-        self.fake.comment(REPO, self.issue, "mia", body, false).await;
+        self.say_on(self.issue, body).await;
+    }
+
+    async fn say_on(&self, issue: i64, body: &str) {
+        self.fake.comment(REPO, issue, "mia", body, false).await;
+    }
+
+    /// Runs whose name carries `part` (a unit, a dispatch id).
+    fn runs_of(&self, part: &str) -> Vec<fake_github::Run> {
+        self.fake
+            .runs(REPO)
+            .into_iter()
+            .filter(|r| r.display_title.contains(part))
+            .collect()
+    }
+
+    fn unit_issue(&self, unit: &str) -> Option<fake_github::Issue> {
+        self.fake
+            .issues(REPO)
+            .into_iter()
+            .find(|i| i.title.starts_with(&format!("{unit} — ")))
     }
 
     fn bot_comments(&self, issue: i64) -> Vec<String> {
@@ -123,8 +144,12 @@ impl Story {
     }
 
     fn status_comment(&self) -> String {
+        self.status_comment_on(self.issue)
+    }
+
+    fn status_comment_on(&self, issue: i64) -> String {
         let found: Vec<String> = self
-            .bot_comments(self.issue)
+            .bot_comments(issue)
             .into_iter()
             .filter(|b| b.contains("<!-- supervise:status "))
             .collect();
@@ -134,13 +159,17 @@ impl Story {
 
     /// Waits until `done` holds, failing with what GitHub shows if it never does.
     async fn until(&self, what: &str, secs: u64, done: impl Fn(&Story) -> bool) {
+        self.until_on(self.issue, what, secs, done).await
+    }
+
+    async fn until_on(&self, issue: i64, what: &str, secs: u64, done: impl Fn(&Story) -> bool) {
         let start = Instant::now();
         while !done(self) {
             assert!(
                 start.elapsed() < Duration::from_secs(secs),
                 "{what}: not after {secs} s.\nstatus comment:\n{}\ncomments: {:#?}\nruns: {:#?}",
-                self.status_comment(),
-                self.bot_comments(self.issue),
+                self.status_comment_on(issue),
+                self.bot_comments(issue),
                 self.fake
                     .runs(REPO)
                     .iter()
@@ -307,4 +336,171 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     }
     eprintln!("GitHub requests: {calls} for 4 sprints = {:.1} per sprint; by endpoint: {per:#?}", calls as f64 / 4.0);
     assert!(calls <= 4 * 40, "requests per sprint stay a small constant: {calls}");
+}
+
+fn tier_rank(model: &str) -> usize {
+    ["claude-haiku", "claude-sonnet", "claude-opus"]
+        .iter()
+        .position(|m| *m == model)
+        .unwrap_or_else(|| panic!("unknown model {model}"))
+}
+
+fn model_of(run: &fake_github::Run) -> String {
+    run.inputs["model"].as_str().unwrap_or("").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flaky_sprint_is_retried_stronger_and_a_doomed_one_blocks_until_resumed() {
+    let s = Story::begin("docs 1 fail,ok\napi 1 fail\n").await;
+    s.say("/supervise start").await;
+    s.until("api is BLOCKED and docs finished", 180, |s| {
+        s.status_comment().contains("| api | — | BLOCKED")
+            && s.unit_issue("docs").is_some_and(|i| i.state == "closed")
+    })
+    .await;
+
+    // The flaky sprint: a failure, then a stronger model, then success.
+    let flaky = s.runs_of("/docs/1/");
+    assert_eq!(flaky.len(), 2, "{flaky:#?}");
+    assert_eq!(flaky[0].conclusion.as_deref(), Some("failure"));
+    assert!(
+        tier_rank(&model_of(&flaky[1])) > tier_rank(&model_of(&flaky[0])),
+        "the retry runs on a stronger model: {} then {}",
+        model_of(&flaky[0]),
+        model_of(&flaky[1])
+    );
+    let failed_check = s
+        .fake
+        .check_runs(REPO)
+        .into_iter()
+        .find(|c| c.name == "supervise: docs Sprint 1" && c.conclusion.as_deref() == Some("failure"));
+    assert!(failed_check.is_some(), "the failed attempt is reported as a check run");
+
+    // The doomed sprint: three attempts, then BLOCKED with its notice.
+    assert_eq!(s.runs_of("/api/1/").len(), 3, "max_retries attempts");
+    let notices: Vec<String> = s
+        .bot_comments(s.issue)
+        .into_iter()
+        .filter(|c| c.starts_with("⛔"))
+        .collect();
+    assert_eq!(notices.len(), 1, "one BLOCKED notice on the operation issue: {notices:#?}");
+    assert!(notices[0].contains("api"), "{}", notices[0]);
+    let doomed = s.unit_issue("api").unwrap();
+    assert!(doomed.labels.contains(&"blocked".to_string()), "{doomed:#?}");
+    assert_eq!(doomed.state, "open");
+    assert!(
+        s.bot_comments(doomed.number).iter().any(|c| c.starts_with("⛔")),
+        "the notice is on the unit's sub-issue too"
+    );
+    // Its dependent never started; the other unit finished.
+    assert!(s.runs_of("/web/").is_empty(), "web depends on api and never ran");
+    assert!(s.status_comment().contains("| web | api, docs | NOT_STARTED"), "{}", s.status_comment());
+    assert!(s.final_pull().is_none());
+
+    // The person fixes the cause and resumes the unit.
+    s.set_behaviour("");
+    s.say("/supervise resume api").await;
+    s.until("the final pull request after resume", 180, |s| s.final_pull().is_some())
+        .await;
+    assert_eq!(s.unit_issue("api").unwrap().state, "closed");
+    assert_eq!(s.runs_of("/web/").len(), 1);
+    s.assert_no_double_dispatch();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killall_and_stop_cancel_the_runs_in_flight() {
+    let s = Story::begin("api 1 hang\ndocs 1 hang\n").await;
+    let in_progress = |s: &Story, n: usize| {
+        s.fake
+            .runs(REPO)
+            .iter()
+            .filter(|r| r.status == "in_progress")
+            .count()
+            == n
+    };
+
+    s.say("/supervise start").await;
+    s.until("two agents running", 60, |s| in_progress(s, 2)).await;
+    s.say("/supervise killall").await;
+    s.until("killed, runs cancelled", 60, |s| {
+        s.status_comment().contains("status: killed")
+            && s.fake.runs(REPO).iter().all(|r| r.conclusion.as_deref() == Some("cancelled"))
+    })
+    .await;
+    let replies = s.bot_comments(s.issue);
+    assert!(replies.iter().any(|c| c.starts_with("Killing every agent in flight")), "{replies:#?}");
+    assert!(s.runs_of("/api/1/")[0].cancel_requested);
+
+    // A second operation on another issue, stopped: the hanging agents do not
+    // finish, so after the stop timeout they are force-cancelled (§10 phase 3).
+    let issue2 = s.fake.open_issue(REPO, "Second try");
+    s.say_on(issue2, "/supervise start").await;
+    s.until("two more agents running", 60, |s| in_progress(s, 2)).await;
+    s.say_on(issue2, "/supervise stop").await;
+    s.until_on(issue2, "stopped, runs cancelled", 60, |s| {
+        s.status_comment_on(issue2).contains("status: killed")
+            && s.fake.runs(REPO).iter().all(|r| r.conclusion.as_deref() == Some("cancelled"))
+    })
+    .await;
+    let said = s.bot_comments(issue2);
+    assert!(said.iter().any(|c| c.starts_with("Supervisor entering graceful shutdown")), "{said:#?}");
+    assert!(said.iter().any(|c| c.contains("Graceful shutdown timed out; 2 agent(s) force-terminated")), "{said:#?}");
+    assert_eq!(s.fake.runs(REPO).len(), 4, "nothing new was dispatched after stop");
+    s.assert_no_double_dispatch();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_service_killed_at_random_points_finishes_every_sprint_once() {
+    let mut s = Story::begin("api 1 slow\napi 2 slow\ndocs 1 slow\nweb 1 slow\n").await;
+    s.say("/supervise start").await;
+    // A small deterministic generator: the kill points differ but repeat.
+    let mut seed: u64 = 0x5eed_cafe;
+    let mut kills = 0;
+    let start = Instant::now();
+    while s.final_pull().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(240), "not finished after {kills} kills");
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let wait = 100 + (seed >> 33) % 900;
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        if kills < 12 {
+            s.kill_serve();
+            kills += 1;
+            s.serve_up().await;
+        }
+    }
+    s.until("the status comment shows completion", 60, |s| {
+        s.status_comment().contains("status: completed")
+    })
+    .await;
+    assert!(kills >= 1, "the service was killed at least once");
+    for sprint in ["/api/1/", "/api/2/", "/docs/1/", "/web/1/"] {
+        assert_eq!(s.runs_of(sprint).len(), 1, "{sprint} dispatched once");
+    }
+    s.assert_no_double_dispatch();
+    let started: Vec<String> = s
+        .bot_comments(s.issue)
+        .into_iter()
+        .filter(|c| c.starts_with("Started operation"))
+        .collect();
+    assert_eq!(started.len(), 1, "the start is answered once: {started:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn server_errors_and_a_rate_limit_window_do_not_stop_the_operation() {
+    let s = Story::begin("").await;
+    s.fake.fail_every(10);
+    s.say("/supervise start").await;
+    s.until("the first sprint verified", 120, |s| {
+        s.fake.check_runs(REPO).iter().any(|c| c.app == "supervise")
+    })
+    .await;
+    // A rate-limit window in the middle: the next call is told to wait 3 s.
+    s.fake.inject(403, 1, None, Some(3), 0);
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    let log = s.fake.request_log();
+    assert!(log.iter().any(|(_, _, st)| *st == 502), "some calls failed with 502");
+    assert!(log.iter().any(|(_, _, st)| *st == 403), "the rate limit was hit");
+    assert_eq!(s.fake.early_calls(), 0, "no call before the reset");
+    s.assert_no_double_dispatch();
 }
