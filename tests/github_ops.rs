@@ -94,6 +94,7 @@ impl Story {
             ("SUPERVISE_STATUS_INTERVAL_MS", "300".to_string()),
             ("SUPERVISE_CI_GRACE_SECS", "0".to_string()),
             ("SUPERVISE_LEASE_SECS", "2".to_string()),
+            ("SUPERVISE_FORCE_CANCEL_SECS", "2".to_string()),
         ];
         self.serve = Some(spawn_serve(self.port, &self.fake.url(), &self.db_url, &env));
         wait_listening(self.port).await;
@@ -409,7 +410,7 @@ async fn a_flaky_sprint_is_retried_stronger_and_a_doomed_one_blocks_until_resume
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killall_and_stop_cancel_the_runs_in_flight() {
-    let s = Story::begin("api 1 hang\ndocs 1 hang\n").await;
+    let s = Story::begin("api 1 stubborn\ndocs 1 hang\n").await;
     let in_progress = |s: &Story, n: usize| {
         s.fake
             .runs(REPO)
@@ -430,6 +431,15 @@ async fn killall_and_stop_cancel_the_runs_in_flight() {
     let replies = s.bot_comments(s.issue);
     assert!(replies.iter().any(|c| c.starts_with("Killing every agent in flight")), "{replies:#?}");
     assert!(s.runs_of("/api/1/")[0].cancel_requested);
+    let forced = |s: &Story| {
+        s.fake
+            .request_log()
+            .iter()
+            .filter(|(_, e, st)| e.ends_with("/force-cancel") && *st == 200)
+            .count()
+    };
+    assert_eq!(forced(&s), 1, "only the run that ignored its cancel was force-cancelled");
+    s.set_behaviour("api 1 hang\ndocs 1 hang\n");
 
     // A second operation on another issue, stopped: the hanging agents do not
     // finish, so after the stop timeout they are force-cancelled (§10 phase 3).

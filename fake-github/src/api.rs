@@ -974,6 +974,13 @@ async fn execute(f: Shared, run: Run, repo: Repo, workflow: (String, Vec<(String
                 signal(pgid, "TERM");
             }
             let ok = child.wait().await.map(|s| s.success()).unwrap_or(false);
+            // A cancelled run ends when its last process does: a step that
+            // ignores the cancel keeps the run going until a force-cancel.
+            while f.runs(&run.repo).iter().any(|r| r.id == run.id && r.cancel_requested)
+                && group_alive(pgid)
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
             // Push what the workflow committed, as `actions/checkout` credentials would.
             let pushed = crate::git::git(&dir, &["push", "-q", "origin", &format!("HEAD:refs/heads/{}", run.head_branch)]);
             if pushed.is_ok() {
@@ -1006,6 +1013,22 @@ async fn execute(f: Shared, run: Run, repo: Repo, workflow: (String, Vec<(String
     if let Some(r) = done {
         deliver_run(&f, "completed", &r).await;
     }
+}
+
+/// Whether any process of the group is still running (zombies, which a
+/// container's init may never reap, do not count).
+fn group_alive(pgid: Option<u32>) -> bool {
+    let Some(p) = pgid else { return false };
+    let Ok(out) = std::process::Command::new("ps")
+        .args(["-e", "-o", "pgid=,stat="])
+        .output()
+    else {
+        return false;
+    };
+    String::from_utf8_lossy(&out.stdout).lines().any(|l| {
+        let mut w = l.split_whitespace();
+        w.next() == Some(p.to_string().as_str()) && !w.next().unwrap_or("Z").starts_with('Z')
+    })
 }
 
 fn signal(pgid: Option<u32>, sig: &str) {

@@ -73,6 +73,9 @@ pub struct ServeArgs {
     /// integration branch before passing without it.
     #[arg(long, env = "SUPERVISE_CI_GRACE_SECS", default_value_t = 60)]
     pub ci_grace_secs: u64,
+    /// Seconds a cancelled agent run may keep running before it is force-cancelled.
+    #[arg(long, env = "SUPERVISE_FORCE_CANCEL_SECS", default_value_t = 30)]
+    pub force_cancel_secs: u64,
 }
 
 pub fn run(args: ServeArgs) -> Result<i32> {
@@ -119,6 +122,7 @@ pub fn run(args: ServeArgs) -> Result<i32> {
                 reconcile: Duration::from_secs(args.reconcile_secs.max(1)),
                 status_interval: Duration::from_millis(args.status_interval_ms),
                 ci_grace: Duration::from_secs(args.ci_grace_secs),
+                force_cancel_after: Duration::from_secs(args.force_cancel_secs.max(1)),
             },
         );
         let loaded = ops

@@ -74,6 +74,8 @@ pub struct OpTimings {
     pub status_interval: Duration,
     /// How long a build gate waits for the repository's CI to report at all.
     pub ci_grace: Duration,
+    /// How long a cancelled run may keep running before it is force-cancelled.
+    pub force_cancel_after: Duration,
 }
 
 impl Default for OpTimings {
@@ -83,6 +85,7 @@ impl Default for OpTimings {
             reconcile: Duration::from_secs(30),
             status_interval: Duration::from_secs(5),
             ci_grace: Duration::from_secs(60),
+            force_cancel_after: Duration::from_secs(30),
         }
     }
 }
@@ -99,6 +102,13 @@ struct Live {
     last_text: String,
     last_reconcile: Option<Instant>,
     gate_seen: HashMap<u32, Instant>,
+    /// Runs asked to cancel: when, and whether force-cancel was sent.
+    cancels: HashMap<i64, (Instant, bool)>,
+    /// Outbox entries waiting on GitHub (CI, a review): looked at again at
+    /// reconciliation, not on every tick, so waiting costs few requests.
+    waiting: HashSet<(i64, i64)>,
+    /// Set during reconciliation: waiting entries are tried again.
+    retry_waiting: bool,
 }
 
 /// What carrying out one effect came to.
@@ -172,6 +182,9 @@ impl Operations {
             last_text: String::new(),
             last_reconcile: None,
             gate_seen: HashMap::new(),
+            cancels: HashMap::new(),
+            waiting: HashSet::new(),
+            retry_waiting: true,
         }));
         Ok(self
             .live
@@ -223,7 +236,10 @@ impl Operations {
         {
             live.last_reconcile = Some(Instant::now());
             self.reconcile(live).await?;
-            self.drive(live).await?;
+            live.retry_waiting = true;
+            let driven = self.drive(live).await;
+            live.retry_waiting = false;
+            driven?;
         }
         self.flush(live, false).await
     }
@@ -500,15 +516,25 @@ impl Operations {
                 i += 1;
                 continue;
             }
+            let key = (p.seq, p.idx);
+            if live.waiting.contains(&key) && !live.retry_waiting {
+                if let (Effect::Integrate { .. }, Some(u)) = (&p.effect, unit) {
+                    held.insert(u);
+                }
+                i += 1;
+                continue;
+            }
             let span = tracing::info_span!("effect", key = %format!("{}.{}", p.seq, p.idx));
             let _g = span.enter();
             match self.carry_out(live, &p).await {
                 Ok(Outcome::Done(inputs)) => {
+                    live.waiting.remove(&key);
                     self.store.effect_done(&live.ctx.op, p.seq, p.idx).await?;
                     live.pending.remove(i);
                     live.queue.extend(inputs);
                 }
                 Ok(Outcome::Wait) => {
+                    live.waiting.insert(key);
                     if let (Effect::Integrate { .. }, Some(u)) = (&p.effect, unit) {
                         held.insert(u);
                     }
@@ -553,8 +579,17 @@ impl Operations {
                     Some(id) => Some(id),
                     None => self.find_run(live, dispatch).await?.map(|r| r.id),
                 };
+                // A cancel first, always; a run that ignores it is force-cancelled
+                // by reconciliation (`force` only shortens the grace).
                 if let Some(id) = run {
-                    repo.cancel(id, *force).await?;
+                    repo.cancel(id, false).await?;
+                    let grace = if *force {
+                        self.timings.force_cancel_after / 2
+                    } else {
+                        self.timings.force_cancel_after
+                    };
+                    live.cancels
+                        .insert(id, (Instant::now() + grace - self.timings.force_cancel_after, false));
                 }
                 Ok(Outcome::Done(vec![]))
             }
@@ -804,6 +839,20 @@ impl Operations {
             .collect();
         let ctx = live.ctx.clone();
         let repo = self.repo(&ctx);
+        for (id, (at, forced)) in live.cancels.clone() {
+            match repo.run(id).await? {
+                Some(r) if r.status != "completed" => {
+                    if !forced && at.elapsed() >= self.timings.force_cancel_after {
+                        tracing::warn!(run = id, "the run ignored its cancel; force-cancelling");
+                        repo.cancel(id, true).await?;
+                        live.cancels.insert(id, (at, true));
+                    }
+                }
+                _ => {
+                    live.cancels.remove(&id);
+                }
+            }
+        }
         for d in active {
             if dispatching.contains(&d.0) {
                 continue; // its dispatch is still in the outbox

@@ -2,7 +2,7 @@
 # Scripted agent for end-to-end tests. $AGENT_BEHAVIOUR holds lines
 #   <unit> <sprint> <action>[,<action>…]
 # and the k-th invocation for that sprint takes the k-th action (the last repeats).
-# Actions: ok | fail | partial | hang | noop | dirty | slow
+# Actions: ok | fail | partial | hang | stubborn (ignores SIGTERM) | noop | dirty | slow
 # Every invocation appends "<unit> <sprint> <dispatch id>" to $AGENT_LOG, so tests
 # can prove no attempt ran twice.
 set -u
@@ -33,5 +33,6 @@ case "$action" in
     echo "done (forgot to commit)" ;;
   fail) echo "error: could not build"; exit 1 ;;
   hang) sleep 600 ;;
+  stubborn) trap '' TERM; sleep 600 ;;
   noop) echo "nothing to do" ;;
 esac
