@@ -37,6 +37,10 @@ struct Story {
 impl Story {
     /// A repository holding the plan and settings, with CI and the agent workflow.
     async fn begin(behaviour: &str) -> Story {
+        Story::begin_with(PLAN, behaviour).await
+    }
+
+    async fn begin_with(plan: &str, behaviour: &str) -> Story {
         let tmp = tempfile::tempdir().unwrap();
         let port = free_port();
         let fake = fake_github::start(Config {
@@ -49,7 +53,7 @@ impl Story {
         })
         .await;
         fake.add_user("mia", "maintain", "User");
-        fake.add_file(REPO, "EXECUTION_PLAN.md", PLAN);
+        fake.add_file(REPO, "EXECUTION_PLAN.md", plan);
         fake.add_file(REPO, ".github/supervise.yml", SETTINGS);
         fake.set_ci(REPO, "true");
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -513,4 +517,34 @@ async fn server_errors_and_a_rate_limit_window_do_not_stop_the_operation() {
     assert!(log.iter().any(|(_, _, st)| *st == 403), "the rate limit was hit");
     assert_eq!(s.fake.early_calls(), 0, "no call before the reset");
     s.assert_no_double_dispatch();
+}
+
+/// API calls (token exchanges aside) to run a one-unit plan of `n` sprints.
+async fn calls_for(n: usize) -> usize {
+    let mut plan = String::from("# Line\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n");
+    for i in 1..=n {
+        plan.push_str(&format!("### Sprint {i}: Step {i}\n- [ ] `solo-sprint-{i}.txt` exists\n"));
+    }
+    let s = Story::begin_with(&plan, "").await;
+    s.say("/supervise start").await;
+    s.until("the final pull request", 180, |s| s.final_pull().is_some())
+        .await;
+    s.until("the status comment shows completion", 30, |s| {
+        s.status_comment().contains("status: completed")
+    })
+    .await;
+    s.fake
+        .request_log()
+        .iter()
+        .filter(|(_, e, _)| !e.contains("access_tokens"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_per_sprint_are_a_small_constant() {
+    let one = calls_for(1).await;
+    let six = calls_for(6).await;
+    let per_sprint = (six - one) as f64 / 5.0;
+    eprintln!("GitHub requests: 1 sprint {one}, 6 sprints {six}: {per_sprint:.1} per extra sprint");
+    assert!(per_sprint <= 22.0, "{per_sprint} requests per sprint");
 }
