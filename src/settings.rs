@@ -75,6 +75,24 @@ pub fn read_file(path: &Path) -> Result<FileSettings> {
     parse(&text, &path.display().to_string()).map_err(anyhow::Error::msg)
 }
 
+/// Every key `.github/supervise.yml` may hold (the JSON Schema lists the same).
+pub const KEYS: &[&str] = &[
+    "agent",
+    "max_parallel",
+    "max_retries",
+    "max_turns",
+    "budget",
+    "models",
+    "build_gate",
+    "stall_timeout",
+    "verify_timeout",
+    "tick_ms",
+    "permissions",
+    "bots",
+    "workflow",
+    "merge",
+];
+
 /// Parses settings text; the error names `origin`, the line and column, and the
 /// valid keys.
 pub fn parse(text: &str, origin: &str) -> std::result::Result<FileSettings, String> {
@@ -83,7 +101,10 @@ pub fn parse(text: &str, origin: &str) -> std::result::Result<FileSettings, Stri
     }
     serde_yaml::from_str(text).map_err(|e| {
         let at = e.location().map(|l| format!(":{}:{}", l.line(), l.column())).unwrap_or_default();
-        format!("{origin}{at}: {e}\n  valid keys: agent, max_parallel, max_retries, max_turns, budget, models (haiku, sonnet, opus), build_gate, stall_timeout, verify_timeout, tick_ms, permissions, bots, workflow, merge (immediately, after_review)")
+        format!(
+            "{origin}{at}: {e}\n  valid keys: {}\n  (models: haiku, sonnet, opus; merge: immediately or after_review; schema: schema/supervise.schema.json)",
+            KEYS.join(", ")
+        )
     })
 }
 

@@ -250,7 +250,15 @@ impl Operations {
     /// branch, creates the integration branch and starts the operation. Returns
     /// the reply for the person.
     pub async fn start(&self, o: &Origin<'_>, plan_arg: Option<&str>) -> Result<String, OpError> {
-        if let Some(row) = self.store.operation_on(o.repo, o.issue).await? {
+        // The same command processed again (after a crash) finds its own
+        // operation and answers as the first time; another is refused.
+        let own = format!("-{:x}", o.comment);
+        if let Some(row) = self
+            .store
+            .operation_on(o.repo, o.issue)
+            .await?
+            .filter(|r| !r.id.ends_with(&own))
+        {
             let l = self.open(&row).await?;
             let live = l.lock().await;
             if let Some(st) = &live.state {
