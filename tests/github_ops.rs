@@ -63,7 +63,10 @@ impl Story {
             ("AGENT", manifest.join("tests/agents/scripted.sh")),
             ("AGENT_LOG", tmp.path().join("agent.log")),
             ("AGENT_BEHAVIOUR", behaviour_file),
-            ("SUPERVISE_BIN", PathBuf::from(env!("CARGO_BIN_EXE_supervise"))),
+            (
+                "SUPERVISE_BIN",
+                PathBuf::from(env!("CARGO_BIN_EXE_supervise")),
+            ),
             ("AGENT_SLOW", PathBuf::from("1")),
         ];
         let env: Vec<(String, String)> = env
@@ -74,11 +77,17 @@ impl Story {
         fake.set_workflow(
             REPO,
             "supervise-agent.yml",
-            &format!("sh {}", manifest.join("tests/agents/gh-workflow.sh").display()),
+            &format!(
+                "sh {}",
+                manifest.join("tests/agents/gh-workflow.sh").display()
+            ),
             &env,
         );
         let issue = fake.open_issue(REPO, ISSUE_TITLE);
-        let db_url = format!("sqlite://{}?mode=rwc", tmp.path().join("supervise.db").display());
+        let db_url = format!(
+            "sqlite://{}?mode=rwc",
+            tmp.path().join("supervise.db").display()
+        );
         let mut story = Story {
             fake,
             serve: None,
@@ -158,7 +167,11 @@ impl Story {
             .into_iter()
             .filter(|b| b.contains("<!-- supervise:status "))
             .collect();
-        assert!(found.len() <= 1, "one sticky status comment, not {}", found.len());
+        assert!(
+            found.len() <= 1,
+            "one sticky status comment, not {}",
+            found.len()
+        );
         found.into_iter().next().unwrap_or_default()
     }
 
@@ -264,13 +277,20 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     // The reply and the sticky status comment.
     let comments = s.bot_comments(s.issue);
     assert!(
-        comments.iter().any(|c| c.starts_with("Started operation `shop-")),
+        comments
+            .iter()
+            .any(|c| c.starts_with("Started operation `shop-")),
         "{comments:?}"
     );
     insta::assert_snapshot!("github_status_completed", redact(&s.status_comment()));
 
     // One sub-issue per unit, linked and closed.
-    let op_issue = s.fake.issues(REPO).into_iter().find(|i| i.number == s.issue).unwrap();
+    let op_issue = s
+        .fake
+        .issues(REPO)
+        .into_iter()
+        .find(|i| i.number == s.issue)
+        .unwrap();
     let units: Vec<_> = s
         .fake
         .issues(REPO)
@@ -279,20 +299,34 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
         .collect();
     assert_eq!(units.len(), 3, "{units:#?}");
     for u in &units {
-        assert!(op_issue.sub_issues.contains(&u.id), "{} is a sub-issue", u.title);
+        assert!(
+            op_issue.sub_issues.contains(&u.id),
+            "{} is a sub-issue",
+            u.title
+        );
         assert_eq!(u.state, "closed", "{} closed when COMPLETED", u.title);
     }
 
     // A merged pull request per sprint, into the integration branch.
     let pulls = s.fake.pulls(REPO);
-    let sprint_pulls: Vec<_> = pulls.iter().filter(|p| p.head.contains("/sprint-")).collect();
+    let sprint_pulls: Vec<_> = pulls
+        .iter()
+        .filter(|p| p.head.contains("/sprint-"))
+        .collect();
     assert_eq!(sprint_pulls.len(), 4, "{pulls:#?}");
     for p in &sprint_pulls {
         assert!(p.merged, "{} merged", p.title);
         assert!(p.base.ends_with("/integration"));
-        assert!(p.body.contains("### Exit criteria\n- [ ] "), "exit criteria as a checklist: {}", p.body);
+        assert!(
+            p.body.contains("### Exit criteria\n- [ ] "),
+            "exit criteria as a checklist: {}",
+            p.body
+        );
     }
-    let api1 = sprint_pulls.iter().find(|p| p.head.ends_with("/api/sprint-1")).unwrap();
+    let api1 = sprint_pulls
+        .iter()
+        .find(|p| p.head.ends_with("/api/sprint-1"))
+        .unwrap();
     assert!(
         s.fake
             .file(REPO, &api1.head, ".supervise/prompts/api-sprint-1.md")
@@ -317,14 +351,27 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     let fin = s.final_pull().unwrap();
     assert_eq!(fin.state, "open");
     assert!(
-        comments.iter().any(|c| c.contains("### Final Verification Results")),
+        comments
+            .iter()
+            .any(|c| c.contains("### Final Verification Results")),
         "the final verification is commented: {comments:#?}"
     );
     let complete = s.fake.file(REPO, &fin.head, "COMPLETE_SHOP.md");
     assert!(complete.is_some(), "COMPLETE_SHOP.md on {}", fin.head);
-    assert!(s.fake.file(REPO, &fin.head, "SUPERVISOR_STATE.md").is_some());
-    for f in ["api/api-sprint-1.txt", "api/api-sprint-2.txt", "docs/docs-sprint-1.txt", "web/web-sprint-1.txt"] {
-        assert!(s.fake.file(REPO, &fin.head, f).is_some(), "{f} reached the integration branch");
+    assert!(s
+        .fake
+        .file(REPO, &fin.head, "SUPERVISOR_STATE.md")
+        .is_some());
+    for f in [
+        "api/api-sprint-1.txt",
+        "api/api-sprint-2.txt",
+        "docs/docs-sprint-1.txt",
+        "web/web-sprint-1.txt",
+    ] {
+        assert!(
+            s.fake.file(REPO, &fin.head, f).is_some(),
+            "{f} reached the integration branch"
+        );
     }
     s.assert_no_double_dispatch();
     assert_eq!(s.fake.runs(REPO).len(), 4, "one run per sprint");
@@ -339,8 +386,14 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     for (_, e, _) in &log {
         *per.entry(e.as_str()).or_default() += 1;
     }
-    eprintln!("GitHub requests: {calls} for 4 sprints = {:.1} per sprint; by endpoint: {per:#?}", calls as f64 / 4.0);
-    assert!(calls <= 4 * 40, "requests per sprint stay a small constant: {calls}");
+    eprintln!(
+        "GitHub requests: {calls} for 4 sprints = {:.1} per sprint; by endpoint: {per:#?}",
+        calls as f64 / 4.0
+    );
+    assert!(
+        calls <= 4 * 40,
+        "requests per sprint stay a small constant: {calls}"
+    );
 }
 
 fn tier_rank(model: &str) -> usize {
@@ -374,12 +427,13 @@ async fn a_flaky_sprint_is_retried_stronger_and_a_doomed_one_blocks_until_resume
         model_of(&flaky[0]),
         model_of(&flaky[1])
     );
-    let failed_check = s
-        .fake
-        .check_runs(REPO)
-        .into_iter()
-        .find(|c| c.name == "supervise: docs Sprint 1" && c.conclusion.as_deref() == Some("failure"));
-    assert!(failed_check.is_some(), "the failed attempt is reported as a check run");
+    let failed_check = s.fake.check_runs(REPO).into_iter().find(|c| {
+        c.name == "supervise: docs Sprint 1" && c.conclusion.as_deref() == Some("failure")
+    });
+    assert!(
+        failed_check.is_some(),
+        "the failed attempt is reported as a check run"
+    );
 
     // The doomed sprint: three attempts, then BLOCKED with its notice.
     assert_eq!(s.runs_of("/api/1/").len(), 3, "max_retries attempts");
@@ -388,25 +442,44 @@ async fn a_flaky_sprint_is_retried_stronger_and_a_doomed_one_blocks_until_resume
         .into_iter()
         .filter(|c| c.starts_with("⛔"))
         .collect();
-    assert_eq!(notices.len(), 1, "one BLOCKED notice on the operation issue: {notices:#?}");
+    assert_eq!(
+        notices.len(),
+        1,
+        "one BLOCKED notice on the operation issue: {notices:#?}"
+    );
     assert!(notices[0].contains("api"), "{}", notices[0]);
     let doomed = s.unit_issue("api").unwrap();
-    assert!(doomed.labels.contains(&"blocked".to_string()), "{doomed:#?}");
+    assert!(
+        doomed.labels.contains(&"blocked".to_string()),
+        "{doomed:#?}"
+    );
     assert_eq!(doomed.state, "open");
     assert!(
-        s.bot_comments(doomed.number).iter().any(|c| c.starts_with("⛔")),
+        s.bot_comments(doomed.number)
+            .iter()
+            .any(|c| c.starts_with("⛔")),
         "the notice is on the unit's sub-issue too"
     );
     // Its dependent never started; the other unit finished.
-    assert!(s.runs_of("/web/").is_empty(), "web depends on api and never ran");
-    assert!(s.status_comment().contains("| web | api, docs | NOT_STARTED"), "{}", s.status_comment());
+    assert!(
+        s.runs_of("/web/").is_empty(),
+        "web depends on api and never ran"
+    );
+    assert!(
+        s.status_comment()
+            .contains("| web | api, docs | NOT_STARTED"),
+        "{}",
+        s.status_comment()
+    );
     assert!(s.final_pull().is_none());
 
     // The person fixes the cause and resumes the unit.
     s.set_behaviour("");
     s.say("/supervise resume api").await;
-    s.until("the final pull request after resume", 180, |s| s.final_pull().is_some())
-        .await;
+    s.until("the final pull request after resume", 180, |s| {
+        s.final_pull().is_some()
+    })
+    .await;
     assert_eq!(s.unit_issue("api").unwrap().state, "closed");
     assert_eq!(s.runs_of("/web/").len(), 1);
     s.assert_no_double_dispatch();
@@ -425,15 +498,24 @@ async fn killall_and_stop_cancel_the_runs_in_flight() {
     };
 
     s.say("/supervise start").await;
-    s.until("two agents running", 60, |s| in_progress(s, 2)).await;
+    s.until("two agents running", 60, |s| in_progress(s, 2))
+        .await;
     s.say("/supervise killall").await;
     s.until("killed, runs cancelled", 60, |s| {
         s.status_comment().contains("status: killed")
-            && s.fake.runs(REPO).iter().all(|r| r.conclusion.as_deref() == Some("cancelled"))
+            && s.fake
+                .runs(REPO)
+                .iter()
+                .all(|r| r.conclusion.as_deref() == Some("cancelled"))
     })
     .await;
     let replies = s.bot_comments(s.issue);
-    assert!(replies.iter().any(|c| c.starts_with("Killing every agent in flight")), "{replies:#?}");
+    assert!(
+        replies
+            .iter()
+            .any(|c| c.starts_with("Killing every agent in flight")),
+        "{replies:#?}"
+    );
     assert!(s.runs_of("/api/1/")[0].cancel_requested);
     let forced = |s: &Story| {
         s.fake
@@ -442,24 +524,44 @@ async fn killall_and_stop_cancel_the_runs_in_flight() {
             .filter(|(_, e, st)| e.ends_with("/force-cancel") && *st == 200)
             .count()
     };
-    assert_eq!(forced(&s), 1, "only the run that ignored its cancel was force-cancelled");
+    assert_eq!(
+        forced(&s),
+        1,
+        "only the run that ignored its cancel was force-cancelled"
+    );
     s.set_behaviour("api 1 hang\ndocs 1 hang\n");
 
     // A second operation on another issue, stopped: the hanging agents do not
     // finish, so after the stop timeout they are force-cancelled (§10 phase 3).
     let issue2 = s.fake.open_issue(REPO, "Second try");
     s.say_on(issue2, "/supervise start").await;
-    s.until("two more agents running", 60, |s| in_progress(s, 2)).await;
+    s.until("two more agents running", 60, |s| in_progress(s, 2))
+        .await;
     s.say_on(issue2, "/supervise stop").await;
     s.until_on(issue2, "stopped, runs cancelled", 60, |s| {
         s.status_comment_on(issue2).contains("status: killed")
-            && s.fake.runs(REPO).iter().all(|r| r.conclusion.as_deref() == Some("cancelled"))
+            && s.fake
+                .runs(REPO)
+                .iter()
+                .all(|r| r.conclusion.as_deref() == Some("cancelled"))
     })
     .await;
     let said = s.bot_comments(issue2);
-    assert!(said.iter().any(|c| c.starts_with("Supervisor entering graceful shutdown")), "{said:#?}");
-    assert!(said.iter().any(|c| c.contains("Graceful shutdown timed out; 2 agent(s) force-terminated")), "{said:#?}");
-    assert_eq!(s.fake.runs(REPO).len(), 4, "nothing new was dispatched after stop");
+    assert!(
+        said.iter()
+            .any(|c| c.starts_with("Supervisor entering graceful shutdown")),
+        "{said:#?}"
+    );
+    assert!(
+        said.iter()
+            .any(|c| c.contains("Graceful shutdown timed out; 2 agent(s) force-terminated")),
+        "{said:#?}"
+    );
+    assert_eq!(
+        s.fake.runs(REPO).len(),
+        4,
+        "nothing new was dispatched after stop"
+    );
     s.assert_no_double_dispatch();
 }
 
@@ -472,8 +574,13 @@ async fn the_service_killed_at_random_points_finishes_every_sprint_once() {
     let mut kills = 0;
     let start = Instant::now();
     while s.final_pull().is_none() {
-        assert!(start.elapsed() < Duration::from_secs(240), "not finished after {kills} kills");
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "not finished after {kills} kills"
+        );
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let wait = 100 + (seed >> 33) % 900;
         tokio::time::sleep(Duration::from_millis(wait)).await;
         if kills < 12 {
@@ -513,17 +620,27 @@ async fn server_errors_and_a_rate_limit_window_do_not_stop_the_operation() {
     s.until("the final pull request", 240, |s| s.final_pull().is_some())
         .await;
     let log = s.fake.request_log();
-    assert!(log.iter().any(|(_, _, st)| *st == 502), "some calls failed with 502");
-    assert!(log.iter().any(|(_, _, st)| *st == 403), "the rate limit was hit");
+    assert!(
+        log.iter().any(|(_, _, st)| *st == 502),
+        "some calls failed with 502"
+    );
+    assert!(
+        log.iter().any(|(_, _, st)| *st == 403),
+        "the rate limit was hit"
+    );
     assert_eq!(s.fake.early_calls(), 0, "no call before the reset");
     s.assert_no_double_dispatch();
 }
 
 /// API calls (token exchanges aside) to run a one-unit plan of `n` sprints.
 async fn calls_for(n: usize) -> usize {
-    let mut plan = String::from("# Line\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n");
+    let mut plan = String::from(
+        "# Line\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n",
+    );
     for i in 1..=n {
-        plan.push_str(&format!("### Sprint {i}: Step {i}\n- [ ] `solo-sprint-{i}.txt` exists\n"));
+        plan.push_str(&format!(
+            "### Sprint {i}: Step {i}\n- [ ] `solo-sprint-{i}.txt` exists\n"
+        ));
     }
     let s = Story::begin_with(&plan, "").await;
     s.say("/supervise start").await;

@@ -4,10 +4,10 @@
 mod support;
 
 use fake_github::{send_webhook, Config, FakeGitHub};
-use support::{free_port, test_app_public_key, wait_listening, SECRET};
 use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::{free_port, test_app_public_key, wait_listening, SECRET};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const REPO: &str = "acme/shop";

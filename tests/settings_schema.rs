@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use supervise::settings;
 
 fn schema() -> serde_json::Value {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/supervise.schema.json");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/supervise.schema.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 

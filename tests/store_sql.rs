@@ -173,3 +173,121 @@ async fn postgres_replicas_claim_each_delivery_once() {
     let b = SqlStore::connect(&url).await.unwrap();
     replicas_claim_each_delivery_once(a, b).await;
 }
+
+/// The operations log: events and effects in one transaction, replayed in
+/// order; effects stay pending until marked done; runs and sub-issues keep
+/// what is known and never erase it.
+async fn operation_log_round_trip(s: &SqlStore) {
+    use supervise::engine::{Effect, Event, OverallStatus};
+    use supervise::store::sql::{OperationRow, RunRow, UnitIssue};
+    let row = OperationRow {
+        id: "op-1".into(),
+        repo: "acme/shop".into(),
+        issue: 4,
+        installation: 7,
+        active: true,
+        status_comment: None,
+        context: "{}".into(),
+    };
+    assert!(s.create_operation(&row).await.unwrap());
+    assert!(
+        !s.create_operation(&row).await.unwrap(),
+        "a repeated start is one operation"
+    );
+    let at = chrono::Utc::now();
+    let e1 = Event::Overall {
+        to: OverallStatus::Running,
+        reason: "one".into(),
+        at,
+    };
+    let e2 = Event::Overall {
+        to: OverallStatus::Stopping,
+        reason: "two".into(),
+        at,
+    };
+    let first = s
+        .append(
+            "op-1",
+            &[e1.clone()],
+            &[Effect::PublishStatus, Effect::FinalReport],
+        )
+        .await
+        .unwrap();
+    s.append("op-1", &[e2.clone()], &[]).await.unwrap();
+    s.effect_done("op-1", first[0].seq, first[0].idx)
+        .await
+        .unwrap();
+    let (events, pending) = s.load_operation("op-1").await.unwrap();
+    assert_eq!(events, vec![e1, e2]);
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].effect, Effect::FinalReport);
+
+    s.put_run(&RunRow {
+        dispatch: "op-1/api/1/a1d1".into(),
+        op: "op-1".into(),
+        base_sha: Some("abc".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.put_run(&RunRow {
+        dispatch: "op-1/api/1/a1d1".into(),
+        op: "op-1".into(),
+        run_id: Some(99),
+        html_url: Some("u".into()),
+        base_sha: Some("later".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let r = s.run_by_id(99).await.unwrap().unwrap();
+    assert_eq!(r.dispatch, "op-1/api/1/a1d1");
+    assert_eq!(
+        r.base_sha.as_deref(),
+        Some("abc"),
+        "the base of a dispatch never moves"
+    );
+
+    s.set_status_comment("op-1", 1234).await.unwrap();
+    s.put_unit_issue(
+        "op-1",
+        &UnitIssue {
+            unit: "api".into(),
+            number: 5,
+            issue_id: 55,
+            flags: "none".into(),
+        },
+    )
+    .await
+    .unwrap();
+    s.put_unit_issue(
+        "op-1",
+        &UnitIssue {
+            unit: "api".into(),
+            number: 5,
+            issue_id: 55,
+            flags: "closed".into(),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.unit_issues("op-1").await.unwrap()[0].flags, "closed");
+    let found = s.operation_on("acme/shop", 4).await.unwrap().unwrap();
+    assert_eq!(found.status_comment, Some(1234));
+    s.set_active("op-1", false).await.unwrap();
+    assert!(s.operations(true).await.unwrap().is_empty());
+    assert_eq!(s.operations(false).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn sqlite_operation_log_round_trip() {
+    let (s, _dir) = sqlite().await;
+    operation_log_round_trip(&s).await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: scripts/test starts one"]
+async fn postgres_operation_log_round_trip() {
+    let s = SqlStore::connect(&postgres_url().await).await.unwrap();
+    operation_log_round_trip(&s).await;
+}

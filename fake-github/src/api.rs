@@ -74,6 +74,9 @@ pub struct Run {
     pub cancel_requested: bool,
 }
 
+/// A workflow's command and the environment it runs with.
+type Workflow = (String, Vec<(String, String)>);
+
 #[derive(Default)]
 pub(crate) struct ApiState {
     repos: HashMap<String, Repo>,
@@ -84,7 +87,7 @@ pub(crate) struct ApiState {
     reviews: Vec<(String, i64, String, String)>,
     pub(crate) check_runs: Vec<CheckRun>,
     pub(crate) runs: Vec<Run>,
-    workflows: HashMap<(String, String), (String, Vec<(String, String)>)>,
+    workflows: HashMap<(String, String), Workflow>,
     ci: HashMap<String, String>,
 }
 
@@ -150,7 +153,9 @@ impl FakeGitHub {
             (repo.into(), file.into()),
             (
                 command.into(),
-                env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                env.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
             ),
         );
     }
@@ -177,22 +182,42 @@ impl FakeGitHub {
 
     pub fn issues(&self, repo: &str) -> Vec<Issue> {
         let s = self.inner.lock().unwrap();
-        s.api.issues.iter().filter(|i| i.repo == repo).cloned().collect()
+        s.api
+            .issues
+            .iter()
+            .filter(|i| i.repo == repo)
+            .cloned()
+            .collect()
     }
 
     pub fn pulls(&self, repo: &str) -> Vec<Pull> {
         let s = self.inner.lock().unwrap();
-        s.api.pulls.iter().filter(|p| p.repo == repo).cloned().collect()
+        s.api
+            .pulls
+            .iter()
+            .filter(|p| p.repo == repo)
+            .cloned()
+            .collect()
     }
 
     pub fn check_runs(&self, repo: &str) -> Vec<CheckRun> {
         let s = self.inner.lock().unwrap();
-        s.api.check_runs.iter().filter(|c| c.repo == repo).cloned().collect()
+        s.api
+            .check_runs
+            .iter()
+            .filter(|c| c.repo == repo)
+            .cloned()
+            .collect()
     }
 
     pub fn runs(&self, repo: &str) -> Vec<Run> {
         let s = self.inner.lock().unwrap();
-        s.api.runs.iter().filter(|r| r.repo == repo).cloned().collect()
+        s.api
+            .runs
+            .iter()
+            .filter(|r| r.repo == repo)
+            .cloned()
+            .collect()
     }
 
     /// A file's text at a ref (branch or sha).
@@ -290,9 +315,15 @@ pub(crate) fn routes(r: Router<Shared>) -> Router<Shared> {
         .route("/repos/{o}/{r}/pulls/{n}/reviews", get(list_reviews))
         .route("/repos/{o}/{r}/check-runs", post(create_check_run))
         .route("/repos/{o}/{r}/check-runs/{id}", patch(update_check_run))
-        .route("/repos/{o}/{r}/commits/{rev}/check-runs", get(list_check_runs))
+        .route(
+            "/repos/{o}/{r}/commits/{rev}/check-runs",
+            get(list_check_runs),
+        )
         .route("/repos/{o}/{r}/issues", get(list_issues).post(create_issue))
-        .route("/repos/{o}/{r}/issues/{n}", get(get_issue).patch(update_issue))
+        .route(
+            "/repos/{o}/{r}/issues/{n}",
+            get(get_issue).patch(update_issue),
+        )
         .route("/repos/{o}/{r}/issues/{n}/labels", post(add_labels))
         .route(
             "/repos/{o}/{r}/issues/{n}/sub_issues",
@@ -303,7 +334,10 @@ pub(crate) fn routes(r: Router<Shared>) -> Router<Shared> {
             "/repos/{o}/{r}/actions/workflows/{file}/dispatches",
             post(dispatch),
         )
-        .route("/repos/{o}/{r}/actions/workflows/{file}/runs", get(list_runs))
+        .route(
+            "/repos/{o}/{r}/actions/workflows/{file}/runs",
+            get(list_runs),
+        )
         .route("/repos/{o}/{r}/actions/runs/{id}", get(get_run))
         .route("/repos/{o}/{r}/actions/runs/{id}/cancel", post(cancel_run))
         .route(
@@ -313,7 +347,13 @@ pub(crate) fn routes(r: Router<Shared>) -> Router<Shared> {
 }
 
 /// The gate (log, faults, token) and the repository, or the error response.
-async fn enter(f: &Shared, endpoint: &str, h: &HeaderMap, o: &str, r: &str) -> Result<(String, Repo), Response> {
+async fn enter(
+    f: &Shared,
+    endpoint: &str,
+    h: &HeaderMap,
+    o: &str,
+    r: &str,
+) -> Result<(String, Repo), Response> {
     gate(f, endpoint, h, true).await?;
     let name = format!("{o}/{r}");
     match f.repo(&name) {
@@ -339,18 +379,28 @@ fn created(v: Value) -> Response {
     (StatusCode::CREATED, Json(v)).into_response()
 }
 
-async fn get_repo(State(f): State<Shared>, Path((o, r)): Path<(String, String)>, h: HeaderMap) -> Response {
+async fn get_repo(
+    State(f): State<Shared>,
+    Path((o, r)): Path<(String, String)>,
+    h: HeaderMap,
+) -> Response {
     let (name, repo) = enter!(f, "GET /repos/{o}/{r}", h, o, r);
     ok(json!({ "full_name": name, "default_branch": repo.default_branch }))
 }
 
-async fn get_ref(State(f): State<Shared>, Path((o, r, rest)): Path<(String, String, String)>, h: HeaderMap) -> Response {
+async fn get_ref(
+    State(f): State<Shared>,
+    Path((o, r, rest)): Path<(String, String, String)>,
+    h: HeaderMap,
+) -> Response {
     let (_, repo) = enter!(f, "GET /repos/{o}/{r}/git/ref/{ref}", h, o, r);
     let Some(branch) = rest.strip_prefix("heads/") else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
     match repo.branch_sha(branch) {
-        Some(sha) => ok(json!({ "ref": format!("refs/{rest}"), "object": { "sha": sha, "type": "commit" } })),
+        Some(sha) => {
+            ok(json!({ "ref": format!("refs/{rest}"), "object": { "sha": sha, "type": "commit" } }))
+        }
         None => error(StatusCode::NOT_FOUND, "Not Found"),
     }
 }
@@ -362,10 +412,18 @@ struct NewRef {
     sha: String,
 }
 
-async fn create_ref(State(f): State<Shared>, Path((o, r)): Path<(String, String)>, h: HeaderMap, Json(b): Json<NewRef>) -> Response {
+async fn create_ref(
+    State(f): State<Shared>,
+    Path((o, r)): Path<(String, String)>,
+    h: HeaderMap,
+    Json(b): Json<NewRef>,
+) -> Response {
     let (name, repo) = enter!(f, "POST /repos/{o}/{r}/git/refs", h, o, r);
     let Some(branch) = b.reference.strip_prefix("refs/heads/") else {
-        return error(StatusCode::UNPROCESSABLE_ENTITY, "ref must start with refs/heads/");
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "ref must start with refs/heads/",
+        );
     };
     if repo.branch_sha(branch).is_some() {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "Reference already exists");
@@ -399,7 +457,9 @@ async fn get_contents(
                 .chunks(60)
                 .map(|c| String::from_utf8_lossy(c).into_owned())
                 .collect();
-            ok(json!({ "type": "file", "path": path, "sha": sha, "encoding": "base64", "content": wrapped.join("\n") + "\n" }))
+            ok(
+                json!({ "type": "file", "path": path, "sha": sha, "encoding": "base64", "content": wrapped.join("\n") + "\n" }),
+            )
         }
         None => error(StatusCode::NOT_FOUND, "Not Found"),
     }
@@ -451,14 +511,21 @@ async fn put_contents(
     };
     let existing = repo.file(&branch, &path).map(|(sha, _)| sha);
     if existing.is_some() && existing != b.sha {
-        return error(StatusCode::CONFLICT, &format!("{path} does not match {}", b.sha.unwrap_or_default()));
+        return error(
+            StatusCode::CONFLICT,
+            &format!("{path} does not match {}", b.sha.unwrap_or_default()),
+        );
     }
     match repo.commit_files(&branch, &[(&path, &text)], &b.message) {
         Ok(sha) => {
             f.on_push(&name, &sha);
             let blob = repo.file(&sha, &path).map(|(s, _)| s);
             (
-                if existing.is_some() { StatusCode::OK } else { StatusCode::CREATED },
+                if existing.is_some() {
+                    StatusCode::OK
+                } else {
+                    StatusCode::CREATED
+                },
                 Json(json!({ "content": { "path": path, "sha": blob }, "commit": { "sha": sha } })),
             )
                 .into_response()
@@ -467,7 +534,11 @@ async fn put_contents(
     }
 }
 
-async fn compare(State(f): State<Shared>, Path((o, r, basehead)): Path<(String, String, String)>, h: HeaderMap) -> Response {
+async fn compare(
+    State(f): State<Shared>,
+    Path((o, r, basehead)): Path<(String, String, String)>,
+    h: HeaderMap,
+) -> Response {
     let (_, repo) = enter!(f, "GET /repos/{o}/{r}/compare/{basehead}", h, o, r);
     let Some((base, head)) = basehead.split_once("...") else {
         return error(StatusCode::NOT_FOUND, "Not Found");
@@ -505,7 +576,9 @@ async fn list_pulls(
     h: HeaderMap,
 ) -> Response {
     let (name, repo) = enter!(f, "GET /repos/{o}/{r}/pulls", h, o, r);
-    let head = q.get("head").map(|h| h.split_once(':').map(|x| x.1).unwrap_or(h).to_string());
+    let head = q
+        .get("head")
+        .map(|h| h.split_once(':').map(|x| x.1).unwrap_or(h).to_string());
     let state = q.get("state").cloned().unwrap_or("open".into());
     let list: Vec<Value> = f
         .pulls(&name)
@@ -526,15 +599,30 @@ struct NewPull {
     body: String,
 }
 
-async fn create_pull(State(f): State<Shared>, Path((o, r)): Path<(String, String)>, h: HeaderMap, Json(b): Json<NewPull>) -> Response {
+async fn create_pull(
+    State(f): State<Shared>,
+    Path((o, r)): Path<(String, String)>,
+    h: HeaderMap,
+    Json(b): Json<NewPull>,
+) -> Response {
     let (name, repo) = enter!(f, "POST /repos/{o}/{r}/pulls", h, o, r);
     if repo.branch_sha(&b.head).is_none() || repo.branch_sha(&b.base).is_none() {
-        return error(StatusCode::UNPROCESSABLE_ENTITY, "Validation Failed: head or base does not exist");
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: head or base does not exist",
+        );
     }
     let p = {
         let mut s = f.inner.lock().unwrap();
-        if s.api.pulls.iter().any(|p| p.repo == name && p.head == b.head && p.state == "open") {
-            return error(StatusCode::UNPROCESSABLE_ENTITY, &format!("A pull request already exists for {}.", b.head));
+        if s.api
+            .pulls
+            .iter()
+            .any(|p| p.repo == name && p.head == b.head && p.state == "open")
+        {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &format!("A pull request already exists for {}.", b.head),
+            );
         }
         let number = s.api.number(&name);
         let p = Pull {
@@ -555,10 +643,21 @@ async fn create_pull(State(f): State<Shared>, Path((o, r)): Path<(String, String
 }
 
 fn find_pull(f: &FakeGitHub, repo: &str, n: i64) -> Option<Pull> {
-    f.inner.lock().unwrap().api.pulls.iter().find(|p| p.repo == repo && p.number == n).cloned()
+    f.inner
+        .lock()
+        .unwrap()
+        .api
+        .pulls
+        .iter()
+        .find(|p| p.repo == repo && p.number == n)
+        .cloned()
 }
 
-async fn get_pull(State(f): State<Shared>, Path((o, r, n)): Path<(String, String, i64)>, h: HeaderMap) -> Response {
+async fn get_pull(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
     let (name, repo) = enter!(f, "GET /repos/{o}/{r}/pulls/{n}", h, o, r);
     match find_pull(&f, &name, n) {
         Some(p) => ok(pull_json(&p, &repo)),
@@ -566,20 +665,32 @@ async fn get_pull(State(f): State<Shared>, Path((o, r, n)): Path<(String, String
     }
 }
 
-async fn merge_pull(State(f): State<Shared>, Path((o, r, n)): Path<(String, String, i64)>, h: HeaderMap) -> Response {
+async fn merge_pull(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
     let (name, repo) = enter!(f, "PUT /repos/{o}/{r}/pulls/{n}/merge", h, o, r);
     let Some(p) = find_pull(&f, &name, n) else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
     if p.merged {
-        return error(StatusCode::METHOD_NOT_ALLOWED, "Pull Request is not mergeable: already merged");
+        return error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Pull Request is not mergeable: already merged",
+        );
     }
     let msg = format!("Merge pull request #{n} from {}\n\n{}", p.head, p.title);
     match repo.merge(&p.base, &p.head, &msg) {
         Ok(sha) => {
             {
                 let mut s = f.inner.lock().unwrap();
-                if let Some(p) = s.api.pulls.iter_mut().find(|p| p.repo == name && p.number == n) {
+                if let Some(p) = s
+                    .api
+                    .pulls
+                    .iter_mut()
+                    .find(|p| p.repo == name && p.number == n)
+                {
                     p.merged = true;
                     p.state = "closed".into();
                     p.merge_sha = Some(sha.clone());
@@ -588,12 +699,19 @@ async fn merge_pull(State(f): State<Shared>, Path((o, r, n)): Path<(String, Stri
             f.on_push(&name, &sha);
             ok(json!({ "sha": sha, "merged": true, "message": "Pull Request successfully merged" }))
         }
-        Err(Ok(conflict)) => error(StatusCode::METHOD_NOT_ALLOWED, &format!("Pull Request is not mergeable: {conflict}")),
+        Err(Ok(conflict)) => error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("Pull Request is not mergeable: {conflict}"),
+        ),
         Err(Err(e)) => error(StatusCode::CONFLICT, &e),
     }
 }
 
-async fn list_reviews(State(f): State<Shared>, Path((o, r, n)): Path<(String, String, i64)>, h: HeaderMap) -> Response {
+async fn list_reviews(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
     let (name, _) = enter!(f, "GET /repos/{o}/{r}/pulls/{n}/reviews", h, o, r);
     let s = f.inner.lock().unwrap();
     let list: Vec<Value> = s
@@ -631,10 +749,18 @@ struct CheckOutput {
     summary: String,
 }
 
-async fn create_check_run(State(f): State<Shared>, Path((o, r)): Path<(String, String)>, h: HeaderMap, Json(b): Json<CheckBody>) -> Response {
+async fn create_check_run(
+    State(f): State<Shared>,
+    Path((o, r)): Path<(String, String)>,
+    h: HeaderMap,
+    Json(b): Json<CheckBody>,
+) -> Response {
     let (name, repo) = enter!(f, "POST /repos/{o}/{r}/check-runs", h, o, r);
     let (Some(check), Some(sha)) = (b.name, b.head_sha) else {
-        return error(StatusCode::UNPROCESSABLE_ENTITY, "name and head_sha are required");
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "name and head_sha are required",
+        );
     };
     if repo.resolve(&sha).is_none() {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "No commit found for SHA");
@@ -648,7 +774,11 @@ async fn create_check_run(State(f): State<Shared>, Path((o, r)): Path<(String, S
         head_sha: sha,
         name: check,
         app: "supervise".into(),
-        status: if b.conclusion.is_some() { "completed".into() } else { b.status.unwrap_or("queued".into()) },
+        status: if b.conclusion.is_some() {
+            "completed".into()
+        } else {
+            b.status.unwrap_or("queued".into())
+        },
         conclusion: b.conclusion,
         title,
         summary,
@@ -658,7 +788,12 @@ async fn create_check_run(State(f): State<Shared>, Path((o, r)): Path<(String, S
     created(check_json(&c))
 }
 
-async fn update_check_run(State(f): State<Shared>, Path((o, r, id)): Path<(String, String, i64)>, h: HeaderMap, Json(b): Json<CheckBody>) -> Response {
+async fn update_check_run(
+    State(f): State<Shared>,
+    Path((o, r, id)): Path<(String, String, i64)>,
+    h: HeaderMap,
+    Json(b): Json<CheckBody>,
+) -> Response {
     let _ = enter!(f, "PATCH /repos/{o}/{r}/check-runs/{id}", h, o, r);
     let mut s = f.inner.lock().unwrap();
     let Some(c) = s.api.check_runs.iter_mut().find(|c| c.id == id) else {
@@ -678,10 +813,22 @@ async fn update_check_run(State(f): State<Shared>, Path((o, r, id)): Path<(Strin
     ok(check_json(c))
 }
 
-async fn list_check_runs(State(f): State<Shared>, Path((o, r, rev)): Path<(String, String, String)>, h: HeaderMap) -> Response {
+async fn list_check_runs(
+    State(f): State<Shared>,
+    Path((o, r, rev)): Path<(String, String, String)>,
+    h: HeaderMap,
+) -> Response {
     let (name, repo) = enter!(f, "GET /repos/{o}/{r}/commits/{ref}/check-runs", h, o, r);
-    let sha = repo.branch_sha(&rev).or_else(|| repo.resolve(&rev)).unwrap_or(rev);
-    let list: Vec<Value> = f.check_runs(&name).iter().filter(|c| c.head_sha == sha).map(check_json).collect();
+    let sha = repo
+        .branch_sha(&rev)
+        .or_else(|| repo.resolve(&rev))
+        .unwrap_or(rev);
+    let list: Vec<Value> = f
+        .check_runs(&name)
+        .iter()
+        .filter(|c| c.head_sha == sha)
+        .map(check_json)
+        .collect();
     ok(json!({ "total_count": list.len(), "check_runs": list }))
 }
 
@@ -700,7 +847,10 @@ async fn list_issues(
     h: HeaderMap,
 ) -> Response {
     let (name, _) = enter!(f, "GET /repos/{o}/{r}/issues", h, o, r);
-    let labels: Vec<String> = q.get("labels").map(|l| l.split(',').map(str::to_string).collect()).unwrap_or_default();
+    let labels: Vec<String> = q
+        .get("labels")
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
     let state = q.get("state").cloned().unwrap_or("open".into());
     let list: Vec<Value> = f
         .issues(&name)
@@ -720,7 +870,12 @@ struct IssueBody {
     labels: Option<Vec<String>>,
 }
 
-async fn create_issue(State(f): State<Shared>, Path((o, r)): Path<(String, String)>, h: HeaderMap, Json(b): Json<IssueBody>) -> Response {
+async fn create_issue(
+    State(f): State<Shared>,
+    Path((o, r)): Path<(String, String)>,
+    h: HeaderMap,
+    Json(b): Json<IssueBody>,
+) -> Response {
     let (name, _) = enter!(f, "POST /repos/{o}/{r}/issues", h, o, r);
     let Some(title) = b.title else {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "title is required");
@@ -741,7 +896,11 @@ async fn create_issue(State(f): State<Shared>, Path((o, r)): Path<(String, Strin
     created(issue_json(&i))
 }
 
-async fn get_issue(State(f): State<Shared>, Path((o, r, n)): Path<(String, String, i64)>, h: HeaderMap) -> Response {
+async fn get_issue(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
     let (name, _) = enter!(f, "GET /repos/{o}/{r}/issues/{n}", h, o, r);
     match f.issues(&name).iter().find(|i| i.number == n) {
         Some(i) => ok(issue_json(i)),
@@ -749,10 +908,20 @@ async fn get_issue(State(f): State<Shared>, Path((o, r, n)): Path<(String, Strin
     }
 }
 
-async fn update_issue(State(f): State<Shared>, Path((o, r, n)): Path<(String, String, i64)>, h: HeaderMap, Json(b): Json<IssueBody>) -> Response {
+async fn update_issue(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+    Json(b): Json<IssueBody>,
+) -> Response {
     let (name, _) = enter!(f, "PATCH /repos/{o}/{r}/issues/{n}", h, o, r);
     let mut s = f.inner.lock().unwrap();
-    let Some(i) = s.api.issues.iter_mut().find(|i| i.repo == name && i.number == n) else {
+    let Some(i) = s
+        .api
+        .issues
+        .iter_mut()
+        .find(|i| i.repo == name && i.number == n)
+    else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
     if let Some(t) = b.title {
@@ -775,10 +944,20 @@ struct LabelsBody {
     labels: Vec<String>,
 }
 
-async fn add_labels(State(f): State<Shared>, Path((o, r, n)): Path<(String, String, i64)>, h: HeaderMap, Json(b): Json<LabelsBody>) -> Response {
+async fn add_labels(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+    Json(b): Json<LabelsBody>,
+) -> Response {
     let (name, _) = enter!(f, "POST /repos/{o}/{r}/issues/{n}/labels", h, o, r);
     let mut s = f.inner.lock().unwrap();
-    let Some(i) = s.api.issues.iter_mut().find(|i| i.repo == name && i.number == n) else {
+    let Some(i) = s
+        .api
+        .issues
+        .iter_mut()
+        .find(|i| i.repo == name && i.number == n)
+    else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
     for l in b.labels {
@@ -786,7 +965,9 @@ async fn add_labels(State(f): State<Shared>, Path((o, r, n)): Path<(String, Stri
             i.labels.push(l);
         }
     }
-    ok(Value::Array(i.labels.iter().map(|l| json!({ "name": l })).collect()))
+    ok(Value::Array(
+        i.labels.iter().map(|l| json!({ "name": l })).collect(),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -794,30 +975,55 @@ struct SubIssueBody {
     sub_issue_id: i64,
 }
 
-async fn add_sub_issue(State(f): State<Shared>, Path((o, r, n)): Path<(String, String, i64)>, h: HeaderMap, Json(b): Json<SubIssueBody>) -> Response {
+async fn add_sub_issue(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+    Json(b): Json<SubIssueBody>,
+) -> Response {
     let (name, _) = enter!(f, "POST /repos/{o}/{r}/issues/{n}/sub_issues", h, o, r);
     let mut s = f.inner.lock().unwrap();
     if !s.api.issues.iter().any(|i| i.id == b.sub_issue_id) {
-        return error(StatusCode::UNPROCESSABLE_ENTITY, "sub_issue_id is not an issue");
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "sub_issue_id is not an issue",
+        );
     }
-    let Some(i) = s.api.issues.iter_mut().find(|i| i.repo == name && i.number == n) else {
+    let Some(i) = s
+        .api
+        .issues
+        .iter_mut()
+        .find(|i| i.repo == name && i.number == n)
+    else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
     if i.sub_issues.contains(&b.sub_issue_id) {
-        return error(StatusCode::UNPROCESSABLE_ENTITY, "Issue may not contain duplicate sub-issues");
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Issue may not contain duplicate sub-issues",
+        );
     }
     i.sub_issues.push(b.sub_issue_id);
     let parent = i.clone();
     created(issue_json(&parent))
 }
 
-async fn list_sub_issues(State(f): State<Shared>, Path((o, r, n)): Path<(String, String, i64)>, h: HeaderMap) -> Response {
+async fn list_sub_issues(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
     let (name, _) = enter!(f, "GET /repos/{o}/{r}/issues/{n}/sub_issues", h, o, r);
     let all = f.issues(&name);
     let Some(parent) = all.iter().find(|i| i.number == n) else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
-    ok(Value::Array(all.iter().filter(|i| parent.sub_issues.contains(&i.id)).map(issue_json).collect()))
+    ok(Value::Array(
+        all.iter()
+            .filter(|i| parent.sub_issues.contains(&i.id))
+            .map(issue_json)
+            .collect(),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -825,7 +1031,12 @@ struct CommentText {
     body: String,
 }
 
-async fn edit_comment(State(f): State<Shared>, Path((o, r, id)): Path<(String, String, i64)>, h: HeaderMap, Json(b): Json<CommentText>) -> Response {
+async fn edit_comment(
+    State(f): State<Shared>,
+    Path((o, r, id)): Path<(String, String, i64)>,
+    h: HeaderMap,
+    Json(b): Json<CommentText>,
+) -> Response {
     let (name, _) = enter!(f, "PATCH /repos/{o}/{r}/issues/comments/{id}", h, o, r);
     let mut s = f.inner.lock().unwrap();
     match s.comments.iter_mut().find(|c| c.id == id && c.repo == name) {
@@ -864,22 +1075,49 @@ async fn dispatch(
     h: HeaderMap,
     Json(b): Json<DispatchBody>,
 ) -> Response {
-    let (name, repo) = enter!(f, "POST /repos/{o}/{r}/actions/workflows/{file}/dispatches", h, o, r);
-    let Some(workflow) = f.inner.lock().unwrap().api.workflows.get(&(name.clone(), file.clone())).cloned() else {
+    let (name, repo) = enter!(
+        f,
+        "POST /repos/{o}/{r}/actions/workflows/{file}/dispatches",
+        h,
+        o,
+        r
+    );
+    let Some(workflow) = f
+        .inner
+        .lock()
+        .unwrap()
+        .api
+        .workflows
+        .get(&(name.clone(), file.clone()))
+        .cloned()
+    else {
         return error(StatusCode::NOT_FOUND, &format!("workflow {file} not found"));
     };
     let Some(sha) = repo.branch_sha(&b.reference) else {
-        return error(StatusCode::UNPROCESSABLE_ENTITY, &format!("No ref found for: {}", b.reference));
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("No ref found for: {}", b.reference),
+        );
     };
     let inputs: Vec<(String, String)> = b
         .inputs
         .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string()),
+            )
+        })
         .collect();
     // The template's `run-name` puts the dispatch id in the run's title.
     let title = format!(
         "supervise {}",
-        b.inputs.get("dispatch_id").and_then(Value::as_str).unwrap_or(&b.reference)
+        b.inputs
+            .get("dispatch_id")
+            .and_then(Value::as_str)
+            .unwrap_or(&b.reference)
     );
     let run = {
         let mut s = f.inner.lock().unwrap();
@@ -933,7 +1171,13 @@ async fn deliver_run(f: &FakeGitHub, action: &str, run: &Run) {
 }
 
 /// Runs a dispatched workflow: checkout, command, push, conclusion, webhooks.
-async fn execute(f: Shared, run: Run, repo: Repo, workflow: (String, Vec<(String, String)>), inputs: Vec<(String, String)>) {
+async fn execute(
+    f: Shared,
+    run: Run,
+    repo: Repo,
+    workflow: Workflow,
+    inputs: Vec<(String, String)>,
+) {
     let dir = f.data_dir.join("runs").join(run.id.to_string());
     let (command, env) = workflow;
     let checkout = repo.checkout(&run.head_branch, &dir);
@@ -970,19 +1214,33 @@ async fn execute(f: Shared, run: Run, repo: Repo, workflow: (String, Vec<(String
                 deliver_run(&f, "in_progress", &r).await;
             }
             // A cancel that arrived while the run was queued.
-            if f.runs(&run.repo).iter().any(|r| r.id == run.id && r.cancel_requested) {
+            if f.runs(&run.repo)
+                .iter()
+                .any(|r| r.id == run.id && r.cancel_requested)
+            {
                 signal(pgid, "TERM");
             }
             let ok = child.wait().await.map(|s| s.success()).unwrap_or(false);
             // A cancelled run ends when its last process does: a step that
             // ignores the cancel keeps the run going until a force-cancel.
-            while f.runs(&run.repo).iter().any(|r| r.id == run.id && r.cancel_requested)
+            while f
+                .runs(&run.repo)
+                .iter()
+                .any(|r| r.id == run.id && r.cancel_requested)
                 && group_alive(pgid)
             {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
             // Push what the workflow committed, as `actions/checkout` credentials would.
-            let pushed = crate::git::git(&dir, &["push", "-q", "origin", &format!("HEAD:refs/heads/{}", run.head_branch)]);
+            let pushed = crate::git::git(
+                &dir,
+                &[
+                    "push",
+                    "-q",
+                    "origin",
+                    &format!("HEAD:refs/heads/{}", run.head_branch),
+                ],
+            );
             if pushed.is_ok() {
                 if let Some(sha) = repo.branch_sha(&run.head_branch) {
                     f.on_push(&run.repo, &sha);
@@ -1050,20 +1308,38 @@ async fn list_runs(
     Query(q): Query<RunsQuery>,
     h: HeaderMap,
 ) -> Response {
-    let (name, _) = enter!(f, "GET /repos/{o}/{r}/actions/workflows/{file}/runs", h, o, r);
-    let since = q.created.as_deref().and_then(|c| c.strip_prefix(">=")).map(str::to_string);
+    let (name, _) = enter!(
+        f,
+        "GET /repos/{o}/{r}/actions/workflows/{file}/runs",
+        h,
+        o,
+        r
+    );
+    let since = q
+        .created
+        .as_deref()
+        .and_then(|c| c.strip_prefix(">="))
+        .map(str::to_string);
     let mut list: Vec<Value> = f
         .runs(&name)
         .iter()
         .filter(|r| r.workflow == file)
-        .filter(|r| since.as_ref().is_none_or(|s| r.created_at.as_str() >= s.as_str()))
+        .filter(|r| {
+            since
+                .as_ref()
+                .is_none_or(|s| r.created_at.as_str() >= s.as_str())
+        })
         .map(run_json)
         .collect();
     list.reverse(); // newest first, as GitHub lists them
     ok(json!({ "total_count": list.len(), "workflow_runs": list }))
 }
 
-async fn get_run(State(f): State<Shared>, Path((o, r, id)): Path<(String, String, i64)>, h: HeaderMap) -> Response {
+async fn get_run(
+    State(f): State<Shared>,
+    Path((o, r, id)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
     let (name, _) = enter!(f, "GET /repos/{o}/{r}/actions/runs/{id}", h, o, r);
     match f.runs(&name).iter().find(|r| r.id == id) {
         Some(r) => ok(run_json(r)),
@@ -1086,16 +1362,27 @@ async fn cancel(f: Shared, o: String, r: String, id: i64, h: HeaderMap, force: b
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
     if run.status == "completed" {
-        return error(StatusCode::CONFLICT, "Cannot cancel a workflow run that is completed.");
+        return error(
+            StatusCode::CONFLICT,
+            "Cannot cancel a workflow run that is completed.",
+        );
     }
     signal(run.pgid, if force { "KILL" } else { "TERM" });
     (StatusCode::ACCEPTED, Json(json!({}))).into_response()
 }
 
-async fn cancel_run(State(f): State<Shared>, Path((o, r, id)): Path<(String, String, i64)>, h: HeaderMap) -> Response {
+async fn cancel_run(
+    State(f): State<Shared>,
+    Path((o, r, id)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
     cancel(f, o, r, id, h, false).await
 }
 
-async fn force_cancel_run(State(f): State<Shared>, Path((o, r, id)): Path<(String, String, i64)>, h: HeaderMap) -> Response {
+async fn force_cancel_run(
+    State(f): State<Shared>,
+    Path((o, r, id)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
     cancel(f, o, r, id, h, true).await
 }

@@ -67,7 +67,11 @@ pub struct Commit {
 
 impl Repo {
     /// A new bare repository with one commit holding `files` on the default branch.
-    pub fn create(path: PathBuf, default_branch: &str, files: &[(&str, &str)]) -> Result<Repo, String> {
+    pub fn create(
+        path: PathBuf,
+        default_branch: &str,
+        files: &[(&str, &str)],
+    ) -> Result<Repo, String> {
         std::fs::create_dir_all(&path).map_err(|e| e.to_string())?;
         git(&path, &["init", "-q", "--bare", "-b", default_branch])?;
         let repo = Repo {
@@ -81,7 +85,11 @@ impl Repo {
     }
 
     pub fn resolve(&self, rev: &str) -> Option<String> {
-        git(&self.path, &["rev-parse", "--verify", "-q", &format!("{rev}^{{commit}}")]).ok()
+        git(
+            &self.path,
+            &["rev-parse", "--verify", "-q", &format!("{rev}^{{commit}}")],
+        )
+        .ok()
     }
 
     pub fn branch_sha(&self, branch: &str) -> Option<String> {
@@ -123,7 +131,12 @@ impl Repo {
                     &[],
                 )?;
                 let info = format!("100644,{blob},{path}");
-                git_with(&self.path, &["update-index", "--add", "--cacheinfo", &info], None, &env)?;
+                git_with(
+                    &self.path,
+                    &["update-index", "--add", "--cacheinfo", &info],
+                    None,
+                    &env,
+                )?;
             }
             git_with(&self.path, &["write-tree"], None, &env)
         })();
@@ -132,12 +145,20 @@ impl Repo {
     }
 
     /// Commits `files` on top of `branch` and moves it (compare-and-swap).
-    pub fn commit_files(&self, branch: &str, files: &[(&str, &str)], message: &str) -> Result<String, String> {
+    pub fn commit_files(
+        &self,
+        branch: &str,
+        files: &[(&str, &str)],
+        message: &str,
+    ) -> Result<String, String> {
         let parent = self
             .branch_sha(branch)
             .ok_or_else(|| format!("no branch {branch}"))?;
         let tree = self.tree_with(Some(&parent), files)?;
-        let sha = git(&self.path, &["commit-tree", &tree, "-p", &parent, "-m", message])?;
+        let sha = git(
+            &self.path,
+            &["commit-tree", &tree, "-p", &parent, "-m", message],
+        )?;
         self.update_ref(branch, &sha, Some(&parent))?;
         Ok(sha)
     }
@@ -152,7 +173,10 @@ impl Repo {
     /// Commits reachable from `head` and not from `base`, oldest first.
     pub fn commits_between(&self, base: &str, head: &str) -> Result<Vec<Commit>, String> {
         let range = format!("{base}..{head}");
-        let out = git(&self.path, &["log", "--reverse", "--format=%H%x00%s", &range])?;
+        let out = git(
+            &self.path,
+            &["log", "--reverse", "--format=%H%x00%s", &range],
+        )?;
         Ok(out
             .lines()
             .filter_map(|l| l.split_once('\0'))
@@ -164,23 +188,45 @@ impl Repo {
     }
 
     /// Merges `head` into `base` without a worktree. `Err(Ok(msg))` is a conflict.
-    pub fn merge(&self, base: &str, head: &str, message: &str) -> Result<String, Result<String, String>> {
+    pub fn merge(
+        &self,
+        base: &str,
+        head: &str,
+        message: &str,
+    ) -> Result<String, Result<String, String>> {
         let base_sha = self
             .branch_sha(base)
             .ok_or_else(|| Err(format!("no branch {base}")))?;
         let head_sha = self
             .branch_sha(head)
             .ok_or_else(|| Err(format!("no branch {head}")))?;
-        if git(&self.path, &["merge-base", "--is-ancestor", &head_sha, &base_sha]).is_ok() {
+        if git(
+            &self.path,
+            &["merge-base", "--is-ancestor", &head_sha, &base_sha],
+        )
+        .is_ok()
+        {
             return Ok(base_sha);
         }
-        let tree = match git(&self.path, &["merge-tree", "--write-tree", &base_sha, &head_sha]) {
+        let tree = match git(
+            &self.path,
+            &["merge-tree", "--write-tree", &base_sha, &head_sha],
+        ) {
             Ok(out) => out.lines().next().unwrap_or("").to_string(),
             Err(e) => return Err(Ok(e)),
         };
         let sha = git(
             &self.path,
-            &["commit-tree", &tree, "-p", &base_sha, "-p", &head_sha, "-m", message],
+            &[
+                "commit-tree",
+                &tree,
+                "-p",
+                &base_sha,
+                "-p",
+                &head_sha,
+                "-m",
+                message,
+            ],
         )
         .map_err(Err)?;
         self.update_ref(base, &sha, Some(&base_sha)).map_err(Err)?;

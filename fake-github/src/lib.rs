@@ -98,8 +98,12 @@ impl FakeGitHub {
     pub fn add_file(&self, repo: &str, path: &str, content: &str) {
         self.ensure_repo(repo);
         let r = self.repo(repo).expect("repository");
-        r.commit_files(&r.default_branch, &[(path, content)], &format!("Add {path}"))
-            .expect("commit");
+        r.commit_files(
+            &r.default_branch,
+            &[(path, content)],
+            &format!("Add {path}"),
+        )
+        .expect("commit");
     }
 
     pub fn comments(&self, repo: &str, issue: i64) -> Vec<Comment> {
@@ -351,7 +355,7 @@ pub(crate) async fn gate(
         if needs_token {
             s.calls += 1;
         }
-        let periodic = needs_token && s.fail_every > 0 && s.calls % s.fail_every == 0;
+        let periodic = needs_token && s.fail_every > 0 && s.calls.is_multiple_of(s.fail_every);
         if periodic && s.faults.is_empty() {
             Some(Fault {
                 status: 502,
@@ -362,16 +366,16 @@ pub(crate) async fn gate(
             })
         } else {
             match s.faults.first_mut().filter(|_| needs_token) {
-            Some(fl) => {
-                fl.times -= 1;
-                let out = fl.clone();
-                if fl.times == 0 {
-                    s.faults.remove(0);
+                Some(fl) => {
+                    fl.times -= 1;
+                    let out = fl.clone();
+                    if fl.times == 0 {
+                        s.faults.remove(0);
+                    }
+                    Some(out)
                 }
-                Some(out)
+                None => None,
             }
-            None => None,
-        }
         }
     };
     let record = |status: u16| {

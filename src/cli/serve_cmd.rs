@@ -4,13 +4,13 @@
 
 use crate::github::operation::{OpTimings, Operations};
 use crate::github::GitHub;
-use std::sync::Arc;
 use crate::server::service::{self, Service};
 use crate::store::sql::SqlStore;
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
 use secrecy::SecretString;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Args)]

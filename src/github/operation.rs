@@ -12,8 +12,8 @@
 use super::repo::{Repo, WorkflowRun};
 use super::{GitHub, GitHubError};
 use crate::engine::{
-    self, decide_mut, AgentReport, DispatchId, Effect, Evidence, Input, NoticeKind,
-    OperationId, OperationState, OverallStatus, Refusal, UnitStatus,
+    self, decide_mut, AgentReport, DispatchId, Effect, Evidence, Input, NoticeKind, OperationId,
+    OperationState, OverallStatus, Refusal, UnitStatus,
 };
 use crate::report;
 use crate::runner::git::{integration_branch, sprint_branch};
@@ -213,12 +213,20 @@ impl Operations {
                 tokio::time::sleep(ops.timings.tick).await;
                 let all: Vec<_> = ops.live.lock().expect("lock").values().cloned().collect();
                 for l in all {
-                    let mut live = l.lock().await;
-                    let span = tracing::info_span!("operation", op = %live.ctx.op);
-                    let _g = span.enter();
-                    if let Err(e) = ops.tick(&mut live).await {
-                        tracing::warn!(error = %e, "operation tick failed; will retry");
-                    }
+                    // Each operation on its own task: one waiting out a rate limit
+                    // never holds up the others. A busy one is ticked next time.
+                    let Ok(mut live) = l.try_lock_owned() else {
+                        continue;
+                    };
+                    let ops = ops.clone();
+                    tokio::spawn(async move {
+                        let span = tracing::info_span!("operation", op = %live.ctx.op);
+                        if let Err(e) =
+                            tracing::Instrument::instrument(ops.tick(&mut live), span).await
+                        {
+                            tracing::warn!(error = %e, "operation tick failed; will retry");
+                        }
+                    });
                 }
             }
         });
@@ -378,7 +386,9 @@ impl Operations {
     /// `resume`, `stop`, `killall`, `name-feature` on the issue's operation.
     pub async fn command(&self, repo: &str, issue: i64, input: Input) -> Result<String, OpError> {
         let Some(row) = self.store.operation_on(repo, issue).await? else {
-            return Ok(Refusal::NotStarted.to_string().replace("`start`", "`/supervise start`"));
+            return Ok(Refusal::NotStarted
+                .to_string()
+                .replace("`start`", "`/supervise start`"));
         };
         let l = self.open(&row).await?;
         let mut live = l.lock().await;
@@ -451,8 +461,13 @@ impl Operations {
             .await?;
         match payload["action"].as_str() {
             Some("completed") => {
-                self.finish(&mut live, &dispatch, run.conclusion.as_deref(), &run.html_url)
-                    .await?
+                self.finish(
+                    &mut live,
+                    &dispatch,
+                    run.conclusion.as_deref(),
+                    &run.html_url,
+                )
+                .await?
             }
             Some("in_progress") => live.queue.push_back(Input::AgentStarted { dispatch }),
             _ => {}
@@ -723,16 +738,26 @@ impl Operations {
         Ok(runs.into_iter().find(|r| r.carries(&d.0)))
     }
 
-    async fn dispatch(&self, live: &mut Live, order: &engine::DispatchOrder) -> Result<Outcome, OpError> {
+    async fn dispatch(
+        &self,
+        live: &mut Live,
+        order: &engine::DispatchOrder,
+    ) -> Result<Outcome, OpError> {
         let ctx = live.ctx.clone();
         let repo = self.repo(&ctx);
         let d = &order.dispatch;
         // Never twice: a run that carries this id already is adopted.
-        if self.store.run(&d.0).await?.is_some_and(|r| r.run_id.is_some()) {
+        if self
+            .store
+            .run(&d.0)
+            .await?
+            .is_some_and(|r| r.run_id.is_some())
+        {
             return Ok(Outcome::Done(vec![]));
         }
         if let Some(run) = self.find_run(live, d).await? {
-            self.record_run(&ctx, d, run.id, &run.html_url, None).await?;
+            self.record_run(&ctx, d, run.id, &run.html_url, None)
+                .await?;
             return Ok(Outcome::Done(vec![]));
         }
         let unit_slug = slug(&order.unit);
@@ -740,10 +765,9 @@ impl Operations {
         let integration = integration_branch(&ctx.op);
         let mut head = repo.branch_sha(&branch).await?;
         if head.is_none() {
-            let base = repo
-                .branch_sha(&integration)
-                .await?
-                .ok_or_else(|| GitHubError::Config(format!("the integration branch {integration} is gone")))?;
+            let base = repo.branch_sha(&integration).await?.ok_or_else(|| {
+                GitHubError::Config(format!("the integration branch {integration} is gone"))
+            })?;
             repo.create_branch(&branch, &base).await?;
             head = Some(base);
         }
@@ -772,8 +796,12 @@ impl Operations {
             if let Some(unit) = st.plan.unit(&order.unit) {
                 if let Some(sprint) = unit.sprints.iter().find(|s| s.id == order.sprint) {
                     let body = report::github::sprint_pr_body(&ctx.op, unit, sprint, &prompt_file);
-                    let title = format!("{} — Sprint {}: {}", order.unit, order.sprint, order.sprint_name);
-                    repo.ensure_pull(&branch, &integration, &title, &body).await?;
+                    let title = format!(
+                        "{} — Sprint {}: {}",
+                        order.unit, order.sprint, order.sprint_name
+                    );
+                    repo.ensure_pull(&branch, &integration, &title, &body)
+                        .await?;
                 }
             }
         }
@@ -813,7 +841,14 @@ impl Operations {
         }
     }
 
-    async fn record_run(&self, ctx: &OpContext, d: &DispatchId, id: i64, url: &str, base: Option<String>) -> Result<(), OpError> {
+    async fn record_run(
+        &self,
+        ctx: &OpContext,
+        d: &DispatchId,
+        id: i64,
+        url: &str,
+        base: Option<String>,
+    ) -> Result<(), OpError> {
         self.store
             .put_run(&RunRow {
                 dispatch: d.0.clone(),
@@ -874,7 +909,8 @@ impl Operations {
                 Some(run) if run.status == "completed" => {
                     let url = run.html_url.clone();
                     self.record_run(&live.ctx, &d, run.id, &url, None).await?;
-                    self.finish(live, &d, run.conclusion.as_deref(), &url).await?;
+                    self.finish(live, &d, run.conclusion.as_deref(), &url)
+                        .await?;
                 }
                 Some(_) => {}
                 None => live.queue.push_back(Input::DispatchFailed {
@@ -888,7 +924,13 @@ impl Operations {
 
     /// Gathers the evidence of a finished run and hands it to the engine; then
     /// publishes the attempt's check run on the sprint's head.
-    async fn finish(&self, live: &mut Live, d: &DispatchId, conclusion: Option<&str>, url: &str) -> Result<(), OpError> {
+    async fn finish(
+        &self,
+        live: &mut Live,
+        d: &DispatchId,
+        conclusion: Option<&str>,
+        url: &str,
+    ) -> Result<(), OpError> {
         let Some(st) = &live.state else { return Ok(()) };
         let Some((u, s)) = st.find_dispatch(d) else {
             return Ok(()); // already finished: a repeated webhook
@@ -997,7 +1039,12 @@ impl Operations {
         Ok(())
     }
 
-    async fn final_report(&self, ctx: &OpContext, st: &OperationState, key: &str) -> Result<(), OpError> {
+    async fn final_report(
+        &self,
+        ctx: &OpContext,
+        st: &OperationState,
+        key: &str,
+    ) -> Result<(), OpError> {
         let repo = self.repo(ctx);
         let integration = integration_branch(&ctx.op);
         let summary = report::final_summary(st);
@@ -1038,7 +1085,9 @@ impl Operations {
     /// Brings GitHub's view up to date: the status comment (at most once per
     /// interval unless `now`), the units' sub-issues, closed and labelled.
     async fn flush(&self, live: &mut Live, now: bool) -> Result<(), OpError> {
-        let Some(st) = live.state.clone() else { return Ok(()) };
+        let Some(st) = live.state.clone() else {
+            return Ok(());
+        };
         if !live.dirty {
             return Ok(());
         }

@@ -100,7 +100,11 @@ impl Repo<'_> {
     }
 
     async fn get(&self, rest: &str) -> Result<Value, GitHubError> {
-        Ok(self.gh.get(self.installation, &self.path(rest)).await?.json())
+        Ok(self
+            .gh
+            .get(self.installation, &self.path(rest))
+            .await?
+            .json())
     }
 
     async fn post(&self, rest: &str, body: Value) -> Result<Value, GitHubError> {
@@ -132,9 +136,9 @@ impl Repo<'_> {
         let body = json!({ "ref": format!("refs/heads/{branch}"), "sha": sha });
         match self.post("/git/refs", body).await {
             Ok(_) => Ok(()),
-            Err(GitHubError::Http { status: 422, body, .. }) if body.contains("already exists") => {
-                Ok(())
-            }
+            Err(GitHubError::Http {
+                status: 422, body, ..
+            }) if body.contains("already exists") => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -244,7 +248,9 @@ impl Repo<'_> {
     }
 
     pub async fn pull(&self, number: i64) -> Result<Option<PullRequest>, GitHubError> {
-        Ok(PullRequest::from(&self.get(&format!("/pulls/{number}")).await?))
+        Ok(PullRequest::from(
+            &self.get(&format!("/pulls/{number}")).await?,
+        ))
     }
 
     /// Opens a pull request unless one from `head` exists; returns its number.
@@ -336,9 +342,15 @@ impl Repo<'_> {
     }
 
     /// Issues (any state) carrying `label`, as (number, id, body).
-    pub async fn issues_labelled(&self, label: &str) -> Result<Vec<(i64, i64, String)>, GitHubError> {
+    pub async fn issues_labelled(
+        &self,
+        label: &str,
+    ) -> Result<Vec<(i64, i64, String)>, GitHubError> {
         let v = self
-            .get(&format!("/issues?state=all&per_page=100&labels={}", enc(label)))
+            .get(&format!(
+                "/issues?state=all&per_page=100&labels={}",
+                enc(label)
+            ))
             .await?;
         Ok(v.as_array()
             .map(|a| {
@@ -418,7 +430,10 @@ impl Repo<'_> {
 
     pub async fn comment(&self, issue: i64, body: &str) -> Result<i64, GitHubError> {
         let v = self
-            .post(&format!("/issues/{issue}/comments"), json!({ "body": body }))
+            .post(
+                &format!("/issues/{issue}/comments"),
+                json!({ "body": body }),
+            )
             .await?;
         Ok(v["id"].as_i64().unwrap_or(0))
     }
@@ -469,12 +484,9 @@ impl Repo<'_> {
                 json!({ "ref": branch, "inputs": inputs, "return_run_details": true }),
             )
             .await?;
-        Ok(v["workflow_run_id"].as_i64().map(|id| {
-            (
-                id,
-                v["html_url"].as_str().unwrap_or("").to_string(),
-            )
-        }))
+        Ok(v["workflow_run_id"]
+            .as_i64()
+            .map(|id| (id, v["html_url"].as_str().unwrap_or("").to_string())))
     }
 
     /// Recent runs of a workflow (newest first), created at or after `since`.
@@ -504,7 +516,10 @@ impl Repo<'_> {
     /// already finished is fine.
     pub async fn cancel(&self, id: i64, force: bool) -> Result<(), GitHubError> {
         let what = if force { "force-cancel" } else { "cancel" };
-        match self.post(&format!("/actions/runs/{id}/{what}"), json!({})).await {
+        match self
+            .post(&format!("/actions/runs/{id}/{what}"), json!({}))
+            .await
+        {
             Ok(_) | Err(GitHubError::Http { status: 409, .. }) => Ok(()),
             Err(e) => Err(e),
         }

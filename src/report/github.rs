@@ -143,7 +143,10 @@ pub fn sprint_check(
         s.push_str("| — | (no machine-checkable criteria) | — | — |\n");
     }
     if let Some(conflict) = &report.evidence.merge_conflict {
-        let _ = writeln!(s, "\nDoes not merge into the integration branch: {conflict}");
+        let _ = writeln!(
+            s,
+            "\nDoes not merge into the integration branch: {conflict}"
+        );
     }
     (conclusion, title, s)
 }

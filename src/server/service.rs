@@ -456,9 +456,20 @@ async fn answer(
         Command::Breakdown { doc } => doc.clone(),
         _ => None,
     };
-    let name = if cmd.name().is_empty() { "default" } else { cmd.name() };
+    let name = if cmd.name().is_empty() {
+        "default"
+    } else {
+        cmd.name()
+    };
     svc.store
-        .record_command(&format!("{}:{}", p.comment, n), &p.repo, p.issue, login, name, argument.as_deref())
+        .record_command(
+            &format!("{}:{}", p.comment, n),
+            &p.repo,
+            p.issue,
+            login,
+            name,
+            argument.as_deref(),
+        )
         .await
         .map_err(|e| GitHubError::Transport {
             what: "recording the command".into(),

@@ -353,7 +353,10 @@ impl SqlStore {
             repo: r.get("repo"),
             issue: r.get("issue"),
             installation: r.get("installation"),
-            active: r.try_get::<i32, _>("active").map(|a| a != 0).unwrap_or(true),
+            active: r
+                .try_get::<i32, _>("active")
+                .map(|a| a != 0)
+                .unwrap_or(true),
             status_comment: r.try_get("status_comment").ok(),
             context: r.get("context"),
         }
@@ -369,7 +372,11 @@ impl SqlStore {
     }
 
     /// The latest operation started on an issue.
-    pub async fn operation_on(&self, repo: &str, issue: i64) -> Result<Option<OperationRow>, SqlError> {
+    pub async fn operation_on(
+        &self,
+        repo: &str,
+        issue: i64,
+    ) -> Result<Option<OperationRow>, SqlError> {
         let row = sqlx::query("SELECT id, repo, issue, installation, active, status_comment, context FROM operations WHERE repo = $1 AND issue = $2 ORDER BY created_at DESC, id DESC LIMIT 1")
             .bind(repo)
             .bind(issue)
@@ -398,7 +405,12 @@ impl SqlStore {
 
     /// Events first, effects second: one decision's events and the effects they
     /// imply, in one transaction. Returns the effects with their outbox keys.
-    pub async fn append(&self, op: &str, events: &[Event], effects: &[Effect]) -> Result<Vec<OpEffect>, SqlError> {
+    pub async fn append(
+        &self,
+        op: &str,
+        events: &[Event],
+        effects: &[Effect],
+    ) -> Result<Vec<OpEffect>, SqlError> {
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) AS last FROM op_log WHERE op = $1")
             .bind(op)
@@ -441,10 +453,12 @@ impl SqlStore {
             let batch: Vec<Event> = serde_json::from_str(&r.get::<String, _>("events"))?;
             events.extend(batch);
         }
-        let rows = sqlx::query("SELECT seq, idx, effect FROM op_effects WHERE op = $1 AND done = 0 ORDER BY seq, idx")
-            .bind(op)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT seq, idx, effect FROM op_effects WHERE op = $1 AND done = 0 ORDER BY seq, idx",
+        )
+        .bind(op)
+        .fetch_all(&self.pool)
+        .await?;
         let mut pending = Vec::new();
         for r in rows {
             pending.push(OpEffect {
@@ -488,7 +502,10 @@ impl SqlStore {
             run_id: r.try_get("run_id").ok(),
             html_url: r.try_get("html_url").ok(),
             base_sha: r.try_get("base_sha").ok(),
-            completed: r.try_get::<i32, _>("completed").map(|c| c != 0).unwrap_or(false),
+            completed: r
+                .try_get::<i32, _>("completed")
+                .map(|c| c != 0)
+                .unwrap_or(false),
         }
     }
 
@@ -509,10 +526,12 @@ impl SqlStore {
     }
 
     pub async fn runs_of(&self, op: &str) -> Result<Vec<RunRow>, SqlError> {
-        let rows = sqlx::query("SELECT dispatch, op, run_id, html_url, base_sha, completed FROM op_runs WHERE op = $1")
-            .bind(op)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT dispatch, op, run_id, html_url, base_sha, completed FROM op_runs WHERE op = $1",
+        )
+        .bind(op)
+        .fetch_all(&self.pool)
+        .await?;
         Ok(rows.iter().map(Self::run_row).collect())
     }
 
