@@ -214,7 +214,7 @@ async fn operation_log_round_trip(s: &SqlStore) {
         .await
         .unwrap();
     s.append("op-1", &[e2.clone()], &[]).await.unwrap();
-    s.effect_done("op-1", first[0].seq, first[0].idx)
+    s.effect_done("op-1", first.1[0].seq, first.1[0].idx)
         .await
         .unwrap();
     let (events, pending) = s.load_operation("op-1").await.unwrap();

@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// Seconds a cancelled agent run may keep running before it is force-cancelled.
     #[arg(long, env = "SUPERVISE_FORCE_CANCEL_SECS", default_value_t = 30)]
     pub force_cancel_secs: u64,
+    /// This replica's name in operation leases (default: the host name). Give
+    /// each replica its own when several share a host.
+    #[arg(long, env = "SUPERVISE_REPLICA_ID")]
+    pub replica_id: Option<String>,
 }
 
 pub fn run(args: ServeArgs) -> Result<i32> {
@@ -114,7 +118,15 @@ pub fn run(args: ServeArgs) -> Result<i32> {
             args.app_id,
             &SecretString::from(key),
         )?);
+        let owner = args.replica_id.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .map(|h| h.trim().to_string())
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "supervise".into())
+        });
         let ops = Operations::new(
+            owner,
             github.clone(),
             store.clone(),
             OpTimings {
@@ -123,6 +135,7 @@ pub fn run(args: ServeArgs) -> Result<i32> {
                 status_interval: Duration::from_millis(args.status_interval_ms),
                 ci_grace: Duration::from_secs(args.ci_grace_secs),
                 force_cancel_after: Duration::from_secs(args.force_cancel_secs.max(1)),
+                lease: Duration::from_secs(args.lease_secs.max(1)),
             },
         );
         let loaded = ops

@@ -37,13 +37,16 @@ pub enum OpError {
     GitHub(#[from] GitHubError),
     #[error(transparent)]
     Store(#[from] SqlError),
+    /// Another replica holds the operation's lease; try again later.
+    #[error("operation {0} is being carried out by another replica")]
+    Busy(String),
 }
 
 impl OpError {
     pub fn is_transient(&self) -> bool {
         match self {
             OpError::GitHub(e) => e.is_transient(),
-            OpError::Store(_) => true,
+            OpError::Store(_) | OpError::Busy(_) => true,
         }
     }
 }
@@ -76,6 +79,8 @@ pub struct OpTimings {
     pub ci_grace: Duration,
     /// How long a cancelled run may keep running before it is force-cancelled.
     pub force_cancel_after: Duration,
+    /// How long a replica's claim on an operation lasts without renewal.
+    pub lease: Duration,
 }
 
 impl Default for OpTimings {
@@ -86,6 +91,7 @@ impl Default for OpTimings {
             status_interval: Duration::from_secs(5),
             ci_grace: Duration::from_secs(60),
             force_cancel_after: Duration::from_secs(30),
+            lease: Duration::from_secs(60),
         }
     }
 }
@@ -109,6 +115,9 @@ struct Live {
     waiting: HashSet<(i64, i64)>,
     /// Set during reconciliation: waiting entries are tried again.
     retry_waiting: bool,
+    /// The last decision this replica knows of: if the log has moved on (another
+    /// replica acted), the operation is reloaded before acting.
+    seq: i64,
 }
 
 /// What carrying out one effect came to.
@@ -119,6 +128,8 @@ enum Outcome {
 }
 
 pub struct Operations {
+    /// This replica's name in operation leases.
+    owner: String,
     gh: Arc<GitHub>,
     store: SqlStore,
     timings: OpTimings,
@@ -143,8 +154,11 @@ fn conclusion_exit(c: Option<&str>) -> Option<i32> {
 }
 
 impl Operations {
-    pub fn new(gh: Arc<GitHub>, store: SqlStore, timings: OpTimings) -> Arc<Operations> {
+    /// `owner` names this replica (a restarted replica with the same name takes
+    /// its operations back at once; another waits for the lease to expire).
+    pub fn new(owner: String, gh: Arc<GitHub>, store: SqlStore, timings: OpTimings) -> Arc<Operations> {
         Arc::new(Operations {
+            owner,
             gh,
             store,
             timings,
@@ -170,8 +184,10 @@ impl Operations {
             return Ok(l);
         }
         let ctx: OpContext = serde_json::from_str(&row.context).map_err(SqlError::from)?;
+        let seq = self.store.last_seq(&row.id).await?;
         let (events, pending) = self.store.load_operation(&row.id).await?;
         let live = Arc::new(tokio::sync::Mutex::new(Live {
+            seq,
             ctx,
             state: OperationState::replay(&events),
             pending,
@@ -232,9 +248,34 @@ impl Operations {
         });
     }
 
+    /// Takes the operation's lease, catching up with the log if another replica
+    /// acted since this one last did.
+    async fn acquire(&self, live: &mut Live) -> Result<(), OpError> {
+        if !self
+            .store
+            .lease_operation(&live.ctx.op, &self.owner, self.timings.lease)
+            .await?
+        {
+            return Err(OpError::Busy(live.ctx.op.clone()));
+        }
+        let seq = self.store.last_seq(&live.ctx.op).await?;
+        if seq != live.seq {
+            let (events, pending) = self.store.load_operation(&live.ctx.op).await?;
+            live.state = OperationState::replay(&events);
+            live.pending = pending;
+            live.seq = seq;
+            live.dirty = true;
+        }
+        Ok(())
+    }
+
     async fn tick(&self, live: &mut Live) -> Result<(), OpError> {
         if live.state.is_none() {
             return Ok(());
+        }
+        match self.acquire(live).await {
+            Err(OpError::Busy(_)) => return Ok(()),
+            r => r?,
         }
         live.queue.push_back(Input::Tick);
         self.drive(live).await?;
@@ -357,6 +398,7 @@ impl Operations {
         self.store.create_operation(&row).await?;
         let l = self.open(&row).await?;
         let mut live = l.lock().await;
+        self.acquire(&mut live).await?;
         let units = plan.work_units.len();
         let sprints: usize = plan.work_units.iter().map(|u| u.sprints.len()).sum();
         if live.state.is_none() {
@@ -392,6 +434,7 @@ impl Operations {
         };
         let l = self.open(&row).await?;
         let mut live = l.lock().await;
+        self.acquire(&mut live).await?;
         let what = match &input {
             Input::Stop => "Stopping: no new sprints; agents in flight finish (or are cancelled after the stop timeout).",
             Input::Killall => "Killing every agent in flight; unfinished work stays on its branch.",
@@ -450,6 +493,7 @@ impl Operations {
         let mut live = l.lock().await;
         let span = tracing::info_span!("operation", op = %row.op);
         let _g = span.enter();
+        self.acquire(&mut live).await?;
         let dispatch = DispatchId(row.dispatch.clone());
         self.store
             .put_run(&RunRow {
@@ -494,7 +538,8 @@ impl Operations {
             return Ok(Ok(()));
         }
         match self.store.append(&live.ctx.op, &d.events, &d.effects).await {
-            Ok(effects) => {
+            Ok((seq, effects)) => {
+                live.seq = seq;
                 live.pending.extend(effects);
                 Ok(Ok(()))
             }
@@ -503,6 +548,7 @@ impl Operations {
                 if let Ok((events, pending)) = self.store.load_operation(&live.ctx.op).await {
                     live.state = OperationState::replay(&events);
                     live.pending = pending;
+                    live.seq = self.store.last_seq(&live.ctx.op).await.unwrap_or(live.seq);
                 }
                 Err(e.into())
             }

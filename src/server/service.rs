@@ -424,6 +424,10 @@ fn op_error(e: OpError) -> GitHubError {
             what: "the store".into(),
             message: e.to_string(),
         },
+        OpError::Busy(op) => GitHubError::Transport {
+            what: format!("operation {op}"),
+            message: "another replica holds it".into(),
+        },
     }
 }
 

@@ -80,6 +80,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
         PRIMARY KEY (op, unit)
     );",
     ),
+    (
+        3,
+        "ALTER TABLE operations ADD COLUMN owner TEXT;
+    ALTER TABLE operations ADD COLUMN lease_until BIGINT",
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -404,13 +409,14 @@ impl SqlStore {
     }
 
     /// Events first, effects second: one decision's events and the effects they
-    /// imply, in one transaction. Returns the effects with their outbox keys.
+    /// imply, in one transaction. Returns the decision's sequence number and the
+    /// effects with their outbox keys.
     pub async fn append(
         &self,
         op: &str,
         events: &[Event],
         effects: &[Effect],
-    ) -> Result<Vec<OpEffect>, SqlError> {
+    ) -> Result<(i64, Vec<OpEffect>), SqlError> {
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) AS last FROM op_log WHERE op = $1")
             .bind(op)
@@ -439,7 +445,30 @@ impl SqlStore {
             });
         }
         tx.commit().await?;
-        Ok(out)
+        Ok((seq, out))
+    }
+
+    /// Takes (or renews) the right to act on an operation for `lease`: one
+    /// replica at a time carries out an operation's effects.
+    pub async fn lease_operation(&self, op: &str, owner: &str, lease: Duration) -> Result<bool, SqlError> {
+        let now = now_ms();
+        let r = sqlx::query("UPDATE operations SET owner = $1, lease_until = $2 WHERE id = $3 AND (owner IS NULL OR owner = $1 OR lease_until < $4)")
+            .bind(owner)
+            .bind(now + lease.as_millis() as i64)
+            .bind(op)
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// The sequence number of the operation's last decision (0: none).
+    pub async fn last_seq(&self, op: &str) -> Result<i64, SqlError> {
+        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) AS last FROM op_log WHERE op = $1")
+            .bind(op)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get::<i64, _>("last").unwrap_or(0))
     }
 
     /// The operation's events in order, and its effects not yet done.
