@@ -58,7 +58,8 @@ pub(crate) struct Inner {
     counts: BTreeMap<String, u64>,
     log: Vec<(f64, String, u16)>,
     faults: Vec<Fault>,
-    rate_limited_until: Option<Instant>,
+    /// The announced rate-limit window: (announced at, reset).
+    rate_limited: Option<(Instant, Instant)>,
     early_calls: u64,
     next_id: i64,
     deliveries: u64,
@@ -349,7 +350,12 @@ pub(crate) async fn gate(
     let fault = {
         let mut s = f.inner.lock().unwrap();
         *s.counts.entry(endpoint.to_string()).or_default() += 1;
-        if s.rate_limited_until.is_some_and(|t| Instant::now() < t) {
+        // A call that arrives within 100 ms of the announcement may have been
+        // in flight already (another task of the client); later ones are early.
+        let now = Instant::now();
+        if s.rate_limited
+            .is_some_and(|(from, until)| now > from + Duration::from_millis(100) && now < until)
+        {
             s.early_calls += 1;
         }
         if needs_token {
@@ -401,8 +407,8 @@ pub(crate) async fn gate(
                 let reset = chrono::Utc::now().timestamp() + r as i64;
                 h.insert("x-ratelimit-remaining", HeaderValue::from(0));
                 h.insert("x-ratelimit-reset", HeaderValue::from(reset));
-                f.inner.lock().unwrap().rate_limited_until =
-                    Some(Instant::now() + Duration::from_secs(r));
+                f.inner.lock().unwrap().rate_limited =
+                    Some((Instant::now(), Instant::now() + Duration::from_secs(r)));
             }
             return Err(resp);
         }
