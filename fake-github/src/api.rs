@@ -104,6 +104,20 @@ impl ApiState {
     }
 }
 
+/// Something that belongs to one repository.
+trait InRepo: Clone {
+    fn repo(&self) -> &str;
+}
+
+macro_rules! in_repo_impl {
+    ($($t:ty),*) => { $(impl InRepo for $t { fn repo(&self) -> &str { &self.repo } })* };
+}
+in_repo_impl!(Issue, Pull, CheckRun, Run);
+
+fn in_repo<T: InRepo>(items: &[T], repo: &str) -> Vec<T> {
+    items.iter().filter(|i| i.repo() == repo).cloned().collect()
+}
+
 fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
@@ -181,43 +195,19 @@ impl FakeGitHub {
     }
 
     pub fn issues(&self, repo: &str) -> Vec<Issue> {
-        let s = self.inner.lock().unwrap();
-        s.api
-            .issues
-            .iter()
-            .filter(|i| i.repo == repo)
-            .cloned()
-            .collect()
+        in_repo(&self.inner.lock().unwrap().api.issues, repo)
     }
 
     pub fn pulls(&self, repo: &str) -> Vec<Pull> {
-        let s = self.inner.lock().unwrap();
-        s.api
-            .pulls
-            .iter()
-            .filter(|p| p.repo == repo)
-            .cloned()
-            .collect()
+        in_repo(&self.inner.lock().unwrap().api.pulls, repo)
     }
 
     pub fn check_runs(&self, repo: &str) -> Vec<CheckRun> {
-        let s = self.inner.lock().unwrap();
-        s.api
-            .check_runs
-            .iter()
-            .filter(|c| c.repo == repo)
-            .cloned()
-            .collect()
+        in_repo(&self.inner.lock().unwrap().api.check_runs, repo)
     }
 
     pub fn runs(&self, repo: &str) -> Vec<Run> {
-        let s = self.inner.lock().unwrap();
-        s.api
-            .runs
-            .iter()
-            .filter(|r| r.repo == repo)
-            .cloned()
-            .collect()
+        in_repo(&self.inner.lock().unwrap().api.runs, repo)
     }
 
     /// A file's text at a ref (branch or sha).

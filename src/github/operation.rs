@@ -156,7 +156,12 @@ fn conclusion_exit(c: Option<&str>) -> Option<i32> {
 impl Operations {
     /// `owner` names this replica (a restarted replica with the same name takes
     /// its operations back at once; another waits for the lease to expire).
-    pub fn new(owner: String, gh: Arc<GitHub>, store: SqlStore, timings: OpTimings) -> Arc<Operations> {
+    pub fn new(
+        owner: String,
+        gh: Arc<GitHub>,
+        store: SqlStore,
+        timings: OpTimings,
+    ) -> Arc<Operations> {
         Arc::new(Operations {
             owner,
             gh,
@@ -327,7 +332,7 @@ impl Operations {
             name: o.repo,
         };
         let default_branch = repo.default_branch().await?;
-        let file_settings = match repo.file(".github/supervise.yml", &default_branch).await? {
+        let file_settings = match repo.file(".github/supervise.yml", Some(&default_branch)).await? {
             None => settings::FileSettings::default(),
             Some((text, _)) => match settings::parse(&text, ".github/supervise.yml") {
                 Ok(f) => f,
@@ -339,7 +344,7 @@ impl Operations {
             },
         };
         let plan_path = plan_arg.unwrap_or("EXECUTION_PLAN.md").to_string();
-        let Some((source, _)) = repo.file(&plan_path, &default_branch).await? else {
+        let Some((source, _)) = repo.file(&plan_path, Some(&default_branch)).await? else {
             return Ok(format!(
                 "ERROR: Cannot find `{plan_path}` on `{default_branch}`.\nThe Sprint Supervisor requires an execution plan to operate. Commit one, or name it: `/supervise start path/to/EXECUTION_PLAN.md`."
             ));
@@ -1002,7 +1007,7 @@ impl Operations {
         }
         let ci_passed = (!ci.is_empty()).then(|| ci.iter().all(|c| c.green()));
         let recorded: Option<RunResult> = repo
-            .file(&results_path(&d.0), &head)
+            .file(&results_path(&d.0), Some(&head))
             .await?
             .and_then(|(t, _)| serde_json::from_str(&t).ok());
         let base = self.store.run(&d.0).await?.and_then(|r| r.base_sha);

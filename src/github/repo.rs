@@ -143,16 +143,15 @@ impl Repo<'_> {
         }
     }
 
-    /// A file's text and blob sha at a ref, or None.
+    /// A file's text and blob sha at a ref (None: the default branch), or None
+    /// when there is no such file. Text that is not UTF-8 is an error.
     pub async fn file(
         &self,
         path: &str,
-        rev: &str,
+        rev: Option<&str>,
     ) -> Result<Option<(String, String)>, GitHubError> {
-        let v = match self
-            .get(&format!("/contents/{}?ref={}", enc(path), enc(rev)))
-            .await
-        {
+        let query = rev.map(|r| format!("?ref={}", enc(r))).unwrap_or_default();
+        let v = match self.get(&format!("/contents/{}{query}", enc(path))).await {
             Ok(v) => v,
             Err(GitHubError::Http { status: 404, .. }) => return Ok(None),
             Err(e) => return Err(e),
@@ -167,7 +166,11 @@ impl Repo<'_> {
             .decode(encoded)
             .ok()
             .and_then(|b| String::from_utf8(b).ok())
-            .unwrap_or_default();
+            .ok_or_else(|| GitHubError::Http {
+                status: 422,
+                what: format!("reading {path}"),
+                body: "the file is not UTF-8 text".into(),
+            })?;
         Ok(Some((text, v["sha"].as_str().unwrap_or("").to_string())))
     }
 
@@ -180,7 +183,7 @@ impl Repo<'_> {
         text: &str,
         message: &str,
     ) -> Result<Option<String>, GitHubError> {
-        let existing = self.file(path, branch).await?;
+        let existing = self.file(path, Some(branch)).await?;
         if existing.as_ref().is_some_and(|(t, _)| t == text) {
             return Ok(None);
         }

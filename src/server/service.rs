@@ -13,6 +13,7 @@ use super::signature;
 use crate::engine::naming;
 use crate::engine::Input;
 use crate::github::operation::{OpError, Operations, Origin};
+use crate::github::repo::Repo;
 use crate::github::{GitHub, GitHubError};
 use crate::settings;
 use crate::store::sql::{Intake, SqlStore};
@@ -288,24 +289,19 @@ async fn permission(svc: &Service, p: &Place, login: &str) -> Result<Permission,
 /// The repository's rules from `.github/supervise.yml` (defaults when there is
 /// none), or the reason the file is unusable.
 async fn repo_policy(svc: &Service, p: &Place) -> Result<Result<Policy, String>, GitHubError> {
-    use base64::Engine;
-    let path = format!("/repos/{}/contents/.github/supervise.yml", p.repo);
-    let reply = match svc.github.get(p.installation, &path).await {
-        Ok(r) => r,
-        Err(GitHubError::Http { status: 404, .. }) => return Ok(Ok(Policy::default())),
+    let repo = Repo {
+        gh: &svc.github,
+        installation: p.installation,
+        name: &p.repo,
+    };
+    let text = match repo.file(".github/supervise.yml", None).await {
+        Ok(None) => return Ok(Ok(Policy::default())),
+        Ok(Some((text, _))) => Ok(text),
+        Err(GitHubError::Http {
+            status: 422, body, ..
+        }) => Err(format!(".github/supervise.yml: {body}")),
         Err(e) => return Err(e),
     };
-    let encoded: String = reply.json()["content"]
-        .as_str()
-        .unwrap_or("")
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect();
-    let text = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .ok_or_else(|| ".github/supervise.yml is not UTF-8 text".to_string());
     Ok(text
         .and_then(|t| settings::parse(&t, ".github/supervise.yml"))
         .and_then(|f| {

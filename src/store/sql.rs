@@ -450,7 +450,12 @@ impl SqlStore {
 
     /// Takes (or renews) the right to act on an operation for `lease`: one
     /// replica at a time carries out an operation's effects.
-    pub async fn lease_operation(&self, op: &str, owner: &str, lease: Duration) -> Result<bool, SqlError> {
+    pub async fn lease_operation(
+        &self,
+        op: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<bool, SqlError> {
         let now = now_ms();
         let r = sqlx::query("UPDATE operations SET owner = $1, lease_until = $2 WHERE id = $3 AND (owner IS NULL OR owner = $1 OR lease_until < $4)")
             .bind(owner)
