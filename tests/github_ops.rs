@@ -266,6 +266,7 @@ fn redact(text: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     let s = Story::begin("").await;
+    let began = Instant::now();
     s.say("Let's build it.\n\n/supervise start").await;
     s.until("the final pull request", 180, |s| s.final_pull().is_some())
         .await;
@@ -375,6 +376,17 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     }
     s.assert_no_double_dispatch();
     assert_eq!(s.fake.runs(REPO).len(), 4, "one run per sprint");
+
+    // Coalesced: however many events, at most one status edit per interval
+    // (300 ms here), plus the creation and the final refresh.
+    let edits = s
+        .fake
+        .request_log()
+        .iter()
+        .filter(|(_, e, _)| e == "PATCH /repos/{o}/{r}/issues/comments/{id}")
+        .count();
+    let allowed = (began.elapsed().as_millis() / 300) as usize + 2;
+    assert!(edits <= allowed, "{edits} status edits, at most {allowed}");
 
     // The GitHub requests the operation spent, per sprint (for the README).
     let log = s.fake.request_log();
@@ -500,6 +512,12 @@ async fn killall_and_stop_cancel_the_runs_in_flight() {
     s.say("/supervise start").await;
     s.until("two agents running", 60, |s| in_progress(s, 2))
         .await;
+    s.until("the status comment links the runs", 30, |s| {
+        s.status_comment().contains("Active agents: 2")
+            && s.status_comment()
+                .contains("](https://github.com/acme/shop/actions/runs/")
+    })
+    .await;
     s.say("/supervise killall").await;
     s.until("killed, runs cancelled", 60, |s| {
         s.status_comment().contains("status: killed")
@@ -664,4 +682,48 @@ async fn requests_per_sprint_are_a_small_constant() {
     let per_sprint = (six - one) as f64 / 5.0;
     eprintln!("GitHub requests: 1 sprint {one}, 6 sprints {six}: {per_sprint:.1} per extra sprint");
     assert!(per_sprint <= 22.0, "{per_sprint} requests per sprint");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_merge_after_review_a_sprint_waits_for_an_approval() {
+    let s = Story::begin("").await;
+    s.fake.add_file(
+        REPO,
+        ".github/supervise.yml",
+        &format!("{SETTINGS}merge: after_review\n"),
+    );
+    s.say("/supervise start").await;
+    let verified = |s: &Story, name: &str| {
+        s.fake
+            .check_runs(REPO)
+            .iter()
+            .any(|c| c.name == name && c.conclusion.as_deref() == Some("success"))
+    };
+    s.until("api Sprint 1 verified", 60, |s| {
+        verified(s, "supervise: api Sprint 1")
+    })
+    .await;
+    // Verified, but not merged, and the unit's next sprint waits for it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let pr = s
+        .fake
+        .pulls(REPO)
+        .into_iter()
+        .find(|p| p.head.ends_with("/api/sprint-1"))
+        .unwrap();
+    assert!(!pr.merged, "not merged before a review");
+    assert!(
+        s.runs_of("/api/2/").is_empty(),
+        "Sprint 2 waits for Sprint 1's merge"
+    );
+    s.fake.approve(REPO, pr.number, "mia");
+    s.until("api Sprint 2 dispatched after the approval", 60, |s| {
+        !s.runs_of("/api/2/").is_empty()
+    })
+    .await;
+    assert!(s
+        .fake
+        .pulls(REPO)
+        .iter()
+        .any(|p| p.number == pr.number && p.merged));
 }
