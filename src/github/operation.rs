@@ -275,7 +275,12 @@ impl Operations {
     }
 
     async fn tick(&self, live: &mut Live) -> Result<(), OpError> {
-        if live.state.is_none() {
+        // Nothing can happen to a finished operation without a person.
+        let finished = live
+            .state
+            .as_ref()
+            .is_none_or(|st| st.status == OverallStatus::Completed);
+        if finished && live.pending.is_empty() && !live.dirty {
             return Ok(());
         }
         match self.acquire(live).await {
@@ -492,8 +497,12 @@ impl Operations {
                 }
             }
         };
-        let Some(l) = self.get(&row.op) else {
-            return Ok(());
+        let l = match self.get(&row.op) {
+            Some(l) => l,
+            None => match self.store.operation(&row.op).await? {
+                Some(op) => self.open(&op).await?,
+                None => return Ok(()),
+            },
         };
         let mut live = l.lock().await;
         let span = tracing::info_span!("operation", op = %row.op);

@@ -376,6 +376,14 @@ impl SqlStore {
         Ok(rows.iter().map(Self::operation_row).collect())
     }
 
+    pub async fn operation(&self, id: &str) -> Result<Option<OperationRow>, SqlError> {
+        let row = sqlx::query("SELECT id, repo, issue, installation, active, status_comment, context FROM operations WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(Self::operation_row))
+    }
+
     /// The latest operation started on an issue.
     pub async fn operation_on(
         &self,
