@@ -459,7 +459,11 @@ async fn a_flaky_sprint_is_retried_stronger_and_a_doomed_one_blocks_until_resume
         1,
         "one BLOCKED notice on the operation issue: {notices:#?}"
     );
-    assert!(notices[0].contains("api"), "{}", notices[0]);
+    assert!(
+        notices[0].contains("To retry: /supervise resume api"),
+        "the notice names the comment command: {}",
+        notices[0]
+    );
     let doomed = s.unit_issue("api").unwrap();
     assert!(
         doomed.labels.contains(&"blocked".to_string()),

@@ -752,7 +752,7 @@ impl Operations {
                     _ => "",
                 };
                 let marker = report::github::notice_marker(op, &format!("{}.{}", p.seq, p.idx));
-                let body = format!("{prefix}{text}");
+                let body = format!("{prefix}{}", report::github::as_comment_commands(text));
                 repo.comment_once(ctx.issue, Some(&ctx.started_at), &marker, &body)
                     .await?;
                 if let (NoticeKind::Blocked, Some(u)) = (kind, unit) {

@@ -26,13 +26,24 @@ pub fn notice_marker(op: &str, key: &str) -> String {
     format!("<!-- supervise:notice {op}/{key} -->")
 }
 
+/// Engine and report texts name the command line (`supervise resume api`); on
+/// GitHub the same command is a comment (`/supervise resume api`).
+pub fn as_comment_commands(text: &str) -> String {
+    text.replace("`supervise resume", "`/supervise resume")
+        .replace("To retry: supervise resume", "To retry: /supervise resume")
+        .replace(
+            "To resume: supervise resume",
+            "To resume: /supervise resume",
+        )
+}
+
 /// The sticky status comment: the §13 table with active agents linked to their runs.
 pub fn status_comment(
     st: &OperationState,
     now: DateTime<Utc>,
     link: &dyn Fn(&DispatchId) -> Option<String>,
 ) -> String {
-    let mut out = status_table_linked(st, now, link);
+    let mut out = as_comment_commands(&status_table_linked(st, now, link));
     out.push_str(
         "\n<sub>Edited in place as the operation moves. Commands: `/supervise status`, `stop`, `killall`, `resume [unit]`.</sub>\n",
     );

@@ -89,6 +89,46 @@ impl Git {
         })
     }
 
+    /// Removes git lock files a killed supervisor may have left on what it
+    /// writes: the operation's refs and its worktrees' indexes. Only locks older
+    /// than `older_than` go: git holds a lock for milliseconds, so an old one is
+    /// stale, while a live agent's fresh one is left alone. Call it holding the
+    /// supervisor lock.
+    pub fn clear_stale_locks(&self, older_than: std::time::Duration) -> Vec<PathBuf> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "lock") {
+                    out.push(p);
+                }
+            }
+        }
+        let git_dir = self.repo.commondir().to_path_buf();
+        let mut candidates = Vec::new();
+        walk(&git_dir.join("refs/heads/supervise"), &mut candidates);
+        walk(&git_dir.join("worktrees"), &mut candidates);
+        candidates.push(git_dir.join("packed-refs.lock"));
+        let now = std::time::SystemTime::now();
+        let mut removed = Vec::new();
+        for p in candidates {
+            let old = std::fs::metadata(&p)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|age| age >= older_than);
+            if old && std::fs::remove_file(&p).is_ok() {
+                tracing::warn!(path = %p.display(), "removed a stale git lock left by a crash");
+                removed.push(p);
+            }
+        }
+        removed
+    }
+
     pub fn head_commit(&self) -> Result<Oid> {
         let head = self
             .repo

@@ -130,6 +130,9 @@ impl Supervisor {
             anyhow!("a supervisor is already running for this plan (pid {pid}); use `supervise status`, `stop` or `killall` from here")
         })?;
         let git = Git::open(&plan.root, &dir)?;
+        // We hold the supervisor lock: a git lock older than a few seconds on the
+        // refs and worktrees we write was left by a killed supervisor.
+        git.clear_stale_locks(Duration::from_secs(5));
         let mut ledger = FileLedger::new(&dir);
         let loaded = ledger.load()?;
         let (tx, rx) = channel();
