@@ -69,9 +69,10 @@ pub struct ServeArgs {
     /// Least milliseconds between two edits of a status comment.
     #[arg(long, env = "SUPERVISE_STATUS_INTERVAL_MS", default_value_t = 5000)]
     pub status_interval_ms: u64,
-    /// Seconds a build gate waits for the repository's CI to report on the
-    /// integration branch before passing without it.
-    #[arg(long, env = "SUPERVISE_CI_GRACE_SECS", default_value_t = 60)]
+    /// Seconds to wait for the repository's CI to report at all (on a sprint's
+    /// head after its run, on the integration head at a build gate) before going
+    /// on without it; 0 for a repository without CI.
+    #[arg(long, env = "SUPERVISE_CI_GRACE_SECS", default_value_t = 30)]
     pub ci_grace_secs: u64,
     /// Seconds a cancelled agent run may keep running before it is force-cancelled.
     #[arg(long, env = "SUPERVISE_FORCE_CANCEL_SECS", default_value_t = 30)]

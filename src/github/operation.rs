@@ -75,7 +75,8 @@ pub struct OpTimings {
     pub reconcile: Duration,
     /// The least time between two edits of a status comment.
     pub status_interval: Duration,
-    /// How long a build gate waits for the repository's CI to report at all.
+    /// How long to wait for the repository's CI to report at all (sprint heads
+    /// and build gates) before going on without it.
     pub ci_grace: Duration,
     /// How long a cancelled run may keep running before it is force-cancelled.
     pub force_cancel_after: Duration,
@@ -89,7 +90,7 @@ impl Default for OpTimings {
             tick: Duration::from_secs(2),
             reconcile: Duration::from_secs(30),
             status_interval: Duration::from_secs(5),
-            ci_grace: Duration::from_secs(60),
+            ci_grace: Duration::from_secs(30),
             force_cancel_after: Duration::from_secs(30),
             lease: Duration::from_secs(60),
         }
@@ -115,6 +116,8 @@ struct Live {
     waiting: HashSet<(i64, i64)>,
     /// Set during reconciliation: waiting entries are tried again.
     retry_waiting: bool,
+    /// Finished runs whose sprint head has no CI report yet: since when.
+    ci_wait: HashMap<String, Instant>,
     /// The last decision this replica knows of: if the log has moved on (another
     /// replica acted), the operation is reloaded before acting.
     seq: i64,
@@ -206,6 +209,7 @@ impl Operations {
             cancels: HashMap::new(),
             waiting: HashSet::new(),
             retry_waiting: true,
+            ci_wait: HashMap::new(),
         }));
         Ok(self
             .live
@@ -471,10 +475,9 @@ impl Operations {
         };
         let l = self.open(&row).await?;
         let live = l.lock().await;
-        Ok(live
-            .state
-            .as_ref()
-            .map(|st| report::status_table(st, chrono::Utc::now())))
+        Ok(live.state.as_ref().map(|st| {
+            report::github::as_comment_commands(&report::status_table(st, chrono::Utc::now()))
+        }))
     }
 
     // ----- webhooks ----------------------------------------------------------
@@ -1014,6 +1017,13 @@ impl Operations {
         if ci.iter().any(|c| !c.completed) {
             return Ok(()); // the next reconciliation looks again
         }
+        // CI reports a little after a push: give it the grace before deciding
+        // without it (a repository without CI then waits only this once).
+        let first_seen = *live.ci_wait.entry(d.0.clone()).or_insert_with(Instant::now);
+        if ci.is_empty() && first_seen.elapsed() < self.timings.ci_grace {
+            return Ok(());
+        }
+        live.ci_wait.remove(&d.0);
         let ci_passed = (!ci.is_empty()).then(|| ci.iter().all(|c| c.green()));
         let recorded: Option<RunResult> = repo
             .file(&results_path(&d.0), Some(&head))
