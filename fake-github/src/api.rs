@@ -1208,7 +1208,7 @@ async fn execute(
                 .iter()
                 .any(|r| r.id == run.id && r.cancel_requested)
             {
-                signal(pgid, "TERM");
+                signal(pgid, libc::SIGTERM);
             }
             let ok = child.wait().await.map(|s| s.success()).unwrap_or(false);
             // A cancelled run ends when its last process does: a step that
@@ -1263,27 +1263,34 @@ async fn execute(
     }
 }
 
-/// Whether any process of the group is still running (zombies, which a
-/// container's init may never reap, do not count).
+/// Whether any process of the group is still running, read from /proc (zombies,
+/// which a container's init may never reap, do not count).
 fn group_alive(pgid: Option<u32>) -> bool {
     let Some(p) = pgid else { return false };
-    let Ok(out) = std::process::Command::new("ps")
-        .args(["-e", "-o", "pgid=,stat="])
-        .output()
-    else {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
         return false;
     };
-    String::from_utf8_lossy(&out.stdout).lines().any(|l| {
-        let mut w = l.split_whitespace();
-        w.next() == Some(p.to_string().as_str()) && !w.next().unwrap_or("Z").starts_with('Z')
+    entries.flatten().any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        // "pid (comm) state ppid pgrp …": the command may hold spaces and parens.
+        let Some(rest) = stat.rsplit_once(") ").map(|x| x.1) else {
+            return false;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next().unwrap_or("Z");
+        let pgrp = f.nth(1).and_then(|g| g.parse::<u32>().ok());
+        pgrp == Some(p) && state != "Z" && state != "X"
     })
 }
 
-fn signal(pgid: Option<u32>, sig: &str) {
+fn signal(pgid: Option<u32>, sig: libc::c_int) {
     if let Some(p) = pgid {
-        let _ = std::process::Command::new("kill")
-            .args([&format!("-{sig}"), "--", &format!("-{p}")])
-            .status();
+        // SAFETY: kill(2) with a negative pid signals that process group only.
+        unsafe {
+            libc::kill(-(p as libc::pid_t), sig);
+        }
     }
 }
 
@@ -1357,7 +1364,7 @@ async fn cancel(f: Shared, o: String, r: String, id: i64, h: HeaderMap, force: b
             "Cannot cancel a workflow run that is completed.",
         );
     }
-    signal(run.pgid, if force { "KILL" } else { "TERM" });
+    signal(run.pgid, if force { libc::SIGKILL } else { libc::SIGTERM });
     (StatusCode::ACCEPTED, Json(json!({}))).into_response()
 }
 
