@@ -731,3 +731,146 @@ async fn with_merge_after_review_a_sprint_waits_for_an_approval() {
         .iter()
         .any(|p| p.number == pr.number && p.merged));
 }
+
+/// The GitHub Action front door: no service; every event GitHub would deliver
+/// starts `supervise action` once, as a workflow run would, one at a time (the
+/// workflow's concurrency group), plus a schedule every second.
+struct ActionRunner {
+    _tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+async fn run_action(s_url: &str, state: &Path, event: &str, payload: &[u8]) {
+    let file = state.join(format!("event-{}.json", std::process::id()));
+    std::fs::write(&file, payload).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_supervise"))
+        .arg("action")
+        .env(
+            "SUPERVISE_DATABASE_URL",
+            format!("sqlite://{}/supervise.db?mode=rwc", state.display()),
+        )
+        .env("GITHUB_EVENT_NAME", event)
+        .env("GITHUB_EVENT_PATH", &file)
+        .env("GITHUB_API_URL", s_url)
+        .env("SUPERVISE_TOKEN", "ghs_workflow_token")
+        .output()
+        .await
+        .unwrap();
+    if !out.status.success() {
+        eprintln!(
+            "supervise action ({event}) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl ActionRunner {
+    async fn start(port: u16, api: String, state: PathBuf) -> ActionRunner {
+        std::fs::create_dir_all(&state).unwrap();
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let (l2, api2, state2) = (lock.clone(), api.clone(), state.clone());
+        let hooks = tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let (lock, api, state) = (l2.clone(), api2.clone(), state2.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 8192];
+                    let (head_end, len) = loop {
+                        let n = sock.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..i]).to_lowercase();
+                            let len = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            break (i + 4, len);
+                        }
+                    };
+                    while buf.len() < head_end + len {
+                        let n = sock.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            break;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                    let event = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("x-github-event:"))
+                        .unwrap_or("")
+                        .trim()
+                        .to_string();
+                    {
+                        let _one_at_a_time = lock.lock().await;
+                        run_action(&api, &state, &event, &buf[head_end..]).await;
+                    }
+                    let _ = sock
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                        )
+                        .await;
+                });
+            }
+        });
+        let schedule = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let _one_at_a_time = lock.lock().await;
+                run_action(&api, &state, "schedule", b"{}").await;
+            }
+        });
+        ActionRunner {
+            _tasks: vec![hooks, schedule],
+        }
+    }
+}
+
+impl Drop for ActionRunner {
+    fn drop(&mut self) {
+        for t in &self._tasks {
+            t.abort();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_github_action_runs_the_same_operation_event_by_event() {
+    let mut s = Story::begin("docs 1 fail,ok\n").await;
+    // No service: GitHub starts the Action's workflow for each event.
+    s.kill_serve();
+    s.fake.add_token("ghs_workflow_token");
+    let _action = ActionRunner::start(s.port, s.fake.url(), s.tmp.path().join("state")).await;
+    s.say("/supervise start").await;
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    s.until("the status comment shows completion", 60, |s| {
+        s.status_comment().contains("status: completed")
+    })
+    .await;
+    assert_eq!(
+        s.runs_of("/docs/1/").len(),
+        2,
+        "the failed attempt was retried"
+    );
+    for sprint in ["/api/1/", "/api/2/", "/web/1/"] {
+        assert_eq!(s.runs_of(sprint).len(), 1, "{sprint} dispatched once");
+    }
+    s.assert_no_double_dispatch();
+    let started = s
+        .bot_comments(s.issue)
+        .into_iter()
+        .filter(|c| c.starts_with("Started operation"))
+        .count();
+    assert_eq!(started, 1);
+}

@@ -132,6 +132,15 @@ impl FakeGitHub {
         self.inner.lock().unwrap().early_calls
     }
 
+    /// Accepts `token` as an installation token (as a workflow's `GITHUB_TOKEN`).
+    pub fn add_token(&self, token: &str) {
+        self.inner
+            .lock()
+            .unwrap()
+            .tokens
+            .insert(token.to_string(), self.config.installation_id);
+    }
+
     /// From now on every `n`-th installation API call answers 502 (0 stops it).
     pub fn fail_every(&self, n: u64) {
         self.inner.lock().unwrap().fail_every = n;

@@ -1,6 +1,7 @@
 //! The command-line front door. Thin: it parses arguments, calls the library and
 //! maps outcomes to exit statuses.
 
+pub mod action_cmd;
 pub mod plan_cmd;
 pub mod run_cmd;
 pub mod serve_cmd;
@@ -86,6 +87,8 @@ pub enum Command {
     Plan(PlanCommand),
     /// The GitHub App service: hears `/supervise` commands in comments.
     Serve(serve_cmd::ServeArgs),
+    /// The GitHub Action: handles one event (comment, finished run, schedule) and exits.
+    Action(action_cmd::ActionArgs),
     /// Internal: the detached wrapper that runs one agent.
     #[command(name = "__run-agent", hide = true)]
     RunAgent { dir: PathBuf },
@@ -120,5 +123,6 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Plan(PlanCommand::Show { path, json }) => plan_cmd::show(path.as_deref(), json),
         Command::RunAgent { dir } => run_cmd::run_agent(&dir),
         Command::Serve(args) => serve_cmd::run(args),
+        Command::Action(args) => action_cmd::run(args),
     }
 }

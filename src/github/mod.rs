@@ -57,6 +57,9 @@ pub mod repo;
 
 pub struct GitHub {
     app: Octocrab,
+    /// With a plain token (the GitHub Action), every call uses this client and
+    /// installation ids are ignored.
+    token_client: Option<Arc<Octocrab>>,
     /// One client per installation, shared: octocrab's token cache does not
     /// survive a clone, so a clone per call would fetch a new token every time.
     installations: Mutex<HashMap<u64, std::sync::Arc<Octocrab>>>,
@@ -125,6 +128,7 @@ impl GitHub {
             .map_err(|e| GitHubError::Config(e.to_string()))?;
         Ok(GitHub {
             app,
+            token_client: None,
             installations: Mutex::new(HashMap::new()),
             paused_until: Mutex::new(HashMap::new()),
             etags: Mutex::new(HashMap::new()),
@@ -133,7 +137,36 @@ impl GitHub {
         })
     }
 
+    /// A client that authenticates with a token (a workflow's `GITHUB_TOKEN` or
+    /// an installation token made by the workflow), for the GitHub Action.
+    pub fn with_token(api_url: &str, token: &SecretString) -> Result<GitHub, GitHubError> {
+        let client = Octocrab::builder()
+            .base_uri(api_url)
+            .map_err(|e| GitHubError::Config(format!("GITHUB_API_URL `{api_url}`: {e}")))?
+            .add_retry_config(RetryConfig::None)
+            .personal_token(token.expose_secret().to_string())
+            .build()
+            .map_err(|e| GitHubError::Config(e.to_string()))?;
+        Ok(GitHub {
+            app: client.clone(),
+            token_client: Some(Arc::new(client)),
+            installations: Mutex::new(HashMap::new()),
+            paused_until: Mutex::new(HashMap::new()),
+            etags: Mutex::new(HashMap::new()),
+            max_wait: Duration::from_secs(15 * 60),
+            backoff: Duration::from_millis(250),
+        })
+    }
+
+    /// Whether this client uses a plain token (installation ids do not matter).
+    pub fn is_token(&self) -> bool {
+        self.token_client.is_some()
+    }
+
     fn client(&self, installation: u64) -> Result<Arc<Octocrab>, GitHubError> {
+        if let Some(c) = &self.token_client {
+            return Ok(c.clone());
+        }
         let mut map = self.installations.lock().expect("lock");
         if let Some(c) = map.get(&installation) {
             return Ok(c.clone());

@@ -257,6 +257,20 @@ impl Operations {
         });
     }
 
+    /// One pass over every loaded operation, as the GitHub Action makes per
+    /// event: tick, reconcile with GitHub, retry what waits, publish the status.
+    pub async fn run_once(&self) -> Result<(), OpError> {
+        let all: Vec<_> = self.live.lock().expect("lock").values().cloned().collect();
+        for l in all {
+            let mut live = l.lock().await;
+            live.last_reconcile = None;
+            live.dirty = true;
+            self.tick(&mut live).await?;
+            self.flush(&mut live, true).await?;
+        }
+        Ok(())
+    }
+
     /// Takes the operation's lease, catching up with the log if another replica
     /// acted since this one last did.
     async fn acquire(&self, live: &mut Live) -> Result<(), OpError> {

@@ -353,7 +353,9 @@ pub async fn process(svc: &Service, payload: &str) -> Result<(), GitHubError> {
         }
     };
     // Only new comments act: edits and deletions never do.
-    let Some(installation) = ev.installation.filter(|_| ev.action == "created") else {
+    // With a token (the Action), events carry no installation and need none.
+    let installation = ev.installation.or(svc.github.is_token().then_some(0));
+    let Some(installation) = installation.filter(|_| ev.action == "created") else {
         return Ok(());
     };
     let place = Place {

@@ -1,0 +1,114 @@
+//! `supervise action`: the GitHub Action front door. One run per event: the
+//! workflow that uses the Action is started by `issue_comment` (commands),
+//! `workflow_run` (an agent run finished) and `schedule` (reconciliation). Each
+//! run loads the store (a SQLite file the Action keeps on a state branch),
+//! handles the event through the same service code as `supervise serve`, makes
+//! one pass over every operation, and exits; the Action then saves the store.
+
+use crate::github::operation::{OpTimings, Operations};
+use crate::github::GitHub;
+use crate::server::service::{self, Service};
+use crate::store::sql::SqlStore;
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use secrecy::SecretString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Args)]
+pub struct ActionArgs {
+    /// The store: a SQLite file the Action keeps on its state branch.
+    #[arg(
+        long,
+        env = "SUPERVISE_DATABASE_URL",
+        default_value = "sqlite://.supervise-state/supervise.db?mode=rwc",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+    /// The event's name (set by GitHub Actions).
+    #[arg(long, env = "GITHUB_EVENT_NAME")]
+    pub event_name: String,
+    /// The event's payload file (set by GitHub Actions).
+    #[arg(long, env = "GITHUB_EVENT_PATH")]
+    pub event_path: PathBuf,
+    #[arg(long, env = "GITHUB_API_URL", default_value = "https://api.github.com")]
+    pub api_url: String,
+    /// The token the Action acts with (`GITHUB_TOKEN` or an App installation token).
+    #[arg(long, env = "SUPERVISE_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// Bot logins whose commands are acted on (exact match).
+    #[arg(long, env = "SUPERVISE_BOT_ALLOW_LIST", value_delimiter = ',')]
+    pub bot_allow_list: Vec<String>,
+    /// Seconds to wait for the repository's CI to report; each Action run is a
+    /// new process, so the default is not to wait (CI's own events run it again).
+    #[arg(long, env = "SUPERVISE_CI_GRACE_SECS", default_value_t = 0)]
+    pub ci_grace_secs: u64,
+}
+
+pub fn run(args: ActionArgs) -> Result<i32> {
+    if args.token.trim().is_empty() {
+        return Err(anyhow!(
+            "SUPERVISE_TOKEN is empty: pass `token: ${{{{ github.token }}}}` (or an App token) to the action"
+        ));
+    }
+    let payload = std::fs::read_to_string(&args.event_path)
+        .with_context(|| format!("reading the event payload {}", args.event_path.display()))?;
+    if let Some(dir) = args
+        .database_url
+        .strip_prefix("sqlite://")
+        .and_then(|p| p.split('?').next())
+        .and_then(|p| std::path::Path::new(p).parent())
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let store = SqlStore::connect(&args.database_url)
+            .await
+            .context("opening the Action's store")?;
+        let github = Arc::new(GitHub::with_token(
+            &args.api_url,
+            &SecretString::from(args.token.clone()),
+        )?);
+        let ops = Operations::new(
+            "github-action".into(),
+            github.clone(),
+            store.clone(),
+            OpTimings {
+                tick: Duration::from_secs(1),
+                reconcile: Duration::ZERO,
+                status_interval: Duration::ZERO,
+                ci_grace: Duration::from_secs(args.ci_grace_secs),
+                force_cancel_after: Duration::ZERO,
+                lease: Duration::from_secs(600),
+            },
+        );
+        ops.load_all().await.context("loading the operations")?;
+        let svc = Service::new(
+            store,
+            github,
+            ops.clone(),
+            Vec::new(),
+            None,
+            args.bot_allow_list.clone(),
+            1,
+            Duration::from_secs(600),
+        );
+        match args.event_name.as_str() {
+            "issue_comment" => service::process(&svc, &payload).await?,
+            "workflow_run" => {
+                let v: serde_json::Value =
+                    serde_json::from_str(&payload).context("the event payload is not JSON")?;
+                ops.workflow_run(&v).await?;
+            }
+            // `schedule`, `workflow_dispatch`: the pass below is the work.
+            _ => {}
+        }
+        ops.run_once().await?;
+        Ok::<_, anyhow::Error>(0)
+    })
+}
