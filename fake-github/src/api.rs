@@ -97,6 +97,12 @@ impl ApiState {
         self.next_id
     }
 
+    fn issue_mut(&mut self, repo: &str, number: i64) -> Option<&mut Issue> {
+        self.issues
+            .iter_mut()
+            .find(|i| i.repo == repo && i.number == number)
+    }
+
     fn number(&mut self, repo: &str) -> i64 {
         let n = self.numbers.entry(repo.to_string()).or_insert(0);
         *n += 1;
@@ -906,12 +912,7 @@ async fn update_issue(
 ) -> Response {
     let (name, _) = enter!(f, "PATCH /repos/{o}/{r}/issues/{n}", h, o, r);
     let mut s = f.inner.lock().unwrap();
-    let Some(i) = s
-        .api
-        .issues
-        .iter_mut()
-        .find(|i| i.repo == name && i.number == n)
-    else {
+    let Some(i) = s.api.issue_mut(&name, n) else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
     if let Some(t) = b.title {
@@ -942,12 +943,7 @@ async fn add_labels(
 ) -> Response {
     let (name, _) = enter!(f, "POST /repos/{o}/{r}/issues/{n}/labels", h, o, r);
     let mut s = f.inner.lock().unwrap();
-    let Some(i) = s
-        .api
-        .issues
-        .iter_mut()
-        .find(|i| i.repo == name && i.number == n)
-    else {
+    let Some(i) = s.api.issue_mut(&name, n) else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
     for l in b.labels {
@@ -979,12 +975,7 @@ async fn add_sub_issue(
             "sub_issue_id is not an issue",
         );
     }
-    let Some(i) = s
-        .api
-        .issues
-        .iter_mut()
-        .find(|i| i.repo == name && i.number == n)
-    else {
+    let Some(i) = s.api.issue_mut(&name, n) else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
     if i.sub_issues.contains(&b.sub_issue_id) {

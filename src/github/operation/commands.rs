@@ -1,0 +1,234 @@
+//! What people and GitHub say to an operation: `start` and the other commands,
+//! `status`, and the `workflow_run` webhook.
+
+use super::*;
+
+impl Operations {
+    /// `/supervise start [plan]`: reads the plan and settings from the default
+    /// branch, creates the integration branch and starts the operation. Returns
+    /// the reply for the person.
+    pub async fn start(&self, o: &Origin<'_>, plan_arg: Option<&str>) -> Result<String, OpError> {
+        // The same command processed again (after a crash) finds its own
+        // operation and answers as the first time; another is refused.
+        let own = format!("-{:x}", o.comment);
+        if let Some(row) = self
+            .store
+            .operation_on(o.repo, o.issue)
+            .await?
+            .filter(|r| !r.id.ends_with(&own))
+        {
+            let l = self.open(&row).await?;
+            let live = l.lock().await;
+            if let Some(st) = &live.state {
+                if st.status != OverallStatus::Completed {
+                    return Ok(format!(
+                        "{}\n\nOperation `{}` is {} on this issue.",
+                        Refusal::AlreadyStarted(st.id.0.clone()),
+                        st.id,
+                        st.status
+                    ));
+                }
+            }
+        }
+        let repo = Repo {
+            gh: &self.gh,
+            installation: o.installation,
+            name: o.repo,
+        };
+        let default_branch = repo.default_branch().await?;
+        let file_settings = match repo.file(".github/supervise.yml", Some(&default_branch)).await? {
+            None => settings::FileSettings::default(),
+            Some((text, _)) => match settings::parse(&text, ".github/supervise.yml") {
+                Ok(f) => f,
+                Err(e) => {
+                    return Ok(format!(
+                        "I did not start: `.github/supervise.yml` is not valid.\n\n```\n{e}\n```\nFix it on `{default_branch}` and say `/supervise start` again."
+                    ))
+                }
+            },
+        };
+        let plan_path = plan_arg.unwrap_or("EXECUTION_PLAN.md").to_string();
+        let Some((source, _)) = repo.file(&plan_path, Some(&default_branch)).await? else {
+            return Ok(format!(
+                "ERROR: Cannot find `{plan_path}` on `{default_branch}`.\nThe Sprint Supervisor requires an execution plan to operate. Commit one, or name it: `/supervise start path/to/EXECUTION_PLAN.md`."
+            ));
+        };
+        let name = plan_path.rsplit('/').next().unwrap_or(&plan_path);
+        let plan = match crate::plan::parse(&source, name) {
+            Ok(p) => p,
+            Err(problems) => {
+                let e = crate::plan::PlanError {
+                    path: plan_path.clone().into(),
+                    problems,
+                };
+                return Ok(format!(
+                    "I did not start: the plan cannot be run.\n\n```\n{e}```"
+                ));
+            }
+        };
+        let settings = Settings::merge(file_settings.clone(), Default::default());
+        let title = slug(&plan.title);
+        let op = format!(
+            "{}-{:x}",
+            title[..title.len().min(24)].trim_end_matches('-'),
+            o.comment
+        );
+        let head = repo
+            .branch_sha(&default_branch)
+            .await?
+            .ok_or_else(|| GitHubError::Config(format!("no branch {default_branch}")))?;
+        repo.create_branch(&integration_branch(&op), &head).await?;
+        let ctx = OpContext {
+            op: op.clone(),
+            repo: o.repo.to_string(),
+            issue: o.issue,
+            installation: o.installation,
+            default_branch,
+            plan_path,
+            workflow: file_settings
+                .workflow
+                .clone()
+                .unwrap_or_else(|| DEFAULT_WORKFLOW.into()),
+            merge: file_settings.merge.unwrap_or_default(),
+            started_at: o
+                .created_at
+                .map(str::to_string)
+                .unwrap_or_else(|| chrono::Utc::now().to_rfc3339()),
+        };
+        let row = OperationRow {
+            id: op.clone(),
+            repo: o.repo.to_string(),
+            issue: o.issue,
+            installation: o.installation as i64,
+            active: true,
+            status_comment: None,
+            context: serde_json::to_string(&ctx).map_err(SqlError::from)?,
+        };
+        self.store.create_operation(&row).await?;
+        let l = self.open(&row).await?;
+        let mut live = l.lock().await;
+        self.acquire(&mut live).await?;
+        let units = plan.work_units.len();
+        let sprints: usize = plan.work_units.iter().map(|u| u.sprints.len()).sum();
+        if live.state.is_none() {
+            let input = Input::Start {
+                operation: OperationId(op.clone()),
+                plan: Box::new(plan),
+                config: settings.engine,
+                seed: o.comment as u64,
+            };
+            if let Err(r) = self.submit(&mut live, input).await? {
+                return Ok(r.to_string());
+            }
+        }
+        self.flush(&mut live, true).await?;
+        Ok(format!(
+            "Started operation `{op}`: {units} work unit(s), {sprints} sprint(s), agents through `.github/workflows/{}` on branches from `{}`. The status comment below is kept up to date.",
+            live.ctx.workflow,
+            integration_branch(&op)
+        ))
+    }
+
+    /// The operation on this issue, if any.
+    pub async fn on_issue(&self, repo: &str, issue: i64) -> Result<Option<String>, OpError> {
+        Ok(self.store.operation_on(repo, issue).await?.map(|r| r.id))
+    }
+
+    /// `resume`, `stop`, `killall`, `name-feature` on the issue's operation.
+    pub async fn command(&self, repo: &str, issue: i64, input: Input) -> Result<String, OpError> {
+        let Some(row) = self.store.operation_on(repo, issue).await? else {
+            return Ok(Refusal::NotStarted
+                .to_string()
+                .replace("`start`", "`/supervise start`"));
+        };
+        let l = self.open(&row).await?;
+        let mut live = l.lock().await;
+        self.acquire(&mut live).await?;
+        let what = match &input {
+            Input::Stop => "Stopping: no new sprints; agents in flight finish (or are cancelled after the stop timeout).",
+            Input::Killall => "Killing every agent in flight; unfinished work stays on its branch.",
+            Input::Resume { .. } => "Resumed.",
+            _ => "Done.",
+        };
+        match self.submit(&mut live, input).await? {
+            Ok(()) => {
+                if row.active {
+                    self.flush(&mut live, true).await?;
+                } else {
+                    self.store.set_active(&row.id, true).await?;
+                }
+                Ok(format!("{what} Operation `{}`.", row.id))
+            }
+            Err(r) => Ok(r.to_string()),
+        }
+    }
+
+    /// The status table of the issue's operation.
+    pub async fn status(&self, repo: &str, issue: i64) -> Result<Option<String>, OpError> {
+        let Some(row) = self.store.operation_on(repo, issue).await? else {
+            return Ok(None);
+        };
+        let l = self.open(&row).await?;
+        let live = l.lock().await;
+        Ok(live.state.as_ref().map(|st| {
+            report::github::as_comment_commands(&report::status_table(st, chrono::Utc::now()))
+        }))
+    }
+
+    // ----- webhooks ----------------------------------------------------------
+
+    /// A `workflow_run` webhook: a run of ours started or finished.
+    pub async fn workflow_run(&self, payload: &serde_json::Value) -> Result<(), OpError> {
+        let Some(run) = WorkflowRun::from(&payload["workflow_run"]) else {
+            return Ok(());
+        };
+        let row = match self.store.run_by_id(run.id).await? {
+            Some(r) => r,
+            None => {
+                // Not yet recorded (the dispatch's answer was lost): the name says.
+                let Some(d) = run.title.split_whitespace().find(|w| w.contains('/')) else {
+                    return Ok(());
+                };
+                match self.store.run(d).await? {
+                    Some(r) => r,
+                    None => return Ok(()),
+                }
+            }
+        };
+        let l = match self.get(&row.op) {
+            Some(l) => l,
+            None => match self.store.operation(&row.op).await? {
+                Some(op) => self.open(&op).await?,
+                None => return Ok(()),
+            },
+        };
+        let mut live = l.lock().await;
+        let span = tracing::info_span!("operation", op = %row.op);
+        let _g = span.enter();
+        self.acquire(&mut live).await?;
+        let dispatch = DispatchId(row.dispatch.clone());
+        self.store
+            .put_run(&RunRow {
+                run_id: Some(run.id),
+                html_url: Some(run.html_url.clone()),
+                completed: run.status == "completed",
+                ..row.clone()
+            })
+            .await?;
+        match payload["action"].as_str() {
+            Some("completed") => {
+                self.finish(
+                    &mut live,
+                    &dispatch,
+                    run.conclusion.as_deref(),
+                    &run.html_url,
+                )
+                .await?
+            }
+            Some("in_progress") => live.queue.push_back(Input::AgentStarted { dispatch }),
+            _ => {}
+        }
+        self.drive(&mut live).await?;
+        self.flush(&mut live, false).await
+    }
+}

@@ -1,0 +1,329 @@
+//! Carrying the engine's effects out on GitHub, each idempotent: dispatches
+//! (adopting a run that already carries the id), cancels, merges, build gates,
+//! notices, and the final report.
+
+use super::*;
+
+impl Operations {
+    pub(super) async fn carry_out(
+        &self,
+        live: &mut Live,
+        p: &OpEffect,
+    ) -> Result<Outcome, OpError> {
+        let ctx = live.ctx.clone();
+        let repo = self.repo(&ctx);
+        let op = &ctx.op;
+        match &p.effect {
+            Effect::Dispatch(order) => self.dispatch(live, order).await,
+            Effect::Cancel { dispatch, force } => {
+                let run = match self.store.run(&dispatch.0).await?.and_then(|r| r.run_id) {
+                    Some(id) => Some(id),
+                    None => self.find_run(live, dispatch).await?.map(|r| r.id),
+                };
+                // A cancel first, always; a run that ignores it is force-cancelled
+                // by reconciliation (`force` only shortens the grace).
+                if let Some(id) = run {
+                    repo.cancel(id, false).await?;
+                    let grace = if *force {
+                        self.timings.force_cancel_after / 2
+                    } else {
+                        self.timings.force_cancel_after
+                    };
+                    live.cancels
+                        .insert(id, (Instant::now() + grace - self.timings.force_cancel_after, false));
+                }
+                Ok(Outcome::Done(vec![]))
+            }
+            Effect::Integrate { unit, sprint, .. } => {
+                let branch = sprint_branch(op, &slug(unit), sprint.as_str());
+                let Some(pr) = repo.pull_for(&branch).await? else {
+                    return Err(GitHubError::Config(format!("no pull request from {branch}")).into());
+                };
+                if pr.merged {
+                    return Ok(Outcome::Done(vec![]));
+                }
+                if ctx.merge == MergeMode::AfterReview && !repo.approved(pr.number).await? {
+                    return Ok(Outcome::Wait);
+                }
+                if repo.merge(pr.number).await? {
+                    Ok(Outcome::Done(vec![]))
+                } else {
+                    Err(GitHubError::Config(format!(
+                        "pull request #{} of {unit} Sprint {sprint} no longer merges into {}; resolve the conflict on its branch and merge it by hand",
+                        pr.number,
+                        integration_branch(op)
+                    ))
+                    .into())
+                }
+            }
+            Effect::RunGate { gate, .. } => {
+                let head = repo
+                    .branch_sha(&integration_branch(op))
+                    .await?
+                    .unwrap_or_default();
+                let checks: Vec<_> = repo
+                    .checks(&head)
+                    .await?
+                    .into_iter()
+                    .filter(|c| c.app != "supervise")
+                    .collect();
+                let seen = *live.gate_seen.entry(*gate).or_insert_with(Instant::now);
+                if checks.iter().any(|c| !c.completed) {
+                    return Ok(Outcome::Wait);
+                }
+                if checks.is_empty() && seen.elapsed() < self.timings.ci_grace {
+                    return Ok(Outcome::Wait);
+                }
+                let red: Vec<String> = checks
+                    .iter()
+                    .filter(|c| !c.green())
+                    .map(|c| format!("{}: {}", c.name, c.conclusion.as_deref().unwrap_or("?")))
+                    .collect();
+                let short = &head[..head.len().min(7)];
+                let output = if checks.is_empty() {
+                    format!("no CI checks reported on {short}")
+                } else if red.is_empty() {
+                    format!("{} check(s) green on {short}", checks.len())
+                } else {
+                    format!("failing on {short}: {}", red.join(", "))
+                };
+                Ok(Outcome::Done(vec![Input::GateResult {
+                    gate: *gate,
+                    passed: red.is_empty(),
+                    output,
+                }]))
+            }
+            // Conditions are commands; the service never runs a repository's
+            // commands, so a deferred sprint is re-dispatched to a runner instead.
+            Effect::PollCondition { unit, sprint } => Ok(Outcome::Done(vec![Input::ConditionPolled {
+                unit: unit.clone(),
+                sprint: sprint.clone(),
+                met: false,
+                error: Some("deferred conditions are checked by the agent workflow on GitHub, not on the supervisor's server".into()),
+            }])),
+            Effect::Notify { kind, unit, text } => {
+                let prefix = match kind {
+                    NoticeKind::Blocked => "⛔ ",
+                    NoticeKind::Completed => "✅ ",
+                    NoticeKind::BudgetReached => "💰 ",
+                    NoticeKind::Killed => "🛑 ",
+                    _ => "",
+                };
+                let marker = report::github::notice_marker(op, &format!("{}.{}", p.seq, p.idx));
+                let body = format!("{prefix}{}", report::github::as_comment_commands(text));
+                repo.comment_once(ctx.issue, Some(&ctx.started_at), &marker, &body)
+                    .await?;
+                if let (NoticeKind::Blocked, Some(u)) = (kind, unit) {
+                    let issues = self.store.unit_issues(op).await?;
+                    if let Some(ui) = issues.iter().find(|i| &i.unit == u) {
+                        repo.comment_once(ui.number, Some(&ctx.started_at), &marker, &body)
+                            .await?;
+                    }
+                }
+                Ok(Outcome::Done(vec![]))
+            }
+            Effect::PublishStatus => {
+                live.dirty = true;
+                Ok(Outcome::Done(vec![]))
+            }
+            Effect::FinalReport => {
+                let Some(st) = live.state.clone() else {
+                    return Ok(Outcome::Done(vec![]));
+                };
+                self.final_report(&ctx, &st, &format!("{}.{}", p.seq, p.idx))
+                    .await?;
+                Ok(Outcome::Done(vec![]))
+            }
+        }
+    }
+
+    /// Looks for a run carrying the dispatch id among the workflow's recent runs.
+    pub(super) async fn find_run(
+        &self,
+        live: &Live,
+        d: &DispatchId,
+    ) -> Result<Option<WorkflowRun>, OpError> {
+        let since = live
+            .state
+            .as_ref()
+            .and_then(|st| st.find_dispatch(d).map(|(u, s)| &st.units[u].sprints[s]))
+            .and_then(|s| s.active.as_ref())
+            .map(|a| a.dispatched_at - chrono::Duration::minutes(5))
+            .unwrap_or_else(|| chrono::Utc::now() - chrono::Duration::days(1));
+        let runs = self
+            .repo(&live.ctx)
+            .runs(
+                &live.ctx.workflow,
+                &since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            )
+            .await?;
+        Ok(runs.into_iter().find(|r| r.carries(&d.0)))
+    }
+
+    pub(super) async fn dispatch(
+        &self,
+        live: &mut Live,
+        order: &engine::DispatchOrder,
+    ) -> Result<Outcome, OpError> {
+        let ctx = live.ctx.clone();
+        let repo = self.repo(&ctx);
+        let d = &order.dispatch;
+        // Never twice: a run that carries this id already is adopted.
+        if self
+            .store
+            .run(&d.0)
+            .await?
+            .is_some_and(|r| r.run_id.is_some())
+        {
+            return Ok(Outcome::Done(vec![]));
+        }
+        if let Some(run) = self.find_run(live, d).await? {
+            self.record_run(&ctx, d, run.id, &run.html_url, None)
+                .await?;
+            return Ok(Outcome::Done(vec![]));
+        }
+        let unit_slug = slug(&order.unit);
+        let branch = sprint_branch(&ctx.op, &unit_slug, order.sprint.as_str());
+        let integration = integration_branch(&ctx.op);
+        let mut head = repo.branch_sha(&branch).await?;
+        if head.is_none() {
+            let base = repo.branch_sha(&integration).await?.ok_or_else(|| {
+                GitHubError::Config(format!("the integration branch {integration} is gone"))
+            })?;
+            repo.create_branch(&branch, &base).await?;
+            head = Some(base);
+        }
+        let prompt_file = prompt_path(&unit_slug, order.sprint.as_str());
+        let committed = repo
+            .put_file(
+                &branch,
+                &prompt_file,
+                &order.prompt,
+                &format!(
+                    "supervise: prompt for {} Sprint {} (attempt {}, {})",
+                    order.unit, order.sprint, order.attempt, order.model_id
+                ),
+            )
+            .await?;
+        let base_sha = committed.or(head);
+        self.store
+            .put_run(&RunRow {
+                dispatch: d.0.clone(),
+                op: ctx.op.clone(),
+                base_sha: base_sha.clone(),
+                ..Default::default()
+            })
+            .await?;
+        if let Some(st) = &live.state {
+            if let Some(unit) = st.plan.unit(&order.unit) {
+                if let Some(sprint) = unit.sprints.iter().find(|s| s.id == order.sprint) {
+                    let body = report::github::sprint_pr_body(&ctx.op, unit, sprint, &prompt_file);
+                    let title = format!(
+                        "{} — Sprint {}: {}",
+                        order.unit, order.sprint, order.sprint_name
+                    );
+                    repo.ensure_pull(&branch, &integration, &title, &body)
+                        .await?;
+                }
+            }
+        }
+        let inputs = json!({
+            "dispatch_id": d.0,
+            "plan": ctx.plan_path,
+            "unit": order.unit,
+            "directory": order.directory.as_deref().unwrap_or("."),
+            "sprint": order.sprint.as_str(),
+            "attempt": order.attempt.to_string(),
+            "model": order.model_id,
+            "max_turns": order.max_turns.to_string(),
+            "prompt_file": prompt_file,
+        });
+        match repo.dispatch(&ctx.workflow, &branch, inputs).await {
+            Ok(Some((id, url))) => {
+                self.record_run(&ctx, d, id, &url, base_sha).await?;
+                Ok(Outcome::Done(vec![]))
+            }
+            // An older GitHub without run details: the run is found by its name.
+            Ok(None) => {
+                if let Some(run) = self.find_run(live, d).await? {
+                    self.record_run(&ctx, d, run.id, &run.html_url, None).await?;
+                }
+                Ok(Outcome::Done(vec![]))
+            }
+            Err(GitHubError::Http { status, body, .. }) if status == 404 || status == 422 => {
+                Ok(Outcome::Done(vec![Input::DispatchFailed {
+                    dispatch: d.clone(),
+                    error: format!(
+                        "GitHub refused to dispatch `.github/workflows/{}` ({status}): {body}. Add the agent workflow (see Sprint Supervisor's templates) or set `workflow:` in .github/supervise.yml",
+                        ctx.workflow
+                    ),
+                }]))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(super) async fn record_run(
+        &self,
+        ctx: &OpContext,
+        d: &DispatchId,
+        id: i64,
+        url: &str,
+        base: Option<String>,
+    ) -> Result<(), OpError> {
+        self.store
+            .put_run(&RunRow {
+                dispatch: d.0.clone(),
+                op: ctx.op.clone(),
+                run_id: Some(id),
+                html_url: Some(url.to_string()),
+                base_sha: base,
+                completed: false,
+            })
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn final_report(
+        &self,
+        ctx: &OpContext,
+        st: &OperationState,
+        key: &str,
+    ) -> Result<(), OpError> {
+        let repo = self.repo(ctx);
+        let integration = integration_branch(&ctx.op);
+        let summary = report::final_summary(st);
+        let marker = report::github::notice_marker(&ctx.op, &format!("final-{key}"));
+        repo.comment_once(ctx.issue, Some(&ctx.started_at), &marker, &summary)
+            .await?;
+        let now = chrono::Utc::now();
+        let complete = report::complete_file_name(st);
+        repo.put_file(
+            &integration,
+            &complete,
+            &report::complete_md(st, now),
+            &format!("supervise: {complete}"),
+        )
+        .await?;
+        let no_logs = |_: &DispatchId| String::new();
+        repo.put_file(
+            &integration,
+            "SUPERVISOR_STATE.md",
+            &report::supervisor_state_md(st, &no_logs),
+            "supervise: SUPERVISOR_STATE.md",
+        )
+        .await?;
+        let body = format!(
+            "Operation `{}` (#{}) is complete: every sprint was verified and merged here.\n\n{summary}\n\nSee `{complete}` for the final verification and cadence analysis.",
+            ctx.op, ctx.issue
+        );
+        repo.ensure_pull(
+            &integration,
+            &ctx.default_branch,
+            &format!("Sprint Supervisor: {}", st.name),
+            &body,
+        )
+        .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,133 @@
+//! What people see on GitHub: the sticky status comment (coalesced) and the
+//! units' sub-issues (created, closed, labelled).
+
+use super::*;
+
+impl Operations {
+    /// Brings GitHub's view up to date: the status comment (at most once per
+    /// interval unless `now`), the units' sub-issues, closed and labelled.
+    pub(super) async fn flush(&self, live: &mut Live, now: bool) -> Result<(), OpError> {
+        let Some(st) = live.state.clone() else {
+            return Ok(());
+        };
+        if !live.dirty {
+            return Ok(());
+        }
+        if !now
+            && live
+                .last_flush
+                .is_some_and(|t| t.elapsed() < self.timings.status_interval)
+        {
+            return Ok(());
+        }
+        let ctx = live.ctx.clone();
+        let repo = self.repo(&ctx);
+        self.sync_unit_issues(&ctx, &st).await?;
+        let runs: HashMap<String, String> = self
+            .store
+            .runs_of(&ctx.op)
+            .await?
+            .into_iter()
+            .filter_map(|r| r.html_url.map(|u| (r.dispatch, u)))
+            .collect();
+        let link = |d: &DispatchId| runs.get(&d.0).cloned();
+        let text = report::github::status_comment(&st, chrono::Utc::now(), &link);
+        if text != live.last_text {
+            let marker = report::github::status_marker(&ctx.op);
+            let id = match live.status_comment {
+                Some(id) => Some(id),
+                None => repo
+                    .comments(ctx.issue, Some(&ctx.started_at))
+                    .await?
+                    .into_iter()
+                    .find(|(_, b)| b.contains(&marker))
+                    .map(|(id, _)| id),
+            };
+            let id = match id {
+                Some(id) => {
+                    repo.edit_comment(id, &text).await?;
+                    id
+                }
+                None => repo.comment(ctx.issue, &text).await?,
+            };
+            if live.status_comment != Some(id) {
+                self.store.set_status_comment(&ctx.op, id).await?;
+                live.status_comment = Some(id);
+            }
+            live.last_text = text;
+        }
+        live.dirty = false;
+        live.last_flush = Some(Instant::now());
+        if st.status == OverallStatus::Completed && live.pending.is_empty() {
+            self.store.set_active(&ctx.op, false).await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn sync_unit_issues(
+        &self,
+        ctx: &OpContext,
+        st: &OperationState,
+    ) -> Result<(), OpError> {
+        let repo = self.repo(ctx);
+        let mut known = self.store.unit_issues(&ctx.op).await?;
+        let label = format!("supervise:{}", ctx.op);
+        if known.len() < st.units.len() {
+            let existing = repo.issues_labelled(&label).await?;
+            for u in &st.plan.work_units {
+                if known.iter().any(|k| k.unit == u.name) {
+                    continue;
+                }
+                let marker = report::github::unit_marker(&ctx.op, &u.name);
+                let (number, id) = match existing.iter().find(|(_, _, b)| b.contains(&marker)) {
+                    Some((n, id, _)) => (*n, *id),
+                    None => {
+                        repo.create_issue(
+                            &format!("{} — {}", u.name, st.name),
+                            &report::github::unit_issue_body(&ctx.op, u, ctx.issue),
+                            &["supervise", &label],
+                        )
+                        .await?
+                    }
+                };
+                repo.add_sub_issue(ctx.issue, id).await?;
+                let ui = UnitIssue {
+                    unit: u.name.clone(),
+                    number,
+                    issue_id: id,
+                    flags: "none".into(),
+                };
+                self.store.put_unit_issue(&ctx.op, &ui).await?;
+                known.push(ui);
+            }
+        }
+        for ui in known {
+            let Some(unit) = st.units.iter().find(|u| u.name == ui.unit) else {
+                continue;
+            };
+            let want = match unit.status {
+                UnitStatus::Completed => "closed",
+                UnitStatus::Blocked => "blocked",
+                _ => continue,
+            };
+            if ui.flags == want || ui.flags == "closed" {
+                continue;
+            }
+            if want == "closed" {
+                repo.close_issue(ui.number).await?;
+            } else {
+                repo.add_labels(ui.number, &["blocked"]).await?;
+            }
+            self.store
+                .put_unit_issue(
+                    &ctx.op,
+                    &UnitIssue {
+                        flags: want.into(),
+                        ..ui
+                    },
+                )
+                .await?;
+        }
+        Ok(())
+    }
+}

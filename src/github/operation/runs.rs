@@ -1,0 +1,190 @@
+//! Runs in flight against GitHub's ground truth: reconciliation, and turning a
+//! finished run into the engine's `AgentFinished` with its evidence (§5).
+
+use super::*;
+
+impl Operations {
+    /// Compares every dispatch in flight with its run on GitHub: a finished run
+    /// whose webhook was missed is finished now.
+    pub(super) async fn reconcile(&self, live: &mut Live) -> Result<(), OpError> {
+        let Some(st) = &live.state else { return Ok(()) };
+        let active: Vec<DispatchId> = st
+            .units
+            .iter()
+            .flat_map(|u| u.sprints.iter())
+            .filter_map(|s| s.active.as_ref().map(|a| a.id.clone()))
+            .collect();
+        let dispatching: HashSet<String> = live
+            .pending
+            .iter()
+            .filter_map(|p| match &p.effect {
+                Effect::Dispatch(o) => Some(o.dispatch.0.clone()),
+                _ => None,
+            })
+            .collect();
+        let ctx = live.ctx.clone();
+        let repo = self.repo(&ctx);
+        for (id, (at, forced)) in live.cancels.clone() {
+            match repo.run(id).await? {
+                Some(r) if r.status != "completed" => {
+                    if !forced && at.elapsed() >= self.timings.force_cancel_after {
+                        tracing::warn!(run = id, "the run ignored its cancel; force-cancelling");
+                        repo.cancel(id, true).await?;
+                        live.cancels.insert(id, (at, true));
+                    }
+                }
+                _ => {
+                    live.cancels.remove(&id);
+                }
+            }
+        }
+        for d in active {
+            if dispatching.contains(&d.0) {
+                continue; // its dispatch is still in the outbox
+            }
+            let row = self.store.run(&d.0).await?;
+            let run = match row.as_ref().and_then(|r| r.run_id) {
+                Some(id) => repo.run(id).await?,
+                None => self.find_run(live, &d).await?,
+            };
+            match run {
+                Some(run) if run.status == "completed" => {
+                    let url = run.html_url.clone();
+                    self.record_run(&live.ctx, &d, run.id, &url, None).await?;
+                    self.finish(live, &d, run.conclusion.as_deref(), &url)
+                        .await?;
+                }
+                Some(_) => {}
+                None => live.queue.push_back(Input::DispatchFailed {
+                    dispatch: d.clone(),
+                    error: "the workflow run for this dispatch cannot be found on GitHub".into(),
+                }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Gathers the evidence of a finished run and hands it to the engine; then
+    /// publishes the attempt's check run on the sprint's head.
+    pub(super) async fn finish(
+        &self,
+        live: &mut Live,
+        d: &DispatchId,
+        conclusion: Option<&str>,
+        url: &str,
+    ) -> Result<(), OpError> {
+        let Some(st) = &live.state else { return Ok(()) };
+        let Some((u, s)) = st.find_dispatch(d) else {
+            return Ok(()); // already finished: a repeated webhook
+        };
+        let ctx = live.ctx.clone();
+        let repo = self.repo(&ctx);
+        let unit = st.plan.work_units[u].clone();
+        let sprint = unit.sprints[s].clone();
+        let active = st.units[u].sprints[s].active.clone();
+        let branch = sprint_branch(&ctx.op, &slug(&unit.name), sprint.id.as_str());
+        let Some(head) = repo.branch_sha(&branch).await? else {
+            live.queue.push_back(Input::DispatchFailed {
+                dispatch: d.clone(),
+                error: format!("the sprint branch {branch} is gone"),
+            });
+            return Ok(());
+        };
+        // The repository's own CI on the head must have reported first.
+        let checks = repo.checks(&head).await?;
+        let ci: Vec<_> = checks.iter().filter(|c| c.app != "supervise").collect();
+        if ci.iter().any(|c| !c.completed) {
+            return Ok(()); // the next reconciliation looks again
+        }
+        // CI reports a little after a push: give it the grace before deciding
+        // without it (a repository without CI then waits only this once).
+        let first_seen = *live.ci_wait.entry(d.0.clone()).or_insert_with(Instant::now);
+        if ci.is_empty() && first_seen.elapsed() < self.timings.ci_grace {
+            return Ok(());
+        }
+        live.ci_wait.remove(&d.0);
+        let ci_passed = (!ci.is_empty()).then(|| ci.iter().all(|c| c.green()));
+        let recorded: Option<RunResult> = repo
+            .file(&results_path(&d.0), Some(&head))
+            .await?
+            .and_then(|(t, _)| serde_json::from_str(&t).ok());
+        let base = self.store.run(&d.0).await?.and_then(|r| r.base_sha);
+        let commits = match &base {
+            Some(b) => repo
+                .compare(b, &head)
+                .await?
+                .into_iter()
+                .filter(|(_, msg)| !msg.starts_with("supervise:"))
+                .map(|(sha, _)| sha[..sha.len().min(7)].to_string())
+                .collect(),
+            None => Vec::new(),
+        };
+        let merge_conflict = match repo.pull_for(&branch).await? {
+            Some(pr) if pr.mergeable == Some(false) => Some(format!(
+                "pull request #{} does not merge cleanly into {}",
+                pr.number,
+                integration_branch(&ctx.op)
+            )),
+            _ => None,
+        };
+        let report = match recorded {
+            Some(r) => AgentReport {
+                exit_code: r.exit_code.or(conclusion_exit(conclusion)),
+                output_tail: r.output_tail,
+                turns_used: r.turns_used,
+                evidence: Evidence {
+                    commits,
+                    uncommitted: vec![],
+                    progress: r.progress,
+                    criteria: r.criteria,
+                    ci_passed,
+                    merge_conflict,
+                },
+            },
+            None => AgentReport {
+                exit_code: conclusion_exit(conclusion).map(|c| c.max(1)),
+                output_tail: format!(
+                    "The workflow run ended `{}` without recording results (no `supervise verify --record` step ran). See {url}",
+                    conclusion.unwrap_or("unknown")
+                ),
+                turns_used: None,
+                evidence: Evidence {
+                    commits,
+                    ci_passed,
+                    merge_conflict,
+                    ..Default::default()
+                },
+            },
+        };
+        let input = Input::AgentFinished {
+            dispatch: d.clone(),
+            report: report.clone(),
+        };
+        if self.decide(live, input).await?.is_err() {
+            return Ok(());
+        }
+        let verdict = live
+            .state
+            .as_ref()
+            .map(|st| st.units[u].sprints[s].status());
+        let (attempt, model) = active
+            .map(|a| (a.attempt, a.model_id))
+            .unwrap_or((0, String::new()));
+        let (conclusion, title, summary) =
+            report::github::sprint_check(&unit.name, &sprint, attempt, &model, &report, verdict);
+        let check = json!({
+            "name": format!("supervise: {} Sprint {}", unit.name, sprint.id),
+            "head_sha": head,
+            "status": "completed",
+            "conclusion": conclusion,
+            "external_id": d.0,
+            "details_url": url,
+            "output": { "title": title, "summary": summary },
+        });
+        if let Err(e) = repo.create_check(check).await {
+            // The verdict is recorded; the check run is a report of it.
+            tracing::warn!(error = %e, "could not publish the check run");
+        }
+        Ok(())
+    }
+}
