@@ -703,7 +703,7 @@ async fn with_merge_after_review_a_sprint_waits_for_an_approval() {
             .iter()
             .any(|c| c.name == name && c.conclusion.as_deref() == Some("success"))
     };
-    s.until("api Sprint 1 verified", 60, |s| {
+    s.until("api Sprint 1 verified", 120, |s| {
         verified(s, "supervise: api Sprint 1")
     })
     .await;
@@ -721,7 +721,7 @@ async fn with_merge_after_review_a_sprint_waits_for_an_approval() {
         "Sprint 2 waits for Sprint 1's merge"
     );
     s.fake.approve(REPO, pr.number, "mia");
-    s.until("api Sprint 2 dispatched after the approval", 60, |s| {
+    s.until("api Sprint 2 dispatched after the approval", 120, |s| {
         !s.runs_of("/api/2/").is_empty()
     })
     .await;
