@@ -124,86 +124,92 @@ async fn intake(
         .unwrap_or("")
         .to_string();
     let span = tracing::info_span!("delivery", %delivery, %event);
-    let _g = span.enter();
-    // Refuse an oversized body from its declared length, before reading any of it;
-    // a body without a length is cut off while reading.
-    let declared = headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        metrics::counter!("supervise_deliveries_total", "event" => event.clone(), "outcome" => "too_large").increment(1);
-        return (StatusCode::PAYLOAD_TOO_LARGE, "body over 25 MiB\n");
-    }
-    let body: Bytes = match axum::body::to_bytes(body, MAX_BODY).await {
-        Ok(b) => b,
-        Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "body over 25 MiB\n"),
-    };
-    let sig = headers
-        .get("x-hub-signature-256")
-        .and_then(|v| v.to_str().ok());
-    let secrets: Vec<&[u8]> = svc
-        .secrets
-        .iter()
-        .map(|s| s.expose_secret().as_bytes())
-        .collect();
-    let outcome = |o: &'static str, code: StatusCode, text: &'static str| {
-        metrics::counter!("supervise_deliveries_total", "event" => event.clone(), "outcome" => o)
-            .increment(1);
-        metrics::histogram!("supervise_intake_seconds").record(started.elapsed().as_secs_f64());
-        (code, text)
-    };
-    if !signature::verify(&secrets, &body, sig) {
-        tracing::warn!("rejected: missing or wrong signature");
-        return outcome(
-            "bad_signature",
-            StatusCode::UNAUTHORIZED,
-            "signature does not match\n",
-        );
-    }
-    if event.is_empty() || delivery.is_empty() || delivery.len() > 100 {
-        return outcome(
-            "bad_request",
-            StatusCode::BAD_REQUEST,
-            "X-GitHub-Event and X-GitHub-Delivery are required\n",
-        );
-    }
-    if !HANDLED.contains(&event.as_str()) {
-        return outcome("ignored", StatusCode::ACCEPTED, "ignored\n");
-    }
-    let Ok(payload) = serde_json::from_slice::<Value>(&body) else {
-        return outcome("bad_request", StatusCode::BAD_REQUEST, "body is not JSON\n");
-    };
-    let installation = payload["installation"]["id"].as_i64();
-    let action = payload["action"].as_str().unwrap_or("");
-    let dedupe = match event.as_str() {
-        "workflow_run" => payload["workflow_run"]["id"]
-            .as_i64()
-            .map(|r| format!("run:{r}:{action}")),
-        _ => payload["comment"]["id"]
-            .as_i64()
-            .map(|c| format!("comment:{c}:{action}")),
-    };
-    let text = String::from_utf8_lossy(&body);
-    match svc
-        .store
-        .intake(&delivery, &event, dedupe.as_deref(), installation, &text)
-        .await
-    {
-        Ok(Intake::Stored) => {
-            svc.work.notify_one();
-            outcome("stored", StatusCode::ACCEPTED, "stored\n")
-        }
-        Ok(Intake::Duplicate) => outcome("duplicate", StatusCode::OK, "duplicate\n"),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot store the delivery; GitHub will show it failed and it can be redelivered");
-            outcome(
-                "store_error",
-                StatusCode::SERVICE_UNAVAILABLE,
-                "cannot store the delivery\n",
-            )
-        }
-    }
+    // The span covers the awaits below (a guard held across them would not).
+    tracing::Instrument::instrument(
+        async move {
+            // Refuse an oversized body from its declared length, before reading any of it;
+            // a body without a length is cut off while reading.
+            let declared = headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if declared.is_some_and(|n| n > MAX_BODY as u64) {
+                metrics::counter!("supervise_deliveries_total", "event" => event.clone(), "outcome" => "too_large").increment(1);
+                return (StatusCode::PAYLOAD_TOO_LARGE, "body over 25 MiB\n");
+            }
+            let body: Bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+                Ok(b) => b,
+                Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "body over 25 MiB\n"),
+            };
+            let sig = headers
+                .get("x-hub-signature-256")
+                .and_then(|v| v.to_str().ok());
+            let secrets: Vec<&[u8]> = svc
+                .secrets
+                .iter()
+                .map(|s| s.expose_secret().as_bytes())
+                .collect();
+            let outcome = |o: &'static str, code: StatusCode, text: &'static str| {
+                metrics::counter!("supervise_deliveries_total", "event" => event.clone(), "outcome" => o)
+                    .increment(1);
+                metrics::histogram!("supervise_intake_seconds").record(started.elapsed().as_secs_f64());
+                (code, text)
+            };
+            if !signature::verify(&secrets, &body, sig) {
+                tracing::warn!("rejected: missing or wrong signature");
+                return outcome(
+                    "bad_signature",
+                    StatusCode::UNAUTHORIZED,
+                    "signature does not match\n",
+                );
+            }
+            if event.is_empty() || delivery.is_empty() || delivery.len() > 100 {
+                return outcome(
+                    "bad_request",
+                    StatusCode::BAD_REQUEST,
+                    "X-GitHub-Event and X-GitHub-Delivery are required\n",
+                );
+            }
+            if !HANDLED.contains(&event.as_str()) {
+                return outcome("ignored", StatusCode::ACCEPTED, "ignored\n");
+            }
+            let Ok(payload) = serde_json::from_slice::<Value>(&body) else {
+                return outcome("bad_request", StatusCode::BAD_REQUEST, "body is not JSON\n");
+            };
+            let installation = payload["installation"]["id"].as_i64();
+            let action = payload["action"].as_str().unwrap_or("");
+            let dedupe = match event.as_str() {
+                "workflow_run" => payload["workflow_run"]["id"]
+                    .as_i64()
+                    .map(|r| format!("run:{r}:{action}")),
+                _ => payload["comment"]["id"]
+                    .as_i64()
+                    .map(|c| format!("comment:{c}:{action}")),
+            };
+            let text = String::from_utf8_lossy(&body);
+            match svc
+                .store
+                .intake(&delivery, &event, dedupe.as_deref(), installation, &text)
+                .await
+            {
+                Ok(Intake::Stored) => {
+                    svc.work.notify_one();
+                    outcome("stored", StatusCode::ACCEPTED, "stored\n")
+                }
+                Ok(Intake::Duplicate) => outcome("duplicate", StatusCode::OK, "duplicate\n"),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot store the delivery; GitHub will show it failed and it can be redelivered");
+                    outcome(
+                        "store_error",
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "cannot store the delivery\n",
+                    )
+                }
+            }
+        },
+        span,
+    )
+    .await
 }
 
 /// Runs `n` workers until the process ends.
@@ -217,24 +223,26 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
                         let limit = svc.limit(d.installation.unwrap_or(0));
                         let _permit = limit.acquire_owned().await;
                         let span = tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
-                        let _g = span.enter();
                         let began = Instant::now();
-                        let result = if d.event == "workflow_run" {
-                            workflow_run(&svc, &d.payload).await
-                        } else {
-                            process(&svc, &d.payload).await
+                        let work = async {
+                            if d.event == "workflow_run" {
+                                workflow_run(&svc, &d.payload).await
+                            } else {
+                                process(&svc, &d.payload).await
+                            }
                         };
+                        let result = tracing::Instrument::instrument(work, span.clone()).await;
                         metrics::histogram!("supervise_processing_seconds", "outcome" => if result.is_ok() { "ok" } else { "error" }).record(began.elapsed().as_secs_f64());
                         let r = match result {
                             Ok(()) => svc.store.finish(&d.id, None).await,
                             Err(e) if e.is_transient() && d.attempts < 8 => {
                                 let delay =
                                     Duration::from_secs(1u64 << d.attempts.clamp(0, 8) as u32);
-                                tracing::warn!(error = %e, ?delay, "transient failure; will retry");
+                                tracing::warn!(delivery = %d.id, error = %e, ?delay, "transient failure; will retry");
                                 svc.store.retry_later(&d.id, delay, &e.to_string()).await
                             }
                             Err(e) => {
-                                tracing::error!(error = %e, "delivery failed for good");
+                                tracing::error!(delivery = %d.id, error = %e, "delivery failed for good");
                                 svc.store.finish(&d.id, Some(&e.to_string())).await
                             }
                         };

@@ -68,8 +68,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         op TEXT NOT NULL,
         run_id BIGINT,
         html_url TEXT,
-        base_sha TEXT,
-        completed INTEGER NOT NULL DEFAULT 0
+        base_sha TEXT
     );
     CREATE TABLE IF NOT EXISTS op_units (
         op TEXT NOT NULL,
@@ -124,7 +123,6 @@ pub struct RunRow {
     pub run_id: Option<i64>,
     pub html_url: Option<String>,
     pub base_sha: Option<String>,
-    pub completed: bool,
 }
 
 /// A work unit's sub-issue.
@@ -524,14 +522,13 @@ impl SqlStore {
 
     /// Records what is known of a dispatch's run; known values are never erased.
     pub async fn put_run(&self, r: &RunRow) -> Result<(), SqlError> {
-        sqlx::query("INSERT INTO op_runs (dispatch, op, run_id, html_url, base_sha, completed) VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (dispatch) DO UPDATE SET run_id = COALESCE(EXCLUDED.run_id, op_runs.run_id), html_url = COALESCE(EXCLUDED.html_url, op_runs.html_url), base_sha = COALESCE(op_runs.base_sha, EXCLUDED.base_sha), completed = EXCLUDED.completed")
+        sqlx::query("INSERT INTO op_runs (dispatch, op, run_id, html_url, base_sha) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (dispatch) DO UPDATE SET run_id = COALESCE(EXCLUDED.run_id, op_runs.run_id), html_url = COALESCE(EXCLUDED.html_url, op_runs.html_url), base_sha = COALESCE(op_runs.base_sha, EXCLUDED.base_sha)")
             .bind(&r.dispatch)
             .bind(&r.op)
             .bind(r.run_id)
             .bind(&r.html_url)
             .bind(&r.base_sha)
-            .bind(r.completed as i32)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -544,32 +541,32 @@ impl SqlStore {
             run_id: r.try_get("run_id").ok(),
             html_url: r.try_get("html_url").ok(),
             base_sha: r.try_get("base_sha").ok(),
-            completed: r
-                .try_get::<i32, _>("completed")
-                .map(|c| c != 0)
-                .unwrap_or(false),
         }
     }
 
     pub async fn run(&self, dispatch: &str) -> Result<Option<RunRow>, SqlError> {
-        let row = sqlx::query("SELECT dispatch, op, run_id, html_url, base_sha, completed FROM op_runs WHERE dispatch = $1")
-            .bind(dispatch)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "SELECT dispatch, op, run_id, html_url, base_sha FROM op_runs WHERE dispatch = $1",
+        )
+        .bind(dispatch)
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(row.as_ref().map(Self::run_row))
     }
 
     pub async fn run_by_id(&self, run_id: i64) -> Result<Option<RunRow>, SqlError> {
-        let row = sqlx::query("SELECT dispatch, op, run_id, html_url, base_sha, completed FROM op_runs WHERE run_id = $1")
-            .bind(run_id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "SELECT dispatch, op, run_id, html_url, base_sha FROM op_runs WHERE run_id = $1",
+        )
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(row.as_ref().map(Self::run_row))
     }
 
     pub async fn runs_of(&self, op: &str) -> Result<Vec<RunRow>, SqlError> {
         let rows = sqlx::query(
-            "SELECT dispatch, op, run_id, html_url, base_sha, completed FROM op_runs WHERE op = $1",
+            "SELECT dispatch, op, run_id, html_url, base_sha FROM op_runs WHERE op = $1",
         )
         .bind(op)
         .fetch_all(&self.pool)

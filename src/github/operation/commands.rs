@@ -204,31 +204,32 @@ impl Operations {
         };
         let mut live = l.lock().await;
         let span = tracing::info_span!("operation", op = %row.op);
-        let _g = span.enter();
-        self.acquire(&mut live).await?;
-        let dispatch = DispatchId(row.dispatch.clone());
-        self.store
-            .put_run(&RunRow {
-                run_id: Some(run.id),
-                html_url: Some(run.html_url.clone()),
-                completed: run.status == "completed",
-                ..row.clone()
-            })
-            .await?;
-        match payload["action"].as_str() {
-            Some("completed") => {
-                self.finish(
-                    &mut live,
-                    &dispatch,
-                    run.conclusion.as_deref(),
-                    &run.html_url,
-                )
-                .await?
+        let work = async {
+            self.acquire(&mut live).await?;
+            let dispatch = DispatchId(row.dispatch.clone());
+            self.store
+                .put_run(&RunRow {
+                    run_id: Some(run.id),
+                    html_url: Some(run.html_url.clone()),
+                    ..row.clone()
+                })
+                .await?;
+            match payload["action"].as_str() {
+                Some("completed") => {
+                    self.finish(
+                        &mut live,
+                        &dispatch,
+                        run.conclusion.as_deref(),
+                        &run.html_url,
+                    )
+                    .await?
+                }
+                Some("in_progress") => live.queue.push_back(Input::AgentStarted { dispatch }),
+                _ => {}
             }
-            Some("in_progress") => live.queue.push_back(Input::AgentStarted { dispatch }),
-            _ => {}
-        }
-        self.drive(&mut live).await?;
-        self.flush(&mut live, false).await
+            self.drive(&mut live).await?;
+            self.flush(&mut live, false).await
+        };
+        tracing::Instrument::instrument(work, span).await
     }
 }

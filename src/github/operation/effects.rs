@@ -278,7 +278,6 @@ impl Operations {
                 run_id: Some(id),
                 html_url: Some(url.to_string()),
                 base_sha: base,
-                completed: false,
             })
             .await?;
         Ok(())

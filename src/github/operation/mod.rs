@@ -397,9 +397,9 @@ impl Operations {
                 i += 1;
                 continue;
             }
-            let span = tracing::info_span!("effect", key = %format!("{}.{}", p.seq, p.idx));
-            let _g = span.enter();
-            match self.carry_out(live, &p).await {
+            let span = tracing::info_span!("effect", op = %live.ctx.op, key = %format!("{}.{}", p.seq, p.idx));
+            let outcome = tracing::Instrument::instrument(self.carry_out(live, &p), span).await;
+            match outcome {
                 Ok(Outcome::Done(inputs)) => {
                     live.waiting.remove(&key);
                     self.store.effect_done(&live.ctx.op, p.seq, p.idx).await?;
