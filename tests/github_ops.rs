@@ -685,7 +685,7 @@ async fn requests_per_sprint_are_a_small_constant() {
     let six = calls_for(6).await;
     let per_sprint = (six - one) as f64 / 5.0;
     eprintln!("GitHub requests: 1 sprint {one}, 6 sprints {six}: {per_sprint:.1} per extra sprint");
-    assert!(per_sprint <= 22.0, "{per_sprint} requests per sprint");
+    assert!(per_sprint <= 25.0, "{per_sprint} requests per sprint");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
