@@ -522,6 +522,15 @@ async fn killall_and_stop_cancel_the_runs_in_flight() {
                 .contains("](https://github.com/acme/shop/actions/runs/")
     })
     .await;
+    s.say("/supervise status").await;
+    s.until("the status reply", 30, |s| {
+        s.bot_comments(s.issue).iter().any(|c| {
+            c.starts_with("## Supervisor Status")
+                && !c.contains("<!-- supervise:status ")
+                && c.contains("](https://github.com/acme/shop/actions/runs/")
+        })
+    })
+    .await;
     s.say("/supervise killall").await;
     s.until("killed, runs cancelled", 60, |s| {
         s.status_comment().contains("status: killed")

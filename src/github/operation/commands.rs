@@ -168,10 +168,18 @@ impl Operations {
         let Some(row) = self.store.operation_on(repo, issue).await? else {
             return Ok(None);
         };
+        let runs = self.run_links(&row.id).await?;
+        let link = |d: &DispatchId| runs.get(&d.0).cloned();
         let l = self.open(&row).await?;
         let live = l.lock().await;
+        // The table without the status comment's marker: a reply must never be
+        // taken for the sticky comment.
         Ok(live.state.as_ref().map(|st| {
-            report::github::as_comment_commands(&report::status_table(st, chrono::Utc::now()))
+            report::github::as_comment_commands(&report::status_table_linked(
+                st,
+                chrono::Utc::now(),
+                &link,
+            ))
         }))
     }
 

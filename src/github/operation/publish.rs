@@ -23,13 +23,7 @@ impl Operations {
         let ctx = live.ctx.clone();
         let repo = self.repo(&ctx);
         self.sync_unit_issues(&ctx, &st).await?;
-        let runs: HashMap<String, String> = self
-            .store
-            .runs_of(&ctx.op)
-            .await?
-            .into_iter()
-            .filter_map(|r| r.html_url.map(|u| (r.dispatch, u)))
-            .collect();
+        let runs = self.run_links(&ctx.op).await?;
         let link = |d: &DispatchId| runs.get(&d.0).cloned();
         let text = report::github::status_comment(&st, chrono::Utc::now(), &link);
         if text != live.last_text {
@@ -129,5 +123,16 @@ impl Operations {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Each dispatch's run on GitHub, for links in what people read.
+    pub(super) async fn run_links(&self, op: &str) -> Result<HashMap<String, String>, OpError> {
+        Ok(self
+            .store
+            .runs_of(op)
+            .await?
+            .into_iter()
+            .filter_map(|r| r.html_url.map(|u| (r.dispatch, u)))
+            .collect())
     }
 }
