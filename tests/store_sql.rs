@@ -217,7 +217,8 @@ async fn operation_log_round_trip(s: &SqlStore) {
     s.effect_done("op-1", first.1[0].seq, first.1[0].idx)
         .await
         .unwrap();
-    let (events, pending) = s.load_operation("op-1").await.unwrap();
+    let loaded = s.load_operation("op-1").await.unwrap();
+    let (events, pending) = (loaded.events, loaded.pending);
     assert_eq!(events, vec![e1, e2]);
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].effect, Effect::FinalReport);

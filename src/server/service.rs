@@ -275,6 +275,17 @@ struct Place {
     since: Option<String>,
 }
 
+impl Place {
+    /// The repository the comment was made in, through the service's client.
+    fn repo_on<'a>(&'a self, svc: &'a Service) -> Repo<'a> {
+        Repo {
+            gh: &svc.github,
+            installation: self.installation,
+            name: &self.repo,
+        }
+    }
+}
+
 /// The person's role; a stranger (404) has none. Any other error is returned, so
 /// the delivery is retried later — nothing acts without an answer.
 async fn permission(svc: &Service, p: &Place, login: &str) -> Result<Permission, GitHubError> {
@@ -297,11 +308,7 @@ async fn permission(svc: &Service, p: &Place, login: &str) -> Result<Permission,
 /// The repository's rules from `.github/supervise.yml` (defaults when there is
 /// none), or the reason the file is unusable.
 async fn repo_policy(svc: &Service, p: &Place) -> Result<Result<Policy, String>, GitHubError> {
-    let repo = Repo {
-        gh: &svc.github,
-        installation: p.installation,
-        name: &p.repo,
-    };
+    let repo = p.repo_on(svc);
     let text = match repo.file(".github/supervise.yml", None).await {
         Ok(None) => return Ok(Ok(Policy::default())),
         Ok(Some((text, _))) => Ok(text),
@@ -321,34 +328,12 @@ async fn repo_policy(svc: &Service, p: &Place) -> Result<Result<Policy, String>,
 /// Posts a reply unless one with the same marker is already there: a reply is
 /// made once even when the delivery is processed again after a crash.
 async fn reply(svc: &Service, p: &Place, n: usize, text: &str) -> Result<(), GitHubError> {
+    let repo = p.repo_on(svc);
+    // Only comments made since the command are looked through: a long thread
+    // cannot push an earlier reply of ours off the page.
     let marker = format!("<!-- supervise:reply {}/{} -->", p.comment, n);
-    let path = format!("/repos/{}/issues/{}/comments", p.repo, p.issue);
-    // Only comments made since the command: a long thread cannot push an earlier
-    // reply of ours off the page.
-    let since = p
-        .since
-        .as_deref()
-        .filter(|s| {
-            s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-:.+".contains(c))
-        })
-        .map(|s| format!("&since={s}"))
-        .unwrap_or_default();
-    let existing = svc
-        .github
-        .get(p.installation, &format!("{path}?per_page=100{since}"))
-        .await?;
-    if existing.body.contains(&marker) {
-        return Ok(());
-    }
-    svc.github
-        .post(
-            p.installation,
-            &path,
-            &json!({ "body": format!("{text}\n\n{marker}") }),
-        )
-        .await?;
-    Ok(())
+    repo.comment_once(p.issue, p.since.as_deref(), &marker, text)
+        .await
 }
 
 /// Acts on one stored delivery.

@@ -86,6 +86,23 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
 ];
 
+/// The last decision's sequence number of an operation (0: none yet).
+const LAST_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) AS last FROM op_log WHERE op = $1";
+
+/// The columns `operation_row` reads, for every query that returns operations.
+macro_rules! operation_select {
+    () => {
+        "SELECT id, repo, issue, installation, active, status_comment, context FROM operations"
+    };
+}
+
+/// The columns `run_row` reads.
+macro_rules! run_select {
+    () => {
+        "SELECT dispatch, op, run_id, html_url, base_sha FROM op_runs"
+    };
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SqlError {
     #[error("database: {0}")]
@@ -113,6 +130,15 @@ pub struct OpEffect {
     pub seq: i64,
     pub idx: i64,
     pub effect: Effect,
+}
+
+/// An operation as the log holds it.
+#[derive(Debug, Clone, Default)]
+pub struct LoadedOperation {
+    /// The last decision's sequence number (0: none yet).
+    pub seq: i64,
+    pub events: Vec<Event>,
+    pub pending: Vec<OpEffect>,
 }
 
 /// What is known of a dispatch's workflow run.
@@ -367,15 +393,18 @@ impl SqlStore {
 
     /// Operations still running (or every one), oldest first.
     pub async fn operations(&self, active_only: bool) -> Result<Vec<OperationRow>, SqlError> {
-        let rows = sqlx::query("SELECT id, repo, issue, installation, active, status_comment, context FROM operations WHERE active = 1 OR $1 = 0 ORDER BY created_at, id")
-            .bind(active_only as i32)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(concat!(
+            operation_select!(),
+            " WHERE active = 1 OR $1 = 0 ORDER BY created_at, id"
+        ))
+        .bind(active_only as i32)
+        .fetch_all(&self.pool)
+        .await?;
         Ok(rows.iter().map(Self::operation_row).collect())
     }
 
     pub async fn operation(&self, id: &str) -> Result<Option<OperationRow>, SqlError> {
-        let row = sqlx::query("SELECT id, repo, issue, installation, active, status_comment, context FROM operations WHERE id = $1")
+        let row = sqlx::query(concat!(operation_select!(), " WHERE id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -388,11 +417,14 @@ impl SqlStore {
         repo: &str,
         issue: i64,
     ) -> Result<Option<OperationRow>, SqlError> {
-        let row = sqlx::query("SELECT id, repo, issue, installation, active, status_comment, context FROM operations WHERE repo = $1 AND issue = $2 ORDER BY created_at DESC, id DESC LIMIT 1")
-            .bind(repo)
-            .bind(issue)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(concat!(
+            operation_select!(),
+            " WHERE repo = $1 AND issue = $2 ORDER BY created_at DESC, id DESC LIMIT 1"
+        ))
+        .bind(repo)
+        .bind(issue)
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(row.as_ref().map(Self::operation_row))
     }
 
@@ -424,10 +456,7 @@ impl SqlStore {
         effects: &[Effect],
     ) -> Result<(i64, Vec<OpEffect>), SqlError> {
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) AS last FROM op_log WHERE op = $1")
-            .bind(op)
-            .fetch_one(&mut *tx)
-            .await?;
+        let row = sqlx::query(LAST_SEQ).bind(op).fetch_one(&mut *tx).await?;
         let seq: i64 = row.try_get::<i64, _>("last").unwrap_or(0) + 1;
         sqlx::query("INSERT INTO op_log (op, seq, events) VALUES ($1, $2, $3)")
             .bind(op)
@@ -475,23 +504,22 @@ impl SqlStore {
 
     /// The sequence number of the operation's last decision (0: none).
     pub async fn last_seq(&self, op: &str) -> Result<i64, SqlError> {
-        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) AS last FROM op_log WHERE op = $1")
-            .bind(op)
-            .fetch_one(&self.pool)
-            .await?;
+        let row = sqlx::query(LAST_SEQ).bind(op).fetch_one(&self.pool).await?;
         Ok(row.try_get::<i64, _>("last").unwrap_or(0))
     }
 
-    /// The operation's events in order, and its effects not yet done.
-    pub async fn load_operation(&self, op: &str) -> Result<(Vec<Event>, Vec<OpEffect>), SqlError> {
-        let rows = sqlx::query("SELECT events FROM op_log WHERE op = $1 ORDER BY seq")
+    /// The operation's events in order, its effects not yet done, and the
+    /// sequence number of the last decision read — from the same rows.
+    pub async fn load_operation(&self, op: &str) -> Result<LoadedOperation, SqlError> {
+        let rows = sqlx::query("SELECT seq, events FROM op_log WHERE op = $1 ORDER BY seq")
             .bind(op)
             .fetch_all(&self.pool)
             .await?;
-        let mut events = Vec::new();
+        let mut loaded = LoadedOperation::default();
         for r in rows {
             let batch: Vec<Event> = serde_json::from_str(&r.get::<String, _>("events"))?;
-            events.extend(batch);
+            loaded.events.extend(batch);
+            loaded.seq = r.get("seq");
         }
         let rows = sqlx::query(
             "SELECT seq, idx, effect FROM op_effects WHERE op = $1 AND done = 0 ORDER BY seq, idx",
@@ -499,15 +527,14 @@ impl SqlStore {
         .bind(op)
         .fetch_all(&self.pool)
         .await?;
-        let mut pending = Vec::new();
         for r in rows {
-            pending.push(OpEffect {
+            loaded.pending.push(OpEffect {
                 seq: r.get("seq"),
                 idx: r.get("idx"),
                 effect: serde_json::from_str(&r.get::<String, _>("effect"))?,
             });
         }
-        Ok((events, pending))
+        Ok(loaded)
     }
 
     pub async fn effect_done(&self, op: &str, seq: i64, idx: i64) -> Result<(), SqlError> {
@@ -545,32 +572,26 @@ impl SqlStore {
     }
 
     pub async fn run(&self, dispatch: &str) -> Result<Option<RunRow>, SqlError> {
-        let row = sqlx::query(
-            "SELECT dispatch, op, run_id, html_url, base_sha FROM op_runs WHERE dispatch = $1",
-        )
-        .bind(dispatch)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query(concat!(run_select!(), " WHERE dispatch = $1"))
+            .bind(dispatch)
+            .fetch_optional(&self.pool)
+            .await?;
         Ok(row.as_ref().map(Self::run_row))
     }
 
     pub async fn run_by_id(&self, run_id: i64) -> Result<Option<RunRow>, SqlError> {
-        let row = sqlx::query(
-            "SELECT dispatch, op, run_id, html_url, base_sha FROM op_runs WHERE run_id = $1",
-        )
-        .bind(run_id)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query(concat!(run_select!(), " WHERE run_id = $1"))
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await?;
         Ok(row.as_ref().map(Self::run_row))
     }
 
     pub async fn runs_of(&self, op: &str) -> Result<Vec<RunRow>, SqlError> {
-        let rows = sqlx::query(
-            "SELECT dispatch, op, run_id, html_url, base_sha FROM op_runs WHERE op = $1",
-        )
-        .bind(op)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(concat!(run_select!(), " WHERE op = $1"))
+            .bind(op)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows.iter().map(Self::run_row).collect())
     }
 

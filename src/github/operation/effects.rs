@@ -21,16 +21,11 @@ impl Operations {
                     None => self.find_run(live, dispatch).await?.map(|r| r.id),
                 };
                 // A cancel first, always; a run that ignores it is force-cancelled
-                // by reconciliation (`force` only shortens the grace).
+                // by reconciliation (`force` only halves the grace).
                 if let Some(id) = run {
                     repo.cancel(id, false).await?;
-                    let grace = if *force {
-                        self.timings.force_cancel_after / 2
-                    } else {
-                        self.timings.force_cancel_after
-                    };
-                    live.cancels
-                        .insert(id, (Instant::now() + grace - self.timings.force_cancel_after, false));
+                    let grace = self.timings.force_cancel_after / if *force { 2 } else { 1 };
+                    live.cancels.insert(id, (Instant::now() + grace, false));
                 }
                 Ok(Outcome::Done(vec![]))
             }
@@ -61,19 +56,9 @@ impl Operations {
                     .branch_sha(&integration_branch(op))
                     .await?
                     .unwrap_or_default();
-                let checks: Vec<_> = repo
-                    .checks(&head)
-                    .await?
-                    .into_iter()
-                    .filter(|c| c.app != "supervise")
-                    .collect();
-                let seen = *live.gate_seen.entry(*gate).or_insert_with(Instant::now);
-                if checks.iter().any(|c| !c.completed) {
+                let Some(checks) = self.ci_on(live, &repo, &head).await? else {
                     return Ok(Outcome::Wait);
-                }
-                if checks.is_empty() && seen.elapsed() < self.timings.ci_grace {
-                    return Ok(Outcome::Wait);
-                }
+                };
                 let red: Vec<String> = checks
                     .iter()
                     .filter(|c| !c.green())
@@ -93,8 +78,9 @@ impl Operations {
                     output,
                 }]))
             }
-            // Conditions are commands; the service never runs a repository's
-            // commands, so a deferred sprint is re-dispatched to a runner instead.
+            // Conditions are commands, and the service never runs a repository's
+            // commands: the condition counts as not met, and after the polls a
+            // person is asked (§9).
             Effect::PollCondition { unit, sprint } => Ok(Outcome::Done(vec![Input::ConditionPolled {
                 unit: unit.clone(),
                 sprint: sprint.clone(),

@@ -9,7 +9,7 @@
 //! requests, sub-issues and comments are looked for (by name or hidden marker)
 //! before they are made.
 
-use super::repo::{Repo, WorkflowRun};
+use super::repo::{Check, Repo, WorkflowRun};
 use super::{GitHub, GitHubError};
 use crate::engine::{
     self, decide_mut, AgentReport, DispatchId, Effect, Evidence, Input, NoticeKind, OperationId,
@@ -108,16 +108,16 @@ struct Live {
     last_flush: Option<Instant>,
     last_text: String,
     last_reconcile: Option<Instant>,
-    gate_seen: HashMap<u32, Instant>,
-    /// Runs asked to cancel: when, and whether force-cancel was sent.
+    /// Heads waiting for the repository's CI to report at all (a gate's
+    /// integration head, a finished run's sprint head): since when.
+    ci_first_seen: HashMap<String, Instant>,
+    /// Runs asked to cancel: when a force-cancel is due, and whether it was sent.
     cancels: HashMap<i64, (Instant, bool)>,
     /// Outbox entries waiting on GitHub (CI, a review): looked at again at
     /// reconciliation, not on every tick, so waiting costs few requests.
     waiting: HashSet<(i64, i64)>,
     /// Set during reconciliation: waiting entries are tried again.
     retry_waiting: bool,
-    /// Finished runs whose sprint head has no CI report yet: since when.
-    ci_wait: HashMap<String, Instant>,
     /// The last decision this replica knows of: if the log has moved on (another
     /// replica acted), the operation is reloaded before acting.
     seq: i64,
@@ -197,24 +197,22 @@ impl Operations {
             return Ok(l);
         }
         let ctx: OpContext = serde_json::from_str(&row.context).map_err(SqlError::from)?;
-        let seq = self.store.last_seq(&row.id).await?;
-        let (events, pending) = self.store.load_operation(&row.id).await?;
+        let loaded = self.store.load_operation(&row.id).await?;
         let live = Arc::new(tokio::sync::Mutex::new(Live {
-            seq,
+            seq: loaded.seq,
             ctx,
-            state: OperationState::replay(&events),
-            pending,
+            state: OperationState::replay(&loaded.events),
+            pending: loaded.pending,
             queue: VecDeque::new(),
             status_comment: row.status_comment,
             dirty: true,
             last_flush: None,
             last_text: String::new(),
             last_reconcile: None,
-            gate_seen: HashMap::new(),
+            ci_first_seen: HashMap::new(),
             cancels: HashMap::new(),
             waiting: HashSet::new(),
             retry_waiting: true,
-            ci_wait: HashMap::new(),
         }));
         Ok(self
             .live
@@ -286,14 +284,19 @@ impl Operations {
         {
             return Err(OpError::Busy(live.ctx.op.clone()));
         }
-        let seq = self.store.last_seq(&live.ctx.op).await?;
-        if seq != live.seq {
-            let (events, pending) = self.store.load_operation(&live.ctx.op).await?;
-            live.state = OperationState::replay(&events);
-            live.pending = pending;
-            live.seq = seq;
+        if self.store.last_seq(&live.ctx.op).await? != live.seq {
+            self.reload(live).await?;
             live.dirty = true;
         }
+        Ok(())
+    }
+
+    /// Falls back to what the log holds: state, outbox and sequence number.
+    async fn reload(&self, live: &mut Live) -> Result<(), OpError> {
+        let loaded = self.store.load_operation(&live.ctx.op).await?;
+        live.state = OperationState::replay(&loaded.events);
+        live.pending = loaded.pending;
+        live.seq = loaded.seq;
         Ok(())
     }
 
@@ -349,10 +352,8 @@ impl Operations {
             }
             Err(e) => {
                 // The log is the record: fall back to what it holds.
-                if let Ok((events, pending)) = self.store.load_operation(&live.ctx.op).await {
-                    live.state = OperationState::replay(&events);
-                    live.pending = pending;
-                    live.seq = self.store.last_seq(&live.ctx.op).await.unwrap_or(live.seq);
+                if let Err(again) = self.reload(live).await {
+                    tracing::warn!(error = %again, "cannot reload the operation either");
                 }
                 Err(e.into())
             }
@@ -390,15 +391,13 @@ impl Operations {
                 continue;
             }
             let key = (p.seq, p.idx);
-            if live.waiting.contains(&key) && !live.retry_waiting {
-                if let (Effect::Integrate { .. }, Some(u)) = (&p.effect, unit) {
-                    held.insert(u);
-                }
-                i += 1;
-                continue;
-            }
-            let span = tracing::info_span!("effect", op = %live.ctx.op, key = %format!("{}.{}", p.seq, p.idx));
-            let outcome = tracing::Instrument::instrument(self.carry_out(live, &p), span).await;
+            // What waits on GitHub is asked again at reconciliation only.
+            let outcome = if live.waiting.contains(&key) && !live.retry_waiting {
+                Ok(Outcome::Wait)
+            } else {
+                let span = tracing::info_span!("effect", op = %live.ctx.op, key = %format!("{}.{}", p.seq, p.idx));
+                tracing::Instrument::instrument(self.carry_out(live, &p), span).await
+            };
             match outcome {
                 Ok(Outcome::Done(inputs)) => {
                     live.waiting.remove(&key);

@@ -27,7 +27,7 @@ impl Operations {
         for (id, (at, forced)) in live.cancels.clone() {
             match repo.run(id).await? {
                 Some(r) if r.status != "completed" => {
-                    if !forced && at.elapsed() >= self.timings.force_cancel_after {
+                    if !forced && Instant::now() >= at {
                         tracing::warn!(run = id, "the run ignored its cancel; force-cancelling");
                         repo.cancel(id, true).await?;
                         live.cancels.insert(id, (at, true));
@@ -50,7 +50,10 @@ impl Operations {
             match run {
                 Some(run) if run.status == "completed" => {
                     let url = run.html_url.clone();
-                    self.record_run(&live.ctx, &d, run.id, &url, None).await?;
+                    // Found by its name: remember it (known ones are not rewritten).
+                    if row.as_ref().is_none_or(|r| r.run_id.is_none()) {
+                        self.record_run(&live.ctx, &d, run.id, &url, None).await?;
+                    }
                     self.finish(live, &d, run.conclusion.as_deref(), &url)
                         .await?;
                 }
@@ -90,19 +93,11 @@ impl Operations {
             });
             return Ok(());
         };
-        // The repository's own CI on the head must have reported first.
-        let checks = repo.checks(&head).await?;
-        let ci: Vec<_> = checks.iter().filter(|c| c.app != "supervise").collect();
-        if ci.iter().any(|c| !c.completed) {
-            return Ok(()); // the next reconciliation looks again
-        }
-        // CI reports a little after a push: give it the grace before deciding
-        // without it (a repository without CI then waits only this once).
-        let first_seen = *live.ci_wait.entry(d.0.clone()).or_insert_with(Instant::now);
-        if ci.is_empty() && first_seen.elapsed() < self.timings.ci_grace {
+        // The repository's own CI on the head must have reported first; the
+        // next reconciliation looks again.
+        let Some(ci) = self.ci_on(live, &repo, &head).await? else {
             return Ok(());
-        }
-        live.ci_wait.remove(&d.0);
+        };
         let ci_passed = (!ci.is_empty()).then(|| ci.iter().all(|c| c.green()));
         let recorded: Option<RunResult> = repo
             .file(&results_path(&d.0), Some(&head))
@@ -186,5 +181,35 @@ impl Operations {
             tracing::warn!(error = %e, "could not publish the check run");
         }
         Ok(())
+    }
+
+    /// The repository's CI checks on `head` (everything but our own), once all
+    /// have finished; None while one runs, or while none has reported yet and
+    /// the grace for CI to start has not passed (CI reports a little after a
+    /// push; a repository without CI waits out the grace once per head).
+    pub(super) async fn ci_on(
+        &self,
+        live: &mut Live,
+        repo: &Repo<'_>,
+        head: &str,
+    ) -> Result<Option<Vec<Check>>, OpError> {
+        let ci: Vec<Check> = repo
+            .checks(head)
+            .await?
+            .into_iter()
+            .filter(|c| c.app != "supervise")
+            .collect();
+        if ci.iter().any(|c| !c.completed) {
+            return Ok(None);
+        }
+        let first_seen = *live
+            .ci_first_seen
+            .entry(head.to_string())
+            .or_insert_with(Instant::now);
+        if ci.is_empty() && first_seen.elapsed() < self.timings.ci_grace {
+            return Ok(None);
+        }
+        live.ci_first_seen.remove(head);
+        Ok(Some(ci))
     }
 }
