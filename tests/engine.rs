@@ -658,3 +658,93 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_unit_whose_dependencies_complete_after_another_unit_blocks_still_starts() {
+    // A (2 sprints) and B (1) are independent; C needs B, D needs A. B is BLOCKED
+    // while A's second sprint runs; A then completes and D must start.
+    let src = "# Four\n\n| Work Unit | Dependencies |\n|---|---|\n| a | none |\n| b | none |\n| c | b |\n| d | a |\n\n\
+## a\n### Sprint 1: One\n- [ ] `make a1` passes\n### Sprint 2: Two\n- [ ] `make a2` passes\n\
+## b\n### Sprint 1: One\n- [ ] `make b` passes\n\
+## c\n### Sprint 1: One\n- [ ] `make c` passes\n\
+## d\n### Sprint 1: One\n- [ ] `make d` passes\n";
+    let mut sim = Sim::start(src, EngineConfig::default());
+    sim.finish("a", success());
+    for _ in 0..3 {
+        sim.finish("b", failure());
+    }
+    assert_eq!(sim.unit("b").status, UnitStatus::Blocked);
+    sim.finish("a", success());
+    assert_eq!(sim.unit("a").status, UnitStatus::Completed);
+    assert_eq!(sim.unit("d").status, UnitStatus::Running, "d's dependency completed");
+    assert_eq!(sim.st().status, OverallStatus::Running);
+    sim.finish("d", success());
+    assert_eq!(sim.unit("c").status, UnitStatus::NotStarted);
+    assert_eq!(sim.st().status, OverallStatus::Blocked, "only c (behind BLOCKED b) is left");
+}
+
+/// A random plan: `n` units, each with 1–3 sprints and dependencies on a random
+/// subset of the units before it, as a Dependencies column.
+fn random_plan() -> impl Strategy<Value = String> {
+    (2usize..7)
+        .prop_flat_map(|n| {
+            (
+                prop::collection::vec(1usize..4, n),
+                prop::collection::vec(any::<u8>(), n),
+            )
+        })
+        .prop_map(|(sprints, deps)| {
+            let n = sprints.len();
+            let mut src = String::from("# Random\n\n| Work Unit | Dependencies |\n|---|---|\n");
+            for (i, mask) in deps.iter().enumerate() {
+                let d: Vec<String> = (0..i).filter(|j| mask & (1 << j) != 0).map(|j| format!("u{j}")).collect();
+                let d = if d.is_empty() { "none".to_string() } else { d.join(", ") };
+                src.push_str(&format!("| u{i} | {d} |\n"));
+            }
+            for (i, count) in sprints.iter().enumerate().take(n) {
+                src.push_str(&format!("\n## u{i}\n"));
+                for s in 1..=*count {
+                    src.push_str(&format!("### Sprint {s}: Step {s}\n- [ ] `make u{i}-{s}` passes\n"));
+                }
+            }
+            src
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// Liveness on random plans and random outcome orders (checked by the
+    /// harness after every decision): a ready unit always starts, and once every
+    /// agent has reported the operation is COMPLETED or BLOCKED with every
+    /// unfinished unit BLOCKED or behind one that is.
+    #[test]
+    fn random_plans_and_outcomes_never_strand_a_ready_unit(src in random_plan(), outcomes in prop::collection::vec((0usize..8, 0u8..5), 1..120), cap in 1u32..4, gate in any::<bool>()) {
+        let mut cfg = EngineConfig::default();
+        cfg.max_parallel = cap;
+        cfg.build_gate = gate;
+        let mut sim = Sim::start(&src, cfg);
+        let report = |k: u8| match k { 0 | 1 => success(), 2 => partial(), 3 => failure(), _ => AgentReport { exit_code: None, ..Default::default() } };
+        let mut outcomes = outcomes.into_iter().cycle().take(2000);
+        loop {
+            if let Some(g) = sim.st().gates.iter().find(|g| g.passed.is_none()).map(|g| g.id) {
+                let (_, k) = outcomes.next().unwrap();
+                sim.send(Input::GateResult { gate: g, passed: k != 3, output: "x".into() }).unwrap();
+                continue;
+            }
+            let out = sim.out();
+            if out.is_empty() { break; }
+            let Some((i, k)) = outcomes.next() else { break };
+            let o = &out[i % out.len()];
+            sim.now += chrono::Duration::minutes(3);
+            sim.send(Input::AgentFinished { dispatch: o.dispatch.clone(), report: report(k) }).unwrap();
+        }
+        let st = sim.st();
+        if sim.out().is_empty() && st.gates.iter().all(|g| g.passed.is_some()) {
+            prop_assert!(matches!(st.status, OverallStatus::Completed | OverallStatus::Blocked), "ended {}", st.status);
+            for (u, unit) in st.units.iter().enumerate() {
+                let behind_blocked = |u: usize| st.plan.work_units[u].depends_on.iter().any(|d| st.units[st.unit_index(d).unwrap()].status != UnitStatus::Completed);
+                prop_assert!(matches!(unit.status, UnitStatus::Completed | UnitStatus::Blocked) || (unit.status == UnitStatus::NotStarted && behind_blocked(u)), "{} ended {}", unit.name, unit.status);
+            }
+        }
+    }
+}

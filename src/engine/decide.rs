@@ -896,14 +896,8 @@ impl Ctx<'_> {
             if self.st().units[u].status != UnitStatus::NotStarted {
                 continue;
             }
-            let deps = self.st().plan.work_units[u].depends_on.clone();
-            let ready = deps.iter().all(|d| {
-                self.st()
-                    .units
-                    .iter()
-                    .any(|x| &x.name == d && x.status == UnitStatus::Completed)
-            });
-            if ready {
+            if self.st().ready_to_start(u) {
+                let deps = self.st().plan.work_units[u].depends_on.clone();
                 self.unit_to(u, UnitStatus::Running, "dependencies complete");
                 let why = if deps.is_empty() {
                     "no dependencies".to_string()
@@ -1136,10 +1130,14 @@ impl Ctx<'_> {
                     );
                 }
             }
+            // Blocked only when nothing can move: no agent in flight, no unit
+            // running, and no unit whose dependencies have all completed (a unit
+            // that became ready in this very pass starts on the next one).
             OverallStatus::Running
                 if st.active_count() == 0
                     && !any(|s| s == UnitStatus::Running)
-                    && any(|s| s == UnitStatus::Blocked) =>
+                    && any(|s| s == UnitStatus::Blocked)
+                    && !(0..st.units.len()).any(|u| st.ready_to_start(u)) =>
             {
                 self.overall(
                     OverallStatus::Blocked,

@@ -290,6 +290,16 @@ impl OperationState {
         self.units.iter().position(|u| u.name == name)
     }
 
+    /// §7: a NOT_STARTED unit whose every dependency is COMPLETED may start.
+    pub fn ready_to_start(&self, u: usize) -> bool {
+        self.units[u].status == UnitStatus::NotStarted
+            && self.plan.work_units[u].depends_on.iter().all(|d| {
+                self.units
+                    .iter()
+                    .any(|x| &x.name == d && x.status == UnitStatus::Completed)
+            })
+    }
+
     pub fn active_count(&self) -> usize {
         self.units
             .iter()

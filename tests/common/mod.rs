@@ -53,6 +53,7 @@ impl Sim {
             "replaying the log gives the same state"
         );
         self.effects.extend(d.effects.iter().cloned());
+        check_liveness(self.st());
         Ok(d)
     }
 
@@ -100,6 +101,33 @@ impl Sim {
 
     pub fn advance(&mut self, secs: i64) {
         self.now += Duration::seconds(secs);
+    }
+}
+
+/// Liveness after every decision: while the operation is neither stopping nor
+/// finished, a unit whose dependencies are all COMPLETED has started or some
+/// agent is still in flight; and the operation is BLOCKED only when nothing can
+/// be dispatched.
+pub fn check_liveness(st: &OperationState) {
+    if !matches!(st.status, OverallStatus::Running | OverallStatus::Blocked) {
+        return;
+    }
+    if st.active_count() == 0 {
+        for u in 0..st.units.len() {
+            assert!(
+                !st.ready_to_start(u),
+                "{} is ready (dependencies COMPLETED) but NOT_STARTED with nothing in flight; status {}",
+                st.units[u].name,
+                st.status
+            );
+        }
+    }
+    if st.status == OverallStatus::Blocked {
+        assert_eq!(st.active_count(), 0, "BLOCKED with agents in flight");
+        assert!(
+            st.units.iter().all(|u| u.status != UnitStatus::Running),
+            "BLOCKED while a unit is RUNNING"
+        );
     }
 }
 
