@@ -94,3 +94,20 @@ fn kill_summary_lists_uncommitted_work() {
     .unwrap();
     insta::assert_snapshot!(report::kill_summary(sim.st()));
 }
+
+#[test]
+fn a_finished_unit_keeps_the_model_and_attempt_of_its_last_sprint() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    sim.finish("docs", failure());
+    sim.finish("docs", failure());
+    sim.finish("docs", success());
+    assert_eq!(sim.unit("docs").status, UnitStatus::Completed);
+    let md = report::supervisor_state_md(sim.st(), &output_file);
+    let docs = &md[md.find("### docs").unwrap()..];
+    let docs = &docs[..docs[4..].find("### ").map_or(docs.len(), |i| i + 4)];
+    assert!(docs.contains("- Model: opus"), "{docs}");
+    assert!(docs.contains("- Attempt: 3 of 3"), "{docs}");
+    let table = report::status_table(sim.st(), sim.now);
+    let row = table.lines().find(|l| l.starts_with("| docs ")).unwrap();
+    assert!(row.contains("| opus | 3/3 |"), "{row}");
+}

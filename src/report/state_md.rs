@@ -87,16 +87,20 @@ pub fn supervisor_state_md(
                 "—".into(),
                 1,
             ),
-            None => (
-                u.sprints.len(),
-                "COMPLETED".into(),
-                pu.sprints
-                    .last()
-                    .map_or("code".into(), |s| s.kind.to_string()),
-                "—".into(),
-                "—".into(),
-                1,
-            ),
+            // A finished unit keeps the model and attempt of its last sprint.
+            None => {
+                let last = u.sprints.last().and_then(|s| s.completion.as_ref());
+                (
+                    u.sprints.len(),
+                    "COMPLETED".into(),
+                    pu.sprints
+                        .last()
+                        .map_or("code".into(), |s| s.kind.to_string()),
+                    last.map_or("—", |c| c.tier.as_str()).to_string(),
+                    last.map_or("—".into(), |c| c.score.to_string()),
+                    last.map_or(1, |c| c.attempts),
+                )
+            }
         };
         let _ = writeln!(out, "- Current sprint: {cur} of {}", u.sprints.len());
         let _ = writeln!(out, "- Sprint state: {sprint_state}\n- Sprint type: {kind}\n- Model: {model}\n- Complexity score: {score}");

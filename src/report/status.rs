@@ -58,10 +58,15 @@ pub fn status_table_linked(
         let total = u.sprints.len();
         let row = match (u.status, u.current()) {
             (UnitStatus::NotStarted, _) => format!("0/{total} | — | — | — | —"),
-            (_, None) => format!(
-                "{total}/{total} | COMPLETED | — | {} | —",
-                last_tier(u).map_or("—", |t| t.as_str())
-            ),
+            (_, None) => {
+                let last = u.sprints.last().and_then(|s| s.completion.as_ref());
+                format!(
+                    "{total}/{total} | COMPLETED | {} | {} | {}",
+                    pu.sprints.last().map_or("code".into(), |s| s.kind.to_string()),
+                    last.map_or("—", |c| c.tier.as_str()),
+                    last.map_or("—".into(), |c| format!("{}/{}", c.attempts, st.config.max_retries))
+                )
+            }
             (_, Some(c)) => {
                 let s = &u.sprints[c];
                 let tier = s.tier();
@@ -119,13 +124,6 @@ pub fn status_table_linked(
         out.push_str(&completion_summary(st));
     }
     out
-}
-
-fn last_tier(u: &crate::engine::UnitRun) -> Option<ModelTier> {
-    u.sprints
-        .iter()
-        .rev()
-        .find_map(|s| s.completion.as_ref().map(|c| c.tier))
 }
 
 /// One prominent line per BLOCKED unit (§13).
