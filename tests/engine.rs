@@ -748,3 +748,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn only_a_first_sprint_is_told_it_has_no_entry_criteria() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    assert!(sim.order_for("api").prompt.contains("None — this is the first sprint"));
+    sim.finish("api", success());
+    let second = sim.order_for("api").prompt;
+    assert!(!second.contains("this is the first sprint"), "{second}");
+    assert!(second.contains("Sprint 1 (Create the API types) is COMPLETED"), "{second}");
+}
+
+#[test]
+fn a_seed_001_template_is_filled_whole_or_its_gaps_are_reported() {
+    let src = "# Verifier\n\n| Package | Layer |\n|---|---|\n| parser | 0 |\n| profiles | 1 |\n\n\
+## 8. parser Sprints\n### Sprint 1: Types\n- [ ] `swift test` passes\n\n\
+## 9. profiles Sprints\n### Sprint 1: Profiles\n- [ ] `swift test` passes\n\n\
+## Appendix D: Sprint Dispatch Template\n```\nYou are working on package <PACKAGE_NAME> at $PROJECT_ROOT/<PACKAGE_DIR>/. Execute Sprint <N>: <SPRINT_NAME> as listed in Section <8|9|10|11|12> of EXECUTION_PLAN.md.\n```\n";
+    let p = plan(src);
+    assert_eq!(p.work_units[0].section.as_deref(), Some("8"));
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    let sim = Sim::start(src, EngineConfig::default());
+    let prompt = sim.order_for("parser").prompt;
+    assert!(prompt.contains("Execute Sprint 1: Types as listed in Section 8 of"), "{prompt}");
+    assert!(!prompt.contains('<'), "{prompt}");
+
+    let unknown = src.replace("Execute Sprint", "Ticket <TICKET_ID>. Execute Sprint");
+    let p = plan(&unknown);
+    assert!(
+        p.warnings.iter().any(|w| w.message.contains("`<TICKET_ID>` cannot be filled for parser, profiles")),
+        "{:?}",
+        p.warnings
+    );
+}

@@ -31,61 +31,12 @@ fn criteria(list: &[Criterion], none: &str) -> String {
         .collect()
 }
 
-fn fill_template(template: &str, p: &PromptInput) -> String {
-    let dir = p.unit.directory.clone().unwrap_or_else(|| ".".to_string());
-    let pairs: [(&[&str], String); 4] = [
-        (
-            &[
-                "<PACKAGE_NAME>",
-                "<WORK_UNIT>",
-                "<UNIT_NAME>",
-                "<UNIT>",
-                "{{unit}}",
-                "{{work_unit}}",
-                "{{package}}",
-            ],
-            p.unit.name.clone(),
-        ),
-        (
-            &[
-                "<PACKAGE_DIR>",
-                "<UNIT_DIR>",
-                "<DIRECTORY>",
-                "{{directory}}",
-                "{{dir}}",
-            ],
-            dir,
-        ),
-        (
-            &[
-                "<N>",
-                "<SPRINT_ID>",
-                "<SPRINT_NUMBER>",
-                "{{sprint}}",
-                "{{sprint_id}}",
-            ],
-            p.sprint.id.to_string(),
-        ),
-        (&["<SPRINT_NAME>", "{{sprint_name}}"], p.sprint.name.clone()),
-    ];
-    let mut out = template.to_string();
-    for (keys, value) in &pairs {
-        for k in *keys {
-            out = out.replace(k, value);
-        }
-    }
-    // The agent runs at the project root, so root-relative paths need no prefix.
-    out.replace("$PROJECT_ROOT/", "")
-        .replace("${PROJECT_ROOT}/", "")
-        .replace("$PROJECT_ROOT", ".")
-}
-
 pub fn build(p: &PromptInput) -> String {
     let mut out = String::new();
     let s = p.sprint;
     match &p.plan.dispatch_template {
         Some(t) => {
-            out.push_str(&fill_template(&t.text, p));
+            out.push_str(&crate::plan::template::fill(&t.text, p.unit, p.sprint).0);
             out.push('\n');
         }
         None => {
@@ -114,10 +65,22 @@ pub fn build(p: &PromptInput) -> String {
             }
             // Part 3: checks.
             out.push_str("\nENTRY CRITERIA (verify before starting):\n");
-            out.push_str(&criteria(
-                &s.entry_criteria,
-                "None — this is the first sprint",
-            ));
+            let first = p.unit.sprints.first().is_some_and(|f| f.id == s.id);
+            let previous = p
+                .unit
+                .sprints
+                .iter()
+                .position(|x| x.id == s.id)
+                .and_then(|i| i.checked_sub(1))
+                .map(|i| &p.unit.sprints[i]);
+            let none = match previous {
+                Some(prev) if !first => format!(
+                    "None stated — Sprint {} ({}) is COMPLETED and merged on this branch",
+                    prev.id, prev.name
+                ),
+                _ => "None — this is the first sprint".to_string(),
+            };
+            out.push_str(&criteria(&s.entry_criteria, &none));
             out.push_str("\nEXIT CRITERIA (verify before declaring done):\n");
             out.push_str(&criteria(
                 &s.exit_criteria,

@@ -88,12 +88,14 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
                 ));
             }
         }
+        let section = sprints.first().and_then(|s| section_number(blocks, s.line));
         units.push(WorkUnit {
             name: d.name.clone(),
             directory: d.directory.clone(),
             layer: d.layer.unwrap_or(0),
             depends_on: Vec::new(),
             line: d.line,
+            section,
             sprints,
         });
     }
@@ -154,6 +156,29 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
         DependencyStructure::None
     };
     let dispatch_template = dispatch_template(doc, &o);
+    if let Some(t) = &dispatch_template {
+        // Every variable must be filled for every unit, or the agent reads it raw.
+        let mut unfilled: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        for u in &units {
+            if let Some(s) = u.sprints.first() {
+                for v in super::template::fill(&t.text, u, s).1 {
+                    unfilled.entry(v).or_default().push(&u.name);
+                }
+            }
+        }
+        for (var, names) in unfilled {
+            warnings.push(
+                Problem::new(
+                    t.line,
+                    format!(
+                        "the dispatch template's `{var}` cannot be filled for {}; agents will see it as written",
+                        names.join(", ")
+                    ),
+                )
+                .hint("use the template variables the supervisor knows (<PACKAGE_NAME>, <PACKAGE_DIR>, <N>, <SPRINT_NAME>, or a <8|9|…> choice of the section number that holds the unit's sprints), or write the value into the template"),
+            );
+        }
+    }
     let referenced_files = referenced_files(blocks, &units);
     Ok(Plan {
         title,
@@ -1628,7 +1653,7 @@ fn dispatch_template(doc: &Doc, o: &Outline) -> Option<DispatchTemplate> {
             });
         if !text.is_empty() {
             return Some(DispatchTemplate {
-                variables: template_variables(&text),
+                variables: super::template::variables(&text),
                 text,
                 line: b.line(),
             });
@@ -1657,7 +1682,7 @@ fn dispatch_template(doc: &Doc, o: &Outline) -> Option<DispatchTemplate> {
                     };
                     if !body.trim().is_empty() {
                         return Some(DispatchTemplate {
-                            variables: template_variables(&body),
+                            variables: super::template::variables(&body),
                             text: body.trim().to_string(),
                             line: *line,
                         });
@@ -1669,49 +1694,25 @@ fn dispatch_template(doc: &Doc, o: &Outline) -> Option<DispatchTemplate> {
     None
 }
 
-fn template_variables(text: &str) -> Vec<String> {
-    let mut vars = BTreeSet::new();
-    let bytes: Vec<char> = text.chars().collect();
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        let take = |from: usize, stop: char| -> Option<(String, usize)> {
-            let mut j = from;
-            let mut s = String::new();
-            while j < bytes.len() && bytes[j] != stop && s.len() < 40 {
-                s.push(bytes[j]);
-                j += 1;
-            }
-            (j < bytes.len()).then_some((s, j))
-        };
-        if c == '<' {
-            if let Some((name, j)) = take(i + 1, '>') {
-                if !name.is_empty()
-                    && name
-                        .chars()
-                        .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
-                {
-                    vars.insert(format!("<{name}>"));
-                    i = j;
-                }
-            }
-        } else if c == '{' && bytes.get(i + 1) == Some(&'{') {
-            if let Some((name, j)) = take(i + 2, '}') {
-                vars.insert(format!("{{{{{}}}}}", name.trim()));
-                i = j;
-            }
-        } else if c == '$' {
-            let name: String = bytes[i + 1..]
-                .iter()
-                .take_while(|c| c.is_ascii_uppercase() || **c == '_')
+/// The number that opens the last heading above `line` (`8` in `## 8. Parser
+/// sprints`, `8.2` in `### Section 8.2 — Tasks`), if any.
+fn section_number(blocks: &[Block], line: usize) -> Option<String> {
+    blocks
+        .iter()
+        .take_while(|b| b.line() < line)
+        .filter_map(|b| b.heading())
+        .filter_map(|(_, text)| {
+            let t = plain(text);
+            let t = t.trim();
+            let t = t.strip_prefix("Section ").unwrap_or(t);
+            let n: String = t
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
                 .collect();
-            if name.len() > 1 {
-                vars.insert(format!("${name}"));
-            }
-        }
-        i += 1;
-    }
-    vars.into_iter().collect()
+            let n = n.trim_end_matches('.');
+            (!n.is_empty() && n.starts_with(|c: char| c.is_ascii_digit())).then(|| n.to_string())
+        })
+        .last()
 }
 
 /// §2f: progress, to-do, status and config files the plan mentions.

@@ -7,6 +7,7 @@
 mod blocks;
 mod detect;
 mod model;
+pub mod template;
 
 pub use model::*;
 

@@ -231,6 +231,10 @@ pub struct WorkUnit {
     pub layer: u32,
     pub depends_on: Vec<String>,
     pub line: usize,
+    /// The number of the plan section that holds the unit's sprints (`8` for
+    /// `## 8. Parser sprints`), which templates may refer to.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub section: Option<String>,
     pub sprints: Vec<Sprint>,
 }
 
