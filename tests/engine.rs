@@ -781,3 +781,57 @@ fn a_seed_001_template_is_filled_whole_or_its_gaps_are_reported() {
         p.warnings
     );
 }
+
+#[test]
+fn failure_words_count_only_in_the_agents_own_unnegated_words() {
+    let p = plan("# X\n\n## Sprint 1: Review the docs\n- [ ] The guide reads well to a newcomer\n");
+    let s = &p.work_units[0].sprints[0];
+    use verify::{assess, Outcome};
+    let said = |text: &str| {
+        let mut r = success();
+        r.evidence.criteria.clear();
+        r.output_tail = text.into();
+        assess(s, &r, 50)
+    };
+    for fine in [
+        "Reviewed every page: no errors found.",
+        "0 failed, 12 passed. Committed.",
+        "The build wasn't blocked at any point; done.",
+        "I ran `grep -r error src` and fixed the wording.",
+        "The log said:\n> error: old message\nThat is fixed now.",
+        "```\nerror[E0425]: cannot find value\n```\nFixed it and committed.",
+        "Nothing remaining; the guide is done.",
+    ] {
+        assert_eq!(said(fine), Outcome::Completed, "{fine:?}");
+    }
+    assert!(matches!(said("The build failed twice and I could not fix it."), Outcome::Partial(_)));
+    assert!(matches!(said("Two pages remaining."), Outcome::Partial(_)));
+}
+
+fn words() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop::sample::select(vec![
+            "failed", "error", "errors", "blocked", "could not", "completed", "done", "partial",
+            "remaining", "no errors", "all checks pass", "committed", "the", "tests", "`error`",
+            "\n> failed\n", "\n```\nerror\n```\n", "0 failed",
+        ]),
+        0..12,
+    )
+    .prop_map(|w| w.join(" "))
+}
+
+proptest! {
+    /// Exit criteria outweigh words both ways: whatever the agent says, passing
+    /// criteria with a commit complete the sprint and a failing one never does.
+    #[test]
+    fn exit_criteria_outweigh_the_agents_words(text in words()) {
+        let p = plan("# X\n\n## Sprint 1: Implement the thing\n- [ ] `make` passes\n");
+        let s = &p.work_units[0].sprints[0];
+        let mut pass = success();
+        pass.output_tail = text.clone();
+        prop_assert_eq!(verify::assess(s, &pass, 50), verify::Outcome::Completed);
+        let mut fail = partial();
+        fail.output_tail = text;
+        prop_assert_ne!(verify::assess(s, &fail, 50), verify::Outcome::Completed);
+    }
+}

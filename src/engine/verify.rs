@@ -23,37 +23,87 @@ enum Signal {
     Partial,
 }
 
-/// §5a: the last signal word in the agent's output wins.
-fn output_signal(text: &str) -> Option<Signal> {
-    let lower = text.to_lowercase();
-    let words: [(Signal, &[&str]); 3] = [
-        (
-            Signal::Partial,
-            &["partial", "incomplete", "remaining", "continued in next"],
-        ),
-        (
-            Signal::Failure,
-            &["failed", "error", "blocked", "could not", "cannot"],
-        ),
-        (
-            Signal::Success,
-            &[
-                "completed",
-                "all checks pass",
-                "committed",
-                "done",
-                "success",
-            ],
-        ),
-    ];
+/// §5a's signal words, matched as whole words (or phrases of whole words).
+const SIGNALS: [(Signal, &[&str]); 3] = [
+    (
+        Signal::Partial,
+        &["partial", "incomplete", "remaining", "continued in next"],
+    ),
+    (
+        Signal::Failure,
+        &["failed", "error", "errors", "blocked", "could not"],
+    ),
+    (
+        Signal::Success,
+        &["completed", "all checks pass", "all checks passed", "committed", "done"],
+    ),
+];
+
+/// Words that negate a signal a few words later: "no errors found", "0 failed",
+/// "nothing remaining", "never blocked", "wasn't blocked".
+const NEGATIONS: &[&str] = &[
+    "no", "not", "zero", "0", "without", "never", "none", "nothing", "nor", "free",
+];
+
+/// The words the agent wrote itself: code (fenced blocks and inline spans) and
+/// quoted lines (`> …`, often pasted logs) are evidence of what it read, not
+/// what it says about its own work, so they carry no signal.
+fn prose_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with("```") || t.starts_with("~~~") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced || t.starts_with('>') {
+            continue;
+        }
+        let mut in_code = false;
+        let mut word = String::new();
+        for c in line.chars() {
+            if c == '`' {
+                in_code = !in_code;
+            }
+            if !in_code && (c.is_alphanumeric() || c == '\'') {
+                word.extend(c.to_lowercase());
+            } else if !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+        }
+        if !word.is_empty() {
+            words.push(word);
+        }
+    }
     words
-        .iter()
-        .flat_map(|(sig, ws)| {
-            ws.iter()
-                .filter_map(|w| lower.rfind(w).map(|pos| (pos, *sig)))
-        })
-        .max_by_key(|(pos, _)| *pos)
-        .map(|(_, s)| s)
+}
+
+/// §5a: the last signal in the agent's own words wins; a negated one ("no
+/// errors") is no signal at all.
+fn output_signal(text: &str) -> Option<Signal> {
+    let words = prose_words(text);
+    let negated = |at: usize| {
+        words[at.saturating_sub(3)..at]
+            .iter()
+            .any(|w| NEGATIONS.contains(&w.as_str()) || w.ends_with("n't"))
+    };
+    let mut last = None;
+    for i in 0..words.len() {
+        for (sig, phrases) in SIGNALS {
+            let hit = phrases.iter().any(|p| {
+                let mut n = 0;
+                p.split(' ').all(|w| {
+                    n += 1;
+                    words.get(i + n - 1).is_some_and(|x| x == w)
+                })
+            });
+            if hit && !negated(i) {
+                last = Some(sig);
+            }
+        }
+    }
+    last
 }
 
 /// The cascade's decision. Ambiguity favours PARTIAL over FAILURE (preserve work).
