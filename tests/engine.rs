@@ -261,6 +261,7 @@ fn deferred_sprints_poll_without_attempts_and_report_after_twenty() {
             sprint: sprint.clone(),
             met: false,
             error: None,
+            criteria: vec![],
         })
         .unwrap();
     }
@@ -271,9 +272,16 @@ fn deferred_sprints_poll_without_attempts_and_report_after_twenty() {
         sprint,
         met: true,
         error: None,
+        criteria: sim.st().plan.work_units[0].sprints[0]
+            .exit_criteria
+            .iter()
+            .map(|c| CriterionResult { line: c.line, text: c.text.clone(), outcome: CriterionOutcome::Passed, detail: String::new() })
+            .collect(),
     })
     .unwrap();
     assert_eq!(sim.st().status, OverallStatus::Completed);
+    let verdict = supervise::report::verification(sim.st());
+    assert!(verdict.passed(), "a met condition is verified: {:?}", verdict.issues);
 }
 
 #[test]

@@ -153,7 +153,8 @@ pub fn decide_mut(
             sprint,
             met,
             error,
-        } => c.condition(&unit, &sprint, met, error)?,
+            criteria,
+        } => c.condition(&unit, &sprint, met, error, criteria)?,
         Input::ManualConfirmed { unit, sprint } => {
             let (u, s) = c.locate(&unit, &sprint)?;
             if !c.sprint(u, s).awaiting_confirmation {
@@ -161,7 +162,7 @@ pub fn decide_mut(
                     "{unit} Sprint {sprint} is not waiting for a confirmation"
                 )));
             }
-            c.confirm(u, s);
+            c.confirm(u, s, Vec::new());
             c.settle();
         }
     }
@@ -340,7 +341,7 @@ impl Ctx<'_> {
             // §5e: a manual sprint is confirmed by the person's resume.
             if let Some(s) = self.st().units[u].current() {
                 if self.sprint(u, s).awaiting_confirmation {
-                    self.confirm(u, s);
+                    self.confirm(u, s, Vec::new());
                 }
             }
         }
@@ -624,8 +625,10 @@ impl Ctx<'_> {
         });
     }
 
-    /// Completes a sprint whose last attempt already closed (manual, deferred).
-    fn confirm(&mut self, u: usize, s: usize) {
+    /// Completes a sprint whose last attempt already closed: a manual sprint a
+    /// person confirmed (no criteria checked), or a deferred one whose condition
+    /// was met (`criteria` is what the poll checked).
+    fn confirm(&mut self, u: usize, s: usize, criteria: Vec<CriterionResult>) {
         let Some(last) = self.sprint(u, s).history.last().cloned() else {
             return;
         };
@@ -645,6 +648,7 @@ impl Ctx<'_> {
             turns_used: last.turns,
             evidence: Evidence {
                 commits: last.commits,
+                criteria,
                 ..Default::default()
             },
             ..Default::default()
@@ -696,6 +700,7 @@ impl Ctx<'_> {
         sprint: &crate::plan::SprintId,
         met: bool,
         error: Option<String>,
+        criteria: Vec<CriterionResult>,
     ) -> Result<(), Refusal> {
         let (u, s) = self.locate(unit, sprint)?;
         if !self.sprint(u, s).deferred_waiting {
@@ -704,7 +709,7 @@ impl Ctx<'_> {
             )));
         }
         if met {
-            self.confirm(u, s);
+            self.confirm(u, s, criteria);
         } else if let Some(e) = error {
             self.fail(
                 u,

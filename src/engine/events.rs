@@ -148,6 +148,10 @@ pub enum Input {
         sprint: SprintId,
         met: bool,
         error: Option<String>,
+        /// The exit criteria as checked by this poll: the evidence a met
+        /// condition completes the sprint with.
+        #[serde(default)]
+        criteria: Vec<CriterionResult>,
     },
     ManualConfirmed {
         unit: String,

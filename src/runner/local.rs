@@ -391,6 +391,7 @@ impl Supervisor {
                         sprint,
                         met,
                         error: None,
+                        criteria: results,
                     }));
                 });
             }

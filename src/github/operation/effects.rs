@@ -85,7 +85,8 @@ impl Operations {
                 unit: unit.clone(),
                 sprint: sprint.clone(),
                 met: false,
-                error: Some("deferred conditions are checked by the agent workflow on GitHub, not on the supervisor's server".into()),
+                error: None,
+                criteria: Vec::new(),
             }])),
             Effect::Notify { kind, unit, text } => {
                 let prefix = match kind {
