@@ -214,3 +214,31 @@ proptest! {
         let _ = plan::parse(&src, "fallback");
     }
 }
+
+#[test]
+fn task_header_plans_keep_their_criteria_wherever_they_stand() {
+    let loaded = plan::load(&fixture("14_task_headers_criteria.md")).unwrap();
+    let sprints = &loaded.plan.work_units[0].sprints;
+    assert_eq!(sprints.len(), 2);
+    let exit = |i: usize| -> Vec<String> {
+        sprints[i].exit_criteria.iter().map(|c| c.text.clone()).collect()
+    };
+    assert_eq!(
+        exit(0),
+        [
+            "cargo test heading passes",
+            "cargo test levels passes",
+            "File src/levels.rs exists",
+            "cargo doc --no-deps succeeds"
+        ]
+    );
+    assert_eq!(exit(1), ["cargo test render passes"]);
+    for s in sprints {
+        assert!(
+            s.tasks.iter().all(|t| !t.contains("cargo test")),
+            "a criterion became a task: {:?}",
+            s.tasks
+        );
+    }
+    assert!(sprints[0].tasks.iter().any(|t| t.contains("Write the module docs")));
+}

@@ -857,23 +857,20 @@ fn build_sprint(doc: &Doc, id: SprintId, name: String, head: usize, r: Range<usi
                 Some(l @ (Label::Entry | Label::Exit | Label::Validate)) => {
                     push_criterion(&mut s, text, *line, l)
                 }
-                Some(Label::Notes | Label::Expected | Label::Type) => s.notes.push(text.clone()),
-                // An unlabelled checkbox that names a command or a file is a criterion.
-                None if matches!(
+                // A checkbox that names a command, a file or an assertion is an
+                // exit criterion in every plan shape (§2d), wherever it stands:
+                // under a task, a notes heading or no label at all.
+                _ if matches!(
                     b,
                     Block::Item {
                         checked: Some(_),
                         ..
                     }
-                ) =>
+                ) && criterion(text, *line, Label::Exit).kind != CriterionKind::Checklist =>
                 {
-                    let c = criterion(text, *line, Label::Exit);
-                    if c.kind == CriterionKind::Checklist {
-                        s.tasks.push(text.clone());
-                    } else {
-                        s.exit_criteria.push(c);
-                    }
+                    s.exit_criteria.push(criterion(text, *line, Label::Exit))
                 }
+                Some(Label::Notes | Label::Expected | Label::Type) => s.notes.push(text.clone()),
                 Some(Label::Tasks) | None => s.tasks.push(text.clone()),
             },
             Block::Code {
