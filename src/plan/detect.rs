@@ -29,7 +29,9 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
         .unwrap_or_else(|| fallback_name.to_string());
 
     let o = Outline::new(blocks);
-    let mut drafts = table_units(blocks)
+    let from_table = table_units(blocks);
+    let tabled = from_table.is_some();
+    let mut drafts = from_table
         .or_else(|| section_units(blocks, &o))
         .unwrap_or_else(|| {
             vec![UnitDraft {
@@ -60,6 +62,31 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
         let sections = unit_sections(blocks, &o, &names);
         for (d, r) in drafts.iter_mut().zip(sections) {
             d.region = d.region.take().or(r);
+        }
+    }
+    if tabled {
+        // A section that defines sprints but is no unit of the table would be
+        // dropped without a word: say so.
+        let table_line = drafts.first().map_or(1, |d| d.line);
+        for c in section_units(blocks, &o).unwrap_or_default() {
+            let Some(r) = &c.region else { continue };
+            let covered = drafts.iter().any(|d| {
+                d.region
+                    .as_ref()
+                    .is_some_and(|dr| dr.start < r.end && r.start < dr.end)
+            });
+            if !covered {
+                warnings.push(
+                    Problem::new(
+                        c.line,
+                        format!(
+                            "section `{}` defines sprints, but the work-unit table does not list it; its sprints will not run",
+                            c.name
+                        ),
+                    )
+                    .hint(format!("add a row for `{}` to the table near line {table_line}, or move its sprints under a listed unit", c.name)),
+                );
+            }
         }
     }
     let mut units = Vec::new();
@@ -99,6 +126,8 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
             sprints,
         });
     }
+
+    apply_plan_checks(doc, &o, &mut units);
 
     let has_layers = drafts.iter().any(|d| d.layer.is_some());
     let explicit = dependencies(doc, &drafts, &mut errors);
@@ -1266,11 +1295,43 @@ fn dependencies(
     let mut edges = BTreeSet::new();
     for (i, d) in drafts.iter().enumerate() {
         for (dep, line) in &d.declared_deps {
-            match find(dep) {
-                Some(j) => {
+            if dep.trim().eq_ignore_ascii_case("all") {
+                // `all`: every unit of the lower layers, or every unit listed
+                // before this one when the plan has no layers.
+                let mine = d.layer;
+                for (j, other) in drafts.iter().enumerate() {
+                    let below = match (mine, other.layer) {
+                        (Some(m), Some(o)) => o < m,
+                        _ => j < i,
+                    };
+                    if below {
+                        edges.insert((i, j));
+                    }
+                }
+                continue;
+            }
+            match find(dep).map(Ok).unwrap_or_else(|| resolve_short(dep, drafts)) {
+                Ok(j) => {
                     edges.insert((i, j));
                 }
-                None => {
+                Err(candidates) if candidates.len() > 1 => {
+                    errors.push(
+                        Problem::new(
+                            *line,
+                            format!(
+                                "work unit `{}` depends on `{dep}`, which could be any of {}",
+                                d.name,
+                                candidates
+                                    .iter()
+                                    .map(|c| format!("`{c}`"))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        )
+                        .hint("write the unit's full name"),
+                    );
+                }
+                Err(_) => {
                     let mut p = Problem::new(
                         *line,
                         format!(
@@ -1369,6 +1430,108 @@ fn dependencies(
         }
     }
     edges
+}
+
+/// §2d.3: a plan-wide "Entry Checks" or "Exit Checks" section (outside any
+/// sprint) holds checks for every sprint: its items and commands are added to
+/// each sprint's entry or exit criteria.
+fn apply_plan_checks(doc: &Doc, o: &Outline, units: &mut [WorkUnit]) {
+    let blocks = &doc.blocks;
+    let sprint_heads: Vec<usize> = (0..blocks.len())
+        .filter(|&i| {
+            blocks[i]
+                .heading()
+                .is_some_and(|(_, t)| sprint_heading(t).is_some() || task_heading(t).is_some())
+        })
+        .collect();
+    for (i, b) in blocks.iter().enumerate() {
+        let Some((_, text)) = b.heading() else {
+            continue;
+        };
+        let t = plain(text).to_lowercase();
+        let t = t.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == ' ');
+        let label = match t.trim_end_matches(':').trim() {
+            "entry checks" => Label::Entry,
+            "exit checks" => Label::Exit,
+            _ => continue,
+        };
+        if sprint_heads.iter().any(|&h| h < i && o.section(h).end > i) {
+            continue; // a sprint's own checks, already read with the sprint
+        }
+        let mut found = Vec::new();
+        for b in &blocks[o.section(i).start + 1..o.section(i).end] {
+            match b {
+                Block::Item { text, line, .. } => found.push(criterion(text, *line, label)),
+                Block::Code { text, line, in_item: false, lang } if lang != "mermaid" && !text.trim().is_empty() => {
+                    found.push(Criterion {
+                        kind: CriterionKind::Command,
+                        text: first_line(text),
+                        line: *line,
+                        command: Some(text.trim().to_string()),
+                        expected: None,
+                        assertion: None,
+                    })
+                }
+                _ => {}
+            }
+        }
+        for s in units.iter_mut().flat_map(|u| u.sprints.iter_mut()) {
+            let list = if label == Label::Entry {
+                &mut s.entry_criteria
+            } else {
+                &mut s.exit_criteria
+            };
+            list.extend(found.iter().cloned());
+        }
+    }
+}
+
+/// A unit name without case, spaces, hyphens, underscores or dots.
+fn squash(name: &str) -> String {
+    name.chars()
+        .filter(|c| !matches!(c, ' ' | '-' | '_' | '.' | '/'))
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// A dependency written in a shortened or differently spelled form: the same
+/// name ignoring case, spaces and hyphens (`API v1` for `api-v1`), or the tail
+/// or head of exactly one unit's name at a separator (`validation-profiles` for
+/// `SwiftVerificar-validation-profiles`). `Err` carries the candidates when
+/// more than one unit fits (none when no unit does).
+fn resolve_short(dep: &str, drafts: &[UnitDraft]) -> Result<usize, Vec<String>> {
+    let want = squash(dep);
+    if want.is_empty() {
+        return Err(Vec::new());
+    }
+    let same: Vec<usize> = (0..drafts.len())
+        .filter(|&j| squash(&drafts[j].name) == want)
+        .collect();
+    if let [j] = same[..] {
+        return Ok(j);
+    }
+    let dep_lower = dep.trim().to_lowercase();
+    let sep = |c: Option<char>| c.is_none_or(|c| matches!(c, ' ' | '-' | '_' | '.' | '/'));
+    let part: Vec<usize> = (0..drafts.len())
+        .filter(|&j| {
+            let name = drafts[j].name.to_lowercase();
+            let tail = name
+                .strip_suffix(dep_lower.as_str())
+                .is_some_and(|head| !head.is_empty() && sep(head.chars().last()));
+            let head = name
+                .strip_prefix(dep_lower.as_str())
+                .is_some_and(|rest| !rest.is_empty() && sep(rest.chars().next()));
+            tail || head
+        })
+        .collect();
+    match part[..] {
+        [j] => Ok(j),
+        _ => Err(part
+            .iter()
+            .chain(&same)
+            .map(|&j| drafts[j].name.clone())
+            .collect()),
+    }
 }
 
 /// Substrings every dependency keyword contains (a cheap pre-filter).
