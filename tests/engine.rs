@@ -333,15 +333,16 @@ fn build_gates_hold_dependents_and_send_failures_back_to_the_phase() {
     assert_eq!(
         sim.unit("api").sprints[1].failures,
         1,
-        "the gate failure counts against the phase's sprint"
+        "the gate failure counts against the sprint of the unit the output names"
     );
+    assert_eq!(sim.unit("docs").sprints[0].failures, 0, "docs is not named");
+    assert!(sim.out().iter().all(|o| o.unit != "docs"));
     assert_eq!(sim.order_for("api").kind, DispatchKind::Retry);
     assert!(sim
         .order_for("api")
         .prompt
         .contains("the coordinated build failed after this phase:\ntest api::handlers ... FAILED"));
     sim.finish("api", success());
-    sim.finish("docs", success());
     let gate2 = sim.st().gates.last().unwrap().id;
     assert_eq!(gate2, 2);
     sim.send(Input::GateResult {
@@ -842,4 +843,32 @@ proptest! {
         fail.output_tail = text;
         prop_assert_ne!(verify::assess(s, &fail, 50), verify::Outcome::Completed);
     }
+}
+
+#[test]
+fn a_gate_failure_that_names_no_unit_runs_the_gate_again_before_charging_anyone() {
+    let mut cfg = EngineConfig::default();
+    cfg.build_gate = true;
+    let mut sim = Sim::start(THREE_UNITS, cfg);
+    sim.finish("api", success());
+    sim.finish("docs", success());
+    sim.finish("api", success());
+    let gate = sim.st().gates.last().unwrap().id;
+    let d = sim
+        .send(Input::GateResult { gate, passed: false, output: "linker was killed (signal 9)".into() })
+        .unwrap();
+    let rerun = d
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::RunGate { gate, units, .. } => Some((*gate, units.clone())),
+            _ => None,
+        })
+        .expect("the gate runs again");
+    assert_eq!(rerun.1, ["api", "docs"]);
+    assert!(sim.st().units.iter().all(|u| u.sprints.iter().all(|s| s.failures == 0)), "nobody charged yet");
+    sim.send(Input::GateResult { gate: rerun.0, passed: false, output: "linker was killed (signal 9)".into() })
+        .unwrap();
+    assert_eq!(sim.unit("api").sprints[1].failures, 1, "the second failure charges the phase");
+    assert_eq!(sim.unit("docs").sprints[0].failures, 1);
 }

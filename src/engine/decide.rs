@@ -846,16 +846,49 @@ impl Ctx<'_> {
                 .rev()
                 .collect::<Vec<_>>()
                 .join("\n");
+            let named = self.units_named_in(&g.units, output);
+            if named.is_empty() && g.retry_of.is_none() {
+                // Nothing in the output points at a unit: the failure may be
+                // flaky or environmental, so run the gate once more before
+                // charging anyone an attempt.
+                let id = self.st().gates.len() as u32 + 1;
+                self.log(
+                    None,
+                    None,
+                    format!("Build gate {gate} failed (layer {}); running it again as gate {id}", g.layer),
+                    "the output names no unit's files or package; no attempt is charged yet".into(),
+                );
+                self.emit(Event::GateOpened {
+                    id,
+                    layer: g.layer,
+                    units: g.units.clone(),
+                    retry_of: Some(gate),
+                    at: self.now,
+                });
+                self.effects.push(Effect::RunGate {
+                    gate: id,
+                    layer: g.layer,
+                    units: g.units.clone(),
+                });
+                self.settle();
+                return Ok(());
+            }
+            let charged = if named.is_empty() { g.units.clone() } else { named };
             self.log(
                 None,
                 None,
                 format!("Build gate {gate} failed (layer {})", g.layer),
                 format!(
-                    "failures attributed to the last sprint of: {}",
-                    g.units.join(", ")
+                    "failures attributed to the last sprint of: {}{}",
+                    charged.join(", "),
+                    if charged.len() < g.units.len() {
+                        " (named in the build output)"
+                    } else {
+                        ""
+                    }
                 ),
             );
-            for name in &g.units {
+            for name in &charged {
                 let Some(u) = self.st().unit_index(name) else {
                     continue;
                 };
@@ -873,6 +906,26 @@ impl Ctx<'_> {
         }
         self.settle();
         Ok(())
+    }
+
+    /// The gate's units that a build output points at: a path under the unit's
+    /// directory, or the unit's name as a word (a package or crate name).
+    fn units_named_in(&self, units: &[String], output: &str) -> Vec<String> {
+        let lower = output.to_lowercase();
+        units
+            .iter()
+            .filter(|name| {
+                let dir = self
+                    .st()
+                    .plan
+                    .unit(name)
+                    .and_then(|u| u.directory.clone())
+                    .filter(|d| !d.is_empty() && d != ".");
+                dir.is_some_and(|d| lower.contains(&format!("{}/", d.to_lowercase())))
+                    || crate::text::contains_word(&lower, &name.to_lowercase())
+            })
+            .cloned()
+            .collect()
     }
 
     // ---- settle: what the new state implies --------------------------------------
@@ -969,6 +1022,7 @@ impl Ctx<'_> {
                 id,
                 layer,
                 units: waiting.clone(),
+                retry_of: None,
                 at: self.now,
             });
             self.log(

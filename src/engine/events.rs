@@ -299,6 +299,9 @@ pub enum Event {
         id: u32,
         layer: u32,
         units: Vec<String>,
+        /// The gate this one runs again, after a failure that named no unit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_of: Option<u32>,
         at: DateTime<Utc>,
     },
     GateClosed {

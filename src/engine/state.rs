@@ -251,6 +251,9 @@ pub struct Gate {
     pub layer: u32,
     pub units: Vec<String>,
     pub passed: Option<bool>,
+    /// Set when this gate re-runs a failed one whose output named no unit.
+    #[serde(default)]
+    pub retry_of: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -557,12 +560,17 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
             }
         }
         Event::GateOpened {
-            id, layer, units, ..
+            id,
+            layer,
+            units,
+            retry_of,
+            ..
         } => st.gates.push(Gate {
             id: *id,
             layer: *layer,
             units: units.clone(),
             passed: None,
+            retry_of: *retry_of,
         }),
         Event::GateClosed { id, passed, .. } => {
             if let Some(g) = st.gates.iter_mut().find(|g| g.id == *id) {
