@@ -413,6 +413,7 @@ fn refusals_change_nothing_and_say_why() {
         plan: Box::new(plan(THREE_UNITS)),
         config: EngineConfig::default(),
         seed: 1,
+        already_done: Vec::new(),
     });
     assert!(matches!(again, Err(Refusal::AlreadyStarted(_))));
     let name = sim.st().name.clone();

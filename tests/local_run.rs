@@ -361,3 +361,28 @@ fn a_bad_plan_and_a_missing_agent_are_answered_with_exit_status_1() {
         text(&out)
     );
 }
+
+#[test]
+fn sprints_done_before_the_start_are_recorded_complete_and_never_paid_for() {
+    // Sprint 1 is marked complete in the committed PROGRESS.md and its check
+    // passes; Sprint 2 is marked complete too but its check fails, so it runs.
+    let plan = "# Tool\n\nProgress is kept in `PROGRESS.md`.\n\n## Sprint 1: Scaffold\n- [ ] `Tool-sprint-1.txt` exists\n\n## Sprint 2: Feature\n- [ ] `Tool-sprint-2.txt` exists\n\n## Sprint 3: Docs\n- [ ] `Tool-sprint-3.txt` exists\n";
+    let repo = Repo::new(plan, "");
+    std::fs::write(repo.root.join("PROGRESS.md"), "- Sprint 1: complete\n- Sprint 2: done\n").unwrap();
+    std::fs::write(repo.root.join("Tool-sprint-1.txt"), "made by hand\n").unwrap();
+    git(&repo.root, &["add", "-A"]);
+    git(&repo.root, &["commit", "-qm", "earlier work"]);
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let ran: Vec<String> = repo
+        .invocations()
+        .iter()
+        .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(ran, ["Tool 2", "Tool 3"], "Sprint 1 was already done");
+    let s1 = &repo.unit("Tool")["sprints"][0];
+    assert_eq!(s1["status"], "COMPLETED");
+    assert!(s1["completion"]["already_done"].as_str().unwrap().contains("progress file marks Sprint 1 complete"));
+    let report = std::fs::read_to_string(repo.root.join("COMPLETE_TOOL.md")).unwrap();
+    assert!(report.contains("✓ VERIFICATION PASSED"), "{report}");
+}

@@ -52,6 +52,7 @@ pub fn decide_mut(
             plan,
             config,
             seed,
+            already_done,
         } => {
             if let Some(st) = &c.state {
                 return Err(Refusal::AlreadyStarted(st.name.clone()));
@@ -76,6 +77,7 @@ pub fn decide_mut(
                 format!("Operation named: {name}"),
                 format!("{units} work unit(s), {sprints} sprint(s)"),
             );
+            c.already_done(already_done);
             c.settle();
         }
         Input::NameFeature => {
@@ -605,6 +607,7 @@ impl Ctx<'_> {
             turns: report.turns_used,
             commits: report.evidence.commits.clone(),
             criteria: report.evidence.criteria.clone(),
+            already_done: None,
         };
         self.emit(Event::SprintCompleted {
             unit: u,
@@ -623,6 +626,43 @@ impl Ctx<'_> {
             sprint,
             dispatch: active.id.clone(),
         });
+    }
+
+    /// §3 steps 4–5: sprints done before the operation started are recorded as
+    /// COMPLETED with their evidence instead of being paid for again. Only a
+    /// unit's leading sprints count: a later sprint found done while an earlier
+    /// one is not is dispatched as planned.
+    fn already_done(&mut self, found: Vec<AlreadyDone>) {
+        for u in 0..self.st().units.len() {
+            for s in 0..self.st().units[u].sprints.len() {
+                let (name, id) = self.names(u, s);
+                let Some(f) = found.iter().find(|f| f.unit == name && f.sprint == id) else {
+                    break;
+                };
+                let completion = Completion {
+                    started_at: self.now,
+                    completed_at: self.now,
+                    tier: ModelTier::Haiku,
+                    score: 0,
+                    attempts: 0,
+                    turns: None,
+                    commits: Vec::new(),
+                    criteria: f.criteria.clone(),
+                    already_done: Some(f.evidence.clone()),
+                };
+                self.emit(Event::SprintCompleted {
+                    unit: u,
+                    sprint: s,
+                    completion,
+                });
+                self.log(
+                    Some(u),
+                    Some(s),
+                    format!("Sprint {id} already done: COMPLETED without a dispatch"),
+                    f.evidence.clone(),
+                );
+            }
+        }
     }
 
     /// Completes a sprint whose last attempt already closed: a manual sprint a

@@ -114,6 +114,9 @@ pub enum Input {
         plan: Box<Plan>,
         config: EngineConfig,
         seed: u64,
+        /// §3 steps 4–5: sprints found already done before the operation
+        /// (progress files and the project's state are ground truth).
+        already_done: Vec<AlreadyDone>,
     },
     Resume {
         unit: Option<String>,
@@ -175,6 +178,17 @@ pub struct AttemptRecord {
     pub uncommitted: Vec<String>,
 }
 
+/// A sprint whose work was already done when the operation started: its progress
+/// file marks it complete and none of its exit criteria fails.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlreadyDone {
+    pub unit: String,
+    pub sprint: SprintId,
+    pub criteria: Vec<CriterionResult>,
+    /// What showed it, for the decision log ("PROGRESS.md marks Sprint 1 complete").
+    pub evidence: String,
+}
+
 /// What §14b records when a sprint is verified complete.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Completion {
@@ -186,6 +200,9 @@ pub struct Completion {
     pub turns: Option<u32>,
     pub commits: Vec<String>,
     pub criteria: Vec<CriterionResult>,
+    /// Set when the sprint was found done at start and never dispatched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub already_done: Option<String>,
 }
 
 /// The facts the engine records. `apply` folds them into state.

@@ -339,7 +339,8 @@ impl OperationState {
         let mut m = BTreeMap::new();
         for u in &self.units {
             for s in &u.sprints {
-                if let Some(c) = &s.completion {
+                // Sprints found done at start used no model.
+                if let Some(c) = s.completion.as_ref().filter(|c| c.already_done.is_none()) {
                     *m.entry(c.tier).or_default() += 1;
                 }
             }

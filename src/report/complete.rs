@@ -241,7 +241,8 @@ pub fn verification(st: &OperationState) -> Verification {
                     ));
                 }
             }
-            if ps.kind == SprintType::Code {
+            // A sprint found done at start was committed before the operation.
+            if ps.kind == SprintType::Code && c.already_done.is_none() {
                 v.code_sprints += 1;
                 if c.commits.is_empty() {
                     v.issues.push((
@@ -354,7 +355,13 @@ These criteria cannot be checked by a command; they are neither passed nor faile
     }
     out.push_str("### Git Commit Verification\n");
     for d in &done {
-        if d.sprint.kind == SprintType::Code {
+        if let Some(why) = &d.c.already_done {
+            let _ = writeln!(
+                out,
+                "- {} Sprint {}: done before the operation ({why})",
+                d.unit, d.sprint.id
+            );
+        } else if d.sprint.kind == SprintType::Code {
             let n = d.c.commits.len();
             let _ = writeln!(
                 out,

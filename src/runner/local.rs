@@ -184,12 +184,59 @@ impl Supervisor {
         );
         let start = self.git.head_commit()?;
         self.git.ensure_integration(&op, start)?;
+        let already_done = self.already_done(&op)?;
         Ok(Input::Start {
             operation: OperationId(op),
             plan: Box::new(self.plan.plan.clone()),
             config: self.settings.engine.clone(),
             seed: nanos,
+            already_done,
         })
+    }
+
+    /// §3 steps 4–5 at start: each unit's leading sprints that the committed
+    /// progress files mark complete and whose exit criteria do not fail, checked
+    /// in a clean checkout of the starting commit (never the user's checkout).
+    fn already_done(&self, op: &str) -> Result<Vec<engine::AlreadyDone>> {
+        let plan = &self.plan.plan;
+        let has_progress = plan
+            .referenced_files
+            .iter()
+            .any(|f| f.role == crate::plan::FileRole::Progress);
+        if !has_progress {
+            return Ok(Vec::new());
+        }
+        let root = self.git.gate_worktree(op)?;
+        let timeout = Duration::from_secs(self.settings.verify_timeout_secs);
+        let mut found = Vec::new();
+        for unit in &plan.work_units {
+            for sprint in &unit.sprints {
+                if verify::progress_marker(plan, unit, sprint, &root)
+                    != Some(engine::ProgressMarker::Complete)
+                {
+                    break;
+                }
+                let criteria = verify::verify_sprint(unit, sprint, &root, timeout);
+                let count = |o: engine::CriterionOutcome| {
+                    criteria.iter().filter(|c| c.outcome == o).count()
+                };
+                if count(engine::CriterionOutcome::Failed) > 0 {
+                    break;
+                }
+                found.push(engine::AlreadyDone {
+                    unit: unit.name.clone(),
+                    sprint: sprint.id.clone(),
+                    evidence: format!(
+                        "the progress file marks Sprint {} complete at the starting commit; exit criteria: {} passed, {} need a person",
+                        sprint.id,
+                        count(engine::CriterionOutcome::Passed),
+                        count(engine::CriterionOutcome::Unverified)
+                    ),
+                    criteria,
+                });
+            }
+        }
+        Ok(found)
     }
 
     /// Carries out the outbox, then adopts (or finishes) every run in flight.

@@ -236,6 +236,7 @@ mod tests {
                 plan: Box::new(plan),
                 config: EngineConfig::default(),
                 seed: 1,
+                already_done: Vec::new(),
             },
             now,
         )

@@ -35,6 +35,7 @@ impl Sim {
             plan: Box::new(plan(src)),
             config,
             seed: 42,
+            already_done: Vec::new(),
         })
         .unwrap();
         sim

@@ -116,6 +116,10 @@ impl Operations {
                 plan: Box::new(plan),
                 config: settings.engine,
                 seed: o.comment as u64,
+                // The service never runs a repository's commands, so it cannot
+                // check criteria of sprints done before the start; the agent
+                // workflow's verification finds them done on the first attempt.
+                already_done: Vec::new(),
             };
             if let Err(r) = self.submit(&mut live, input).await? {
                 return Ok(r.to_string());
