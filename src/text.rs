@@ -61,14 +61,66 @@ pub fn slug(s: &str) -> String {
             out.push('-');
         }
     }
+    out.truncate(48);
     while out.ends_with('-') {
         out.pop();
     }
     if out.is_empty() {
         out.push_str("unit");
     }
-    out.truncate(48);
     out
+}
+
+/// One slug per unit name, unique within the list: the readable [`slug`]
+/// where it is unambiguous, else the slug (shortened) with a short stable hash
+/// of the full name — for names that lose their meaning in ASCII (`Ядро`),
+/// differ only in punctuation (`API v1` / `API-v1`) or share their first 48
+/// characters. A numeric suffix settles the (unlikely) hash collision.
+pub fn unit_slugs(names: &[&str]) -> Vec<String> {
+    let base: Vec<String> = names.iter().map(|n| slug(n)).collect();
+    let lossy = |i: usize| {
+        let ascii: String = names[i]
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect();
+        ascii.is_empty() || names[i].chars().filter(|c| c.is_alphanumeric()).count() > ascii.len()
+    };
+    let mut out: Vec<String> = (0..names.len())
+        .map(|i| {
+            let shared = base.iter().filter(|b| **b == base[i]).count() > 1;
+            if shared || lossy(i) {
+                let mut b = base[i].clone();
+                b.truncate(40);
+                let b = b.trim_end_matches('-');
+                let b = if b == "unit" || b.is_empty() {
+                    "unit"
+                } else {
+                    b
+                };
+                format!("{b}-{:06x}", fnv1a(names[i]) & 0xff_ffff)
+            } else {
+                base[i].clone()
+            }
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    for o in out.iter_mut() {
+        if !seen.insert(o.clone()) {
+            let n = (2..)
+                .find(|n| !seen.contains(&format!("{o}-{n}")))
+                .unwrap_or(2);
+            *o = format!("{o}-{n}");
+            seen.insert(o.clone());
+        }
+    }
+    out
+}
+
+/// FNV-1a: a small hash that is the same in every build and on every machine.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]
@@ -96,5 +148,40 @@ mod tests {
         assert_eq!(slug("Swift Verificar / Parser"), "swift-verificar-parser");
         assert_eq!(slug("Ünïcode ☃"), "n-code");
         assert_eq!(slug("!!!"), "unit");
+    }
+
+    #[test]
+    fn colliding_names_get_distinct_readable_slugs() {
+        let long = "a".repeat(60);
+        let long2 = format!("{}b", "a".repeat(59));
+        let names = [
+            "API v1", "API-v1", "Parser", "Parser!", "Ядро", "Узел", &long, &long2, "web",
+        ];
+        let slugs = unit_slugs(&names);
+        let unique: std::collections::HashSet<_> = slugs.iter().collect();
+        assert_eq!(unique.len(), names.len(), "{slugs:?}");
+        assert_eq!(slugs[8], "web", "an unambiguous name keeps its plain slug");
+        assert!(
+            slugs[0].starts_with("api-v1-") && slugs[2].starts_with("parser-"),
+            "{slugs:?}"
+        );
+        assert_eq!(slugs, unit_slugs(&names), "stable");
+    }
+
+    proptest::proptest! {
+        /// Any set of distinct names gets distinct slugs that git accepts in a
+        /// branch name, whatever script or punctuation the names use.
+        #[test]
+        fn unit_slugs_are_unique_and_branch_safe(names in proptest::collection::hash_set("[a-zA-Z0-9 !._/-]{1,60}|\\PC{1,12}", 1..12)) {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let slugs = unit_slugs(&names);
+            let unique: std::collections::HashSet<_> = slugs.iter().collect();
+            proptest::prop_assert_eq!(unique.len(), names.len());
+            for s in &slugs {
+                proptest::prop_assert!(!s.is_empty() && s.len() <= 56, "{}", s);
+                proptest::prop_assert!(s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{}", s);
+                proptest::prop_assert!(!s.starts_with('-') && !s.ends_with('-'), "{}", s);
+            }
+        }
     }
 }

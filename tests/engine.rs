@@ -275,13 +275,22 @@ fn deferred_sprints_poll_without_attempts_and_report_after_twenty() {
         criteria: sim.st().plan.work_units[0].sprints[0]
             .exit_criteria
             .iter()
-            .map(|c| CriterionResult { line: c.line, text: c.text.clone(), outcome: CriterionOutcome::Passed, detail: String::new() })
+            .map(|c| CriterionResult {
+                line: c.line,
+                text: c.text.clone(),
+                outcome: CriterionOutcome::Passed,
+                detail: String::new(),
+            })
             .collect(),
     })
     .unwrap();
     assert_eq!(sim.st().status, OverallStatus::Completed);
     let verdict = supervise::report::verification(sim.st());
-    assert!(verdict.passed(), "a met condition is verified: {:?}", verdict.issues);
+    assert!(
+        verdict.passed(),
+        "a met condition is verified: {:?}",
+        verdict.issues
+    );
 }
 
 #[test]
@@ -686,11 +695,19 @@ fn a_unit_whose_dependencies_complete_after_another_unit_blocks_still_starts() {
     assert_eq!(sim.unit("b").status, UnitStatus::Blocked);
     sim.finish("a", success());
     assert_eq!(sim.unit("a").status, UnitStatus::Completed);
-    assert_eq!(sim.unit("d").status, UnitStatus::Running, "d's dependency completed");
+    assert_eq!(
+        sim.unit("d").status,
+        UnitStatus::Running,
+        "d's dependency completed"
+    );
     assert_eq!(sim.st().status, OverallStatus::Running);
     sim.finish("d", success());
     assert_eq!(sim.unit("c").status, UnitStatus::NotStarted);
-    assert_eq!(sim.st().status, OverallStatus::Blocked, "only c (behind BLOCKED b) is left");
+    assert_eq!(
+        sim.st().status,
+        OverallStatus::Blocked,
+        "only c (behind BLOCKED b) is left"
+    );
 }
 
 /// A random plan: `n` units, each with 1–3 sprints and dependencies on a random
@@ -707,14 +724,23 @@ fn random_plan() -> impl Strategy<Value = String> {
             let n = sprints.len();
             let mut src = String::from("# Random\n\n| Work Unit | Dependencies |\n|---|---|\n");
             for (i, mask) in deps.iter().enumerate() {
-                let d: Vec<String> = (0..i).filter(|j| mask & (1 << j) != 0).map(|j| format!("u{j}")).collect();
-                let d = if d.is_empty() { "none".to_string() } else { d.join(", ") };
+                let d: Vec<String> = (0..i)
+                    .filter(|j| mask & (1 << j) != 0)
+                    .map(|j| format!("u{j}"))
+                    .collect();
+                let d = if d.is_empty() {
+                    "none".to_string()
+                } else {
+                    d.join(", ")
+                };
                 src.push_str(&format!("| u{i} | {d} |\n"));
             }
             for (i, count) in sprints.iter().enumerate().take(n) {
                 src.push_str(&format!("\n## u{i}\n"));
                 for s in 1..=*count {
-                    src.push_str(&format!("### Sprint {s}: Step {s}\n- [ ] `make u{i}-{s}` passes\n"));
+                    src.push_str(&format!(
+                        "### Sprint {s}: Step {s}\n- [ ] `make u{i}-{s}` passes\n"
+                    ));
                 }
             }
             src
@@ -762,11 +788,17 @@ proptest! {
 #[test]
 fn only_a_first_sprint_is_told_it_has_no_entry_criteria() {
     let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
-    assert!(sim.order_for("api").prompt.contains("None — this is the first sprint"));
+    assert!(sim
+        .order_for("api")
+        .prompt
+        .contains("None — this is the first sprint"));
     sim.finish("api", success());
     let second = sim.order_for("api").prompt;
     assert!(!second.contains("this is the first sprint"), "{second}");
-    assert!(second.contains("Sprint 1 (Create the API types) is COMPLETED"), "{second}");
+    assert!(
+        second.contains("Sprint 1 (Create the API types) is COMPLETED"),
+        "{second}"
+    );
 }
 
 #[test]
@@ -780,13 +812,18 @@ fn a_seed_001_template_is_filled_whole_or_its_gaps_are_reported() {
     assert!(p.warnings.is_empty(), "{:?}", p.warnings);
     let sim = Sim::start(src, EngineConfig::default());
     let prompt = sim.order_for("parser").prompt;
-    assert!(prompt.contains("Execute Sprint 1: Types as listed in Section 8 of"), "{prompt}");
+    assert!(
+        prompt.contains("Execute Sprint 1: Types as listed in Section 8 of"),
+        "{prompt}"
+    );
     assert!(!prompt.contains('<'), "{prompt}");
 
     let unknown = src.replace("Execute Sprint", "Ticket <TICKET_ID>. Execute Sprint");
     let p = plan(&unknown);
     assert!(
-        p.warnings.iter().any(|w| w.message.contains("`<TICKET_ID>` cannot be filled for parser, profiles")),
+        p.warnings.iter().any(|w| w
+            .message
+            .contains("`<TICKET_ID>` cannot be filled for parser, profiles")),
         "{:?}",
         p.warnings
     );
@@ -814,16 +851,34 @@ fn failure_words_count_only_in_the_agents_own_unnegated_words() {
     ] {
         assert_eq!(said(fine), Outcome::Completed, "{fine:?}");
     }
-    assert!(matches!(said("The build failed twice and I could not fix it."), Outcome::Partial(_)));
+    assert!(matches!(
+        said("The build failed twice and I could not fix it."),
+        Outcome::Partial(_)
+    ));
     assert!(matches!(said("Two pages remaining."), Outcome::Partial(_)));
 }
 
 fn words() -> impl Strategy<Value = String> {
     prop::collection::vec(
         prop::sample::select(vec![
-            "failed", "error", "errors", "blocked", "could not", "completed", "done", "partial",
-            "remaining", "no errors", "all checks pass", "committed", "the", "tests", "`error`",
-            "\n> failed\n", "\n```\nerror\n```\n", "0 failed",
+            "failed",
+            "error",
+            "errors",
+            "blocked",
+            "could not",
+            "completed",
+            "done",
+            "partial",
+            "remaining",
+            "no errors",
+            "all checks pass",
+            "committed",
+            "the",
+            "tests",
+            "`error`",
+            "\n> failed\n",
+            "\n```\nerror\n```\n",
+            "0 failed",
         ]),
         0..12,
     )
@@ -856,7 +911,11 @@ fn a_gate_failure_that_names_no_unit_runs_the_gate_again_before_charging_anyone(
     sim.finish("api", success());
     let gate = sim.st().gates.last().unwrap().id;
     let d = sim
-        .send(Input::GateResult { gate, passed: false, output: "linker was killed (signal 9)".into() })
+        .send(Input::GateResult {
+            gate,
+            passed: false,
+            output: "linker was killed (signal 9)".into(),
+        })
         .unwrap();
     let rerun = d
         .effects
@@ -867,9 +926,23 @@ fn a_gate_failure_that_names_no_unit_runs_the_gate_again_before_charging_anyone(
         })
         .expect("the gate runs again");
     assert_eq!(rerun.1, ["api", "docs"]);
-    assert!(sim.st().units.iter().all(|u| u.sprints.iter().all(|s| s.failures == 0)), "nobody charged yet");
-    sim.send(Input::GateResult { gate: rerun.0, passed: false, output: "linker was killed (signal 9)".into() })
-        .unwrap();
-    assert_eq!(sim.unit("api").sprints[1].failures, 1, "the second failure charges the phase");
+    assert!(
+        sim.st()
+            .units
+            .iter()
+            .all(|u| u.sprints.iter().all(|s| s.failures == 0)),
+        "nobody charged yet"
+    );
+    sim.send(Input::GateResult {
+        gate: rerun.0,
+        passed: false,
+        output: "linker was killed (signal 9)".into(),
+    })
+    .unwrap();
+    assert_eq!(
+        sim.unit("api").sprints[1].failures,
+        1,
+        "the second failure charges the phase"
+    );
     assert_eq!(sim.unit("docs").sprints[0].failures, 1);
 }

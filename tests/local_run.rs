@@ -368,7 +368,11 @@ fn sprints_done_before_the_start_are_recorded_complete_and_never_paid_for() {
     // passes; Sprint 2 is marked complete too but its check fails, so it runs.
     let plan = "# Tool\n\nProgress is kept in `PROGRESS.md`.\n\n## Sprint 1: Scaffold\n- [ ] `Tool-sprint-1.txt` exists\n\n## Sprint 2: Feature\n- [ ] `Tool-sprint-2.txt` exists\n\n## Sprint 3: Docs\n- [ ] `Tool-sprint-3.txt` exists\n";
     let repo = Repo::new(plan, "");
-    std::fs::write(repo.root.join("PROGRESS.md"), "- Sprint 1: complete\n- Sprint 2: done\n").unwrap();
+    std::fs::write(
+        repo.root.join("PROGRESS.md"),
+        "- Sprint 1: complete\n- Sprint 2: done\n",
+    )
+    .unwrap();
     std::fs::write(repo.root.join("Tool-sprint-1.txt"), "made by hand\n").unwrap();
     git(&repo.root, &["add", "-A"]);
     git(&repo.root, &["commit", "-qm", "earlier work"]);
@@ -382,7 +386,99 @@ fn sprints_done_before_the_start_are_recorded_complete_and_never_paid_for() {
     assert_eq!(ran, ["Tool 2", "Tool 3"], "Sprint 1 was already done");
     let s1 = &repo.unit("Tool")["sprints"][0];
     assert_eq!(s1["status"], "COMPLETED");
-    assert!(s1["completion"]["already_done"].as_str().unwrap().contains("progress file marks Sprint 1 complete"));
+    assert!(s1["completion"]["already_done"]
+        .as_str()
+        .unwrap()
+        .contains("progress file marks Sprint 1 complete"));
     let report = std::fs::read_to_string(repo.root.join("COMPLETE_TOOL.md")).unwrap();
     assert!(report.contains("✓ VERIFICATION PASSED"), "{report}");
+}
+
+/// An agent that works for any unit name: it writes `done-<sprint>.txt` in the
+/// unit's directory, commits, and logs its dispatch id.
+const ANY_NAME_AGENT: &str = r#"set -eu
+echo "$SUPERVISE_DISPATCH_ID" >> "$AGENT_LOG"
+mkdir -p "$SUPERVISE_UNIT_DIR"
+printf '%s\n' "$SUPERVISE_UNIT" > "$SUPERVISE_UNIT_DIR/done-$SUPERVISE_SPRINT.txt"
+git add -A && git commit -qm "sprint $SUPERVISE_SPRINT"
+echo Done."#;
+
+fn names_plan(names: &[String]) -> String {
+    let mut src =
+        String::from("# Names\n\n| Work Unit | Directory | Dependencies |\n|---|---|---|\n");
+    for (i, n) in names.iter().enumerate() {
+        let dep = if i == 0 {
+            "none".to_string()
+        } else {
+            names[0].clone()
+        };
+        src.push_str(&format!("| {n} | d{i} | {dep} |\n"));
+    }
+    for (i, n) in names.iter().enumerate() {
+        src.push_str(&format!("\n## {n}\n### Sprint 1: First of d{i}\n- [ ] `done-1.txt` exists\n### Sprint 2: Second of d{i}\n- [ ] `done-2.txt` exists\n"));
+    }
+    src
+}
+
+#[test]
+fn units_whose_names_reduce_to_the_same_slug_each_run_their_own_sprints() {
+    let tricky = ["API v1", "API-v1", "Parser", "Parser!", "Ядро", "Узел"];
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut plans = vec![tricky.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+    // Random names from a pool of scripts and punctuation, sharing long prefixes.
+    let pool = [
+        "alpha",
+        "Alpha",
+        "ALPHA!",
+        "β",
+        "γάμμα",
+        "核心",
+        "x y",
+        "x-y",
+        "x_y",
+        "ü",
+    ];
+    for _ in 0..2 {
+        let mut names: Vec<String> = Vec::new();
+        while names.len() < 5 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let a = pool[(rng % pool.len() as u64) as usize];
+            let b = pool[((rng >> 8) % pool.len() as u64) as usize];
+            let name = format!("{}{a} {b}", "long shared prefix ".repeat(3));
+            if !names
+                .iter()
+                .any(|n| n.to_lowercase() == name.to_lowercase())
+            {
+                names.push(name);
+            }
+        }
+        plans.push(names);
+    }
+    for names in plans {
+        let repo = Repo::new(&names_plan(&names), "");
+        let agent = repo.root.parent().unwrap().join("any-name-agent.sh");
+        std::fs::write(&agent, ANY_NAME_AGENT).unwrap();
+        let out = repo
+            .cmd(&["run", "--stall-timeout", "20"])
+            .env("SUPERVISE_AGENT", format!("sh {}", agent.display()))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{names:?}\n{}", text(&out));
+        let ids = repo.invocations();
+        assert_eq!(ids.len(), names.len() * 2, "every sprint ran once: {ids:?}");
+        let unique: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len(), "dispatch ids are unique");
+        let files = repo.integration_files();
+        for (i, n) in names.iter().enumerate() {
+            for s in 1..=2 {
+                let f = format!("d{i}/done-{s}.txt");
+                assert!(
+                    files.lines().any(|l| l == f),
+                    "{n}: {f} missing from\n{files}"
+                );
+            }
+        }
+    }
 }

@@ -221,7 +221,11 @@ fn task_header_plans_keep_their_criteria_wherever_they_stand() {
     let sprints = &loaded.plan.work_units[0].sprints;
     assert_eq!(sprints.len(), 2);
     let exit = |i: usize| -> Vec<String> {
-        sprints[i].exit_criteria.iter().map(|c| c.text.clone()).collect()
+        sprints[i]
+            .exit_criteria
+            .iter()
+            .map(|c| c.text.clone())
+            .collect()
     };
     assert_eq!(
         exit(0),
@@ -240,7 +244,10 @@ fn task_header_plans_keep_their_criteria_wherever_they_stand() {
             s.tasks
         );
     }
-    assert!(sprints[0].tasks.iter().any(|t| t.contains("Write the module docs")));
+    assert!(sprints[0]
+        .tasks
+        .iter()
+        .any(|t| t.contains("Write the module docs")));
 }
 
 #[test]
@@ -250,21 +257,45 @@ fn seed_001_short_dependency_names_keywords_and_plan_wide_checks() {
     let deps = |n: &str| p.unit(n).unwrap().depends_on.clone();
     let mut v = deps("SwiftVerificar-validation");
     v.sort();
-    assert_eq!(v, ["SwiftVerificar-parser", "SwiftVerificar-validation-profiles"]);
+    assert_eq!(
+        v,
+        [
+            "SwiftVerificar-parser",
+            "SwiftVerificar-validation-profiles"
+        ]
+    );
     let mut b = deps("SwiftVerificar-biblioteca");
     b.sort();
     assert_eq!(
         b,
-        ["SwiftVerificar-parser", "SwiftVerificar-validation", "SwiftVerificar-validation-profiles"]
+        [
+            "SwiftVerificar-parser",
+            "SwiftVerificar-validation",
+            "SwiftVerificar-validation-profiles"
+        ]
     );
     for u in &p.work_units {
         let s = &u.sprints[0];
-        assert!(s.entry_criteria.iter().any(|c| c.command.as_deref() == Some("swift build")), "{}", u.name);
+        assert!(
+            s.entry_criteria
+                .iter()
+                .any(|c| c.command.as_deref() == Some("swift build")),
+            "{}",
+            u.name
+        );
         let exit: Vec<&str> = s.exit_criteria.iter().map(|c| c.text.as_str()).collect();
         assert!(exit.contains(&"swift test passes"), "{}: {exit:?}", u.name);
-        assert!(exit.contains(&"No force unwraps were added"), "{}: {exit:?}", u.name);
+        assert!(
+            exit.contains(&"No force unwraps were added"),
+            "{}: {exit:?}",
+            u.name
+        );
     }
-    let w = p.warnings.iter().find(|w| w.message.contains("SwiftVerificar-extras")).expect("a warning for the unlisted section");
+    let w = p
+        .warnings
+        .iter()
+        .find(|w| w.message.contains("SwiftVerificar-extras"))
+        .expect("a warning for the unlisted section");
     assert_eq!(w.line, 41);
     assert!(w.message.contains("does not list it"), "{w}");
 }
@@ -276,9 +307,20 @@ fn a_dependency_that_fits_several_units_or_none_is_refused_with_the_nearest_name
 ## app\n### Sprint 1: A\n- [ ] `make` passes\n## docs\n### Sprint 1: A\n- [ ] `make` passes\n";
     let problems = plan::parse(src, "x").unwrap_err();
     let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
-    assert!(text.iter().any(|t| t.contains("`api`, which could be any of `core-api`, `web-api`")), "{text:?}");
-    assert!(text.iter().any(|t| t.contains("`web-apii`, which the plan does not define (did you mean `web-api`?)")), "{text:?}");
-    let spaced = src.replace("| app | api |", "| app | Core API |").replace("web-apii", "WEB_API");
+    assert!(
+        text.iter()
+            .any(|t| t.contains("`api`, which could be any of `core-api`, `web-api`")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter()
+            .any(|t| t
+                .contains("`web-apii`, which the plan does not define (did you mean `web-api`?)")),
+        "{text:?}"
+    );
+    let spaced = src
+        .replace("| app | api |", "| app | Core API |")
+        .replace("web-apii", "WEB_API");
     let p = plan::parse(&spaced, "x").unwrap();
     assert_eq!(p.unit("app").unwrap().depends_on, ["core-api"]);
     assert_eq!(p.unit("docs").unwrap().depends_on, ["web-api"]);

@@ -119,20 +119,33 @@ fn human_checked_criteria_need_a_person_and_are_neither_pass_nor_failure() {
     let unit = sim.st().units[0].name.clone();
     let mut r = success();
     let exists = &sim.st().plan.work_units[0].sprints[0].exit_criteria[1];
-    r.evidence.criteria = vec![
-        CriterionResult { line: exists.line, text: exists.text.clone(), outcome: CriterionOutcome::Passed, detail: String::new() },
-    ];
+    r.evidence.criteria = vec![CriterionResult {
+        line: exists.line,
+        text: exists.text.clone(),
+        outcome: CriterionOutcome::Passed,
+        detail: String::new(),
+    }];
     sim.finish(&unit, r);
     assert_eq!(sim.st().status, OverallStatus::Completed);
     let v = report::verification(sim.st());
     assert!(v.passed(), "{:?}", v.issues);
-    assert_eq!(v.needs_person, ["Guide Sprint 1: The guide reads well to a newcomer"]);
+    assert_eq!(
+        v.needs_person,
+        ["Guide Sprint 1: The guide reads well to a newcomer"]
+    );
     let md = report::complete_md(sim.st(), sim.now);
     assert!(md.contains("✓ VERIFICATION PASSED"), "{md}");
     assert!(!md.contains("**Result**: ✗"), "{md}");
     assert!(md.contains("### Needs a Person\n"), "{md}");
-    assert!(md.contains("1/1 machine-checkable criteria verified ✓; 1 need a person"), "{md}");
-    for section in ["### Estimation Accuracy", "### Time Distribution", "**Critical Path**: Guide Sprint 1"] {
+    assert!(
+        md.contains("1/1 machine-checkable criteria verified ✓; 1 need a person"),
+        "{md}"
+    );
+    for section in [
+        "### Estimation Accuracy",
+        "### Time Distribution",
+        "**Critical Path**: Guide Sprint 1",
+    ] {
         assert!(md.contains(section), "missing {section}");
     }
 }

@@ -5,7 +5,7 @@
 use super::events::*;
 use super::state::*;
 use super::{naming, prompt, select, verify};
-use crate::text::{nearest, slug};
+use crate::text::nearest;
 use chrono::{DateTime, Utc};
 
 /// What one input caused.
@@ -895,7 +895,10 @@ impl Ctx<'_> {
                 self.log(
                     None,
                     None,
-                    format!("Build gate {gate} failed (layer {}); running it again as gate {id}", g.layer),
+                    format!(
+                        "Build gate {gate} failed (layer {}); running it again as gate {id}",
+                        g.layer
+                    ),
                     "the output names no unit's files or package; no attempt is charged yet".into(),
                 );
                 self.emit(Event::GateOpened {
@@ -913,7 +916,11 @@ impl Ctx<'_> {
                 self.settle();
                 return Ok(());
             }
-            let charged = if named.is_empty() { g.units.clone() } else { named };
+            let charged = if named.is_empty() {
+                g.units.clone()
+            } else {
+                named
+            };
             self.log(
                 None,
                 None,
@@ -1116,7 +1123,7 @@ impl Ctx<'_> {
             let dispatch = DispatchId(format!(
                 "{}/{}/{}/a{}d{}",
                 st.id,
-                slug(&unit.name),
+                unit.slug,
                 sp.id,
                 attempt,
                 sp.dispatches + 1

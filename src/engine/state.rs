@@ -216,6 +216,9 @@ impl SprintRun {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnitRun {
     pub name: String,
+    /// The unit's name in branch names and dispatch ids: unique within the
+    /// operation and derived from the recorded plan, so stable across resume.
+    pub slug: String,
     pub status: UnitStatus,
     pub sprints: Vec<SprintRun>,
     pub notes: Vec<String>,
@@ -303,6 +306,14 @@ impl OperationState {
             })
     }
 
+    /// The unit's slug for branches and dispatch ids (see [`UnitRun::slug`]).
+    pub fn unit_slug(&self, name: &str) -> String {
+        self.units
+            .iter()
+            .find(|u| u.name == name)
+            .map_or_else(|| crate::text::slug(name), |u| u.slug.clone())
+    }
+
     pub fn active_count(&self) -> usize {
         self.units
             .iter()
@@ -369,8 +380,16 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
             units: plan
                 .work_units
                 .iter()
-                .map(|u| UnitRun {
+                .zip(crate::text::unit_slugs(
+                    &plan
+                        .work_units
+                        .iter()
+                        .map(|u| u.name.as_str())
+                        .collect::<Vec<_>>(),
+                ))
+                .map(|(u, slug)| UnitRun {
                     name: u.name.clone(),
+                    slug,
                     status: UnitStatus::NotStarted,
                     sprints: u
                         .sprints

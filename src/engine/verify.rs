@@ -35,7 +35,13 @@ const SIGNALS: [(Signal, &[&str]); 3] = [
     ),
     (
         Signal::Success,
-        &["completed", "all checks pass", "all checks passed", "committed", "done"],
+        &[
+            "completed",
+            "all checks pass",
+            "all checks passed",
+            "committed",
+            "done",
+        ],
     ),
 ];
 

@@ -1310,7 +1310,10 @@ fn dependencies(
                 }
                 continue;
             }
-            match find(dep).map(Ok).unwrap_or_else(|| resolve_short(dep, drafts)) {
+            match find(dep)
+                .map(Ok)
+                .unwrap_or_else(|| resolve_short(dep, drafts))
+            {
                 Ok(j) => {
                     edges.insert((i, j));
                 }
@@ -1462,16 +1465,19 @@ fn apply_plan_checks(doc: &Doc, o: &Outline, units: &mut [WorkUnit]) {
         for b in &blocks[o.section(i).start + 1..o.section(i).end] {
             match b {
                 Block::Item { text, line, .. } => found.push(criterion(text, *line, label)),
-                Block::Code { text, line, in_item: false, lang } if lang != "mermaid" && !text.trim().is_empty() => {
-                    found.push(Criterion {
-                        kind: CriterionKind::Command,
-                        text: first_line(text),
-                        line: *line,
-                        command: Some(text.trim().to_string()),
-                        expected: None,
-                        assertion: None,
-                    })
-                }
+                Block::Code {
+                    text,
+                    line,
+                    in_item: false,
+                    lang,
+                } if lang != "mermaid" && !text.trim().is_empty() => found.push(Criterion {
+                    kind: CriterionKind::Command,
+                    text: first_line(text),
+                    line: *line,
+                    command: Some(text.trim().to_string()),
+                    expected: None,
+                    assertion: None,
+                }),
                 _ => {}
             }
         }

@@ -54,10 +54,11 @@ pub fn fill(template: &str, unit: &WorkUnit, sprint: &Sprint) -> (String, Vec<St
     let mut unfilled = Vec::new();
     for var in variables(&out) {
         if let Some(options) = choice(&var) {
-            let pick = unit
-                .section
-                .as_deref()
-                .and_then(|n| options.iter().find(|o| **o == n || n.split('.').next() == Some(o)));
+            let pick = unit.section.as_deref().and_then(|n| {
+                options
+                    .iter()
+                    .find(|o| **o == n || n.split('.').next() == Some(o))
+            });
             match pick {
                 Some(o) => out = out.replace(&var, o),
                 None => unfilled.push(var),
@@ -76,7 +77,9 @@ pub fn fill(template: &str, unit: &WorkUnit, sprint: &Sprint) -> (String, Vec<St
 
 fn choice(var: &str) -> Option<Vec<&str>> {
     let inner = var.strip_prefix('<')?.strip_suffix('>')?;
-    inner.contains('|').then(|| inner.split('|').map(str::trim).collect())
+    inner
+        .contains('|')
+        .then(|| inner.split('|').map(str::trim).collect())
 }
 
 /// The variables a template uses: `<UPPER_CASE>`, `<a|b|c>` choices,
@@ -123,7 +126,11 @@ pub fn variables(text: &str) -> Vec<String> {
                 i = j;
             }
         } else if c == '$' {
-            let start = if chars.get(i + 1) == Some(&'{') { i + 2 } else { i + 1 };
+            let start = if chars.get(i + 1) == Some(&'{') {
+                i + 2
+            } else {
+                i + 1
+            };
             let name: String = chars[start.min(chars.len())..]
                 .iter()
                 .take_while(|c| c.is_ascii_uppercase() || **c == '_')
@@ -171,7 +178,10 @@ mod tests {
         let t = "Work on <PACKAGE_NAME> at $PROJECT_ROOT/<PACKAGE_DIR>/: Sprint <N> (<SPRINT_NAME>) in Section <8|9|10|11|12>.";
         let (u, s) = unit(Some("10"));
         let (out, unfilled) = fill(t, &u, &s);
-        assert_eq!(out, "Work on parser at Parser/: Sprint 3 (Parser types) in Section 10.");
+        assert_eq!(
+            out,
+            "Work on parser at Parser/: Sprint 3 (Parser types) in Section 10."
+        );
         assert!(unfilled.is_empty());
         let (u, s) = unit(None);
         let (out, unfilled) = fill(t, &u, &s);

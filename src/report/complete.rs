@@ -702,7 +702,12 @@ fn estimation_accuracy(st: &OperationState, done: &[Done]) -> String {
         .filter_map(|d| {
             let actual = d.c.turns?;
             let est = crate::engine::select::estimated_turns(&st.plan, d.sprint).max(1);
-            Some((d, est, actual, (actual as f64 - est as f64) * 100.0 / est as f64))
+            Some((
+                d,
+                est,
+                actual,
+                (actual as f64 - est as f64) * 100.0 / est as f64,
+            ))
         })
         .collect();
     if rows.is_empty() {
@@ -716,7 +721,11 @@ fn estimation_accuracy(st: &OperationState, done: &[Done]) -> String {
             "| {} Sprint {} | {est} | {actual} | {var:+.0}% | {} |",
             cell(d.unit),
             d.sprint.id,
-            if var.abs() <= 20.0 { "✓ Good" } else { "✗ Poor" }
+            if var.abs() <= 20.0 {
+                "✓ Good"
+            } else {
+                "✗ Poor"
+            }
         );
     }
     let n = rows.len() as f64;

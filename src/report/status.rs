@@ -62,9 +62,14 @@ pub fn status_table_linked(
                 let last = u.sprints.last().and_then(|s| s.completion.as_ref());
                 format!(
                     "{total}/{total} | COMPLETED | {} | {} | {}",
-                    pu.sprints.last().map_or("code".into(), |s| s.kind.to_string()),
+                    pu.sprints
+                        .last()
+                        .map_or("code".into(), |s| s.kind.to_string()),
                     last.map_or("—", |c| c.tier.as_str()),
-                    last.map_or("—".into(), |c| format!("{}/{}", c.attempts, st.config.max_retries))
+                    last.map_or("—".into(), |c| format!(
+                        "{}/{}",
+                        c.attempts, st.config.max_retries
+                    ))
                 )
             }
             (_, Some(c)) => {

@@ -168,6 +168,13 @@ impl Supervisor {
             .unwrap_or_default()
     }
 
+    /// The unit's slug in this operation's branch names.
+    fn unit_slug(&self, unit: &str) -> String {
+        self.state
+            .as_ref()
+            .map_or_else(|| slug(unit), |st| st.unit_slug(unit))
+    }
+
     fn runs(&self) -> PathBuf {
         self.dir.join("runs")
     }
@@ -318,7 +325,8 @@ impl Supervisor {
         match effect {
             Effect::Dispatch(order) => {
                 let dir = process::run_dir(&self.runs(), &order.dispatch.0);
-                let branch = sprint_branch(&op, &slug(&order.unit), order.sprint.as_str());
+                let branch =
+                    sprint_branch(&op, &self.unit_slug(&order.unit), order.sprint.as_str());
                 let checkout = match self.git.ensure_sprint_worktree(&op, &branch) {
                     Ok(c) => c,
                     Err(e) => {
@@ -368,7 +376,7 @@ impl Supervisor {
                 sprint,
                 dispatch,
             } => {
-                let branch = sprint_branch(&op, &slug(unit), sprint.as_str());
+                let branch = sprint_branch(&op, &self.unit_slug(unit), sprint.as_str());
                 self.git.integrate(
                     &op,
                     &branch,
@@ -402,7 +410,7 @@ impl Supervisor {
                 });
             }
             Effect::PollCondition { unit, sprint } => {
-                let branch = sprint_branch(&op, &slug(unit), sprint.as_str());
+                let branch = sprint_branch(&op, &self.unit_slug(unit), sprint.as_str());
                 let checkout = self.git.ensure_sprint_worktree(&op, &branch)?;
                 let st = self
                     .state
@@ -548,7 +556,7 @@ impl Supervisor {
         };
         let unit = &st.plan.work_units[u];
         let sprint = &unit.sprints[s];
-        let branch = sprint_branch(&st.id.0, &slug(&unit.name), sprint.id.as_str());
+        let branch = sprint_branch(&st.id.0, &st.units[u].slug, sprint.id.as_str());
         let dir = process::run_dir(&self.runs(), &d.0);
         let result = process::read_result(&dir).unwrap_or_else(|| process::RunResult {
             output_tail: verify::tail(

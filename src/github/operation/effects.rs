@@ -30,9 +30,11 @@ impl Operations {
                 Ok(Outcome::Done(vec![]))
             }
             Effect::Integrate { unit, sprint, .. } => {
-                let branch = sprint_branch(op, &slug(unit), sprint.as_str());
+                let branch = sprint_branch(op, &live.unit_slug(unit), sprint.as_str());
                 let Some(pr) = repo.pull_for(&branch).await? else {
-                    return Err(GitHubError::Config(format!("no pull request from {branch}")).into());
+                    return Err(
+                        GitHubError::Config(format!("no pull request from {branch}")).into(),
+                    );
                 };
                 if pr.merged {
                     return Ok(Outcome::Done(vec![]));
@@ -81,13 +83,15 @@ impl Operations {
             // Conditions are commands, and the service never runs a repository's
             // commands: the condition counts as not met, and after the polls a
             // person is asked (§9).
-            Effect::PollCondition { unit, sprint } => Ok(Outcome::Done(vec![Input::ConditionPolled {
-                unit: unit.clone(),
-                sprint: sprint.clone(),
-                met: false,
-                error: None,
-                criteria: Vec::new(),
-            }])),
+            Effect::PollCondition { unit, sprint } => {
+                Ok(Outcome::Done(vec![Input::ConditionPolled {
+                    unit: unit.clone(),
+                    sprint: sprint.clone(),
+                    met: false,
+                    error: None,
+                    criteria: Vec::new(),
+                }]))
+            }
             Effect::Notify { kind, unit, text } => {
                 let prefix = match kind {
                     NoticeKind::Blocked => "⛔ ",
@@ -169,7 +173,7 @@ impl Operations {
                 .await?;
             return Ok(Outcome::Done(vec![]));
         }
-        let unit_slug = slug(&order.unit);
+        let unit_slug = live.unit_slug(&order.unit);
         let branch = sprint_branch(&ctx.op, &unit_slug, order.sprint.as_str());
         let integration = integration_branch(&ctx.op);
         let mut head = repo.branch_sha(&branch).await?;

@@ -123,6 +123,15 @@ struct Live {
     seq: i64,
 }
 
+impl Live {
+    /// The unit's slug in this operation's branch names.
+    fn unit_slug(&self, unit: &str) -> String {
+        self.state
+            .as_ref()
+            .map_or_else(|| crate::text::slug(unit), |st| st.unit_slug(unit))
+    }
+}
+
 /// What carrying out one effect came to.
 enum Outcome {
     Done(Vec<Input>),

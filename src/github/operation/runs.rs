@@ -85,7 +85,7 @@ impl Operations {
         let unit = st.plan.work_units[u].clone();
         let sprint = unit.sprints[s].clone();
         let active = st.units[u].sprints[s].active.clone();
-        let branch = sprint_branch(&ctx.op, &slug(&unit.name), sprint.id.as_str());
+        let branch = sprint_branch(&ctx.op, &st.units[u].slug, sprint.id.as_str());
         let Some(head) = repo.branch_sha(&branch).await? else {
             live.queue.push_back(Input::DispatchFailed {
                 dispatch: d.clone(),
