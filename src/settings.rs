@@ -22,6 +22,11 @@ pub struct FileSettings {
     pub stall_timeout: Option<u64>,
     /// Seconds an exit-criterion command may run.
     pub verify_timeout: Option<u64>,
+    /// Seconds an agent has to exit after SIGTERM (cancel, stop timeout) before
+    /// it and everything it started are killed.
+    pub kill_grace: Option<u64>,
+    /// Seconds `stop` waits for agents to finish before force-terminating them.
+    pub stop_timeout: Option<u64>,
     /// Milliseconds between supervisor ticks (stall checks, deferred polls, stop timeout).
     pub tick_ms: Option<u64>,
     /// `supervise serve`: the least role per command, e.g. `killall: admin`.
@@ -58,6 +63,7 @@ pub struct Settings {
     pub agent: Option<String>,
     pub build_gate: Option<String>,
     pub verify_timeout_secs: u64,
+    pub kill_grace_secs: u64,
     pub tick_ms: u64,
 }
 
@@ -86,6 +92,8 @@ pub const KEYS: &[&str] = &[
     "build_gate",
     "stall_timeout",
     "verify_timeout",
+    "kill_grace",
+    "stop_timeout",
     "tick_ms",
     "permissions",
     "bots",
@@ -116,6 +124,15 @@ impl Settings {
         let models_file = file.models.clone().unwrap_or_default();
         let models_flag = flags.models.clone().unwrap_or_default();
         let dm = ModelIds::default();
+        let tick_ms = flags
+            .tick_ms
+            .or(file.tick_ms)
+            .unwrap_or(2000)
+            .clamp(10, 60_000);
+        // The engine counts the stop timeout in ticks (§10's poll cycles).
+        let stop_secs = flags.stop_timeout.or(file.stop_timeout).unwrap_or(60);
+        let stop_ticks =
+            (stop_secs.saturating_mul(1000).div_ceil(tick_ms)).clamp(1, u32::MAX as u64) as u32;
         let build_gate = flags
             .build_gate
             .or(file.build_gate)
@@ -140,16 +157,14 @@ impl Settings {
                     .or(file.stall_timeout)
                     .unwrap_or(d.stall_timeout_secs)
                     .max(1),
+                stop_timeout_ticks: stop_ticks,
                 ..d
             },
             agent: flags.agent.or(file.agent),
             build_gate,
             verify_timeout_secs: flags.verify_timeout.or(file.verify_timeout).unwrap_or(600),
-            tick_ms: flags
-                .tick_ms
-                .or(file.tick_ms)
-                .unwrap_or(2000)
-                .clamp(10, 60_000),
+            kill_grace_secs: flags.kill_grace.or(file.kill_grace).unwrap_or(10),
+            tick_ms,
         }
     }
 }

@@ -482,3 +482,129 @@ fn units_whose_names_reduce_to_the_same_slug_each_run_their_own_sprints() {
         }
     }
 }
+
+fn scripted_agent() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/scripted.sh")
+}
+
+fn pid_alive(pid: i32) -> bool {
+    // A zombie still answers kill -0: read its state instead.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .map(|i| s[i + 1..].trim_start().starts_with(['Z', 'X']))
+        })
+        .is_some_and(|zombie| !zombie)
+}
+
+fn recorded_pids(file: &Path) -> Vec<i32> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Agents that ignore SIGTERM and leave a background job and a daemon (its own
+/// session) behind: `killall` — sent to a running supervisor, and run with no
+/// supervisor after a crash — leaves none of their processes alive and reports
+/// the same count twice.
+#[test]
+fn killall_ends_agents_that_ignore_sigterm_and_every_process_they_started() {
+    for crashed_first in [false, true] {
+        let repo = Repo::new(PLAN, "api 1 hostile,ok\ndocs 1 hostile,ok\n");
+        let pids = repo.root.parent().unwrap().join("pids");
+        let pid_file = |u: &str| PathBuf::from(format!("{}.{u}", pids.display()));
+        let mut sup = repo
+            .cmd(&["run", "--quiet", "--kill-grace", "1"])
+            .env("AGENT_PIDS", &pids)
+            // `exec`: the process the wrapper started is the one ignoring SIGTERM.
+            .env(
+                "SUPERVISE_AGENT",
+                format!("exec sh {}", scripted_agent().display()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        repo.wait_for("both agents and their children running", |_| {
+            recorded_pids(&pid_file("api")).len() == 3
+                && recorded_pids(&pid_file("docs")).len() == 3
+        });
+        let all: Vec<i32> = ["api", "docs"]
+            .iter()
+            .flat_map(|u| recorded_pids(&pid_file(u)))
+            .collect();
+        if crashed_first {
+            sup.kill().unwrap();
+            sup.wait().unwrap();
+            let out = repo.cmd(&["killall"]).output().unwrap();
+            let said = text(&out);
+            assert_eq!(
+                said.matches("Agents terminated: 2").count(),
+                2,
+                "the notice and the summary agree: {said}"
+            );
+        } else {
+            repo.cmd(&["killall"]).output().unwrap();
+            assert_eq!(sup.wait().unwrap().code(), Some(4));
+        }
+        let alive: Vec<i32> = all.iter().copied().filter(|p| pid_alive(*p)).collect();
+        assert!(
+            alive.is_empty(),
+            "crashed first: {crashed_first}: processes outlived killall: {alive:?}"
+        );
+        let out = repo
+            .cmd(&["run", "--kill-grace", "1"])
+            .env("AGENT_PIDS", &pids)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        assert!(!PathBuf::from(format!("{}.overlap", pids.display())).exists());
+    }
+}
+
+/// The stall cancel of an agent that ignores SIGTERM: the retry starts only once
+/// every process of the cancelled attempt is gone, on the sprint's branch even
+/// though the first attempt switched the worktree to another.
+#[test]
+fn a_retry_never_starts_beside_a_live_process_of_the_cancelled_attempt() {
+    let repo = Repo::new(PLAN, "api 1 hostile,ok\n");
+    let pids = repo.root.parent().unwrap().join("pids");
+    let agent = repo.root.parent().unwrap().join("switching-agent.sh");
+    // The first attempt also leaves the worktree on a branch of its own.
+    std::fs::write(
+        &agent,
+        format!(
+            "if [ \"$SUPERVISE_ATTEMPT\" = 1 ] && [ \"$SUPERVISE_UNIT\" = api ]; then git checkout -q -b elsewhere; fi\nexec sh {}\n",
+            scripted_agent().display()
+        ),
+    )
+    .unwrap();
+    let out = repo
+        .cmd(&["run", "--stall-timeout", "1", "--kill-grace", "1"])
+        .env("AGENT_PIDS", &pids)
+        .env("SUPERVISE_AGENT", format!("exec sh {}", agent.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let overlap = PathBuf::from(format!("{}.overlap", pids.display()));
+    assert!(
+        !overlap.exists(),
+        "{}",
+        std::fs::read_to_string(&overlap).unwrap_or_default()
+    );
+    let api = repo.unit("api");
+    assert_eq!(
+        api["sprints"][0]["history"][0]["outcome"],
+        "cancelled: unresponsive"
+    );
+    assert_eq!(api["sprints"][0]["history"][1]["outcome"], "completed");
+    let alive: Vec<i32> = recorded_pids(&PathBuf::from(format!("{}.api", pids.display())))
+        .into_iter()
+        .filter(|p| pid_alive(*p))
+        .collect();
+    assert!(alive.is_empty(), "left running: {alive:?}");
+    assert!(repo.integration_files().contains("api/api-sprint-1.txt"));
+}

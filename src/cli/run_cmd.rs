@@ -45,6 +45,12 @@ pub struct RunFlags {
     /// Seconds an exit-criterion command may run.
     #[arg(long)]
     pub verify_timeout: Option<u64>,
+    /// Seconds an agent has after SIGTERM before it and all it started are killed.
+    #[arg(long)]
+    pub kill_grace: Option<u64>,
+    /// Seconds `stop` waits for agents before force-terminating them.
+    #[arg(long)]
+    pub stop_timeout: Option<u64>,
     /// Milliseconds between supervisor ticks.
     #[arg(long, hide = true, env = "SUPERVISE_TICK_MS")]
     pub tick_ms: Option<u64>,
@@ -72,6 +78,8 @@ impl RunFlags {
             build_gate: self.build_gate.clone(),
             stall_timeout: self.stall_timeout,
             verify_timeout: self.verify_timeout,
+            kill_grace: self.kill_grace,
+            stop_timeout: self.stop_timeout,
             tick_ms: self.tick_ms,
             ..FileSettings::default()
         }
@@ -211,6 +219,11 @@ pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
             return Ok(exit::COMPLETED);
         }
         Err(r) => return Ok(refused(r)),
+    }
+    if word == "killall" {
+        // The wrappers escalate to SIGKILL after 2 s on their own; waiting a
+        // little longer lets the summary count what really ended.
+        sup.wait_for_agents(Duration::from_secs(10))?;
     }
     if let Some(st) = sup.state() {
         match word {

@@ -39,6 +39,30 @@ fn signature(repo: &Repository) -> Signature<'static> {
         .expect("a fixed signature is valid")
 }
 
+/// Puts a sprint worktree back on its branch when an earlier attempt left it on
+/// another (`git checkout -b …`): every attempt starts on the sprint's branch.
+/// A safe checkout: uncommitted work that would be overwritten stops it.
+pub fn check_out_branch(checkout: &Path, branch: &str) -> Result<bool> {
+    let repo = Repository::discover(checkout)
+        .with_context(|| format!("opening the worktree at {}", checkout.display()))?;
+    let refname = format!("refs/heads/{branch}");
+    let on_branch = repo
+        .head()
+        .ok()
+        .is_some_and(|h| h.name().ok() == Some(refname.as_str()));
+    if on_branch {
+        return Ok(false);
+    }
+    let commit = repo.find_reference(&refname)?.peel_to_commit()?;
+    repo.checkout_tree(
+        commit.as_object(),
+        Some(git2::build::CheckoutBuilder::new().safe()),
+    )
+    .with_context(|| format!("checking out {branch} in {}", checkout.display()))?;
+    repo.set_head(&refname)?;
+    Ok(true)
+}
+
 impl Git {
     /// Opens the repository holding `plan_root`; worktrees go to `state_dir/worktrees`.
     pub fn open(plan_root: &Path, state_dir: &Path) -> Result<Git> {
@@ -93,8 +117,13 @@ impl Git {
     /// writes: the operation's refs and its worktrees' indexes. Only locks older
     /// than `older_than` go: git holds a lock for milliseconds, so an old one is
     /// stale, while a live agent's fresh one is left alone. Call it holding the
-    /// supervisor lock.
-    pub fn clear_stale_locks(&self, older_than: std::time::Duration) -> Vec<PathBuf> {
+    /// supervisor lock. The worktrees and refs of `live` branches are skipped:
+    /// an agent still works there.
+    pub fn clear_stale_locks(
+        &self,
+        older_than: std::time::Duration,
+        live: &[String],
+    ) -> Vec<PathBuf> {
         fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 return;
@@ -113,6 +142,20 @@ impl Git {
         walk(&git_dir.join("refs/heads/supervise"), &mut candidates);
         walk(&git_dir.join("worktrees"), &mut candidates);
         candidates.push(git_dir.join("packed-refs.lock"));
+        let spared: Vec<PathBuf> = live
+            .iter()
+            .flat_map(|b| {
+                [
+                    git_dir.join("worktrees").join(Self::worktree_name(b)),
+                    git_dir.join("refs/heads").join(b),
+                ]
+            })
+            .collect();
+        candidates.retain(|p| {
+            !spared
+                .iter()
+                .any(|s| p.starts_with(s) || p.with_extension("") == *s)
+        });
         let now = std::time::SystemTime::now();
         let mut removed = Vec::new();
         for p in candidates {

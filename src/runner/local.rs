@@ -131,8 +131,12 @@ impl Supervisor {
         })?;
         let git = Git::open(&plan.root, &dir)?;
         // We hold the supervisor lock: a git lock older than a few seconds on the
-        // refs and worktrees we write was left by a killed supervisor.
-        git.clear_stale_locks(Duration::from_secs(5));
+        // refs and worktrees we write was left by a killed supervisor — unless an
+        // adopted agent still works there (a slow hook may hold one for minutes).
+        git.clear_stale_locks(
+            Duration::from_secs(5),
+            &process::live_branches(&dir.join("runs")),
+        );
         let mut ledger = FileLedger::new(&dir);
         let loaded = ledger.load()?;
         let (tx, rx) = channel();
@@ -177,6 +181,13 @@ impl Supervisor {
 
     fn runs(&self) -> PathBuf {
         self.dir.join("runs")
+    }
+
+    /// The lock a sprint worktree's current attempt holds (see `process::run_agent`).
+    fn worktree_lock(&self, branch: &str) -> PathBuf {
+        self.dir
+            .join("locks")
+            .join(format!("{}.lock", branch.replace('/', "__")))
     }
 
     /// The input that starts a new operation on this plan.
@@ -359,16 +370,19 @@ impl Supervisor {
                     unit,
                     sprint,
                     verify_timeout_secs: self.settings.verify_timeout_secs,
+                    worktree_lock: Some(self.worktree_lock(&branch)),
+                    branch,
                 };
                 let child = process::spawn(&dir, &spec)?;
                 self.watch(order.dispatch.clone(), child);
             }
             Effect::Cancel { dispatch, force } => {
-                let grace = if *force {
-                    Duration::from_secs(2)
+                // `killall` is an emergency: a short grace, never longer than the setting.
+                let grace = Duration::from_secs(if *force {
+                    self.settings.kill_grace_secs.min(2)
                 } else {
-                    Duration::from_secs(10)
-                };
+                    self.settings.kill_grace_secs
+                });
                 process::cancel(&process::run_dir(&self.runs(), &dispatch.0), grace);
             }
             Effect::Integrate {
@@ -690,6 +704,30 @@ impl Supervisor {
                 exit::AWAITING_PERSON
             }
         })
+    }
+
+    /// Waits up to `limit` for the agents in flight to end (after `killall`), so
+    /// what is then reported is what happened: each ended attempt is recorded.
+    pub fn wait_for_agents(&mut self, limit: Duration) -> Result<()> {
+        let until = Instant::now() + limit;
+        while self.state.as_ref().is_some_and(|s| s.active_count() > 0) && !self.watching.is_empty()
+        {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match self.rx.recv_timeout(left.min(Duration::from_millis(200))) {
+                Ok(Msg::Finished(d)) => {
+                    self.watching.remove(&d);
+                    if let Some(input) = self.finished_input(&d)? {
+                        let _ = self.handle(input)?;
+                    }
+                }
+                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        Ok(())
     }
 
     pub fn push(&mut self, input: Input) {

@@ -12,11 +12,12 @@ use crate::plan::{Sprint, WorkUnit};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::io::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,12 @@ pub struct RunSpec {
     pub unit: WorkUnit,
     pub sprint: Sprint,
     pub verify_timeout_secs: u64,
+    /// The sprint worktree's lock file, held by the wrapper of the attempt in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree_lock: Option<PathBuf>,
+    /// The sprint branch (its locks are left alone while the attempt lives).
+    #[serde(default)]
+    pub branch: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -41,6 +48,145 @@ pub struct RunResult {
     /// What the plan's progress files say (recorded by `supervise verify --record`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<crate::engine::ProgressMarker>,
+}
+
+/// The most agent output kept on disk: `output.log` is rotated to `output.log.1`
+/// when it reaches this size, so between one and two of these of the tail remain.
+pub const OUTPUT_CAP: u64 = 8 * 1024 * 1024;
+
+/// Set by the wrapper's SIGTERM/SIGINT/SIGHUP handler; read by its wait loop.
+static TERMINATE: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_terminate(_: libc::c_int) {
+    TERMINATE.store(true, Ordering::SeqCst);
+}
+
+/// The grace the supervisor asked for in `cancelled`, if it cancelled this run.
+fn cancel_grace(dir: &Path) -> Option<Duration> {
+    let text = std::fs::read_to_string(dir.join("cancelled")).ok()?;
+    Some(Duration::from_secs(text.trim().parse().unwrap_or(10)))
+}
+
+/// Every live (not zombie) process below `root`, found through `/proc`. With the
+/// wrapper as child subreaper, processes that daemonize or leave their process
+/// group are still found: their orphans are re-parented to the wrapper.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut parent_of = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
+            let mut fields = rest.split_whitespace();
+            let state = fields.next().unwrap_or("");
+            let Some(ppid) = fields.next().and_then(|p| p.parse::<i32>().ok()) else {
+                continue;
+            };
+            parent_of.push((pid, ppid, state == "Z" || state == "X"));
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(
+            parent_of
+                .iter()
+                .filter(|(_, pp, _)| *pp == p)
+                .map(|(pid, _, _)| *pid),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found.retain(|pid| !parent_of.iter().any(|(p, _, dead)| p == pid && *dead));
+    found
+}
+
+fn signal_all(pgid: i32, sig: libc::c_int) {
+    // SAFETY: signalling processes; no memory is shared. The group is the agent's
+    // own (created at spawn), never the wrapper's.
+    unsafe { libc::kill(-pgid, sig) };
+    for pid in descendants(std::process::id() as i32) {
+        // SAFETY: as above; these are the wrapper's own descendants.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Reaps every exited child of the wrapper (orphans re-parented to it included).
+fn reap() {
+    loop {
+        // SAFETY: waitpid on our own children with WNOHANG never blocks.
+        let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+        if r <= 0 {
+            return;
+        }
+    }
+}
+
+/// Ends every process the attempt left: SIGTERM, then SIGKILL after `grace`,
+/// until none is left. Returns when the attempt's process tree is empty.
+fn end_attempt_processes(pgid: i32, grace: Duration) {
+    let me = std::process::id() as i32;
+    if descendants(me).is_empty() {
+        reap();
+        return;
+    }
+    signal_all(pgid, libc::SIGTERM);
+    let until = Instant::now() + grace;
+    loop {
+        reap();
+        if descendants(me).is_empty() {
+            return;
+        }
+        if Instant::now() >= until {
+            signal_all(pgid, libc::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Copies the agent's output to `output.log`, rotating at [`OUTPUT_CAP`].
+fn copy_output(mut from: impl Read, dir: PathBuf) -> std::io::Result<()> {
+    let path = dir.join("output.log");
+    let mut out = OpenOptions::new().create(true).append(true).open(&path)?;
+    let mut written = out.metadata()?.len();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if written + n as u64 > OUTPUT_CAP {
+            std::fs::rename(&path, dir.join("output.log.1"))?;
+            out = File::create(&path)?;
+            written = 0;
+        }
+        out.write_all(&buf[..n])?;
+        written += n as u64;
+    }
+}
+
+/// The last `max` bytes of the agent's output, across a rotation, decoded lossily
+/// (an agent may print any bytes).
+pub fn output_tail(dir: &Path, max: usize) -> String {
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap_or_default();
+    let mut bytes = read("output.log");
+    if bytes.len() < max {
+        let mut older = read("output.log.1");
+        older.extend_from_slice(&bytes);
+        bytes = older;
+    }
+    let start = bytes.len().saturating_sub(max);
+    super::verify::tail(&String::from_utf8_lossy(&bytes[start..]), max)
 }
 
 pub fn run_dir(runs: &Path, dispatch: &str) -> PathBuf {
@@ -64,6 +210,24 @@ pub fn is_alive(dir: &Path) -> bool {
         Ok(f) => !try_lock(&f), // our lock (if taken) is released when `f` drops
         Err(_) => false,
     }
+}
+
+/// The sprint branches whose attempts are alive now (their wrappers hold the lock).
+pub fn live_branches(runs: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(runs) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|d| is_alive(d))
+        .filter_map(|d| {
+            let spec: RunSpec =
+                serde_json::from_slice(&std::fs::read(d.join("run.json")).ok()?).ok()?;
+            Some(spec.branch)
+        })
+        .filter(|b| !b.is_empty())
+        .collect()
 }
 
 pub fn started_pid(dir: &Path) -> Option<i32> {
@@ -131,8 +295,33 @@ pub fn parse_turns(output: &str) -> Option<u32> {
     })
 }
 
+/// Waits (polling, so a cancel is noticed) for the exclusive lock of the sprint's
+/// worktree: a retry never starts while a process of an earlier attempt lives.
+fn lock_worktree(path: &Path, dir: &Path) -> Result<Option<File>> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    loop {
+        if try_lock(&f) {
+            return Ok(Some(f));
+        }
+        if dir.join("cancelled").exists() || TERMINATE.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The wrapper's body (`supervise __run-agent DIR`). Exit status 0 unless it could
-/// not even read its spec.
+/// not even read its spec. It holds the run's lock until every process of the
+/// attempt is gone, so "not alive" really means nothing of this attempt runs.
 pub fn run_agent(dir: &Path) -> Result<()> {
     let lock = OpenOptions::new()
         .read(true)
@@ -143,25 +332,60 @@ pub fn run_agent(dir: &Path) -> Result<()> {
     if !try_lock(&lock) || dir.join("started").exists() || dir.join("cancelled").exists() {
         return Ok(()); // another wrapper has (or had) this dispatch
     }
+    // SAFETY: the handler only stores to an atomic. Being the child subreaper,
+    // the wrapper inherits whatever the agent orphans, so nothing escapes it.
+    unsafe {
+        let handler = on_terminate as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::signal(libc::SIGTERM, handler);
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGHUP, handler);
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+    let spec: RunSpec = serde_json::from_slice(&std::fs::read(dir.join("run.json"))?)?;
+    let _worktree = match &spec.worktree_lock {
+        Some(p) => match lock_worktree(p, dir)? {
+            Some(f) => Some(f),
+            None => {
+                // Cancelled before it started: nothing ran, nothing to verify.
+                let result = RunResult {
+                    output_tail: "cancelled before the agent started".into(),
+                    ..Default::default()
+                };
+                write_atomic(
+                    &dir.join("result.json"),
+                    &serde_json::to_vec_pretty(&result)?,
+                )?;
+                return Ok(());
+            }
+        },
+        None => None,
+    };
+    if !spec.branch.is_empty() {
+        match super::git::check_out_branch(&spec.checkout, &spec.branch) {
+            Ok(true) => eprintln!(
+                "the worktree was on another branch; checked out {}",
+                spec.branch
+            ),
+            Ok(false) => {}
+            Err(e) => eprintln!("could not return the worktree to {}: {e:#}", spec.branch),
+        }
+    }
     write_atomic(
         &dir.join("started"),
         std::process::id().to_string().as_bytes(),
     )?;
-    let spec: RunSpec = serde_json::from_slice(&std::fs::read(dir.join("run.json"))?)?;
     let prompt_file = dir.join("prompt.md").canonicalize()?;
-    let out = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("output.log"))?;
-    let err = out.try_clone()?;
+    let (reader, writer) = std::io::pipe()?;
     let o = &spec.order;
-    let status = Command::new("sh")
+    let spawned = Command::new("sh")
         .arg("-c")
         .arg(&spec.agent)
         .current_dir(&spec.checkout)
         .stdin(File::open(&prompt_file)?)
-        .stdout(out)
-        .stderr(err)
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        // The agent's own group: signals reach everything it starts, never us.
+        .process_group(0)
         .env("SUPERVISE_PROMPT_FILE", &prompt_file)
         .env("SUPERVISE_DISPATCH_ID", &o.dispatch.0)
         .env("SUPERVISE_UNIT", &o.unit)
@@ -171,15 +395,59 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         .env("SUPERVISE_ATTEMPT", o.attempt.to_string())
         .env("SUPERVISE_MODEL", &o.model_id)
         .env("SUPERVISE_MAX_TURNS", o.max_turns.to_string())
-        .status();
-    let output = std::fs::read_to_string(dir.join("output.log")).unwrap_or_default();
-    let exit_code = status.as_ref().ok().and_then(|s| s.code());
-    let criteria = super::verify::verify_sprint(
-        &spec.unit,
-        &spec.sprint,
-        &spec.checkout,
-        Duration::from_secs(spec.verify_timeout_secs),
-    );
+        .spawn();
+    let copier = {
+        let dir = dir.to_path_buf();
+        std::thread::spawn(move || copy_output(reader, dir))
+    };
+    let mut exit_code = None;
+    let mut cancelled = false;
+    if let Ok(mut child) = spawned {
+        let pgid = child.id() as i32;
+        let mut kill_at: Option<Instant> = None;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    exit_code = status.code();
+                    break;
+                }
+                Ok(None) => {}
+                Err(_) => break,
+            }
+            let asked = TERMINATE.load(Ordering::SeqCst) || dir.join("cancelled").exists();
+            if asked && kill_at.is_none() {
+                cancelled = true;
+                signal_all(pgid, libc::SIGTERM);
+                kill_at =
+                    Some(Instant::now() + cancel_grace(dir).unwrap_or(Duration::from_secs(10)));
+            }
+            if kill_at.is_some_and(|t| Instant::now() >= t) {
+                signal_all(pgid, libc::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Whatever the agent left running (`(sleep 60) &`, a daemon) ends with it.
+        let grace = if cancelled {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(2)
+        };
+        end_attempt_processes(pgid, grace);
+    }
+    let _ = copier.join();
+    let output = output_tail(dir, 64 * 1024);
+    // A cancelled attempt is not verified: it is charged as cancelled whatever
+    // its checkout holds, and the verifier could take minutes.
+    let criteria = if cancelled {
+        Vec::new()
+    } else {
+        super::verify::verify_sprint(
+            &spec.unit,
+            &spec.sprint,
+            &spec.checkout,
+            Duration::from_secs(spec.verify_timeout_secs),
+        )
+    };
     let result = RunResult {
         exit_code,
         turns_used: parse_turns(&output),
@@ -195,21 +463,27 @@ pub fn run_agent(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Stops a run: SIGTERM to its process group now, SIGKILL after `grace` if it is
-/// still alive (the force-cancel for agents that ignore the first signal).
+/// Stops a run: the wrapper is asked (SIGTERM and the `cancelled` file holding
+/// the grace) and terminates the agent's processes, with SIGKILL after `grace`
+/// — on its own, so escalation happens even when this supervisor exits at once.
+/// Should the wrapper itself be gone or wedged, this process kills its session
+/// after a further margin.
 pub fn cancel(dir: &Path, grace: Duration) {
-    let _ = File::create(dir.join("cancelled"));
+    let _ = write_atomic(
+        &dir.join("cancelled"),
+        grace.as_secs().to_string().as_bytes(),
+    );
     let Some(pid) = started_pid(dir) else { return };
-    // SAFETY: signalling the wrapper's process group (its pid, as session leader).
-    unsafe { libc::kill(-pid, libc::SIGTERM) };
+    // SAFETY: signalling the wrapper, which handles SIGTERM.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
     let dir = dir.to_path_buf();
     std::thread::spawn(move || {
-        let until = Instant::now() + grace;
+        let until = Instant::now() + grace + Duration::from_secs(5);
         while Instant::now() < until && is_alive(&dir) {
             std::thread::sleep(Duration::from_millis(50));
         }
         if is_alive(&dir) {
-            // SAFETY: as above.
+            // SAFETY: the wrapper's session (it is its leader).
             unsafe { libc::kill(-pid, libc::SIGKILL) };
         }
     });
@@ -269,6 +543,58 @@ mod tests {
         assert_eq!(parse_turns("working\nsupervise:turns=17\n"), Some(17));
         assert_eq!(parse_turns("Turns used: 23 of 50"), Some(23));
         assert_eq!(parse_turns("nothing here"), None);
+    }
+
+    #[test]
+    fn invalid_utf8_in_the_output_keeps_the_tail_and_the_turn_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = b"start \xff\xfe binary \xc3\n".to_vec();
+        bytes.extend_from_slice(b"all done\nsupervise:turns=7\n");
+        copy_output(&bytes[..], dir.path().to_path_buf()).unwrap();
+        let tail = output_tail(dir.path(), 4000);
+        assert!(tail.contains("all done"), "{tail}");
+        assert_eq!(parse_turns(&tail), Some(7));
+    }
+
+    #[test]
+    fn the_output_log_is_capped_and_keeps_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let chunk = vec![b'x'; 1024 * 1024];
+        let mut all = Vec::new();
+        for _ in 0..20 {
+            all.extend_from_slice(&chunk);
+        }
+        all.extend_from_slice(b"\nthe last line\n");
+        copy_output(&all[..], dir.path().to_path_buf()).unwrap();
+        let size = |n: &str| std::fs::metadata(dir.path().join(n)).map_or(0, |m| m.len());
+        assert!(size("output.log") <= OUTPUT_CAP && size("output.log.1") <= OUTPUT_CAP);
+        assert!(size("output.log") + size("output.log.1") < 20 * 1024 * 1024);
+        assert!(output_tail(dir.path(), 100).ends_with("the last line\n"));
+    }
+
+    #[test]
+    fn descendants_include_children_in_other_sessions() {
+        // A child that starts a grandchild in a new session: both are found.
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg("setsid sleep 30 & sleep 30")
+            .spawn()
+            .unwrap();
+        let me = std::process::id() as i32;
+        let mut found = Vec::new();
+        for _ in 0..100 {
+            found = descendants(me);
+            if found.len() >= 3 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(found.contains(&(child.id() as i32)));
+        assert!(found.len() >= 3, "{found:?}");
+        for p in &found {
+            unsafe { libc::kill(*p, libc::SIGKILL) };
+        }
+        child.wait().unwrap();
     }
 
     #[test]

@@ -3,6 +3,10 @@
 #   <unit> <sprint> <action>[,<action>…]
 # and the k-th invocation for that sprint takes the k-th action (the last repeats).
 # Actions: ok | fail | partial | hang | stubborn (ignores SIGTERM) | noop | dirty | slow
+#   | hostile (ignores SIGTERM, leaves a background and a daemonized child, silent)
+# With $AGENT_PIDS set, hostile records its processes in $AGENT_PIDS.<unit>, and
+# every invocation notes in $AGENT_PIDS.overlap any of its unit's earlier
+# processes still alive when it starts.
 # Every invocation appends "<unit> <sprint> <dispatch id>" to $AGENT_LOG, so tests
 # can prove no attempt ran twice.
 set -u
@@ -10,6 +14,13 @@ log="${AGENT_LOG:-/dev/null}"
 n=$(grep -c "^$SUPERVISE_UNIT $SUPERVISE_SPRINT " "$log" 2>/dev/null || true)
 n=$(( ${n:-0} + 1 ))
 echo "$SUPERVISE_UNIT $SUPERVISE_SPRINT $SUPERVISE_DISPATCH_ID" >> "$log"
+pids="${AGENT_PIDS:-/dev/null}"
+[ "$pids" = /dev/null ] || pids="$pids.$SUPERVISE_UNIT"
+if [ -f "$pids" ]; then
+  for p in $(cat "$pids"); do
+    kill -0 "$p" 2>/dev/null && echo "$SUPERVISE_DISPATCH_ID started while $p lived" >> "$AGENT_PIDS.overlap"
+  done
+fi
 actions=$(awk -v u="$SUPERVISE_UNIT" -v s="$SUPERVISE_SPRINT" '$1==u && $2==s {print $3; exit}' "${AGENT_BEHAVIOUR:-/dev/null}")
 [ -n "$actions" ] || actions=ok
 action=$(echo "$actions" | awk -F, -v n="$n" '{ if (n <= NF) print $n; else print $NF }')
@@ -34,5 +45,13 @@ case "$action" in
   fail) echo "error: could not build"; exit 1 ;;
   hang) sleep 600 ;;
   stubborn) trap '' TERM; sleep 600 ;;
+  hostile)
+    trap '' TERM
+    (sleep 600) &
+    echo $! >> "$pids"
+    setsid sleep 600 &
+    echo $! >> "$pids"
+    echo $$ >> "$pids"
+    sleep 600 ;;
   noop) echo "nothing to do" ;;
 esac
