@@ -608,3 +608,58 @@ fn a_retry_never_starts_beside_a_live_process_of_the_cancelled_attempt() {
     assert!(alive.is_empty(), "left running: {alive:?}");
     assert!(repo.integration_files().contains("api/api-sprint-1.txt"));
 }
+
+/// A supervisor restarting after a crash clears git locks the crash left, but
+/// never one in the worktree of an agent it adopts (a slow hook may hold it).
+#[test]
+fn a_restart_leaves_the_git_locks_of_live_agents_alone() {
+    let repo = Repo::new(PLAN, "");
+    let note = repo.root.parent().unwrap().join("lock-path");
+    let agent = repo.root.parent().unwrap().join("locking-agent.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            "if [ \"$SUPERVISE_UNIT\" = api ]; then\n  gd=$(git rev-parse --absolute-git-dir)\n  touch -d '1 hour ago' \"$gd/index.lock\"\n  echo \"$gd/index.lock\" > {note}\n  exec sleep 600\nfi\nexec sh {}\n",
+            scripted_agent().display(),
+            note = note.display()
+        ),
+    )
+    .unwrap();
+    let mut sup = repo
+        .cmd(&["run", "--quiet"])
+        .env("SUPERVISE_AGENT", format!("exec sh {}", agent.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    repo.wait_for("the api agent holding index.lock", |_| note.exists());
+    let live_lock = PathBuf::from(std::fs::read_to_string(&note).unwrap().trim());
+    sup.kill().unwrap();
+    sup.wait().unwrap();
+    // A lock the crash left where no agent works.
+    let op = repo.state()["id"].as_str().unwrap().to_string();
+    let stale = repo
+        .root
+        .join(format!(".git/refs/heads/supervise/{op}/integration.lock"));
+    std::fs::write(&stale, "").unwrap();
+    let old = Command::new("touch")
+        .args(["-d", "1 hour ago"])
+        .arg(&stale)
+        .status()
+        .unwrap();
+    assert!(old.success());
+    // `stop` with no supervisor running opens the operation as a restart does.
+    let out = repo.cmd(&["stop"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        live_lock.exists(),
+        "the live agent's index.lock was deleted"
+    );
+    assert!(!stale.exists(), "the crash's stale lock was kept");
+    let out = repo.cmd(&["killall"]).output().unwrap();
+    assert!(
+        text(&out).contains("Agents terminated: 1"),
+        "{}",
+        text(&out)
+    );
+}
