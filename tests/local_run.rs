@@ -663,3 +663,49 @@ fn a_restart_leaves_the_git_locks_of_live_agents_alone() {
         text(&out)
     );
 }
+
+/// Two plans in one repository, run at the same time by two supervisors: both
+/// finish without a lost attempt, and `git status` stays clean (both state
+/// directories are excluded — the shared exclude file loses no line).
+#[test]
+fn two_supervisors_in_one_repository_do_not_trip_over_each_other() {
+    for round in 0..3 {
+        let repo = Repo::new("# Placeholder\n", "");
+        for d in ["a", "b"] {
+            std::fs::create_dir_all(repo.root.join(d)).unwrap();
+            std::fs::write(repo.root.join(d).join("EXECUTION_PLAN.md"), PLAN).unwrap();
+        }
+        git(&repo.root, &["add", "-A"]);
+        git(&repo.root, &["commit", "-qm", "two plans"]);
+        let children: Vec<Child> = ["a", "b"]
+            .iter()
+            .map(|d| {
+                repo.cmd(&["run", "--quiet", &format!("{d}/EXECUTION_PLAN.md")])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // Every sprint of both plans ran exactly once: no attempt was lost to a race.
+        assert_eq!(repo.invocations().len(), 8, "round {round}");
+        // (The reports beside each plan are meant to be seen; the state is not.)
+        let status = git(
+            &repo.root,
+            &["status", "--porcelain", "--untracked-files=all"],
+        );
+        assert!(
+            !status.contains(".supervise"),
+            "round {round}: the checkout shows supervisor state: {status}"
+        );
+    }
+}

@@ -63,7 +63,35 @@ pub fn check_out_branch(checkout: &Path, branch: &str) -> Result<bool> {
     Ok(true)
 }
 
+/// Serialises what supervisors sharing one repository (two plans) write in common:
+/// `.git/info/exclude` and the worktree records under `.git/worktrees`. Blocks
+/// until the other supervisor is done; released when the file drops.
+fn lock_repository(common_dir: &Path) -> Result<std::fs::File> {
+    use std::os::unix::io::AsRawFd;
+    let path = common_dir.join("supervise.lock");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own; no memory is shared.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(anyhow!(
+            "locking {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(f)
+}
+
 impl Git {
+    fn lock(&self) -> Result<std::fs::File> {
+        lock_repository(self.repo.commondir())
+    }
+
     /// Opens the repository holding `plan_root`; worktrees go to `state_dir/worktrees`.
     pub fn open(plan_root: &Path, state_dir: &Path) -> Result<Git> {
         let repo = Repository::discover(plan_root).with_context(|| {
@@ -90,6 +118,7 @@ impl Git {
                 .map(|p| format!("/{}/", p.display()))
         });
         if let Some(line) = rel_state {
+            let _held = lock_repository(repo.commondir())?;
             let current = std::fs::read_to_string(&exclude).unwrap_or_default();
             if !current.lines().any(|l| l == line) {
                 let _ = std::fs::create_dir_all(exclude.parent().unwrap_or(Path::new(".")));
@@ -117,11 +146,13 @@ impl Git {
     /// writes: the operation's refs and its worktrees' indexes. Only locks older
     /// than `older_than` go: git holds a lock for milliseconds, so an old one is
     /// stale, while a live agent's fresh one is left alone. Call it holding the
-    /// supervisor lock. The worktrees and refs of `live` branches are skipped:
+    /// supervisor lock. Only operation `op`'s refs and worktrees are looked at,
+    /// and the worktrees and refs of `live` branches are skipped:
     /// an agent still works there.
     pub fn clear_stale_locks(
         &self,
         older_than: std::time::Duration,
+        op: &str,
         live: &[String],
     ) -> Vec<PathBuf> {
         fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -139,8 +170,20 @@ impl Git {
         }
         let git_dir = self.repo.commondir().to_path_buf();
         let mut candidates = Vec::new();
-        walk(&git_dir.join("refs/heads/supervise"), &mut candidates);
-        walk(&git_dir.join("worktrees"), &mut candidates);
+        // Only this operation's refs and worktrees: another plan's supervisor
+        // may be working in the same repository.
+        walk(
+            &git_dir.join("refs/heads/supervise").join(op),
+            &mut candidates,
+        );
+        let ours = Self::worktree_name(&format!("supervise/{op}/"));
+        if let Ok(entries) = std::fs::read_dir(git_dir.join("worktrees")) {
+            for e in entries.flatten() {
+                if e.file_name().to_string_lossy().starts_with(&ours) {
+                    walk(&e.path(), &mut candidates);
+                }
+            }
+        }
         candidates.push(git_dir.join("packed-refs.lock"));
         let spared: Vec<PathBuf> = live
             .iter()
@@ -218,6 +261,7 @@ impl Git {
         let name = Self::worktree_name(branch);
         let path = self.worktrees.join(&name);
         if !path.join(".git").exists() {
+            let _held = self.lock()?;
             if self.branch_oid(branch)?.is_none() {
                 let base = self.repo.find_commit(self.integration_head(op)?)?;
                 self.repo.branch(branch, &base, false)?;
@@ -342,6 +386,7 @@ impl Git {
         let name = Self::worktree_name(&branch);
         let path = self.worktrees.join(&name);
         if !path.join(".git").exists() {
+            let _held = self.lock()?;
             std::fs::create_dir_all(&self.worktrees)?;
             let reference = self
                 .repo
@@ -360,6 +405,7 @@ impl Git {
     pub fn remove_worktree(&self, branch: &str) {
         let name = Self::worktree_name(branch);
         let path = self.worktrees.join(&name);
+        let _held = self.lock();
         let _ = std::fs::remove_dir_all(&path);
         if let Ok(wt) = self.repo.find_worktree(&name) {
             let _ = wt.prune(Some(git2::WorktreePruneOptions::new().valid(true)));

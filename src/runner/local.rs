@@ -130,15 +130,18 @@ impl Supervisor {
             anyhow!("a supervisor is already running for this plan (pid {pid}); use `supervise status`, `stop` or `killall` from here")
         })?;
         let git = Git::open(&plan.root, &dir)?;
+        let mut ledger = FileLedger::new(&dir);
+        let loaded = ledger.load()?;
         // We hold the supervisor lock: a git lock older than a few seconds on the
         // refs and worktrees we write was left by a killed supervisor — unless an
         // adopted agent still works there (a slow hook may hold one for minutes).
-        git.clear_stale_locks(
-            Duration::from_secs(5),
-            &process::live_branches(&dir.join("runs")),
-        );
-        let mut ledger = FileLedger::new(&dir);
-        let loaded = ledger.load()?;
+        if let Some(st) = &loaded.state {
+            git.clear_stale_locks(
+                Duration::from_secs(5),
+                &st.id.0,
+                &process::live_branches(&dir.join("runs")),
+            );
+        }
         let (tx, rx) = channel();
         let mut sup = Supervisor {
             plan,
