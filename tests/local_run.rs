@@ -709,3 +709,60 @@ fn two_supervisors_in_one_repository_do_not_trip_over_each_other() {
         );
     }
 }
+
+/// An agent (or anything else) that moves the integration branch back erases
+/// merged sprints. Before each merge the supervisor checks that every merged
+/// sprint is still there and runs the lost ones again; found only at the end
+/// (here: by a build gate that rewinds the branch), it says so and exits 2.
+#[test]
+fn merged_work_that_vanishes_from_the_integration_branch_is_never_reported_verified() {
+    const REWIND: &str = "git update-ref \"refs/heads/supervise/${SUPERVISE_DISPATCH_ID%%/*}/integration\" \"$(git rev-list --max-parents=0 HEAD)\"";
+    // web (layer 1) rewinds the branch before doing its own work.
+    let repo = Repo::new(PLAN, "");
+    let agent = repo.root.parent().unwrap().join("rewinding-agent.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            "if [ \"$SUPERVISE_UNIT\" = web ] && [ \"$SUPERVISE_ATTEMPT\" = 1 ]; then {REWIND}; fi\nexec sh {}\n",
+            scripted_agent().display()
+        ),
+    )
+    .unwrap();
+    let out = repo
+        .cmd(&["run"])
+        .env("SUPERVISE_AGENT", format!("exec sh {}", agent.display()))
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("no longer in the integration branch"),
+        "{said}"
+    );
+    let files = repo.integration_files();
+    for f in [
+        "api/api-sprint-1.txt",
+        "api/api-sprint-2.txt",
+        "docs/docs-sprint-1.txt",
+        "web/web-sprint-1.txt",
+    ] {
+        assert!(
+            files.contains(f),
+            "{f} missing from the integration branch:\n{files}"
+        );
+    }
+    // api's two sprints and docs ran again: 4 + 3 invocations.
+    assert_eq!(repo.invocations().len(), 7, "{:?}", repo.invocations());
+
+    // Rewound after the last merge: the end says so, with the fix, and exits 2.
+    let repo = Repo::new(
+        "# Tiny\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n\n## api\n### Sprint 1: Types\n- [ ] `api-sprint-1.txt` exists\n",
+        "",
+    );
+    let gate = "b=$(git symbolic-ref --short HEAD); git update-ref \"refs/heads/${b%/gate}/integration\" \"$(git rev-list --max-parents=0 HEAD)\"";
+    let out = repo.run(&["--build-gate", gate]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("Merge it again"), "{said}");
+    assert!(said.contains("git merge supervise/"), "{said}");
+}

@@ -157,6 +157,36 @@ pub fn decide_mut(
             error,
             criteria,
         } => c.condition(&unit, &sprint, met, error, criteria)?,
+        Input::MergeLost {
+            unit,
+            sprint,
+            detail,
+        } => {
+            let (u, s) = c.locate(&unit, &sprint)?;
+            // Idempotent: a sprint already reopened (or never completed) stays.
+            if c.sprint(u, s).status() != SprintStatus::Completed {
+                return Ok(c.finish());
+            }
+            c.emit(Event::Reopened {
+                unit: u,
+                sprint: s,
+                at: now,
+            });
+            c.log(
+                Some(u),
+                Some(s),
+                format!("Sprint {sprint} merge lost; back to PENDING"),
+                detail.clone(),
+            );
+            c.effects.push(Effect::Notify {
+                kind: NoticeKind::WorkLost,
+                unit: Some(unit.clone()),
+                text: format!(
+                    "{unit} Sprint {sprint} was merged, but its work is no longer in the integration branch ({detail}). Something moved the branch back; the sprint runs again."
+                ),
+            });
+            c.settle();
+        }
         Input::ManualConfirmed { unit, sprint } => {
             let (u, s) = c.locate(&unit, &sprint)?;
             if !c.sprint(u, s).awaiting_confirmation {

@@ -160,6 +160,13 @@ pub enum Input {
         unit: String,
         sprint: SprintId,
     },
+    /// The runner found a COMPLETED sprint's merge missing from the integration
+    /// branch (something moved the branch back): its work must be redone.
+    MergeLost {
+        unit: String,
+        sprint: SprintId,
+        detail: String,
+    },
 }
 
 /// A record of one finished dispatch, kept for reports.
@@ -326,6 +333,13 @@ pub enum Event {
         passed: bool,
         at: DateTime<Utc>,
     },
+    /// A COMPLETED sprint goes back to PENDING (its merged work was lost); its
+    /// unit and the operation run again.
+    Reopened {
+        unit: usize,
+        sprint: usize,
+        at: DateTime<Utc>,
+    },
     StopTicked {
         ticks: u32,
         at: DateTime<Utc>,
@@ -352,6 +366,7 @@ impl Event {
             | Event::UnitNote { at, .. }
             | Event::GateOpened { at, .. }
             | Event::GateClosed { at, .. }
+            | Event::Reopened { at, .. }
             | Event::StopTicked { at, .. } => *at,
             Event::AttemptClosed { record, .. } => record.finished_at,
             Event::SprintCompleted { completion, .. } => completion.completed_at,
@@ -386,6 +401,8 @@ pub enum NoticeKind {
     Draining,
     Killed,
     Completed,
+    /// Merged work vanished from the integration branch.
+    WorkLost,
 }
 
 /// What the adapters are asked to carry out, after the events are stored.

@@ -597,6 +597,21 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                 g.passed = Some(*passed);
             }
         }
+        Event::Reopened { unit, sprint, .. } => {
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.status = Some(SprintStatus::Pending);
+                s.completion = None;
+                s.remaining.clear();
+            }
+            if let Some(u) = st.units.get_mut(*unit) {
+                if u.status == UnitStatus::Completed {
+                    u.status = UnitStatus::Running;
+                }
+            }
+            if st.status == OverallStatus::Completed {
+                st.status = OverallStatus::Running;
+            }
+        }
         Event::StopTicked { ticks, .. } => st.stop_ticks = *ticks,
     }
 }

@@ -377,6 +377,18 @@ impl Git {
         Ok(())
     }
 
+    /// Whether the integration branch still holds `branch`'s head (None when the
+    /// branch does not exist: nothing was merged from it).
+    pub fn holds(&self, op: &str, branch: &str) -> Result<Option<bool>> {
+        let integ = self.integration_head(op)?;
+        let Some(head) = self.branch_oid(branch)? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            head == integ || self.repo.graph_descendant_of(integ, head)?,
+        ))
+    }
+
     /// A clean checkout of the integration head for the build gate.
     pub fn gate_worktree(&self, op: &str) -> Result<PathBuf> {
         let branch = format!("supervise/{op}/gate");

@@ -65,6 +65,8 @@ pub struct Supervisor {
     queue: VecDeque<Input>,
     watching: HashSet<engine::DispatchId>,
     last_draw: Option<Instant>,
+    /// Merged sprints found missing from the integration branch at the end.
+    lost_at_end: Vec<String>,
     _lock: File,
 }
 
@@ -156,6 +158,7 @@ impl Supervisor {
             queue: VecDeque::new(),
             watching: HashSet::new(),
             last_draw: None,
+            lost_at_end: Vec::new(),
             _lock: lock,
         };
         // Events first, effects second: whatever the last process recorded but did
@@ -393,12 +396,32 @@ impl Supervisor {
                 sprint,
                 dispatch,
             } => {
+                // Agents can move refs: what was merged must still be there. (The
+                // sprint merged now is left out: a reopened one is not yet back.)
                 let branch = sprint_branch(&op, &self.unit_slug(unit), sprint.as_str());
+                let lost: Vec<_> = self
+                    .lost_merges()?
+                    .into_iter()
+                    .filter(|(_, _, b)| *b != branch)
+                    .collect();
+                self.queue
+                    .extend(
+                        lost.into_iter()
+                            .map(|(unit, sprint, branch)| Input::MergeLost {
+                                unit,
+                                sprint,
+                                detail: format!(
+                                    "{branch} is not contained in {}",
+                                    super::git::integration_branch(&op)
+                                ),
+                            }),
+                    );
                 self.git.integrate(
                     &op,
                     &branch,
                     &format!("Merge {unit} Sprint {sprint} ({dispatch})"),
                 )?;
+                self.record_merged(&branch)?;
                 self.git.remove_worktree(&branch);
             }
             Effect::RunGate { gate, layer, units } => {
@@ -479,6 +502,22 @@ impl Supervisor {
             Effect::PublishStatus => self.publish()?,
             // The files are rewritten by the PublishStatus of the same decision.
             Effect::FinalReport => {
+                self.lost_at_end = self
+                    .lost_merges()?
+                    .into_iter()
+                    .map(|(_, _, branch)| branch)
+                    .collect();
+                if !self.lost_at_end.is_empty() {
+                    self.notice(&format!(
+                        "⚠️  Work merged earlier is missing from {}: something moved it back. Merge it again:\n{}",
+                        super::git::integration_branch(&op),
+                        self.lost_at_end
+                            .iter()
+                            .map(|b| format!("  git merge {b}"))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    ));
+                }
                 if let Some(st) = &self.state {
                     let s = report::final_summary(st);
                     self.notice(&s);
@@ -486,6 +525,48 @@ impl Supervisor {
             }
         }
         Ok(())
+    }
+
+    /// `merged`: the sprint branches this operation has merged, one per line,
+    /// appended after each merge (a sprint whose merge is still in the outbox is
+    /// not in it, so it is never taken for lost).
+    fn merged_branches(&self) -> HashSet<String> {
+        std::fs::read_to_string(self.dir.join("merged"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn record_merged(&self, branch: &str) -> Result<()> {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("merged"))?;
+        writeln!(f, "{branch}")?;
+        Ok(())
+    }
+
+    /// COMPLETED sprints (merged by this operation) whose branch head the
+    /// integration branch no longer contains: (unit, sprint, branch).
+    fn lost_merges(&self) -> Result<Vec<(String, crate::plan::SprintId, String)>> {
+        let Some(st) = &self.state else {
+            return Ok(Vec::new());
+        };
+        let merged = self.merged_branches();
+        let mut lost = Vec::new();
+        for u in &st.units {
+            for s in &u.sprints {
+                let branch = sprint_branch(&st.id.0, &u.slug, s.id.as_str());
+                if s.status() != engine::SprintStatus::Completed || !merged.contains(&branch) {
+                    continue;
+                }
+                if self.git.holds(&st.id.0, &branch)? == Some(false) {
+                    lost.push((u.name.clone(), s.id.clone(), branch));
+                }
+            }
+        }
+        Ok(lost)
     }
 
     /// Rewrites SUPERVISOR_STATE.md and COMPLETE_<NAME>.md and refreshes the screen.
@@ -694,7 +775,7 @@ impl Supervisor {
         }
         Some(match st.status {
             OverallStatus::Completed => {
-                if report::verification(st).passed() {
+                if report::verification(st).passed() && self.lost_at_end.is_empty() {
                     exit::COMPLETED
                 } else {
                     exit::VERIFICATION_FAILED
