@@ -766,3 +766,25 @@ fn merged_work_that_vanishes_from_the_integration_branch_is_never_reported_verif
     assert!(said.contains("Merge it again"), "{said}");
     assert!(said.contains("git merge supervise/"), "{said}");
 }
+
+/// `resume --agent X` sent to a running supervisor would be dropped silently:
+/// it is refused with what to do instead, and the supervisor runs on.
+#[test]
+fn resume_with_settings_for_a_running_supervisor_is_refused_with_the_fix() {
+    let repo = Repo::new(PLAN, "api 1 hang,ok\n");
+    let mut sup = repo.spawn(&[]);
+    repo.wait_for("an agent running", |r| !r.invocations().is_empty());
+    let out = repo
+        .cmd(&["resume", "--agent", "other-agent", "--max-parallel", "1"])
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("--agent, --max-parallel"), "{said}");
+    assert!(said.contains("supervise stop"), "{said}");
+    // Plain `resume` is still passed on.
+    let out = repo.cmd(&["resume"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    repo.cmd(&["killall"]).output().unwrap();
+    sup.wait().unwrap();
+}

@@ -63,6 +63,35 @@ pub struct RunFlags {
 }
 
 impl RunFlags {
+    /// The setting flags given on the command line (output flags excluded).
+    fn given(&self) -> Vec<&'static str> {
+        let f = self.as_file();
+        let models = f.models.clone().unwrap_or_default();
+        [
+            // From the environment (SUPERVISE_AGENT) it is not a request.
+            (
+                "--agent",
+                f.agent.is_some() && f.agent != std::env::var("SUPERVISE_AGENT").ok(),
+            ),
+            ("--max-parallel", f.max_parallel.is_some()),
+            ("--max-retries", f.max_retries.is_some()),
+            ("--max-turns", f.max_turns.is_some()),
+            ("--budget", f.budget.is_some()),
+            ("--model-haiku", models.haiku.is_some()),
+            ("--model-sonnet", models.sonnet.is_some()),
+            ("--model-opus", models.opus.is_some()),
+            ("--build-gate", f.build_gate.is_some()),
+            ("--stall-timeout", f.stall_timeout.is_some()),
+            ("--verify-timeout", f.verify_timeout.is_some()),
+            ("--kill-grace", f.kill_grace.is_some()),
+            ("--stop-timeout", f.stop_timeout.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, set)| *set)
+        .map(|(name, _)| name)
+        .collect()
+    }
+
     fn as_file(&self) -> FileSettings {
         FileSettings {
             agent: self.agent.clone(),
@@ -138,6 +167,17 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
     let dir = local::state_dir(&plan);
     if let Some(pid) = local::running_supervisor(&dir) {
         if let Mode::Resume(unit) = &mode {
+            // The running supervisor keeps the settings it started with; a flag
+            // sent along would be silently dropped, so it is refused instead.
+            let given = flags.given();
+            if !given.is_empty() {
+                eprintln!(
+                    "A supervisor is running for this plan (pid {pid}) and keeps the settings it started with, so {} cannot be applied to it. Stop it first (`supervise stop`), then run `supervise resume {}` again.",
+                    given.join(", "),
+                    given.join(" … ")
+                );
+                return Ok(exit::USAGE);
+            }
             local::send_control(
                 &dir,
                 &format!("resume {}", unit.clone().unwrap_or_default()),

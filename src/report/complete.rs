@@ -9,16 +9,26 @@ use crate::plan::{Sprint, SprintType};
 use chrono::{DateTime, Utc};
 use std::fmt::Write as _;
 
-/// `COMPLETE_<PROJECT_NAME>.md`, from the plan's title.
+/// The longest `<PROJECT_NAME>` kept: file names are limited to 255 bytes, and
+/// a name this long is already unreadable.
+const MAX_NAME: usize = 80;
+
+/// `COMPLETE_<PROJECT_NAME>.md`, from the plan's title (ASCII, at most
+/// [`MAX_NAME`] characters of it, so any title makes a valid file name).
 pub fn complete_file_name(st: &OperationState) -> String {
+    file_name_for(&st.plan.title)
+}
+
+fn file_name_for(title: &str) -> String {
     let mut name = String::new();
-    for c in st.plan.title.chars() {
+    for c in title.chars() {
         if c.is_ascii_alphanumeric() {
             name.push(c.to_ascii_uppercase());
         } else if !name.ends_with('_') && !name.is_empty() {
             name.push('_');
         }
     }
+    name.truncate(MAX_NAME);
     let name = name.trim_end_matches('_');
     format!(
         "COMPLETE_{}.md",
@@ -905,4 +915,18 @@ pub fn final_summary(st: &OperationState) -> String {
         complete_file_name(st)
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_title_makes_a_valid_file_name() {
+        assert_eq!(file_name_for("Shop: the API"), "COMPLETE_SHOP_THE_API.md");
+        assert_eq!(file_name_for("Ядро"), "COMPLETE_PROJECT.md");
+        let long = file_name_for(&"A very long plan title ".repeat(20));
+        assert!(long.len() <= 100, "{long}");
+        assert!(!long.contains("_.md"), "{long}");
+    }
 }
