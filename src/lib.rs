@@ -13,4 +13,5 @@ pub mod runner;
 pub mod server;
 pub mod settings;
 pub mod store;
+pub mod sync;
 pub mod text;

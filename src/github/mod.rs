@@ -5,6 +5,7 @@
 //! until the reset (never hammering), retries transient failures with backoff,
 //! and sends `If-None-Match` for reads it repeats.
 
+use crate::sync::LockExt;
 use octocrab::models::{AppId, InstallationId};
 use octocrab::service::middleware::retry::RetryConfig;
 use octocrab::Octocrab;
@@ -104,6 +105,23 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s.chars().take(400).collect()
 }
 
+/// The longest wait a server may impose: GitHub documents rate-limit windows of
+/// at most an hour, and a larger (or hostile) value must not stop the service.
+pub const MAX_SERVER_WAIT: Duration = Duration::from_secs(3600);
+
+/// How long a rate-limited answer asks us to wait: `Retry-After`, else until
+/// `X-RateLimit-Reset` (plus a second), clamped to [`MAX_SERVER_WAIT`].
+pub fn server_wait(headers: &http::HeaderMap, now_unix: i64) -> Duration {
+    // i128: a number too large for i64 is still a (very long) wait, not garbage.
+    let num =
+        |name: &str| -> Option<i128> { headers.get(name)?.to_str().ok()?.trim().parse().ok() };
+    let secs = match num("retry-after") {
+        Some(s) => s,
+        None => num("x-ratelimit-reset").unwrap_or(0) - i128::from(now_unix) + 1,
+    };
+    Duration::from_secs(secs.clamp(0, MAX_SERVER_WAIT.as_secs() as i128) as u64)
+}
+
 fn header_num(h: &http::HeaderMap, name: &str) -> Option<i64> {
     h.get(name)?.to_str().ok()?.trim().parse().ok()
 }
@@ -167,7 +185,7 @@ impl GitHub {
         if let Some(c) = &self.token_client {
             return Ok(c.clone());
         }
-        let mut map = self.installations.lock().expect("lock");
+        let mut map = self.installations.locked();
         if let Some(c) = map.get(&installation) {
             return Ok(c.clone());
         }
@@ -225,12 +243,7 @@ impl GitHub {
         let mut backoff = self.backoff;
         let mut last = String::new();
         for attempt in 0..5 {
-            let pause = self
-                .paused_until
-                .lock()
-                .expect("lock")
-                .get(&installation)
-                .copied();
+            let pause = self.paused_until.locked().get(&installation).copied();
             if let Some(until) = pause {
                 let wait = until.saturating_duration_since(Instant::now());
                 if wait > self.max_wait {
@@ -242,7 +255,7 @@ impl GitHub {
                 tokio::time::sleep(wait).await;
             }
             let cached = matches!(method, Method::Get)
-                .then(|| self.etags.lock().expect("lock").get(path).cloned())
+                .then(|| self.etags.locked().get(path).cloned())
                 .flatten();
             let res = match method {
                 Method::Get => {
@@ -289,8 +302,7 @@ impl GitHub {
                             .and_then(|v| v.to_str().ok()),
                     ) {
                         self.etags
-                            .lock()
-                            .expect("lock")
+                            .locked()
                             .insert(path.to_string(), (etag.to_string(), text.clone()));
                     }
                     return Ok(Reply { status, body: text });
@@ -308,19 +320,10 @@ impl GitHub {
                 403 | 429
                     if headers.contains_key(http::header::RETRY_AFTER) || remaining == Some(0) =>
                 {
-                    let wait = match header_num(&headers, "retry-after") {
-                        Some(s) => Duration::from_secs(s.max(0) as u64),
-                        None => {
-                            let reset = header_num(&headers, "x-ratelimit-reset").unwrap_or(0);
-                            let now = chrono::Utc::now().timestamp();
-                            // One second past the reset: the reset instant itself may be early.
-                            Duration::from_secs((reset - now).max(0) as u64 + 1)
-                        }
-                    };
+                    let wait = server_wait(&headers, chrono::Utc::now().timestamp());
                     tracing::warn!(%what, wait_secs = wait.as_secs(), "rate-limited; pausing this installation until the reset");
                     self.paused_until
-                        .lock()
-                        .expect("lock")
+                        .locked()
                         .insert(installation, Instant::now() + wait);
                     last = format!("{status} rate limit");
                     if wait > self.max_wait {
@@ -349,5 +352,55 @@ impl GitHub {
             what,
             message: last,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn server_waits_are_read_and_clamped_to_an_hour() {
+        assert_eq!(
+            server_wait(&headers(&[("retry-after", "30")]), 0),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            server_wait(&headers(&[("x-ratelimit-reset", "1060")]), 1000),
+            Duration::from_secs(61)
+        );
+        for huge in ["9223372036854775807", "18446744073709551615", "99999999999"] {
+            assert_eq!(
+                server_wait(&headers(&[("retry-after", huge)]), 0),
+                MAX_SERVER_WAIT,
+                "{huge}"
+            );
+        }
+        assert_eq!(
+            server_wait(
+                &headers(&[("x-ratelimit-reset", "9223372036854775807")]),
+                -5
+            ),
+            MAX_SERVER_WAIT
+        );
+        assert_eq!(
+            server_wait(&headers(&[("retry-after", "-3")]), 0),
+            Duration::ZERO
+        );
+        assert_eq!(
+            server_wait(
+                &headers(&[("x-ratelimit-reset", "-9223372036854775808")]),
+                1000
+            ),
+            Duration::ZERO
+        );
     }
 }

@@ -17,6 +17,7 @@ use crate::github::repo::Repo;
 use crate::github::{GitHub, GitHubError};
 use crate::settings;
 use crate::store::sql::{Intake, SqlStore};
+use crate::sync::LockExt;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -43,7 +44,13 @@ pub struct Service {
     pub lease: Duration,
     work: Notify,
     limits: Mutex<HashMap<i64, Arc<Semaphore>>>,
+    /// Deliveries in a row whose processing panicked: `/readyz` fails from
+    /// [`FAILING_AFTER`] on, so an orchestrator takes the instance out.
+    panics_in_a_row: std::sync::atomic::AtomicU32,
 }
+
+/// Consecutive panicking deliveries after which the service says it is not ready.
+const FAILING_AFTER: u32 = 3;
 
 impl Service {
     #[allow(clippy::too_many_arguments)]
@@ -68,13 +75,13 @@ impl Service {
             lease,
             work: Notify::new(),
             limits: Mutex::new(HashMap::new()),
+            panics_in_a_row: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
     fn limit(&self, installation: i64) -> Arc<Semaphore> {
         self.limits
-            .lock()
-            .expect("lock")
+            .locked()
             .entry(installation)
             .or_insert_with(|| Arc::new(Semaphore::new(self.per_installation)))
             .clone()
@@ -93,6 +100,16 @@ pub fn router(svc: Arc<Service>) -> Router {
 }
 
 async fn readyz(State(svc): State<Arc<Service>>) -> (StatusCode, &'static str) {
+    if svc
+        .panics_in_a_row
+        .load(std::sync::atomic::Ordering::Relaxed)
+        >= FAILING_AFTER
+    {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "workers failing: the last deliveries all panicked",
+        );
+    }
     if svc.store.ping().await {
         (StatusCode::OK, "ready")
     } else {
@@ -224,14 +241,44 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
                         let _permit = limit.acquire_owned().await;
                         let span = tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
                         let began = Instant::now();
-                        let work = async {
-                            if d.event == "workflow_run" {
-                                workflow_run(&svc, &d.payload).await
-                            } else {
-                                process(&svc, &d.payload).await
+                        let work = {
+                            let (svc, event, payload) =
+                                (svc.clone(), d.event.clone(), d.payload.clone());
+                            async move {
+                                if event == "workflow_run" {
+                                    workflow_run(&svc, &payload).await
+                                } else {
+                                    process(&svc, &payload).await
+                                }
                             }
                         };
-                        let result = tracing::Instrument::instrument(work, span.clone()).await;
+                        // Its own task: a panic in one delivery is caught here, the
+                        // delivery retried later, and the worker goes on.
+                        let result = match tokio::spawn(tracing::Instrument::instrument(
+                            work,
+                            span.clone(),
+                        ))
+                        .await
+                        {
+                            Ok(r) => {
+                                svc.panics_in_a_row
+                                    .store(0, std::sync::atomic::Ordering::Relaxed);
+                                r
+                            }
+                            Err(e) => {
+                                let n = svc
+                                    .panics_in_a_row
+                                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                                    + 1;
+                                metrics::counter!("supervise_processing_panics_total").increment(1);
+                                tracing::error!(delivery = %d.id, panics_in_a_row = n, error = %e, "processing panicked; the delivery will be retried");
+                                Err(GitHubError::Transport {
+                                    what: "processing".into(),
+                                    message: "an internal error (panic) interrupted processing"
+                                        .into(),
+                                })
+                            }
+                        };
                         metrics::histogram!("supervise_processing_seconds", "outcome" => if result.is_ok() { "ok" } else { "error" }).record(began.elapsed().as_secs_f64());
                         let r = match result {
                             Ok(()) => svc.store.finish(&d.id, None).await,

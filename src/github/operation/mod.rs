@@ -21,6 +21,7 @@ use crate::runner::process::RunResult;
 use crate::runner::verify::{prompt_path, results_path};
 use crate::settings::{self, MergeMode, Settings};
 use crate::store::sql::{OpEffect, OperationRow, RunRow, SqlError, SqlStore, UnitIssue};
+use crate::sync::LockExt;
 use crate::text::slug;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -197,7 +198,7 @@ impl Operations {
     }
 
     fn get(&self, op: &str) -> Option<Arc<tokio::sync::Mutex<Live>>> {
-        self.live.lock().expect("lock").get(op).cloned()
+        self.live.locked().get(op).cloned()
     }
 
     /// Loads an operation from the store (replaying its log) unless it is loaded.
@@ -225,8 +226,7 @@ impl Operations {
         }));
         Ok(self
             .live
-            .lock()
-            .expect("lock")
+            .locked()
             .entry(row.id.clone())
             .or_insert(live)
             .clone())
@@ -248,7 +248,7 @@ impl Operations {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(ops.timings.tick).await;
-                let all: Vec<_> = ops.live.lock().expect("lock").values().cloned().collect();
+                let all: Vec<_> = ops.live.locked().values().cloned().collect();
                 for l in all {
                     // Each operation on its own task: one waiting out a rate limit
                     // never holds up the others. A busy one is ticked next time.
@@ -272,7 +272,7 @@ impl Operations {
     /// One pass over every loaded operation, as the GitHub Action makes per
     /// event: tick, reconcile with GitHub, retry what waits, publish the status.
     pub async fn run_once(&self) -> Result<(), OpError> {
-        let all: Vec<_> = self.live.lock().expect("lock").values().cloned().collect();
+        let all: Vec<_> = self.live.locked().values().cloned().collect();
         for l in all {
             let mut live = l.lock().await;
             live.last_reconcile = None;
