@@ -123,6 +123,39 @@ fn fnv1a(s: &str) -> u64 {
     })
 }
 
+/// The most characters of untrusted text echoed in one code span.
+const ECHO_MAX: usize = 80;
+
+/// `text` (untrusted: from a comment) as a Markdown code span that no content
+/// can close: the fence is one backtick longer than the longest run inside,
+/// control characters and line breaks become spaces, and it is cut at
+/// [`ECHO_MAX`] characters. Nothing inside a code span renders — no link, image,
+/// HTML or @mention.
+pub fn code_span(text: &str) -> String {
+    let mut t: String = text
+        .chars()
+        .take(ECHO_MAX)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if text.chars().nth(ECHO_MAX).is_some() {
+        t.push('…');
+    }
+    let (mut longest, mut run) = (0, 0);
+    for c in t.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest + 1);
+    // A space keeps a backtick at either end from joining the fence; CommonMark
+    // strips one space on each side when both are there.
+    let pad = if t.starts_with('`') || t.ends_with('`') || t.trim().is_empty() {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{t}{pad}{fence}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +215,33 @@ mod tests {
                 proptest::prop_assert!(s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{}", s);
                 proptest::prop_assert!(!s.starts_with('-') && !s.ends_with('-'), "{}", s);
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever a commenter writes, its echo renders as one code span and
+        /// nothing else: no link, image, HTML or text outside it.
+        #[test]
+        fn an_echoed_argument_is_always_one_inert_code_span(s in "[a-z@`\\[\\]()<>!*_ \n\t]{0,100}") {
+            let md = format!("Echo: {} done", code_span(&s));
+            let events: Vec<_> = pulldown_cmark::Parser::new(&md).collect();
+            let codes = events.iter().filter(|e| matches!(e, pulldown_cmark::Event::Code(_))).count();
+            proptest::prop_assert_eq!(codes, 1, "{}", md);
+            for e in &events {
+                let inert = matches!(
+                    e,
+                    pulldown_cmark::Event::Code(_)
+                        | pulldown_cmark::Event::Text(_)
+                        | pulldown_cmark::Event::Start(pulldown_cmark::Tag::Paragraph)
+                        | pulldown_cmark::Event::End(pulldown_cmark::TagEnd::Paragraph)
+                );
+                proptest::prop_assert!(inert, "{:?} in {}", e, md);
+            }
+            let text: String = events.iter().filter_map(|e| match e {
+                pulldown_cmark::Event::Text(t) => Some(t.to_string()),
+                _ => None,
+            }).collect();
+            proptest::prop_assert_eq!(text, "Echo:  done");
         }
     }
 }

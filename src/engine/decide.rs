@@ -322,7 +322,8 @@ impl Ctx<'_> {
                 .map(|n| format!(" Did you mean `{n}`?"))
                 .unwrap_or_default();
             Refusal::UnknownUnit(format!(
-                "there is no work unit `{name}` in this plan.{hint}"
+                "there is no work unit {} in this plan.{hint}",
+                crate::text::code_span(name)
             ))
         })
     }

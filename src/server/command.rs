@@ -3,6 +3,7 @@
 //! indented or inline) and outside block quotes count, arguments are checked, and
 //! a mistake is answered with the nearest valid command.
 
+use crate::text::code_span;
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 use std::fmt;
 use std::ops::Range;
@@ -109,13 +110,17 @@ impl fmt::Display for ParseError {
             ParseError::Unknown {
                 word,
                 suggestion: Some(s),
-            } => write!(f, "`{word}` is not a command. Did you mean `{PREFIX} {s}`?"),
+            } => write!(
+                f,
+                "{} is not a command. Did you mean `{PREFIX} {s}`?",
+                code_span(word)
+            ),
             ParseError::Unknown {
                 word,
                 suggestion: None,
-            } => write!(f, "`{word}` is not a command."),
+            } => write!(f, "{} is not a command.", code_span(word)),
             ParseError::ExtraArguments { command, extra } => {
-                write!(f, "`{command}` does not take `{extra}`.")
+                write!(f, "`{command}` does not take {}.", code_span(extra))
             }
             ParseError::BadArgument {
                 command,
@@ -123,7 +128,8 @@ impl fmt::Display for ParseError {
                 why,
             } => write!(
                 f,
-                "`{argument}` is not a valid argument of `{command}`: {why}."
+                "{} is not a valid argument of `{command}`: {why}.",
+                code_span(argument)
             ),
         }
     }
@@ -318,6 +324,25 @@ mod tests {
         assert_eq!(
             parse_comment("```\n/supervise stop\n```\n/supervise status").len(),
             1
+        );
+    }
+
+    #[test]
+    fn an_echoed_word_cannot_mention_link_or_close_its_code_span() {
+        let said = one("/supervise a`@alice`![x](https://evil.example/x.png)")
+            .unwrap_err()
+            .to_string();
+        assert!(said.starts_with("``a`@alice`"), "{said}");
+        let outside: String = pulldown_cmark::Parser::new(&said)
+            .filter_map(|e| match e {
+                pulldown_cmark::Event::Text(t) => Some(t.to_string()),
+                pulldown_cmark::Event::Code(_) => None,
+                other => Some(format!("{other:?}")),
+            })
+            .collect();
+        assert!(
+            !outside.contains('@') && !outside.contains("http"),
+            "{outside}"
         );
     }
 
