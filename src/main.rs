@@ -2,8 +2,18 @@ use clap::Parser;
 use supervise::cli::{self, Cli};
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        // clap quotes the argument it did not understand; when that argument may
+        // be a secret (a key pasted as a flag), it is not repeated.
+        if std::env::args_os().skip(1).any(|a| looks_secret(&a.to_string_lossy())) {
+            eprintln!("error: an argument was not understood, and it is not shown because it may hold a secret. Secrets are read from the environment only: GITHUB_WEBHOOK_SECRET (or GITHUB_WEBHOOK_SECRET_PATH) and GITHUB_PRIVATE_KEY (or GITHUB_PRIVATE_KEY_PATH). See `supervise --help`.");
+            std::process::exit(2);
+        }
+        e.exit()
+    });
+    // SUPERVISE_LOG, else the RUST_LOG every Rust service honours, else warnings.
     let filter = tracing_subscriber::EnvFilter::try_from_env("SUPERVISE_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))
         .unwrap_or_else(|_| "warn".into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -21,4 +31,12 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// A PEM block, a line break, or a long unbroken token: what a key or secret
+/// pasted on the command line looks like.
+fn looks_secret(arg: &str) -> bool {
+    arg.contains("PRIVATE KEY")
+        || arg.contains('\n')
+        || (arg.len() >= 32 && !arg.contains(' ') && !arg.starts_with('-') && !arg.contains('/'))
 }

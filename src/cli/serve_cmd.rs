@@ -21,19 +21,17 @@ pub struct ServeArgs {
     /// The GitHub App's id.
     #[arg(long, env = "GITHUB_APP_ID")]
     pub app_id: u64,
-    /// The App's private key (PEM text).
-    #[arg(
-        long,
-        env = "GITHUB_PRIVATE_KEY",
-        hide_env_values = true,
-        conflicts_with = "private_key_path"
-    )]
+    /// The App's private key (PEM text): from `GITHUB_PRIVATE_KEY` only, never a
+    /// flag (flags show in `ps` and `/proc/PID/cmdline`).
+    #[arg(skip)]
     pub private_key: Option<String>,
     /// A file holding the App's private key.
     #[arg(long, env = "GITHUB_PRIVATE_KEY_PATH")]
     pub private_key_path: Option<PathBuf>,
-    /// Webhook secret; a comma-separated list accepts each (for rotation).
-    #[arg(long, env = "GITHUB_WEBHOOK_SECRET", hide_env_values = true)]
+    /// Webhook secret, a comma-separated list accepting each (for rotation): from
+    /// `GITHUB_WEBHOOK_SECRET` or the file named by `GITHUB_WEBHOOK_SECRET_PATH`,
+    /// never a flag.
+    #[arg(skip)]
     pub webhook_secret: String,
     /// The REST API base (GitHub Enterprise, or the fake GitHub in tests).
     #[arg(long, env = "GITHUB_API_URL", default_value = "https://api.github.com")]
@@ -83,7 +81,29 @@ pub struct ServeArgs {
     pub replica_id: Option<String>,
 }
 
-pub fn run(args: ServeArgs) -> Result<i32> {
+/// A secret from the environment variable `name`, else from the file named by
+/// `name_PATH`. Neither the value nor the file's contents are ever printed.
+fn secret_from_env(name: &str) -> Result<Option<String>> {
+    if let Ok(v) = std::env::var(name) {
+        return Ok(Some(v));
+    }
+    match std::env::var(format!("{name}_PATH")) {
+        Ok(path) => std::fs::read_to_string(&path)
+            .map(|s| Some(s.trim_end_matches(['\n', '\r']).to_string()))
+            .with_context(|| format!("reading {name}_PATH {path}")),
+        Err(_) => Ok(None),
+    }
+}
+
+pub fn run(mut args: ServeArgs) -> Result<i32> {
+    if args.private_key.is_none() {
+        args.private_key = std::env::var("GITHUB_PRIVATE_KEY").ok();
+    }
+    if args.webhook_secret.is_empty() {
+        args.webhook_secret = secret_from_env("GITHUB_WEBHOOK_SECRET")?.ok_or_else(|| {
+            anyhow!("set GITHUB_WEBHOOK_SECRET (or GITHUB_WEBHOOK_SECRET_PATH, a file holding it)")
+        })?;
+    }
     let key = match (&args.private_key, &args.private_key_path) {
         (Some(k), _) => k.clone(),
         (None, Some(p)) => std::fs::read_to_string(p)

@@ -187,12 +187,39 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
+/// The database holds installation ids, comments and operation logs: created
+/// readable by its owner only (0600), and narrowed to that if it exists.
+fn restrict_sqlite_file(url: &str) {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let path = url
+        .trim_start_matches("sqlite:")
+        .trim_start_matches("//")
+        .split('?')
+        .next()
+        .unwrap_or_default();
+    if path.is_empty() {
+        return;
+    }
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path);
+    if created.is_ok() {
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    }
+}
+
 impl SqlStore {
     /// `sqlite://path?mode=rwc`, `sqlite::memory:` or `postgres://…`.
     pub async fn connect(url: &str) -> Result<SqlStore, SqlError> {
         sqlx::any::install_default_drivers();
         let memory = url.contains(":memory:");
         let sqlite = url.starts_with("sqlite:");
+        if sqlite && !memory {
+            restrict_sqlite_file(url);
+        }
         let pool = AnyPoolOptions::new()
             // One connection keeps an in-memory SQLite database alive and shared.
             .max_connections(if memory { 1 } else { 8 })
