@@ -47,7 +47,8 @@ fn no_way_of_failing_to_start_prints_a_secret() {
     let key_file = dir.path().join("key.pem");
     std::fs::write(&key_file, CANARY_KEY).unwrap();
     let key_path = key_file.to_str().unwrap();
-    let cases: Vec<(&str, Vec<&str>, Vec<(&str, &str)>)> = vec![
+    type Case<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>);
+    let cases: Vec<Case> = vec![
         (
             "secret as a flag",
             vec!["--webhook-secret", CANARY_SECRET, "--app-id", "1"],

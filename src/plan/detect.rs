@@ -631,7 +631,7 @@ fn find_sprints(doc: &Doc, o: &Outline, r: Range<usize>) -> Vec<Sprint> {
                     }
                 }
                 let mut tasks = titles;
-                tasks.extend(s.tasks.drain(..));
+                tasks.append(&mut s.tasks);
                 s.tasks = tasks;
                 s.kind = classify(&s.name, &s.tasks, None);
                 s
@@ -1402,7 +1402,7 @@ fn dependencies(
         let block_lower = text.to_lowercase();
         for lower in block_lower.split(['.', ';', '\n']) {
             if arrows_ok {
-                arrow_edges(&lower, &index, &mut edges);
+                arrow_edges(lower, &index, &mut edges);
             }
             for kw in [
                 "depends on",
@@ -1775,9 +1775,8 @@ fn assign_depths(units: &mut [WorkUnit]) {
         depth[i] = Some(d);
         d
     }
-    for i in 0..units.len() {
-        let d = visit(i, &deps, &mut depth);
-        units[i].layer = d;
+    for (i, unit) in units.iter_mut().enumerate() {
+        unit.layer = visit(i, &deps, &mut depth);
     }
 }
 
