@@ -483,6 +483,20 @@ fn units_whose_names_reduce_to_the_same_slug_each_run_their_own_sprints() {
     }
 }
 
+impl Repo {
+    /// An agent command that runs `prelude` (shell) and then the scripted agent:
+    /// for tests whose agents misbehave in ways the script's actions do not cover.
+    fn agent_with_prelude(&self, name: &str, prelude: &str) -> String {
+        let path = self.root.parent().unwrap().join(name);
+        std::fs::write(
+            &path,
+            format!("{prelude}\nexec sh {}\n", scripted_agent().display()),
+        )
+        .unwrap();
+        format!("exec sh {}", path.display())
+    }
+}
+
 fn scripted_agent() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/scripted.sh")
 }
@@ -572,20 +586,15 @@ fn killall_ends_agents_that_ignore_sigterm_and_every_process_they_started() {
 fn a_retry_never_starts_beside_a_live_process_of_the_cancelled_attempt() {
     let repo = Repo::new(PLAN, "api 1 hostile,ok\n");
     let pids = repo.root.parent().unwrap().join("pids");
-    let agent = repo.root.parent().unwrap().join("switching-agent.sh");
     // The first attempt also leaves the worktree on a branch of its own.
-    std::fs::write(
-        &agent,
-        format!(
-            "if [ \"$SUPERVISE_ATTEMPT\" = 1 ] && [ \"$SUPERVISE_UNIT\" = api ]; then git checkout -q -b elsewhere; fi\nexec sh {}\n",
-            scripted_agent().display()
-        ),
-    )
-    .unwrap();
+    let agent = repo.agent_with_prelude(
+        "switching-agent.sh",
+        "if [ \"$SUPERVISE_ATTEMPT\" = 1 ] && [ \"$SUPERVISE_UNIT\" = api ]; then git checkout -q -b elsewhere; fi",
+    );
     let out = repo
         .cmd(&["run", "--stall-timeout", "1", "--kill-grace", "1"])
         .env("AGENT_PIDS", &pids)
-        .env("SUPERVISE_AGENT", format!("exec sh {}", agent.display()))
+        .env("SUPERVISE_AGENT", agent)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -615,19 +624,16 @@ fn a_retry_never_starts_beside_a_live_process_of_the_cancelled_attempt() {
 fn a_restart_leaves_the_git_locks_of_live_agents_alone() {
     let repo = Repo::new(PLAN, "");
     let note = repo.root.parent().unwrap().join("lock-path");
-    let agent = repo.root.parent().unwrap().join("locking-agent.sh");
-    std::fs::write(
-        &agent,
-        format!(
-            "if [ \"$SUPERVISE_UNIT\" = api ]; then\n  gd=$(git rev-parse --absolute-git-dir)\n  touch -d '1 hour ago' \"$gd/index.lock\"\n  echo \"$gd/index.lock\" > {note}\n  exec sleep 600\nfi\nexec sh {}\n",
-            scripted_agent().display(),
-            note = note.display()
+    let agent = repo.agent_with_prelude(
+        "locking-agent.sh",
+        &format!(
+            "if [ \"$SUPERVISE_UNIT\" = api ]; then\n  gd=$(git rev-parse --absolute-git-dir)\n  touch -d '1 hour ago' \"$gd/index.lock\"\n  echo \"$gd/index.lock\" > {}\n  exec sleep 600\nfi",
+            note.display()
         ),
-    )
-    .unwrap();
+    );
     let mut sup = repo
         .cmd(&["run", "--quiet"])
-        .env("SUPERVISE_AGENT", format!("exec sh {}", agent.display()))
+        .env("SUPERVISE_AGENT", agent)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -722,18 +728,15 @@ fn merged_work_that_vanishes_from_the_integration_branch_is_never_reported_verif
     const REWIND: &str = "git update-ref \"refs/heads/supervise/${SUPERVISE_DISPATCH_ID%%/*}/integration\" \"$(git rev-list --max-parents=0 HEAD)\"";
     // web (layer 1) rewinds the branch before doing its own work.
     let repo = Repo::new(PLAN, "");
-    let agent = repo.root.parent().unwrap().join("rewinding-agent.sh");
-    std::fs::write(
-        &agent,
-        format!(
-            "if [ \"$SUPERVISE_UNIT\" = web ] && [ \"$SUPERVISE_ATTEMPT\" = 1 ]; then {REWIND}; fi\nexec sh {}\n",
-            scripted_agent().display()
+    let agent = repo.agent_with_prelude(
+        "rewinding-agent.sh",
+        &format!(
+            "if [ \"$SUPERVISE_UNIT\" = web ] && [ \"$SUPERVISE_ATTEMPT\" = 1 ]; then {REWIND}; fi"
         ),
-    )
-    .unwrap();
+    );
     let out = repo
         .cmd(&["run"])
-        .env("SUPERVISE_AGENT", format!("exec sh {}", agent.display()))
+        .env("SUPERVISE_AGENT", agent)
         .output()
         .unwrap();
     let said = text(&out);
