@@ -975,6 +975,17 @@ async fn add_sub_issue(
             "sub_issue_id is not an issue",
         );
     }
+    // An issue has at most one parent: GitHub refuses a second with 422 too.
+    if s.api
+        .issues
+        .iter()
+        .any(|i| (i.repo != name || i.number != n) && i.sub_issues.contains(&b.sub_issue_id))
+    {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "An error occurred while adding the sub-issue to the parent issue. Issue may not have more than one parent.",
+        );
+    }
     let Some(i) = s.api.issue_mut(&name, n) else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };

@@ -80,6 +80,7 @@ pub(crate) type Shared = Arc<FakeGitHub>;
 
 mod api;
 pub mod git;
+mod paging;
 pub use api::{CheckRun, Issue, Pull, Run};
 
 impl FakeGitHub {
@@ -332,6 +333,7 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
         .route("/_fake/edit", post(control_edit))
         .route("/_fake/state", get(control_state))
         .route("/_fake/faults", post(control_faults))
+        .layer(axum::middleware::from_fn(paging::paginate))
         .with_state(fake.clone());
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;

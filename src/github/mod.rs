@@ -45,7 +45,37 @@ impl GitHubError {
 pub struct Reply {
     pub status: u16,
     pub body: String,
+    /// The next page of a list (`Link: <…>; rel="next"`), as a path for `get`.
+    pub next: Option<String>,
 }
+
+/// The `rel="next"` target of a `Link` header, as a path and query: GitHub gives
+/// absolute URLs, and the client is given paths below its API base.
+pub fn next_page(link: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        if !params.split(';').any(|p| p.trim() == "rel=\"next\"") {
+            return None;
+        }
+        let url = url.trim().strip_prefix('<')?.strip_suffix('>')?;
+        let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let path = &after_scheme[after_scheme.find('/')?..];
+        Some(path.to_string())
+    })
+}
+
+/// The path part of the API base (`/api/v3` on GitHub Enterprise, empty for
+/// api.github.com), which `Link` URLs carry and request paths do not.
+fn base_path(api_url: &str) -> String {
+    let after_scheme = api_url.split_once("://").map_or(api_url, |(_, r)| r);
+    after_scheme
+        .find('/')
+        .map(|i| after_scheme[i..].trim_end_matches('/').to_string())
+        .unwrap_or_default()
+}
+
+/// The most pages one list is followed through (100 items each).
+const MAX_PAGES: usize = 50;
 
 impl Reply {
     pub fn json(&self) -> serde_json::Value {
@@ -65,7 +95,9 @@ pub struct GitHub {
     /// survive a clone, so a clone per call would fetch a new token every time.
     installations: Mutex<HashMap<u64, std::sync::Arc<Octocrab>>>,
     paused_until: Mutex<HashMap<u64, Instant>>,
-    etags: Mutex<HashMap<String, (String, String)>>,
+    etags: Mutex<HashMap<String, (String, String, Option<String>)>>,
+    /// See [`base_path`].
+    base_path: String,
     /// The longest pause one call accepts before giving the work back to the queue.
     pub max_wait: Duration,
     /// First backoff after a 5xx or a transport error; doubles per retry.
@@ -150,6 +182,7 @@ impl GitHub {
             installations: Mutex::new(HashMap::new()),
             paused_until: Mutex::new(HashMap::new()),
             etags: Mutex::new(HashMap::new()),
+            base_path: base_path(api_url),
             max_wait: Duration::from_secs(15 * 60),
             backoff: Duration::from_millis(250),
         })
@@ -171,6 +204,7 @@ impl GitHub {
             installations: Mutex::new(HashMap::new()),
             paused_until: Mutex::new(HashMap::new()),
             etags: Mutex::new(HashMap::new()),
+            base_path: base_path(api_url),
             max_wait: Duration::from_secs(15 * 60),
             backoff: Duration::from_millis(250),
         })
@@ -200,6 +234,43 @@ impl GitHub {
 
     pub async fn get(&self, installation: u64, path: &str) -> Result<Reply, GitHubError> {
         self.send(installation, Method::Get, path, None).await
+    }
+
+    /// Every item of a list, following `Link: rel="next"` page by page (at most
+    /// [`MAX_PAGES`]). The items are the answer's array, or with `key` the array
+    /// under that key (`check_runs`, `workflow_runs`).
+    pub async fn get_all(
+        &self,
+        installation: u64,
+        path: &str,
+        key: Option<&str>,
+    ) -> Result<Vec<serde_json::Value>, GitHubError> {
+        let mut items = Vec::new();
+        let mut next = Some(path.to_string());
+        for _ in 0..MAX_PAGES {
+            let Some(p) = next.take() else { break };
+            let reply = self.get(installation, &p).await?;
+            let mut v = reply.json();
+            let page = match key {
+                Some(k) => v[k].take(),
+                None => v,
+            };
+            match page {
+                serde_json::Value::Array(a) => items.extend(a),
+                _ => {
+                    return Err(GitHubError::Http {
+                        status: reply.status,
+                        what: format!("GET {p}"),
+                        body: format!(
+                            "expected a list{}",
+                            key.map(|k| format!(" under `{k}`")).unwrap_or_default()
+                        ),
+                    })
+                }
+            }
+            next = reply.next;
+        }
+        Ok(items)
     }
 
     pub async fn post(
@@ -260,7 +331,7 @@ impl GitHub {
             let res = match method {
                 Method::Get => {
                     let mut h = http::HeaderMap::new();
-                    if let Some((etag, _)) = &cached {
+                    if let Some((etag, _, _)) = &cached {
                         if let Ok(v) = http::HeaderValue::from_str(etag) {
                             h.insert(http::header::IF_NONE_MATCH, v);
                         }
@@ -295,21 +366,38 @@ impl GitHub {
             let text = client.body_to_string(res).await.unwrap_or_default();
             match status {
                 200..=299 => {
+                    let next = headers
+                        .get(http::header::LINK)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(next_page)
+                        .map(|p| match p.strip_prefix(self.base_path.as_str()) {
+                            Some(rest) if rest.starts_with('/') => rest.to_string(),
+                            _ => p,
+                        });
                     if let (Method::Get, Some(etag)) = (
                         method,
                         headers
                             .get(http::header::ETAG)
                             .and_then(|v| v.to_str().ok()),
                     ) {
-                        self.etags
-                            .locked()
-                            .insert(path.to_string(), (etag.to_string(), text.clone()));
+                        self.etags.locked().insert(
+                            path.to_string(),
+                            (etag.to_string(), text.clone(), next.clone()),
+                        );
                     }
-                    return Ok(Reply { status, body: text });
+                    return Ok(Reply {
+                        status,
+                        body: text,
+                        next,
+                    });
                 }
                 304 => {
-                    if let Some((_, body)) = cached {
-                        return Ok(Reply { status: 200, body });
+                    if let Some((_, body, next)) = cached {
+                        return Ok(Reply {
+                            status: 200,
+                            body,
+                            next,
+                        });
                     }
                     return Err(GitHubError::Http {
                         status,
@@ -365,6 +453,18 @@ mod tests {
             h.insert(*k, v.parse().unwrap());
         }
         h
+    }
+
+    #[test]
+    fn the_next_page_is_read_from_a_link_header() {
+        let link = r#"<https://api.github.com/repositories/1/issues/2/comments?per_page=100&page=2>; rel="next", <https://api.github.com/repositories/1/issues/2/comments?per_page=100&page=5>; rel="last""#;
+        assert_eq!(
+            next_page(link).as_deref(),
+            Some("/repositories/1/issues/2/comments?per_page=100&page=2")
+        );
+        assert_eq!(next_page(r#"<https://x/a?page=1>; rel="prev""#), None);
+        assert_eq!(base_path("https://ghe.example/api/v3/"), "/api/v3");
+        assert_eq!(base_path("https://api.github.com"), "");
     }
 
     #[test]

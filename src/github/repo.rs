@@ -107,6 +107,13 @@ impl Repo<'_> {
             .json())
     }
 
+    /// Every item of a list below the repository, all pages.
+    async fn list(&self, rest: &str, key: Option<&str>) -> Result<Vec<Value>, GitHubError> {
+        self.gh
+            .get_all(self.installation, &self.path(rest), key)
+            .await
+    }
+
     async fn post(&self, rest: &str, body: Value) -> Result<Value, GitHubError> {
         Ok(self
             .gh
@@ -241,13 +248,15 @@ impl Repo<'_> {
     pub async fn pull_for(&self, head: &str) -> Result<Option<PullRequest>, GitHubError> {
         let owner = self.name.split('/').next().unwrap_or("");
         let v = self
-            .get(&format!(
-                "/pulls?state=all&head={}",
-                enc(&format!("{owner}:{head}"))
-            ))
+            .list(
+                &format!(
+                    "/pulls?state=all&per_page=100&head={}",
+                    enc(&format!("{owner}:{head}"))
+                ),
+                None,
+            )
             .await?;
-        Ok(v.as_array()
-            .and_then(|a| a.iter().find_map(PullRequest::from)))
+        Ok(v.iter().find_map(PullRequest::from))
     }
 
     pub async fn pull(&self, number: i64) -> Result<Option<PullRequest>, GitHubError> {
@@ -297,29 +306,28 @@ impl Repo<'_> {
     }
 
     pub async fn approved(&self, number: i64) -> Result<bool, GitHubError> {
-        let v = self.get(&format!("/pulls/{number}/reviews")).await?;
-        Ok(v.as_array()
-            .is_some_and(|a| a.iter().any(|r| r["state"] == "APPROVED")))
+        let v = self
+            .list(&format!("/pulls/{number}/reviews?per_page=100"), None)
+            .await?;
+        Ok(v.iter().any(|r| r["state"] == "APPROVED"))
     }
 
     /// Check runs on a commit, from every app.
     pub async fn checks(&self, rev: &str) -> Result<Vec<Check>, GitHubError> {
         let v = self
-            .get(&format!("/commits/{}/check-runs?per_page=100", enc(rev)))
+            .list(
+                &format!("/commits/{}/check-runs?per_page=100", enc(rev)),
+                Some("check_runs"),
+            )
             .await?;
-        Ok(v["check_runs"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|c| Check {
-                        name: c["name"].as_str().unwrap_or("").to_string(),
-                        app: c["app"]["slug"].as_str().unwrap_or("").to_string(),
-                        completed: c["status"] == "completed",
-                        conclusion: c["conclusion"].as_str().map(str::to_string),
-                    })
-                    .collect()
+        Ok(v.iter()
+            .map(|c| Check {
+                name: c["name"].as_str().unwrap_or("").to_string(),
+                app: c["app"]["slug"].as_str().unwrap_or("").to_string(),
+                completed: c["status"] == "completed",
+                conclusion: c["conclusion"].as_str().map(str::to_string),
             })
-            .unwrap_or_default())
+            .collect())
     }
 
     pub async fn create_check(&self, body: Value) -> Result<(), GitHubError> {
@@ -350,24 +358,20 @@ impl Repo<'_> {
         label: &str,
     ) -> Result<Vec<(i64, i64, String)>, GitHubError> {
         let v = self
-            .get(&format!(
-                "/issues?state=all&per_page=100&labels={}",
-                enc(label)
-            ))
+            .list(
+                &format!("/issues?state=all&per_page=100&labels={}", enc(label)),
+                None,
+            )
             .await?;
-        Ok(v.as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|i| {
-                        (
-                            i["number"].as_i64().unwrap_or(0),
-                            i["id"].as_i64().unwrap_or(0),
-                            i["body"].as_str().unwrap_or("").to_string(),
-                        )
-                    })
-                    .collect()
+        Ok(v.iter()
+            .map(|i| {
+                (
+                    i["number"].as_i64().unwrap_or(0),
+                    i["id"].as_i64().unwrap_or(0),
+                    i["body"].as_str().unwrap_or("").to_string(),
+                )
             })
-            .unwrap_or_default())
+            .collect())
     }
 
     pub async fn add_sub_issue(&self, parent: i64, child_id: i64) -> Result<(), GitHubError> {
@@ -379,8 +383,21 @@ impl Repo<'_> {
             .await
         {
             Ok(_) => Ok(()),
-            // Already linked: the repeated effect is done.
-            Err(GitHubError::Http { status: 422, .. }) => Ok(()),
+            // 422 is GitHub's answer both to "already linked" (the repeated
+            // effect is done) and to real refusals ("already has a parent"):
+            // the parent's list of sub-issues tells them apart.
+            Err(e @ GitHubError::Http { status: 422, .. }) => {
+                let linked = self
+                    .list(&format!("/issues/{parent}/sub_issues?per_page=100"), None)
+                    .await?
+                    .iter()
+                    .any(|i| i["id"].as_i64() == Some(child_id));
+                if linked {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }
             Err(e) => Err(e),
         }
     }
@@ -415,20 +432,19 @@ impl Repo<'_> {
             .map(|s| format!("&since={}", enc(s)))
             .unwrap_or_default();
         let v = self
-            .get(&format!("/issues/{issue}/comments?per_page=100{since}"))
+            .list(
+                &format!("/issues/{issue}/comments?per_page=100{since}"),
+                None,
+            )
             .await?;
-        Ok(v.as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|c| {
-                        (
-                            c["id"].as_i64().unwrap_or(0),
-                            c["body"].as_str().unwrap_or("").to_string(),
-                        )
-                    })
-                    .collect()
+        Ok(v.iter()
+            .map(|c| {
+                (
+                    c["id"].as_i64().unwrap_or(0),
+                    c["body"].as_str().unwrap_or("").to_string(),
+                )
             })
-            .unwrap_or_default())
+            .collect())
     }
 
     pub async fn comment(&self, issue: i64, body: &str) -> Result<i64, GitHubError> {
@@ -495,16 +511,16 @@ impl Repo<'_> {
     /// Recent runs of a workflow (newest first), created at or after `since`.
     pub async fn runs(&self, workflow: &str, since: &str) -> Result<Vec<WorkflowRun>, GitHubError> {
         let v = self
-            .get(&format!(
-                "/actions/workflows/{}/runs?event=workflow_dispatch&per_page=100&created={}",
-                enc(workflow),
-                enc(&format!(">={since}"))
-            ))
+            .list(
+                &format!(
+                    "/actions/workflows/{}/runs?event=workflow_dispatch&per_page=100&created={}",
+                    enc(workflow),
+                    enc(&format!(">={since}"))
+                ),
+                Some("workflow_runs"),
+            )
             .await?;
-        Ok(v["workflow_runs"]
-            .as_array()
-            .map(|a| a.iter().filter_map(WorkflowRun::from).collect())
-            .unwrap_or_default())
+        Ok(v.iter().filter_map(WorkflowRun::from).collect())
     }
 
     pub async fn run(&self, id: i64) -> Result<Option<WorkflowRun>, GitHubError> {

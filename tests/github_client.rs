@@ -1,0 +1,91 @@
+//! The GitHub adapter against the fake as GitHub behaves on the points that
+//! hid bugs: lists come in pages, and 422 means more than one thing.
+
+mod support;
+
+use fake_github::Config;
+use secrecy::SecretString;
+use std::path::Path;
+use supervise::github::repo::Repo;
+use supervise::github::{GitHub, GitHubError};
+use support::test_app_public_key;
+
+const REPO: &str = "acme/shop";
+
+async fn client() -> (std::sync::Arc<fake_github::FakeGitHub>, GitHub) {
+    let fake = fake_github::start(Config {
+        webhook_url: None,
+        webhook_secret: "unused".into(),
+        app_id: 42,
+        app_public_key_pem: Some(test_app_public_key()),
+        installation_id: 7,
+        data_dir: None,
+    })
+    .await;
+    fake.ensure_repo(REPO);
+    let key = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem"),
+    )
+    .unwrap();
+    let gh = GitHub::new(&fake.url(), 42, &SecretString::from(key)).unwrap();
+    (fake, gh)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_lists_are_read_to_the_last_page() {
+    let (fake, gh) = client().await;
+    let repo = Repo {
+        gh: &gh,
+        installation: 7,
+        name: REPO,
+    };
+    let issue = fake.open_issue(REPO, "a busy thread");
+    for i in 0..250 {
+        let body = if i == 237 {
+            "an old answer <!-- supervise:reply 1/0 -->".to_string()
+        } else {
+            format!("comment {i}")
+        };
+        fake.comment(REPO, issue, "mia", &body, false).await;
+    }
+    let all = repo.comments(issue, None).await.unwrap();
+    assert_eq!(all.len(), 250, "every page was read");
+    // The reply on page 3 is found: nothing is posted twice.
+    repo.comment_once(issue, None, "<!-- supervise:reply 1/0 -->", "again")
+        .await
+        .unwrap();
+    assert_eq!(fake.comments(REPO, issue).len(), 250);
+    let pages = fake
+        .request_log()
+        .iter()
+        .filter(|(_, e, s)| e.contains("/comments") && e.starts_with("GET") && *s == 200)
+        .count();
+    assert!(pages >= 3, "read page by page: {pages} requests");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_issue_already_linked_is_done_but_one_with_another_parent_is_refused() {
+    let (fake, gh) = client().await;
+    let repo = Repo {
+        gh: &gh,
+        installation: 7,
+        name: REPO,
+    };
+    let (a, b, c) = (
+        fake.open_issue(REPO, "parent"),
+        fake.open_issue(REPO, "child"),
+        fake.open_issue(REPO, "another parent"),
+    );
+    let child_id = fake.issues(REPO).iter().find(|i| i.number == b).unwrap().id;
+    repo.add_sub_issue(a, child_id).await.unwrap();
+    // The repeated effect (say after a crash) is done, not an error.
+    repo.add_sub_issue(a, child_id).await.unwrap();
+    match repo.add_sub_issue(c, child_id).await {
+        Err(GitHubError::Http {
+            status: 422, body, ..
+        }) => {
+            assert!(body.contains("parent"), "{body}")
+        }
+        other => panic!("a second parent must be refused, got {other:?}"),
+    }
+}
