@@ -329,3 +329,63 @@ async fn a_repository_sets_its_own_permissions_and_bots() {
         "{r:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_comment_gets_at_most_one_reply_and_strangers_none() {
+    let h = Harness::start(120).await;
+    h.fake.add_user("odd", "!422", "User");
+    // A stranger's forty commands: no reply, no reaction.
+    let spam = "/supervise start\n".repeat(40);
+    let (stranger_comment, statuses) = h.fake.comment(REPO, 10, "eve", &spam, false).await;
+    assert_eq!(statuses, [202]);
+    // Several commands from a maintainer: one reply answering each, help once.
+    h.fake
+        .comment(
+            REPO,
+            11,
+            "mia",
+            "/supervise status\n/supervise stauts\n/supervise help\n",
+            false,
+        )
+        .await;
+    // More commands than one comment acts on: one reply that says so.
+    h.fake
+        .comment(REPO, 12, "mia", &"/supervise status\n".repeat(15), false)
+        .await;
+    // A permission answer that is not a clear grant is a refusal with a reply.
+    h.fake
+        .comment(REPO, 13, "odd", "/supervise status", false)
+        .await;
+    let combined = h.wait_reply(11, 1).await;
+    let capped = h.wait_reply(12, 1).await;
+    let odd = h.wait_reply(13, 1).await;
+    h.settle().await;
+    assert!(h.replies(10).is_empty(), "a stranger was answered");
+    assert!(
+        !h.fake
+            .reactions()
+            .iter()
+            .any(|(c, _, _)| *c == stranger_comment),
+        "a stranger's comment was reacted to"
+    );
+    assert_eq!(h.replies(11).len(), 1, "{:?}", h.replies(11));
+    let text = &combined[0];
+    assert!(
+        text.contains("**1.** No operation has been started"),
+        "{text}"
+    );
+    assert!(text.contains("**2.** `stauts` is not a command"), "{text}");
+    assert_eq!(text.matches("Commands (one per line").count(), 1, "{text}");
+    assert_eq!(h.replies(12).len(), 1);
+    assert!(capped[0].contains("**10.**") && !capped[0].contains("**11.**"));
+    assert!(
+        capped[0].contains("the other 5 were not read"),
+        "{}",
+        capped[0]
+    );
+    assert!(
+        odd[0].contains("could not check your permission"),
+        "{}",
+        odd[0]
+    );
+}

@@ -543,6 +543,15 @@ async fn permission(
         .get(&user)
         .map(|u| u.0.clone());
     match role {
+        // A test hook: a role `!<status>` makes the endpoint answer that status.
+        Some(role) if role.starts_with('!') => {
+            let status = role[1..]
+                .parse()
+                .ok()
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
+            error(status, "Validation Failed")
+        }
         Some(role) => {
             let legacy = match role.as_str() {
                 "maintain" => "write",

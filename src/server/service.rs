@@ -335,19 +335,28 @@ impl Place {
 
 /// The person's role; a stranger (404) has none. Any other error is returned, so
 /// the delivery is retried later — nothing acts without an answer.
-async fn permission(svc: &Service, p: &Place, login: &str) -> Result<Permission, GitHubError> {
+/// An answer that is not a clear grant (a 422, a 4xx, an unreadable body) is
+/// `Ok(Err(why))`: the command is refused with a reply. Server errors and rate
+/// limits are `Err`, so the delivery is retried later.
+async fn permission(
+    svc: &Service,
+    p: &Place,
+    login: &str,
+) -> Result<Result<Permission, String>, GitHubError> {
     let path = format!("/repos/{}/collaborators/{}/permission", p.repo, login);
     match svc.github.get(p.installation, &path).await {
         Ok(r) => {
             let v = r.json();
-            Ok(Permission::parse(
-                v["role_name"]
-                    .as_str()
-                    .or(v["permission"].as_str())
-                    .unwrap_or("none"),
-            ))
+            Ok(v["role_name"]
+                .as_str()
+                .or(v["permission"].as_str())
+                .map(Permission::parse)
+                .ok_or_else(|| "the permission answer names no role".to_string()))
         }
-        Err(GitHubError::Http { status: 404, .. }) => Ok(Permission::None),
+        Err(GitHubError::Http { status: 404, .. }) => Ok(Ok(Permission::None)),
+        Err(GitHubError::Http { status, body, .. }) if (400..500).contains(&status) => {
+            Ok(Err(format!("GitHub answered {status}: {body}")))
+        }
         Err(e) => Err(e),
     }
 }
@@ -374,11 +383,20 @@ async fn repo_policy(svc: &Service, p: &Place) -> Result<Result<Policy, String>,
 
 /// Posts a reply unless one with the same marker is already there: a reply is
 /// made once even when the delivery is processed again after a crash.
-async fn reply(svc: &Service, p: &Place, n: usize, text: &str) -> Result<(), GitHubError> {
+fn answers_help(text: &str) -> bool {
+    text.contains(command::help_text().lines().next().unwrap_or_default())
+}
+
+/// The most commands one comment acts on; the rest are named as not read.
+const MAX_COMMANDS: usize = 10;
+
+/// The one reply to a comment, whatever it held (posted once: a re-processed
+/// delivery finds it by its marker).
+async fn reply(svc: &Service, p: &Place, text: &str) -> Result<(), GitHubError> {
     let repo = p.repo_on(svc);
     // Only comments made since the command are looked through: a long thread
     // cannot push an earlier reply of ours off the page.
-    let marker = format!("<!-- supervise:reply {}/{} -->", p.comment, n);
+    let marker = format!("<!-- supervise:reply {} -->", p.comment);
     repo.comment_once(p.issue, p.since.as_deref(), &marker, text)
         .await
 }
@@ -415,27 +433,36 @@ pub async fn process(svc: &Service, payload: &str) -> Result<(), GitHubError> {
         return Ok(());
     }
     let policy = repo_policy(svc, &place).await?;
-    let mut perm: Option<Permission> = None;
-    let mut reacted = false;
-    for (n, parsed) in commands.into_iter().enumerate() {
+    let perm = permission(svc, &place, login).await?;
+    // A person who cannot even read the repository is not answered at all:
+    // otherwise anyone could make the bot post on any public issue.
+    let stranger = perm == Ok(Permission::None);
+    let total = commands.len();
+    let mut answers: Vec<String> = Vec::new();
+    let mut mistakes = false;
+    for (n, parsed) in commands.into_iter().take(MAX_COMMANDS).enumerate() {
         // A mistake is answered like `help`: to anyone who may read the repository.
         let cmd = parsed.clone().unwrap_or(Command::Help);
-        let p = match perm {
-            Some(p) => p,
-            None => *perm.insert(permission(svc, &place, login).await?),
-        };
         let verdict = match &policy {
-            Ok(policy) => auth::authorise(&cmd, &actor, Ok(p), &svc.bot_allow_list, policy),
+            Ok(policy) => auth::authorise(&cmd, &actor, perm.clone(), &svc.bot_allow_list, policy),
             // An unusable policy must not loosen a stricter one: only `help` acts.
-            Err(e) => match auth::authorise(&cmd, &actor, Ok(p), &svc.bot_allow_list, &Policy::default()) {
+            Err(e) => match auth::authorise(&cmd, &actor, perm.clone(), &svc.bot_allow_list, &Policy::default()) {
                 Verdict::Allowed if cmd != Command::Help => Verdict::Refused(format!("I did not act because `.github/supervise.yml` is not valid:\n\n```\n{e}\n```\nPlease fix it and say the command again.")),
                 v => v,
             },
         };
-        if verdict == Verdict::Ignored {
-            continue;
+        match verdict {
+            Verdict::Ignored => continue,
+            Verdict::Refused(_) if stranger => {
+                tracing::info!(
+                    login,
+                    "a command from someone without access to the repository; not answered"
+                );
+                continue;
+            }
+            _ => {}
         }
-        if !reacted {
+        if answers.is_empty() {
             let path = format!(
                 "/repos/{}/issues/comments/{}/reactions",
                 place.repo, place.comment
@@ -443,16 +470,42 @@ pub async fn process(svc: &Service, payload: &str) -> Result<(), GitHubError> {
             svc.github
                 .post(installation, &path, &json!({ "content": "eyes" }))
                 .await?;
-            reacted = true;
         }
         let text = match (verdict, parsed) {
             (Verdict::Refused(why), _) => why,
-            (_, Err(e)) => format!("{e}\n\n{}", command::help_text()),
+            (_, Err(e)) => {
+                mistakes = true;
+                e.to_string()
+            }
             (_, Ok(cmd)) => answer(svc, &place, login, n, &cmd).await?,
         };
-        reply(svc, &place, n, &text).await?;
+        answers.push(text);
     }
-    Ok(())
+    if answers.is_empty() {
+        return Ok(());
+    }
+    let mut text = if answers.len() == 1 {
+        answers.remove(0)
+    } else {
+        answers
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("**{}.** {a}", i + 1))
+            .collect::<Vec<_>>()
+            .join("\n\n---\n\n")
+    };
+    // A mistake is answered with the list of commands, once per reply.
+    if mistakes && !answers_help(&text) {
+        text.push_str("\n\n");
+        text.push_str(&command::help_text());
+    }
+    if total > MAX_COMMANDS {
+        text.push_str(&format!(
+            "\n\n_I acted on the first {MAX_COMMANDS} commands of this comment; the other {} were not read. Put them in another comment._",
+            total - MAX_COMMANDS
+        ));
+    }
+    reply(svc, &place, &text).await
 }
 
 fn op_error(e: OpError) -> GitHubError {
