@@ -4,6 +4,7 @@
 
 use crate::github::operation::{OpTimings, Operations};
 use crate::github::GitHub;
+use crate::server::listen;
 use crate::server::service::{self, Service};
 use crate::store::sql::SqlStore;
 use anyhow::{anyhow, Context, Result};
@@ -95,6 +96,25 @@ fn secret_from_env(name: &str) -> Result<Option<String>> {
     }
 }
 
+/// SIGTERM (systemd, Docker, Kubernetes) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
+}
+
 pub fn run(mut args: ServeArgs) -> Result<i32> {
     if args.private_key.is_none() {
         args.private_key = std::env::var("GITHUB_PRIVATE_KEY").ok();
@@ -181,11 +201,24 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
             .with_context(|| format!("listening on {}", args.listen))?;
         tracing::info!(addr = %listener.local_addr()?, "supervise serve listening");
         eprintln!("supervise serve listening on {}", listener.local_addr()?);
-        axum::serve(listener, service::router(svc))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+        let limits = listen::Limits {
+            max_connections: listen::connection_cap(),
+            ..listen::Limits::default()
+        };
+        tracing::info!(
+            max_connections = limits.max_connections,
+            "connection limits set"
+        );
+        listen::serve(
+            listener,
+            service::router(svc.clone()),
+            limits,
+            shutdown_signal(),
+        )
+        .await;
+        tracing::info!("shutting down: stopping the workers");
+        service::shut_down(&svc, limits.shutdown_grace).await;
+        eprintln!("supervise serve stopped");
         Ok::<_, anyhow::Error>(0)
     })
 }

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod command;
+pub mod listen;
 pub mod payload;
 pub mod service;
 pub mod signature;

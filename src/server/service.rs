@@ -47,7 +47,28 @@ pub struct Service {
     /// Deliveries in a row whose processing panicked: `/readyz` fails from
     /// [`FAILING_AFTER`] on, so an orchestrator takes the instance out.
     panics_in_a_row: std::sync::atomic::AtomicU32,
+    /// Memory for bodies not yet verified, in KiB: a body's declared length is
+    /// reserved before it is read, so slow or huge unsigned bodies cannot hold
+    /// more than the budget between them. Bodies up to [`SMALL_BODY`] (nearly
+    /// every real delivery) have their own pool, so they never queue behind
+    /// large ones (the semaphore is fair: a large waiter would block them).
+    unverified_small: Semaphore,
+    unverified_large: Semaphore,
+    /// Set on shutdown: workers claim nothing new.
+    stopping: std::sync::atomic::AtomicBool,
+    /// Deliveries being processed now, handed back if shutdown outlasts them.
+    in_flight: Mutex<std::collections::HashSet<String>>,
 }
+
+/// See [`Service::unverified_small`]: 1 MiB bodies, 32 MiB in all.
+const SMALL_BODY: u64 = 1024 * 1024;
+const SMALL_BUDGET_KIB: usize = 32 * 1024;
+/// Larger bodies (up to 25 MiB): 64 MiB in all.
+const LARGE_BUDGET_KIB: usize = 64 * 1024;
+/// A delivery's body must arrive within this.
+const BODY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a delivery waits for room in the unverified-body budget.
+const BUDGET_WAIT: Duration = Duration::from_secs(5);
 
 /// Consecutive panicking deliveries after which the service says it is not ready.
 const FAILING_AFTER: u32 = 3;
@@ -76,6 +97,10 @@ impl Service {
             work: Notify::new(),
             limits: Mutex::new(HashMap::new()),
             panics_in_a_row: std::sync::atomic::AtomicU32::new(0),
+            unverified_small: Semaphore::new(SMALL_BUDGET_KIB),
+            unverified_large: Semaphore::new(LARGE_BUDGET_KIB),
+            stopping: std::sync::atomic::AtomicBool::new(false),
+            in_flight: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -124,6 +149,17 @@ async fn metrics(State(svc): State<Arc<Service>>) -> String {
 /// The events this service acts on; others are acknowledged and dropped.
 const HANDLED: &[&str] = &["issue_comment", "workflow_run"];
 
+/// A verified delivery's event as a metric label: handled events by name,
+/// anything else as `other` (the set of series stays fixed).
+fn event_label(event: &str) -> &'static str {
+    HANDLED
+        .iter()
+        .copied()
+        .chain(["ping", "installation", "installation_repositories"])
+        .find(|e| *e == event)
+        .unwrap_or("other")
+}
+
 async fn intake(
     State(svc): State<Arc<Service>>,
     headers: HeaderMap,
@@ -150,13 +186,38 @@ async fn intake(
                 .get(http::header::CONTENT_LENGTH)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse::<u64>().ok());
-            if declared.is_some_and(|n| n > MAX_BODY as u64) {
-                metrics::counter!("supervise_deliveries_total", "event" => event.clone(), "outcome" => "too_large").increment(1);
-                return (StatusCode::PAYLOAD_TOO_LARGE, "body over 25 MiB\n");
+            let unverified = |o: &'static str, code: StatusCode, text: &'static str| {
+                metrics::counter!("supervise_deliveries_total", "event" => "unverified", "outcome" => o).increment(1);
+                (code, text)
+            };
+            let Some(declared) = declared else {
+                // GitHub always sends a length; without one the memory a body
+                // will take cannot be reserved.
+                return unverified("no_length", StatusCode::LENGTH_REQUIRED, "Content-Length is required\n");
+            };
+            if declared > MAX_BODY as u64 {
+                return unverified("too_large", StatusCode::PAYLOAD_TOO_LARGE, "body over 25 MiB\n");
             }
-            let body: Bytes = match axum::body::to_bytes(body, MAX_BODY).await {
-                Ok(b) => b,
-                Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "body over 25 MiB\n"),
+            let kib = (declared.div_ceil(1024) as u32).max(1);
+            let pool = if declared <= SMALL_BODY {
+                &svc.unverified_small
+            } else {
+                &svc.unverified_large
+            };
+            let Ok(Ok(_reserved)) = tokio::time::timeout(BUDGET_WAIT, pool.acquire_many(kib)).await
+            else {
+                tracing::warn!(declared, "unverified-body budget exhausted; refusing for now");
+                return unverified("busy", StatusCode::SERVICE_UNAVAILABLE, "busy; try again\n");
+            };
+            let body: Bytes = match tokio::time::timeout(
+                BODY_TIMEOUT,
+                axum::body::to_bytes(body, declared as usize),
+            )
+            .await
+            {
+                Ok(Ok(b)) => b,
+                Ok(Err(_)) => return unverified("bad_body", StatusCode::BAD_REQUEST, "body does not match its length\n"),
+                Err(_) => return unverified("slow_body", StatusCode::REQUEST_TIMEOUT, "body too slow\n"),
             };
             let sig = headers
                 .get("x-hub-signature-256")
@@ -166,8 +227,15 @@ async fn intake(
                 .iter()
                 .map(|s| s.expose_secret().as_bytes())
                 .collect();
+            // Labels from the request only after its signature is verified, and
+            // only known event names: an attacker cannot mint metric series.
             let outcome = |o: &'static str, code: StatusCode, text: &'static str| {
-                metrics::counter!("supervise_deliveries_total", "event" => event.clone(), "outcome" => o)
+                let label = if o == "bad_signature" {
+                    "unverified"
+                } else {
+                    event_label(&event)
+                };
+                metrics::counter!("supervise_deliveries_total", "event" => label, "outcome" => o)
                     .increment(1);
                 metrics::histogram!("supervise_intake_seconds").record(started.elapsed().as_secs_f64());
                 (code, text)
@@ -229,14 +297,39 @@ async fn intake(
     .await
 }
 
-/// Runs `n` workers until the process ends.
+/// Stops the workers: nothing new is claimed; deliveries in progress get
+/// `grace` to finish, and those still running then are handed back to the
+/// store (their lease released), for the next start or another replica.
+pub async fn shut_down(svc: &Service, grace: Duration) {
+    svc.stopping
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    svc.work.notify_waiters();
+    let until = Instant::now() + grace;
+    while !svc.in_flight.locked().is_empty() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left: Vec<String> = svc.in_flight.locked().iter().cloned().collect();
+    for id in left {
+        tracing::warn!(delivery = %id, "still in progress at shutdown; handing it back");
+        if let Err(e) = svc
+            .store
+            .retry_later(&id, Duration::ZERO, "handed back at shutdown")
+            .await
+        {
+            tracing::error!(delivery = %id, error = %e, "cannot hand the delivery back; its lease will expire");
+        }
+    }
+}
+
+/// Runs `n` workers until [`shut_down`].
 pub fn spawn_workers(svc: Arc<Service>, n: usize) {
     for _ in 0..n.max(1) {
         let svc = svc.clone();
         tokio::spawn(async move {
-            loop {
+            while !svc.stopping.load(std::sync::atomic::Ordering::SeqCst) {
                 match svc.store.claim(svc.lease).await {
                     Ok(Some(d)) => {
+                        svc.in_flight.locked().insert(d.id.clone());
                         let limit = svc.limit(d.installation.unwrap_or(0));
                         let _permit = limit.acquire_owned().await;
                         let span = tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
@@ -296,6 +389,7 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
                         if let Err(e) = r {
                             tracing::error!(error = %e, "cannot record the delivery's outcome");
                         }
+                        svc.in_flight.locked().remove(&d.id);
                     }
                     Ok(None) => {
                         let _ =

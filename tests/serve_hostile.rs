@@ -1,0 +1,237 @@
+//! `supervise serve` under attack: idle floods, slow headers, huge unsigned
+//! bodies that stall, junk event names — while real deliveries keep being
+//! acknowledged and answered. And it stops cleanly on SIGTERM.
+
+mod support;
+
+use fake_github::Config;
+use std::time::{Duration, Instant};
+use support::{free_port, spawn_serve, test_app_public_key, wait_listening, SECRET};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const REPO: &str = "acme/shop";
+
+struct Served {
+    fake: std::sync::Arc<fake_github::FakeGitHub>,
+    serve: std::process::Child,
+    port: u16,
+    _db: tempfile::TempDir,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.serve.kill();
+        let _ = self.serve.wait();
+    }
+}
+
+async fn start() -> Served {
+    let port = free_port();
+    let fake = fake_github::start(Config {
+        webhook_url: Some(format!("http://127.0.0.1:{port}/webhook")),
+        webhook_secret: SECRET.into(),
+        app_id: 42,
+        app_public_key_pem: Some(test_app_public_key()),
+        installation_id: 7,
+        data_dir: None,
+    })
+    .await;
+    fake.ensure_repo(REPO);
+    fake.add_user("mia", "maintain", "User");
+    let db = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", db.path().join("s.db").display());
+    let serve = spawn_serve(port, &fake.url(), &url, &[]);
+    wait_listening(port).await;
+    Served {
+        fake,
+        serve,
+        port,
+        _db: db,
+    }
+}
+
+async fn get(port: u16, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+fn rss_mib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        / 1024
+}
+
+/// Raises this test's own open-file limit so it can hold the flood.
+fn room_for(sockets: u64) -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        lim.rlim_cur = lim.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+    }
+    sockets.min((lim.rlim_cur as u64).saturating_sub(300))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_deliveries_are_answered_during_an_idle_flood_slow_clients_and_huge_bodies() {
+    let s = start().await;
+    let port = s.port;
+    // 1,100 idle connections: more than the usual 1,024 descriptors.
+    let idle_n = room_for(1100);
+    let mut idle = Vec::new();
+    for _ in 0..idle_n {
+        if let Ok(c) = TcpStream::connect(("127.0.0.1", port)).await {
+            idle.push(c);
+        }
+    }
+    // Slow headers: a byte at a time.
+    let slow: Vec<_> = (0..5)
+        .map(|i| {
+            tokio::spawn(async move {
+                let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)).await else {
+                    return;
+                };
+                for b in format!("POST /webhook HTTP/1.1\r\nX-Slow: {i}").bytes() {
+                    if c.write_all(&[b]).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            })
+        })
+        .collect();
+    // Ten unsigned 20 MiB bodies that send 1 MiB and stall.
+    let big: Vec<_> = (0..10)
+        .map(|_| {
+            tokio::spawn(async move {
+                let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)).await else {
+                    return 0u16;
+                };
+                let head = format!("POST /webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: big\r\nContent-Length: {}\r\n\r\n", 20 * 1024 * 1024);
+                if c.write_all(head.as_bytes()).await.is_err() {
+                    return 0;
+                }
+                let _ = c.write_all(&vec![b'x'; 1024 * 1024]).await;
+                let mut buf = [0u8; 64];
+                match tokio::time::timeout(Duration::from_secs(40), c.read(&mut buf)).await {
+                    Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n])
+                        .split_whitespace()
+                        .nth(1)
+                        .and_then(|c| c.parse().ok())
+                        .unwrap_or(0),
+                    _ => 0,
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Under all that, a real command is acknowledged and answered, and the
+    // health endpoint answers.
+    let began = Instant::now();
+    let (_, statuses) = s
+        .fake
+        .comment(REPO, 1, "mia", "/supervise status", false)
+        .await;
+    assert_eq!(statuses, [202], "a real delivery was not acknowledged");
+    let acked_in = began.elapsed();
+    // Not a speed target: a generous bound that catches a real delivery queued
+    // behind the attackers' bodies (it waited 4.5 s when they shared one pool).
+    assert!(
+        acked_in < Duration::from_secs(2),
+        "acknowledged after {acked_in:?}"
+    );
+    assert_eq!(get(port, "/healthz").await.0, 200);
+    let start = Instant::now();
+    while !s
+        .fake
+        .comments(REPO, 1)
+        .iter()
+        .any(|c| c.user == "supervise[bot]")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no reply under attack"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Memory for unverified bodies is bounded (64 MiB of budget, not 200 MiB).
+    let rss = rss_mib(s.serve.id());
+    assert!(rss < 200, "serve holds {rss} MiB under the attack");
+    // The stalled bodies are answered — refused for want of budget, or timed
+    // out — rather than held for ever.
+    let mut answered = Vec::new();
+    for b in big {
+        answered.push(b.await.unwrap());
+    }
+    assert!(
+        answered.iter().all(|c| [503, 408].contains(c)),
+        "stalled bodies: {answered:?}"
+    );
+    for t in slow {
+        t.abort();
+    }
+    drop(idle);
+    eprintln!(
+        "{idle_n} idle sockets; real delivery acknowledged in {acked_in:?}; serve RSS {rss} MiB"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_event_names_mint_no_metric_series() {
+    let s = start().await;
+    for i in 0..200 {
+        let url = format!("http://127.0.0.1:{}/webhook", s.port);
+        let junk = format!("junk-event-{i}");
+        // Unsigned, then signed with a junk event name.
+        fake_github::send_webhook(&url, &junk, &format!("d-{i}"), "wrong", b"{}").await;
+        fake_github::send_webhook(&url, &junk, &format!("e-{i}"), SECRET, b"{}").await;
+    }
+    let (status, text) = get(s.port, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(!text.contains("junk-event"), "{text}");
+    assert!(text.contains("event=\"unverified\""), "{text}");
+    assert!(text.contains("event=\"other\""), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_and_sigint_stop_the_service_cleanly() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let mut s = start().await;
+        // An idle keep-alive connection must not hold the shutdown up.
+        let _idle = TcpStream::connect(("127.0.0.1", s.port)).await.unwrap();
+        unsafe { libc::kill(s.serve.id() as i32, sig) };
+        let began = Instant::now();
+        let status = loop {
+            if let Some(st) = s.serve.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(30),
+                "signal {sig}: serve did not stop"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(status.code(), Some(0), "signal {sig}");
+        assert!(TcpStream::connect(("127.0.0.1", s.port)).await.is_err());
+    }
+}
