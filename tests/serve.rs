@@ -389,3 +389,19 @@ async fn one_comment_gets_at_most_one_reply_and_strangers_none() {
         odd[0]
     );
 }
+
+/// A rate-limit window longer than the delivery lease: the worker waiting it
+/// out keeps renewing its lease, so no second worker takes the delivery over
+/// and the command is answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_longer_than_the_lease_still_answers_once() {
+    let h = Harness::start(1).await;
+    // Every API call in the next 4 s is told to wait for the reset.
+    h.fake.inject(403, 1, None, Some(4), 0);
+    h.fake
+        .comment(REPO, 20, "mia", "/supervise status", false)
+        .await;
+    h.wait_reply(20, 1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(h.replies(20).len(), 1, "{:?}", h.replies(20));
+}

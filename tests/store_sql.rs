@@ -88,7 +88,16 @@ async fn dedupe_and_leases(s: &SqlStore) {
         ("d1", 2),
         "a crashed worker's delivery comes back after its lease"
     );
-    s.finish("d1", None).await.unwrap();
+    // The first worker lost the delivery: it can neither renew nor finish it.
+    assert!(!s.renew("d1", 1, Duration::from_secs(5)).await.unwrap());
+    s.finish("d1", 1, None).await.unwrap();
+    assert_eq!(
+        s.counts().await.unwrap().1,
+        0,
+        "a fenced finish changed nothing"
+    );
+    assert!(s.renew("d1", 2, Duration::from_secs(5)).await.unwrap());
+    s.finish("d1", 2, None).await.unwrap();
     assert!(s.claim(Duration::from_secs(5)).await.unwrap().is_none());
     assert_eq!(s.counts().await.unwrap(), (1, 1));
     assert!(s
@@ -116,7 +125,7 @@ async fn replicas_claim_each_delivery_once(a: SqlStore, b: SqlStore) {
         let mut got = Vec::new();
         while let Some(c) = s.claim(Duration::from_secs(60)).await.unwrap() {
             got.push(c.id.clone());
-            s.finish(&c.id, None).await.unwrap();
+            s.finish(&c.id, c.attempts, None).await.unwrap();
         }
         got
     };

@@ -57,7 +57,7 @@ pub struct Service {
     /// Set on shutdown: workers claim nothing new.
     stopping: std::sync::atomic::AtomicBool,
     /// Deliveries being processed now, handed back if shutdown outlasts them.
-    in_flight: Mutex<std::collections::HashSet<String>>,
+    in_flight: Mutex<std::collections::HashSet<(String, i64)>>,
 }
 
 /// See [`Service::unverified_small`]: 1 MiB bodies, 32 MiB in all.
@@ -308,12 +308,12 @@ pub async fn shut_down(svc: &Service, grace: Duration) {
     while !svc.in_flight.locked().is_empty() && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let left: Vec<String> = svc.in_flight.locked().iter().cloned().collect();
-    for id in left {
+    let left: Vec<(String, i64)> = svc.in_flight.locked().iter().cloned().collect();
+    for (id, attempts) in left {
         tracing::warn!(delivery = %id, "still in progress at shutdown; handing it back");
         if let Err(e) = svc
             .store
-            .retry_later(&id, Duration::ZERO, "handed back at shutdown")
+            .retry_later(&id, attempts, Duration::ZERO, "handed back at shutdown")
             .await
         {
             tracing::error!(delivery = %id, error = %e, "cannot hand the delivery back; its lease will expire");
@@ -329,7 +329,29 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
             while !svc.stopping.load(std::sync::atomic::Ordering::SeqCst) {
                 match svc.store.claim(svc.lease).await {
                     Ok(Some(d)) => {
-                        svc.in_flight.locked().insert(d.id.clone());
+                        svc.in_flight.locked().insert((d.id.clone(), d.attempts));
+                        // One GitHub call may wait out a rate limit far longer than
+                        // the lease: renew it while the work goes on, so no other
+                        // worker takes the delivery over and answers it twice.
+                        let renewer = {
+                            let (svc, id, attempts) = (svc.clone(), d.id.clone(), d.attempts);
+                            tokio::spawn(async move {
+                                let every = (svc.lease / 3).max(Duration::from_millis(100));
+                                loop {
+                                    tokio::time::sleep(every).await;
+                                    match svc.store.renew(&id, attempts, svc.lease).await {
+                                        Ok(true) => {}
+                                        Ok(false) => {
+                                            tracing::warn!(delivery = %id, "lost the lease to another worker");
+                                            return;
+                                        }
+                                        Err(e) => {
+                                            tracing::warn!(delivery = %id, error = %e, "cannot renew the lease; will try again")
+                                        }
+                                    }
+                                }
+                            })
+                        };
                         let limit = svc.limit(d.installation.unwrap_or(0));
                         let _permit = limit.acquire_owned().await;
                         let span = tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
@@ -374,22 +396,27 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
                         };
                         metrics::histogram!("supervise_processing_seconds", "outcome" => if result.is_ok() { "ok" } else { "error" }).record(began.elapsed().as_secs_f64());
                         let r = match result {
-                            Ok(()) => svc.store.finish(&d.id, None).await,
+                            Ok(()) => svc.store.finish(&d.id, d.attempts, None).await,
                             Err(e) if e.is_transient() && d.attempts < 8 => {
                                 let delay =
                                     Duration::from_secs(1u64 << d.attempts.clamp(0, 8) as u32);
                                 tracing::warn!(delivery = %d.id, error = %e, ?delay, "transient failure; will retry");
-                                svc.store.retry_later(&d.id, delay, &e.to_string()).await
+                                svc.store
+                                    .retry_later(&d.id, d.attempts, delay, &e.to_string())
+                                    .await
                             }
                             Err(e) => {
                                 tracing::error!(delivery = %d.id, error = %e, "delivery failed for good");
-                                svc.store.finish(&d.id, Some(&e.to_string())).await
+                                svc.store
+                                    .finish(&d.id, d.attempts, Some(&e.to_string()))
+                                    .await
                             }
                         };
                         if let Err(e) = r {
                             tracing::error!(error = %e, "cannot record the delivery's outcome");
                         }
-                        svc.in_flight.locked().remove(&d.id);
+                        renewer.abort();
+                        svc.in_flight.locked().remove(&(d.id.clone(), d.attempts));
                     }
                     Ok(None) => {
                         let _ =

@@ -327,13 +327,36 @@ impl SqlStore {
         }))
     }
 
-    pub async fn finish(&self, id: &str, error: Option<&str>) -> Result<(), SqlError> {
+    /// Extends the lease of a delivery this worker still holds. `attempts` (from
+    /// the claim) fences it: a delivery another worker has claimed since is not
+    /// ours any more, and `false` says so.
+    pub async fn renew(&self, id: &str, attempts: i64, lease: Duration) -> Result<bool, SqlError> {
+        let r = sqlx::query(
+            "UPDATE deliveries SET lease_until = $1 WHERE id = $2 AND status = 'processing' AND attempts = $3",
+        )
+        .bind(now_ms() + lease.as_millis() as i64)
+        .bind(id)
+        .bind(attempts)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Records a claimed delivery's end; fenced like [`SqlStore::renew`], so a
+    /// worker that lost its lease cannot overwrite the new holder's outcome.
+    pub async fn finish(
+        &self,
+        id: &str,
+        attempts: i64,
+        error: Option<&str>,
+    ) -> Result<(), SqlError> {
         sqlx::query(
-            "UPDATE deliveries SET status = $1, lease_until = NULL, error = $2 WHERE id = $3",
+            "UPDATE deliveries SET status = $1, lease_until = NULL, error = $2 WHERE id = $3 AND attempts = $4",
         )
         .bind(if error.is_some() { "failed" } else { "done" })
         .bind(error)
         .bind(id)
+        .bind(attempts)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -343,13 +366,15 @@ impl SqlStore {
     pub async fn retry_later(
         &self,
         id: &str,
+        attempts: i64,
         delay: Duration,
         error: &str,
     ) -> Result<(), SqlError> {
-        sqlx::query("UPDATE deliveries SET status = 'processing', lease_until = $1, error = $2 WHERE id = $3")
+        sqlx::query("UPDATE deliveries SET status = 'processing', lease_until = $1, error = $2 WHERE id = $3 AND attempts = $4")
             .bind(now_ms() + delay.as_millis() as i64)
             .bind(error)
             .bind(id)
+            .bind(attempts)
             .execute(&self.pool)
             .await?;
         Ok(())
