@@ -89,3 +89,61 @@ async fn a_sub_issue_already_linked_is_done_but_one_with_another_parent_is_refus
         other => panic!("a second parent must be refused, got {other:?}"),
     }
 }
+
+/// Whether a pull request merges is read from the pull request itself (a list
+/// item has no `mergeable`), waiting out GitHub's first `null`; a merge at the
+/// verified head is refused once the branch has moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicts_are_seen_and_a_moved_branch_is_not_merged() {
+    let (fake, gh) = client().await;
+    let repo = Repo {
+        gh: &gh,
+        installation: 7,
+        name: REPO,
+    };
+    fake.add_file(REPO, "shared.txt", "base\n");
+    let main = repo.branch_sha("main").await.unwrap().unwrap();
+    for b in ["clash", "clean"] {
+        repo.create_branch(b, &main).await.unwrap();
+    }
+    repo.put_file("clash", "shared.txt", "theirs\n", "theirs")
+        .await
+        .unwrap();
+    repo.put_file("main", "shared.txt", "ours\n", "ours")
+        .await
+        .unwrap();
+    let clash = repo
+        .ensure_pull("clash", "main", "clash", "")
+        .await
+        .unwrap();
+    let listed = repo.pull_for("clash").await.unwrap().unwrap();
+    assert_eq!(listed.mergeable, None, "list items do not say");
+    assert_eq!(repo.mergeable(clash).await.unwrap(), Some(false));
+
+    repo.put_file("clean", "new.txt", "new\n", "new")
+        .await
+        .unwrap();
+    let clean = repo
+        .ensure_pull("clean", "main", "clean", "")
+        .await
+        .unwrap();
+    assert_eq!(repo.mergeable(clean).await.unwrap(), Some(true));
+    let verified = repo.branch_sha("clean").await.unwrap().unwrap();
+    // The branch moves after verification: the merge is refused, not made.
+    repo.put_file("clean", "late.txt", "unverified\n", "late")
+        .await
+        .unwrap();
+    assert_eq!(
+        repo.merge(clean, Some(&verified)).await.unwrap(),
+        supervise::github::repo::Merge::HeadMoved
+    );
+    let now = repo.branch_sha("clean").await.unwrap().unwrap();
+    assert_eq!(
+        repo.merge(clean, Some(&now)).await.unwrap(),
+        supervise::github::repo::Merge::Merged
+    );
+    assert_eq!(
+        repo.merge(clash, None).await.unwrap(),
+        supervise::github::repo::Merge::Conflict
+    );
+}

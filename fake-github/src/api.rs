@@ -40,6 +40,20 @@ pub struct Pull {
     pub state: String,
     pub merged: bool,
     pub merge_sha: Option<String>,
+    pub merged_at: Option<String>,
+    /// The head at which `mergeable` was last asked for: GitHub answers `null`
+    /// the first time it is asked at a new head (it computes it in the
+    /// background), and the value after.
+    pub mergeable_asked_at: Option<String>,
+}
+
+/// Which of GitHub's pull-request shapes to answer with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PullShape {
+    /// `pull-request-simple`, in lists: no `merged`, no `mergeable`.
+    Simple,
+    /// `pull-request`: `mergeable` is null until computed.
+    Full { mergeable_known: bool },
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -554,15 +568,29 @@ async fn compare(
     }
 }
 
-fn pull_json(p: &Pull, repo: &Repo) -> Value {
-    json!({
+fn pull_json(p: &Pull, repo: &Repo, shape: PullShape) -> Value {
+    let mut v = json!({
         "number": p.number, "title": p.title, "body": p.body, "state": p.state,
-        "merged": p.merged, "merge_commit_sha": p.merge_sha,
-        "mergeable": if p.state == "open" { repo.mergeable(&p.base, &p.head) } else { None },
+        "merge_commit_sha": p.merge_sha, "merged_at": p.merged_at,
         "head": { "ref": p.head, "sha": repo.branch_sha(&p.head) },
         "base": { "ref": p.base },
         "html_url": format!("https://github.com/{}/pull/{}", p.repo, p.number),
-    })
+    });
+    if let PullShape::Full { mergeable_known } = shape {
+        let mergeable = if p.state == "open" && mergeable_known {
+            repo.mergeable(&p.base, &p.head)
+        } else {
+            None
+        };
+        v["merged"] = json!(p.merged);
+        v["mergeable"] = json!(mergeable);
+        v["mergeable_state"] = json!(match mergeable {
+            Some(true) => "clean",
+            Some(false) => "dirty",
+            None => "unknown",
+        });
+    }
+    v
 }
 
 async fn list_pulls(
@@ -581,7 +609,7 @@ async fn list_pulls(
         .iter()
         .filter(|p| head.as_ref().is_none_or(|h| &p.head == h))
         .filter(|p| state == "all" || p.state == state)
-        .map(|p| pull_json(p, &repo))
+        .map(|p| pull_json(p, &repo, PullShape::Simple))
         .collect();
     ok(Value::Array(list))
 }
@@ -631,11 +659,19 @@ async fn create_pull(
             state: "open".into(),
             merged: false,
             merge_sha: None,
+            merged_at: None,
+            mergeable_asked_at: None,
         };
         s.api.pulls.push(p.clone());
         p
     };
-    created(pull_json(&p, &repo))
+    created(pull_json(
+        &p,
+        &repo,
+        PullShape::Full {
+            mergeable_known: false,
+        },
+    ))
 }
 
 fn find_pull(f: &FakeGitHub, repo: &str, n: i64) -> Option<Pull> {
@@ -655,8 +691,29 @@ async fn get_pull(
     h: HeaderMap,
 ) -> Response {
     let (name, repo) = enter!(f, "GET /repos/{o}/{r}/pulls/{n}", h, o, r);
+    let head = find_pull(&f, &name, n).and_then(|p| repo.branch_sha(&p.head));
+    let known = {
+        let mut s = f.inner.lock().unwrap();
+        let Some(p) = s
+            .api
+            .pulls
+            .iter_mut()
+            .find(|p| p.repo == name && p.number == n)
+        else {
+            return error(StatusCode::NOT_FOUND, "Not Found");
+        };
+        let known = p.mergeable_asked_at.is_some() && p.mergeable_asked_at == head;
+        p.mergeable_asked_at = head;
+        known
+    };
     match find_pull(&f, &name, n) {
-        Some(p) => ok(pull_json(&p, &repo)),
+        Some(p) => ok(pull_json(
+            &p,
+            &repo,
+            PullShape::Full {
+                mergeable_known: known,
+            },
+        )),
         None => error(StatusCode::NOT_FOUND, "Not Found"),
     }
 }
@@ -665,11 +722,21 @@ async fn merge_pull(
     State(f): State<Shared>,
     Path((o, r, n)): Path<(String, String, i64)>,
     h: HeaderMap,
+    body: axum::body::Bytes,
 ) -> Response {
     let (name, repo) = enter!(f, "PUT /repos/{o}/{r}/pulls/{n}/merge", h, o, r);
     let Some(p) = find_pull(&f, &name, n) else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
+    let asked: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if let Some(sha) = asked["sha"].as_str() {
+        if !p.merged && repo.branch_sha(&p.head).as_deref() != Some(sha) {
+            return error(
+                StatusCode::CONFLICT,
+                "Head branch was modified. Review and try the merge again.",
+            );
+        }
+    }
     if p.merged {
         return error(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -690,6 +757,7 @@ async fn merge_pull(
                     p.merged = true;
                     p.state = "closed".into();
                     p.merge_sha = Some(sha.clone());
+                    p.merged_at = Some(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string());
                 }
             }
             f.on_push(&name, &sha);

@@ -25,6 +25,16 @@ pub fn enc(s: &str) -> String {
     out
 }
 
+/// What came of a merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    Merged,
+    /// GitHub cannot merge it (405): a conflict.
+    Conflict,
+    /// The head is not the commit asked for (409): the branch moved.
+    HeadMoved,
+}
+
 #[derive(Debug, Clone)]
 pub struct PullRequest {
     pub number: i64,
@@ -285,21 +295,48 @@ impl Repo<'_> {
         Ok(v["number"].as_i64().unwrap_or(0))
     }
 
-    /// Merges a pull request. Ok(false) when it cannot merge (a conflict).
-    pub async fn merge(&self, number: i64) -> Result<bool, GitHubError> {
+    /// Whether a pull request merges cleanly, from the pull request itself (list
+    /// items do not carry it). GitHub computes it in the background and answers
+    /// `null` meanwhile: asked a few times, then `None` (unknown).
+    pub async fn mergeable(&self, number: i64) -> Result<Option<bool>, GitHubError> {
+        for wait_ms in [0u64, 300, 700, 1500] {
+            tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+            let v = self.get(&format!("/pulls/{number}")).await?;
+            if let Some(m) = v["mergeable"].as_bool() {
+                return Ok(Some(m));
+            }
+            if v["merged"].as_bool() == Some(true) || v["state"] == "closed" {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Merges a pull request, at `sha` when given: GitHub refuses (409) if the
+    /// head is no longer that commit.
+    pub async fn merge(&self, number: i64, sha: Option<&str>) -> Result<Merge, GitHubError> {
+        let mut body = json!({ "merge_method": "merge" });
+        if let Some(sha) = sha {
+            body["sha"] = json!(sha);
+        }
         let r = self
             .gh
             .put(
                 self.installation,
                 &self.path(&format!("/pulls/{number}/merge")),
-                &json!({ "merge_method": "merge" }),
+                &body,
             )
             .await;
         match r {
-            Ok(_) => Ok(true),
+            Ok(_) => Ok(Merge::Merged),
+            Err(GitHubError::Http { status: 409, .. }) => Ok(Merge::HeadMoved),
             Err(GitHubError::Http { status: 405, .. }) => {
                 // Already merged (a repeated effect) counts as done.
-                Ok(self.pull(number).await?.is_some_and(|p| p.merged))
+                Ok(if self.pull(number).await?.is_some_and(|p| p.merged) {
+                    Merge::Merged
+                } else {
+                    Merge::Conflict
+                })
             }
             Err(e) => Err(e),
         }

@@ -84,6 +84,12 @@ const MIGRATIONS: &[(i64, &str)] = &[
         "ALTER TABLE operations ADD COLUMN owner TEXT;
     ALTER TABLE operations ADD COLUMN lease_until BIGINT",
     ),
+    (
+        4,
+        // The head a sprint's pull request was verified at: merged with it, so a
+        // branch that moves after verification is refused.
+        "ALTER TABLE op_runs ADD COLUMN verified_sha TEXT",
+    ),
 ];
 
 /// The last decision's sequence number of an operation (0: none yet).
@@ -99,7 +105,7 @@ macro_rules! operation_select {
 /// The columns `run_row` reads.
 macro_rules! run_select {
     () => {
-        "SELECT dispatch, op, run_id, html_url, base_sha FROM op_runs"
+        "SELECT dispatch, op, run_id, html_url, base_sha, verified_sha FROM op_runs"
     };
 }
 
@@ -149,6 +155,8 @@ pub struct RunRow {
     pub run_id: Option<i64>,
     pub html_url: Option<String>,
     pub base_sha: Option<String>,
+    /// The sprint branch's head when the run's result was verified.
+    pub verified_sha: Option<String>,
 }
 
 /// A work unit's sub-issue.
@@ -601,13 +609,14 @@ impl SqlStore {
 
     /// Records what is known of a dispatch's run; known values are never erased.
     pub async fn put_run(&self, r: &RunRow) -> Result<(), SqlError> {
-        sqlx::query("INSERT INTO op_runs (dispatch, op, run_id, html_url, base_sha) VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (dispatch) DO UPDATE SET run_id = COALESCE(EXCLUDED.run_id, op_runs.run_id), html_url = COALESCE(EXCLUDED.html_url, op_runs.html_url), base_sha = COALESCE(op_runs.base_sha, EXCLUDED.base_sha)")
+        sqlx::query("INSERT INTO op_runs (dispatch, op, run_id, html_url, base_sha, verified_sha) VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (dispatch) DO UPDATE SET run_id = COALESCE(EXCLUDED.run_id, op_runs.run_id), html_url = COALESCE(EXCLUDED.html_url, op_runs.html_url), base_sha = COALESCE(op_runs.base_sha, EXCLUDED.base_sha), verified_sha = COALESCE(EXCLUDED.verified_sha, op_runs.verified_sha)")
             .bind(&r.dispatch)
             .bind(&r.op)
             .bind(r.run_id)
             .bind(&r.html_url)
             .bind(&r.base_sha)
+            .bind(&r.verified_sha)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -620,6 +629,7 @@ impl SqlStore {
             run_id: r.try_get("run_id").ok(),
             html_url: r.try_get("html_url").ok(),
             base_sha: r.try_get("base_sha").ok(),
+            verified_sha: r.try_get("verified_sha").ok(),
         }
     }
 

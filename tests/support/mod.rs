@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each test binary uses a part of what is shared here
 //! What the `supervise serve` tests share: a free port, the real binary started
 //! against the fake GitHub, and waiting for it to listen.
 

@@ -3,6 +3,7 @@
 //! notices, and the final report.
 
 use super::*;
+use crate::github::repo::Merge;
 
 impl Operations {
     pub(super) async fn carry_out(
@@ -29,7 +30,11 @@ impl Operations {
                 }
                 Ok(Outcome::Done(vec![]))
             }
-            Effect::Integrate { unit, sprint, .. } => {
+            Effect::Integrate {
+                unit,
+                sprint,
+                dispatch,
+            } => {
                 let branch = sprint_branch(op, &live.unit_slug(unit), sprint.as_str());
                 let Some(pr) = repo.pull_for(&branch).await? else {
                     return Err(
@@ -42,15 +47,27 @@ impl Operations {
                 if ctx.merge == MergeMode::AfterReview && !repo.approved(pr.number).await? {
                     return Ok(Outcome::Wait);
                 }
-                if repo.merge(pr.number).await? {
-                    Ok(Outcome::Done(vec![]))
-                } else {
-                    Err(GitHubError::Config(format!(
+                // Merged at the head that was verified: a branch moved since
+                // is refused by GitHub (409) rather than merged unverified.
+                let verified = self
+                    .store
+                    .run(&dispatch.0)
+                    .await?
+                    .and_then(|r| r.verified_sha);
+                match repo.merge(pr.number, verified.as_deref()).await? {
+                    Merge::Merged => Ok(Outcome::Done(vec![])),
+                    Merge::Conflict => Err(GitHubError::Config(format!(
                         "pull request #{} of {unit} Sprint {sprint} no longer merges into {}; resolve the conflict on its branch and merge it by hand",
                         pr.number,
                         integration_branch(op)
                     ))
-                    .into())
+                    .into()),
+                    Merge::HeadMoved => Err(GitHubError::Config(format!(
+                        "the branch of {unit} Sprint {sprint} (pull request #{}) changed after it was verified at {}; it was not merged. Check the new commits, then merge it by hand or run the sprint again",
+                        pr.number,
+                        verified.as_deref().map_or("?", |s| &s[..s.len().min(7)])
+                    ))
+                    .into()),
                 }
             }
             Effect::RunGate { gate, .. } => {
@@ -269,6 +286,7 @@ impl Operations {
                 run_id: Some(id),
                 html_url: Some(url.to_string()),
                 base_sha: base,
+                ..Default::default()
             })
             .await?;
         Ok(())

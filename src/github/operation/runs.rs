@@ -114,8 +114,23 @@ impl Operations {
                 .collect(),
             None => Vec::new(),
         };
-        let merge_conflict = match repo.pull_for(&branch).await? {
-            Some(pr) if pr.mergeable == Some(false) => Some(format!(
+        // The list endpoint does not say whether a pull request merges; the
+        // pull request itself does, once GitHub has computed it.
+        let pr = repo.pull_for(&branch).await?;
+        let mergeable = match &pr {
+            Some(pr) => repo.mergeable(pr.number).await?,
+            None => None,
+        };
+        self.store
+            .put_run(&RunRow {
+                dispatch: d.0.clone(),
+                op: ctx.op.clone(),
+                verified_sha: Some(head.clone()),
+                ..Default::default()
+            })
+            .await?;
+        let merge_conflict = match pr {
+            Some(pr) if mergeable == Some(false) => Some(format!(
                 "pull request #{} does not merge cleanly into {}",
                 pr.number,
                 integration_branch(&ctx.op)
