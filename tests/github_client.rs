@@ -147,3 +147,37 @@ async fn conflicts_are_seen_and_a_moved_branch_is_not_merged() {
         supervise::github::repo::Merge::Conflict
     );
 }
+
+/// GitHub refuses bodies over 65,536 characters (and check-run summaries over
+/// 65,535): what is posted is cut to fit, with a note, keeping its marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_texts_are_cut_to_fit_instead_of_refused() {
+    let (fake, gh) = client().await;
+    let repo = Repo {
+        gh: &gh,
+        installation: 7,
+        name: REPO,
+    };
+    let issue = fake.open_issue(REPO, "long");
+    let long = "a line of a very long status table\n".repeat(3000);
+    repo.comment_once(issue, None, "<!-- supervise:reply 9 -->", &long)
+        .await
+        .unwrap();
+    let posted = fake.comments(REPO, issue);
+    assert_eq!(posted.len(), 1);
+    assert!(posted[0].body.chars().count() <= 65_536);
+    assert!(posted[0].body.ends_with("<!-- supervise:reply 9 -->"));
+    // Found again by its marker: not posted twice.
+    repo.comment_once(issue, None, "<!-- supervise:reply 9 -->", &long)
+        .await
+        .unwrap();
+    assert_eq!(fake.comments(REPO, issue).len(), 1);
+    let head = repo.branch_sha("main").await.unwrap().unwrap();
+    repo.create_check(serde_json::json!({
+        "name": "supervise: long", "head_sha": head, "status": "completed",
+        "conclusion": "success", "output": { "title": "t", "summary": long },
+    }))
+    .await
+    .unwrap();
+    assert_eq!(fake.check_runs(REPO).len(), 1);
+}

@@ -829,6 +829,14 @@ async fn create_check_run(
     if repo.resolve(&sha).is_none() {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "No commit found for SHA");
     }
+    if let Some(o) = &b.output {
+        if o.summary.chars().count() > 65_535 {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid request.\n\nOnly 65535 characters are allowed; 'output.summary' is too long.",
+            );
+        }
+    }
     let mut s = f.inner.lock().unwrap();
     let id = s.api.id();
     let (title, summary) = b.output.map(|o| (o.title, o.summary)).unwrap_or_default();
@@ -1098,6 +1106,9 @@ async fn edit_comment(
     Json(b): Json<CommentText>,
 ) -> Response {
     let (name, _) = enter!(f, "PATCH /repos/{o}/{r}/issues/comments/{id}", h, o, r);
+    if let Some(r) = too_long(&b.body) {
+        return r;
+    }
     let mut s = f.inner.lock().unwrap();
     match s.comments.iter_mut().find(|c| c.id == id && c.repo == name) {
         Some(c) => {
@@ -1106,6 +1117,16 @@ async fn edit_comment(
         }
         None => error(StatusCode::NOT_FOUND, "Not Found"),
     }
+}
+
+/// GitHub's answer to an issue, comment or pull-request body over 65,536 characters.
+pub(crate) fn too_long(body: &str) -> Option<Response> {
+    (body.chars().count() > 65_536).then(|| {
+        error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: body is too long (maximum is 65536 characters)",
+        )
+    })
 }
 
 fn run_json(run: &Run) -> Value {

@@ -661,6 +661,9 @@ async fn create_comment(
     {
         return resp;
     }
+    if let Some(r) = api::too_long(&b.body) {
+        return r;
+    }
     let mut s = f.inner.lock().unwrap();
     s.next_id += 1;
     let c = Comment {

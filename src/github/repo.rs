@@ -25,6 +25,38 @@ pub fn enc(s: &str) -> String {
     out
 }
 
+/// The longest body GitHub takes for an issue, comment or pull request.
+pub const MAX_BODY_CHARS: usize = 65_536;
+/// The longest check-run `output.summary` or `output.text`.
+pub const MAX_CHECK_CHARS: usize = 65_535;
+
+/// `text` cut to at most `max` characters (GitHub counts characters) with a
+/// note saying so; a trailing `<!-- … -->` marker line is kept, since replies
+/// and status comments are found again by it.
+pub fn fit(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let (body, marker) = match text.trim_end().rsplit_once('\n') {
+        Some((b, last)) if last.starts_with("<!--") && last.ends_with("-->") => (b, Some(last)),
+        _ => (text, None),
+    };
+    let note = format!("\n\n… _(cut here: GitHub takes at most {max} characters)_");
+    if note.chars().count() + marker.map_or(0, |m| m.chars().count() + 1) >= max {
+        return text.chars().take(max).collect();
+    }
+    let keep = max
+        .saturating_sub(note.chars().count())
+        .saturating_sub(marker.map_or(0, |m| m.chars().count() + 1));
+    let mut out: String = body.chars().take(keep).collect();
+    out.push_str(&note);
+    if let Some(m) = marker {
+        out.push('\n');
+        out.push_str(m);
+    }
+    out
+}
+
 /// What came of a merge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Merge {
@@ -289,7 +321,7 @@ impl Repo<'_> {
         let v = self
             .post(
                 "/pulls",
-                json!({ "title": title, "head": head, "base": base, "body": body }),
+                json!({ "title": title, "head": head, "base": base, "body": fit(body, MAX_BODY_CHARS) }),
             )
             .await?;
         Ok(v["number"].as_i64().unwrap_or(0))
@@ -367,7 +399,12 @@ impl Repo<'_> {
             .collect())
     }
 
-    pub async fn create_check(&self, body: Value) -> Result<(), GitHubError> {
+    pub async fn create_check(&self, mut body: Value) -> Result<(), GitHubError> {
+        for field in ["summary", "text"] {
+            if let Some(t) = body["output"][field].as_str() {
+                body["output"][field] = json!(fit(t, MAX_CHECK_CHARS));
+            }
+        }
         self.post("/check-runs", body).await.map(|_| ())
     }
 
@@ -380,7 +417,7 @@ impl Repo<'_> {
         let v = self
             .post(
                 "/issues",
-                json!({ "title": title, "body": body, "labels": labels }),
+                json!({ "title": title, "body": fit(body, MAX_BODY_CHARS), "labels": labels }),
             )
             .await?;
         Ok((
@@ -488,7 +525,7 @@ impl Repo<'_> {
         let v = self
             .post(
                 &format!("/issues/{issue}/comments"),
-                json!({ "body": body }),
+                json!({ "body": fit(body, MAX_BODY_CHARS) }),
             )
             .await?;
         Ok(v["id"].as_i64().unwrap_or(0))
@@ -520,7 +557,7 @@ impl Repo<'_> {
             .patch(
                 self.installation,
                 &self.path(&format!("/issues/comments/{id}")),
-                &json!({ "body": body }),
+                &json!({ "body": fit(body, MAX_BODY_CHARS) }),
             )
             .await
             .map(|_| ())
@@ -579,5 +616,25 @@ impl Repo<'_> {
             Ok(_) | Err(GitHubError::Http { status: 409, .. }) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_bodies_are_cut_to_githubs_limit_keeping_the_marker() {
+        let long = format!("{}\n\n<!-- supervise:reply 7 -->", "é".repeat(70_000));
+        let cut = fit(&long, MAX_BODY_CHARS);
+        assert!(cut.chars().count() <= MAX_BODY_CHARS);
+        assert!(
+            cut.ends_with("<!-- supervise:reply 7 -->"),
+            "the marker survives"
+        );
+        assert!(cut.contains("cut here"));
+        assert_eq!(fit("short", 10), "short");
+        let plain = fit(&"x".repeat(100), 40);
+        assert!(plain.chars().count() <= 40, "{plain}");
     }
 }
