@@ -81,6 +81,8 @@ pub(crate) type Shared = Arc<FakeGitHub>;
 mod api;
 pub mod git;
 mod paging;
+mod record;
+mod shapes;
 pub use api::{CheckRun, Issue, Pull, Run};
 
 impl FakeGitHub {
@@ -333,8 +335,15 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
         .route("/_fake/edit", post(control_edit))
         .route("/_fake/state", get(control_state))
         .route("/_fake/faults", post(control_faults))
-        .layer(axum::middleware::from_fn(paging::paginate))
-        .with_state(fake.clone());
+        .layer(axum::middleware::from_fn(shapes::complete))
+        .layer(axum::middleware::from_fn(paging::paginate));
+    let app = match record::Recorder::from_env(addr.port()) {
+        Some(r) => app.layer(axum::middleware::from_fn(move |req, next| {
+            record::record(r.clone(), req, next)
+        })),
+        None => app,
+    }
+    .with_state(fake.clone());
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
@@ -411,6 +420,7 @@ pub(crate) async fn gate(
                 "injected fault",
             );
             let h = resp.headers_mut();
+            h.insert(record::INJECTED, HeaderValue::from(1));
             if let Some(ra) = fl.retry_after {
                 h.insert("retry-after", HeaderValue::from(ra));
             }
@@ -550,7 +560,10 @@ async fn permission(
                 .ok()
                 .and_then(|s| StatusCode::from_u16(s).ok())
                 .unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
-            error(status, "Validation Failed")
+            let mut resp = error(status, "Validation Failed");
+            resp.headers_mut()
+                .insert(record::INJECTED, HeaderValue::from(1));
+            resp
         }
         Some(role) => {
             let legacy = match role.as_str() {
