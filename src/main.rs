@@ -7,10 +7,20 @@ fn main() {
         // be a secret (a key pasted as a flag), it is not repeated.
         if std::env::args_os().skip(1).any(|a| looks_secret(&a.to_string_lossy())) {
             eprintln!("error: an argument was not understood, and it is not shown because it may hold a secret. Secrets are read from the environment only: GITHUB_WEBHOOK_SECRET (or GITHUB_WEBHOOK_SECRET_PATH) and GITHUB_PRIVATE_KEY (or GITHUB_PRIVATE_KEY_PATH). See `supervise --help`.");
-            std::process::exit(2);
+            std::process::exit(1);
         }
-        e.exit()
+        // Help and --version are answers (0); a usage mistake exits 1, as the
+        // README's table says — 2 means "verification found issues".
+        let _ = e.print();
+        std::process::exit(if e.use_stderr() { 1 } else { 0 });
     });
+    if !matches!(cli.command, cli::Command::Serve(_)) {
+        // A command line tool piped into `head` should stop quietly when the
+        // reader goes away, not panic on EPIPE. (The service keeps Rust's
+        // default: a closed socket is an error to handle, not a signal.)
+        // SAFETY: resetting a signal disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     // SUPERVISE_LOG, else the RUST_LOG every Rust service honours, else warnings.
     let filter = tracing_subscriber::EnvFilter::try_from_env("SUPERVISE_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))

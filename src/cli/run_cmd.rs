@@ -60,6 +60,10 @@ pub struct RunFlags {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Start a new operation even though one exists (its log is kept in
+    /// `.supervise/finished/`): how an edited plan is applied.
+    #[arg(long)]
+    pub new: bool,
 }
 
 impl RunFlags {
@@ -193,8 +197,49 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
         eprintln!("No agent command: pass --agent CMD (for example --agent 'claude -p \"$(cat $SUPERVISE_PROMPT_FILE)\"') or set `agent:` in .github/supervise.yml.");
         return Ok(exit::USAGE);
     }
+    if let Some(agent) = &settings.agent {
+        if let Err(why) = preflight_agent(agent, &plan.root) {
+            eprintln!("{why}");
+            return Ok(exit::USAGE);
+        }
+    }
+    // Checked before anything is created. Agents work from the committed plan:
+    // a run from an edited working copy would do other than what the person reads.
+    if let Err(why) = crate::runner::git::check_checkout(&plan.path, &shown_path(&plan.path)) {
+        eprintln!("{why}");
+        return Ok(exit::USAGE);
+    }
     let out = flags.output();
     let mut sup = Supervisor::open(plan, settings, out)?;
+    let finished = sup
+        .state()
+        .filter(|st| st.status == OverallStatus::Completed)
+        .map(|st| (st.name.clone(), st.id.0.clone()));
+    let starting_over =
+        matches!(mode, Mode::Run | Mode::Start) && (finished.is_some() || flags.new);
+    if starting_over && sup.state().is_some() {
+        if sup.state().is_some_and(|st| st.active_count() > 0) {
+            eprintln!("The operation under way still has agents in flight; `supervise stop` or `supervise killall` it before starting a new one.");
+            return Ok(exit::USAGE);
+        }
+        let (name, id) = sup
+            .state()
+            .map(|st| (st.name.clone(), st.id.0.clone()))
+            .unwrap_or_default();
+        if out != OutputMode::Quiet {
+            match &finished {
+                Some(_) => eprintln!("{name} ({id}) finished; starting a new operation (its log is kept in .supervise/finished/)."),
+                None => eprintln!("Setting {name} ({id}) aside as asked (--new); starting a new operation (its log is kept in .supervise/finished/)."),
+            }
+        }
+        sup.archive_operation()?;
+    } else if let Some(changes) = sup.plan_changes().filter(|c| !c.is_empty()) {
+        // An edited plan under an operation: said, not silently ignored.
+        eprintln!(
+            "The plan changed since this operation started ({}). The operation goes on with the plan it started with; to run the new plan, start over with `supervise run --new` (stop or finish this one first).",
+            changes.join("; ")
+        );
+    }
     let first = match (sup.state().map(|s| s.status), &mode) {
         (None, Mode::Resume(_)) => {
             eprintln!("No operation to resume for this plan; run `supervise run` to start one.");
@@ -205,9 +250,11 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
             Some(input)
         }
         (Some(_), Mode::Start) => {
-            return Ok(refused(Refusal::AlreadyStarted(
+            let code = refused(Refusal::AlreadyStarted(
                 sup.state().map(|s| s.name.clone()).unwrap_or_default(),
-            )))
+            ));
+            eprintln!("To set it aside and start over with the plan as it is now: `supervise start --new`.");
+            return Ok(code);
         }
         (Some(_), Mode::Resume(unit)) => Some(Input::Resume { unit: unit.clone() }),
         (
@@ -237,6 +284,65 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
     sup.run_loop()
 }
 
+/// A path as the person would type it: relative to the current directory when
+/// it is below it.
+fn shown_path(path: &Path) -> String {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let cwd = cwd.canonicalize().unwrap_or(cwd);
+    let abs = path.canonicalize().unwrap_or(path.to_path_buf());
+    abs.strip_prefix(&cwd).unwrap_or(&abs).display().to_string()
+}
+
+/// Checks, before anything is paid for, that the agent command's program
+/// exists: a typo in `--agent` would otherwise fail every attempt of every unit,
+/// escalating to the dearest model. Only the first word is checked (after
+/// `VAR=value` assignments and `exec`/`env`); shell syntax is left to the shell.
+pub fn preflight_agent(command: &str, dir: &Path) -> Result<(), String> {
+    const SHELL_WORDS: &[&str] = &[
+        "if", "for", "while", "until", "case", "{", "(", "!", "cd", "export", "set", "trap",
+        "command", "eval", ".", "source", "test", "[", "true", "false", "echo", "printf",
+    ];
+    let program = command
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c| c == '"' || c == '\''))
+        .find(|w| !w.contains('=') && !matches!(*w, "exec" | "env" | "nohup" | "time"));
+    let Some(program) = program else {
+        return Err(format!("The agent command `{command}` is empty. Pass --agent CMD or set `agent:` in .github/supervise.yml."));
+    };
+    if SHELL_WORDS.contains(&program) || program.starts_with('$') {
+        return Ok(());
+    }
+    let found = if program.contains('/') {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(program);
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => true,
+            Ok(_) => {
+                return Err(format!("The agent command `{command}` cannot run: {} is not an executable file. Make it executable (`chmod +x {program}`) or run it through its interpreter (`--agent 'sh {program}'`).", path.display()))
+            }
+            Err(_) => false,
+        }
+    } else {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg("command -v -- \"$1\" >/dev/null 2>&1")
+            .arg("sh")
+            .arg(program)
+            .current_dir(dir)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(true)
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(format!(
+            "The agent command `{command}` cannot run: `{program}` is not a program {}. Check the spelling in --agent (or `agent:` in .github/supervise.yml); nothing was started.",
+            if program.contains('/') { format!("at {}", dir.join(program).display()) } else { "on PATH".to_string() }
+        ))
+    }
+}
+
 /// `stop`, `killall` and `name-feature`: sent to a running supervisor, or applied
 /// to the recorded state when none runs.
 pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
@@ -248,6 +354,25 @@ pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
     if let Some(pid) = local::running_supervisor(&dir) {
         local::send_control(&dir, word)?;
         println!("Sent `{word}` to the running supervisor (pid {pid}).");
+        if word == "killall" {
+            // The summary counts what ended: wait (bounded) for the supervisor
+            // to record every agent's end.
+            let until = std::time::Instant::now() + Duration::from_secs(20);
+            let mut last = None;
+            while std::time::Instant::now() < until {
+                last = local::read_state(&plan)?;
+                if last
+                    .as_ref()
+                    .is_some_and(|st| st.status == OverallStatus::Killed && st.active_count() == 0)
+                {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if let Some(st) = last {
+                println!("{}", report::kill_summary(&st));
+            }
+        }
         return Ok(exit::COMPLETED);
     }
     let settings = settings_for(&plan, &RunFlags::default())?;

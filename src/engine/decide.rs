@@ -201,6 +201,9 @@ pub fn decide_mut(
     Ok(c.finish())
 }
 
+/// The outcome recorded for an attempt whose command could not be run (126/127).
+pub const AGENT_COMMAND_FAILED: &str = "agent command could not run";
+
 impl Ctx<'_> {
     fn finish(mut self) -> Decision {
         if !self.events.is_empty() && !self.effects.contains(&Effect::PublishStatus) {
@@ -550,6 +553,33 @@ impl Ctx<'_> {
             None => {}
         }
         self.sprint_to(u, s, SprintStatus::Running);
+        // 126/127: the shell could not run the agent command at all (not found,
+        // not executable). That is the command's fault, not the agent's: no
+        // attempt is charged, no stronger model is paid for, and the operation
+        // stops with the message until the command is fixed.
+        if matches!(report.exit_code, Some(126 | 127)) && active.attempt == 1 {
+            self.close_attempt(u, s, AGENT_COMMAND_FAILED, &report);
+            self.sprint_to(u, s, SprintStatus::Backoff);
+            let tail = report.output_tail.trim();
+            let tail = tail.lines().last().unwrap_or("");
+            self.log(
+                Some(u),
+                Some(s),
+                "The agent command could not run; stopping".into(),
+                format!("exit status {}: {tail}", report.exit_code.unwrap_or(0)),
+            );
+            self.effects.push(Effect::Notify {
+                kind: NoticeKind::Blocked,
+                unit: None,
+                text: format!(
+                    "The agent command could not run (exit status {}: {tail}). No attempt was counted. Fix the command (--agent, or `agent:` in .github/supervise.yml), then `supervise resume`.",
+                    report.exit_code.unwrap_or(0)
+                ),
+            });
+            let _ = self.stop();
+            self.settle();
+            return Ok(());
+        }
         let plan_sprint = &self.st().plan.work_units[u].sprints[s];
         let outcome = verify::assess(plan_sprint, &report, self.st().config.max_turns);
         let label = match &outcome {

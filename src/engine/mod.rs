@@ -12,7 +12,7 @@ pub mod select;
 mod state;
 pub mod verify;
 
-pub use decide::{decide, decide_mut, Decision};
+pub use decide::{decide, decide_mut, Decision, AGENT_COMMAND_FAILED};
 pub use events::*;
 pub use state::*;
 

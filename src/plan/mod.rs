@@ -6,6 +6,7 @@
 
 mod blocks;
 mod detect;
+pub mod diff;
 mod model;
 pub mod template;
 
@@ -46,8 +47,11 @@ impl std::error::Error for PlanError {}
 /// Errors of finding or loading a plan.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("ERROR: Cannot find EXECUTION_PLAN.md.\nThe Sprint Supervisor requires an execution plan to operate.\nPlease provide the path: supervise start /path/to/EXECUTION_PLAN.md")]
-    NotFound,
+    #[error("ERROR: Cannot find EXECUTION_PLAN.md.\nThe Sprint Supervisor requires an execution plan to operate.\nPlease provide the path: supervise start /path/to/EXECUTION_PLAN.md\n(looked in {searched} and every directory above it)")]
+    NotFound { searched: String },
+    /// A path the person gave that holds no plan.
+    #[error("ERROR: Cannot find the plan {given}: {why}.\nCheck the path, or run from the plan's directory without one (EXECUTION_PLAN.md is looked for there and above).")]
+    NotAt { given: String, why: &'static str },
     #[error("ERROR: Cannot find a requirements document.\nThe breakdown command needs a source document to analyze.\nPlease provide the path: supervise breakdown /path/to/requirements.md")]
     NoRequirements,
     #[error("cannot read {path}: {source}")]
@@ -132,13 +136,22 @@ pub fn locate(explicit: Option<&Path>, cwd: &Path) -> Result<PathBuf, LoadError>
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(LoadError::NotFound)
+            Err(LoadError::NotAt {
+                given: p.display().to_string(),
+                why: if p.exists() {
+                    "it is not a file"
+                } else {
+                    "there is no such file"
+                },
+            })
         };
     }
     cwd.ancestors()
         .map(|d| d.join("EXECUTION_PLAN.md"))
         .find(|p| p.is_file())
-        .ok_or(LoadError::NotFound)
+        .ok_or_else(|| LoadError::NotFound {
+            searched: cwd.display().to_string(),
+        })
 }
 
 /// §2 requirements lookup for `breakdown`: an explicit path, else the first of

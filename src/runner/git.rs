@@ -87,6 +87,44 @@ fn lock_repository(common_dir: &Path) -> Result<std::fs::File> {
     Ok(f)
 }
 
+/// Everything a run needs of the repository, checked before anything is
+/// created: a git repository with a commit, and the plan committed as it is on
+/// disk (agents work from the committed plan). The error is the person's to act on.
+pub fn check_checkout(plan_path: &Path, shown_as: &str) -> std::result::Result<(), String> {
+    let dir = plan_path.parent().unwrap_or(Path::new("."));
+    let Ok(repo) = Repository::discover(dir) else {
+        return Err(format!(
+            "{} is not inside a git repository. The supervisor keeps every sprint on its own branch, so it needs one:\n  git init && git add {shown_as} && git commit -m 'Add the plan'",
+            dir.display()
+        ));
+    };
+    if repo
+        .head()
+        .ok()
+        .and_then(|h| h.peel_to_commit().ok())
+        .is_none()
+    {
+        return Err(format!(
+            "The repository has no commits yet. Commit the plan first:\n  git add {shown_as} && git commit -m 'Add the plan'"
+        ));
+    }
+    let (Some(workdir), Ok(abs)) = (repo.workdir(), plan_path.canonicalize()) else {
+        return Ok(());
+    };
+    let workdir = workdir.canonicalize().unwrap_or(workdir.to_path_buf());
+    if let Ok(rel) = abs.strip_prefix(&workdir) {
+        if repo
+            .status_file(rel)
+            .is_ok_and(|st| !st.is_empty() && !st.contains(git2::Status::IGNORED))
+        {
+            return Err(format!(
+                "{shown_as} has uncommitted changes, and agents work from the committed plan. Commit it first:\n  git add {shown_as} && git commit -m 'Update the plan'\nthen run this command again. Nothing was started."
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Git {
     fn lock(&self) -> Result<std::fs::File> {
         lock_repository(self.repo.commondir())

@@ -167,6 +167,29 @@ impl Supervisor {
         Ok(sup)
     }
 
+    /// Sets the finished (or abandoned) operation aside so a new one can start:
+    /// its event log moves to `.supervise/finished/<op>.events.jsonl`; its
+    /// branches, worktrees and run directories stay for inspection.
+    pub fn archive_operation(&mut self) -> Result<()> {
+        let Some(st) = &self.state else { return Ok(()) };
+        let finished = self.dir.join("finished");
+        std::fs::create_dir_all(&finished)?;
+        let to = finished.join(format!("{}.events.jsonl", st.id.0));
+        std::fs::rename(self.ledger.path(), &to)
+            .with_context(|| format!("moving the finished operation's log to {}", to.display()))?;
+        let _ = std::fs::remove_file(self.dir.join("merged"));
+        self.ledger = FileLedger::new(&self.dir);
+        self.ledger.load()?;
+        self.state = None;
+        Ok(())
+    }
+
+    /// What changed in the plan since the operation started (None: no operation).
+    pub fn plan_changes(&self) -> Option<Vec<String>> {
+        let st = self.state.as_ref()?;
+        Some(crate::plan::diff::changes(&st.plan, &self.plan.plan))
+    }
+
     pub fn state(&self) -> Option<&OperationState> {
         self.state.as_ref()
     }
@@ -743,6 +766,7 @@ impl Supervisor {
             }
             if let Some(code) = self.finished_code() {
                 self.publish()?;
+                self.farewell();
                 return Ok(code);
             }
             let wait = next_tick.saturating_duration_since(Instant::now());
@@ -782,6 +806,17 @@ impl Supervisor {
                 }
             }
             OverallStatus::Blocked => exit::BLOCKED,
+            // Stopped because the agent command cannot run: the user's to fix.
+            OverallStatus::Stopped
+                if st.units.iter().flat_map(|u| &u.sprints).any(|s| {
+                    s.history
+                        .last()
+                        .is_some_and(|h| h.outcome == engine::AGENT_COMMAND_FAILED)
+                        && s.status() != engine::SprintStatus::Completed
+                }) =>
+            {
+                exit::USAGE
+            }
             OverallStatus::Stopped | OverallStatus::Killed => exit::STOPPED,
             OverallStatus::Running | OverallStatus::Stopping => {
                 self.notice("Waiting for a person: a manual sprint needs confirming. Review it, then run `supervise resume`.");
@@ -812,6 +847,33 @@ impl Supervisor {
             }
         }
         Ok(())
+    }
+
+    /// The last lines of a run, whatever the output is: the status table (a
+    /// terminal already shows it) and where the work is, with the commands to
+    /// look at it and take it.
+    fn farewell(&self) {
+        let Some(st) = &self.state else { return };
+        if matches!(self.out, OutputMode::Quiet | OutputMode::Json) {
+            return;
+        }
+        if self.out == OutputMode::Lines {
+            println!("\n{}", report::status_table(st, chrono::Utc::now()));
+        }
+        if st.status == OverallStatus::Killed {
+            println!("\n{}", report::kill_summary(st));
+        }
+        let merged = st.units.iter().flat_map(|u| &u.sprints).any(|s| {
+            s.completion
+                .as_ref()
+                .is_some_and(|c| c.already_done.is_none())
+        });
+        if merged {
+            let branch = super::git::integration_branch(&st.id.0);
+            println!(
+                "\nThe work is on branch {branch} (your own branch and checkout are untouched):\n  git log --oneline {branch}   # what the agents did\n  git diff HEAD...{branch}     # all of it as one change\n  git merge {branch}           # take it into your branch"
+            );
+        }
     }
 
     pub fn push(&mut self, input: Input) {
