@@ -103,6 +103,11 @@ fn a_newcomers_first_hour() {
         "where the work is: {text}"
     );
 
+    // `status` mid-way says what has been spent and for how long.
+    let out = me.supervise(&["status"]);
+    assert!(said(&out).contains("cost so far"), "{}", said(&out));
+    assert!(said(&out).contains(" · running "), "{}", said(&out));
+
     // An edit that is not committed: refused, with the command to commit it.
     let edited = PLAN.replace(
         "## docs",

@@ -251,6 +251,9 @@ fn redact(text: &str) -> String {
             l.truncate(i + "## Supervisor Status — ".len());
             l.push_str("[time]");
         }
+        if let (Some(i), Some(j)) = (l.find(" · running "), l.find(" · cost so far")) {
+            l.replace_range(i..j, " · running [duration]");
+        }
         if let Some(i) = l.find("shop-") {
             let end = l[i + 5..]
                 .find(|c: char| !c.is_ascii_hexdigit())

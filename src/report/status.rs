@@ -45,7 +45,19 @@ pub fn status_table_linked(
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "## Supervisor Status — {}", ts(now));
-    let _ = writeln!(out, "{} · status: {}\n", st.name, st.status);
+    let running = elapsed((now - st.started_at).num_seconds().max(0));
+    let budget = match st.config.budget {
+        Some(b) => format!(
+            " of a {b}× budget ({}× left)",
+            b.saturating_sub(st.cost_spent)
+        ),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        out,
+        "{} · status: {} · running {running} · cost so far {}×{budget}\n",
+        st.name, st.status, st.cost_spent
+    );
     out.push_str("| Work Unit | Deps | State | Sprint | Sprint State | Type | Model | Attempt |\n");
     out.push_str("|-----------|------|-------|--------|-------------|------|-------|---------|\n");
     for (i, u) in st.units.iter().enumerate() {
