@@ -32,6 +32,7 @@ pub struct ActionArgs {
     /// The event's payload file (set by GitHub Actions).
     #[arg(long, env = "GITHUB_EVENT_PATH")]
     pub event_path: PathBuf,
+    /// The REST API base (set by Actions; GitHub Enterprise, or the fake GitHub in tests).
     #[arg(long, env = "GITHUB_API_URL", default_value = "https://api.github.com")]
     pub api_url: String,
     /// The token the Action acts with (`GITHUB_TOKEN` or an App installation token).

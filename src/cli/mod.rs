@@ -29,65 +29,97 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// A subcommand's examples, then the exit statuses of the commands that run.
+fn examples_then_statuses(examples: &str) -> String {
+    format!("Examples:\n{examples}\n\n{EXIT_STATUSES}")
+}
+
+/// The commands in the order a newcomer meets them: read the plan, run it,
+/// watch it, steer it; then the tools for CI and GitHub.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Inspect an execution plan.
+    #[command(subcommand)]
+    Plan(PlanCommand),
     /// Start the plan, or resume the operation already under way (the default command).
-    #[command(after_help = EXIT_STATUSES)]
+    #[command(after_help = examples_then_statuses("  supervise run --agent 'claude -p --permission-mode acceptEdits \"$(cat $SUPERVISE_PROMPT_FILE)\"'\n  supervise run docs/EXECUTION_PLAN.md --max-parallel 2 --budget 200\n  supervise run --new        # set a finished or edited operation aside and start over"))]
     Run {
         /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
         plan: Option<PathBuf>,
         #[command(flatten)]
         flags: RunFlags,
     },
-    /// Start a new operation (refused if one exists: use `resume`).
-    #[command(after_help = EXIT_STATUSES)]
-    Start {
-        plan: Option<PathBuf>,
-        #[command(flatten)]
-        flags: RunFlags,
-    },
-    /// Resume STOPPED, KILLED and BLOCKED units (all, or one), confirming manual sprints.
-    #[command(after_help = EXIT_STATUSES)]
-    Resume {
-        /// Only this work unit.
-        unit: Option<String>,
-        #[arg(long)]
-        plan: Option<PathBuf>,
-        #[command(flatten)]
-        flags: RunFlags,
-    },
     /// Show the status table; dispatches nothing.
+    #[command(
+        after_help = "Examples:\n  supervise status\n  supervise status --json | jq '.units[] | {name, status}'"
+    )]
     Status {
+        /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
         #[arg(long)]
         plan: Option<PathBuf>,
         /// The whole recorded state as JSON.
         #[arg(long)]
         json: bool,
     },
+    /// Resume STOPPED, KILLED and BLOCKED units (all, or one), confirming manual sprints.
+    #[command(after_help = examples_then_statuses("  supervise resume            # every halted unit\n  supervise resume api        # only the unit `api`"))]
+    Resume {
+        /// Only this work unit.
+        unit: Option<String>,
+        /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
+        #[arg(long)]
+        plan: Option<PathBuf>,
+        #[command(flatten)]
+        flags: RunFlags,
+    },
     /// Graceful shutdown: no new dispatches, wait for agents, then force-cancel.
+    #[command(
+        after_help = "Examples:\n  supervise stop              # from a second terminal; `supervise resume` continues"
+    )]
     Stop {
+        /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
         #[arg(long)]
         plan: Option<PathBuf>,
     },
     /// Emergency stop: terminate every agent now.
+    #[command(
+        after_help = "Examples:\n  supervise killall           # agents and everything they started end; work is kept"
+    )]
     Killall {
+        /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
         #[arg(long)]
         plan: Option<PathBuf>,
     },
+    /// Start a new operation (refused if one exists: use `resume`, or `--new`).
+    #[command(after_help = examples_then_statuses("  supervise start --agent ./my-agent.sh\n  supervise start --new      # set the existing operation aside"))]
+    Start {
+        /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
+        plan: Option<PathBuf>,
+        #[command(flatten)]
+        flags: RunFlags,
+    },
     /// The naming ritual: rename the operation (only once it has started).
+    #[command(after_help = "Examples:\n  supervise name-feature")]
     NameFeature {
+        /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
         #[arg(long)]
         plan: Option<PathBuf>,
     },
     /// Run a sprint's exit criteria in a checkout and print each result; with
     /// `--record`, also commit them for the supervisor (the agent workflow's last step).
+    #[command(
+        after_help = "Examples:\n  supervise verify --unit api --sprint 2\n  supervise verify --unit api --sprint 2 --dir ../checkout --json"
+    )]
     Verify(run_cmd::VerifyArgs),
-    /// Inspect an execution plan.
-    #[command(subcommand)]
-    Plan(PlanCommand),
     /// The GitHub App service: hears `/supervise` commands in comments.
+    #[command(
+        after_help = "Examples:\n  GITHUB_APP_ID=123 GITHUB_PRIVATE_KEY_PATH=app.pem GITHUB_WEBHOOK_SECRET=… supervise serve\n  DATABASE_URL=postgres://… supervise serve --listen 0.0.0.0:8080"
+    )]
     Serve(serve_cmd::ServeArgs),
     /// The GitHub Action: handles one event (comment, finished run, schedule) and exits.
+    #[command(
+        after_help = "Examples (in a workflow step; action.yml does this):\n  supervise action --event-name \"$GITHUB_EVENT_NAME\" --event-path \"$GITHUB_EVENT_PATH\""
+    )]
     Action(action_cmd::ActionArgs),
     /// Internal: the detached wrapper that runs one agent.
     #[command(name = "__run-agent", hide = true)]
@@ -97,6 +129,9 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum PlanCommand {
     /// Print the structure the reader detected: units, sprints, criteria, dependencies.
+    #[command(
+        after_help = "Examples:\n  supervise plan show\n  supervise plan show docs/EXECUTION_PLAN.md --json"
+    )]
     Show {
         /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
         path: Option<PathBuf>,
@@ -124,5 +159,45 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::RunAgent { dir } => run_cmd::run_agent(&dir),
         Command::Serve(args) => serve_cmd::run(args),
         Command::Action(args) => action_cmd::run(args),
+    }
+}
+
+#[cfg(test)]
+mod help_tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn walk(cmd: &clap::Command, path: &str, problems: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            if arg.is_hide_set() || ["help", "version"].contains(&arg.get_id().as_str()) {
+                continue;
+            }
+            if arg
+                .get_help()
+                .is_none_or(|h| h.to_string().trim().is_empty())
+            {
+                problems.push(format!("{path}: `{}` has no help", arg.get_id()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            if sub.is_hide_set() || sub.get_name() == "help" {
+                continue;
+            }
+            let p = format!("{path} {}", sub.get_name());
+            let examples = sub
+                .get_after_help()
+                .is_some_and(|h| h.to_string().contains("Example"));
+            if sub.get_subcommands().next().is_none() && !examples {
+                problems.push(format!("{p}: no example in its help"));
+            }
+            walk(sub, &p, problems);
+        }
+    }
+
+    #[test]
+    fn every_flag_has_help_and_every_command_an_example() {
+        let mut problems = Vec::new();
+        walk(&Cli::command(), "supervise", &mut problems);
+        assert!(problems.is_empty(), "{problems:#?}");
     }
 }

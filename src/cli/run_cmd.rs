@@ -32,8 +32,10 @@ pub struct RunFlags {
     /// Model id sent for the haiku tier.
     #[arg(long)]
     pub model_haiku: Option<String>,
+    /// Model id sent for the sonnet tier.
     #[arg(long)]
     pub model_sonnet: Option<String>,
+    /// Model id sent for the opus tier.
     #[arg(long)]
     pub model_opus: Option<String>,
     /// Build/test command run on the integration branch at each phase boundary.
@@ -51,8 +53,8 @@ pub struct RunFlags {
     /// Seconds `stop` waits for agents before force-terminating them.
     #[arg(long)]
     pub stop_timeout: Option<u64>,
-    /// Milliseconds between supervisor ticks.
-    #[arg(long, hide = true, env = "SUPERVISE_TICK_MS")]
+    /// Milliseconds between supervisor ticks (stall checks, polls, the stop timeout).
+    #[arg(long, env = "SUPERVISE_TICK_MS")]
     pub tick_ms: Option<u64>,
     /// Print one JSON object per event instead of the status table.
     #[arg(long)]
@@ -427,15 +429,19 @@ pub fn status(path: Option<&Path>, json: bool) -> Result<i32> {
 
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
+    /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
     #[arg(long)]
     pub plan: Option<PathBuf>,
+    /// The work unit whose sprint is checked.
     #[arg(long)]
     pub unit: String,
+    /// The sprint's id (like 2 or 2a).
     #[arg(long)]
     pub sprint: String,
     /// The checkout to check (default: the plan's directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,
     /// Seconds each command may run.
