@@ -1,0 +1,102 @@
+//! Every `supervise …` command the README shows is one the program accepts as
+//! written (flags, arguments, order), and every agent command it shows would
+//! get past the preflight where its program exists. Commands that need the
+//! network (a real agent, GitHub) are only parsed, not run.
+
+use clap::Parser;
+use supervise::cli::Cli;
+
+/// Splits a shell command line into words, honouring single and double quotes
+/// (enough for the README's examples; `$(…)` stays inside its quotes).
+fn words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let mut started = false;
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                started = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if started || !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                    started = false;
+                }
+            }
+            (None, c) => cur.push(c),
+        }
+    }
+    if started || !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// The `supervise` command lines in the README's shell blocks, comments cut.
+fn readme_commands() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let mut out = Vec::new();
+    let mut in_sh = false;
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_sh = line.starts_with("```sh");
+            continue;
+        }
+        if !in_sh {
+            continue;
+        }
+        // Environment assignments before the command, as in `A=1 supervise serve`.
+        let cmd = line
+            .split("  #")
+            .next()
+            .unwrap_or("")
+            .trim()
+            .split_whitespace()
+            .skip_while(|w| w.contains('=') && !w.starts_with('-'))
+            .collect::<Vec<_>>()
+            .join(" ");
+        if cmd.starts_with("supervise ") || cmd == "supervise" {
+            out.push(line.split("  #").next().unwrap().trim().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_command_the_readme_shows_is_accepted_as_written() {
+    let commands = readme_commands();
+    assert!(commands.len() >= 3, "found {commands:?}");
+    for line in commands {
+        let all = words(&line);
+        // `A=1 supervise …`: the assignments are the command's environment.
+        for assignment in all.iter().take_while(|w| *w != "supervise") {
+            if let Some((k, v)) = assignment.split_once('=') {
+                std::env::set_var(k, v);
+            }
+        }
+        let w: Vec<String> = all.into_iter().skip_while(|w| w != "supervise").collect();
+        if let Err(e) = Cli::try_parse_from(&w) {
+            panic!("README: `{line}` is not accepted:\n{e}");
+        }
+    }
+}
+
+#[test]
+fn the_shell_splitter_keeps_quoted_commands_whole() {
+    assert_eq!(
+        words(r#"supervise run --agent 'claude -p "$(cat "$F")"' --max-parallel 2"#),
+        [
+            "supervise",
+            "run",
+            "--agent",
+            r#"claude -p "$(cat "$F")""#,
+            "--max-parallel",
+            "2"
+        ]
+    );
+}
