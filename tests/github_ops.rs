@@ -886,3 +886,55 @@ async fn the_github_action_runs_the_same_operation_event_by_event() {
         .count();
     assert_eq!(started, 1);
 }
+
+/// From the Actions tab (`gh workflow run supervise -f command=start -f issue=N`):
+/// a workflow_dispatch with a command is that person's command on the issue —
+/// answered there, authorised like a comment — and runs the operation through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operation_starts_from_a_workflow_dispatch() {
+    let mut s = Story::begin("").await;
+    s.kill_serve();
+    s.fake.add_token("ghs_workflow_token");
+    s.fake.add_user("rex", "read", "User");
+    let _action = ActionRunner::start(s.port, s.fake.url(), s.tmp.path().join("state")).await;
+    let hook = format!("http://127.0.0.1:{}/webhook", s.port);
+    let dispatch = |sender: &str, command: &str| {
+        serde_json::json!({
+            "inputs": { "command": command, "issue": s.issue.to_string(), "plan": "" },
+            "repository": { "full_name": REPO },
+            "sender": { "login": sender },
+        })
+        .to_string()
+    };
+    // A reader cannot start one this way either.
+    fake_github::send_webhook(
+        &hook,
+        "workflow_dispatch",
+        "wd-1",
+        SECRET,
+        dispatch("rex", "start").as_bytes(),
+    )
+    .await;
+    s.until("the reader's refusal", 60, |s| {
+        s.bot_comments(s.issue)
+            .iter()
+            .any(|c| c.contains("Sorry @rex"))
+    })
+    .await;
+    fake_github::send_webhook(
+        &hook,
+        "workflow_dispatch",
+        "wd-2",
+        SECRET,
+        dispatch("mia", "start").as_bytes(),
+    )
+    .await;
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    let started = s
+        .bot_comments(s.issue)
+        .into_iter()
+        .filter(|c| c.starts_with("Started operation"))
+        .count();
+    assert_eq!(started, 1);
+}

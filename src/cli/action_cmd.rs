@@ -47,6 +47,76 @@ pub struct ActionArgs {
     pub ci_grace_secs: u64,
 }
 
+/// The commands a workflow_dispatch may carry (the workflow's `command` input).
+const DISPATCH_COMMANDS: &[&str] = &["start", "resume", "status", "stop", "killall"];
+
+/// A `workflow_dispatch` with inputs `command`, `issue` and `plan` is a command
+/// said on that issue by the person who dispatched it: it is posted there (so
+/// it is seen and answered where it belongs) and handled as that person's
+/// comment — authorised against their role like any other. Without a command,
+/// the run only reconciles.
+async fn dispatch_as_comment(
+    svc: &Service,
+    v: &serde_json::Value,
+) -> Result<Option<serde_json::Value>> {
+    let inputs = &v["inputs"];
+    let Some(command) = inputs["command"]
+        .as_str()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+    else {
+        return Ok(None);
+    };
+    if !DISPATCH_COMMANDS.contains(&command) {
+        return Err(anyhow!(
+            "workflow_dispatch: `command` is `{command}`; use one of {}",
+            DISPATCH_COMMANDS.join(", ")
+        ));
+    }
+    let issue: i64 = inputs["issue"]
+        .as_str()
+        .map(str::trim)
+        .and_then(|s| s.trim_start_matches('#').parse().ok())
+        .or_else(|| inputs["issue"].as_i64())
+        .ok_or_else(|| anyhow!("workflow_dispatch: the `issue` input (the issue number the operation reports on) is required with `command`"))?;
+    let repo = v["repository"]["full_name"]
+        .as_str()
+        .ok_or_else(|| anyhow!("workflow_dispatch: the payload names no repository"))?;
+    let sender = v["sender"]["login"]
+        .as_str()
+        .ok_or_else(|| anyhow!("workflow_dispatch: the payload names no sender"))?;
+    let plan = inputs["plan"]
+        .as_str()
+        .map(str::trim)
+        .filter(|p| !p.is_empty());
+    let text = match (command, plan) {
+        ("start", Some(p)) => format!("/supervise start {p}"),
+        (c, _) => format!("/supervise {c}"),
+    };
+    let r = crate::github::repo::Repo {
+        gh: &svc.github,
+        installation: 0,
+        name: repo,
+    };
+    let id = r
+        .comment(
+            issue,
+            &format!("{text}\n\n_Requested by {sender} from a workflow run._"),
+        )
+        .await?;
+    Ok(Some(serde_json::json!({
+        "action": "created",
+        "comment": {
+            "id": id,
+            "body": text,
+            "created_at": chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            "user": { "login": sender, "type": "User" },
+        },
+        "issue": { "number": issue },
+        "repository": { "full_name": repo },
+    })))
+}
+
 pub fn run(args: ActionArgs) -> Result<i32> {
     if args.token.trim().is_empty() {
         return Err(anyhow!(
@@ -106,7 +176,15 @@ pub fn run(args: ActionArgs) -> Result<i32> {
                     serde_json::from_str(&payload).context("the event payload is not JSON")?;
                 ops.workflow_run(&v).await?;
             }
-            // `schedule`, `workflow_dispatch`: the pass below is the work.
+            // Run from the Actions tab or `gh workflow run` with a command.
+            "workflow_dispatch" => {
+                let v: serde_json::Value =
+                    serde_json::from_str(&payload).context("the event payload is not JSON")?;
+                if let Some(event) = dispatch_as_comment(&svc, &v).await? {
+                    service::process(&svc, &event.to_string()).await?;
+                }
+            }
+            // `schedule`: the pass below is the work.
             _ => {}
         }
         ops.run_once().await?;
