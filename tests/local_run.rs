@@ -561,7 +561,14 @@ fn killall_ends_agents_that_ignore_sigterm_and_every_process_they_started() {
                 "the notice and the summary agree: {said}"
             );
         } else {
-            repo.cmd(&["killall"]).output().unwrap();
+            // Through the running supervisor: the kill summary is printed too,
+            // once every agent has ended.
+            let out = repo.cmd(&["killall"]).output().unwrap();
+            assert!(
+                text(&out).contains("Agents terminated: 2"),
+                "{}",
+                text(&out)
+            );
             assert_eq!(sup.wait().unwrap().code(), Some(4));
         }
         let alive: Vec<i32> = all.iter().copied().filter(|p| pid_alive(*p)).collect();
