@@ -121,6 +121,14 @@ pub enum Command {
         after_help = "Examples (in a workflow step; action.yml does this):\n  supervise action --event-name \"$GITHUB_EVENT_NAME\" --event-path \"$GITHUB_EVENT_PATH\""
     )]
     Action(action_cmd::ActionArgs),
+    /// Asks a running `supervise serve` whether it is ready (exit 0) or not (1):
+    /// the container image's health check, which has no curl.
+    #[command(after_help = "Examples:\n  supervise health\n  supervise health --url http://127.0.0.1:8080/healthz")]
+    Health {
+        /// The probe to ask.
+        #[arg(long, env = "SUPERVISE_HEALTH_URL", default_value = "http://127.0.0.1:3000/readyz")]
+        url: String,
+    },
     /// Internal: the detached wrapper that runs one agent.
     #[command(name = "__run-agent", hide = true)]
     RunAgent { dir: PathBuf },
@@ -157,8 +165,50 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Verify(args) => run_cmd::verify_cmd(&args),
         Command::Plan(PlanCommand::Show { path, json }) => plan_cmd::show(path.as_deref(), json),
         Command::RunAgent { dir } => run_cmd::run_agent(&dir),
+        Command::Health { url } => Ok(health(&url)),
         Command::Serve(args) => serve_cmd::run(args),
         Command::Action(args) => action_cmd::run(args),
+    }
+}
+
+/// `supervise health`: one plain HTTP GET (http only, as probes inside a
+/// container or pod are), 0 when it answers 200.
+fn health(url: &str) -> i32 {
+    use std::io::{Read, Write};
+    let Some(rest) = url.strip_prefix("http://") else {
+        eprintln!("health: only http:// URLs are probed (got {url})");
+        return 1;
+    };
+    let (host, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
+    let addr = match std::net::ToSocketAddrs::to_socket_addrs(host).ok().and_then(|mut a| a.next()) {
+        Some(a) => a,
+        None => {
+            eprintln!("health: cannot resolve {host}");
+            return 1;
+        }
+    };
+    let timeout = std::time::Duration::from_secs(3);
+    let answer = (|| -> std::io::Result<String> {
+        let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+        s.set_read_timeout(Some(timeout))?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")?;
+        let mut buf = String::new();
+        s.take(4096).read_to_string(&mut buf)?;
+        Ok(buf)
+    })();
+    match answer {
+        Ok(a) if a.split_whitespace().nth(1) == Some("200") => {
+            println!("ready");
+            0
+        }
+        Ok(a) => {
+            eprintln!("not ready: {}", a.lines().next().unwrap_or(""));
+            1
+        }
+        Err(e) => {
+            eprintln!("not ready: {url}: {e}");
+            1
+        }
     }
 }
 
