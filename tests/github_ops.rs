@@ -938,3 +938,99 @@ async fn an_operation_starts_from_a_workflow_dispatch() {
         .count();
     assert_eq!(started, 1);
 }
+
+/// A fresh database on the test PostgreSQL server (scripts/test starts one).
+async fn postgres_database() -> String {
+    let base = std::env::var("SUPERVISE_TEST_POSTGRES_URL")
+        .expect("SUPERVISE_TEST_POSTGRES_URL: run scripts/test, which starts PostgreSQL");
+    sqlx::any::install_default_drivers();
+    let admin = sqlx::AnyPool::connect(&base)
+        .await
+        .expect("PostgreSQL reachable");
+    let name = format!(
+        "supervise_r{}_{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0) % 1_000_000_000
+    );
+    // The name is made of digits and a fixed prefix only.
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let (prefix, _) = base.rsplit_once('/').unwrap();
+    format!("{prefix}/{name}")
+}
+
+/// Spreads connections over the replicas, skipping one that refuses (a load
+/// balancer in front of the service, as Compose or Kubernetes would have).
+fn balance(port: u16, backends: Vec<u16>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let mut next = 0usize;
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                return;
+            };
+            next += 1;
+            let order: Vec<u16> = (0..backends.len())
+                .map(|i| backends[(next + i) % backends.len()])
+                .collect();
+            tokio::spawn(async move {
+                for b in order {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(("127.0.0.1", b)).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                        return;
+                    }
+                }
+            });
+        }
+    })
+}
+
+/// Two replicas on one PostgreSQL database, in the Compose file's environment
+/// (PostgreSQL URL, distinct replica ids), behind a balancer; one is SIGKILLed
+/// mid-operation. The other takes over its operation and deliveries: every
+/// sprint is dispatched once and the operation reaches its final pull request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: run by scripts/test"]
+async fn two_replicas_on_postgres_finish_an_operation_while_one_is_killed() {
+    let mut s = Story::begin("").await;
+    s.kill_serve();
+    let db = postgres_database().await;
+    let env = |id: &str| {
+        vec![
+            ("SUPERVISE_TICK_MS", "150".to_string()),
+            ("SUPERVISE_RECONCILE_SECS", "1".to_string()),
+            ("SUPERVISE_STATUS_INTERVAL_MS", "300".to_string()),
+            ("SUPERVISE_CI_GRACE_SECS", "0".to_string()),
+            ("SUPERVISE_LEASE_SECS", "2".to_string()),
+            ("SUPERVISE_FORCE_CANCEL_SECS", "2".to_string()),
+            ("SUPERVISE_REPLICA_ID", id.to_string()),
+        ]
+    };
+    let (p1, p2) = (free_port(), free_port());
+    let mut r1 = spawn_serve(p1, &s.fake.url(), &db, &env("supervise-1"));
+    let mut r2 = spawn_serve(p2, &s.fake.url(), &db, &env("supervise-2"));
+    wait_listening(p1).await;
+    wait_listening(p2).await;
+    let _lb = balance(s.port, vec![p1, p2]);
+    wait_listening(s.port).await;
+    s.say("/supervise start").await;
+    s.until("the first agent runs", 120, |s| {
+        !s.runs_of("/api/1/").is_empty()
+    })
+    .await;
+    // Mid-operation, one replica dies without warning.
+    let _ = r1.kill();
+    let _ = r1.wait();
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    for sprint in ["/api/1/", "/api/2/", "/docs/1/", "/web/1/"] {
+        assert_eq!(s.runs_of(sprint).len(), 1, "{sprint} dispatched once");
+    }
+    s.assert_no_double_dispatch();
+    let _ = r2.kill();
+    let _ = r2.wait();
+}

@@ -23,7 +23,13 @@ fn serve(dir: &Path) -> Server {
         .unwrap()
         .port();
     let child = Command::new("python3")
-        .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1"])
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -31,7 +37,10 @@ fn serve(dir: &Path) -> Server {
         .unwrap();
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(20), "file server did not start");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "file server did not start"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     Server(child, port)
@@ -45,16 +54,28 @@ fn target() -> &'static str {
 }
 
 fn sh(cmd: &str, dir: &Path) {
-    assert!(Command::new("sh").arg("-c").arg(cmd).current_dir(dir).status().unwrap().success(), "{cmd}");
+    assert!(
+        Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .current_dir(dir)
+            .status()
+            .unwrap()
+            .success(),
+        "{cmd}"
+    );
 }
 
 fn install(port: u16, release: &str, dest: &Path) -> (i32, String) {
-    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/install-release"))
-        .args(["acme/sprint-supervisor", release])
-        .arg(dest)
-        .env("SUPERVISE_RELEASE_BASE", format!("http://127.0.0.1:{port}"))
-        .output()
-        .unwrap();
+    let out = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/install-release"
+    ))
+    .args(["acme/sprint-supervisor", release])
+    .arg(dest)
+    .env("SUPERVISE_RELEASE_BASE", format!("http://127.0.0.1:{port}"))
+    .output()
+    .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -69,15 +90,25 @@ fn the_release_binary_is_installed_only_when_its_checksum_matches() {
     for (release, corrupt) in [("v1.2.0", false), ("v6.6.6", true)] {
         let dir = root.join(release);
         std::fs::create_dir_all(dir.join("pkg")).unwrap();
-        std::fs::write(dir.join("pkg/supervise"), format!("#!/bin/sh\necho supervise {release}\n")).unwrap();
+        std::fs::write(
+            dir.join("pkg/supervise"),
+            format!("#!/bin/sh\necho supervise {release}\n"),
+        )
+        .unwrap();
         sh("chmod +x pkg/supervise", &dir);
         for t in [target(), "aarch64-apple-darwin"] {
-            sh(&format!("tar -czf supervise-{t}.tar.gz -C pkg supervise"), &dir);
+            sh(
+                &format!("tar -czf supervise-{t}.tar.gz -C pkg supervise"),
+                &dir,
+            );
         }
         sh("sha256sum supervise-*.tar.gz > SHA256SUMS", &dir);
         if corrupt {
             // The archive is replaced after its checksum was published.
-            sh(&format!("echo tampered >> supervise-{}.tar.gz", target()), &dir);
+            sh(
+                &format!("echo tampered >> supervise-{}.tar.gz", target()),
+                &dir,
+            );
         }
     }
     let server = serve(&root);

@@ -123,10 +123,16 @@ pub enum Command {
     Action(action_cmd::ActionArgs),
     /// Asks a running `supervise serve` whether it is ready (exit 0) or not (1):
     /// the container image's health check, which has no curl.
-    #[command(after_help = "Examples:\n  supervise health\n  supervise health --url http://127.0.0.1:8080/healthz")]
+    #[command(
+        after_help = "Examples:\n  supervise health\n  supervise health --url http://127.0.0.1:8080/healthz"
+    )]
     Health {
         /// The probe to ask.
-        #[arg(long, env = "SUPERVISE_HEALTH_URL", default_value = "http://127.0.0.1:3000/readyz")]
+        #[arg(
+            long,
+            env = "SUPERVISE_HEALTH_URL",
+            default_value = "http://127.0.0.1:3000/readyz"
+        )]
         url: String,
     },
     /// Internal: the detached wrapper that runs one agent.
@@ -179,8 +185,13 @@ fn health(url: &str) -> i32 {
         eprintln!("health: only http:// URLs are probed (got {url})");
         return 1;
     };
-    let (host, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
-    let addr = match std::net::ToSocketAddrs::to_socket_addrs(host).ok().and_then(|mut a| a.next()) {
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
+    let addr = match std::net::ToSocketAddrs::to_socket_addrs(host)
+        .ok()
+        .and_then(|mut a| a.next())
+    {
         Some(a) => a,
         None => {
             eprintln!("health: cannot resolve {host}");
@@ -191,7 +202,10 @@ fn health(url: &str) -> i32 {
     let answer = (|| -> std::io::Result<String> {
         let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
         s.set_read_timeout(Some(timeout))?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        )?;
         let mut buf = String::new();
         s.take(4096).read_to_string(&mut buf)?;
         Ok(buf)

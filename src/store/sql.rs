@@ -254,16 +254,35 @@ impl SqlStore {
             .connect(url)
             .await?;
         let store = SqlStore { pool };
-        store.migrate().await?;
+        store.migrate(url.starts_with("postgres")).await?;
         Ok(store)
     }
 
-    async fn migrate(&self) -> Result<(), SqlError> {
+    /// Brings the schema up to date. Replicas starting together on one
+    /// PostgreSQL database take turns through an advisory lock (concurrent
+    /// `CREATE TABLE IF NOT EXISTS` collide there); SQLite serialises writers itself.
+    async fn migrate(&self, postgres: bool) -> Result<(), SqlError> {
+        let mut conn = self.pool.acquire().await?;
+        if postgres {
+            sqlx::query("SELECT pg_advisory_lock(7261837)")
+                .execute(&mut *conn)
+                .await?;
+        }
+        let result = Self::migrate_on(&mut conn).await;
+        if postgres {
+            sqlx::query("SELECT pg_advisory_unlock(7261837)")
+                .execute(&mut *conn)
+                .await?;
+        }
+        result
+    }
+
+    async fn migrate_on(conn: &mut sqlx::pool::PoolConnection<sqlx::Any>) -> Result<(), SqlError> {
         sqlx::query("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY)")
-            .execute(&self.pool)
+            .execute(&mut **conn)
             .await?;
         for (version, sql) in MIGRATIONS {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = sqlx::Connection::begin(&mut **conn).await?;
             let done: Option<AnyRow> =
                 sqlx::query("SELECT version FROM schema_migrations WHERE version = $1")
                     .bind(*version)
