@@ -5,6 +5,7 @@
 //! carry effects out; the front door ([`cli`]) is thin.
 
 pub mod cli;
+pub mod contract;
 pub mod engine;
 pub mod github;
 pub mod plan;

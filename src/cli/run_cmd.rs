@@ -484,7 +484,7 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
             .as_ref()
             .map(|p| std::fs::read_to_string(p).unwrap_or_default())
             .unwrap_or_default();
-        let result = process::RunResult {
+        let result = crate::contract::RunResult {
             exit_code: a.agent_exit,
             turns_used: process::parse_turns(&output),
             output_tail: verify::tail(&output, 4000),

@@ -3,6 +3,7 @@
 //! Only refs and worktrees under `.supervise/` are touched: the person's own
 //! checkout and branch never change.
 
+use crate::contract::integration_branch;
 use anyhow::{anyhow, Context, Result};
 use git2::{BranchType, Oid, Repository, ResetType, Signature, StatusOptions, WorktreeAddOptions};
 use std::path::{Path, PathBuf};
@@ -20,16 +21,6 @@ pub struct BranchEvidence {
     pub commits: Vec<String>,
     pub uncommitted: Vec<String>,
     pub merge_conflict: Option<String>,
-}
-
-/// `supervise/<op>/integration`: git cannot hold a branch `supervise/<op>` next to
-/// the sprint branches below it, so the integration branch is a sibling of theirs.
-pub fn integration_branch(op: &str) -> String {
-    format!("supervise/{op}/integration")
-}
-
-pub fn sprint_branch(op: &str, unit_slug: &str, sprint: &str) -> String {
-    format!("supervise/{op}/{unit_slug}/sprint-{sprint}")
 }
 
 fn signature(repo: &Repository) -> Signature<'static> {

@@ -2,9 +2,10 @@
 //! worktrees and the file ledger as its store. One loop, one input at a time:
 //! decide → write events and effects → carry out the effects → mark them done.
 
-use super::git::{sprint_branch, Git};
+use super::git::Git;
 use super::process::{self, RunSpec, Watched};
 use super::verify;
+use crate::contract::{integration_branch, sprint_branch, RunResult};
 use crate::engine::{
     self, decide_mut, AgentReport, Effect, Evidence, Input, NoticeKind, OperationId,
     OperationState, OverallStatus, Refusal,
@@ -435,7 +436,7 @@ impl Supervisor {
                                 sprint,
                                 detail: format!(
                                     "{branch} is not contained in {}",
-                                    super::git::integration_branch(&op)
+                                    integration_branch(&op)
                                 ),
                             }),
                     );
@@ -533,7 +534,7 @@ impl Supervisor {
                 if !self.lost_at_end.is_empty() {
                     self.notice(&format!(
                         "⚠️  Work merged earlier is missing from {}: something moved it back. Merge it again:\n{}",
-                        super::git::integration_branch(&op),
+                        integration_branch(&op),
                         self.lost_at_end
                             .iter()
                             .map(|b| format!("  git merge {b}"))
@@ -679,7 +680,7 @@ impl Supervisor {
         let sprint = &unit.sprints[s];
         let branch = sprint_branch(&st.id.0, &st.units[u].slug, sprint.id.as_str());
         let dir = process::run_dir(&self.runs(), &d.0);
-        let result = process::read_result(&dir).unwrap_or_else(|| process::RunResult {
+        let result = process::read_result(&dir).unwrap_or_else(|| RunResult {
             output_tail: verify::tail(
                 &std::fs::read_to_string(dir.join("output.log")).unwrap_or_default(),
                 4000,
@@ -869,7 +870,7 @@ impl Supervisor {
                 .is_some_and(|c| c.already_done.is_none())
         });
         if merged {
-            let branch = super::git::integration_branch(&st.id.0);
+            let branch = integration_branch(&st.id.0);
             println!(
                 "\nThe work is on branch {branch} (your own branch and checkout are untouched):\n  git log --oneline {branch}   # what the agents did\n  git diff HEAD...{branch}     # all of it as one change\n  git merge {branch}           # take it into your branch"
             );

@@ -7,7 +7,8 @@
 //! - the supervisor knows a run is alive iff the lock is held, and can adopt it
 //!   after its own crash.
 
-use crate::engine::{CriterionResult, DispatchOrder};
+use crate::contract::RunResult;
+use crate::engine::DispatchOrder;
 use crate::plan::{Sprint, WorkUnit};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -37,17 +38,6 @@ pub struct RunSpec {
     /// The sprint branch (its locks are left alone while the attempt lives).
     #[serde(default)]
     pub branch: String,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RunResult {
-    pub exit_code: Option<i32>,
-    pub turns_used: Option<u32>,
-    pub output_tail: String,
-    pub criteria: Vec<CriterionResult>,
-    /// What the plan's progress files say (recorded by `supervise verify --record`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress: Option<crate::engine::ProgressMarker>,
 }
 
 /// The most agent output kept on disk: `output.log` is rotated to `output.log.1`
@@ -386,15 +376,10 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         .stderr(writer)
         // The agent's own group: signals reach everything it starts, never us.
         .process_group(0)
-        .env("SUPERVISE_PROMPT_FILE", &prompt_file)
-        .env("SUPERVISE_DISPATCH_ID", &o.dispatch.0)
-        .env("SUPERVISE_UNIT", &o.unit)
-        .env("SUPERVISE_UNIT_DIR", o.directory.as_deref().unwrap_or("."))
-        .env("SUPERVISE_SPRINT", o.sprint.as_str())
-        .env("SUPERVISE_SPRINT_NAME", &o.sprint_name)
-        .env("SUPERVISE_ATTEMPT", o.attempt.to_string())
-        .env("SUPERVISE_MODEL", &o.model_id)
-        .env("SUPERVISE_MAX_TURNS", o.max_turns.to_string())
+        .envs(crate::contract::agent_env(
+            o,
+            &prompt_file.to_string_lossy(),
+        ))
         .spawn();
     let copier = {
         let dir = dir.to_path_buf();

@@ -2,6 +2,7 @@
 //! records each result, and reads progress files for §5c markers. Runs where the
 //! agent ran (a local worktree or an Actions runner), never on a server.
 
+use crate::contract::results_path;
 use crate::engine::{CriterionOutcome, CriterionResult, ProgressMarker};
 use crate::plan::{Assertion, Criterion, Plan, Sprint, WorkUnit};
 use std::io::Read;
@@ -169,17 +170,6 @@ pub fn progress_marker(
     None
 }
 
-/// Where a dispatch's recorded results live in the repository: one file per
-/// dispatch, so sprints of different units never touch the same path.
-pub fn results_path(dispatch: &str) -> String {
-    format!(".supervise/results/{}.json", dispatch.replace('/', "__"))
-}
-
-/// Where a sprint's prompt is committed on its branch.
-pub fn prompt_path(unit_slug: &str, sprint: &str) -> String {
-    format!(".supervise/prompts/{unit_slug}-sprint-{sprint}.md")
-}
-
 /// Writes a dispatch's results into the checkout and commits them (with the
 /// person's or the runner's git identity), so the supervisor reads them from the
 /// sprint branch. The commit message starts with `supervise:`, which tells the
@@ -187,7 +177,7 @@ pub fn prompt_path(unit_slug: &str, sprint: &str) -> String {
 pub fn record_result(
     root: &Path,
     dispatch: &str,
-    result: &super::process::RunResult,
+    result: &crate::contract::RunResult,
 ) -> anyhow::Result<std::path::PathBuf> {
     use anyhow::Context;
     let rel = results_path(dispatch);

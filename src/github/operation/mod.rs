@@ -11,14 +11,12 @@
 
 use super::repo::{Check, Repo, WorkflowRun};
 use super::{GitHub, GitHubError};
+use crate::contract::{integration_branch, prompt_path, results_path, sprint_branch, RunResult};
 use crate::engine::{
     self, decide_mut, AgentReport, DispatchId, Effect, Evidence, Input, NoticeKind, OperationId,
     OperationState, OverallStatus, Refusal, UnitStatus,
 };
 use crate::report;
-use crate::runner::git::{integration_branch, sprint_branch};
-use crate::runner::process::RunResult;
-use crate::runner::verify::{prompt_path, results_path};
 use crate::settings::{self, MergeMode, Settings};
 use crate::store::sql::{OpEffect, OperationRow, RunRow, SqlError, SqlStore, UnitIssue};
 use crate::sync::LockExt;

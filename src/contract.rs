@@ -1,0 +1,62 @@
+//! The agent contract: what a supervisor and the agents it starts agree on,
+//! wherever the agents run (local processes or GitHub Actions runners). Branch
+//! names, where prompts and results live in the repository, the results record,
+//! and the environment an agent is given. The runner and the GitHub adapter both
+//! follow it; neither owns it.
+
+use crate::engine::{CriterionResult, DispatchOrder, ProgressMarker};
+use serde::{Deserialize, Serialize};
+
+/// `supervise/<op>/integration`: git cannot hold a branch `supervise/<op>` next to
+/// the sprint branches below it, so the integration branch is a sibling of theirs.
+pub fn integration_branch(op: &str) -> String {
+    format!("supervise/{op}/integration")
+}
+
+/// The branch a sprint's agents work on, cut from the integration branch.
+pub fn sprint_branch(op: &str, unit_slug: &str, sprint: &str) -> String {
+    format!("supervise/{op}/{unit_slug}/sprint-{sprint}")
+}
+
+/// Where a dispatch's recorded results live in the repository: one file per
+/// dispatch, so sprints of different units never touch the same path.
+pub fn results_path(dispatch: &str) -> String {
+    format!(".supervise/results/{}.json", dispatch.replace('/', "__"))
+}
+
+/// Where a sprint's prompt is committed on its branch.
+pub fn prompt_path(unit_slug: &str, sprint: &str) -> String {
+    format!(".supervise/prompts/{unit_slug}-sprint-{sprint}.md")
+}
+
+/// What an attempt leaves for the supervisor: the agent's exit status, its
+/// turn count and output tail, and the exit criteria as the runner checked them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunResult {
+    pub exit_code: Option<i32>,
+    pub turns_used: Option<u32>,
+    pub output_tail: String,
+    pub criteria: Vec<CriterionResult>,
+    /// What the plan's progress files say (recorded by `supervise verify --record`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressMarker>,
+}
+
+/// The environment an agent is started with (documented in the README's
+/// "agent contract"); `prompt_file` is where the prompt was written.
+pub fn agent_env(order: &DispatchOrder, prompt_file: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("SUPERVISE_PROMPT_FILE", prompt_file.to_string()),
+        ("SUPERVISE_DISPATCH_ID", order.dispatch.0.clone()),
+        ("SUPERVISE_UNIT", order.unit.clone()),
+        (
+            "SUPERVISE_UNIT_DIR",
+            order.directory.clone().unwrap_or_else(|| ".".into()),
+        ),
+        ("SUPERVISE_SPRINT", order.sprint.as_str().to_string()),
+        ("SUPERVISE_SPRINT_NAME", order.sprint_name.clone()),
+        ("SUPERVISE_ATTEMPT", order.attempt.to_string()),
+        ("SUPERVISE_MODEL", order.model_id.clone()),
+        ("SUPERVISE_MAX_TURNS", order.max_turns.to_string()),
+    ]
+}
