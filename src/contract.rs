@@ -7,6 +7,17 @@
 use crate::engine::{CriterionResult, DispatchOrder, ProgressMarker};
 use serde::{Deserialize, Serialize};
 
+/// An operation's id: the plan title's slug (at most 24 characters, so branch
+/// names stay readable) and a suffix that makes it unique — the start time
+/// locally, the command comment's id on GitHub.
+pub fn operation_id(plan_title: &str, unique: u64) -> String {
+    let title = crate::text::slug(plan_title);
+    format!(
+        "{}-{unique:06x}",
+        title[..title.len().min(24)].trim_end_matches('-')
+    )
+}
+
 /// `supervise/<op>/integration`: git cannot hold a branch `supervise/<op>` next to
 /// the sprint branches below it, so the integration branch is a sibling of theirs.
 pub fn integration_branch(op: &str) -> String {

@@ -42,6 +42,19 @@ pub(crate) fn tick(ok: bool) -> &'static str {
 }
 
 /// One Decisions Log entry as a line: `12:00:01 api Sprint 2: decision — rationale`.
+/// The sign a notice of this kind starts with, the same wherever it is shown.
+pub fn notice_prefix(kind: crate::engine::NoticeKind) -> &'static str {
+    use crate::engine::NoticeKind::*;
+    match kind {
+        Blocked => "⛔ ",
+        Completed => "✅ ",
+        BudgetReached => "💰 ",
+        Killed => "🛑 ",
+        WorkLost => "⚠️ ",
+        DeferredWaiting | ManualCheck | Draining => "",
+    }
+}
+
 pub fn decision_line(d: &crate::engine::DecisionEntry) -> String {
     format!(
         "{} {}{}: {} — {}",

@@ -7,8 +7,8 @@ use super::process::{self, RunSpec, Watched};
 use super::verify;
 use crate::contract::{integration_branch, sprint_branch, RunResult};
 use crate::engine::{
-    self, decide_mut, AgentReport, Effect, Evidence, Input, NoticeKind, OperationId,
-    OperationState, OverallStatus, Refusal,
+    self, decide_mut, AgentReport, Effect, Evidence, Input, OperationId, OperationState,
+    OverallStatus, Refusal,
 };
 use crate::plan::LoadedPlan;
 use crate::report;
@@ -222,14 +222,8 @@ impl Supervisor {
 
     /// The input that starts a new operation on this plan.
     pub fn start_input(&self) -> Result<Input> {
-        let title = slug(&self.plan.plan.title);
-        let now = chrono::Utc::now();
-        let nanos = now.timestamp_nanos_opt().unwrap_or(0) as u64;
-        let op = format!(
-            "{}-{:06x}",
-            &title[..title.len().min(24)].trim_end_matches('-'),
-            nanos & 0xff_ffff
-        );
+        let nanos = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0) as u64;
+        let op = crate::contract::operation_id(&self.plan.plan.title, nanos & 0xff_ffff);
         let start = self.git.head_commit()?;
         self.git.ensure_integration(&op, start)?;
         let already_done = self.already_done(&op)?;
@@ -515,13 +509,7 @@ impl Supervisor {
                 });
             }
             Effect::Notify { kind, text, .. } => {
-                let prefix = match kind {
-                    NoticeKind::Blocked => "⛔ ",
-                    NoticeKind::Completed => "✅ ",
-                    NoticeKind::BudgetReached => "💰 ",
-                    _ => "",
-                };
-                self.notice(&format!("{prefix}{text}"));
+                self.notice(&format!("{}{text}", report::notice_prefix(*kind)));
             }
             Effect::PublishStatus => self.publish()?,
             // The files are rewritten by the PublishStatus of the same decision.

@@ -67,12 +67,7 @@ impl Operations {
             }
         };
         let settings = Settings::merge(file_settings.clone(), Default::default());
-        let title = slug(&plan.title);
-        let op = format!(
-            "{}-{:x}",
-            title[..title.len().min(24)].trim_end_matches('-'),
-            o.comment
-        );
+        let op = crate::contract::operation_id(&plan.title, o.comment as u64);
         let head = repo
             .branch_sha(&default_branch)
             .await?

@@ -110,15 +110,12 @@ impl Operations {
                 }]))
             }
             Effect::Notify { kind, unit, text } => {
-                let prefix = match kind {
-                    NoticeKind::Blocked => "⛔ ",
-                    NoticeKind::Completed => "✅ ",
-                    NoticeKind::BudgetReached => "💰 ",
-                    NoticeKind::Killed => "🛑 ",
-                    _ => "",
-                };
                 let marker = report::github::notice_marker(op, &format!("{}.{}", p.seq, p.idx));
-                let body = format!("{prefix}{}", report::github::as_comment_commands(text));
+                let body = format!(
+                    "{}{}",
+                    report::notice_prefix(*kind),
+                    report::github::as_comment_commands(text)
+                );
                 repo.comment_once(ctx.issue, Some(&ctx.started_at), &marker, &body)
                     .await?;
                 if let (NoticeKind::Blocked, Some(u)) = (kind, unit) {

@@ -20,7 +20,6 @@ use crate::report;
 use crate::settings::{self, MergeMode, Settings};
 use crate::store::sql::{OpEffect, OperationRow, RunRow, SqlError, SqlStore, UnitIssue};
 use crate::sync::LockExt;
-use crate::text::slug;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::{HashMap, HashSet, VecDeque};
