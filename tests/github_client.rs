@@ -3,25 +3,15 @@
 
 mod support;
 
-use fake_github::Config;
 use secrecy::SecretString;
 use std::path::Path;
 use supervise::github::repo::Repo;
 use supervise::github::{GitHub, GitHubError};
-use support::test_app_public_key;
 
 const REPO: &str = "acme/shop";
 
 async fn client() -> (std::sync::Arc<fake_github::FakeGitHub>, GitHub) {
-    let fake = fake_github::start(Config {
-        webhook_url: None,
-        webhook_secret: "unused".into(),
-        app_id: 42,
-        app_public_key_pem: Some(test_app_public_key()),
-        installation_id: 7,
-        data_dir: None,
-    })
-    .await;
+    let fake = support::fake_github(None, None).await;
     fake.ensure_repo(REPO);
     let key = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem"),
@@ -31,14 +21,18 @@ async fn client() -> (std::sync::Arc<fake_github::FakeGitHub>, GitHub) {
     (fake, gh)
 }
 
+fn repo_of(gh: &GitHub) -> Repo<'_> {
+    Repo {
+        gh,
+        installation: 7,
+        name: REPO,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_lists_are_read_to_the_last_page() {
     let (fake, gh) = client().await;
-    let repo = Repo {
-        gh: &gh,
-        installation: 7,
-        name: REPO,
-    };
+    let repo = repo_of(&gh);
     let issue = fake.open_issue(REPO, "a busy thread");
     for i in 0..250 {
         let body = if i == 237 {
@@ -66,11 +60,7 @@ async fn long_lists_are_read_to_the_last_page() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sub_issue_already_linked_is_done_but_one_with_another_parent_is_refused() {
     let (fake, gh) = client().await;
-    let repo = Repo {
-        gh: &gh,
-        installation: 7,
-        name: REPO,
-    };
+    let repo = repo_of(&gh);
     let (a, b, c) = (
         fake.open_issue(REPO, "parent"),
         fake.open_issue(REPO, "child"),
@@ -96,11 +86,7 @@ async fn a_sub_issue_already_linked_is_done_but_one_with_another_parent_is_refus
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflicts_are_seen_and_a_moved_branch_is_not_merged() {
     let (fake, gh) = client().await;
-    let repo = Repo {
-        gh: &gh,
-        installation: 7,
-        name: REPO,
-    };
+    let repo = repo_of(&gh);
     fake.add_file(REPO, "shared.txt", "base\n");
     let main = repo.branch_sha("main").await.unwrap().unwrap();
     for b in ["clash", "clean"] {
@@ -153,11 +139,7 @@ async fn conflicts_are_seen_and_a_moved_branch_is_not_merged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_texts_are_cut_to_fit_instead_of_refused() {
     let (fake, gh) = client().await;
-    let repo = Repo {
-        gh: &gh,
-        installation: 7,
-        name: REPO,
-    };
+    let repo = repo_of(&gh);
     let issue = fake.open_issue(REPO, "long");
     let long = "a line of a very long status table\n".repeat(3000);
     repo.comment_once(issue, None, "<!-- supervise:reply 9 -->", &long)

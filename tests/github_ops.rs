@@ -6,13 +6,13 @@
 
 mod support;
 
-use fake_github::{Config, FakeGitHub};
+use fake_github::FakeGitHub;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{free_port, spawn_serve, test_app_public_key, wait_listening, SECRET};
+use support::{free_port, spawn_serve, wait_listening, SECRET};
 
 const REPO: &str = "acme/shop";
 const ISSUE_TITLE: &str = "Ship the shop";
@@ -43,15 +43,7 @@ impl Story {
     async fn begin_with(plan: &str, behaviour: &str) -> Story {
         let tmp = tempfile::tempdir().unwrap();
         let port = free_port();
-        let fake = fake_github::start(Config {
-            webhook_url: Some(format!("http://127.0.0.1:{port}/webhook")),
-            webhook_secret: SECRET.into(),
-            app_id: 42,
-            app_public_key_pem: Some(test_app_public_key()),
-            installation_id: 7,
-            data_dir: Some(tmp.path().join("github")),
-        })
-        .await;
+        let fake = support::fake_github(Some(port), Some(tmp.path().join("github"))).await;
         fake.add_user("mia", "maintain", "User");
         fake.add_file(REPO, "EXECUTION_PLAN.md", plan);
         fake.add_file(REPO, ".github/supervise.yml", SETTINGS);
@@ -101,15 +93,12 @@ impl Story {
     }
 
     async fn serve_up(&mut self) {
-        let env = [
-            ("SUPERVISE_TICK_MS", "150".to_string()),
-            ("SUPERVISE_RECONCILE_SECS", "1".to_string()),
-            ("SUPERVISE_STATUS_INTERVAL_MS", "300".to_string()),
-            ("SUPERVISE_CI_GRACE_SECS", "0".to_string()),
-            ("SUPERVISE_LEASE_SECS", "2".to_string()),
-            ("SUPERVISE_FORCE_CANCEL_SECS", "2".to_string()),
-        ];
-        self.serve = Some(spawn_serve(self.port, &self.fake.url(), &self.db_url, &env));
+        self.serve = Some(spawn_serve(
+            self.port,
+            &self.fake.url(),
+            &self.db_url,
+            &fast_service(),
+        ));
         wait_listening(self.port).await;
     }
 
@@ -222,6 +211,16 @@ impl Story {
         m
     }
 
+    /// One "Started operation" reply on the issue, however the start came in.
+    fn assert_started_once(&self) {
+        let started = self
+            .bot_comments(self.issue)
+            .into_iter()
+            .filter(|c| c.starts_with("Started operation"))
+            .count();
+        assert_eq!(started, 1);
+    }
+
     fn assert_no_double_dispatch(&self) {
         let twice: Vec<_> = self
             .runs_per_dispatch()
@@ -240,6 +239,21 @@ impl Drop for Story {
     fn drop(&mut self) {
         self.kill_serve();
     }
+}
+
+/// The service's timings, shortened so a whole operation runs in seconds.
+fn fast_service() -> Vec<(&'static str, String)> {
+    [
+        ("SUPERVISE_TICK_MS", "150"),
+        ("SUPERVISE_RECONCILE_SECS", "1"),
+        ("SUPERVISE_STATUS_INTERVAL_MS", "300"),
+        ("SUPERVISE_CI_GRACE_SECS", "0"),
+        ("SUPERVISE_LEASE_SECS", "2"),
+        ("SUPERVISE_FORCE_CANCEL_SECS", "2"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_string()))
+    .collect()
 }
 
 /// Masks what changes from run to run: times, durations, the op id's suffix.
@@ -848,6 +862,18 @@ impl ActionRunner {
     }
 }
 
+impl Story {
+    /// The story with no service: GitHub starts the Action's workflow for each
+    /// event (one `supervise action` process per delivery, one at a time).
+    async fn begin_as_action(behaviour: &str) -> (Story, ActionRunner) {
+        let mut s = Story::begin(behaviour).await;
+        s.kill_serve();
+        s.fake.add_token("ghs_workflow_token");
+        let action = ActionRunner::start(s.port, s.fake.url(), s.tmp.path().join("state")).await;
+        (s, action)
+    }
+}
+
 impl Drop for ActionRunner {
     fn drop(&mut self) {
         for t in &self._tasks {
@@ -858,11 +884,7 @@ impl Drop for ActionRunner {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_github_action_runs_the_same_operation_event_by_event() {
-    let mut s = Story::begin("docs 1 fail,ok\n").await;
-    // No service: GitHub starts the Action's workflow for each event.
-    s.kill_serve();
-    s.fake.add_token("ghs_workflow_token");
-    let _action = ActionRunner::start(s.port, s.fake.url(), s.tmp.path().join("state")).await;
+    let (s, _action) = Story::begin_as_action("docs 1 fail,ok\n").await;
     s.say("/supervise start").await;
     s.until("the final pull request", 240, |s| s.final_pull().is_some())
         .await;
@@ -879,12 +901,7 @@ async fn the_github_action_runs_the_same_operation_event_by_event() {
         assert_eq!(s.runs_of(sprint).len(), 1, "{sprint} dispatched once");
     }
     s.assert_no_double_dispatch();
-    let started = s
-        .bot_comments(s.issue)
-        .into_iter()
-        .filter(|c| c.starts_with("Started operation"))
-        .count();
-    assert_eq!(started, 1);
+    s.assert_started_once();
 }
 
 /// From the Actions tab (`gh workflow run supervise -f command=start -f issue=N`):
@@ -892,11 +909,8 @@ async fn the_github_action_runs_the_same_operation_event_by_event() {
 /// answered there, authorised like a comment — and runs the operation through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_operation_starts_from_a_workflow_dispatch() {
-    let mut s = Story::begin("").await;
-    s.kill_serve();
-    s.fake.add_token("ghs_workflow_token");
+    let (s, _action) = Story::begin_as_action("").await;
     s.fake.add_user("rex", "read", "User");
-    let _action = ActionRunner::start(s.port, s.fake.url(), s.tmp.path().join("state")).await;
     let hook = format!("http://127.0.0.1:{}/webhook", s.port);
     let dispatch = |sender: &str, command: &str| {
         serde_json::json!({
@@ -931,34 +945,7 @@ async fn an_operation_starts_from_a_workflow_dispatch() {
     .await;
     s.until("the final pull request", 240, |s| s.final_pull().is_some())
         .await;
-    let started = s
-        .bot_comments(s.issue)
-        .into_iter()
-        .filter(|c| c.starts_with("Started operation"))
-        .count();
-    assert_eq!(started, 1);
-}
-
-/// A fresh database on the test PostgreSQL server (scripts/test starts one).
-async fn postgres_database() -> String {
-    let base = std::env::var("SUPERVISE_TEST_POSTGRES_URL")
-        .expect("SUPERVISE_TEST_POSTGRES_URL: run scripts/test, which starts PostgreSQL");
-    sqlx::any::install_default_drivers();
-    let admin = sqlx::AnyPool::connect(&base)
-        .await
-        .expect("PostgreSQL reachable");
-    let name = format!(
-        "supervise_r{}_{}",
-        std::process::id(),
-        chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0) % 1_000_000_000
-    );
-    // The name is made of digits and a fixed prefix only.
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&admin)
-        .await
-        .unwrap();
-    let (prefix, _) = base.rsplit_once('/').unwrap();
-    format!("{prefix}/{name}")
+    s.assert_started_once();
 }
 
 /// Spreads connections over the replicas, skipping one that refuses (a load
@@ -998,17 +985,11 @@ fn balance(port: u16, backends: Vec<u16>) -> tokio::task::JoinHandle<()> {
 async fn two_replicas_on_postgres_finish_an_operation_while_one_is_killed() {
     let mut s = Story::begin("").await;
     s.kill_serve();
-    let db = postgres_database().await;
+    let db = support::postgres_database().await;
     let env = |id: &str| {
-        vec![
-            ("SUPERVISE_TICK_MS", "150".to_string()),
-            ("SUPERVISE_RECONCILE_SECS", "1".to_string()),
-            ("SUPERVISE_STATUS_INTERVAL_MS", "300".to_string()),
-            ("SUPERVISE_CI_GRACE_SECS", "0".to_string()),
-            ("SUPERVISE_LEASE_SECS", "2".to_string()),
-            ("SUPERVISE_FORCE_CANCEL_SECS", "2".to_string()),
-            ("SUPERVISE_REPLICA_ID", id.to_string()),
-        ]
+        let mut env = fast_service();
+        env.push(("SUPERVISE_REPLICA_ID", id.to_string()));
+        env
     };
     let (p1, p2) = (free_port(), free_port());
     let mut r1 = spawn_serve(p1, &s.fake.url(), &db, &env("supervise-1"));

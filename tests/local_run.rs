@@ -133,6 +133,22 @@ impl Repo {
         )
     }
 
+    /// Every sprint of PLAN reached the integration branch.
+    fn assert_every_sprint_integrated(&self) {
+        let files = self.integration_files();
+        for f in [
+            "api/api-sprint-1.txt",
+            "api/api-sprint-2.txt",
+            "docs/docs-sprint-1.txt",
+            "web/web-sprint-1.txt",
+        ] {
+            assert!(
+                files.contains(f),
+                "{f} missing from the integration branch:\n{files}"
+            );
+        }
+    }
+
     fn wait_for(&self, what: &str, f: impl Fn(&Repo) -> bool) {
         let start = Instant::now();
         while !f(self) {
@@ -160,18 +176,7 @@ fn success_partial_and_a_retry_on_a_stronger_model_all_reach_the_integration_bra
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let st = repo.state();
     assert_eq!(st["status"], "COMPLETED");
-    let files = repo.integration_files();
-    for f in [
-        "api/api-sprint-1.txt",
-        "api/api-sprint-2.txt",
-        "docs/docs-sprint-1.txt",
-        "web/web-sprint-1.txt",
-    ] {
-        assert!(
-            files.contains(f),
-            "{f} missing from the integration branch:\n{files}"
-        );
-    }
+    repo.assert_every_sprint_integrated();
     let docs = repo.unit("docs");
     let hist = docs["sprints"][0]["history"].as_array().unwrap();
     assert_eq!(hist.len(), 2);
@@ -752,18 +757,7 @@ fn merged_work_that_vanishes_from_the_integration_branch_is_never_reported_verif
         said.contains("no longer in the integration branch"),
         "{said}"
     );
-    let files = repo.integration_files();
-    for f in [
-        "api/api-sprint-1.txt",
-        "api/api-sprint-2.txt",
-        "docs/docs-sprint-1.txt",
-        "web/web-sprint-1.txt",
-    ] {
-        assert!(
-            files.contains(f),
-            "{f} missing from the integration branch:\n{files}"
-        );
-    }
+    repo.assert_every_sprint_integrated();
     // api's two sprints and docs ran again: 4 + 3 invocations.
     assert_eq!(repo.invocations().len(), 7, "{:?}", repo.invocations());
 

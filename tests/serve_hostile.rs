@@ -4,9 +4,8 @@
 
 mod support;
 
-use fake_github::Config;
 use std::time::{Duration, Instant};
-use support::{free_port, spawn_serve, test_app_public_key, wait_listening, SECRET};
+use support::{free_port, spawn_serve, wait_listening, SECRET};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -28,15 +27,7 @@ impl Drop for Served {
 
 async fn start() -> Served {
     let port = free_port();
-    let fake = fake_github::start(Config {
-        webhook_url: Some(format!("http://127.0.0.1:{port}/webhook")),
-        webhook_secret: SECRET.into(),
-        app_id: 42,
-        app_public_key_pem: Some(test_app_public_key()),
-        installation_id: 7,
-        data_dir: None,
-    })
-    .await;
+    let fake = support::fake_github(Some(port), None).await;
     fake.ensure_repo(REPO);
     fake.add_user("mia", "maintain", "User");
     let db = tempfile::tempdir().unwrap();

@@ -2,6 +2,8 @@
 //! server (the `postgres_*` tests; `scripts/test` starts one and sets
 //! SUPERVISE_TEST_POSTGRES_URL, e.g. postgres://postgres:postgres@127.0.0.1:5432/postgres).
 
+mod support;
+
 use std::time::Duration;
 use supervise::store::sql::{Intake, SqlStore};
 
@@ -15,26 +17,8 @@ async fn sqlite() -> (SqlStore, tempfile::TempDir) {
     (SqlStore::connect(&url).await.unwrap(), dir)
 }
 
-/// A fresh database on the test server, so tests never see each other's rows.
 async fn postgres_url() -> String {
-    let base = std::env::var("SUPERVISE_TEST_POSTGRES_URL")
-        .expect("SUPERVISE_TEST_POSTGRES_URL: run scripts/test, which starts PostgreSQL");
-    sqlx::any::install_default_drivers();
-    let admin = sqlx::AnyPool::connect(&base)
-        .await
-        .expect("PostgreSQL reachable");
-    let name = format!(
-        "supervise_t{}_{}",
-        std::process::id(),
-        chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0) % 1_000_000_000
-    );
-    // The name is made of digits and a fixed prefix only.
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&admin)
-        .await
-        .unwrap();
-    let (head, _) = base.rsplit_once('/').unwrap();
-    format!("{head}/{name}")
+    support::postgres_database().await
 }
 
 async fn dedupe_and_leases(s: &SqlStore) {

@@ -934,14 +934,7 @@ fn build_sprint(doc: &Doc, id: SprintId, name: String, head: usize, r: Range<usi
                                 c.command = Some(text.trim().to_string());
                                 c.assertion = None;
                             }
-                            _ => list.push(Criterion {
-                                kind: CriterionKind::Command,
-                                text: first_line(text),
-                                line: *line,
-                                command: Some(text.trim().to_string()),
-                                expected: None,
-                                assertion: None,
-                            }),
+                            _ => list.push(command_criterion(text, *line)),
                         }
                     }
                     _ => {}
@@ -960,6 +953,18 @@ fn push_criterion(s: &mut Sprint, text: &str, line: usize, l: Label) {
         s.entry_criteria.push(c);
     } else {
         s.exit_criteria.push(c);
+    }
+}
+
+/// A code block taken as a command criterion: its first line names it.
+fn command_criterion(text: &str, line: usize) -> Criterion {
+    Criterion {
+        kind: CriterionKind::Command,
+        text: first_line(text),
+        line,
+        command: Some(text.trim().to_string()),
+        expected: None,
+        assertion: None,
     }
 }
 
@@ -1470,14 +1475,9 @@ fn apply_plan_checks(doc: &Doc, o: &Outline, units: &mut [WorkUnit]) {
                     line,
                     in_item: false,
                     lang,
-                } if lang != "mermaid" && !text.trim().is_empty() => found.push(Criterion {
-                    kind: CriterionKind::Command,
-                    text: first_line(text),
-                    line: *line,
-                    command: Some(text.trim().to_string()),
-                    expected: None,
-                    assertion: None,
-                }),
+                } if lang != "mermaid" && !text.trim().is_empty() => {
+                    found.push(command_criterion(text, *line))
+                }
                 _ => {}
             }
         }

@@ -58,23 +58,9 @@ pub fn check_out_branch(checkout: &Path, branch: &str) -> Result<bool> {
 /// `.git/info/exclude` and the worktree records under `.git/worktrees`. Blocks
 /// until the other supervisor is done; released when the file drops.
 fn lock_repository(common_dir: &Path) -> Result<std::fs::File> {
-    use std::os::unix::io::AsRawFd;
     let path = common_dir.join("supervise.lock");
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    // SAFETY: flock on a descriptor we own; no memory is shared.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(anyhow!(
-            "locking {}: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
+    let f = super::lockfile::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    super::lockfile::lock(&f).with_context(|| format!("locking {}", path.display()))?;
     Ok(f)
 }
 

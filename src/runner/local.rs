@@ -19,7 +19,6 @@ use anyhow::{anyhow, Context, Result};
 use std::collections::{HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{IsTerminal, Write};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
@@ -78,14 +77,8 @@ pub fn state_dir(plan: &LoadedPlan) -> PathBuf {
 
 fn supervisor_lock(dir: &Path) -> Result<Option<File>> {
     std::fs::create_dir_all(dir)?;
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(dir.join("supervisor.lock"))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    let f = super::lockfile::open(&dir.join("supervisor.lock"))?;
+    if !super::lockfile::try_lock(&f) {
         return Ok(None);
     }
     f.set_len(0)?;
@@ -100,8 +93,8 @@ pub fn running_supervisor(dir: &Path) -> Option<String> {
         .write(true)
         .open(dir.join("supervisor.lock"))
         .ok()?;
-    // SAFETY: as above; a lock we get is released when `f` drops.
-    let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    // A lock we get is released when `f` drops.
+    let free = super::lockfile::try_lock(&f);
     (!free).then(|| std::fs::read_to_string(dir.join("supervisor.lock")).unwrap_or_default())
 }
 

@@ -4,5 +4,6 @@
 
 pub mod git;
 pub mod local;
+pub mod lockfile;
 pub mod process;
 pub mod verify;

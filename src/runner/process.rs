@@ -14,7 +14,6 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::io::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -183,20 +182,11 @@ pub fn run_dir(runs: &Path, dispatch: &str) -> PathBuf {
     runs.join(dispatch.replace('/', "__"))
 }
 
-fn try_lock(f: &File) -> bool {
-    // SAFETY: flock on a descriptor we own; no memory is shared.
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
-}
+use super::lockfile::try_lock;
 
 /// Whether a wrapper holds the run's lock right now.
 pub fn is_alive(dir: &Path) -> bool {
-    match OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(dir.join("lock"))
-    {
+    match super::lockfile::open(&dir.join("lock")) {
         Ok(f) => !try_lock(&f), // our lock (if taken) is released when `f` drops
         Err(_) => false,
     }
@@ -291,13 +281,7 @@ fn lock_worktree(path: &Path, dir: &Path) -> Result<Option<File>> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .with_context(|| format!("opening {}", path.display()))?;
+    let f = super::lockfile::open(path).with_context(|| format!("opening {}", path.display()))?;
     loop {
         if try_lock(&f) {
             return Ok(Some(f));
@@ -313,12 +297,7 @@ fn lock_worktree(path: &Path, dir: &Path) -> Result<Option<File>> {
 /// not even read its spec. It holds the run's lock until every process of the
 /// attempt is gone, so "not alive" really means nothing of this attempt runs.
 pub fn run_agent(dir: &Path) -> Result<()> {
-    let lock = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(dir.join("lock"))?;
+    let lock = super::lockfile::open(&dir.join("lock"))?;
     if !try_lock(&lock) || dir.join("started").exists() || dir.join("cancelled").exists() {
         return Ok(()); // another wrapper has (or had) this dispatch
     }
@@ -586,13 +565,7 @@ mod tests {
     fn liveness_follows_the_lock() {
         let dir = tempfile::tempdir().unwrap();
         assert!(!is_alive(dir.path()));
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.path().join("lock"))
-            .unwrap();
+        let f = super::super::lockfile::open(&dir.path().join("lock")).unwrap();
         assert!(try_lock(&f));
         assert!(is_alive(dir.path()));
         drop(f);

@@ -60,3 +60,43 @@ pub fn test_app_public_key() -> String {
     )
     .unwrap()
 }
+
+/// A fake GitHub for the test App (id 42, installation 7), delivering its
+/// webhooks to `webhook_port` when given.
+pub async fn fake_github(
+    webhook_port: Option<u16>,
+    data_dir: Option<std::path::PathBuf>,
+) -> std::sync::Arc<fake_github::FakeGitHub> {
+    fake_github::start(fake_github::Config {
+        webhook_url: webhook_port.map(|p| format!("http://127.0.0.1:{p}/webhook")),
+        webhook_secret: SECRET.into(),
+        app_id: 42,
+        app_public_key_pem: Some(test_app_public_key()),
+        installation_id: 7,
+        data_dir,
+    })
+    .await
+}
+
+/// A fresh database on the test PostgreSQL server (scripts/test starts one), so
+/// tests never see each other's rows.
+pub async fn postgres_database() -> String {
+    let base = std::env::var("SUPERVISE_TEST_POSTGRES_URL")
+        .expect("SUPERVISE_TEST_POSTGRES_URL: run scripts/test, which starts PostgreSQL");
+    sqlx::any::install_default_drivers();
+    let admin = sqlx::AnyPool::connect(&base)
+        .await
+        .expect("PostgreSQL reachable");
+    let name = format!(
+        "supervise_t{}_{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0) % 1_000_000_000
+    );
+    // The name is made of digits and a fixed prefix only.
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let (head, _) = base.rsplit_once('/').unwrap();
+    format!("{head}/{name}")
+}
