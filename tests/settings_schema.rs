@@ -50,7 +50,7 @@ fn the_schema_permissions_name_the_real_commands() {
         .collect();
     let mut real: BTreeSet<String> = supervise::server::command::COMMANDS
         .iter()
-        .map(|(name, _, _)| name.to_string())
+        .map(|c| c.name.to_string())
         .collect();
     real.insert("default".into());
     assert_eq!(in_schema, real);

@@ -47,9 +47,6 @@ pub struct ActionArgs {
     pub ci_grace_secs: u64,
 }
 
-/// The commands a workflow_dispatch may carry (the workflow's `command` input).
-const DISPATCH_COMMANDS: &[&str] = &["start", "resume", "status", "stop", "killall"];
-
 /// A `workflow_dispatch` with inputs `command`, `issue` and `plan` is a command
 /// said on that issue by the person who dispatched it: it is posted there (so
 /// it is seen and answered where it belongs) and handled as that person's
@@ -67,10 +64,16 @@ async fn dispatch_as_comment(
     else {
         return Ok(None);
     };
-    if !DISPATCH_COMMANDS.contains(&command) {
+    let allowed = || {
+        crate::server::command::COMMANDS
+            .iter()
+            .filter(|c| c.from_workflow)
+            .map(|c| c.name)
+    };
+    if !allowed().any(|c| c == command) {
         return Err(anyhow!(
             "workflow_dispatch: `command` is `{command}`; use one of {}",
-            DISPATCH_COMMANDS.join(", ")
+            allowed().collect::<Vec<_>>().join(", ")
         ));
     }
     let issue: i64 = inputs["issue"]

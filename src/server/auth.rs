@@ -46,13 +46,10 @@ impl fmt::Display for Permission {
     }
 }
 
-/// The least permission a command needs by default.
+/// The least permission a command needs by default (the command table's; a
+/// bare `/supervise` starts or resumes, so it needs what they need).
 pub fn required(cmd: &Command) -> Permission {
-    match cmd {
-        Command::Status | Command::Help => Permission::Read,
-        Command::Killall => Permission::Maintain,
-        _ => Permission::Write,
-    }
+    super::command::spec_of(cmd.name()).map_or(Permission::Write, |c| c.needs)
 }
 
 /// A repository's own rules (`permissions:` and `bots:` in `.github/supervise.yml`).
@@ -70,8 +67,7 @@ impl Policy {
     ) -> Result<Policy, String> {
         let mut overrides = std::collections::BTreeMap::new();
         for (cmd, role) in permissions.into_iter().flatten() {
-            let known =
-                cmd == "default" || super::command::COMMANDS.iter().any(|(n, _, _)| n == cmd);
+            let known = cmd == "default" || super::command::spec_of(cmd).is_some();
             if !known {
                 return Err(format!(
                     "`permissions` names `{cmd}`, which is not a command"

@@ -3,6 +3,7 @@
 //! indented or inline) and outside block quotes count, arguments are checked, and
 //! a mistake is answered with the nearest valid command.
 
+use super::auth::Permission;
 use crate::text::code_span;
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 use std::fmt;
@@ -33,40 +34,113 @@ pub enum Command {
     Help,
 }
 
-/// (name, argument it takes, what it does) — the help text and the parser share it.
-pub const COMMANDS: &[(&str, Option<&str>, &str)] = &[
-    (
+/// One comment command: its word, the argument it takes, what it does (the
+/// help text), the least role it needs unless a repository says otherwise, and
+/// whether a workflow run may carry it (`workflow_dispatch` input `command`).
+/// The parser, the help, the authorisation and the Action all read this table.
+#[derive(Debug, Clone, Copy)]
+pub struct CommandSpec {
+    pub name: &'static str,
+    pub argument: Option<&'static str>,
+    pub help: &'static str,
+    pub needs: Permission,
+    pub from_workflow: bool,
+}
+
+const fn spec(
+    name: &'static str,
+    argument: Option<&'static str>,
+    help: &'static str,
+    needs: Permission,
+    from_workflow: bool,
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        argument,
+        help,
+        needs,
+        from_workflow,
+    }
+}
+
+pub const COMMANDS: &[CommandSpec] = &[
+    spec(
         "start",
         Some("PLAN"),
         "start the plan (default EXECUTION_PLAN.md)",
+        Permission::Write,
+        true,
     ),
-    (
+    spec(
         "resume",
         Some("UNIT"),
         "resume stopped, killed or blocked units (all, or one)",
+        Permission::Write,
+        true,
     ),
-    ("status", None, "show the status table"),
-    (
+    spec(
+        "status",
+        None,
+        "show the status table",
+        Permission::Read,
+        true,
+    ),
+    spec(
         "stop",
         None,
         "graceful shutdown: drain, wait, then force-cancel",
+        Permission::Write,
+        true,
     ),
-    ("killall", None, "emergency stop: cancel every agent now"),
-    (
+    spec(
+        "killall",
+        None,
+        "emergency stop: cancel every agent now",
+        Permission::Maintain,
+        true,
+    ),
+    spec(
         "name-feature",
         None,
         "rename the operation (the naming ritual)",
+        Permission::Write,
+        false,
     ),
-    (
+    spec(
         "breakdown",
         Some("DOC"),
         "turn a requirements document into a plan",
+        Permission::Write,
+        false,
     ),
-    ("analyze", None, "three-pass analysis of the plan"),
-    ("prioritize", None, "reorder sprints by priority"),
-    ("evaluate", None, "check sprint quality and fix what it can"),
-    ("help", None, "this list"),
+    spec(
+        "analyze",
+        None,
+        "three-pass analysis of the plan",
+        Permission::Write,
+        false,
+    ),
+    spec(
+        "prioritize",
+        None,
+        "reorder sprints by priority",
+        Permission::Write,
+        false,
+    ),
+    spec(
+        "evaluate",
+        None,
+        "check sprint quality and fix what it can",
+        Permission::Write,
+        false,
+    ),
+    spec("help", None, "this list", Permission::Read, false),
 ];
+
+/// The table's entry for a command word.
+pub fn spec_of(name: &str) -> Option<&'static CommandSpec> {
+    COMMANDS.iter().find(|c| c.name == name)
+}
 
 impl Command {
     pub fn name(&self) -> &'static str {
@@ -137,9 +211,9 @@ impl fmt::Display for ParseError {
 
 pub fn help_text() -> String {
     let mut s = format!("Commands (one per line, at the start of the line):\n\n- `{PREFIX}` — resume the operation if there is one, else start\n");
-    for (name, arg, what) in COMMANDS {
-        let arg = arg.map(|a| format!(" [{a}]")).unwrap_or_default();
-        s.push_str(&format!("- `{PREFIX} {name}{arg}` — {what}\n"));
+    for c in COMMANDS {
+        let arg = c.argument.map(|a| format!(" [{a}]")).unwrap_or_default();
+        s.push_str(&format!("- `{PREFIX} {}{arg}` — {}\n", c.name, c.help));
     }
     s
 }
@@ -196,10 +270,10 @@ fn parse_line(rest: &str) -> Result<Command, ParseError> {
     let extra: Vec<&str> = words.collect();
     let name = COMMANDS
         .iter()
-        .find(|(n, _, _)| n.eq_ignore_ascii_case(word))
-        .map(|(n, a, _)| (*n, a.is_some()));
+        .find(|c| c.name.eq_ignore_ascii_case(word))
+        .map(|c| (c.name, c.argument.is_some()));
     let Some((name, takes_arg)) = name else {
-        let suggestion = crate::text::nearest(word, COMMANDS.iter().map(|(n, _, _)| *n));
+        let suggestion = crate::text::nearest(word, COMMANDS.iter().map(|c| c.name));
         return Err(ParseError::Unknown {
             word: word.chars().take(40).collect(),
             suggestion,
@@ -390,7 +464,7 @@ mod tests {
     #[test]
     fn help_lists_every_command() {
         let h = help_text();
-        for (n, _, _) in COMMANDS {
+        for CommandSpec { name: n, .. } in COMMANDS {
             assert!(h.contains(&format!("`{PREFIX} {n}")), "{n} missing");
         }
     }
