@@ -55,7 +55,6 @@ fn readme_commands() -> Vec<String> {
             .split("  #")
             .next()
             .unwrap_or("")
-            .trim()
             .split_whitespace()
             .skip_while(|w| w.contains('=') && !w.starts_with('-'))
             .collect::<Vec<_>>()

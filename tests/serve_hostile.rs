@@ -80,7 +80,7 @@ fn room_for(sockets: u64) -> u64 {
         libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
     }
-    sockets.min((lim.rlim_cur as u64).saturating_sub(300))
+    sockets.min(lim.rlim_cur.saturating_sub(300))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -83,6 +83,9 @@ impl Reply {
     }
 }
 
+/// A GET answer kept for conditional requests: (ETag, body, next page).
+type Cached = (String, String, Option<String>);
+
 pub mod operation;
 pub mod repo;
 
@@ -95,7 +98,7 @@ pub struct GitHub {
     /// survive a clone, so a clone per call would fetch a new token every time.
     installations: Mutex<HashMap<u64, std::sync::Arc<Octocrab>>>,
     paused_until: Mutex<HashMap<u64, Instant>>,
-    etags: Mutex<HashMap<String, (String, String, Option<String>)>>,
+    etags: Mutex<HashMap<String, Cached>>,
     /// See [`base_path`].
     base_path: String,
     /// The longest pause one call accepts before giving the work back to the queue.

@@ -1112,7 +1112,7 @@ fn criterion(text: &str, line: usize, label: Label) -> Criterion {
             path: path.clone(),
             text: needle,
         });
-    } else if !commands.is_empty() && !(lower.contains(" exist") && commands.len() < codes.len()) {
+    } else if !commands.is_empty() && (!lower.contains(" exist") || commands.len() >= codes.len()) {
         c.kind = CriterionKind::Command;
         c.command = Some(
             commands
