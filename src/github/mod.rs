@@ -28,6 +28,10 @@ pub enum GitHubError {
     RateLimited { what: String, wait_secs: u64 },
     #[error("GitHub App configuration: {0}")]
     Config(String),
+    /// The repository is in a state the supervisor cannot act on (a branch
+    /// gone, a conflict, a branch moved after verification): a person's to fix.
+    #[error("{0}")]
+    NeedsPerson(String),
 }
 
 impl GitHubError {
@@ -36,7 +40,7 @@ impl GitHubError {
         match self {
             GitHubError::Http { status, .. } => *status >= 500 || *status == 429 || *status == 403,
             GitHubError::Transport { .. } | GitHubError::RateLimited { .. } => true,
-            GitHubError::Config(_) => false,
+            GitHubError::Config(_) | GitHubError::NeedsPerson(_) => false,
         }
     }
 }

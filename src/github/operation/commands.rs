@@ -71,7 +71,7 @@ impl Operations {
         let head = repo
             .branch_sha(&default_branch)
             .await?
-            .ok_or_else(|| GitHubError::Config(format!("no branch {default_branch}")))?;
+            .ok_or_else(|| GitHubError::NeedsPerson(format!("no branch {default_branch}")))?;
         repo.create_branch(&integration_branch(&op), &head).await?;
         let ctx = OpContext {
             op: op.clone(),

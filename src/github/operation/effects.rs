@@ -38,7 +38,7 @@ impl Operations {
                 let branch = sprint_branch(op, &live.unit_slug(unit), sprint.as_str());
                 let Some(pr) = repo.pull_for(&branch).await? else {
                     return Err(
-                        GitHubError::Config(format!("no pull request from {branch}")).into(),
+                        GitHubError::NeedsPerson(format!("no pull request from {branch}")).into(),
                     );
                 };
                 if pr.merged {
@@ -56,13 +56,13 @@ impl Operations {
                     .and_then(|r| r.verified_sha);
                 match repo.merge(pr.number, verified.as_deref()).await? {
                     Merge::Merged => Ok(Outcome::Done(vec![])),
-                    Merge::Conflict => Err(GitHubError::Config(format!(
+                    Merge::Conflict => Err(GitHubError::NeedsPerson(format!(
                         "pull request #{} of {unit} Sprint {sprint} no longer merges into {}; resolve the conflict on its branch and merge it by hand",
                         pr.number,
                         integration_branch(op)
                     ))
                     .into()),
-                    Merge::HeadMoved => Err(GitHubError::Config(format!(
+                    Merge::HeadMoved => Err(GitHubError::NeedsPerson(format!(
                         "the branch of {unit} Sprint {sprint} (pull request #{}) changed after it was verified at {}; it was not merged. Check the new commits, then merge it by hand or run the sprint again",
                         pr.number,
                         verified.as_deref().map_or("?", |s| &s[..s.len().min(7)])
@@ -193,7 +193,7 @@ impl Operations {
         let mut head = repo.branch_sha(&branch).await?;
         if head.is_none() {
             let base = repo.branch_sha(&integration).await?.ok_or_else(|| {
-                GitHubError::Config(format!("the integration branch {integration} is gone"))
+                GitHubError::NeedsPerson(format!("the integration branch {integration} is gone"))
             })?;
             repo.create_branch(&branch, &base).await?;
             head = Some(base);
