@@ -15,7 +15,10 @@ pub struct Decision {
     pub effects: Vec<Effect>,
 }
 
-struct Ctx<'a> {
+/// One decision in the making: the state it changes as it goes (each event is
+/// applied as it is emitted, so later rules see earlier ones), and the events
+/// and effects it will hand back.
+struct Decider<'a> {
     state: &'a mut Option<OperationState>,
     events: Vec<Event>,
     effects: Vec<Effect>,
@@ -40,7 +43,7 @@ pub fn decide_mut(
     input: Input,
     now: DateTime<Utc>,
 ) -> Result<Decision, Refusal> {
-    let mut c = Ctx {
+    let mut c = Decider {
         state,
         events: Vec::new(),
         effects: Vec::new(),
@@ -204,7 +207,7 @@ pub fn decide_mut(
 /// The outcome recorded for an attempt whose command could not be run (126/127).
 pub const AGENT_COMMAND_FAILED: &str = "agent command could not run";
 
-impl Ctx<'_> {
+impl Decider<'_> {
     fn finish(mut self) -> Decision {
         if !self.events.is_empty() && !self.effects.contains(&Effect::PublishStatus) {
             self.effects.push(Effect::PublishStatus);
