@@ -152,16 +152,16 @@ pub const MAX_SERVER_WAIT: Duration = Duration::from_secs(3600);
 /// `X-RateLimit-Reset` (plus a second), clamped to [`MAX_SERVER_WAIT`].
 pub fn server_wait(headers: &http::HeaderMap, now_unix: i64) -> Duration {
     // i128: a number too large for i64 is still a (very long) wait, not garbage.
-    let num =
-        |name: &str| -> Option<i128> { headers.get(name)?.to_str().ok()?.trim().parse().ok() };
-    let secs = match num("retry-after") {
+    let secs = match header_num::<i128>(headers, "retry-after") {
         Some(s) => s,
-        None => num("x-ratelimit-reset").unwrap_or(0) - i128::from(now_unix) + 1,
+        None => {
+            header_num::<i128>(headers, "x-ratelimit-reset").unwrap_or(0) - i128::from(now_unix) + 1
+        }
     };
     Duration::from_secs(secs.clamp(0, MAX_SERVER_WAIT.as_secs() as i128) as u64)
 }
 
-fn header_num(h: &http::HeaderMap, name: &str) -> Option<i64> {
+fn header_num<T: std::str::FromStr>(h: &http::HeaderMap, name: &str) -> Option<T> {
     h.get(name)?.to_str().ok()?.trim().parse().ok()
 }
 
@@ -366,7 +366,7 @@ impl GitHub {
             let headers = res.headers().clone();
             metrics::counter!("supervise_github_requests_total", "status" => status.to_string())
                 .increment(1);
-            let remaining = header_num(&headers, "x-ratelimit-remaining");
+            let remaining = header_num::<i64>(&headers, "x-ratelimit-remaining");
             if let Some(r) = remaining {
                 metrics::gauge!("supervise_github_ratelimit_remaining").set(r as f64);
             }

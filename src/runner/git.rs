@@ -395,13 +395,16 @@ impl Git {
     /// Whether the integration branch still holds `branch`'s head (None when the
     /// branch does not exist: nothing was merged from it).
     pub fn holds(&self, op: &str, branch: &str) -> Result<Option<bool>> {
+        match self.branch_oid(branch)? {
+            Some(head) => Ok(Some(self.holds_commit(op, head)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether the integration branch's history contains `commit`.
+    pub fn holds_commit(&self, op: &str, commit: Oid) -> Result<bool> {
         let integ = self.integration_head(op)?;
-        let Some(head) = self.branch_oid(branch)? else {
-            return Ok(None);
-        };
-        Ok(Some(
-            head == integ || self.repo.graph_descendant_of(integ, head)?,
-        ))
+        Ok(commit == integ || self.repo.graph_descendant_of(integ, commit)?)
     }
 
     /// A clean checkout of the integration head for the build gate.

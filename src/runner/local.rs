@@ -67,6 +67,10 @@ pub struct Supervisor {
     last_draw: Option<Instant>,
     /// Merged sprints found missing from the integration branch at the end.
     lost_at_end: Vec<String>,
+    /// The integration head this process's last merge left: while the branch
+    /// still holds it, everything merged before is there too, and the
+    /// per-sprint check (a history walk per merged sprint) is skipped.
+    integrated_head: Option<git2::Oid>,
     _lock: File,
 }
 
@@ -153,6 +157,7 @@ impl Supervisor {
             watching: HashSet::new(),
             last_draw: None,
             lost_at_end: Vec::new(),
+            integrated_head: None,
             _lock: lock,
         };
         // Events first, effects second: whatever the last process recorded but did
@@ -433,6 +438,7 @@ impl Supervisor {
                     &format!("Merge {unit} Sprint {sprint} ({dispatch})"),
                 )?;
                 self.record_merged(&branch)?;
+                self.integrated_head = Some(self.git.integration_head(&op)?);
                 self.git.remove_worktree(&branch);
             }
             Effect::RunGate { gate, layer, units } => {
@@ -558,6 +564,11 @@ impl Supervisor {
         let Some(st) = &self.state else {
             return Ok(Vec::new());
         };
+        if let Some(head) = self.integrated_head {
+            if self.git.holds_commit(&st.id.0, head)? {
+                return Ok(Vec::new());
+            }
+        }
         let merged = self.merged_branches();
         let mut lost = Vec::new();
         for u in &st.units {

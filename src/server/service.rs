@@ -504,10 +504,6 @@ async fn repo_policy(svc: &Service, p: &Place) -> Result<Result<Policy, String>,
 
 /// Posts a reply unless one with the same marker is already there: a reply is
 /// made once even when the delivery is processed again after a crash.
-fn answers_help(text: &str) -> bool {
-    text.contains(command::help_text().lines().next().unwrap_or_default())
-}
-
 /// The most commands one comment acts on; the rest are named as not read.
 const MAX_COMMANDS: usize = 10;
 
@@ -561,6 +557,7 @@ pub async fn process(svc: &Service, payload: &str) -> Result<(), GitHubError> {
     let total = commands.len();
     let mut answers: Vec<String> = Vec::new();
     let mut mistakes = false;
+    let mut helped = false;
     for (n, parsed) in commands.into_iter().take(MAX_COMMANDS).enumerate() {
         // A mistake is answered like `help`: to anyone who may read the repository.
         let cmd = parsed.clone().unwrap_or(Command::Help);
@@ -598,7 +595,10 @@ pub async fn process(svc: &Service, payload: &str) -> Result<(), GitHubError> {
                 mistakes = true;
                 e.to_string()
             }
-            (_, Ok(cmd)) => answer(svc, &place, login, n, &cmd).await?,
+            (_, Ok(cmd)) => {
+                helped |= cmd == Command::Help;
+                answer(svc, &place, login, n, &cmd).await?
+            }
         };
         answers.push(text);
     }
@@ -616,7 +616,7 @@ pub async fn process(svc: &Service, payload: &str) -> Result<(), GitHubError> {
             .join("\n\n---\n\n")
     };
     // A mistake is answered with the list of commands, once per reply.
-    if mistakes && !answers_help(&text) {
+    if mistakes && !helped {
         text.push_str("\n\n");
         text.push_str(&command::help_text());
     }
