@@ -946,3 +946,110 @@ fn a_gate_failure_that_names_no_unit_runs_the_gate_again_before_charging_anyone(
     );
     assert_eq!(sim.unit("docs").sprints[0].failures, 1);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    /// Merges confirmed late, in any order, or refused (and then fixed by a
+    /// person's `resume`): the harness checks after every decision that no
+    /// sprint is dispatched while an earlier sprint of its unit waits for its
+    /// merge and that no unit completes (so no dependent starts) before its
+    /// merges are confirmed; and the operation still ends.
+    #[test]
+    fn no_work_branches_from_an_integration_branch_missing_a_merge(src in random_plan(), steps in prop::collection::vec((0usize..8, 0u8..6), 1..200), cap in 1u32..4) {
+        let mut cfg = EngineConfig::default();
+        cfg.max_parallel = cap;
+        let mut sim = Sim::start(&src, cfg);
+        sim.auto_merge = false;
+        let mut seen = 0;
+        let mut merges: Vec<(String, supervise::plan::SprintId)> = Vec::new();
+        let mut steps = steps.into_iter().cycle().take(3000);
+        loop {
+            merges.extend(sim.effects[seen..].iter().filter_map(|e| match e {
+                Effect::Integrate { unit, sprint, .. } => Some((unit.clone(), sprint.clone())),
+                _ => None,
+            }));
+            seen = sim.effects.len();
+            let out = sim.out();
+            if out.is_empty() && merges.is_empty() { break; }
+            let Some((i, k)) = steps.next() else { break };
+            sim.now += chrono::Duration::minutes(3);
+            match k {
+                0..=2 if !out.is_empty() => {
+                    let o = &out[i % out.len()];
+                    let report = if k == 2 { failure() } else { success() };
+                    sim.send(Input::AgentFinished { dispatch: o.dispatch.clone(), report }).unwrap();
+                }
+                4 if !merges.is_empty() => {
+                    let (unit, sprint) = merges.remove(i % merges.len());
+                    sim.send(Input::IntegrationFailed { unit: unit.clone(), sprint, error: "conflict".into() }).unwrap();
+                    prop_assert_eq!(sim.unit(&unit).status, UnitStatus::Blocked);
+                    sim.send(Input::Resume { unit: Some(unit) }).unwrap();
+                }
+                _ if !merges.is_empty() => {
+                    let (unit, sprint) = merges.remove(i % merges.len());
+                    sim.send(Input::Integrated { unit, sprint }).unwrap();
+                }
+                _ => {
+                    let o = &out[i % out.len()];
+                    sim.send(Input::AgentFinished { dispatch: o.dispatch.clone(), report: success() }).unwrap();
+                }
+            }
+        }
+        let st = sim.st();
+        if sim.out().is_empty() && merges.is_empty() {
+            prop_assert!(matches!(st.status, OverallStatus::Completed | OverallStatus::Blocked), "ended {}", st.status);
+            for unit in &st.units {
+                if unit.status == UnitStatus::Completed {
+                    prop_assert!(unit.awaiting_merge().is_none());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_merge_that_needs_a_person_blocks_its_unit_until_resume_merges_it() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    sim.auto_merge = false;
+    let d = sim.finish("api", success());
+    assert!(d
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::Integrate { unit, .. } if unit == "api")));
+    assert!(
+        sim.out().iter().all(|o| o.unit != "api"),
+        "api Sprint 2 waits for Sprint 1's merge"
+    );
+    let d = sim
+        .send(Input::IntegrationFailed {
+            unit: "api".into(),
+            sprint: supervise::plan::SprintId::parse("1").unwrap(),
+            error: "pull request #4 no longer merges".into(),
+        })
+        .unwrap();
+    assert_eq!(sim.unit("api").status, UnitStatus::Blocked);
+    assert!(d.effects.iter().any(|e| matches!(e,
+        Effect::Notify { kind: NoticeKind::Blocked, text, .. } if text.contains("no longer merges") && text.contains("supervise resume api"))));
+    let d = sim.send(Input::Resume { unit: Some("api".into()) }).unwrap();
+    assert!(
+        d.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Integrate { unit, .. } if unit == "api")),
+        "resume asks for the merge again"
+    );
+    assert!(sim.out().iter().all(|o| o.unit != "api"));
+    sim.send(Input::Integrated {
+        unit: "api".into(),
+        sprint: supervise::plan::SprintId::parse("1").unwrap(),
+    })
+    .unwrap();
+    assert_eq!(sim.order_for("api").sprint.as_str(), "2");
+    // Confirming twice changes nothing.
+    let again = sim
+        .send(Input::Integrated {
+            unit: "api".into(),
+            sprint: supervise::plan::SprintId::parse("1").unwrap(),
+        })
+        .unwrap();
+    assert!(again.events.is_empty() && again.effects.is_empty());
+}

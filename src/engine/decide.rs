@@ -190,6 +190,32 @@ pub fn decide_mut(
             });
             c.settle();
         }
+        Input::Integrated { unit, sprint } => {
+            let (u, s) = c.locate(&unit, &sprint)?;
+            // Idempotent: a merge confirmed twice, or of a sprint since reopened,
+            // changes nothing.
+            if !c.sprint(u, s).awaiting_merge() {
+                return Ok(c.finish());
+            }
+            c.emit(Event::Merged {
+                unit: u,
+                sprint: s,
+                at: now,
+            });
+            c.settle();
+        }
+        Input::IntegrationFailed {
+            unit,
+            sprint,
+            error,
+        } => {
+            let (u, s) = c.locate(&unit, &sprint)?;
+            if !c.sprint(u, s).awaiting_merge() {
+                return Ok(c.finish());
+            }
+            c.merge_blocked(u, s, &error);
+            c.settle();
+        }
         Input::ManualConfirmed { unit, sprint } => {
             let (u, s) = c.locate(&unit, &sprint)?;
             if !c.sprint(u, s).awaiting_confirmation {
@@ -364,7 +390,8 @@ impl Decider<'_> {
                 }
                 UnitStatus::Blocked => {
                     self.unit_to(u, UnitStatus::Running, "resume after BLOCKED");
-                    if let Some(s) = cur {
+                    // (A unit blocked on a merge has no FATAL sprint to reset.)
+                    if let Some(s) = cur.filter(|&s| self.sprint(u, s).status() == SprintStatus::Fatal) {
                         let failures = self.sprint(u, s).failures;
                         self.sprint_to(u, s, SprintStatus::Pending);
                         self.emit(Event::FailuresReset {
@@ -376,6 +403,11 @@ impl Decider<'_> {
                     }
                 }
                 _ => {}
+            }
+            // A merge a person was asked to make: try it again (it is idempotent,
+            // and a pull request merged by hand is found merged).
+            if status == UnitStatus::Blocked {
+                self.integrate_again(u);
             }
             // §5e: a manual sprint is confirmed by the person's resume.
             if let Some(s) = self.st().units[u].current() {
@@ -672,6 +704,7 @@ impl Decider<'_> {
             commits: report.evidence.commits.clone(),
             criteria: report.evidence.criteria.clone(),
             already_done: None,
+            awaiting_merge: true,
         };
         self.emit(Event::SprintCompleted {
             unit: u,
@@ -690,6 +723,49 @@ impl Decider<'_> {
             sprint,
             dispatch: active.id.clone(),
         });
+    }
+
+    /// A verified sprint that cannot be merged without a person: its unit is
+    /// BLOCKED (nothing after it may branch from an integration branch that
+    /// lacks it) and the person is told how to go on.
+    fn merge_blocked(&mut self, u: usize, s: usize, error: &str) {
+        let (unit, id) = self.names(u, s);
+        if self.st().units[u].status.can_become(UnitStatus::Blocked) {
+            self.unit_to(u, UnitStatus::Blocked, "merge needs a person");
+        }
+        self.log(
+            Some(u),
+            Some(s),
+            format!("Sprint {id} verified but not merged; {unit} BLOCKED"),
+            error.to_string(),
+        );
+        self.effects.push(Effect::Notify {
+            kind: NoticeKind::Blocked,
+            unit: Some(unit.clone()),
+            text: format!(
+                "BLOCKED: {unit} Sprint {id} passed verification but could not be merged.\nReason: {error}\nAfter fixing it: supervise resume {unit}\n(resume merges the sprint again, then the work unit goes on)"
+            ),
+        });
+    }
+
+    /// Asks again for the merge of every verified sprint of the unit whose merge
+    /// is not confirmed.
+    fn integrate_again(&mut self, u: usize) {
+        for s in 0..self.st().units[u].sprints.len() {
+            let sp = self.sprint(u, s);
+            if !sp.awaiting_merge() {
+                continue;
+            }
+            let Some(dispatch) = sp.history.last().map(|h| h.dispatch.clone()) else {
+                continue;
+            };
+            let (unit, sprint) = self.names(u, s);
+            self.effects.push(Effect::Integrate {
+                unit,
+                sprint,
+                dispatch,
+            });
+        }
     }
 
     /// §3 steps 4–5: sprints done before the operation started are recorded as
@@ -713,6 +789,7 @@ impl Decider<'_> {
                     commits: Vec::new(),
                     criteria: f.criteria.clone(),
                     already_done: Some(f.evidence.clone()),
+                    awaiting_merge: false,
                 };
                 self.emit(Event::SprintCompleted {
                     unit: u,
@@ -1155,7 +1232,10 @@ impl Decider<'_> {
         for u in 0..self.st().units.len() {
             let st = self.st();
             let unit = &st.units[u];
-            if unit.status != UnitStatus::Running || unit.active().is_some() {
+            if unit.status != UnitStatus::Running
+                || unit.active().is_some()
+                || unit.awaiting_merge().is_some()
+            {
                 continue;
             }
             let Some(s) = unit.current() else { continue };

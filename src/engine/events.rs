@@ -160,6 +160,18 @@ pub enum Input {
         unit: String,
         sprint: SprintId,
     },
+    /// The sprint's verified branch is now in the integration branch.
+    Integrated {
+        unit: String,
+        sprint: SprintId,
+    },
+    /// The sprint's branch cannot be merged without a person (a conflict, a
+    /// branch moved after verification, a pull request gone).
+    IntegrationFailed {
+        unit: String,
+        sprint: SprintId,
+        error: String,
+    },
     /// The runner found a COMPLETED sprint's merge missing from the integration
     /// branch (something moved the branch back): its work must be redone.
     MergeLost {
@@ -210,6 +222,12 @@ pub struct Completion {
     /// Set when the sprint was found done at start and never dispatched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub already_done: Option<String>,
+    /// Verified, but its merge into the integration branch is not yet
+    /// confirmed: the unit's next sprint and its dependents wait, since they
+    /// branch from the integration branch. (Absent in logs written before the
+    /// rule, where a completion was taken as merged.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_merge: bool,
 }
 
 /// The facts the engine records. `apply` folds them into state.
@@ -344,6 +362,12 @@ pub enum Event {
         ticks: u32,
         at: DateTime<Utc>,
     },
+    /// A completed sprint's merge into the integration branch is confirmed.
+    Merged {
+        unit: usize,
+        sprint: usize,
+        at: DateTime<Utc>,
+    },
 }
 
 impl Event {
@@ -367,7 +391,8 @@ impl Event {
             | Event::GateOpened { at, .. }
             | Event::GateClosed { at, .. }
             | Event::Reopened { at, .. }
-            | Event::StopTicked { at, .. } => *at,
+            | Event::StopTicked { at, .. }
+            | Event::Merged { at, .. } => *at,
             Event::AttemptClosed { record, .. } => record.finished_at,
             Event::SprintCompleted { completion, .. } => completion.completed_at,
             Event::Decision { entry } => entry.at,

@@ -172,6 +172,10 @@ pub struct SprintRun {
 }
 
 impl SprintRun {
+    pub fn awaiting_merge(&self) -> bool {
+        self.completion.as_ref().is_some_and(|c| c.awaiting_merge)
+    }
+
     pub fn status(&self) -> SprintStatus {
         self.status.unwrap_or(SprintStatus::Pending)
     }
@@ -232,8 +236,16 @@ impl UnitRun {
             .position(|s| s.status() != SprintStatus::Completed)
     }
 
+    /// Every sprint COMPLETED and merged: what a unit needs to complete.
     pub fn all_sprints_done(&self) -> bool {
-        self.current().is_none()
+        self.current().is_none() && self.awaiting_merge().is_none()
+    }
+
+    /// The first COMPLETED sprint whose merge is not yet confirmed. While there
+    /// is one, the unit dispatches nothing: its next sprint branches from the
+    /// integration branch, which must hold the work before it.
+    pub fn awaiting_merge(&self) -> Option<usize> {
+        self.sprints.iter().position(SprintRun::awaiting_merge)
     }
 
     pub fn active(&self) -> Option<&ActiveDispatch> {
@@ -613,6 +625,11 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
             }
         }
         Event::StopTicked { ticks, .. } => st.stop_ticks = *ticks,
+        Event::Merged { unit, sprint, .. } => {
+            if let Some(c) = sprint_mut(st, *unit, *sprint).and_then(|s| s.completion.as_mut()) {
+                c.awaiting_merge = false;
+            }
+        }
     }
 }
 

@@ -20,6 +20,9 @@ pub struct Sim {
     pub log: Vec<Event>,
     pub now: DateTime<Utc>,
     pub effects: Vec<Effect>,
+    /// Answer every merge asked for at once, as a runner whose merges always
+    /// succeed would (off: merges wait until the test answers them).
+    pub auto_merge: bool,
 }
 
 impl Sim {
@@ -29,6 +32,7 @@ impl Sim {
             log: Vec::new(),
             now: Utc.with_ymd_and_hms(2026, 11, 22, 9, 0, 0).unwrap(),
             effects: Vec::new(),
+            auto_merge: true,
         };
         sim.send(Input::Start {
             operation: OperationId("op1".into()),
@@ -41,7 +45,32 @@ impl Sim {
         sim
     }
 
+    /// Decides one input; with `auto_merge`, the merges it asks for are
+    /// confirmed at once and what they cause is part of the returned decision.
     pub fn send(&mut self, input: Input) -> Result<Decision, Refusal> {
+        let mut d = self.send_one(input)?;
+        if self.auto_merge {
+            let merges: Vec<Input> = d
+                .effects
+                .iter()
+                .filter_map(|e| match e {
+                    Effect::Integrate { unit, sprint, .. } => Some(Input::Integrated {
+                        unit: unit.clone(),
+                        sprint: sprint.clone(),
+                    }),
+                    _ => None,
+                })
+                .collect();
+            for m in merges {
+                let more = self.send(m).expect("a merge confirmation is never refused");
+                d.events.extend(more.events);
+                d.effects.extend(more.effects);
+            }
+        }
+        Ok(d)
+    }
+
+    fn send_one(&mut self, input: Input) -> Result<Decision, Refusal> {
         let d = decide(self.state.as_ref(), input, self.now)?;
         for e in &d.events {
             check_invariants(self.state.as_ref(), e);
@@ -158,6 +187,10 @@ pub fn check_invariants(before: Option<&OperationState>, e: &Event) {
                 "attempt {attempt} exceeds max_retries"
             );
             assert!(u.active().is_none(), "two agents on one unit");
+            assert!(
+                u.awaiting_merge().is_none(),
+                "sprint dispatched while an earlier one's merge is unconfirmed"
+            );
         }
         Event::Unit { unit, to, .. } => {
             let from = st.units[*unit].status;
@@ -165,6 +198,12 @@ pub fn check_invariants(before: Option<&OperationState>, e: &Event) {
                 from.can_become(*to),
                 "illegal unit transition {from} -> {to}"
             );
+            if *to == UnitStatus::Completed {
+                assert!(
+                    st.units[*unit].awaiting_merge().is_none(),
+                    "unit completed before its merges were confirmed"
+                );
+            }
             if from == UnitStatus::NotStarted && *to == UnitStatus::Running {
                 for d in &st.plan.work_units[*unit].depends_on {
                     let dep = &st.units[st.unit_index(d).unwrap()];
