@@ -1,11 +1,14 @@
 //! Sprint Supervisor: runs many coding agents on one execution plan.
 //!
 //! Layers (see the README's architecture part): [`plan`] reads the plan,
-//! [`engine`] decides, [`report`] renders text; adapters ([`runner`], [`store`])
-//! carry effects out; the front door ([`cli`]) is thin.
+//! [`engine`] decides, [`report`] renders text; [`drive`] is the one loop that
+//! feeds the engine and carries its effects out through a place's adapters
+//! ([`runner`] for local processes, [`github`] for Actions runs, [`store`] for
+//! the log); the front doors ([`cli`], [`server`]) are thin.
 
 pub mod cli;
 pub mod contract;
+pub mod drive;
 pub mod engine;
 pub mod github;
 pub mod plan;

@@ -5,6 +5,7 @@ pub mod action_cmd;
 pub mod plan_cmd;
 pub mod run_cmd;
 pub mod serve_cmd;
+pub mod terminal;
 
 use crate::engine::Input;
 use clap::{Parser, Subcommand};

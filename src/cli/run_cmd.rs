@@ -3,7 +3,8 @@
 use crate::engine::{Input, OverallStatus, Refusal};
 use crate::plan::{self, LoadedPlan};
 use crate::report;
-use crate::runner::local::{self, default_output, exit, OutputMode, Supervisor};
+use super::terminal::{self, default_output, exit, OutputMode, Terminal};
+use crate::runner::local::{self, Supervisor};
 use crate::runner::{process, verify};
 use crate::settings::{self, FileSettings, ModelIdsFile, Settings};
 use anyhow::{anyhow, Result};
@@ -212,7 +213,7 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
         return Ok(exit::USAGE);
     }
     let out = flags.output();
-    let mut sup = Supervisor::open(plan, settings, out)?;
+    let mut sup = Supervisor::open(plan, settings, Box::new(Terminal::new(out)))?;
     let finished = sup
         .state()
         .filter(|st| st.status == OverallStatus::Completed)
@@ -283,7 +284,11 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
             }
         }
     }
-    sup.run_loop()
+    let ending = sup.run_loop()?;
+    if let Some(st) = sup.state() {
+        terminal::farewell(out, ending, st);
+    }
+    Ok(terminal::exit_code(ending))
 }
 
 /// A path as the person would type it: relative to the current directory when
@@ -378,7 +383,7 @@ pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
         return Ok(exit::COMPLETED);
     }
     let settings = settings_for(&plan, &RunFlags::default())?;
-    let mut sup = Supervisor::open(plan, settings, OutputMode::Lines)?;
+    let mut sup = Supervisor::open(plan, settings, Box::new(Terminal::new(OutputMode::Lines)))?;
     match sup.handle(input)? {
         Ok(()) => {}
         Err(Refusal::Ritual(text)) => {

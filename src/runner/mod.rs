@@ -5,5 +5,6 @@
 pub mod git;
 pub mod local;
 pub mod lockfile;
+pub mod place;
 pub mod process;
 pub mod verify;

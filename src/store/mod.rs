@@ -1,4 +1,5 @@
-//! Durable state: the event log and its outbox. Events and the effects they imply
+//! Durable state: the event log and its outbox (the [`Outbox`] port of
+//! `drive`). Events and the effects they imply
 //! are written together, in one record, before any effect is carried out; effects
 //! are marked done afterwards. On restart, the log is replayed and every effect not
 //! marked done is carried out again (effects are idempotent).
@@ -8,19 +9,12 @@
 
 pub mod sql;
 
-use crate::engine::{Effect, Event, OperationState};
+use crate::drive::{EffectKey, Entry, Loaded, Outbox};
+use crate::engine::{Effect, Event};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-
-/// An effect waiting in the outbox, with its idempotency key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PendingEffect {
-    /// `<record sequence>.<index>`: stable across restarts.
-    pub id: String,
-    pub effect: Effect,
-}
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "record", rename_all = "snake_case")]
@@ -28,10 +22,10 @@ enum Record {
     Decision {
         seq: u64,
         events: Vec<Event>,
-        effects: Vec<PendingEffect>,
+        effects: Vec<Entry>,
     },
     Done {
-        effect: String,
+        effect: EffectKey,
     },
 }
 
@@ -51,27 +45,6 @@ pub enum StoreError {
         line: usize,
         message: String,
     },
-}
-
-/// What a store gives back on start-up.
-#[derive(Debug, Default)]
-pub struct Loaded {
-    pub state: Option<OperationState>,
-    pub events: usize,
-    /// Effects recorded but not yet marked done, in order.
-    pub pending: Vec<PendingEffect>,
-}
-
-/// The port every store implements (files here; SQLite/PostgreSQL for the service).
-pub trait Ledger {
-    fn load(&mut self) -> Result<Loaded, StoreError>;
-    /// Writes the events and their effects as one durable record.
-    fn append(
-        &mut self,
-        events: &[Event],
-        effects: &[Effect],
-    ) -> Result<Vec<PendingEffect>, StoreError>;
-    fn mark_done(&mut self, effect_id: &str) -> Result<(), StoreError>;
 }
 
 pub struct FileLedger {
@@ -125,15 +98,15 @@ impl FileLedger {
     }
 }
 
-impl Ledger for FileLedger {
-    fn load(&mut self) -> Result<Loaded, StoreError> {
+impl FileLedger {
+    pub fn load(&mut self) -> Result<Loaded, StoreError> {
         let file = match File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
             Err(e) => return Err(self.io(e)),
         };
         let mut state = None;
-        let mut pending: Vec<PendingEffect> = Vec::new();
+        let mut pending: Vec<Entry> = Vec::new();
         let mut events = 0;
         let mut good_len = 0u64;
         let mut lines = BufReader::new(file).lines().enumerate().peekable();
@@ -166,7 +139,7 @@ impl Ledger for FileLedger {
                     pending.extend(effects);
                     self.next_seq = seq + 1;
                 }
-                Record::Done { effect } => pending.retain(|p| p.id != effect),
+                Record::Done { effect } => pending.retain(|p| p.key != effect),
             }
         }
         // Cut a torn tail so the next append starts on a clean line.
@@ -185,33 +158,44 @@ impl Ledger for FileLedger {
         })
     }
 
-    fn append(
-        &mut self,
-        events: &[Event],
-        effects: &[Effect],
-    ) -> Result<Vec<PendingEffect>, StoreError> {
+    pub fn append(&mut self, events: &[Event], effects: &[Effect]) -> Result<Vec<Entry>, StoreError> {
         let seq = self.next_seq;
-        let pending: Vec<PendingEffect> = effects
+        let entries: Vec<Entry> = effects
             .iter()
             .enumerate()
-            .map(|(i, e)| PendingEffect {
-                id: format!("{seq}.{i}"),
+            .map(|(i, e)| Entry {
+                key: EffectKey {
+                    seq,
+                    index: i as u32,
+                },
                 effect: e.clone(),
             })
             .collect();
         self.write_line(&Record::Decision {
             seq,
             events: events.to_vec(),
-            effects: pending.clone(),
+            effects: entries.clone(),
         })?;
         self.next_seq += 1;
-        Ok(pending)
+        Ok(entries)
     }
 
-    fn mark_done(&mut self, effect_id: &str) -> Result<(), StoreError> {
-        self.write_line(&Record::Done {
-            effect: effect_id.to_string(),
-        })
+    pub fn mark_done(&mut self, key: EffectKey) -> Result<(), StoreError> {
+        self.write_line(&Record::Done { effect: key })
+    }
+}
+
+/// The ledger's writes are synchronous: each future is ready when first polled.
+impl Outbox for FileLedger {
+    type Error = StoreError;
+    async fn append(&mut self, events: &[Event], effects: &[Effect]) -> Result<Vec<Entry>, StoreError> {
+        FileLedger::append(self, events, effects)
+    }
+    async fn done(&mut self, key: EffectKey) -> Result<(), StoreError> {
+        self.mark_done(key)
+    }
+    async fn load(&mut self) -> Result<Loaded, StoreError> {
+        FileLedger::load(self)
     }
 }
 
@@ -243,7 +227,7 @@ mod tests {
         .unwrap();
         let mut l = FileLedger::new(dir.path());
         let pending = l.append(&d.events, &d.effects).unwrap();
-        l.mark_done(&pending[0].id).unwrap();
+        l.mark_done(pending[0].key).unwrap();
         // A crash mid-write leaves half a line.
         std::fs::OpenOptions::new()
             .append(true)
@@ -258,9 +242,9 @@ mod tests {
             d.events.len() as u64
         );
         assert_eq!(loaded.pending.len(), pending.len() - 1);
-        assert_eq!(loaded.pending[0].id, pending[1].id);
+        assert_eq!(loaded.pending[0].key, pending[1].key);
         // The torn tail was cut: appending again yields a readable log.
-        again.mark_done(&pending[1].id).unwrap();
+        again.mark_done(pending[1].key).unwrap();
         assert_eq!(
             FileLedger::new(dir.path()).load().unwrap().pending.len(),
             pending.len() - 2

@@ -1,0 +1,152 @@
+//! What a local run shows the person at the terminal — a live table redrawn in
+//! place, plain lines for logs and pipes, JSON lines for programs — and the exit
+//! statuses `supervise run` ends with. The runner reports through [`Screen`];
+//! everything about how it looks lives here.
+
+use crate::engine::{self, OperationState, OverallStatus};
+use crate::report;
+use crate::runner::local::{Ending, Screen};
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+/// How the run reports to the person at the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputMode {
+    /// A live table redrawn in place.
+    Live,
+    /// Plain lines, for logs and pipes.
+    Lines,
+    /// One JSON object per event, on standard output.
+    Json,
+    Quiet,
+}
+
+/// The exit statuses of `supervise run`, documented in `--help` and the README.
+pub mod exit {
+    pub const COMPLETED: i32 = 0;
+    pub const USAGE: i32 = 1;
+    pub const VERIFICATION_FAILED: i32 = 2;
+    pub const BLOCKED: i32 = 3;
+    pub const STOPPED: i32 = 4;
+    pub const AWAITING_PERSON: i32 = 5;
+}
+
+pub fn default_output(json: bool) -> OutputMode {
+    if json {
+        OutputMode::Json
+    } else if std::io::stdout().is_terminal() {
+        OutputMode::Live
+    } else {
+        OutputMode::Lines
+    }
+}
+
+/// The [`Screen`] of a terminal in one of the output modes.
+pub struct Terminal {
+    out: OutputMode,
+    last_draw: Option<Instant>,
+}
+
+impl Terminal {
+    pub fn new(out: OutputMode) -> Terminal {
+        Terminal {
+            out,
+            last_draw: None,
+        }
+    }
+}
+
+impl Screen for Terminal {
+    fn events(&mut self, events: &[engine::Event]) {
+        for e in events {
+            match self.out {
+                OutputMode::Json => {
+                    if let Ok(s) = serde_json::to_string(e) {
+                        println!("{s}");
+                    }
+                }
+                OutputMode::Lines => {
+                    if let engine::Event::Decision { entry: d } = e {
+                        println!("[{}", report::decision_line(d).replacen(' ', "] ", 1));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn notice(&mut self, text: &str) {
+        match self.out {
+            OutputMode::Quiet => {}
+            OutputMode::Json => eprintln!("{text}"),
+            _ => println!("{text}"),
+        }
+    }
+
+    fn status(&mut self, st: &OperationState) {
+        // Redrawn at most five times a second: a burst of decisions is one frame.
+        if self.out != OutputMode::Live
+            || self
+                .last_draw
+                .is_some_and(|t| t.elapsed() < Duration::from_millis(200))
+        {
+            return;
+        }
+        self.last_draw = Some(Instant::now());
+        let recent: Vec<String> = st
+            .decisions
+            .iter()
+            .rev()
+            .take(8)
+            .rev()
+            .map(report::decision_line)
+            .collect();
+        print!(
+            "\x1b[H\x1b[2J{}\nRecent decisions:\n{}\n",
+            report::status_table(st, chrono::Utc::now()),
+            recent.join("\n")
+        );
+        let _ = std::io::stdout().flush();
+    }
+}
+
+/// The exit status of a run that ended so.
+pub fn exit_code(ending: Ending) -> i32 {
+    match ending {
+        Ending::Completed { verified: true } => exit::COMPLETED,
+        Ending::Completed { verified: false } => exit::VERIFICATION_FAILED,
+        Ending::Blocked => exit::BLOCKED,
+        Ending::AgentCommandFailed => exit::USAGE,
+        Ending::Stopped => exit::STOPPED,
+        Ending::AwaitingPerson => exit::AWAITING_PERSON,
+    }
+}
+
+/// The last lines of a run, whatever the output is: the status table (a live
+/// terminal already shows it) and where the work is, with the commands to look
+/// at it and take it.
+pub fn farewell(out: OutputMode, ending: Ending, st: &OperationState) {
+    if ending == Ending::AwaitingPerson {
+        Terminal::new(out).notice("Waiting for a person: a manual sprint needs confirming. Review it, then run `supervise resume`.");
+    }
+    if matches!(out, OutputMode::Quiet | OutputMode::Json) {
+        return;
+    }
+    if out == OutputMode::Lines {
+        println!("\n{}", report::status_table(st, chrono::Utc::now()));
+    }
+    if st.status == OverallStatus::Killed {
+        println!("\n{}", report::kill_summary(st));
+    }
+    let merged = st.units.iter().flat_map(|u| &u.sprints).any(|s| {
+        s.completion
+            .as_ref()
+            .is_some_and(|c| c.already_done.is_none())
+    });
+    if merged {
+        let branch = crate::contract::integration_branch(&st.id.0);
+        println!(
+            "\nThe work is on branch {branch} (your own branch and checkout are untouched):\n  git log --oneline {branch}   # what the agents did\n  git diff HEAD...{branch}     # all of it as one change\n  git merge {branch}           # take it into your branch"
+        );
+    }
+}

@@ -1,0 +1,322 @@
+//! The one loop that drives the engine, wherever agents run. It owns the order
+//! of things — decide an input, record its events and effects as one durable
+//! record, carry the effects out, mark each done, decide what they yielded —
+//! and what happens when an effect fails. It knows neither git nor GitHub: a
+//! place plugs in an [`Outbox`] (where the record is kept: JSON lines, SQL) and
+//! an [`Executor`] (how effects are carried out: local processes, Actions runs).
+//!
+//! Crash safety rests on the order: nothing is carried out before it is
+//! recorded, and every effect is idempotent, so whatever a crash left undone is
+//! carried out again from the outbox on the next start.
+
+use crate::engine::{decide_mut, Effect, Event, Input, OperationState, Refusal};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashSet, VecDeque};
+use std::fmt;
+use std::future::Future;
+
+/// An outbox entry's idempotency key: the decision's sequence number in the
+/// log and the effect's place in it. Stable across restarts; written `seq.index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EffectKey {
+    pub seq: u64,
+    pub index: u32,
+}
+
+impl fmt::Display for EffectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.seq, self.index)
+    }
+}
+
+impl std::str::FromStr for EffectKey {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (seq, index) = s
+            .split_once('.')
+            .ok_or_else(|| format!("`{s}` is not an effect key (seq.index)"))?;
+        Ok(EffectKey {
+            seq: seq.parse().map_err(|_| format!("bad sequence in `{s}`"))?,
+            index: index.parse().map_err(|_| format!("bad index in `{s}`"))?,
+        })
+    }
+}
+
+impl Serialize for EffectKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for EffectKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// One effect in the outbox, with its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    #[serde(rename = "id")]
+    pub key: EffectKey,
+    pub effect: Effect,
+}
+
+/// What carrying out one effect came to.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Done; these inputs follow from it (a launch that failed, a merge made…).
+    Done(Vec<Input>),
+    /// Not possible yet (CI still running, a review not given): it stays in
+    /// the outbox and is tried again when [`Driver::drive`] is told to.
+    Wait,
+}
+
+/// What a log holds: the state its events fold into and the effects not done.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub state: Option<OperationState>,
+    pub events: usize,
+    pub pending: Vec<Entry>,
+}
+
+/// Where decisions are recorded. Implemented by the JSON-lines ledger of local
+/// runs and the SQL store of the service.
+pub trait Outbox {
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// Writes the events and their effects as one durable record.
+    fn append(
+        &mut self,
+        events: &[Event],
+        effects: &[Effect],
+    ) -> impl Future<Output = Result<Vec<Entry>, Self::Error>> + Send;
+    fn done(&mut self, key: EffectKey) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    /// Reads the log back (after a failed append: the log is the record).
+    fn load(&mut self) -> impl Future<Output = Result<Loaded, Self::Error>> + Send;
+}
+
+/// Whether an effect that failed may succeed if tried again unchanged.
+pub trait Failure: fmt::Display {
+    fn is_transient(&self) -> bool;
+}
+
+/// How a place carries effects out. Each effect must be idempotent: it may be
+/// carried out again after a crash.
+pub trait Executor {
+    type Error: Failure;
+    fn carry_out(
+        &mut self,
+        state: Option<&OperationState>,
+        entry: &Entry,
+    ) -> impl Future<Output = Result<Outcome, Self::Error>> + Send;
+    /// An effect failed for good and leaves the outbox: tell the people
+    /// concerned. (What the engine must hear of it, the driver tells it.)
+    fn failed(
+        &mut self,
+        entry: &Entry,
+        error: &Self::Error,
+    ) -> impl Future<Output = ()> + Send;
+    /// Sees the events of every recorded decision (live output, logs).
+    fn observe(&mut self, _events: &[Event]) {}
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriveError<O, X> {
+    #[error(transparent)]
+    Outbox(O),
+    #[error("{0}")]
+    Executor(X),
+}
+
+/// One operation in motion: its state, its outbox entries not yet done, and
+/// the inputs waiting to be decided.
+#[derive(Debug, Default)]
+pub struct Driver {
+    pub state: Option<OperationState>,
+    pub pending: Vec<Entry>,
+    pub queue: VecDeque<Input>,
+    /// Entries that answered [`Outcome::Wait`]: passed over until a drive that
+    /// retries waiting ones, so waiting costs no work per input.
+    waiting: HashSet<EffectKey>,
+}
+
+impl Driver {
+    pub fn new(loaded: Loaded) -> Driver {
+        Driver {
+            state: loaded.state,
+            pending: loaded.pending,
+            ..Default::default()
+        }
+    }
+
+    /// Decides one input and records it; its effects join the outbox (carried
+    /// out by the next [`Driver::drive`]). A refusal changes nothing.
+    pub async fn decide<O: Outbox>(
+        &mut self,
+        outbox: &mut O,
+        input: Input,
+    ) -> Result<Result<Vec<Event>, Refusal>, O::Error> {
+        // Applied in place (no clone of the whole state per input); if the
+        // record cannot be written, the state falls back to what the log holds.
+        let d = match decide_mut(&mut self.state, input, chrono::Utc::now()) {
+            Ok(d) => d,
+            Err(r) => return Ok(Err(r)),
+        };
+        if d.events.is_empty() && d.effects.is_empty() {
+            return Ok(Ok(Vec::new()));
+        }
+        match outbox.append(&d.events, &d.effects).await {
+            Ok(entries) => {
+                self.pending.extend(entries);
+                Ok(Ok(d.events))
+            }
+            Err(e) => {
+                match outbox.load().await {
+                    Ok(loaded) => {
+                        self.state = loaded.state;
+                        self.pending = loaded.pending;
+                    }
+                    Err(again) => tracing::warn!(error = %again, "cannot reload the log either"),
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Carries out the outbox and decides the queued inputs (and those the
+    /// effects yield) until both are empty or only waiting entries are left.
+    /// `retry_waiting`: entries that waited are tried again in this drive.
+    pub async fn drive<O: Outbox, X: Executor>(
+        &mut self,
+        outbox: &mut O,
+        exec: &mut X,
+        retry_waiting: bool,
+    ) -> Result<(), DriveError<O::Error, X::Error>> {
+        loop {
+            if !self.carry_out(outbox, exec, retry_waiting).await? {
+                // A transient failure: the rest stays, in order, for a later drive.
+                return Ok(());
+            }
+            let Some(input) = self.queue.pop_front() else {
+                return Ok(());
+            };
+            match self.decide(outbox, input).await.map_err(DriveError::Outbox)? {
+                Ok(events) => exec.observe(&events),
+                Err(r) => tracing::debug!(%r, "input refused"),
+            }
+        }
+    }
+
+    /// Decides one input, then drives; the refusal, if any, is returned.
+    pub async fn submit<O: Outbox, X: Executor>(
+        &mut self,
+        outbox: &mut O,
+        exec: &mut X,
+        input: Input,
+    ) -> Result<Result<(), Refusal>, DriveError<O::Error, X::Error>> {
+        let r = match self.decide(outbox, input).await.map_err(DriveError::Outbox)? {
+            Ok(events) => {
+                exec.observe(&events);
+                Ok(())
+            }
+            Err(r) => Err(r),
+        };
+        self.drive(outbox, exec, false).await?;
+        Ok(r)
+    }
+
+    /// Carries out the pending entries in order. False when one failed in a way
+    /// that may pass: it and those after it wait for a later drive.
+    async fn carry_out<O: Outbox, X: Executor>(
+        &mut self,
+        outbox: &mut O,
+        exec: &mut X,
+        retry_waiting: bool,
+    ) -> Result<bool, DriveError<O::Error, X::Error>> {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let entry = self.pending[i].clone();
+            if self.waiting.contains(&entry.key) && !retry_waiting {
+                i += 1;
+                continue;
+            }
+            let span = tracing::info_span!("effect", key = %entry.key);
+            let outcome =
+                tracing::Instrument::instrument(exec.carry_out(self.state.as_ref(), &entry), span)
+                    .await;
+            let follow = match outcome {
+                Ok(Outcome::Done(inputs)) => inputs,
+                Ok(Outcome::Wait) => {
+                    self.waiting.insert(entry.key);
+                    i += 1;
+                    continue;
+                }
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(error = %e, key = %entry.key, "effect failed; will retry");
+                    return Ok(false);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, key = %entry.key, "effect failed for good");
+                    exec.failed(&entry, &e).await;
+                    given_up(&entry.effect, &e.to_string())
+                }
+            };
+            self.waiting.remove(&entry.key);
+            outbox.done(entry.key).await.map_err(DriveError::Outbox)?;
+            self.pending.remove(i);
+            self.queue.extend(follow);
+        }
+        Ok(true)
+    }
+}
+
+/// What the engine must hear of an effect abandoned after a failure: a launch
+/// that never happened is a failed dispatch; a merge that cannot be made needs
+/// a person. Other effects (a notice, a report) change nothing it decides on.
+fn given_up(effect: &Effect, error: &str) -> Vec<Input> {
+    match effect {
+        Effect::Dispatch(o) => vec![Input::DispatchFailed {
+            dispatch: o.dispatch.clone(),
+            error: error.to_string(),
+        }],
+        Effect::Integrate { unit, sprint, .. } => vec![Input::IntegrationFailed {
+            unit: unit.clone(),
+            sprint: sprint.clone(),
+            error: error.to_string(),
+        }],
+        _ => Vec::new(),
+    }
+}
+
+/// Runs a future whose every step is synchronous (the local place: files, git,
+/// processes) on the calling thread. Such futures never wait, so one poll
+/// finishes them; should one ever wait, it is polled again until it is done.
+pub fn finish_now<F: Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effect_keys_read_back_what_they_write() {
+        let k = EffectKey { seq: 42, index: 3 };
+        assert_eq!(k.to_string(), "42.3");
+        assert_eq!("42.3".parse::<EffectKey>().unwrap(), k);
+        assert!("42".parse::<EffectKey>().is_err());
+        assert!("x.1".parse::<EffectKey>().is_err());
+        let json = serde_json::to_string(&k).unwrap();
+        assert_eq!(json, "\"42.3\"");
+        assert_eq!(serde_json::from_str::<EffectKey>(&json).unwrap(), k);
+    }
+}

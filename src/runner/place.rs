@@ -1,0 +1,473 @@
+//! The local place agents run in: the [`Executor`] that carries the engine's
+//! effects out with local processes, each agent in a git worktree of its
+//! sprint's branch, merges into the operation's integration branch, build
+//! gates and condition polls run here, and the report files beside the plan.
+
+use super::git::Git;
+use super::local::{Msg, Screen};
+use super::process::{self, RunSpec, Watched};
+use super::verify;
+use crate::contract::{integration_branch, sprint_branch, RunResult};
+use crate::drive::{Entry, Executor, Failure, Outcome};
+use crate::engine::{self, AgentReport, Effect, Evidence, Input, OperationState};
+use crate::plan::{LoadedPlan, SprintId};
+use crate::report;
+use crate::settings::Settings;
+use anyhow::{anyhow, Context, Result};
+use std::collections::HashSet;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+/// A local effect that failed: nothing here passes by waiting, so each is final
+/// (the person is told, and the engine hears what it needs to).
+#[derive(Debug)]
+pub struct LocalError(anyhow::Error);
+
+impl std::fmt::Display for LocalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl Failure for LocalError {
+    fn is_transient(&self) -> bool {
+        false
+    }
+}
+
+pub(super) struct LocalPlace {
+    pub(super) plan: LoadedPlan,
+    pub(super) dir: PathBuf,
+    pub(super) git: Git,
+    pub(super) settings: Settings,
+    pub(super) screen: Box<dyn Screen>,
+    pub(super) tx: Sender<Msg>,
+    /// Runs whose end is being watched for.
+    pub(super) watching: HashSet<engine::DispatchId>,
+    /// Merged sprints found missing from the integration branch at the end.
+    pub(super) lost_at_end: Vec<String>,
+    /// The integration head this process's last merge left: while the branch
+    /// still holds it, everything merged before is there too, and the
+    /// per-sprint check (a history walk per merged sprint) is skipped.
+    integrated_head: Option<git2::Oid>,
+}
+
+impl Executor for LocalPlace {
+    type Error = LocalError;
+
+    // Every step is synchronous (files, git, process launches): the future is
+    // ready when first polled (see `drive::finish_now`).
+    async fn carry_out(
+        &mut self,
+        state: Option<&OperationState>,
+        entry: &Entry,
+    ) -> Result<Outcome, LocalError> {
+        self.effect(state, &entry.effect)
+            .map(Outcome::Done)
+            .map_err(LocalError)
+    }
+
+    async fn failed(&mut self, _entry: &Entry, error: &LocalError) {
+        self.screen.notice(&format!("error: {error}"));
+    }
+
+    fn observe(&mut self, events: &[engine::Event]) {
+        self.screen.events(events);
+    }
+}
+
+impl LocalPlace {
+    pub(super) fn new(
+        plan: LoadedPlan,
+        dir: PathBuf,
+        git: Git,
+        settings: Settings,
+        screen: Box<dyn Screen>,
+        tx: Sender<Msg>,
+    ) -> LocalPlace {
+        LocalPlace {
+            plan,
+            dir,
+            git,
+            settings,
+            screen,
+            tx,
+            watching: HashSet::new(),
+            lost_at_end: Vec::new(),
+            integrated_head: None,
+        }
+    }
+
+    pub(super) fn runs(&self) -> PathBuf {
+        self.dir.join("runs")
+    }
+
+    /// The lock a sprint worktree's current attempt holds (see `process::run_agent`).
+    fn worktree_lock(&self, branch: &str) -> PathBuf {
+        self.dir
+            .join("locks")
+            .join(format!("{}.lock", branch.replace('/', "__")))
+    }
+
+    /// Watches a run (launched now, or adopted after a restart) for its end.
+    pub(super) fn watch(&mut self, d: engine::DispatchId, child: Option<std::process::Child>) {
+        if !self.watching.insert(d.clone()) {
+            return;
+        }
+        let dir = process::run_dir(&self.runs(), &d.0);
+        process::watch(dir, child, self.tx.clone(), move |w| match w {
+            Watched::Finished => Msg::Finished(d.clone()),
+            Watched::Activity => Msg::Activity(d.clone()),
+        });
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.settings.verify_timeout_secs)
+    }
+
+    fn effect(&mut self, state: Option<&OperationState>, effect: &Effect) -> Result<Vec<Input>> {
+        let st = state.ok_or_else(|| anyhow!("an effect before the operation started"))?;
+        let op = st.id.0.as_str();
+        let branch_of = |unit: &str, sprint: &SprintId| {
+            sprint_branch(op, &st.unit_slug(unit), sprint.as_str())
+        };
+        match effect {
+            Effect::Dispatch(order) => {
+                let dir = process::run_dir(&self.runs(), &order.dispatch.0);
+                let branch = branch_of(&order.unit, &order.sprint);
+                let checkout = match self.git.ensure_sprint_worktree(op, &branch) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        return Ok(vec![Input::DispatchFailed {
+                            dispatch: order.dispatch.clone(),
+                            error: format!("{e:#}"),
+                        }])
+                    }
+                };
+                let agent = self.settings.agent.clone().ok_or_else(|| anyhow!("no agent command: pass --agent CMD or set `agent:` in .github/supervise.yml"))?;
+                let (unit, sprint) = plan_sprint(st, &order.unit, &order.sprint)?;
+                let spec = RunSpec {
+                    order: order.clone(),
+                    agent,
+                    checkout,
+                    unit,
+                    sprint,
+                    verify_timeout_secs: self.settings.verify_timeout_secs,
+                    worktree_lock: Some(self.worktree_lock(&branch)),
+                    branch,
+                };
+                let child = process::spawn(&dir, &spec)?;
+                self.watch(order.dispatch.clone(), child);
+                Ok(Vec::new())
+            }
+            Effect::Cancel { dispatch, force } => {
+                // `killall` is an emergency: a short grace, never longer than the setting.
+                let grace = Duration::from_secs(if *force {
+                    self.settings.kill_grace_secs.min(2)
+                } else {
+                    self.settings.kill_grace_secs
+                });
+                process::cancel(&process::run_dir(&self.runs(), &dispatch.0), grace);
+                Ok(Vec::new())
+            }
+            Effect::Integrate {
+                unit,
+                sprint,
+                dispatch,
+            } => {
+                // Agents can move refs: what was merged must still be there. (The
+                // sprint merged now is left out: a reopened one is not yet back.)
+                let branch = branch_of(unit, sprint);
+                let mut follow: Vec<Input> = self
+                    .lost_merges(st)?
+                    .into_iter()
+                    .filter(|(_, _, b)| *b != branch)
+                    .map(|(unit, sprint, branch)| Input::MergeLost {
+                        unit,
+                        sprint,
+                        detail: format!("{branch} is not contained in {}", integration_branch(op)),
+                    })
+                    .collect();
+                self.git.integrate(
+                    op,
+                    &branch,
+                    &format!("Merge {unit} Sprint {sprint} ({dispatch})"),
+                )?;
+                self.record_merged(&branch)?;
+                self.integrated_head = Some(self.git.integration_head(op)?);
+                self.git.remove_worktree(&branch);
+                follow.push(Input::Integrated {
+                    unit: unit.clone(),
+                    sprint: sprint.clone(),
+                });
+                Ok(follow)
+            }
+            Effect::RunGate { gate, layer, units } => {
+                let cmd = self
+                    .settings
+                    .build_gate
+                    .clone()
+                    .unwrap_or_else(|| "true".into());
+                let dir = self.git.gate_worktree(op)?;
+                let (tx, gate, timeout) = (self.tx.clone(), *gate, self.timeout());
+                self.screen.notice(&format!(
+                    "🏗️  Phase {layer} complete ({}). Running coordinated build: {cmd}",
+                    units.join(", ")
+                ));
+                std::thread::spawn(move || {
+                    let (passed, output) = verify::run_shell(&cmd, &dir, timeout);
+                    let _ = tx.send(Msg::Input(Input::GateResult {
+                        gate,
+                        passed,
+                        output,
+                    }));
+                });
+                Ok(Vec::new())
+            }
+            Effect::PollCondition { unit, sprint } => {
+                let checkout = self
+                    .git
+                    .ensure_sprint_worktree(op, &branch_of(unit, sprint))?;
+                let (u, s) = plan_sprint(st, unit, sprint)?;
+                let (tx, unit, sprint, timeout) =
+                    (self.tx.clone(), unit.clone(), sprint.clone(), self.timeout());
+                std::thread::spawn(move || {
+                    let results = verify::verify_sprint(&u, &s, &checkout, timeout);
+                    let met = results
+                        .iter()
+                        .all(|r| r.outcome != engine::CriterionOutcome::Failed)
+                        && results
+                            .iter()
+                            .any(|r| r.outcome == engine::CriterionOutcome::Passed);
+                    let _ = tx.send(Msg::Input(Input::ConditionPolled {
+                        unit,
+                        sprint,
+                        met,
+                        error: None,
+                        criteria: results,
+                    }));
+                });
+                Ok(Vec::new())
+            }
+            Effect::Notify { kind, text, .. } => {
+                self.screen
+                    .notice(&format!("{}{text}", report::notice_prefix(*kind)));
+                Ok(Vec::new())
+            }
+            Effect::PublishStatus => {
+                self.publish(st)?;
+                Ok(Vec::new())
+            }
+            // The files are rewritten by the PublishStatus of the same decision.
+            Effect::FinalReport => {
+                self.lost_at_end = self
+                    .lost_merges(st)?
+                    .into_iter()
+                    .map(|(_, _, branch)| branch)
+                    .collect();
+                if !self.lost_at_end.is_empty() {
+                    self.screen.notice(&format!(
+                        "⚠️  Work merged earlier is missing from {}: something moved it back. Merge it again:\n{}",
+                        integration_branch(op),
+                        self.lost_at_end
+                            .iter()
+                            .map(|b| format!("  git merge {b}"))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    ));
+                }
+                self.screen.notice(&report::final_summary(st));
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// `merged`: the sprint branches this operation has merged, one per line,
+    /// appended after each merge (a sprint whose merge is still in the outbox is
+    /// not in it, so it is never taken for lost).
+    fn merged_branches(&self) -> HashSet<String> {
+        std::fs::read_to_string(self.dir.join("merged"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn record_merged(&self, branch: &str) -> Result<()> {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("merged"))?;
+        writeln!(f, "{branch}")?;
+        Ok(())
+    }
+
+    /// COMPLETED sprints (merged by this operation) whose branch head the
+    /// integration branch no longer contains: (unit, sprint, branch).
+    fn lost_merges(&self, st: &OperationState) -> Result<Vec<(String, SprintId, String)>> {
+        if let Some(head) = self.integrated_head {
+            if self.git.holds_commit(&st.id.0, head)? {
+                return Ok(Vec::new());
+            }
+        }
+        let merged = self.merged_branches();
+        let mut lost = Vec::new();
+        for u in &st.units {
+            for s in &u.sprints {
+                let branch = sprint_branch(&st.id.0, &u.slug, s.id.as_str());
+                if s.status() != engine::SprintStatus::Completed || !merged.contains(&branch) {
+                    continue;
+                }
+                if self.git.holds(&st.id.0, &branch)? == Some(false) {
+                    lost.push((u.name.clone(), s.id.clone(), branch));
+                }
+            }
+        }
+        Ok(lost)
+    }
+
+    /// Rewrites SUPERVISOR_STATE.md and COMPLETE_<NAME>.md and refreshes the screen.
+    pub(super) fn publish(&mut self, st: &OperationState) -> Result<()> {
+        let runs = self.runs();
+        let output_file = |d: &engine::DispatchId| {
+            process::run_dir(&runs, &d.0)
+                .join("output.log")
+                .strip_prefix(&self.plan.root)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        };
+        write_file(
+            &self.plan.root.join("SUPERVISOR_STATE.md"),
+            &report::supervisor_state_md(st, &output_file),
+        )?;
+        if st
+            .units
+            .iter()
+            .any(|u| u.sprints.iter().any(|s| s.completion.is_some()))
+        {
+            write_file(
+                &self.plan.root.join(report::complete_file_name(st)),
+                &report::complete_md(st, chrono::Utc::now()),
+            )?;
+        }
+        self.screen.status(st);
+        Ok(())
+    }
+
+    /// Turns a finished run into the engine's input: the wrapper's result plus the
+    /// git evidence, read now (after any earlier merges) so a conflict is current.
+    pub(super) fn finished_input(
+        &self,
+        st: &OperationState,
+        d: &engine::DispatchId,
+    ) -> Result<Option<Input>> {
+        let Some((u, s)) = st.find_dispatch(d) else {
+            return Ok(None);
+        };
+        let unit = &st.plan.work_units[u];
+        let sprint = &unit.sprints[s];
+        let branch = sprint_branch(&st.id.0, &st.units[u].slug, sprint.id.as_str());
+        let dir = process::run_dir(&self.runs(), &d.0);
+        let result = process::read_result(&dir).unwrap_or_else(|| RunResult {
+            output_tail: verify::tail(
+                &std::fs::read_to_string(dir.join("output.log")).unwrap_or_default(),
+                4000,
+            ),
+            ..Default::default()
+        });
+        let git = self.git.evidence(&st.id.0, &branch)?;
+        let checkout = self.git.ensure_sprint_worktree(&st.id.0, &branch).ok();
+        let progress = checkout
+            .as_deref()
+            .and_then(|c| verify::progress_marker(&st.plan, unit, sprint, c));
+        let report = AgentReport {
+            exit_code: result.exit_code,
+            output_tail: result.output_tail,
+            turns_used: result.turns_used,
+            evidence: Evidence {
+                commits: git.commits,
+                uncommitted: git.uncommitted,
+                progress,
+                criteria: result.criteria,
+                ci_passed: None,
+                merge_conflict: git.merge_conflict,
+            },
+        };
+        Ok(Some(Input::AgentFinished {
+            dispatch: d.clone(),
+            report,
+        }))
+    }
+
+    /// §3 steps 4–5 at start: each unit's leading sprints that the committed
+    /// progress files mark complete and whose exit criteria do not fail, checked
+    /// in a clean checkout of the starting commit (never the user's checkout).
+    pub(super) fn already_done(&self, op: &str) -> Result<Vec<engine::AlreadyDone>> {
+        let plan = &self.plan.plan;
+        let has_progress = plan
+            .referenced_files
+            .iter()
+            .any(|f| f.role == crate::plan::FileRole::Progress);
+        if !has_progress {
+            return Ok(Vec::new());
+        }
+        let root = self.git.gate_worktree(op)?;
+        let mut found = Vec::new();
+        for unit in &plan.work_units {
+            for sprint in &unit.sprints {
+                if verify::progress_marker(plan, unit, sprint, &root)
+                    != Some(engine::ProgressMarker::Complete)
+                {
+                    break;
+                }
+                let criteria = verify::verify_sprint(unit, sprint, &root, self.timeout());
+                let count = |o: engine::CriterionOutcome| {
+                    criteria.iter().filter(|c| c.outcome == o).count()
+                };
+                if count(engine::CriterionOutcome::Failed) > 0 {
+                    break;
+                }
+                found.push(engine::AlreadyDone {
+                    unit: unit.name.clone(),
+                    sprint: sprint.id.clone(),
+                    evidence: format!(
+                        "the progress file marks Sprint {} complete at the starting commit; exit criteria: {} passed, {} need a person",
+                        sprint.id,
+                        count(engine::CriterionOutcome::Passed),
+                        count(engine::CriterionOutcome::Unverified)
+                    ),
+                    criteria,
+                });
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// The plan's unit and sprint an order or poll names.
+fn plan_sprint(
+    st: &OperationState,
+    unit: &str,
+    sprint: &SprintId,
+) -> Result<(crate::plan::WorkUnit, crate::plan::Sprint)> {
+    let u = st
+        .plan
+        .unit(unit)
+        .ok_or_else(|| anyhow!("unknown unit {unit}"))?;
+    let s = u
+        .sprints
+        .iter()
+        .find(|s| &s.id == sprint)
+        .ok_or_else(|| anyhow!("unknown sprint {unit} Sprint {sprint}"))?;
+    Ok((u.clone(), s.clone()))
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("md.tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
