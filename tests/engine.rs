@@ -1030,7 +1030,11 @@ fn a_merge_that_needs_a_person_blocks_its_unit_until_resume_merges_it() {
     assert_eq!(sim.unit("api").status, UnitStatus::Blocked);
     assert!(d.effects.iter().any(|e| matches!(e,
         Effect::Notify { kind: NoticeKind::Blocked, text, .. } if text.contains("no longer merges") && text.contains("supervise resume api"))));
-    let d = sim.send(Input::Resume { unit: Some("api".into()) }).unwrap();
+    let d = sim
+        .send(Input::Resume {
+            unit: Some("api".into()),
+        })
+        .unwrap();
     assert!(
         d.effects
             .iter()

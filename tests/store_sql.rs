@@ -207,9 +207,7 @@ async fn operation_log_round_trip(s: &SqlStore) {
         .await
         .unwrap();
     s.append("op-1", &[e2.clone()], &[]).await.unwrap();
-    s.effect_done("op-1", first.1[0].seq, first.1[0].idx)
-        .await
-        .unwrap();
+    s.effect_done("op-1", first.1[0].key).await.unwrap();
     let loaded = s.load_operation("op-1").await.unwrap();
     let (events, pending) = (loaded.events, loaded.pending);
     assert_eq!(events, vec![e1, e2]);

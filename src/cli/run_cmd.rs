@@ -1,9 +1,9 @@
 //! `supervise run | start | resume | status | stop | killall | name-feature | verify`.
 
+use super::terminal::{self, default_output, exit, OutputMode, Terminal};
 use crate::engine::{Input, OverallStatus, Refusal};
 use crate::plan::{self, LoadedPlan};
 use crate::report;
-use super::terminal::{self, default_output, exit, OutputMode, Terminal};
 use crate::runner::local::{self, Supervisor};
 use crate::runner::{process, verify};
 use crate::settings::{self, FileSettings, ModelIdsFile, Settings};

@@ -113,21 +113,9 @@ pub trait Executor {
     ) -> impl Future<Output = Result<Outcome, Self::Error>> + Send;
     /// An effect failed for good and leaves the outbox: tell the people
     /// concerned. (What the engine must hear of it, the driver tells it.)
-    fn failed(
-        &mut self,
-        entry: &Entry,
-        error: &Self::Error,
-    ) -> impl Future<Output = ()> + Send;
+    fn failed(&mut self, entry: &Entry, error: &Self::Error) -> impl Future<Output = ()> + Send;
     /// Sees the events of every recorded decision (live output, logs).
     fn observe(&mut self, _events: &[Event]) {}
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum DriveError<O, X> {
-    #[error(transparent)]
-    Outbox(O),
-    #[error("{0}")]
-    Executor(X),
 }
 
 /// One operation in motion: its state, its outbox entries not yet done, and
@@ -143,6 +131,14 @@ pub struct Driver {
 }
 
 impl Driver {
+    /// Falls back to what the log holds (another replica acted, or a write
+    /// failed); inputs not yet decided stay queued.
+    pub fn reload(&mut self, loaded: Loaded) {
+        self.state = loaded.state;
+        self.pending = loaded.pending;
+        self.waiting.clear();
+    }
+
     pub fn new(loaded: Loaded) -> Driver {
         Driver {
             state: loaded.state,
@@ -174,10 +170,7 @@ impl Driver {
             }
             Err(e) => {
                 match outbox.load().await {
-                    Ok(loaded) => {
-                        self.state = loaded.state;
-                        self.pending = loaded.pending;
-                    }
+                    Ok(loaded) => self.reload(loaded),
                     Err(again) => tracing::warn!(error = %again, "cannot reload the log either"),
                 }
                 Err(e)
@@ -188,12 +181,14 @@ impl Driver {
     /// Carries out the outbox and decides the queued inputs (and those the
     /// effects yield) until both are empty or only waiting entries are left.
     /// `retry_waiting`: entries that waited are tried again in this drive.
+    /// An effect's failure is the executor's to report, never an error here:
+    /// only the outbox failing stops the drive.
     pub async fn drive<O: Outbox, X: Executor>(
         &mut self,
         outbox: &mut O,
         exec: &mut X,
         retry_waiting: bool,
-    ) -> Result<(), DriveError<O::Error, X::Error>> {
+    ) -> Result<(), O::Error> {
         loop {
             if !self.carry_out(outbox, exec, retry_waiting).await? {
                 // A transient failure: the rest stays, in order, for a later drive.
@@ -202,7 +197,7 @@ impl Driver {
             let Some(input) = self.queue.pop_front() else {
                 return Ok(());
             };
-            match self.decide(outbox, input).await.map_err(DriveError::Outbox)? {
+            match self.decide(outbox, input).await? {
                 Ok(events) => exec.observe(&events),
                 Err(r) => tracing::debug!(%r, "input refused"),
             }
@@ -215,8 +210,8 @@ impl Driver {
         outbox: &mut O,
         exec: &mut X,
         input: Input,
-    ) -> Result<Result<(), Refusal>, DriveError<O::Error, X::Error>> {
-        let r = match self.decide(outbox, input).await.map_err(DriveError::Outbox)? {
+    ) -> Result<Result<(), Refusal>, O::Error> {
+        let r = match self.decide(outbox, input).await? {
             Ok(events) => {
                 exec.observe(&events);
                 Ok(())
@@ -234,7 +229,7 @@ impl Driver {
         outbox: &mut O,
         exec: &mut X,
         retry_waiting: bool,
-    ) -> Result<bool, DriveError<O::Error, X::Error>> {
+    ) -> Result<bool, O::Error> {
         let mut i = 0;
         while i < self.pending.len() {
             let entry = self.pending[i].clone();
@@ -263,10 +258,22 @@ impl Driver {
                     given_up(&entry.effect, &e.to_string())
                 }
             };
+            // What the effect yielded is recorded before the effect is marked
+            // done: a crash in between carries the effect out again (it is
+            // idempotent, and so is what it yields), instead of losing, say,
+            // the news that a merge was made.
+            for input in follow {
+                match self.decide(outbox, input).await? {
+                    Ok(events) => exec.observe(&events),
+                    Err(r) => tracing::debug!(%r, "input refused"),
+                }
+            }
             self.waiting.remove(&entry.key);
-            outbox.done(entry.key).await.map_err(DriveError::Outbox)?;
-            self.pending.remove(i);
-            self.queue.extend(follow);
+            outbox.done(entry.key).await?;
+            let at = self.pending.iter().position(|p| p.key == entry.key);
+            if let Some(at) = at {
+                self.pending.remove(at);
+            }
         }
         Ok(true)
     }
@@ -307,6 +314,154 @@ pub fn finish_now<F: Future>(fut: F) -> F::Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::*;
+
+    /// A log in memory whose `done` can be made to fail, as a crash between
+    /// carrying an effect out and marking it done would.
+    #[derive(Default)]
+    struct MemLog {
+        records: Vec<(Vec<Event>, Vec<Entry>)>,
+        done: HashSet<EffectKey>,
+        crash_on_done: bool,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("crashed")]
+    struct Crashed;
+
+    impl Outbox for MemLog {
+        type Error = Crashed;
+        async fn append(
+            &mut self,
+            events: &[Event],
+            effects: &[Effect],
+        ) -> Result<Vec<Entry>, Crashed> {
+            let seq = self.records.len() as u64 + 1;
+            let entries: Vec<Entry> = effects
+                .iter()
+                .enumerate()
+                .map(|(i, e)| Entry {
+                    key: EffectKey {
+                        seq,
+                        index: i as u32,
+                    },
+                    effect: e.clone(),
+                })
+                .collect();
+            self.records.push((events.to_vec(), entries.clone()));
+            Ok(entries)
+        }
+        async fn done(&mut self, key: EffectKey) -> Result<(), Crashed> {
+            if self.crash_on_done {
+                return Err(Crashed);
+            }
+            self.done.insert(key);
+            Ok(())
+        }
+        async fn load(&mut self) -> Result<Loaded, Crashed> {
+            let events: Vec<Event> = self.records.iter().flat_map(|r| r.0.clone()).collect();
+            Ok(Loaded {
+                state: OperationState::replay(&events),
+                events: events.len(),
+                pending: self
+                    .records
+                    .iter()
+                    .flat_map(|r| r.1.clone())
+                    .filter(|e| !self.done.contains(&e.key))
+                    .collect(),
+            })
+        }
+    }
+
+    /// Merges every sprint it is asked to; launches nothing.
+    struct Merger;
+
+    impl Failure for Crashed {
+        fn is_transient(&self) -> bool {
+            false
+        }
+    }
+
+    impl Executor for Merger {
+        type Error = Crashed;
+        async fn carry_out(
+            &mut self,
+            _: Option<&OperationState>,
+            entry: &Entry,
+        ) -> Result<Outcome, Crashed> {
+            Ok(Outcome::Done(match &entry.effect {
+                Effect::Integrate { unit, sprint, .. } => vec![Input::Integrated {
+                    unit: unit.clone(),
+                    sprint: sprint.clone(),
+                }],
+                _ => Vec::new(),
+            }))
+        }
+        async fn failed(&mut self, _: &Entry, _: &Crashed) {}
+    }
+
+    #[test]
+    fn what_an_effect_yields_is_recorded_before_the_effect_is_marked_done() {
+        let plan = crate::plan::parse(
+            "# P\n\n## Sprint 1: Implement x\n- [ ] `make x` passes\n## Sprint 2: Implement y\n- [ ] `make y` passes\n",
+            "p",
+        )
+        .unwrap();
+        let (mut log, mut driver) = (MemLog::default(), Driver::default());
+        let start = Input::Start {
+            operation: OperationId("op".into()),
+            plan: Box::new(plan),
+            config: EngineConfig::default(),
+            seed: 1,
+            already_done: Vec::new(),
+        };
+        finish_now(driver.submit(&mut log, &mut Merger, start))
+            .unwrap()
+            .unwrap();
+        let st = driver.state.as_ref().unwrap();
+        let dispatch = st.units[0].sprints[0].active.as_ref().unwrap().id.clone();
+        let report = AgentReport {
+            exit_code: Some(0),
+            output_tail: "Done.".into(),
+            turns_used: Some(3),
+            evidence: Evidence {
+                commits: vec!["abc1234".into()],
+                criteria: vec![CriterionResult {
+                    line: 1,
+                    text: "make x passes".into(),
+                    outcome: CriterionOutcome::Passed,
+                    detail: String::new(),
+                }],
+                ..Default::default()
+            },
+        };
+        // The process dies right after the merge, before marking it done.
+        log.crash_on_done = true;
+        let finished = Input::AgentFinished { dispatch, report };
+        assert!(finish_now(driver.submit(&mut log, &mut Merger, finished)).is_err());
+        let restarted = finish_now(log.load()).unwrap();
+        let st = restarted.state.as_ref().unwrap();
+        assert!(
+            !st.units[0].sprints[0].awaiting_merge(),
+            "the merge the executor reported is in the log"
+        );
+        assert!(
+            restarted
+                .pending
+                .iter()
+                .any(|e| matches!(e.effect, Effect::Integrate { .. })),
+            "the merge itself is carried out again (idempotent)"
+        );
+        // Carried out again after the restart, the merge changes nothing more.
+        log.crash_on_done = false;
+        let mut again = Driver::new(restarted);
+        finish_now(again.drive(&mut log, &mut Merger, false)).unwrap();
+        assert!(again.pending.is_empty());
+        assert_eq!(
+            again.state.as_ref().unwrap().units[0].sprints[1].status(),
+            SprintStatus::Dispatched
+        );
+    }
 
     #[test]
     fn effect_keys_read_back_what_they_write() {

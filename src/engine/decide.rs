@@ -391,7 +391,9 @@ impl Decider<'_> {
                 UnitStatus::Blocked => {
                     self.unit_to(u, UnitStatus::Running, "resume after BLOCKED");
                     // (A unit blocked on a merge has no FATAL sprint to reset.)
-                    if let Some(s) = cur.filter(|&s| self.sprint(u, s).status() == SprintStatus::Fatal) {
+                    if let Some(s) =
+                        cur.filter(|&s| self.sprint(u, s).status() == SprintStatus::Fatal)
+                    {
                         let failures = self.sprint(u, s).failures;
                         self.sprint_to(u, s, SprintStatus::Pending);
                         self.emit(Event::FailuresReset {

@@ -7,7 +7,7 @@
 use super::git::Git;
 use super::place::LocalPlace;
 use super::process;
-use crate::drive::{finish_now, DriveError, Driver};
+use crate::drive::{finish_now, Driver};
 use crate::engine::{self, Input, OperationId, OperationState, OverallStatus, Refusal};
 use crate::plan::LoadedPlan;
 use crate::report;
@@ -42,7 +42,9 @@ pub trait Screen: Send {
 pub enum Ending {
     /// Every unit COMPLETED; `verified`: the final verification passed and no
     /// merged work went missing.
-    Completed { verified: bool },
+    Completed {
+        verified: bool,
+    },
     Blocked,
     /// Stopped because the agent command cannot run: the user's to fix.
     AgentCommandFailed,
@@ -108,7 +110,11 @@ pub fn read_state(plan: &LoadedPlan) -> Result<Option<OperationState>> {
 
 impl Supervisor {
     /// Takes the plan's supervisor lock; fails if another supervisor holds it.
-    pub fn open(plan: LoadedPlan, settings: Settings, screen: Box<dyn Screen>) -> Result<Supervisor> {
+    pub fn open(
+        plan: LoadedPlan,
+        settings: Settings,
+        screen: Box<dyn Screen>,
+    ) -> Result<Supervisor> {
         let dir = state_dir(&plan);
         let lock = supervisor_lock(&dir)?.ok_or_else(|| {
             let pid = running_supervisor(&dir).unwrap_or_default();
@@ -214,20 +220,14 @@ impl Supervisor {
     pub fn handle(&mut self, input: Input) -> Result<Result<(), Refusal>> {
         let span = tracing::info_span!("input", op = %self.op());
         let _g = span.enter();
-        finish_now(
-            self.driver
-                .submit(&mut self.ledger, &mut self.place, input),
-        )
-        .map_err(drive_error)
+        finish_now(self.driver.submit(&mut self.ledger, &mut self.place, input))
+            .map_err(anyhow::Error::from)
     }
 
     /// Decides the queued inputs and carries out the outbox.
     fn drive(&mut self) -> Result<()> {
-        finish_now(
-            self.driver
-                .drive(&mut self.ledger, &mut self.place, false),
-        )
-        .map_err(drive_error)
+        finish_now(self.driver.drive(&mut self.ledger, &mut self.place, false))
+            .map_err(anyhow::Error::from)
     }
 
     fn op(&self) -> String {
@@ -356,8 +356,7 @@ impl Supervisor {
     /// what is then reported is what happened: each ended attempt is recorded.
     pub fn wait_for_agents(&mut self, limit: Duration) -> Result<()> {
         let until = Instant::now() + limit;
-        while self.state().is_some_and(|s| s.active_count() > 0)
-            && !self.place.watching.is_empty()
+        while self.state().is_some_and(|s| s.active_count() > 0) && !self.place.watching.is_empty()
         {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -379,14 +378,5 @@ impl Supervisor {
 
     pub fn push(&mut self, input: Input) {
         self.driver.queue.push_back(input);
-    }
-}
-
-fn drive_error(
-    e: DriveError<crate::store::StoreError, super::place::LocalError>,
-) -> anyhow::Error {
-    match e {
-        DriveError::Outbox(e) => e.into(),
-        DriveError::Executor(e) => anyhow!("{e}"),
     }
 }

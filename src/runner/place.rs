@@ -131,9 +131,8 @@ impl LocalPlace {
     fn effect(&mut self, state: Option<&OperationState>, effect: &Effect) -> Result<Vec<Input>> {
         let st = state.ok_or_else(|| anyhow!("an effect before the operation started"))?;
         let op = st.id.0.as_str();
-        let branch_of = |unit: &str, sprint: &SprintId| {
-            sprint_branch(op, &st.unit_slug(unit), sprint.as_str())
-        };
+        let branch_of =
+            |unit: &str, sprint: &SprintId| sprint_branch(op, &st.unit_slug(unit), sprint.as_str());
         match effect {
             Effect::Dispatch(order) => {
                 let dir = process::run_dir(&self.runs(), &order.dispatch.0);
@@ -232,8 +231,12 @@ impl LocalPlace {
                     .git
                     .ensure_sprint_worktree(op, &branch_of(unit, sprint))?;
                 let (u, s) = plan_sprint(st, unit, sprint)?;
-                let (tx, unit, sprint, timeout) =
-                    (self.tx.clone(), unit.clone(), sprint.clone(), self.timeout());
+                let (tx, unit, sprint, timeout) = (
+                    self.tx.clone(),
+                    unit.clone(),
+                    sprint.clone(),
+                    self.timeout(),
+                );
                 std::thread::spawn(move || {
                     let results = verify::verify_sprint(&u, &s, &checkout, timeout);
                     let met = results

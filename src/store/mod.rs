@@ -158,7 +158,11 @@ impl FileLedger {
         })
     }
 
-    pub fn append(&mut self, events: &[Event], effects: &[Effect]) -> Result<Vec<Entry>, StoreError> {
+    pub fn append(
+        &mut self,
+        events: &[Event],
+        effects: &[Effect],
+    ) -> Result<Vec<Entry>, StoreError> {
         let seq = self.next_seq;
         let entries: Vec<Entry> = effects
             .iter()
@@ -188,7 +192,11 @@ impl FileLedger {
 /// The ledger's writes are synchronous: each future is ready when first polled.
 impl Outbox for FileLedger {
     type Error = StoreError;
-    async fn append(&mut self, events: &[Event], effects: &[Effect]) -> Result<Vec<Entry>, StoreError> {
+    async fn append(
+        &mut self,
+        events: &[Event],
+        effects: &[Effect],
+    ) -> Result<Vec<Entry>, StoreError> {
         FileLedger::append(self, events, effects)
     }
     async fn done(&mut self, key: EffectKey) -> Result<(), StoreError> {

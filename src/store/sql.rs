@@ -4,6 +4,7 @@
 //! from here: claimed with a lease, so a crash mid-processing hands it to the next
 //! worker after the lease instead of losing it or running it twice at once.
 
+use crate::drive::{EffectKey, Entry, Loaded, Outbox};
 use crate::engine::{Effect, Event};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
@@ -130,21 +131,13 @@ pub struct OperationRow {
     pub context: String,
 }
 
-/// An effect of an operation's outbox not yet carried out.
-#[derive(Debug, Clone)]
-pub struct OpEffect {
-    pub seq: i64,
-    pub idx: i64,
-    pub effect: Effect,
-}
-
 /// An operation as the log holds it.
 #[derive(Debug, Clone, Default)]
 pub struct LoadedOperation {
     /// The last decision's sequence number (0: none yet).
     pub seq: i64,
     pub events: Vec<Event>,
-    pub pending: Vec<OpEffect>,
+    pub pending: Vec<Entry>,
 }
 
 /// What is known of a dispatch's workflow run.
@@ -533,7 +526,7 @@ impl SqlStore {
         op: &str,
         events: &[Event],
         effects: &[Effect],
-    ) -> Result<(i64, Vec<OpEffect>), SqlError> {
+    ) -> Result<(i64, Vec<Entry>), SqlError> {
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(LAST_SEQ).bind(op).fetch_one(&mut *tx).await?;
         let seq: i64 = row.try_get::<i64, _>("last").unwrap_or(0) + 1;
@@ -552,9 +545,11 @@ impl SqlStore {
                 .bind(serde_json::to_string(e)?)
                 .execute(&mut *tx)
                 .await?;
-            out.push(OpEffect {
-                seq,
-                idx: idx as i64,
+            out.push(Entry {
+                key: EffectKey {
+                    seq: seq as u64,
+                    index: idx as u32,
+                },
                 effect: e.clone(),
             });
         }
@@ -607,20 +602,22 @@ impl SqlStore {
         .fetch_all(&self.pool)
         .await?;
         for r in rows {
-            loaded.pending.push(OpEffect {
-                seq: r.get("seq"),
-                idx: r.get("idx"),
+            loaded.pending.push(Entry {
+                key: EffectKey {
+                    seq: r.get::<i64, _>("seq") as u64,
+                    index: r.get::<i64, _>("idx") as u32,
+                },
                 effect: serde_json::from_str(&r.get::<String, _>("effect"))?,
             });
         }
         Ok(loaded)
     }
 
-    pub async fn effect_done(&self, op: &str, seq: i64, idx: i64) -> Result<(), SqlError> {
+    pub async fn effect_done(&self, op: &str, key: EffectKey) -> Result<(), SqlError> {
         sqlx::query("UPDATE op_effects SET done = 1 WHERE op = $1 AND seq = $2 AND idx = $3")
             .bind(op)
-            .bind(seq)
-            .bind(idx)
+            .bind(key.seq as i64)
+            .bind(key.index as i64)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -710,5 +707,48 @@ impl SqlStore {
             r.try_get("total").unwrap_or(0),
             r.try_get("done").unwrap_or(0),
         ))
+    }
+}
+
+/// One operation's log in the store, as the drive loop's outbox. `seq` is the
+/// last decision this replica knows of: when the log has moved past it (another
+/// replica acted), the operation is reloaded before acting.
+pub struct SqlOutbox {
+    store: SqlStore,
+    op: String,
+    pub seq: i64,
+}
+
+impl SqlOutbox {
+    pub fn new(store: SqlStore, op: String, seq: i64) -> SqlOutbox {
+        SqlOutbox { store, op, seq }
+    }
+}
+
+impl Outbox for SqlOutbox {
+    type Error = SqlError;
+
+    async fn append(
+        &mut self,
+        events: &[Event],
+        effects: &[Effect],
+    ) -> Result<Vec<Entry>, SqlError> {
+        let (seq, entries) = self.store.append(&self.op, events, effects).await?;
+        self.seq = seq;
+        Ok(entries)
+    }
+
+    async fn done(&mut self, key: EffectKey) -> Result<(), SqlError> {
+        self.store.effect_done(&self.op, key).await
+    }
+
+    async fn load(&mut self) -> Result<Loaded, SqlError> {
+        let loaded = self.store.load_operation(&self.op).await?;
+        self.seq = loaded.seq;
+        Ok(Loaded {
+            state: crate::engine::OperationState::replay(&loaded.events),
+            events: loaded.events.len(),
+            pending: loaded.pending,
+        })
     }
 }

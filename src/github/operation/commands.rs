@@ -19,7 +19,7 @@ impl Operations {
         {
             let l = self.open(&row).await?;
             let live = l.lock().await;
-            if let Some(st) = &live.state {
+            if let Some(st) = &live.driver.state {
                 if st.status != OverallStatus::Completed {
                     return Ok(format!(
                         "{}\n\nOperation `{}` is {} on this issue.",
@@ -105,7 +105,7 @@ impl Operations {
         self.acquire(&mut live).await?;
         let units = plan.work_units.len();
         let sprints: usize = plan.work_units.iter().map(|u| u.sprints.len()).sum();
-        if live.state.is_none() {
+        if live.driver.state.is_none() {
             let input = Input::Start {
                 operation: OperationId(op.clone()),
                 plan: Box::new(plan),
@@ -123,7 +123,7 @@ impl Operations {
         self.flush(&mut live, true).await?;
         Ok(format!(
             "Started operation `{op}`: {units} work unit(s), {sprints} sprint(s), agents through `.github/workflows/{}` on branches from `{}`. The status comment below is kept up to date.",
-            live.ctx.workflow,
+            live.place.ctx.workflow,
             integration_branch(&op)
         ))
     }
@@ -173,7 +173,7 @@ impl Operations {
         let live = l.lock().await;
         // The table without the status comment's marker: a reply must never be
         // taken for the sticky comment.
-        Ok(live.state.as_ref().map(|st| {
+        Ok(live.driver.state.as_ref().map(|st| {
             report::github::as_comment_commands(&report::status_table_linked(
                 st,
                 chrono::Utc::now(),
@@ -231,7 +231,10 @@ impl Operations {
                     )
                     .await?
                 }
-                Some("in_progress") => live.queue.push_back(Input::AgentStarted { dispatch }),
+                Some("in_progress") => live
+                    .driver
+                    .queue
+                    .push_back(Input::AgentStarted { dispatch }),
                 _ => {}
             }
             self.drive(&mut live).await?;

@@ -5,28 +5,33 @@
 use super::*;
 use crate::github::repo::Merge;
 
-impl Operations {
-    pub(super) async fn carry_out(
-        &self,
-        live: &mut Live,
-        p: &OpEffect,
+impl GitHubExecutor<'_> {
+    pub(super) async fn effect(
+        &mut self,
+        state: Option<&OperationState>,
+        p: &Entry,
     ) -> Result<Outcome, OpError> {
-        let ctx = live.ctx.clone();
-        let repo = self.repo(&ctx);
+        let ctx = self.place.ctx.clone();
+        let ops = self.ops;
+        let repo = ops.repo(&ctx);
         let op = &ctx.op;
+        let slug =
+            |unit: &str| state.map_or_else(|| crate::text::slug(unit), |st| st.unit_slug(unit));
         match &p.effect {
-            Effect::Dispatch(order) => self.dispatch(live, order).await,
+            Effect::Dispatch(order) => self.dispatch(state, order).await,
             Effect::Cancel { dispatch, force } => {
-                let run = match self.store.run(&dispatch.0).await?.and_then(|r| r.run_id) {
+                let run = match ops.store.run(&dispatch.0).await?.and_then(|r| r.run_id) {
                     Some(id) => Some(id),
-                    None => self.find_run(live, dispatch).await?.map(|r| r.id),
+                    None => ops.find_run(&ctx, state, dispatch).await?.map(|r| r.id),
                 };
                 // A cancel first, always; a run that ignores it is force-cancelled
                 // by reconciliation (`force` only halves the grace).
                 if let Some(id) = run {
                     repo.cancel(id, false).await?;
-                    let grace = self.timings.force_cancel_after / if *force { 2 } else { 1 };
-                    live.cancels.insert(id, (Instant::now() + grace, false));
+                    let grace = ops.timings.force_cancel_after / if *force { 2 } else { 1 };
+                    self.place
+                        .cancels
+                        .insert(id, (Instant::now() + grace, false));
                 }
                 Ok(Outcome::Done(vec![]))
             }
@@ -35,27 +40,31 @@ impl Operations {
                 sprint,
                 dispatch,
             } => {
-                let branch = sprint_branch(op, &live.unit_slug(unit), sprint.as_str());
+                let branch = sprint_branch(op, &slug(unit), sprint.as_str());
+                let merged = vec![Input::Integrated {
+                    unit: unit.clone(),
+                    sprint: sprint.clone(),
+                }];
                 let Some(pr) = repo.pull_for(&branch).await? else {
                     return Err(
                         GitHubError::NeedsPerson(format!("no pull request from {branch}")).into(),
                     );
                 };
                 if pr.merged {
-                    return Ok(Outcome::Done(vec![]));
+                    return Ok(Outcome::Done(merged));
                 }
                 if ctx.merge == MergeMode::AfterReview && !repo.approved(pr.number).await? {
                     return Ok(Outcome::Wait);
                 }
                 // Merged at the head that was verified: a branch moved since
                 // is refused by GitHub (409) rather than merged unverified.
-                let verified = self
+                let verified = ops
                     .store
                     .run(&dispatch.0)
                     .await?
                     .and_then(|r| r.verified_sha);
                 match repo.merge(pr.number, verified.as_deref()).await? {
-                    Merge::Merged => Ok(Outcome::Done(vec![])),
+                    Merge::Merged => Ok(Outcome::Done(merged)),
                     Merge::Conflict => Err(GitHubError::NeedsPerson(format!(
                         "pull request #{} of {unit} Sprint {sprint} no longer merges into {}; resolve the conflict on its branch and merge it by hand",
                         pr.number,
@@ -75,7 +84,10 @@ impl Operations {
                     .branch_sha(&integration_branch(op))
                     .await?
                     .unwrap_or_default();
-                let Some(checks) = self.ci_on(live, &repo, &head).await? else {
+                let Some(checks) = ops
+                    .ci_on(&mut self.place.ci_first_seen, &repo, &head)
+                    .await?
+                else {
                     return Ok(Outcome::Wait);
                 };
                 let red: Vec<String> = checks
@@ -110,7 +122,7 @@ impl Operations {
                 }]))
             }
             Effect::Notify { kind, unit, text } => {
-                let marker = report::github::notice_marker(op, &format!("{}.{}", p.seq, p.idx));
+                let marker = report::github::notice_marker(op, &p.key.to_string());
                 let body = format!(
                     "{}{}",
                     report::notice_prefix(*kind),
@@ -119,7 +131,7 @@ impl Operations {
                 repo.comment_once(ctx.issue, Some(&ctx.started_at), &marker, &body)
                     .await?;
                 if let (NoticeKind::Blocked, Some(u)) = (kind, unit) {
-                    let issues = self.store.unit_issues(op).await?;
+                    let issues = ops.store.unit_issues(op).await?;
                     if let Some(ui) = issues.iter().find(|i| &i.unit == u) {
                         repo.comment_once(ui.number, Some(&ctx.started_at), &marker, &body)
                             .await?;
@@ -128,53 +140,30 @@ impl Operations {
                 Ok(Outcome::Done(vec![]))
             }
             Effect::PublishStatus => {
-                live.dirty = true;
+                self.place.dirty = true;
                 Ok(Outcome::Done(vec![]))
             }
             Effect::FinalReport => {
-                let Some(st) = live.state.clone() else {
+                let Some(st) = state else {
                     return Ok(Outcome::Done(vec![]));
                 };
-                self.final_report(&ctx, &st, &format!("{}.{}", p.seq, p.idx))
-                    .await?;
+                ops.final_report(&ctx, st, &p.key.to_string()).await?;
                 Ok(Outcome::Done(vec![]))
             }
         }
     }
 
-    /// Looks for a run carrying the dispatch id among the workflow's recent runs.
-    pub(super) async fn find_run(
-        &self,
-        live: &Live,
-        d: &DispatchId,
-    ) -> Result<Option<WorkflowRun>, OpError> {
-        let since = live
-            .state
-            .as_ref()
-            .and_then(|st| st.find_dispatch(d).map(|(u, s)| &st.units[u].sprints[s]))
-            .and_then(|s| s.active.as_ref())
-            .map(|a| a.dispatched_at - chrono::Duration::minutes(5))
-            .unwrap_or_else(|| chrono::Utc::now() - chrono::Duration::days(1));
-        let runs = self
-            .repo(&live.ctx)
-            .runs(
-                &live.ctx.workflow,
-                &since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            )
-            .await?;
-        Ok(runs.into_iter().find(|r| r.carries(&d.0)))
-    }
-
-    pub(super) async fn dispatch(
-        &self,
-        live: &mut Live,
+    async fn dispatch(
+        &mut self,
+        state: Option<&OperationState>,
         order: &engine::DispatchOrder,
     ) -> Result<Outcome, OpError> {
-        let ctx = live.ctx.clone();
-        let repo = self.repo(&ctx);
+        let ctx = self.place.ctx.clone();
+        let ops = self.ops;
+        let repo = ops.repo(&ctx);
         let d = &order.dispatch;
         // Never twice: a run that carries this id already is adopted.
-        if self
+        if ops
             .store
             .run(&d.0)
             .await?
@@ -182,12 +171,14 @@ impl Operations {
         {
             return Ok(Outcome::Done(vec![]));
         }
-        if let Some(run) = self.find_run(live, d).await? {
-            self.record_run(&ctx, d, run.id, &run.html_url, None)
-                .await?;
+        if let Some(run) = ops.find_run(&ctx, state, d).await? {
+            ops.record_run(&ctx, d, run.id, &run.html_url, None).await?;
             return Ok(Outcome::Done(vec![]));
         }
-        let unit_slug = live.unit_slug(&order.unit);
+        let unit_slug = state.map_or_else(
+            || crate::text::slug(&order.unit),
+            |st| st.unit_slug(&order.unit),
+        );
         let branch = sprint_branch(&ctx.op, &unit_slug, order.sprint.as_str());
         let integration = integration_branch(&ctx.op);
         let mut head = repo.branch_sha(&branch).await?;
@@ -211,7 +202,7 @@ impl Operations {
             )
             .await?;
         let base_sha = committed.or(head);
-        self.store
+        ops.store
             .put_run(&RunRow {
                 dispatch: d.0.clone(),
                 op: ctx.op.clone(),
@@ -219,7 +210,7 @@ impl Operations {
                 ..Default::default()
             })
             .await?;
-        if let Some(st) = &live.state {
+        if let Some(st) = state {
             if let Some(unit) = st.plan.unit(&order.unit) {
                 if let Some(sprint) = unit.sprints.iter().find(|s| s.id == order.sprint) {
                     let body = report::github::sprint_pr_body(&ctx.op, unit, sprint, &prompt_file);
@@ -245,13 +236,13 @@ impl Operations {
         });
         match repo.dispatch(&ctx.workflow, &branch, inputs).await {
             Ok(Some((id, url))) => {
-                self.record_run(&ctx, d, id, &url, base_sha).await?;
+                ops.record_run(&ctx, d, id, &url, base_sha).await?;
                 Ok(Outcome::Done(vec![]))
             }
             // An older GitHub without run details: the run is found by its name.
             Ok(None) => {
-                if let Some(run) = self.find_run(live, d).await? {
-                    self.record_run(&ctx, d, run.id, &run.html_url, None).await?;
+                if let Some(run) = ops.find_run(&ctx, state, d).await? {
+                    ops.record_run(&ctx, d, run.id, &run.html_url, None).await?;
                 }
                 Ok(Outcome::Done(vec![]))
             }
@@ -266,6 +257,30 @@ impl Operations {
             }
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+impl Operations {
+    /// Looks for a run carrying the dispatch id among the workflow's recent runs.
+    pub(super) async fn find_run(
+        &self,
+        ctx: &OpContext,
+        state: Option<&OperationState>,
+        d: &DispatchId,
+    ) -> Result<Option<WorkflowRun>, OpError> {
+        let since = state
+            .and_then(|st| st.find_dispatch(d).map(|(u, s)| &st.units[u].sprints[s]))
+            .and_then(|s| s.active.as_ref())
+            .map(|a| a.dispatched_at - chrono::Duration::minutes(5))
+            .unwrap_or_else(|| chrono::Utc::now() - chrono::Duration::days(1));
+        let runs = self
+            .repo(ctx)
+            .runs(
+                &ctx.workflow,
+                &since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            )
+            .await?;
+        Ok(runs.into_iter().find(|r| r.carries(&d.0)))
     }
 
     pub(super) async fn record_run(

@@ -1,8 +1,10 @@
-//! Operations on GitHub: drives the engine with agents in Actions runners and
-//! the SQL store as the log. One operation at a time holds its lock:
-//! decide → write events and effects in one transaction → carry the effects out
-//! on GitHub → mark them done. A restart replays the log, carries out what was
-//! left, and reconciles every run in flight with what GitHub says (ground truth).
+//! Operations on GitHub: the place where agents run in Actions runners. Each
+//! operation is a [`Driver`] with the SQL store as its outbox and
+//! [`GitHubExecutor`] carrying its effects out; this module adds what is
+//! particular to GitHub — leases between replicas, webhooks and reconciliation
+//! with what GitHub says (ground truth), and the status comment. A restart
+//! replays the log, carries out what was left, and reconciles every run in
+//! flight.
 //!
 //! Idempotency keys: a dispatch id is in its run's name, so a lost answer is
 //! resolved by finding the run, never by dispatching twice; branches, pull
@@ -12,17 +14,18 @@
 use super::repo::{Check, Repo, WorkflowRun};
 use super::{GitHub, GitHubError};
 use crate::contract::{integration_branch, prompt_path, results_path, sprint_branch, RunResult};
+use crate::drive::{Driver, Entry, Executor, Failure, Loaded, Outbox, Outcome};
 use crate::engine::{
-    self, decide_mut, AgentReport, DispatchId, Effect, Evidence, Input, NoticeKind, OperationId,
+    self, AgentReport, DispatchId, Effect, Evidence, Input, NoticeKind, OperationId,
     OperationState, OverallStatus, Refusal, UnitStatus,
 };
 use crate::report;
 use crate::settings::{self, MergeMode, Settings};
-use crate::store::sql::{OpEffect, OperationRow, RunRow, SqlError, SqlStore, UnitIssue};
+use crate::store::sql::{OperationRow, RunRow, SqlError, SqlOutbox, SqlStore, UnitIssue};
 use crate::sync::LockExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -95,12 +98,18 @@ impl Default for OpTimings {
     }
 }
 
-/// One operation in memory: its state, its outbox, and what is due.
+/// One operation in memory: the driver (state, outbox entries, queued inputs),
+/// its log, and what the GitHub place keeps beside them.
 struct Live {
+    driver: Driver,
+    outbox: SqlOutbox,
+    place: GhPlace,
+}
+
+/// What an operation on GitHub keeps besides its state: its fixed context, the
+/// status comment, and what is due.
+struct GhPlace {
     ctx: OpContext,
-    state: Option<OperationState>,
-    pending: Vec<OpEffect>,
-    queue: VecDeque<Input>,
     status_comment: Option<i64>,
     dirty: bool,
     last_flush: Option<Instant>,
@@ -111,30 +120,12 @@ struct Live {
     ci_first_seen: HashMap<String, Instant>,
     /// Runs asked to cancel: when a force-cancel is due, and whether it was sent.
     cancels: HashMap<i64, (Instant, bool)>,
-    /// Outbox entries waiting on GitHub (CI, a review): looked at again at
-    /// reconciliation, not on every tick, so waiting costs few requests.
-    waiting: HashSet<(i64, i64)>,
-    /// Set during reconciliation: waiting entries are tried again.
-    retry_waiting: bool,
-    /// The last decision this replica knows of: if the log has moved on (another
-    /// replica acted), the operation is reloaded before acting.
-    seq: i64,
 }
 
-impl Live {
-    /// The unit's slug in this operation's branch names.
-    fn unit_slug(&self, unit: &str) -> String {
-        self.state
-            .as_ref()
-            .map_or_else(|| crate::text::slug(unit), |st| st.unit_slug(unit))
+impl Failure for OpError {
+    fn is_transient(&self) -> bool {
+        OpError::is_transient(self)
     }
-}
-
-/// What carrying out one effect came to.
-enum Outcome {
-    Done(Vec<Input>),
-    /// Not possible yet (CI still running, review not given): try again later.
-    Wait,
 }
 
 pub struct Operations {
@@ -206,20 +197,22 @@ impl Operations {
         let ctx: OpContext = serde_json::from_str(&row.context).map_err(SqlError::from)?;
         let loaded = self.store.load_operation(&row.id).await?;
         let live = Arc::new(tokio::sync::Mutex::new(Live {
-            seq: loaded.seq,
-            ctx,
-            state: OperationState::replay(&loaded.events),
-            pending: loaded.pending,
-            queue: VecDeque::new(),
-            status_comment: row.status_comment,
-            dirty: true,
-            last_flush: None,
-            last_text: String::new(),
-            last_reconcile: None,
-            ci_first_seen: HashMap::new(),
-            cancels: HashMap::new(),
-            waiting: HashSet::new(),
-            retry_waiting: true,
+            driver: Driver::new(Loaded {
+                state: OperationState::replay(&loaded.events),
+                events: loaded.events.len(),
+                pending: loaded.pending,
+            }),
+            outbox: SqlOutbox::new(self.store.clone(), row.id.clone(), loaded.seq),
+            place: GhPlace {
+                ctx,
+                status_comment: row.status_comment,
+                dirty: true,
+                last_flush: None,
+                last_text: String::new(),
+                last_reconcile: None,
+                ci_first_seen: HashMap::new(),
+                cancels: HashMap::new(),
+            },
         }));
         Ok(self
             .live
@@ -254,7 +247,7 @@ impl Operations {
                     };
                     let ops = ops.clone();
                     tokio::spawn(async move {
-                        let span = tracing::info_span!("operation", op = %live.ctx.op);
+                        let span = tracing::info_span!("operation", op = %live.place.ctx.op);
                         if let Err(e) =
                             tracing::Instrument::instrument(ops.tick(&mut live), span).await
                         {
@@ -272,8 +265,8 @@ impl Operations {
         let all: Vec<_> = self.live.locked().values().cloned().collect();
         for l in all {
             let mut live = l.lock().await;
-            live.last_reconcile = None;
-            live.dirty = true;
+            live.place.last_reconcile = None;
+            live.place.dirty = true;
             self.tick(&mut live).await?;
             self.flush(&mut live, true).await?;
         }
@@ -285,164 +278,118 @@ impl Operations {
     async fn acquire(&self, live: &mut Live) -> Result<(), OpError> {
         if !self
             .store
-            .lease_operation(&live.ctx.op, &self.owner, self.timings.lease)
+            .lease_operation(&live.place.ctx.op, &self.owner, self.timings.lease)
             .await?
         {
-            return Err(OpError::Busy(live.ctx.op.clone()));
+            return Err(OpError::Busy(live.place.ctx.op.clone()));
         }
-        if self.store.last_seq(&live.ctx.op).await? != live.seq {
-            self.reload(live).await?;
-            live.dirty = true;
+        if self.store.last_seq(&live.place.ctx.op).await? != live.outbox.seq {
+            let loaded = live.outbox.load().await?;
+            live.driver.reload(loaded);
+            live.place.dirty = true;
         }
-        Ok(())
-    }
-
-    /// Falls back to what the log holds: state, outbox and sequence number.
-    async fn reload(&self, live: &mut Live) -> Result<(), OpError> {
-        let loaded = self.store.load_operation(&live.ctx.op).await?;
-        live.state = OperationState::replay(&loaded.events);
-        live.pending = loaded.pending;
-        live.seq = loaded.seq;
         Ok(())
     }
 
     async fn tick(&self, live: &mut Live) -> Result<(), OpError> {
         // Nothing can happen to a finished operation without a person.
         let finished = live
+            .driver
             .state
             .as_ref()
             .is_none_or(|st| st.status == OverallStatus::Completed);
-        if finished && live.pending.is_empty() && !live.dirty {
+        if finished && live.driver.pending.is_empty() && !live.place.dirty {
             return Ok(());
         }
         match self.acquire(live).await {
             Err(OpError::Busy(_)) => return Ok(()),
             r => r?,
         }
-        live.queue.push_back(Input::Tick);
+        live.driver.queue.push_back(Input::Tick);
         self.drive(live).await?;
         if live
+            .place
             .last_reconcile
             .is_none_or(|t| t.elapsed() >= self.timings.reconcile)
         {
-            live.last_reconcile = Some(Instant::now());
+            live.place.last_reconcile = Some(Instant::now());
             self.reconcile(live).await?;
-            live.retry_waiting = true;
-            let driven = self.drive(live).await;
-            live.retry_waiting = false;
-            driven?;
+            self.drive_with(live, true).await?;
         }
         self.flush(live, false).await
     }
 
-    /// Decides one input; a refusal changes nothing and is returned.
+    /// Decides one input and carries out what follows; a refusal changes
+    /// nothing and is returned.
     async fn submit(&self, live: &mut Live, input: Input) -> Result<Result<(), Refusal>, OpError> {
-        let r = self.decide(live, input).await?;
-        self.drive(live).await?;
-        Ok(r)
+        let Live {
+            driver,
+            outbox,
+            place,
+        } = live;
+        let mut exec = GitHubExecutor { ops: self, place };
+        Ok(driver.submit(outbox, &mut exec, input).await?)
     }
 
+    /// Decides one input and records it, without carrying anything out yet.
     async fn decide(&self, live: &mut Live, input: Input) -> Result<Result<(), Refusal>, OpError> {
-        let d = match decide_mut(&mut live.state, input, chrono::Utc::now()) {
-            Ok(d) => d,
-            Err(r) => return Ok(Err(r)),
-        };
-        if d.events.is_empty() && d.effects.is_empty() {
-            return Ok(Ok(()));
-        }
-        match self.store.append(&live.ctx.op, &d.events, &d.effects).await {
-            Ok((seq, effects)) => {
-                live.seq = seq;
-                live.pending.extend(effects);
-                Ok(Ok(()))
-            }
-            Err(e) => {
-                // The log is the record: fall back to what it holds.
-                if let Err(again) = self.reload(live).await {
-                    tracing::warn!(error = %again, "cannot reload the operation either");
-                }
-                Err(e.into())
-            }
-        }
+        Ok(live
+            .driver
+            .decide(&mut live.outbox, input)
+            .await?
+            .map(|_| ()))
     }
 
     /// Carries out the outbox and decides queued inputs until both are empty
-    /// (or only waiting effects are left).
+    /// (or only effects waiting on GitHub are left).
     async fn drive(&self, live: &mut Live) -> Result<(), OpError> {
-        loop {
-            self.run_pending(live).await?;
-            let Some(input) = live.queue.pop_front() else {
-                return Ok(());
-            };
-            if let Err(r) = self.decide(live, input).await? {
-                tracing::debug!(%r, "input refused");
-            }
-        }
+        self.drive_with(live, false).await
     }
 
-    async fn run_pending(&self, live: &mut Live) -> Result<(), OpError> {
-        // A merge waiting for review holds back that unit's next dispatch, which
-        // must branch from an integration branch holding the previous sprint.
-        let mut held: HashSet<String> = HashSet::new();
-        let mut i = 0;
-        while i < live.pending.len() {
-            let p = live.pending[i].clone();
-            let unit = match &p.effect {
-                Effect::Integrate { unit, .. } => Some(unit.clone()),
-                Effect::Dispatch(o) => Some(o.unit.clone()),
-                _ => None,
-            };
-            if unit.as_ref().is_some_and(|u| held.contains(u)) {
-                i += 1;
-                continue;
-            }
-            let key = (p.seq, p.idx);
-            // What waits on GitHub is asked again at reconciliation only.
-            let outcome = if live.waiting.contains(&key) && !live.retry_waiting {
-                Ok(Outcome::Wait)
-            } else {
-                let span = tracing::info_span!("effect", op = %live.ctx.op, key = %format!("{}.{}", p.seq, p.idx));
-                tracing::Instrument::instrument(self.carry_out(live, &p), span).await
-            };
-            match outcome {
-                Ok(Outcome::Done(inputs)) => {
-                    live.waiting.remove(&key);
-                    self.store.effect_done(&live.ctx.op, p.seq, p.idx).await?;
-                    live.pending.remove(i);
-                    live.queue.extend(inputs);
-                }
-                Ok(Outcome::Wait) => {
-                    live.waiting.insert(key);
-                    if let (Effect::Integrate { .. }, Some(u)) = (&p.effect, unit) {
-                        held.insert(u);
-                    }
-                    i += 1;
-                }
-                Err(e) if e.is_transient() => {
-                    // Left in order in the outbox; the timer tries again.
-                    tracing::warn!(error = %e, "effect failed; will retry");
-                    return Ok(());
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "effect failed for good");
-                    let repo = self.repo(&live.ctx);
-                    let key = format!("error-{}.{}", p.seq, p.idx);
-                    let text = format!("⚠️ Sprint Supervisor could not carry out a step of operation `{}` and moved on:\n\n```\n{e}\n```", live.ctx.op);
-                    let marker = report::github::notice_marker(&live.ctx.op, &key);
-                    let _ = repo
-                        .comment_once(live.ctx.issue, Some(&live.ctx.started_at), &marker, &text)
-                        .await;
-                    if let Effect::Dispatch(o) = &p.effect {
-                        live.queue.push_back(Input::DispatchFailed {
-                            dispatch: o.dispatch.clone(),
-                            error: e.to_string(),
-                        });
-                    }
-                    self.store.effect_done(&live.ctx.op, p.seq, p.idx).await?;
-                    live.pending.remove(i);
-                }
-            }
+    /// `retry_waiting`: effects waiting on GitHub (CI, a review) are asked
+    /// again — at reconciliation only, so waiting costs few requests.
+    async fn drive_with(&self, live: &mut Live, retry_waiting: bool) -> Result<(), OpError> {
+        let Live {
+            driver,
+            outbox,
+            place,
+        } = live;
+        let mut exec = GitHubExecutor { ops: self, place };
+        Ok(driver.drive(outbox, &mut exec, retry_waiting).await?)
+    }
+}
+
+/// Carries an operation's effects out on GitHub (see `effects.rs`).
+pub(super) struct GitHubExecutor<'a> {
+    ops: &'a Operations,
+    place: &'a mut GhPlace,
+}
+
+impl Executor for GitHubExecutor<'_> {
+    type Error = OpError;
+
+    async fn carry_out(
+        &mut self,
+        state: Option<&OperationState>,
+        entry: &Entry,
+    ) -> Result<Outcome, OpError> {
+        let span = tracing::info_span!("operation", op = %self.place.ctx.op);
+        tracing::Instrument::instrument(self.effect(state, entry), span).await
+    }
+
+    /// Said on the operation's issue; a merge that needs a person is not, as
+    /// the BLOCKED notice that follows says it with what to do.
+    async fn failed(&mut self, entry: &Entry, error: &OpError) {
+        if matches!(entry.effect, Effect::Integrate { .. }) {
+            return;
         }
-        Ok(())
+        let ctx = &self.place.ctx;
+        let text = format!("⚠️ Sprint Supervisor could not carry out a step of operation `{}` and moved on:\n\n```\n{error}\n```", ctx.op);
+        let marker = report::github::notice_marker(&ctx.op, &format!("error-{}", entry.key));
+        let _ = self
+            .ops
+            .repo(ctx)
+            .comment_once(ctx.issue, Some(&ctx.started_at), &marker, &text)
+            .await;
     }
 }

@@ -7,28 +7,29 @@ impl Operations {
     /// Brings GitHub's view up to date: the status comment (at most once per
     /// interval unless `now`), the units' sub-issues, closed and labelled.
     pub(super) async fn flush(&self, live: &mut Live, now: bool) -> Result<(), OpError> {
-        let Some(st) = live.state.clone() else {
+        let Some(st) = live.driver.state.clone() else {
             return Ok(());
         };
-        if !live.dirty {
+        if !live.place.dirty {
             return Ok(());
         }
         if !now
             && live
+                .place
                 .last_flush
                 .is_some_and(|t| t.elapsed() < self.timings.status_interval)
         {
             return Ok(());
         }
-        let ctx = live.ctx.clone();
+        let ctx = live.place.ctx.clone();
         let repo = self.repo(&ctx);
         self.sync_unit_issues(&ctx, &st).await?;
         let runs = self.run_links(&ctx.op).await?;
         let link = |d: &DispatchId| runs.get(&d.0).cloned();
         let text = report::github::status_comment(&st, chrono::Utc::now(), &link);
-        if text != live.last_text {
+        if text != live.place.last_text {
             let marker = report::github::status_marker(&ctx.op);
-            let id = match live.status_comment {
+            let id = match live.place.status_comment {
                 Some(id) => Some(id),
                 None => repo
                     .comments(ctx.issue, Some(&ctx.started_at))
@@ -44,15 +45,15 @@ impl Operations {
                 }
                 None => repo.comment(ctx.issue, &text).await?,
             };
-            if live.status_comment != Some(id) {
+            if live.place.status_comment != Some(id) {
                 self.store.set_status_comment(&ctx.op, id).await?;
-                live.status_comment = Some(id);
+                live.place.status_comment = Some(id);
             }
-            live.last_text = text;
+            live.place.last_text = text;
         }
-        live.dirty = false;
-        live.last_flush = Some(Instant::now());
-        if st.status == OverallStatus::Completed && live.pending.is_empty() {
+        live.place.dirty = false;
+        live.place.last_flush = Some(Instant::now());
+        if st.status == OverallStatus::Completed && live.driver.pending.is_empty() {
             self.store.set_active(&ctx.op, false).await?;
         }
         Ok(())

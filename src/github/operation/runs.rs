@@ -7,7 +7,9 @@ impl Operations {
     /// Compares every dispatch in flight with its run on GitHub: a finished run
     /// whose webhook was missed is finished now.
     pub(super) async fn reconcile(&self, live: &mut Live) -> Result<(), OpError> {
-        let Some(st) = &live.state else { return Ok(()) };
+        let Some(st) = &live.driver.state else {
+            return Ok(());
+        };
         let active: Vec<DispatchId> = st
             .units
             .iter()
@@ -15,6 +17,7 @@ impl Operations {
             .filter_map(|s| s.active.as_ref().map(|a| a.id.clone()))
             .collect();
         let dispatching: HashSet<String> = live
+            .driver
             .pending
             .iter()
             .filter_map(|p| match &p.effect {
@@ -22,19 +25,19 @@ impl Operations {
                 _ => None,
             })
             .collect();
-        let ctx = live.ctx.clone();
+        let ctx = live.place.ctx.clone();
         let repo = self.repo(&ctx);
-        for (id, (at, forced)) in live.cancels.clone() {
+        for (id, (at, forced)) in live.place.cancels.clone() {
             match repo.run(id).await? {
                 Some(r) if r.status != "completed" => {
                     if !forced && Instant::now() >= at {
                         tracing::warn!(run = id, "the run ignored its cancel; force-cancelling");
                         repo.cancel(id, true).await?;
-                        live.cancels.insert(id, (at, true));
+                        live.place.cancels.insert(id, (at, true));
                     }
                 }
                 _ => {
-                    live.cancels.remove(&id);
+                    live.place.cancels.remove(&id);
                 }
             }
         }
@@ -45,20 +48,24 @@ impl Operations {
             let row = self.store.run(&d.0).await?;
             let run = match row.as_ref().and_then(|r| r.run_id) {
                 Some(id) => repo.run(id).await?,
-                None => self.find_run(live, &d).await?,
+                None => {
+                    self.find_run(&live.place.ctx, live.driver.state.as_ref(), &d)
+                        .await?
+                }
             };
             match run {
                 Some(run) if run.status == "completed" => {
                     let url = run.html_url.clone();
                     // Found by its name: remember it (known ones are not rewritten).
                     if row.as_ref().is_none_or(|r| r.run_id.is_none()) {
-                        self.record_run(&live.ctx, &d, run.id, &url, None).await?;
+                        self.record_run(&live.place.ctx, &d, run.id, &url, None)
+                            .await?;
                     }
                     self.finish(live, &d, run.conclusion.as_deref(), &url)
                         .await?;
                 }
                 Some(_) => {}
-                None => live.queue.push_back(Input::DispatchFailed {
+                None => live.driver.queue.push_back(Input::DispatchFailed {
                     dispatch: d.clone(),
                     error: "the workflow run for this dispatch cannot be found on GitHub".into(),
                 }),
@@ -76,18 +83,20 @@ impl Operations {
         conclusion: Option<&str>,
         url: &str,
     ) -> Result<(), OpError> {
-        let Some(st) = &live.state else { return Ok(()) };
+        let Some(st) = &live.driver.state else {
+            return Ok(());
+        };
         let Some((u, s)) = st.find_dispatch(d) else {
             return Ok(()); // already finished: a repeated webhook
         };
-        let ctx = live.ctx.clone();
+        let ctx = live.place.ctx.clone();
         let repo = self.repo(&ctx);
         let unit = st.plan.work_units[u].clone();
         let sprint = unit.sprints[s].clone();
         let active = st.units[u].sprints[s].active.clone();
         let branch = sprint_branch(&ctx.op, &st.units[u].slug, sprint.id.as_str());
         let Some(head) = repo.branch_sha(&branch).await? else {
-            live.queue.push_back(Input::DispatchFailed {
+            live.driver.queue.push_back(Input::DispatchFailed {
                 dispatch: d.clone(),
                 error: format!("the sprint branch {branch} is gone"),
             });
@@ -95,7 +104,10 @@ impl Operations {
         };
         // The repository's own CI on the head must have reported first; the
         // next reconciliation looks again.
-        let Some(ci) = self.ci_on(live, &repo, &head).await? else {
+        let Some(ci) = self
+            .ci_on(&mut live.place.ci_first_seen, &repo, &head)
+            .await?
+        else {
             return Ok(());
         };
         let ci_passed = (!ci.is_empty()).then(|| ci.iter().all(|c| c.green()));
@@ -174,6 +186,7 @@ impl Operations {
             return Ok(());
         }
         let verdict = live
+            .driver
             .state
             .as_ref()
             .map(|st| st.units[u].sprints[s].status());
@@ -204,7 +217,7 @@ impl Operations {
     /// push; a repository without CI waits out the grace once per head).
     pub(super) async fn ci_on(
         &self,
-        live: &mut Live,
+        first_seen: &mut HashMap<String, Instant>,
         repo: &Repo<'_>,
         head: &str,
     ) -> Result<Option<Vec<Check>>, OpError> {
@@ -217,14 +230,13 @@ impl Operations {
         if ci.iter().any(|c| !c.completed) {
             return Ok(None);
         }
-        let first_seen = *live
-            .ci_first_seen
+        let since = *first_seen
             .entry(head.to_string())
             .or_insert_with(Instant::now);
-        if ci.is_empty() && first_seen.elapsed() < self.timings.ci_grace {
+        if ci.is_empty() && since.elapsed() < self.timings.ci_grace {
             return Ok(None);
         }
-        live.ci_first_seen.remove(head);
+        first_seen.remove(head);
         Ok(Some(ci))
     }
 }
