@@ -7,6 +7,7 @@
 //! the log); the front doors ([`cli`], [`server`]) are thin.
 
 pub mod cli;
+pub mod commands;
 pub mod contract;
 pub mod drive;
 pub mod engine;

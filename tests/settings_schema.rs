@@ -48,7 +48,7 @@ fn the_schema_permissions_name_the_real_commands() {
         .iter()
         .map(|v| v.as_str().unwrap().to_string())
         .collect();
-    let mut real: BTreeSet<String> = supervise::server::command::COMMANDS
+    let mut real: BTreeSet<String> = supervise::commands::COMMANDS
         .iter()
         .map(|c| c.name.to_string())
         .collect();

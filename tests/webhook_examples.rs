@@ -3,7 +3,7 @@
 //! `issue_comment` example must parse, and the fields the service uses must be
 //! the ones in the example. Few examples carry an `installation`; one is added.
 
-use supervise::server::payload::CommentEvent;
+use supervise::github::payload::CommentEvent;
 
 fn examples() -> serde_json::Value {
     let path = std::env::var("WEBHOOK_EXAMPLES").unwrap_or_else(|_| {

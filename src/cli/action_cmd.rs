@@ -2,12 +2,12 @@
 //! workflow that uses the Action is started by `issue_comment` (commands),
 //! `workflow_run` (an agent run finished) and `schedule` (reconciliation). Each
 //! run loads the store (a SQLite file the Action keeps on a state branch),
-//! handles the event through the same service code as `supervise serve`, makes
+//! handles the event through the same handler as `supervise serve`, makes
 //! one pass over every operation, and exits; the Action then saves the store.
 
+use crate::commands::handle::Handler;
 use crate::github::operation::{OpTimings, Operations};
 use crate::github::GitHub;
-use crate::server::service::{self, Service};
 use crate::store::sql::SqlStore;
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
@@ -53,7 +53,7 @@ pub struct ActionArgs {
 /// comment — authorised against their role like any other. Without a command,
 /// the run only reconciles.
 async fn dispatch_as_comment(
-    svc: &Service,
+    handler: &Handler,
     v: &serde_json::Value,
 ) -> Result<Option<serde_json::Value>> {
     let inputs = &v["inputs"];
@@ -65,7 +65,7 @@ async fn dispatch_as_comment(
         return Ok(None);
     };
     let allowed = || {
-        crate::server::command::COMMANDS
+        crate::commands::COMMANDS
             .iter()
             .filter(|c| c.from_workflow)
             .map(|c| c.name)
@@ -97,7 +97,7 @@ async fn dispatch_as_comment(
         (c, _) => format!("/supervise {c}"),
     };
     let r = crate::github::repo::Repo {
-        gh: &svc.github,
+        gh: &handler.github,
         installation: 0,
         name: repo,
     };
@@ -162,18 +162,14 @@ pub fn run(args: ActionArgs) -> Result<i32> {
             },
         );
         ops.load_all().await.context("loading the operations")?;
-        let svc = Service::new(
+        let handler = Handler {
             store,
             github,
-            ops.clone(),
-            Vec::new(),
-            None,
-            args.bot_allow_list.clone(),
-            1,
-            Duration::from_secs(600),
-        );
+            ops: ops.clone(),
+            bot_allow_list: args.bot_allow_list.clone(),
+        };
         match args.event_name.as_str() {
-            "issue_comment" => service::process(&svc, &payload).await?,
+            "issue_comment" => handler.comment(&payload).await?,
             "workflow_run" => {
                 let v: serde_json::Value =
                     serde_json::from_str(&payload).context("the event payload is not JSON")?;
@@ -183,8 +179,8 @@ pub fn run(args: ActionArgs) -> Result<i32> {
             "workflow_dispatch" => {
                 let v: serde_json::Value =
                     serde_json::from_str(&payload).context("the event payload is not JSON")?;
-                if let Some(event) = dispatch_as_comment(&svc, &v).await? {
-                    service::process(&svc, &event.to_string()).await?;
+                if let Some(event) = dispatch_as_comment(&handler, &v).await? {
+                    handler.comment(&event.to_string()).await?;
                 }
             }
             // `schedule`: the pass below is the work.

@@ -91,6 +91,7 @@ impl Reply {
 type Cached = (String, String, Option<String>);
 
 pub mod operation;
+pub mod payload;
 pub mod repo;
 
 pub struct GitHub {

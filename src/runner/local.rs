@@ -7,6 +7,7 @@
 use super::git::Git;
 use super::place::LocalPlace;
 use super::process;
+use crate::commands::Command;
 use crate::drive::{finish_now, Driver};
 use crate::engine::{self, Input, OperationId, OperationState, OverallStatus, Refusal};
 use crate::plan::LoadedPlan;
@@ -254,16 +255,7 @@ impl Supervisor {
         let mut inputs = Vec::new();
         for f in files {
             let cmd = std::fs::read_to_string(&f).unwrap_or_default();
-            let mut words = cmd.split_whitespace();
-            let input = match words.next() {
-                Some("stop") => Some(Input::Stop),
-                Some("killall") => Some(Input::Killall),
-                Some("resume") => Some(Input::Resume {
-                    unit: words.next().map(str::to_string),
-                }),
-                Some("name-feature") => Some(Input::NameFeature),
-                _ => None,
-            };
+            let input = Command::parse_bare(&cmd).and_then(|c| c.operation_input());
             std::fs::remove_file(&f)?;
             inputs.extend(input);
         }

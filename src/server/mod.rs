@@ -1,10 +1,7 @@
-//! `supervise serve`: the GitHub App front door. This part holds the pure pieces
-//! every delivery goes through — signature check, command parsing, authorisation;
-//! the HTTP service is built on them.
+//! `supervise serve`: the GitHub App front door. Signature checks, intake over
+//! HTTP, the store-backed queue of deliveries and the workers that hand each to
+//! [`crate::commands::handle`].
 
-pub mod auth;
-pub mod command;
 pub mod listen;
-pub mod payload;
 pub mod service;
 pub mod signature;

@@ -7,13 +7,13 @@ impl Operations {
     /// `/supervise start [plan]`: reads the plan and settings from the default
     /// branch, creates the integration branch and starts the operation. Returns
     /// the reply for the person.
-    pub async fn start(&self, o: &Origin<'_>, plan_arg: Option<&str>) -> Result<String, OpError> {
+    pub async fn start(&self, o: &Origin, plan_arg: Option<&str>) -> Result<String, OpError> {
         // The same command processed again (after a crash) finds its own
         // operation and answers as the first time; another is refused.
         let own = format!("-{:x}", o.comment);
         if let Some(row) = self
             .store
-            .operation_on(o.repo, o.issue)
+            .operation_on(&o.repo, o.issue)
             .await?
             .filter(|r| !r.id.ends_with(&own))
         {
@@ -33,7 +33,7 @@ impl Operations {
         let repo = Repo {
             gh: &self.gh,
             installation: o.installation,
-            name: o.repo,
+            name: &o.repo,
         };
         let default_branch = repo.default_branch().await?;
         let file_settings = match repo.file(".github/supervise.yml", Some(&default_branch)).await? {
@@ -87,7 +87,7 @@ impl Operations {
             merge: file_settings.merge.unwrap_or_default(),
             started_at: o
                 .created_at
-                .map(str::to_string)
+                .clone()
                 .unwrap_or_else(|| chrono::Utc::now().to_rfc3339()),
         };
         let row = OperationRow {

@@ -138,12 +138,24 @@ pub struct Operations {
 }
 
 /// Where a command was said.
-pub struct Origin<'a> {
+pub struct Origin {
     pub installation: u64,
-    pub repo: &'a str,
+    pub repo: String,
     pub issue: i64,
     pub comment: i64,
-    pub created_at: Option<&'a str>,
+    /// The command comment's time: replies and notices come after it.
+    pub created_at: Option<String>,
+}
+
+impl Origin {
+    /// The repository the command was said in.
+    pub fn repo<'a>(&'a self, gh: &'a GitHub) -> Repo<'a> {
+        Repo {
+            gh,
+            installation: self.installation,
+            name: &self.repo,
+        }
+    }
 }
 
 fn conclusion_exit(c: Option<&str>) -> Option<i32> {

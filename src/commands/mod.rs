@@ -1,10 +1,15 @@
-//! `/supervise` commands in issue and pull-request comments. Comment text is
+//! `/supervise` commands: the one table of command words, the parser for
+//! comments, who may say what ([`auth`]), and what is done with them
+//! ([`handle`]), shared by both GitHub doors. Comment text is
 //! untrusted: only lines that start with `/supervise` outside code (fenced,
 //! indented or inline) and outside block quotes count, arguments are checked, and
 //! a mistake is answered with the nearest valid command.
 
-use super::auth::Permission;
+pub mod auth;
+pub mod handle;
+
 use crate::text::code_span;
+use auth::Permission;
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 use std::fmt;
 use std::ops::Range;
@@ -143,6 +148,28 @@ pub fn spec_of(name: &str) -> Option<&'static CommandSpec> {
 }
 
 impl Command {
+    /// The engine input a command that acts on a running operation becomes
+    /// (the same on GitHub and for a local supervisor's control files).
+    pub fn operation_input(&self) -> Option<crate::engine::Input> {
+        use crate::engine::Input;
+        Some(match self {
+            Command::Resume { unit } => Input::Resume { unit: unit.clone() },
+            Command::Stop => Input::Stop,
+            Command::Killall => Input::Killall,
+            Command::NameFeature => Input::NameFeature,
+            _ => return None,
+        })
+    }
+
+    /// Reads one command said without the prefix (`stop`, `resume api`), as a
+    /// local supervisor's control files hold them.
+    pub fn parse_bare(text: &str) -> Option<Command> {
+        parse_comment(&format!("{PREFIX} {}", text.trim()))
+            .into_iter()
+            .next()?
+            .ok()
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Command::Default => "",
@@ -349,6 +376,25 @@ pub fn parse_comment(body: &str) -> Vec<Result<Command, ParseError>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_words_read_like_comment_commands() {
+        use crate::engine::Input;
+        let input = |t: &str| Command::parse_bare(t).and_then(|c| c.operation_input());
+        assert_eq!(input("stop"), Some(Input::Stop));
+        assert_eq!(input("killall\n"), Some(Input::Killall));
+        assert_eq!(
+            input("resume api"),
+            Some(Input::Resume {
+                unit: Some("api".into())
+            })
+        );
+        assert_eq!(input("resume"), Some(Input::Resume { unit: None }));
+        assert_eq!(input("name-feature"), Some(Input::NameFeature));
+        assert_eq!(input("status"), None, "status does not change the operation");
+        assert_eq!(input("stpo"), None);
+        assert_eq!(input(""), None);
+    }
 
     fn one(body: &str) -> Result<Command, ParseError> {
         let mut v = parse_comment(body);

@@ -1,7 +1,7 @@
 //! Who may say what. Permission is read at command time from the collaborator
 //! permission API; any error while checking means no.
 
-use super::command::Command;
+use super::Command;
 use std::fmt;
 
 /// A collaborator's role on the repository, weakest first.
@@ -49,7 +49,7 @@ impl fmt::Display for Permission {
 /// The least permission a command needs by default (the command table's; a
 /// bare `/supervise` starts or resumes, so it needs what they need).
 pub fn required(cmd: &Command) -> Permission {
-    super::command::spec_of(cmd.name()).map_or(Permission::Write, |c| c.needs)
+    super::spec_of(cmd.name()).map_or(Permission::Write, |c| c.needs)
 }
 
 /// A repository's own rules (`permissions:` and `bots:` in `.github/supervise.yml`).
@@ -67,7 +67,7 @@ impl Policy {
     ) -> Result<Policy, String> {
         let mut overrides = std::collections::BTreeMap::new();
         for (cmd, role) in permissions.into_iter().flatten() {
-            let known = cmd == "default" || super::command::spec_of(cmd).is_some();
+            let known = cmd == "default" || super::spec_of(cmd).is_some();
             if !known {
                 return Err(format!(
                     "`permissions` names `{cmd}`, which is not a command"

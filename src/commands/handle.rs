@@ -1,0 +1,295 @@
+//! What the supervisor does with what is said to it on GitHub, whichever door
+//! the event came in by (`supervise serve` or the Action): a comment's
+//! commands are parsed, authorised against the person's role and the
+//! repository's rules, carried out on the issue's operation and answered in
+//! one reply; a `workflow_run` event goes to its operation.
+
+use super::auth::{self, Actor, Permission, Policy, Verdict};
+use super::{help_text, parse_comment, Command};
+use crate::engine::naming;
+use crate::engine::Input;
+use crate::github::operation::{OpError, Operations, Origin};
+use crate::github::payload::CommentEvent;
+use crate::github::{GitHub, GitHubError};
+use crate::settings;
+use crate::store::sql::SqlStore;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// The most commands one comment acts on; the rest are named as not read.
+const MAX_COMMANDS: usize = 10;
+
+/// Handles the events both doors receive.
+pub struct Handler {
+    pub store: SqlStore,
+    pub github: Arc<GitHub>,
+    pub ops: Arc<Operations>,
+    /// Bot logins whose commands are acted on (exact match).
+    pub bot_allow_list: Vec<String>,
+}
+
+impl Handler {
+    /// The person's role; a stranger (404) has none. Any other error is returned, so
+    /// the delivery is retried later — nothing acts without an answer.
+    /// An answer that is not a clear grant (a 422, a 4xx, an unreadable body) is
+    /// `Ok(Err(why))`: the command is refused with a reply. Server errors and rate
+    /// limits are `Err`, so the delivery is retried later.
+    async fn permission(
+        &self,
+        p: &Origin,
+        login: &str,
+    ) -> Result<Result<Permission, String>, GitHubError> {
+        let path = format!("/repos/{}/collaborators/{}/permission", p.repo, login);
+        match self.github.get(p.installation, &path).await {
+            Ok(r) => {
+                let v = r.json();
+                Ok(v["role_name"]
+                    .as_str()
+                    .or(v["permission"].as_str())
+                    .map(Permission::parse)
+                    .ok_or_else(|| "the permission answer names no role".to_string()))
+            }
+            Err(GitHubError::Http { status: 404, .. }) => Ok(Ok(Permission::None)),
+            Err(GitHubError::Http { status, body, .. }) if (400..500).contains(&status) => {
+                Ok(Err(format!("GitHub answered {status}: {body}")))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The repository's rules from `.github/supervise.yml` (defaults when there is
+    /// none), or the reason the file is unusable.
+    async fn repo_policy(&self, p: &Origin) -> Result<Result<Policy, String>, GitHubError> {
+        let repo = p.repo(&self.github);
+        let text = match repo.file(".github/supervise.yml", None).await {
+            Ok(None) => return Ok(Ok(Policy::default())),
+            Ok(Some((text, _))) => Ok(text),
+            Err(GitHubError::Http {
+                status: 422, body, ..
+            }) => Err(format!(".github/supervise.yml: {body}")),
+            Err(e) => return Err(e),
+        };
+        Ok(text
+            .and_then(|t| settings::parse(&t, ".github/supervise.yml"))
+            .and_then(|f| {
+                Policy::from_settings(f.permissions.as_ref(), f.bots.as_deref())
+                    .map_err(|e| format!(".github/supervise.yml: {e}"))
+            }))
+    }
+
+    /// The one reply to a comment, whatever it held (posted once: a re-processed
+    /// delivery finds it by its marker).
+    async fn reply(&self, p: &Origin, text: &str) -> Result<(), GitHubError> {
+        let repo = p.repo(&self.github);
+        // Only comments made since the command are looked through: a long thread
+        // cannot push an earlier reply of ours off the page.
+        let marker = format!("<!-- supervise:reply {} -->", p.comment);
+        repo.comment_once(p.issue, p.created_at.as_deref(), &marker, text)
+            .await
+    }
+
+    /// Acts on one stored delivery.
+    pub async fn comment(&self, payload: &str) -> Result<(), GitHubError> {
+        let ev = match CommentEvent::parse(payload) {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(error = %e, "unusable payload; dropped");
+                return Ok(());
+            }
+        };
+        // Only new comments act: edits and deletions never do.
+        // With a token (the Action), events carry no installation and need none.
+        let installation = ev.installation.or(self.github.is_token().then_some(0));
+        let Some(installation) = installation.filter(|_| ev.action == "created") else {
+            return Ok(());
+        };
+        let place = Origin {
+            installation,
+            repo: ev.repo.clone(),
+            issue: ev.issue,
+            comment: ev.comment_id,
+            created_at: ev.created_at.clone(),
+        };
+        let (body, login) = (ev.body.as_str(), ev.login.as_str());
+        let actor = Actor {
+            login,
+            kind: &ev.kind,
+        };
+        let commands = parse_comment(body);
+        if commands.is_empty() {
+            return Ok(());
+        }
+        let policy = self.repo_policy(&place).await?;
+        let perm = self.permission(&place, login).await?;
+        // A person who cannot even read the repository is not answered at all:
+        // otherwise anyone could make the bot post on any public issue.
+        let stranger = perm == Ok(Permission::None);
+        let total = commands.len();
+        let mut answers: Vec<String> = Vec::new();
+        let mut mistakes = false;
+        let mut helped = false;
+        for (n, parsed) in commands.into_iter().take(MAX_COMMANDS).enumerate() {
+            // A mistake is answered like `help`: to anyone who may read the repository.
+            let cmd = parsed.clone().unwrap_or(Command::Help);
+            let verdict = match &policy {
+            Ok(policy) => auth::authorise(&cmd, &actor, perm.clone(), &self.bot_allow_list, policy),
+            // An unusable policy must not loosen a stricter one: only `help` acts.
+            Err(e) => match auth::authorise(&cmd, &actor, perm.clone(), &self.bot_allow_list, &Policy::default()) {
+                Verdict::Allowed if cmd != Command::Help => Verdict::Refused(format!("I did not act because `.github/supervise.yml` is not valid:\n\n```\n{e}\n```\nPlease fix it and say the command again.")),
+                v => v,
+            },
+        };
+            match verdict {
+                Verdict::Ignored => continue,
+                Verdict::Refused(_) if stranger => {
+                    tracing::info!(
+                        login,
+                        "a command from someone without access to the repository; not answered"
+                    );
+                    continue;
+                }
+                _ => {}
+            }
+            if answers.is_empty() {
+                let path = format!(
+                    "/repos/{}/issues/comments/{}/reactions",
+                    place.repo, place.comment
+                );
+                self.github
+                    .post(installation, &path, &json!({ "content": "eyes" }))
+                    .await?;
+            }
+            let text = match (verdict, parsed) {
+                (Verdict::Refused(why), _) => why,
+                (_, Err(e)) => {
+                    mistakes = true;
+                    e.to_string()
+                }
+                (_, Ok(cmd)) => {
+                    helped |= cmd == Command::Help;
+                    self.answer(&place, login, n, &cmd).await?
+                }
+            };
+            answers.push(text);
+        }
+        if answers.is_empty() {
+            return Ok(());
+        }
+        let mut text = if answers.len() == 1 {
+            answers.remove(0)
+        } else {
+            answers
+                .iter()
+                .enumerate()
+                .map(|(i, a)| format!("**{}.** {a}", i + 1))
+                .collect::<Vec<_>>()
+                .join("\n\n---\n\n")
+        };
+        // A mistake is answered with the list of commands, once per reply.
+        if mistakes && !helped {
+            text.push_str("\n\n");
+            text.push_str(&help_text());
+        }
+        if total > MAX_COMMANDS {
+            text.push_str(&format!(
+            "\n\n_I acted on the first {MAX_COMMANDS} commands of this comment; the other {} were not read. Put them in another comment._",
+            total - MAX_COMMANDS
+        ));
+        }
+        self.reply(&place, &text).await
+    }
+
+    /// A `workflow_run` delivery: one of our agent runs started or finished.
+    pub async fn workflow_run(&self, payload: &str) -> Result<(), GitHubError> {
+        let Ok(v) = serde_json::from_str::<Value>(payload) else {
+            return Ok(());
+        };
+        self.ops.workflow_run(&v).await.map_err(op_error)
+    }
+
+    async fn answer(
+        &self,
+        p: &Origin,
+        login: &str,
+        n: usize,
+        cmd: &Command,
+    ) -> Result<String, GitHubError> {
+        let ops = &self.ops;
+        let argument = match cmd {
+            Command::Start { plan } => plan.clone(),
+            Command::Resume { unit } => unit.clone(),
+            Command::Breakdown { doc } => doc.clone(),
+            _ => None,
+        };
+        let name = if cmd.name().is_empty() {
+            "default"
+        } else {
+            cmd.name()
+        };
+        self.store
+            .record_command(
+                &format!("{}:{}", p.comment, n),
+                &p.repo,
+                p.issue,
+                login,
+                name,
+                argument.as_deref(),
+            )
+            .await
+            .map_err(|e| GitHubError::Transport {
+                what: "recording the command".into(),
+                message: e.to_string(),
+            })?;
+        // One arm per command: what it does here.
+        let text = match cmd {
+        Command::Help => Ok(help_text()),
+        Command::Status => ops.status(&p.repo, p.issue).await.map(|s| {
+            s.unwrap_or_else(|| {
+                "No operation has been started on this issue yet. Comment `/supervise start` to begin.".to_string()
+            })
+        }),
+        Command::Start { plan } => ops.start(p, plan.as_deref()).await,
+        // §: resume when an operation exists here, otherwise start.
+        Command::Default => match ops.on_issue(&p.repo, p.issue).await.map_err(op_error)? {
+            Some(_) => ops.command(&p.repo, p.issue, Input::Resume { unit: None }).await,
+            None => ops.start(p, None).await,
+        },
+        Command::NameFeature => match ops.on_issue(&p.repo, p.issue).await.map_err(op_error)? {
+            Some(_) => ops.command(&p.repo, p.issue, Input::NameFeature).await,
+            None => Ok(naming::REPROACH.to_string()),
+        },
+        // (`operation_input` is Some for each of these; Status is never used.)
+        Command::Resume { .. } | Command::Stop | Command::Killall => {
+            let input = cmd.operation_input().unwrap_or(Input::Status);
+            ops.command(&p.repo, p.issue, input).await
+        }
+        Command::Breakdown { .. } | Command::Analyze | Command::Prioritize | Command::Evaluate => Ok(format!(
+            "`/supervise {}` is not available yet in this version of Sprint Supervisor. On your machine, `supervise plan show` prints what the reader found in the plan.",
+            cmd.name()
+        )),
+    };
+        match text {
+            Ok(t) => Ok(t),
+            // A permanent refusal from GitHub (a missing repository, a protected
+            // branch) is the person's to fix: say so instead of retrying for ever.
+            Err(e) if !e.is_transient() => Ok(format!(
+                "Sprint Supervisor could not carry out `/supervise {name}`:\n\n```\n{e}\n```"
+            )),
+            Err(e) => Err(op_error(e)),
+        }
+    }
+}
+
+fn op_error(e: OpError) -> GitHubError {
+    match e {
+        OpError::GitHub(g) => g,
+        OpError::Store(e) => GitHubError::Transport {
+            what: "the store".into(),
+            message: e.to_string(),
+        },
+        OpError::Busy(op) => GitHubError::Transport {
+            what: format!("operation {op}"),
+            message: "another replica holds it".into(),
+        },
+    }
+}
