@@ -66,7 +66,9 @@ async fn a_sub_issue_already_linked_is_done_but_one_with_another_parent_is_refus
         fake.open_issue(REPO, "child"),
         fake.open_issue(REPO, "another parent"),
     );
-    let child_id = fake.issues(REPO).iter().find(|i| i.number == b).unwrap().id;
+    let child_id = supervise::github::answers::IssueId(
+        fake.issues(REPO).iter().find(|i| i.number == b).unwrap().id,
+    );
     repo.add_sub_issue(a, child_id).await.unwrap();
     // The repeated effect (say after a crash) is done, not an error.
     repo.add_sub_issue(a, child_id).await.unwrap();

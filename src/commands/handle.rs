@@ -8,6 +8,7 @@ use super::auth::{self, Actor, Permission, Policy, Verdict};
 use super::{help_text, parse_comment, Command};
 use crate::engine::naming;
 use crate::engine::Input;
+use crate::github::answers;
 use crate::github::operation::{OpError, Operations, Origin};
 use crate::github::payload::CommentEvent;
 use crate::github::{GitHub, GitHubError};
@@ -41,14 +42,12 @@ impl Handler {
     ) -> Result<Result<Permission, String>, GitHubError> {
         let path = format!("/repos/{}/collaborators/{}/permission", p.repo, login);
         match self.github.get(p.installation, &path).await {
-            Ok(r) => {
-                let v = r.json();
-                Ok(v["role_name"]
-                    .as_str()
-                    .or(v["permission"].as_str())
-                    .map(Permission::parse)
-                    .ok_or_else(|| "the permission answer names no role".to_string()))
-            }
+            Ok(r) => Ok(answers::read::<answers::CollaboratorPermission>(
+                &format!("GET {path}"),
+                r.json(),
+            )
+            .map(|a| Permission::parse(&a.role_name))
+            .map_err(|e| e.to_string())),
             Err(GitHubError::Http { status: 404, .. }) => Ok(Ok(Permission::None)),
             Err(GitHubError::Http { status, body, .. }) if (400..500).contains(&status) => {
                 Ok(Err(format!("GitHub answered {status}: {body}")))

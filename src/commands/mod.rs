@@ -391,7 +391,11 @@ mod tests {
         );
         assert_eq!(input("resume"), Some(Input::Resume { unit: None }));
         assert_eq!(input("name-feature"), Some(Input::NameFeature));
-        assert_eq!(input("status"), None, "status does not change the operation");
+        assert_eq!(
+            input("status"),
+            None,
+            "status does not change the operation"
+        );
         assert_eq!(input("stpo"), None);
         assert_eq!(input(""), None);
     }

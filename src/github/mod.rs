@@ -28,6 +28,9 @@ pub enum GitHubError {
     RateLimited { what: String, wait_secs: u64 },
     #[error("GitHub App configuration: {0}")]
     Config(String),
+    /// An answer without a field GitHub's description says it has.
+    #[error("GitHub's answer to {what} is not what its API describes: {message}")]
+    Unexpected { what: String, message: String },
     /// The repository is in a state the supervisor cannot act on (a branch
     /// gone, a conflict, a branch moved after verification): a person's to fix.
     #[error("{0}")]
@@ -40,7 +43,9 @@ impl GitHubError {
         match self {
             GitHubError::Http { status, .. } => *status >= 500 || *status == 429 || *status == 403,
             GitHubError::Transport { .. } | GitHubError::RateLimited { .. } => true,
-            GitHubError::Config(_) | GitHubError::NeedsPerson(_) => false,
+            GitHubError::Config(_)
+            | GitHubError::NeedsPerson(_)
+            | GitHubError::Unexpected { .. } => false,
         }
     }
 }
@@ -90,6 +95,7 @@ impl Reply {
 /// A GET answer kept for conditional requests: (ETag, body, next page).
 type Cached = (String, String, Option<String>);
 
+pub mod answers;
 pub mod operation;
 pub mod payload;
 pub mod repo;

@@ -1,9 +1,12 @@
-//! Typed calls on one repository, each a thin wrapper over one REST endpoint.
+//! Typed calls on one repository, each a thin wrapper over one REST endpoint,
+//! its answer read into the structs of [`answers`].
 //! Creation calls are written to be safe to repeat: they look first, or treat
 //! GitHub's "already exists" answer as success.
 
+use super::answers::{self, read, read_all, IssueId};
 use super::{GitHub, GitHubError};
 use base64::Engine;
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 pub struct Repo<'a> {
@@ -76,15 +79,16 @@ pub struct PullRequest {
     pub head_sha: Option<String>,
 }
 
-impl PullRequest {
-    fn from(v: &Value) -> Option<PullRequest> {
-        Some(PullRequest {
-            number: v["number"].as_i64()?,
-            state: v["state"].as_str().unwrap_or("open").to_string(),
-            merged: v["merged"].as_bool().unwrap_or(false) || !v["merged_at"].is_null(),
-            mergeable: v["mergeable"].as_bool(),
-            head_sha: v["head"]["sha"].as_str().map(str::to_string),
-        })
+impl From<answers::Pull> for PullRequest {
+    fn from(p: answers::Pull) -> PullRequest {
+        PullRequest {
+            number: p.number,
+            state: p.state,
+            // List items carry only `merged_at`; the pull request itself both.
+            merged: p.merged == Some(true) || p.merged_at.is_some(),
+            mergeable: p.mergeable,
+            head_sha: Some(p.head.sha),
+        }
     }
 }
 
@@ -97,19 +101,23 @@ pub struct WorkflowRun {
     pub html_url: String,
 }
 
+impl From<answers::Run> for WorkflowRun {
+    fn from(r: answers::Run) -> WorkflowRun {
+        WorkflowRun {
+            id: r.id,
+            title: r.display_title,
+            // Null while GitHub has not said: not completed.
+            status: r.status.unwrap_or_default(),
+            conclusion: r.conclusion,
+            html_url: r.html_url,
+        }
+    }
+}
+
 impl WorkflowRun {
-    pub fn from(v: &Value) -> Option<WorkflowRun> {
-        Some(WorkflowRun {
-            id: v["id"].as_i64()?,
-            title: v["display_title"]
-                .as_str()
-                .or(v["name"].as_str())
-                .unwrap_or("")
-                .to_string(),
-            status: v["status"].as_str().unwrap_or("").to_string(),
-            conclusion: v["conclusion"].as_str().map(str::to_string),
-            html_url: v["html_url"].as_str().unwrap_or("").to_string(),
-        })
+    /// A run from a `workflow_run` webhook's `workflow_run` object.
+    pub fn from_payload(v: &Value) -> Result<WorkflowRun, GitHubError> {
+        read::<answers::Run>("the workflow_run event", v.clone()).map(WorkflowRun::from)
     }
 
     /// Whether this run carries `dispatch` in its name (the template's `run-name`).
@@ -141,40 +149,48 @@ impl Repo<'_> {
         format!("/repos/{}{rest}", self.name)
     }
 
-    async fn get(&self, rest: &str) -> Result<Value, GitHubError> {
-        Ok(self
-            .gh
-            .get(self.installation, &self.path(rest))
-            .await?
-            .json())
+    async fn get<T: DeserializeOwned>(&self, rest: &str) -> Result<T, GitHubError> {
+        let path = self.path(rest);
+        let v = self.gh.get(self.installation, &path).await?.json();
+        read(&format!("GET {path}"), v)
     }
 
     /// Every item of a list below the repository, all pages.
-    async fn list(&self, rest: &str, key: Option<&str>) -> Result<Vec<Value>, GitHubError> {
-        self.gh
-            .get_all(self.installation, &self.path(rest), key)
-            .await
+    async fn list<T: DeserializeOwned>(
+        &self,
+        rest: &str,
+        key: Option<&str>,
+    ) -> Result<Vec<T>, GitHubError> {
+        let path = self.path(rest);
+        let items = self.gh.get_all(self.installation, &path, key).await?;
+        read_all(&format!("GET {path}"), items)
     }
 
-    async fn post(&self, rest: &str, body: Value) -> Result<Value, GitHubError> {
-        Ok(self
-            .gh
+    async fn post<T: DeserializeOwned>(&self, rest: &str, body: Value) -> Result<T, GitHubError> {
+        let path = self.path(rest);
+        let v = self.gh.post(self.installation, &path, &body).await?.json();
+        read(&format!("POST {path}"), v)
+    }
+
+    /// A POST whose answer is not read.
+    async fn send(&self, rest: &str, body: Value) -> Result<(), GitHubError> {
+        self.gh
             .post(self.installation, &self.path(rest), &body)
-            .await?
-            .json())
+            .await
+            .map(|_| ())
     }
 
     pub async fn default_branch(&self) -> Result<String, GitHubError> {
-        Ok(self.get("").await?["default_branch"]
-            .as_str()
-            .unwrap_or("main")
-            .to_string())
+        Ok(self.get::<answers::Repository>("").await?.default_branch)
     }
 
     /// The branch's head commit, or None when there is no such branch.
     pub async fn branch_sha(&self, branch: &str) -> Result<Option<String>, GitHubError> {
-        match self.get(&format!("/git/ref/heads/{}", enc(branch))).await {
-            Ok(v) => Ok(v["object"]["sha"].as_str().map(str::to_string)),
+        match self
+            .get::<answers::GitRef>(&format!("/git/ref/heads/{}", enc(branch)))
+            .await
+        {
+            Ok(r) => Ok(Some(r.object.sha)),
             Err(GitHubError::Http { status: 404, .. }) => Ok(None),
             Err(e) => Err(e),
         }
@@ -183,8 +199,8 @@ impl Repo<'_> {
     /// Creates a branch at `sha`; an existing branch is left as it is.
     pub async fn create_branch(&self, branch: &str, sha: &str) -> Result<(), GitHubError> {
         let body = json!({ "ref": format!("refs/heads/{branch}"), "sha": sha });
-        match self.post("/git/refs", body).await {
-            Ok(_) => Ok(()),
+        match self.send("/git/refs", body).await {
+            Ok(()) => Ok(()),
             Err(GitHubError::Http {
                 status: 422, body, ..
             }) if body.contains("already exists") => Ok(()),
@@ -200,14 +216,16 @@ impl Repo<'_> {
         rev: Option<&str>,
     ) -> Result<Option<(String, String)>, GitHubError> {
         let query = rev.map(|r| format!("?ref={}", enc(r))).unwrap_or_default();
-        let v = match self.get(&format!("/contents/{}{query}", enc(path))).await {
-            Ok(v) => v,
+        let file = match self
+            .get::<answers::FileContent>(&format!("/contents/{}{query}", enc(path)))
+            .await
+        {
+            Ok(f) => f,
             Err(GitHubError::Http { status: 404, .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let encoded: String = v["content"]
-            .as_str()
-            .unwrap_or("")
+        let encoded: String = file
+            .content
             .chars()
             .filter(|c| !c.is_whitespace())
             .collect();
@@ -220,7 +238,7 @@ impl Repo<'_> {
                 what: format!("reading {path}"),
                 body: "the file is not UTF-8 text".into(),
             })?;
-        Ok(Some((text, v["sha"].as_str().unwrap_or("").to_string())))
+        Ok(Some((text, file.sha)))
     }
 
     /// Commits `text` at `path` on `branch` unless it is there already; returns
@@ -244,16 +262,10 @@ impl Repo<'_> {
         if let Some((_, sha)) = existing {
             body["sha"] = json!(sha);
         }
-        let v = self
-            .gh
-            .put(
-                self.installation,
-                &self.path(&format!("/contents/{}", enc(path))),
-                &body,
-            )
-            .await?
-            .json();
-        Ok(v["commit"]["sha"].as_str().map(str::to_string))
+        let at = self.path(&format!("/contents/{}", enc(path)));
+        let v = self.gh.put(self.installation, &at, &body).await?.json();
+        let made: answers::FileCommit = read(&format!("PUT {at}"), v)?;
+        Ok(Some(made.commit.sha))
     }
 
     /// Commits on `head` since `base` as (sha, first line of message).
@@ -262,34 +274,22 @@ impl Repo<'_> {
         base: &str,
         head: &str,
     ) -> Result<Vec<(String, String)>, GitHubError> {
-        let v = self
+        let v: answers::Comparison = self
             .get(&format!("/compare/{}...{}", enc(base), enc(head)))
             .await?;
-        Ok(v["commits"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|c| {
-                        (
-                            c["sha"].as_str().unwrap_or("").to_string(),
-                            c["commit"]["message"]
-                                .as_str()
-                                .unwrap_or("")
-                                .lines()
-                                .next()
-                                .unwrap_or("")
-                                .to_string(),
-                        )
-                    })
-                    .collect()
+        Ok(v.commits
+            .into_iter()
+            .map(|c| {
+                let first = c.commit.message.lines().next().unwrap_or("").to_string();
+                (c.sha, first)
             })
-            .unwrap_or_default())
+            .collect())
     }
 
     /// The pull request from `head` (open or not), if there is one.
     pub async fn pull_for(&self, head: &str) -> Result<Option<PullRequest>, GitHubError> {
         let owner = self.name.split('/').next().unwrap_or("");
-        let v = self
+        let v: Vec<answers::Pull> = self
             .list(
                 &format!(
                     "/pulls?state=all&per_page=100&head={}",
@@ -298,13 +298,14 @@ impl Repo<'_> {
                 None,
             )
             .await?;
-        Ok(v.iter().find_map(PullRequest::from))
+        Ok(v.into_iter().next().map(PullRequest::from))
     }
 
-    pub async fn pull(&self, number: i64) -> Result<Option<PullRequest>, GitHubError> {
-        Ok(PullRequest::from(
-            &self.get(&format!("/pulls/{number}")).await?,
-        ))
+    pub async fn pull(&self, number: i64) -> Result<PullRequest, GitHubError> {
+        Ok(self
+            .get::<answers::Pull>(&format!("/pulls/{number}"))
+            .await?
+            .into())
     }
 
     /// Opens a pull request unless one from `head` exists; returns its number.
@@ -318,13 +319,13 @@ impl Repo<'_> {
         if let Some(p) = self.pull_for(head).await? {
             return Ok(p.number);
         }
-        let v = self
+        let made: answers::Pull = self
             .post(
                 "/pulls",
                 json!({ "title": title, "head": head, "base": base, "body": fit(body, MAX_BODY_CHARS) }),
             )
             .await?;
-        Ok(v["number"].as_i64().unwrap_or(0))
+        Ok(made.number)
     }
 
     /// Whether a pull request merges cleanly, from the pull request itself (list
@@ -333,11 +334,11 @@ impl Repo<'_> {
     pub async fn mergeable(&self, number: i64) -> Result<Option<bool>, GitHubError> {
         for wait_ms in [0u64, 300, 700, 1500] {
             tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
-            let v = self.get(&format!("/pulls/{number}")).await?;
-            if let Some(m) = v["mergeable"].as_bool() {
+            let p = self.pull(number).await?;
+            if let Some(m) = p.mergeable {
                 return Ok(Some(m));
             }
-            if v["merged"].as_bool() == Some(true) || v["state"] == "closed" {
+            if p.merged || p.state == "closed" {
                 return Ok(None);
             }
         }
@@ -364,7 +365,7 @@ impl Repo<'_> {
             Err(GitHubError::Http { status: 409, .. }) => Ok(Merge::HeadMoved),
             Err(GitHubError::Http { status: 405, .. }) => {
                 // Already merged (a repeated effect) counts as done.
-                Ok(if self.pull(number).await?.is_some_and(|p| p.merged) {
+                Ok(if self.pull(number).await?.merged {
                     Merge::Merged
                 } else {
                     Merge::Conflict
@@ -375,26 +376,26 @@ impl Repo<'_> {
     }
 
     pub async fn approved(&self, number: i64) -> Result<bool, GitHubError> {
-        let v = self
+        let v: Vec<answers::Review> = self
             .list(&format!("/pulls/{number}/reviews?per_page=100"), None)
             .await?;
-        Ok(v.iter().any(|r| r["state"] == "APPROVED"))
+        Ok(v.iter().any(|r| r.state == "APPROVED"))
     }
 
     /// Check runs on a commit, from every app.
     pub async fn checks(&self, rev: &str) -> Result<Vec<Check>, GitHubError> {
-        let v = self
+        let v: Vec<answers::CheckRun> = self
             .list(
                 &format!("/commits/{}/check-runs?per_page=100", enc(rev)),
                 Some("check_runs"),
             )
             .await?;
-        Ok(v.iter()
+        Ok(v.into_iter()
             .map(|c| Check {
-                name: c["name"].as_str().unwrap_or("").to_string(),
-                app: c["app"]["slug"].as_str().unwrap_or("").to_string(),
-                completed: c["status"] == "completed",
-                conclusion: c["conclusion"].as_str().map(str::to_string),
+                name: c.name,
+                app: c.app.and_then(|a| a.slug).unwrap_or_default(),
+                completed: c.status == "completed",
+                conclusion: c.conclusion,
             })
             .collect())
     }
@@ -405,7 +406,7 @@ impl Repo<'_> {
                 body["output"][field] = json!(fit(t, MAX_CHECK_CHARS));
             }
         }
-        self.post("/check-runs", body).await.map(|_| ())
+        self.send("/check-runs", body).await
     }
 
     pub async fn create_issue(
@@ -413,59 +414,53 @@ impl Repo<'_> {
         title: &str,
         body: &str,
         labels: &[&str],
-    ) -> Result<(i64, i64), GitHubError> {
-        let v = self
+    ) -> Result<(i64, IssueId), GitHubError> {
+        let made: answers::Issue = self
             .post(
                 "/issues",
                 json!({ "title": title, "body": fit(body, MAX_BODY_CHARS), "labels": labels }),
             )
             .await?;
-        Ok((
-            v["number"].as_i64().unwrap_or(0),
-            v["id"].as_i64().unwrap_or(0),
-        ))
+        Ok((made.number, made.id))
     }
 
     /// Issues (any state) carrying `label`, as (number, id, body).
     pub async fn issues_labelled(
         &self,
         label: &str,
-    ) -> Result<Vec<(i64, i64, String)>, GitHubError> {
-        let v = self
+    ) -> Result<Vec<(i64, IssueId, String)>, GitHubError> {
+        let v: Vec<answers::Issue> = self
             .list(
                 &format!("/issues?state=all&per_page=100&labels={}", enc(label)),
                 None,
             )
             .await?;
-        Ok(v.iter()
-            .map(|i| {
-                (
-                    i["number"].as_i64().unwrap_or(0),
-                    i["id"].as_i64().unwrap_or(0),
-                    i["body"].as_str().unwrap_or("").to_string(),
-                )
-            })
+        Ok(v.into_iter()
+            .map(|i| (i.number, i.id, i.body.unwrap_or_default()))
             .collect())
     }
 
-    pub async fn add_sub_issue(&self, parent: i64, child_id: i64) -> Result<(), GitHubError> {
+    pub async fn add_sub_issue(&self, parent: i64, child: IssueId) -> Result<(), GitHubError> {
         match self
-            .post(
+            .send(
                 &format!("/issues/{parent}/sub_issues"),
-                json!({ "sub_issue_id": child_id }),
+                json!({ "sub_issue_id": child.0 }),
             )
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(()) => Ok(()),
             // 422 is GitHub's answer both to "already linked" (the repeated
             // effect is done) and to real refusals ("already has a parent"):
             // the parent's list of sub-issues tells them apart.
             Err(e @ GitHubError::Http { status: 422, .. }) => {
                 let linked = self
-                    .list(&format!("/issues/{parent}/sub_issues?per_page=100"), None)
+                    .list::<answers::Issue>(
+                        &format!("/issues/{parent}/sub_issues?per_page=100"),
+                        None,
+                    )
                     .await?
                     .iter()
-                    .any(|i| i["id"].as_i64() == Some(child_id));
+                    .any(|i| i.id == child);
                 if linked {
                     Ok(())
                 } else {
@@ -488,12 +483,11 @@ impl Repo<'_> {
     }
 
     pub async fn add_labels(&self, number: i64, labels: &[&str]) -> Result<(), GitHubError> {
-        self.post(
+        self.send(
             &format!("/issues/{number}/labels"),
             json!({ "labels": labels }),
         )
         .await
-        .map(|_| ())
     }
 
     /// Comments on an issue as (id, body), optionally only since a time.
@@ -505,30 +499,25 @@ impl Repo<'_> {
         let since = since
             .map(|s| format!("&since={}", enc(s)))
             .unwrap_or_default();
-        let v = self
+        let v: Vec<answers::Comment> = self
             .list(
                 &format!("/issues/{issue}/comments?per_page=100{since}"),
                 None,
             )
             .await?;
-        Ok(v.iter()
-            .map(|c| {
-                (
-                    c["id"].as_i64().unwrap_or(0),
-                    c["body"].as_str().unwrap_or("").to_string(),
-                )
-            })
+        Ok(v.into_iter()
+            .map(|c| (c.id, c.body.unwrap_or_default()))
             .collect())
     }
 
     pub async fn comment(&self, issue: i64, body: &str) -> Result<i64, GitHubError> {
-        let v = self
+        let made: answers::Comment = self
             .post(
                 &format!("/issues/{issue}/comments"),
                 json!({ "body": fit(body, MAX_BODY_CHARS) }),
             )
             .await?;
-        Ok(v["id"].as_i64().unwrap_or(0))
+        Ok(made.id)
     }
 
     /// Posts a comment unless one carrying `marker` is already on the issue.
@@ -571,20 +560,20 @@ impl Repo<'_> {
         branch: &str,
         inputs: Value,
     ) -> Result<Option<(i64, String)>, GitHubError> {
-        let v = self
-            .post(
-                &format!("/actions/workflows/{}/dispatches", enc(workflow)),
-                json!({ "ref": branch, "inputs": inputs, "return_run_details": true }),
-            )
-            .await?;
-        Ok(v["workflow_run_id"]
-            .as_i64()
-            .map(|id| (id, v["html_url"].as_str().unwrap_or("").to_string())))
+        let path = self.path(&format!("/actions/workflows/{}/dispatches", enc(workflow)));
+        let body = json!({ "ref": branch, "inputs": inputs, "return_run_details": true });
+        let r = self.gh.post(self.installation, &path, &body).await?;
+        // An older GitHub answers 204 with no body: the run is found by its name.
+        if r.status == 204 || r.body.trim().is_empty() {
+            return Ok(None);
+        }
+        let run: answers::DispatchedRun = read(&format!("POST {path}"), r.json())?;
+        Ok(Some((run.workflow_run_id, run.html_url)))
     }
 
     /// Recent runs of a workflow (newest first), created at or after `since`.
     pub async fn runs(&self, workflow: &str, since: &str) -> Result<Vec<WorkflowRun>, GitHubError> {
-        let v = self
+        let v: Vec<answers::Run> = self
             .list(
                 &format!(
                     "/actions/workflows/{}/runs?event=workflow_dispatch&per_page=100&created={}",
@@ -594,12 +583,15 @@ impl Repo<'_> {
                 Some("workflow_runs"),
             )
             .await?;
-        Ok(v.iter().filter_map(WorkflowRun::from).collect())
+        Ok(v.into_iter().map(WorkflowRun::from).collect())
     }
 
     pub async fn run(&self, id: i64) -> Result<Option<WorkflowRun>, GitHubError> {
-        match self.get(&format!("/actions/runs/{id}")).await {
-            Ok(v) => Ok(WorkflowRun::from(&v)),
+        match self
+            .get::<answers::Run>(&format!("/actions/runs/{id}"))
+            .await
+        {
+            Ok(r) => Ok(Some(r.into())),
             Err(GitHubError::Http { status: 404, .. }) => Ok(None),
             Err(e) => Err(e),
         }
@@ -610,10 +602,10 @@ impl Repo<'_> {
     pub async fn cancel(&self, id: i64, force: bool) -> Result<(), GitHubError> {
         let what = if force { "force-cancel" } else { "cancel" };
         match self
-            .post(&format!("/actions/runs/{id}/{what}"), json!({}))
+            .send(&format!("/actions/runs/{id}/{what}"), json!({}))
             .await
         {
-            Ok(_) | Err(GitHubError::Http { status: 409, .. }) => Ok(()),
+            Ok(()) | Err(GitHubError::Http { status: 409, .. }) => Ok(()),
             Err(e) => Err(e),
         }
     }

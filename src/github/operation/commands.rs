@@ -186,8 +186,12 @@ impl Operations {
 
     /// A `workflow_run` webhook: a run of ours started or finished.
     pub async fn workflow_run(&self, payload: &serde_json::Value) -> Result<(), OpError> {
-        let Some(run) = WorkflowRun::from(&payload["workflow_run"]) else {
-            return Ok(());
+        let run = match WorkflowRun::from_payload(&payload["workflow_run"]) {
+            Ok(run) => run,
+            Err(e) => {
+                tracing::warn!(error = %e, "an unusable workflow_run event; dropped");
+                return Ok(());
+            }
         };
         let row = match self.store.run_by_id(run.id).await? {
             Some(r) => r,

@@ -89,7 +89,7 @@ impl Operations {
                 let ui = UnitIssue {
                     unit: u.name.clone(),
                     number,
-                    issue_id: id,
+                    issue_id: id.0,
                     flags: "none".into(),
                 };
                 self.store.put_unit_issue(&ctx.op, &ui).await?;

@@ -1,0 +1,179 @@
+//! GitHub's answers, as the fields the supervisor reads. Each struct names only
+//! what is used; a field GitHub's description marks required is required here,
+//! so an answer without it is an error at the edge ([`GitHubError::Unexpected`])
+//! instead of a silent default deep inside. Nullable fields are `Option`.
+
+use super::GitHubError;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+/// An issue's database id — what `sub_issue_id` takes — as opposed to its
+/// number in the repository, which every other issue path takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(transparent)]
+pub struct IssueId(pub i64);
+
+/// Reads one answer (or one item of a list) into `T`.
+pub fn read<T: DeserializeOwned>(what: &str, v: serde_json::Value) -> Result<T, GitHubError> {
+    serde_json::from_value(v).map_err(|e| GitHubError::Unexpected {
+        what: what.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// Reads every item of a list into `T`.
+pub fn read_all<T: DeserializeOwned>(
+    what: &str,
+    items: Vec<serde_json::Value>,
+) -> Result<Vec<T>, GitHubError> {
+    items.into_iter().map(|v| read(what, v)).collect()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Repository {
+    pub default_branch: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GitRef {
+    pub object: GitObject,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GitObject {
+    pub sha: String,
+}
+
+/// `GET /contents/{path}` for a file (a directory answers with a list, which
+/// does not read as this).
+#[derive(Debug, Deserialize)]
+pub struct FileContent {
+    pub content: String,
+    pub sha: String,
+}
+
+/// `PUT /contents/{path}`.
+#[derive(Debug, Deserialize)]
+pub struct FileCommit {
+    pub commit: GitObject,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Comparison {
+    pub commits: Vec<ComparedCommit>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ComparedCommit {
+    pub sha: String,
+    pub commit: CommitDetail,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CommitDetail {
+    pub message: String,
+}
+
+/// A pull request, from the list (which lacks `merged` and `mergeable`) or
+/// from `GET /pulls/{number}` (which has both).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Pull {
+    pub number: i64,
+    pub state: String,
+    pub merged_at: Option<String>,
+    #[serde(default)]
+    pub merged: Option<bool>,
+    #[serde(default)]
+    pub mergeable: Option<bool>,
+    pub head: PullHead,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct PullHead {
+    pub sha: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Review {
+    pub state: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CheckRun {
+    pub name: String,
+    pub status: String,
+    pub conclusion: Option<String>,
+    /// The app that reported it (nullable in GitHub's description).
+    pub app: Option<App>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct App {
+    pub slug: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Issue {
+    pub number: i64,
+    pub id: IssueId,
+    #[serde(default)]
+    pub body: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Comment {
+    pub id: i64,
+    #[serde(default)]
+    pub body: Option<String>,
+}
+
+/// The answer to a workflow dispatch asked to return the run's details.
+#[derive(Debug, Deserialize)]
+pub struct DispatchedRun {
+    pub workflow_run_id: i64,
+    pub html_url: String,
+}
+
+/// A workflow run, from the REST API or a `workflow_run` webhook.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Run {
+    pub id: i64,
+    pub display_title: String,
+    pub status: Option<String>,
+    pub conclusion: Option<String>,
+    pub html_url: String,
+}
+
+/// `GET /collaborators/{login}/permission`: `role_name` names custom roles
+/// too, where `permission` maps them onto the five classic ones.
+#[derive(Debug, Deserialize)]
+pub struct CollaboratorPermission {
+    pub role_name: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_missing_required_field_is_an_error_that_names_it() {
+        let e = read::<Pull>(
+            "GET /pulls/3",
+            json!({ "number": 3, "state": "open", "merged_at": null }),
+        )
+        .unwrap_err();
+        assert!(matches!(e, GitHubError::Unexpected { .. }));
+        assert!(
+            e.to_string().contains("GET /pulls/3") && e.to_string().contains("head"),
+            "{e}"
+        );
+        // Nullable is not missing: a list item without `mergeable` reads.
+        let p: Pull = read(
+            "GET /pulls",
+            json!({ "number": 3, "state": "closed", "merged_at": "2026-11-22T10:00:00Z", "head": { "sha": "abc" } }),
+        )
+        .unwrap();
+        assert_eq!((p.mergeable, p.merged_at.is_some()), (None, true));
+    }
+}
