@@ -1,0 +1,269 @@
+//! The detection heuristics of §2a–§2g, applied in the specification's priority order
+//! to the block list of a parsed document.
+
+use super::blocks::{plain, Block, Doc};
+use super::model::*;
+use crate::text::{contains_word, nearest};
+use aho_corasick::AhoCorasick;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Range;
+
+mod criteria;
+mod dependencies;
+mod files;
+mod outline;
+mod sprints;
+mod units;
+
+use criteria::*;
+use dependencies::*;
+use files::*;
+use outline::*;
+use sprints::*;
+use units::*;
+
+/// A unit found before its sprints are read: where it is defined and what the
+/// plan declares about it.
+pub(super) struct UnitDraft {
+    name: String,
+    line: usize,
+    directory: Option<String>,
+    layer: Option<u32>,
+    declared_deps: Vec<(String, usize)>,
+    declared_sprints: Option<usize>,
+    region: Option<Range<usize>>,
+}
+
+pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>> {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    let blocks = &doc.blocks;
+    let title = title(blocks)
+        .map(|t| unit_name_from_title(&t))
+        .unwrap_or_else(|| fallback_name.to_string());
+
+    let o = Outline::new(blocks);
+    let from_table = table_units(blocks);
+    let tabled = from_table.is_some();
+    let mut drafts = from_table
+        .or_else(|| section_units(blocks, &o))
+        .unwrap_or_else(|| {
+            vec![UnitDraft {
+                name: unit_name_from_title(&title),
+                line: blocks.first().map_or(1, Block::line),
+                directory: None,
+                layer: None,
+                declared_deps: Vec::new(),
+                declared_sprints: None,
+                region: Some(0..blocks.len()),
+            }]
+        });
+
+    // Unit names must be unique: every later decision keys on them.
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for d in &drafts {
+        if let Some(first) = seen.insert(d.name.to_lowercase(), d.line) {
+            errors.push(
+                Problem::new(d.line, format!("work unit `{}` is defined twice", d.name)).hint(
+                    format!("first definition at line {first}; give each unit its own name"),
+                ),
+            );
+        }
+    }
+
+    if drafts.iter().any(|d| d.region.is_none()) {
+        let names: Vec<&str> = drafts.iter().map(|d| d.name.as_str()).collect();
+        let sections = unit_sections(blocks, &o, &names);
+        for (d, r) in drafts.iter_mut().zip(sections) {
+            d.region = d.region.take().or(r);
+        }
+    }
+    if tabled {
+        // A section that defines sprints but is no unit of the table would be
+        // dropped without a word: say so.
+        let table_line = drafts.first().map_or(1, |d| d.line);
+        for c in section_units(blocks, &o).unwrap_or_default() {
+            let Some(r) = &c.region else { continue };
+            let covered = drafts.iter().any(|d| {
+                d.region
+                    .as_ref()
+                    .is_some_and(|dr| dr.start < r.end && r.start < dr.end)
+            });
+            if !covered {
+                warnings.push(
+                    Problem::new(
+                        c.line,
+                        format!(
+                            "section `{}` defines sprints, but the work-unit table does not list it; its sprints will not run",
+                            c.name
+                        ),
+                    )
+                    .hint(format!("add a row for `{}` to the table near line {table_line}, or move its sprints under a listed unit", c.name)),
+                );
+            }
+        }
+    }
+    let mut units = Vec::new();
+    for d in &mut drafts {
+        let sprints = match &d.region {
+            Some(r) => find_sprints(doc, &o, r.clone()),
+            None => Vec::new(),
+        };
+        if sprints.is_empty() {
+            errors.push(
+                Problem::new(d.line, format!("work unit `{}` has no sprints", d.name)).hint(
+                    "define them under a section named after the unit, as `### Sprint 1: <name>` headers, a sprint table, `### Task 1.1:` headers or checklists",
+                ),
+            );
+        }
+        let sprints = order_sprints(sprints, &d.name, &mut errors, &mut warnings);
+        if let Some(n) = d.declared_sprints {
+            if !sprints.is_empty() && n != sprints.len() {
+                warnings.push(Problem::new(
+                    d.line,
+                    format!(
+                        "work unit `{}` declares {n} sprints but {} are defined; using the definitions",
+                        d.name,
+                        sprints.len()
+                    ),
+                ));
+            }
+        }
+        let section = sprints.first().and_then(|s| section_number(blocks, s.line));
+        units.push(WorkUnit {
+            name: d.name.clone(),
+            directory: d.directory.clone(),
+            layer: d.layer.unwrap_or(0),
+            depends_on: Vec::new(),
+            line: d.line,
+            section,
+            sprints,
+        });
+    }
+
+    apply_plan_checks(doc, &o, &mut units);
+
+    let has_layers = drafts.iter().any(|d| d.layer.is_some());
+    let explicit = dependencies(doc, &drafts, &mut errors);
+    let has_edges = !explicit.is_empty();
+    for (i, u) in units.iter_mut().enumerate() {
+        let mut deps: Vec<String> = explicit
+            .iter()
+            .filter(|(from, _)| *from == i)
+            .map(|(_, to)| drafts[*to].name.clone())
+            .collect();
+        // Explicit edges are few; unit names are unique, so only they need deduping.
+        let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+        deps.retain(|d| seen.insert(d.clone()));
+        if has_layers {
+            let mine = drafts[i].layer.unwrap_or(0);
+            deps.extend(
+                drafts
+                    .iter()
+                    .filter(|d| d.layer.unwrap_or(0) < mine && !seen.contains(&d.name))
+                    .map(|d| d.name.clone()),
+            );
+        }
+        u.depends_on = deps;
+    }
+    if let Some(cycle) = find_cycle(&units) {
+        let line = units
+            .iter()
+            .find(|u| u.name == cycle[0])
+            .map_or(1, |u| u.line);
+        errors.push(
+            Problem::new(line, format!("dependency cycle: {}", cycle.join(" → ")))
+                .hint("a unit cannot wait for itself; remove one of these dependencies"),
+        );
+    } else if !has_layers {
+        assign_depths(&mut units);
+    }
+
+    if units.iter().all(|u| u.sprints.is_empty())
+        && errors.iter().all(|e| !e.message.contains("no sprints"))
+    {
+        errors.push(Problem::new(1, "the plan defines no sprints"));
+    }
+    if !errors.is_empty() {
+        errors.sort_by_key(|p| p.line);
+        return Err(errors);
+    }
+
+    let dependency_structure = if has_layers {
+        DependencyStructure::Layers
+    } else if has_edges {
+        DependencyStructure::Graph
+    } else if units.len() == 1 {
+        DependencyStructure::Sequential
+    } else {
+        DependencyStructure::None
+    };
+    let dispatch_template = dispatch_template(doc, &o);
+    if let Some(t) = &dispatch_template {
+        // Every variable must be filled for every unit, or the agent reads it raw.
+        let mut unfilled: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        for u in &units {
+            if let Some(s) = u.sprints.first() {
+                for v in super::template::fill(&t.text, u, s).1 {
+                    unfilled.entry(v).or_default().push(&u.name);
+                }
+            }
+        }
+        for (var, names) in unfilled {
+            warnings.push(
+                Problem::new(
+                    t.line,
+                    format!(
+                        "the dispatch template's `{var}` cannot be filled for {}; agents will see it as written",
+                        names.join(", ")
+                    ),
+                )
+                .hint("use the template variables the supervisor knows (<PACKAGE_NAME>, <PACKAGE_DIR>, <N>, <SPRINT_NAME>, or a <8|9|…> choice of the section number that holds the unit's sprints), or write the value into the template"),
+            );
+        }
+    }
+    let referenced_files = referenced_files(blocks, &units);
+    Ok(Plan {
+        title,
+        feature_name: doc
+            .frontmatter
+            .iter()
+            .find(|(k, _)| k == "feature_name")
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.is_empty()),
+        dependency_structure,
+        dispatch_mode: if dispatch_template.is_some() {
+            DispatchMode::Template
+        } else {
+            DispatchMode::Dynamic
+        },
+        dispatch_template,
+        work_units: units,
+        referenced_files,
+        warnings,
+    })
+}
+
+pub(super) fn title(blocks: &[Block]) -> Option<String> {
+    blocks.iter().find_map(|b| match b.heading() {
+        Some((1, t)) if !plain(t).is_empty() => Some(plain(t)),
+        _ => None,
+    })
+}
+
+/// `EXECUTION_PLAN.md — Foo` names the project `Foo`.
+pub(super) fn unit_name_from_title(title: &str) -> String {
+    let t = title.trim();
+    if t.to_lowercase().starts_with("execution_plan")
+        || t.to_lowercase().starts_with("execution plan")
+    {
+        for sep in ['—', '–', ':', '-'] {
+            if let Some((_, rest)) = t.split_once(sep) {
+                if !rest.trim().is_empty() {
+                    return rest.trim().to_string();
+                }
+            }
+        }
+    }
+    t.to_string()
+}
