@@ -1,0 +1,423 @@
+//! What agents' ends come to (§5, §9): attempts closed, sprints completed,
+//! merged or failed, deferred conditions and manual confirmations.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Decider<'_> {
+    pub(super) fn close_attempt(
+        &mut self,
+        u: usize,
+        s: usize,
+        outcome: &str,
+        report: &AgentReport,
+    ) {
+        let Some(a) = self.sprint(u, s).active.clone() else {
+            return;
+        };
+        let record = AttemptRecord {
+            dispatch: a.id,
+            attempt: a.attempt,
+            tier: a.tier,
+            score: a.score,
+            kind: a.kind,
+            dispatched_at: a.dispatched_at,
+            finished_at: self.now,
+            outcome: outcome.to_string(),
+            turns: report.turns_used,
+            commits: report.evidence.commits.clone(),
+            uncommitted: report.evidence.uncommitted.clone(),
+        };
+        self.emit(Event::AttemptClosed {
+            unit: u,
+            sprint: s,
+            record,
+        });
+    }
+
+    pub(super) fn finished(
+        &mut self,
+        dispatch: &DispatchId,
+        report: AgentReport,
+    ) -> Result<(), Refusal> {
+        let (u, s) = self.find(dispatch)?;
+        let active = self
+            .sprint(u, s)
+            .active
+            .clone()
+            .expect("found by its active dispatch");
+        match active.cancel {
+            Some(CancelReason::Killall | CancelReason::StopTimeout) => {
+                self.close_attempt(u, s, "terminated", &report);
+                if !report.evidence.uncommitted.is_empty() {
+                    let id = self.sprint(u, s).id.clone();
+                    let note = format!(
+                        "has uncommitted work from killed Sprint {id}: {}",
+                        report.evidence.uncommitted.join(", ")
+                    );
+                    self.emit(Event::UnitNote {
+                        unit: u,
+                        note,
+                        at: self.now,
+                    });
+                }
+                self.settle();
+                return Ok(());
+            }
+            Some(CancelReason::Stalled) => {
+                self.sprint_to(u, s, SprintStatus::Running);
+                self.close_attempt(u, s, "cancelled: unresponsive", &report);
+                let secs = self.st().config.stall_timeout_secs;
+                self.fail(
+                    u,
+                    s,
+                    format!("the agent produced no output for {secs} s and was cancelled"),
+                );
+                self.settle();
+                return Ok(());
+            }
+            None => {}
+        }
+        self.sprint_to(u, s, SprintStatus::Running);
+        // 126/127: the shell could not run the agent command at all (not found,
+        // not executable). That is the command's fault, not the agent's: no
+        // attempt is charged, no stronger model is paid for, and the operation
+        // stops with the message until the command is fixed.
+        if matches!(report.exit_code, Some(126 | 127)) && active.attempt == 1 {
+            self.close_attempt(u, s, AGENT_COMMAND_FAILED, &report);
+            self.sprint_to(u, s, SprintStatus::Backoff);
+            let tail = report.output_tail.trim();
+            let tail = tail.lines().last().unwrap_or("");
+            self.log(
+                Some(u),
+                Some(s),
+                "The agent command could not run; stopping".into(),
+                format!("exit status {}: {tail}", report.exit_code.unwrap_or(0)),
+            );
+            self.effects.push(Effect::Notify {
+                kind: NoticeKind::Blocked,
+                unit: None,
+                text: format!(
+                    "The agent command could not run (exit status {}: {tail}). No attempt was counted. Fix the command (--agent, or `agent:` in .github/supervise.yml), then `supervise resume`.",
+                    report.exit_code.unwrap_or(0)
+                ),
+            });
+            let _ = self.stop();
+            self.settle();
+            return Ok(());
+        }
+        let plan_sprint = &self.st().plan.work_units[u].sprints[s];
+        let outcome = verify::assess(plan_sprint, &report, self.st().config.max_turns);
+        let label = match &outcome {
+            verify::Outcome::Completed => "completed",
+            verify::Outcome::Partial(_) => "partial",
+            verify::Outcome::Failed(_) => "failed",
+            verify::Outcome::Waiting => "waiting",
+            verify::Outcome::AwaitConfirmation => "awaiting confirmation",
+        };
+        self.close_attempt(u, s, label, &report);
+        let id = self.sprint(u, s).id.clone();
+        match outcome {
+            verify::Outcome::Completed => self.complete(u, s, &active, &report),
+            verify::Outcome::Partial(remaining) => {
+                let max = self.st().config.max_continuations;
+                if self.sprint(u, s).continuations >= max {
+                    self.fail(
+                        u,
+                        s,
+                        format!(
+                            "still partial after {max} continuations; remaining: {}",
+                            remaining.join("; ")
+                        ),
+                    );
+                } else {
+                    self.sprint_to(u, s, SprintStatus::Partial);
+                    self.log(
+                        Some(u),
+                        Some(s),
+                        format!("Sprint {id} PARTIAL"),
+                        format!("remaining: {}", remaining.join("; ")),
+                    );
+                    self.emit(Event::ContinuationCounted {
+                        unit: u,
+                        sprint: s,
+                        remaining,
+                        at: self.now,
+                    });
+                }
+            }
+            verify::Outcome::Failed(reason) => self.fail(u, s, reason),
+            verify::Outcome::Waiting => {
+                self.emit(Event::DeferredWaiting {
+                    unit: u,
+                    sprint: s,
+                    polls: 0,
+                    at: self.now,
+                });
+                self.log(
+                    Some(u),
+                    Some(s),
+                    format!("Sprint {id} waiting on its condition"),
+                    "deferred sprint: polling does not count as an attempt".into(),
+                );
+            }
+            verify::Outcome::AwaitConfirmation => {
+                self.sprint_to(u, s, SprintStatus::Partial);
+                self.emit(Event::AwaitingConfirmation {
+                    unit: u,
+                    sprint: s,
+                    at: self.now,
+                });
+                let unit = self.st().units[u].name.clone();
+                self.effects.push(Effect::Notify {
+                    kind: NoticeKind::ManualCheck,
+                    unit: Some(unit.clone()),
+                    text: format!("{unit} Sprint {id} is a manual sprint: review the agent's findings, then confirm with `resume`."),
+                });
+            }
+        }
+        self.settle();
+        Ok(())
+    }
+
+    pub(super) fn complete(
+        &mut self,
+        u: usize,
+        s: usize,
+        active: &ActiveDispatch,
+        report: &AgentReport,
+    ) {
+        let started_at = self
+            .sprint(u, s)
+            .first_dispatched_at()
+            .unwrap_or(active.dispatched_at);
+        let completion = Completion {
+            started_at,
+            completed_at: self.now,
+            tier: active.tier,
+            score: active.score,
+            attempts: active.attempt,
+            turns: report.turns_used,
+            commits: report.evidence.commits.clone(),
+            criteria: report.evidence.criteria.clone(),
+            already_done: None,
+            awaiting_merge: true,
+        };
+        self.emit(Event::SprintCompleted {
+            unit: u,
+            sprint: s,
+            completion,
+        });
+        let (unit, sprint) = self.names(u, s);
+        self.log(
+            Some(u),
+            Some(s),
+            format!("Sprint {sprint} COMPLETED"),
+            "verification cascade confirmed the exit criteria".into(),
+        );
+        self.effects.push(Effect::Integrate {
+            unit,
+            sprint,
+            dispatch: active.id.clone(),
+        });
+    }
+
+    /// A verified sprint that cannot be merged without a person: its unit is
+    /// BLOCKED (nothing after it may branch from an integration branch that
+    /// lacks it) and the person is told how to go on.
+    pub(super) fn merge_blocked(&mut self, u: usize, s: usize, error: &str) {
+        let (unit, id) = self.names(u, s);
+        if self.st().units[u].status.can_become(UnitStatus::Blocked) {
+            self.unit_to(u, UnitStatus::Blocked, "merge needs a person");
+        }
+        self.log(
+            Some(u),
+            Some(s),
+            format!("Sprint {id} verified but not merged; {unit} BLOCKED"),
+            error.to_string(),
+        );
+        self.effects.push(Effect::Notify {
+            kind: NoticeKind::Blocked,
+            unit: Some(unit.clone()),
+            text: format!(
+                "BLOCKED: {unit} Sprint {id} passed verification but could not be merged.\nReason: {error}\nAfter fixing it: supervise resume {unit}\n(resume merges the sprint again, then the work unit goes on)"
+            ),
+        });
+    }
+
+    /// Asks again for the merge of every verified sprint of the unit whose merge
+    /// is not confirmed.
+    pub(super) fn integrate_again(&mut self, u: usize) {
+        for s in 0..self.st().units[u].sprints.len() {
+            let sp = self.sprint(u, s);
+            if !sp.awaiting_merge() {
+                continue;
+            }
+            let Some(dispatch) = sp.history.last().map(|h| h.dispatch.clone()) else {
+                continue;
+            };
+            let (unit, sprint) = self.names(u, s);
+            self.effects.push(Effect::Integrate {
+                unit,
+                sprint,
+                dispatch,
+            });
+        }
+    }
+
+    /// §3 steps 4–5: sprints done before the operation started are recorded as
+    /// COMPLETED with their evidence instead of being paid for again. Only a
+    /// unit's leading sprints count: a later sprint found done while an earlier
+    /// one is not is dispatched as planned.
+    pub(super) fn already_done(&mut self, found: Vec<AlreadyDone>) {
+        for u in 0..self.st().units.len() {
+            for s in 0..self.st().units[u].sprints.len() {
+                let (name, id) = self.names(u, s);
+                let Some(f) = found.iter().find(|f| f.unit == name && f.sprint == id) else {
+                    break;
+                };
+                let completion = Completion {
+                    started_at: self.now,
+                    completed_at: self.now,
+                    tier: ModelTier::Haiku,
+                    score: 0,
+                    attempts: 0,
+                    turns: None,
+                    commits: Vec::new(),
+                    criteria: f.criteria.clone(),
+                    already_done: Some(f.evidence.clone()),
+                    awaiting_merge: false,
+                };
+                self.emit(Event::SprintCompleted {
+                    unit: u,
+                    sprint: s,
+                    completion,
+                });
+                self.log(
+                    Some(u),
+                    Some(s),
+                    format!("Sprint {id} already done: COMPLETED without a dispatch"),
+                    f.evidence.clone(),
+                );
+            }
+        }
+    }
+
+    /// Completes a sprint whose last attempt already closed: a manual sprint a
+    /// person confirmed (no criteria checked), or a deferred one whose condition
+    /// was met (`criteria` is what the poll checked).
+    pub(super) fn confirm(&mut self, u: usize, s: usize, criteria: Vec<CriterionResult>) {
+        let Some(last) = self.sprint(u, s).history.last().cloned() else {
+            return;
+        };
+        let active = ActiveDispatch {
+            id: last.dispatch.clone(),
+            attempt: last.attempt,
+            tier: last.tier,
+            model_id: String::new(),
+            score: last.score,
+            kind: last.kind,
+            dispatched_at: last.dispatched_at,
+            last_activity: last.finished_at,
+            stall_warned: false,
+            cancel: None,
+        };
+        let report = AgentReport {
+            turns_used: last.turns,
+            evidence: Evidence {
+                commits: last.commits,
+                criteria,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        self.complete(u, s, &active, &report);
+    }
+
+    /// A failed attempt: BACKOFF, or FATAL and BLOCKED once retries are spent (§9).
+    pub(super) fn fail(&mut self, u: usize, s: usize, reason: String) {
+        self.emit(Event::FailureCounted {
+            unit: u,
+            sprint: s,
+            reason: reason.clone(),
+            at: self.now,
+        });
+        self.sprint_to(u, s, SprintStatus::Backoff);
+        let failures = self.sprint(u, s).failures;
+        let max = self.st().config.max_retries;
+        let (unit, id) = self.names(u, s);
+        if failures >= max {
+            self.sprint_to(u, s, SprintStatus::Fatal);
+            self.unit_to(u, UnitStatus::Blocked, "sprint FATAL");
+            self.log(
+                Some(u),
+                Some(s),
+                format!("Sprint {id} FATAL; {unit} BLOCKED"),
+                format!("failed {failures} of {max} attempts; last failure: {reason}"),
+            );
+            self.effects.push(Effect::Notify {
+                kind: NoticeKind::Blocked,
+                unit: Some(unit.clone()),
+                text: format!(
+                    "BLOCKED: {unit} Sprint {id} failed after {max} attempts.\nLast failure: {reason}\nTo retry: supervise resume {unit}\n(resume resets the sprint to PENDING and the work unit to RUNNING)"
+                ),
+            });
+        } else {
+            self.log(
+                Some(u),
+                Some(s),
+                format!("Sprint {id} BACKOFF (attempt {failures}/{max} failed)"),
+                reason,
+            );
+        }
+    }
+
+    pub(super) fn condition(
+        &mut self,
+        unit: &str,
+        sprint: &crate::plan::SprintId,
+        met: bool,
+        error: Option<String>,
+        criteria: Vec<CriterionResult>,
+    ) -> Result<(), Refusal> {
+        let (u, s) = self.locate(unit, sprint)?;
+        if !self.sprint(u, s).deferred_waiting {
+            return Err(Refusal::NotAllowed(format!(
+                "{unit} Sprint {sprint} is not waiting on a condition"
+            )));
+        }
+        if met {
+            self.confirm(u, s, criteria);
+        } else if let Some(e) = error {
+            self.fail(
+                u,
+                s,
+                format!("the awaited condition reported an error: {e}"),
+            );
+        } else {
+            let polls = self.sprint(u, s).deferred_polls + 1;
+            self.emit(Event::DeferredWaiting {
+                unit: u,
+                sprint: s,
+                polls,
+                at: self.now,
+            });
+            if polls == self.st().config.deferred_report_polls {
+                let text = format!("{unit} Sprint {sprint} is waiting on its condition. Still not met after {polls} checks. Continue waiting or intervene?");
+                self.log(
+                    Some(u),
+                    Some(s),
+                    "Deferred sprint still waiting".into(),
+                    text.clone(),
+                );
+                self.effects.push(Effect::Notify {
+                    kind: NoticeKind::DeferredWaiting,
+                    unit: Some(unit.to_string()),
+                    text,
+                });
+            }
+        }
+        self.settle();
+        Ok(())
+    }
+}

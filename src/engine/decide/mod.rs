@@ -1,0 +1,373 @@
+//! `decide`: one input in, the events it causes and the effects to carry out.
+//! Each event is applied to a working copy as it is emitted, so every later rule
+//! sees the state the log will hold.
+
+use super::events::*;
+use super::state::*;
+use super::{naming, prompt, select, verify};
+use crate::text::nearest;
+use chrono::{DateTime, Utc};
+
+mod agents;
+mod commands;
+mod gates;
+mod settle;
+
+/// What one input caused.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decision {
+    pub events: Vec<Event>,
+    pub effects: Vec<Effect>,
+}
+
+/// One decision in the making: the state it changes as it goes (each event is
+/// applied as it is emitted, so later rules see earlier ones), and the events
+/// and effects it will hand back.
+struct Decider<'a> {
+    state: &'a mut Option<OperationState>,
+    events: Vec<Event>,
+    effects: Vec<Effect>,
+    now: DateTime<Utc>,
+}
+
+/// Pure form: the caller's state is untouched; apply the returned events to it.
+pub fn decide(
+    state: Option<&OperationState>,
+    input: Input,
+    now: DateTime<Utc>,
+) -> Result<Decision, Refusal> {
+    let mut work = state.cloned();
+    decide_mut(&mut work, input, now)
+}
+
+/// In-place form for hot loops: the returned events are already applied to
+/// `state` (by `apply`, as a replay would). Every refusal is decided before the
+/// first event, so a refused input leaves `state` as it was.
+pub fn decide_mut(
+    state: &mut Option<OperationState>,
+    input: Input,
+    now: DateTime<Utc>,
+) -> Result<Decision, Refusal> {
+    let mut c = Decider {
+        state,
+        events: Vec::new(),
+        effects: Vec::new(),
+        now,
+    };
+    match input {
+        Input::Start {
+            operation,
+            plan,
+            config,
+            seed,
+            already_done,
+        } => {
+            if let Some(st) = &c.state {
+                return Err(Refusal::AlreadyStarted(st.name.clone()));
+            }
+            let name = plan
+                .feature_name
+                .clone()
+                .unwrap_or_else(|| naming::operation_name(seed));
+            let units = plan.work_units.len();
+            let sprints = plan.total_sprints();
+            c.emit(Event::OperationStarted {
+                operation,
+                name: name.clone(),
+                seed,
+                plan,
+                config,
+                at: now,
+            });
+            c.log(
+                None,
+                None,
+                format!("Operation named: {name}"),
+                format!("{units} work unit(s), {sprints} sprint(s)"),
+            );
+            c.already_done(already_done);
+            c.settle();
+        }
+        Input::NameFeature => {
+            let st = c
+                .state
+                .as_ref()
+                .ok_or_else(|| Refusal::Ritual(naming::REPROACH.to_string()))?;
+            let name = naming::operation_name(st.seed.wrapping_add(st.renames as u64 + 1));
+            c.emit(Event::Renamed {
+                name: name.clone(),
+                at: now,
+            });
+            c.log(
+                None,
+                None,
+                format!("Operation renamed: {name}"),
+                "name-feature after start".into(),
+            );
+        }
+        Input::Status => {
+            c.require()?;
+            c.effects.push(Effect::PublishStatus);
+            return Ok(c.finish());
+        }
+        Input::Resume { unit } => c.resume(unit)?,
+        Input::Stop => c.stop()?,
+        Input::Killall => c.killall()?,
+        Input::AgentStarted { dispatch } | Input::AgentActivity { dispatch } => {
+            let (u, s) = c.find(&dispatch)?;
+            if c.sprint(u, s).status() == SprintStatus::Dispatched {
+                c.sprint_to(u, s, SprintStatus::Running);
+            }
+            let last = c.sprint(u, s).active.as_ref().map(|a| a.last_activity);
+            // Activity is recorded at most once a second: the log stays small.
+            if last.is_none_or(|l| (now - l).num_milliseconds() >= 1000)
+                || c.sprint(u, s)
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| a.stall_warned)
+            {
+                c.emit(Event::Activity {
+                    unit: u,
+                    sprint: s,
+                    at: now,
+                });
+            }
+        }
+        Input::AgentFinished { dispatch, report } => c.finished(&dispatch, report)?,
+        Input::DispatchFailed { dispatch, error } => {
+            let (u, s) = c.find(&dispatch)?;
+            c.close_attempt(u, s, "dispatch failed", &AgentReport::default());
+            if c.sprint(u, s).status() == SprintStatus::Dispatched {
+                c.sprint_to(u, s, SprintStatus::Running);
+            }
+            c.fail(
+                u,
+                s,
+                format!("the runner could not launch the agent: {error}"),
+            );
+            c.settle();
+        }
+        Input::Tick => {
+            if c.state.is_none() {
+                return Ok(Decision::default());
+            }
+            c.tick();
+        }
+        Input::GateResult {
+            gate,
+            passed,
+            output,
+        } => c.gate_result(gate, passed, &output)?,
+        Input::ConditionPolled {
+            unit,
+            sprint,
+            met,
+            error,
+            criteria,
+        } => c.condition(&unit, &sprint, met, error, criteria)?,
+        Input::MergeLost {
+            unit,
+            sprint,
+            detail,
+        } => {
+            let (u, s) = c.locate(&unit, &sprint)?;
+            // Idempotent: a sprint already reopened (or never completed) stays.
+            if c.sprint(u, s).status() != SprintStatus::Completed {
+                return Ok(c.finish());
+            }
+            c.emit(Event::Reopened {
+                unit: u,
+                sprint: s,
+                at: now,
+            });
+            c.log(
+                Some(u),
+                Some(s),
+                format!("Sprint {sprint} merge lost; back to PENDING"),
+                detail.clone(),
+            );
+            c.effects.push(Effect::Notify {
+                kind: NoticeKind::WorkLost,
+                unit: Some(unit.clone()),
+                text: format!(
+                    "{unit} Sprint {sprint} was merged, but its work is no longer in the integration branch ({detail}). Something moved the branch back; the sprint runs again."
+                ),
+            });
+            c.settle();
+        }
+        Input::Integrated { unit, sprint } => {
+            let (u, s) = c.locate(&unit, &sprint)?;
+            // Idempotent: a merge confirmed twice, or of a sprint since reopened,
+            // changes nothing.
+            if !c.sprint(u, s).awaiting_merge() {
+                return Ok(c.finish());
+            }
+            c.emit(Event::Merged {
+                unit: u,
+                sprint: s,
+                at: now,
+            });
+            c.settle();
+        }
+        Input::IntegrationFailed {
+            unit,
+            sprint,
+            error,
+        } => {
+            let (u, s) = c.locate(&unit, &sprint)?;
+            if !c.sprint(u, s).awaiting_merge() {
+                return Ok(c.finish());
+            }
+            c.merge_blocked(u, s, &error);
+            c.settle();
+        }
+        Input::ManualConfirmed { unit, sprint } => {
+            let (u, s) = c.locate(&unit, &sprint)?;
+            if !c.sprint(u, s).awaiting_confirmation {
+                return Err(Refusal::NotAllowed(format!(
+                    "{unit} Sprint {sprint} is not waiting for a confirmation"
+                )));
+            }
+            c.confirm(u, s, Vec::new());
+            c.settle();
+        }
+    }
+    Ok(c.finish())
+}
+
+/// The outcome recorded for an attempt whose command could not be run (126/127).
+pub const AGENT_COMMAND_FAILED: &str = "agent command could not run";
+
+impl Decider<'_> {
+    pub(super) fn finish(mut self) -> Decision {
+        if !self.events.is_empty() && !self.effects.contains(&Effect::PublishStatus) {
+            self.effects.push(Effect::PublishStatus);
+        }
+        Decision {
+            events: self.events,
+            effects: self.effects,
+        }
+    }
+
+    pub(super) fn emit(&mut self, e: Event) {
+        apply(self.state, &e);
+        self.events.push(e);
+    }
+
+    pub(super) fn require(&self) -> Result<&OperationState, Refusal> {
+        self.state.as_ref().ok_or(Refusal::NotStarted)
+    }
+
+    pub(super) fn st(&self) -> &OperationState {
+        self.state
+            .as_ref()
+            .expect("operation state exists after start")
+    }
+
+    pub(super) fn sprint(&self, u: usize, s: usize) -> &SprintRun {
+        &self.st().units[u].sprints[s]
+    }
+
+    pub(super) fn names(&self, u: usize, s: usize) -> (String, crate::plan::SprintId) {
+        let unit = &self.st().units[u];
+        (unit.name.clone(), unit.sprints[s].id.clone())
+    }
+
+    pub(super) fn log(
+        &mut self,
+        u: Option<usize>,
+        s: Option<usize>,
+        decision: String,
+        rationale: String,
+    ) {
+        let (unit, sprint) = match (u, s) {
+            (Some(u), Some(s)) => {
+                let (n, id) = self.names(u, s);
+                (Some(n), Some(id))
+            }
+            (Some(u), None) => (Some(self.st().units[u].name.clone()), None),
+            _ => (None, None),
+        };
+        self.emit(Event::Decision {
+            entry: DecisionEntry {
+                at: self.now,
+                unit,
+                sprint,
+                decision,
+                rationale,
+            },
+        });
+    }
+
+    pub(super) fn unit_to(&mut self, u: usize, to: UnitStatus, reason: &str) {
+        let from = self.st().units[u].status;
+        if from == to || !from.can_become(to) {
+            return;
+        }
+        self.emit(Event::Unit {
+            unit: u,
+            to,
+            reason: reason.to_string(),
+            at: self.now,
+        });
+    }
+
+    pub(super) fn sprint_to(&mut self, u: usize, s: usize, to: SprintStatus) {
+        let from = self.sprint(u, s).status();
+        if from == to || !from.can_become(to) {
+            return;
+        }
+        self.emit(Event::Sprint {
+            unit: u,
+            sprint: s,
+            to,
+            at: self.now,
+        });
+    }
+
+    pub(super) fn overall(&mut self, to: OverallStatus, reason: &str) {
+        if self.st().status != to {
+            self.emit(Event::Overall {
+                to,
+                reason: reason.to_string(),
+                at: self.now,
+            });
+        }
+    }
+
+    pub(super) fn find(&self, d: &DispatchId) -> Result<(usize, usize), Refusal> {
+        self.require()?
+            .find_dispatch(d)
+            .ok_or_else(|| Refusal::StaleDispatch(d.0.clone()))
+    }
+
+    pub(super) fn locate(
+        &self,
+        unit: &str,
+        sprint: &crate::plan::SprintId,
+    ) -> Result<(usize, usize), Refusal> {
+        let st = self.require()?;
+        let u = self.unit_named(unit)?;
+        let s = st.units[u]
+            .sprints
+            .iter()
+            .position(|x| &x.id == sprint)
+            .ok_or_else(|| {
+                Refusal::NotAllowed(format!("work unit {unit} has no sprint {sprint}"))
+            })?;
+        Ok((u, s))
+    }
+
+    pub(super) fn unit_named(&self, name: &str) -> Result<usize, Refusal> {
+        let st = self.require()?;
+        st.unit_index(name).ok_or_else(|| {
+            let hint = nearest(name, st.units.iter().map(|u| u.name.as_str()))
+                .map(|n| format!(" Did you mean `{n}`?"))
+                .unwrap_or_default();
+            Refusal::UnknownUnit(format!(
+                "there is no work unit {} in this plan.{hint}",
+                crate::text::code_span(name)
+            ))
+        })
+    }
+}

@@ -1,0 +1,288 @@
+//! What a new state implies, applied until nothing changes: units start,
+//! finish or wait at a gate, ready sprints are dispatched, the operation
+//! concludes.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Decider<'_> {
+    pub(super) fn settle(&mut self) {
+        for _ in 0..8 {
+            let before = self.events.len();
+            self.activate_units();
+            self.finish_units();
+            if self.st().status == OverallStatus::Running {
+                self.dispatch_ready();
+            }
+            self.conclude();
+            if self.events.len() == before {
+                break;
+            }
+        }
+    }
+
+    /// §7: a NOT_STARTED unit starts once every dependency is COMPLETED.
+    pub(super) fn activate_units(&mut self) {
+        if self.st().status != OverallStatus::Running {
+            return;
+        }
+        for u in 0..self.st().units.len() {
+            if self.st().units[u].status != UnitStatus::NotStarted {
+                continue;
+            }
+            if self.st().ready_to_start(u) {
+                let deps = self.st().plan.work_units[u].depends_on.clone();
+                self.unit_to(u, UnitStatus::Running, "dependencies complete");
+                let why = if deps.is_empty() {
+                    "no dependencies".to_string()
+                } else {
+                    format!("dependencies COMPLETED: {}", deps.join(", "))
+                };
+                self.log(Some(u), None, "Work unit started".into(), why);
+            }
+        }
+    }
+
+    /// Stopping units with nothing in flight stop; finished units complete, behind
+    /// the build gate of their layer when one is configured (§3.5).
+    pub(super) fn finish_units(&mut self) {
+        let gate = self.st().config.build_gate;
+        for u in 0..self.st().units.len() {
+            let unit = &self.st().units[u];
+            if unit.status == UnitStatus::Stopping && unit.active().is_none() {
+                self.unit_to(u, UnitStatus::Stopped, "drained");
+                continue;
+            }
+            if unit.status != UnitStatus::Running || !unit.all_sprints_done() {
+                continue;
+            }
+            let covered = self
+                .st()
+                .gates
+                .iter()
+                .any(|g| g.passed == Some(true) && g.units.contains(&unit.name));
+            if !gate || covered {
+                self.unit_to(u, UnitStatus::Completed, "all sprints complete");
+            }
+        }
+        if !gate {
+            return;
+        }
+        let mut layers: Vec<u32> = self.st().plan.work_units.iter().map(|u| u.layer).collect();
+        layers.sort_unstable();
+        layers.dedup();
+        for layer in layers {
+            let st = self.st();
+            let in_layer: Vec<usize> = (0..st.units.len())
+                .filter(|&u| st.plan.work_units[u].layer == layer)
+                .collect();
+            let busy = in_layer.iter().any(|&u| {
+                st.units[u].status == UnitStatus::Running && !st.units[u].all_sprints_done()
+            });
+            let open = st
+                .gates
+                .iter()
+                .any(|g| g.layer == layer && g.passed.is_none());
+            let waiting: Vec<String> = in_layer
+                .iter()
+                .filter(|&&u| {
+                    st.units[u].status == UnitStatus::Running && st.units[u].all_sprints_done()
+                })
+                .map(|&u| st.units[u].name.clone())
+                .collect();
+            if busy || open || waiting.is_empty() {
+                continue;
+            }
+            let id = st.gates.len() as u32 + 1;
+            self.emit(Event::GateOpened {
+                id,
+                layer,
+                units: waiting.clone(),
+                retry_of: None,
+                at: self.now,
+            });
+            self.log(
+                None,
+                None,
+                format!("Phase {layer} complete: build gate {id}"),
+                format!("one coordinated build for {}", waiting.join(", ")),
+            );
+            self.effects.push(Effect::RunGate {
+                gate: id,
+                layer,
+                units: waiting,
+            });
+        }
+    }
+
+    /// §4 step 4: dispatch every RUNNING unit's next sprint, within the cap and budget.
+    pub(super) fn dispatch_ready(&mut self) {
+        for u in 0..self.st().units.len() {
+            let st = self.st();
+            let unit = &st.units[u];
+            if unit.status != UnitStatus::Running
+                || unit.active().is_some()
+                || unit.awaiting_merge().is_some()
+            {
+                continue;
+            }
+            let Some(s) = unit.current() else { continue };
+            let sp = &unit.sprints[s];
+            let kind = match sp.status() {
+                SprintStatus::Pending => DispatchKind::Fresh,
+                SprintStatus::Partial if !sp.awaiting_confirmation => DispatchKind::Continuation,
+                SprintStatus::Backoff => DispatchKind::Retry,
+                _ => continue,
+            };
+            if sp.deferred_waiting || st.active_count() >= st.config.max_parallel.max(1) as usize {
+                continue;
+            }
+            let complexity = select::complexity(&st.plan, u, s);
+            let ctx = select::SelectionContext {
+                failures: sp.failures,
+                partial: kind == DispatchKind::Continuation,
+                previous: sp.history.last().map(|h| h.tier),
+            };
+            let (tier, why) = select::select(&complexity, ctx);
+            let cost = st.config.cost(tier);
+            if let Some(budget) = st.config.budget {
+                if st.cost_spent + cost > budget {
+                    self.drain_for_budget(budget, cost);
+                    return;
+                }
+            }
+            let attempt = sp.attempt();
+            let dispatch = DispatchId(format!(
+                "{}/{}/{}/a{}d{}",
+                st.id,
+                unit.slug,
+                sp.id,
+                attempt,
+                sp.dispatches + 1
+            ));
+            let others = st.active_count() > 0
+                || st.units.iter().enumerate().any(|(i, x)| {
+                    i != u && x.status == UnitStatus::Running && x.current().is_some()
+                });
+            let plan_unit = &st.plan.work_units[u];
+            let plan_sprint = &plan_unit.sprints[s];
+            let text = prompt::build(&prompt::PromptInput {
+                plan: &st.plan,
+                unit: plan_unit,
+                sprint: plan_sprint,
+                kind,
+                attempt,
+                last_failure: sp.last_failure.as_deref(),
+                remaining: &sp.remaining,
+                parallel_with_gate: st.config.build_gate && others,
+            });
+            let order = DispatchOrder {
+                dispatch: dispatch.clone(),
+                unit: unit.name.clone(),
+                directory: plan_unit.directory.clone(),
+                sprint: sp.id.clone(),
+                sprint_name: plan_sprint.name.clone(),
+                attempt,
+                tier,
+                model_id: st.config.model_id(tier).to_string(),
+                max_turns: st.config.max_turns,
+                kind,
+                prompt: text,
+            };
+            let max = st.config.max_retries;
+            self.log(
+                Some(u),
+                Some(s),
+                format!(
+                    "Model: {} (attempt {attempt}/{max}, {kind:?})",
+                    tier.as_str()
+                ),
+                why,
+            );
+            self.emit(Event::Dispatched {
+                unit: u,
+                sprint: s,
+                dispatch,
+                attempt,
+                tier,
+                model_id: order.model_id.clone(),
+                score: complexity.score,
+                cost,
+                kind,
+                at: self.now,
+            });
+            self.effects.push(Effect::Dispatch(order));
+        }
+    }
+
+    pub(super) fn drain_for_budget(&mut self, budget: u64, next: u64) {
+        let spent = self.st().cost_spent;
+        for u in 0..self.st().units.len() {
+            if self.st().units[u].status == UnitStatus::Running {
+                self.unit_to(u, UnitStatus::Stopping, "budget reached");
+            }
+        }
+        let text = format!("Budget reached: {spent}x spent of {budget}x; the next dispatch would cost {next}x. Draining like `stop`; raise the budget and `resume` to go on.");
+        self.overall(OverallStatus::Stopping, &text);
+        self.log(None, None, "Budget reached: draining".into(), text.clone());
+        self.effects.push(Effect::Notify {
+            kind: NoticeKind::BudgetReached,
+            unit: None,
+            text,
+        });
+    }
+
+    /// §4 step 8: the operation's overall state follows its units.
+    pub(super) fn conclude(&mut self) {
+        let st = self.st();
+        let all_done = st.units.iter().all(|u| u.status == UnitStatus::Completed);
+        let any = |f: fn(UnitStatus) -> bool| st.units.iter().any(|u| f(u.status));
+        match st.status {
+            OverallStatus::Completed | OverallStatus::Killed => {}
+            _ if all_done => {
+                let n = st.plan.total_sprints();
+                let units = st.units.len();
+                self.overall(OverallStatus::Completed, "all work units COMPLETED");
+                self.effects.push(Effect::FinalReport);
+                self.effects.push(Effect::Notify {
+                    kind: NoticeKind::Completed,
+                    unit: None,
+                    text: format!("All {n} sprints executed across {units} work units."),
+                });
+            }
+            OverallStatus::Stopping
+                if !any(|s| matches!(s, UnitStatus::Running | UnitStatus::Stopping)) =>
+            {
+                let killed = any(|s| s == UnitStatus::Killed);
+                let reason = st.status_reason.clone();
+                if killed {
+                    self.overall(OverallStatus::Killed, "stop escalated to force-termination");
+                } else {
+                    self.overall(
+                        OverallStatus::Stopped,
+                        if reason.starts_with("Budget") {
+                            &reason
+                        } else {
+                            "stopped"
+                        },
+                    );
+                }
+            }
+            // Blocked only when nothing can move: no agent in flight, no unit
+            // running, and no unit whose dependencies have all completed (a unit
+            // that became ready in this very pass starts on the next one).
+            OverallStatus::Running
+                if st.active_count() == 0
+                    && !any(|s| s == UnitStatus::Running)
+                    && any(|s| s == UnitStatus::Blocked)
+                    && !(0..st.units.len()).any(|u| st.ready_to_start(u)) =>
+            {
+                self.overall(
+                    OverallStatus::Blocked,
+                    "every active work unit is BLOCKED; waiting for intervention",
+                );
+            }
+            _ => {}
+        }
+    }
+}
