@@ -674,7 +674,7 @@ async fn create_comment(
     {
         return resp;
     }
-    if let Some(r) = api::too_long(&b.body) {
+    if let Some(r) = api::issues::too_long(&b.body) {
         return r;
     }
     let mut s = f.inner.lock().unwrap();

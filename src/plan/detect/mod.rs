@@ -24,7 +24,7 @@ use units::*;
 
 /// A unit found before its sprints are read: where it is defined and what the
 /// plan declares about it.
-pub(super) struct UnitDraft {
+struct UnitDraft {
     name: String,
     line: usize,
     directory: Option<String>,
@@ -244,7 +244,7 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
     })
 }
 
-pub(super) fn title(blocks: &[Block]) -> Option<String> {
+fn title(blocks: &[Block]) -> Option<String> {
     blocks.iter().find_map(|b| match b.heading() {
         Some((1, t)) if !plain(t).is_empty() => Some(plain(t)),
         _ => None,
@@ -252,7 +252,7 @@ pub(super) fn title(blocks: &[Block]) -> Option<String> {
 }
 
 /// `EXECUTION_PLAN.md — Foo` names the project `Foo`.
-pub(super) fn unit_name_from_title(title: &str) -> String {
+fn unit_name_from_title(title: &str) -> String {
     let t = title.trim();
     if t.to_lowercase().starts_with("execution_plan")
         || t.to_lowercase().starts_with("execution plan")

@@ -1,0 +1,358 @@
+//! Actions: workflow dispatches that run a local command, runs, cancels,
+//! and the `workflow_run` webhooks they deliver.
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) fn run_json(run: &Run) -> Value {
+    json!({
+        "id": run.id, "name": run.display_title, "display_title": run.display_title,
+        "status": run.status, "conclusion": run.conclusion,
+        "head_branch": run.head_branch, "head_sha": run.head_sha,
+        "event": "workflow_dispatch", "path": format!(".github/workflows/{}", run.workflow),
+        "created_at": run.created_at,
+        "html_url": format!("https://github.com/{}/actions/runs/{}", run.repo, run.id),
+    })
+}
+
+#[derive(Deserialize)]
+pub(super) struct DispatchBody {
+    #[serde(rename = "ref")]
+    reference: String,
+    #[serde(default)]
+    inputs: HashMap<String, Value>,
+    #[serde(default)]
+    return_run_details: bool,
+}
+
+pub(super) async fn dispatch(
+    State(f): State<Shared>,
+    Path((o, r, file)): Path<(String, String, String)>,
+    h: HeaderMap,
+    Json(b): Json<DispatchBody>,
+) -> Response {
+    let (name, repo) = enter!(
+        f,
+        "POST /repos/{o}/{r}/actions/workflows/{file}/dispatches",
+        h,
+        o,
+        r
+    );
+    let Some(workflow) = f
+        .inner
+        .lock()
+        .unwrap()
+        .api
+        .workflows
+        .get(&(name.clone(), file.clone()))
+        .cloned()
+    else {
+        return error(StatusCode::NOT_FOUND, &format!("workflow {file} not found"));
+    };
+    let Some(sha) = repo.branch_sha(&b.reference) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("No ref found for: {}", b.reference),
+        );
+    };
+    let inputs: Vec<(String, String)> = b
+        .inputs
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string()),
+            )
+        })
+        .collect();
+    // The template's `run-name` puts the dispatch id in the run's title.
+    let title = format!(
+        "supervise {}",
+        b.inputs
+            .get("dispatch_id")
+            .and_then(Value::as_str)
+            .unwrap_or(&b.reference)
+    );
+    let run = {
+        let mut s = f.inner.lock().unwrap();
+        let id = s.api.id() + 100_000;
+        let run = Run {
+            id,
+            repo: name.clone(),
+            workflow: file,
+            display_title: title,
+            head_branch: b.reference.clone(),
+            head_sha: sha,
+            status: "queued".into(),
+            conclusion: None,
+            inputs: json!(b.inputs),
+            created_at: now(),
+            pgid: None,
+            cancel_requested: false,
+        };
+        s.api.runs.push(run.clone());
+        run
+    };
+    tokio::spawn(execute(f.clone(), run.clone(), repo, workflow, inputs));
+    if b.return_run_details {
+        ok(json!({
+            "workflow_run_id": run.id,
+            "run_url": format!("{}/repos/{}/actions/runs/{}", f.url(), name, run.id),
+            "html_url": format!("https://github.com/{}/actions/runs/{}", name, run.id),
+        }))
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    }
+}
+
+pub(super) fn set_run(f: &FakeGitHub, id: i64, update: impl FnOnce(&mut Run)) -> Option<Run> {
+    let mut s = f.inner.lock().unwrap();
+    let run = s.api.runs.iter_mut().find(|r| r.id == id)?;
+    update(run);
+    Some(run.clone())
+}
+
+pub(super) async fn deliver_run(f: &FakeGitHub, action: &str, run: &Run) {
+    let (owner, name) = run.repo.split_once('/').unwrap_or(("o", "r"));
+    let payload = json!({
+        "action": action,
+        "workflow_run": run_json(run),
+        "workflow": { "path": format!(".github/workflows/{}", run.workflow) },
+        "repository": { "full_name": run.repo, "name": name, "owner": { "login": owner } },
+        "installation": { "id": f.config.installation_id },
+    });
+    f.deliver("workflow_run", &payload).await;
+}
+
+/// Runs a dispatched workflow: checkout, command, push, conclusion, webhooks.
+pub(super) async fn execute(
+    f: Shared,
+    run: Run,
+    repo: Repo,
+    workflow: Workflow,
+    inputs: Vec<(String, String)>,
+) {
+    let dir = f.data_dir.join("runs").join(run.id.to_string());
+    let (command, env) = workflow;
+    let checkout = repo.checkout(&run.head_branch, &dir);
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(&command)
+        .current_dir(&dir)
+        .env("GITHUB_RUN_ID", run.id.to_string())
+        .env("GITHUB_REF_NAME", &run.head_branch)
+        .env("GITHUB_REPOSITORY", &run.repo)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(
+            std::fs::File::create(dir.with_extension("log")).expect("run log"),
+        ))
+        .stderr(std::process::Stdio::inherit())
+        .process_group(0);
+    for (k, v) in inputs {
+        cmd.env(format!("INPUT_{}", k.to_uppercase()), v);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = match checkout {
+        Ok(()) => cmd.spawn().map_err(|e| e.to_string()),
+        Err(e) => Err(e),
+    };
+    let success = match child {
+        Ok(mut child) => {
+            let pgid = child.id();
+            if let Some(r) = set_run(&f, run.id, |r| {
+                r.status = "in_progress".into();
+                r.pgid = pgid;
+            }) {
+                deliver_run(&f, "in_progress", &r).await;
+            }
+            // A cancel that arrived while the run was queued.
+            if f.runs(&run.repo)
+                .iter()
+                .any(|r| r.id == run.id && r.cancel_requested)
+            {
+                signal(pgid, libc::SIGTERM);
+            }
+            let ok = child.wait().await.map(|s| s.success()).unwrap_or(false);
+            // A cancelled run ends when its last process does: a step that
+            // ignores the cancel keeps the run going until a force-cancel.
+            while f
+                .runs(&run.repo)
+                .iter()
+                .any(|r| r.id == run.id && r.cancel_requested)
+                && group_alive(pgid)
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            // Push what the workflow committed, as `actions/checkout` credentials would.
+            let pushed = crate::git::git(
+                &dir,
+                &[
+                    "push",
+                    "-q",
+                    "origin",
+                    &format!("HEAD:refs/heads/{}", run.head_branch),
+                ],
+            );
+            if pushed.is_ok() {
+                if let Some(sha) = repo.branch_sha(&run.head_branch) {
+                    f.on_push(&run.repo, &sha);
+                }
+            }
+            ok
+        }
+        Err(e) => {
+            eprintln!("fake-github: run {} could not start: {e}", run.id);
+            false
+        }
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let done = set_run(&f, run.id, |r| {
+        r.status = "completed".into();
+        r.pgid = None;
+        r.conclusion = Some(
+            if r.cancel_requested {
+                "cancelled"
+            } else if success {
+                "success"
+            } else {
+                "failure"
+            }
+            .into(),
+        );
+    });
+    if let Some(r) = done {
+        deliver_run(&f, "completed", &r).await;
+    }
+}
+
+/// Whether any process of the group is still running, read from /proc (zombies,
+/// which a container's init may never reap, do not count).
+pub(super) fn group_alive(pgid: Option<u32>) -> bool {
+    let Some(p) = pgid else { return false };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        // "pid (comm) state ppid pgrp …": the command may hold spaces and parens.
+        let Some(rest) = stat.rsplit_once(") ").map(|x| x.1) else {
+            return false;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next().unwrap_or("Z");
+        let pgrp = f.nth(1).and_then(|g| g.parse::<u32>().ok());
+        pgrp == Some(p) && state != "Z" && state != "X"
+    })
+}
+
+pub(super) fn signal(pgid: Option<u32>, sig: libc::c_int) {
+    if let Some(p) = pgid {
+        // SAFETY: kill(2) with a negative pid signals that process group only.
+        unsafe {
+            libc::kill(-(p as libc::pid_t), sig);
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RunsQuery {
+    created: Option<String>,
+}
+
+pub(super) async fn list_runs(
+    State(f): State<Shared>,
+    Path((o, r, file)): Path<(String, String, String)>,
+    Query(q): Query<RunsQuery>,
+    h: HeaderMap,
+) -> Response {
+    let (name, _) = enter!(
+        f,
+        "GET /repos/{o}/{r}/actions/workflows/{file}/runs",
+        h,
+        o,
+        r
+    );
+    let since = q
+        .created
+        .as_deref()
+        .and_then(|c| c.strip_prefix(">="))
+        .map(str::to_string);
+    let mut list: Vec<Value> = f
+        .runs(&name)
+        .iter()
+        .filter(|r| r.workflow == file)
+        .filter(|r| {
+            since
+                .as_ref()
+                .is_none_or(|s| r.created_at.as_str() >= s.as_str())
+        })
+        .map(run_json)
+        .collect();
+    list.reverse(); // newest first, as GitHub lists them
+    ok(json!({ "total_count": list.len(), "workflow_runs": list }))
+}
+
+pub(super) async fn get_run(
+    State(f): State<Shared>,
+    Path((o, r, id)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
+    let (name, _) = enter!(f, "GET /repos/{o}/{r}/actions/runs/{id}", h, o, r);
+    match f.runs(&name).iter().find(|r| r.id == id) {
+        Some(r) => ok(run_json(r)),
+        None => error(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}
+
+pub(super) async fn cancel(
+    f: Shared,
+    o: String,
+    r: String,
+    id: i64,
+    h: HeaderMap,
+    force: bool,
+) -> Response {
+    let endpoint = if force {
+        "POST /repos/{o}/{r}/actions/runs/{id}/force-cancel"
+    } else {
+        "POST /repos/{o}/{r}/actions/runs/{id}/cancel"
+    };
+    let _ = enter!(f, endpoint, h, o, r);
+    let Some(run) = set_run(&f, id, |r| {
+        if r.status != "completed" {
+            r.cancel_requested = true;
+        }
+    }) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    if run.status == "completed" {
+        return error(
+            StatusCode::CONFLICT,
+            "Cannot cancel a workflow run that is completed.",
+        );
+    }
+    signal(run.pgid, if force { libc::SIGKILL } else { libc::SIGTERM });
+    (StatusCode::ACCEPTED, Json(json!({}))).into_response()
+}
+
+pub(super) async fn cancel_run(
+    State(f): State<Shared>,
+    Path((o, r, id)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
+    cancel(f, o, r, id, h, false).await
+}
+
+pub(super) async fn force_cancel_run(
+    State(f): State<Shared>,
+    Path((o, r, id)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
+    cancel(f, o, r, id, h, true).await
+}

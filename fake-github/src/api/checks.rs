@@ -1,0 +1,120 @@
+//! Check runs.
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) fn check_json(c: &CheckRun) -> Value {
+    json!({
+        "id": c.id, "name": c.name, "head_sha": c.head_sha, "status": c.status,
+        "conclusion": c.conclusion, "external_id": c.external_id,
+        "app": { "slug": c.app },
+        "output": { "title": c.title, "summary": c.summary },
+    })
+}
+
+#[derive(Deserialize)]
+pub(super) struct CheckBody {
+    name: Option<String>,
+    head_sha: Option<String>,
+    status: Option<String>,
+    conclusion: Option<String>,
+    external_id: Option<String>,
+    output: Option<CheckOutput>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct CheckOutput {
+    title: String,
+    summary: String,
+}
+
+pub(super) async fn create_check_run(
+    State(f): State<Shared>,
+    Path((o, r)): Path<(String, String)>,
+    h: HeaderMap,
+    Json(b): Json<CheckBody>,
+) -> Response {
+    let (name, repo) = enter!(f, "POST /repos/{o}/{r}/check-runs", h, o, r);
+    let (Some(check), Some(sha)) = (b.name, b.head_sha) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "name and head_sha are required",
+        );
+    };
+    if repo.resolve(&sha).is_none() {
+        return error(StatusCode::UNPROCESSABLE_ENTITY, "No commit found for SHA");
+    }
+    if let Some(o) = &b.output {
+        if o.summary.chars().count() > 65_535 {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid request.\n\nOnly 65535 characters are allowed; 'output.summary' is too long.",
+            );
+        }
+    }
+    let mut s = f.inner.lock().unwrap();
+    let id = s.api.id();
+    let (title, summary) = b.output.map(|o| (o.title, o.summary)).unwrap_or_default();
+    let c = CheckRun {
+        id,
+        repo: name,
+        head_sha: sha,
+        name: check,
+        app: "supervise".into(),
+        status: if b.conclusion.is_some() {
+            "completed".into()
+        } else {
+            b.status.unwrap_or("queued".into())
+        },
+        conclusion: b.conclusion,
+        title,
+        summary,
+        external_id: b.external_id.unwrap_or_default(),
+    };
+    s.api.check_runs.push(c.clone());
+    created(check_json(&c))
+}
+
+pub(super) async fn update_check_run(
+    State(f): State<Shared>,
+    Path((o, r, id)): Path<(String, String, i64)>,
+    h: HeaderMap,
+    Json(b): Json<CheckBody>,
+) -> Response {
+    let _ = enter!(f, "PATCH /repos/{o}/{r}/check-runs/{id}", h, o, r);
+    let mut s = f.inner.lock().unwrap();
+    let Some(c) = s.api.check_runs.iter_mut().find(|c| c.id == id) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    if let Some(st) = b.status {
+        c.status = st;
+    }
+    if let Some(cn) = b.conclusion {
+        c.conclusion = Some(cn);
+        c.status = "completed".into();
+    }
+    if let Some(out) = b.output {
+        c.title = out.title;
+        c.summary = out.summary;
+    }
+    ok(check_json(c))
+}
+
+pub(super) async fn list_check_runs(
+    State(f): State<Shared>,
+    Path((o, r, rev)): Path<(String, String, String)>,
+    h: HeaderMap,
+) -> Response {
+    let (name, repo) = enter!(f, "GET /repos/{o}/{r}/commits/{ref}/check-runs", h, o, r);
+    let sha = repo
+        .branch_sha(&rev)
+        .or_else(|| repo.resolve(&rev))
+        .unwrap_or(rev);
+    let list: Vec<Value> = f
+        .check_runs(&name)
+        .iter()
+        .filter(|c| c.head_sha == sha)
+        .map(check_json)
+        .collect();
+    ok(json!({ "total_count": list.len(), "check_runs": list }))
+}

@@ -1,0 +1,403 @@
+//! The repository side of the fake: git refs, contents, compare, pull requests,
+//! merges, reviews, check runs, issues, labels, sub-issues and Actions workflow
+//! runs. Git data lives in real bare repositories (see `git.rs`); the rest in
+//! memory. A dispatched workflow "runs" a configured local command in a checkout
+//! of the ref, pushes what it committed, and delivers `workflow_run` webhooks.
+
+use crate::git::Repo;
+use crate::{base64_encode, error, gate, FakeGitHub, Shared};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post, put};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Issue {
+    pub id: i64,
+    pub number: i64,
+    pub repo: String,
+    pub title: String,
+    pub body: String,
+    pub state: String,
+    pub labels: Vec<String>,
+    /// Ids (not numbers) of sub-issues, as GitHub's sub-issues API takes them.
+    pub sub_issues: Vec<i64>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Pull {
+    pub number: i64,
+    pub repo: String,
+    pub head: String,
+    pub base: String,
+    pub title: String,
+    pub body: String,
+    pub state: String,
+    pub merged: bool,
+    pub merge_sha: Option<String>,
+    pub merged_at: Option<String>,
+    /// The head at which `mergeable` was last asked for: GitHub answers `null`
+    /// the first time it is asked at a new head (it computes it in the
+    /// background), and the value after.
+    pub mergeable_asked_at: Option<String>,
+}
+
+/// Which of GitHub's pull-request shapes to answer with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PullShape {
+    /// `pull-request-simple`, in lists: no `merged`, no `mergeable`.
+    Simple,
+    /// `pull-request`: `mergeable` is null until computed.
+    Full { mergeable_known: bool },
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CheckRun {
+    pub id: i64,
+    pub repo: String,
+    pub head_sha: String,
+    pub name: String,
+    /// `supervise` for the product's own, `github-actions` for the fake's CI.
+    pub app: String,
+    pub status: String,
+    pub conclusion: Option<String>,
+    pub title: String,
+    pub summary: String,
+    pub external_id: String,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Run {
+    pub id: i64,
+    pub repo: String,
+    pub workflow: String,
+    pub display_title: String,
+    pub head_branch: String,
+    pub head_sha: String,
+    pub status: String,
+    pub conclusion: Option<String>,
+    pub inputs: Value,
+    pub created_at: String,
+    #[serde(skip)]
+    pgid: Option<u32>,
+    pub cancel_requested: bool,
+}
+
+/// A workflow's command and the environment it runs with.
+type Workflow = (String, Vec<(String, String)>);
+
+#[derive(Default)]
+pub(crate) struct ApiState {
+    repos: HashMap<String, Repo>,
+    numbers: HashMap<String, i64>,
+    next_id: i64,
+    pub(crate) issues: Vec<Issue>,
+    pub(crate) pulls: Vec<Pull>,
+    reviews: Vec<(String, i64, String, String)>,
+    pub(crate) check_runs: Vec<CheckRun>,
+    pub(crate) runs: Vec<Run>,
+    workflows: HashMap<(String, String), Workflow>,
+    ci: HashMap<String, String>,
+}
+
+impl ApiState {
+    fn id(&mut self) -> i64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn issue_mut(&mut self, repo: &str, number: i64) -> Option<&mut Issue> {
+        self.issues
+            .iter_mut()
+            .find(|i| i.repo == repo && i.number == number)
+    }
+
+    fn number(&mut self, repo: &str) -> i64 {
+        let n = self.numbers.entry(repo.to_string()).or_insert(0);
+        *n += 1;
+        *n
+    }
+}
+
+/// Something that belongs to one repository.
+trait InRepo: Clone {
+    fn repo(&self) -> &str;
+}
+
+macro_rules! in_repo_impl {
+    ($($t:ty),*) => { $(impl InRepo for $t { fn repo(&self) -> &str { &self.repo } })* };
+}
+in_repo_impl!(Issue, Pull, CheckRun, Run);
+
+fn in_repo<T: InRepo>(items: &[T], repo: &str) -> Vec<T> {
+    items.iter().filter(|i| i.repo() == repo).cloned().collect()
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+impl FakeGitHub {
+    pub(crate) fn repo(&self, repo: &str) -> Option<Repo> {
+        self.inner.lock().unwrap().api.repos.get(repo).cloned()
+    }
+
+    /// Creates the repository (bare, branch `main`, one commit) if it is missing.
+    pub fn ensure_repo(&self, repo: &str) {
+        if self.repo(repo).is_some() {
+            return;
+        }
+        let path = self.data_dir.join("repos").join(format!("{repo}.git"));
+        let r = Repo::create(path, "main", &[("README.md", "# test repository\n")])
+            .expect("creating a bare repository");
+        self.inner
+            .lock()
+            .unwrap()
+            .api
+            .repos
+            .insert(repo.to_string(), r);
+    }
+
+    /// Opens an issue as a person; returns its number.
+    pub fn open_issue(&self, repo: &str, title: &str) -> i64 {
+        let mut s = self.inner.lock().unwrap();
+        let (id, number) = (s.api.id(), s.api.number(repo));
+        s.api.issues.push(Issue {
+            id,
+            number,
+            repo: repo.into(),
+            title: title.into(),
+            body: String::new(),
+            state: "open".into(),
+            labels: vec![],
+            sub_issues: vec![],
+        });
+        number
+    }
+
+    /// The Actions workflow `file` runs `command` (through `sh -c`) in a checkout
+    /// of the dispatched ref, with `INPUT_<NAME>` for each input and `env` added.
+    pub fn set_workflow(&self, repo: &str, file: &str, command: &str, env: &[(&str, &str)]) {
+        self.inner.lock().unwrap().api.workflows.insert(
+            (repo.into(), file.into()),
+            (
+                command.into(),
+                env.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+        );
+    }
+
+    /// The repository's CI: `command` runs on every new branch head and reports a
+    /// `ci` check run.
+    pub fn set_ci(&self, repo: &str, command: &str) {
+        self.inner
+            .lock()
+            .unwrap()
+            .api
+            .ci
+            .insert(repo.into(), command.into());
+    }
+
+    pub fn approve(&self, repo: &str, pr: i64, login: &str) {
+        self.inner.lock().unwrap().api.reviews.push((
+            repo.into(),
+            pr,
+            login.into(),
+            "APPROVED".into(),
+        ));
+    }
+
+    pub fn issues(&self, repo: &str) -> Vec<Issue> {
+        in_repo(&self.inner.lock().unwrap().api.issues, repo)
+    }
+
+    pub fn pulls(&self, repo: &str) -> Vec<Pull> {
+        in_repo(&self.inner.lock().unwrap().api.pulls, repo)
+    }
+
+    pub fn check_runs(&self, repo: &str) -> Vec<CheckRun> {
+        in_repo(&self.inner.lock().unwrap().api.check_runs, repo)
+    }
+
+    pub fn runs(&self, repo: &str) -> Vec<Run> {
+        in_repo(&self.inner.lock().unwrap().api.runs, repo)
+    }
+
+    /// A file's text at a ref (branch or sha).
+    pub fn file(&self, repo: &str, rev: &str, path: &str) -> Option<String> {
+        self.repo(repo)?.file(rev, path).map(|(_, t)| t)
+    }
+
+    pub fn branch(&self, repo: &str, branch: &str) -> Option<String> {
+        self.repo(repo)?.branch_sha(branch)
+    }
+
+    /// Commit subjects on `head` that are not on `base`.
+    pub fn log(&self, repo: &str, base: &str, head: &str) -> Vec<String> {
+        self.repo(repo)
+            .and_then(|r| r.commits_between(base, head).ok())
+            .map(|c| c.into_iter().map(|c| c.message).collect())
+            .unwrap_or_default()
+    }
+
+    /// Runs CI for a new head, if the repository has CI.
+    fn on_push(self: &Arc<Self>, repo: &str, sha: &str) {
+        let Some(cmd) = self.inner.lock().unwrap().api.ci.get(repo).cloned() else {
+            return;
+        };
+        let id = {
+            let mut s = self.inner.lock().unwrap();
+            if s.api
+                .check_runs
+                .iter()
+                .any(|c| c.repo == repo && c.head_sha == sha && c.name == "ci")
+            {
+                return;
+            }
+            let id = s.api.id();
+            s.api.check_runs.push(CheckRun {
+                id,
+                repo: repo.into(),
+                head_sha: sha.into(),
+                name: "ci".into(),
+                app: "github-actions".into(),
+                status: "in_progress".into(),
+                conclusion: None,
+                title: String::new(),
+                summary: String::new(),
+                external_id: String::new(),
+            });
+            id
+        };
+        let (fake, repo, sha) = (self.clone(), repo.to_string(), sha.to_string());
+        tokio::spawn(async move {
+            let Some(r) = fake.repo(&repo) else { return };
+            let dir = fake.data_dir.join("ci").join(id.to_string());
+            let (ok, output) = match r.checkout(&sha, &dir) {
+                Ok(()) => {
+                    let out = tokio::process::Command::new("sh")
+                        .arg("-c")
+                        .arg(&cmd)
+                        .current_dir(&dir)
+                        .output()
+                        .await;
+                    match out {
+                        Ok(o) => (
+                            o.status.success(),
+                            String::from_utf8_lossy(&o.stdout).into_owned()
+                                + &String::from_utf8_lossy(&o.stderr),
+                        ),
+                        Err(e) => (false, e.to_string()),
+                    }
+                }
+                Err(e) => (false, e),
+            };
+            let _ = std::fs::remove_dir_all(&dir);
+            let mut s = fake.inner.lock().unwrap();
+            if let Some(c) = s.api.check_runs.iter_mut().find(|c| c.id == id) {
+                c.status = "completed".into();
+                c.conclusion = Some(if ok { "success" } else { "failure" }.into());
+                c.summary = output.chars().take(2000).collect();
+            }
+        });
+    }
+}
+
+pub(crate) fn routes(r: Router<Shared>) -> Router<Shared> {
+    r.route("/repos/{o}/{r}", get(get_repo))
+        .route("/repos/{o}/{r}/git/ref/{*rest}", get(get_ref))
+        .route("/repos/{o}/{r}/git/refs", post(create_ref))
+        .route(
+            "/repos/{o}/{r}/contents/{*path}",
+            get(get_contents).put(put_contents),
+        )
+        .route("/repos/{o}/{r}/compare/{*basehead}", get(compare))
+        .route("/repos/{o}/{r}/pulls", get(list_pulls).post(create_pull))
+        .route("/repos/{o}/{r}/pulls/{n}", get(get_pull))
+        .route("/repos/{o}/{r}/pulls/{n}/merge", put(merge_pull))
+        .route("/repos/{o}/{r}/pulls/{n}/reviews", get(list_reviews))
+        .route("/repos/{o}/{r}/check-runs", post(create_check_run))
+        .route("/repos/{o}/{r}/check-runs/{id}", patch(update_check_run))
+        .route(
+            "/repos/{o}/{r}/commits/{rev}/check-runs",
+            get(list_check_runs),
+        )
+        .route("/repos/{o}/{r}/issues", get(list_issues).post(create_issue))
+        .route(
+            "/repos/{o}/{r}/issues/{n}",
+            get(get_issue).patch(update_issue),
+        )
+        .route("/repos/{o}/{r}/issues/{n}/labels", post(add_labels))
+        .route(
+            "/repos/{o}/{r}/issues/{n}/sub_issues",
+            get(list_sub_issues).post(add_sub_issue),
+        )
+        .route("/repos/{o}/{r}/issues/comments/{id}", patch(edit_comment))
+        .route(
+            "/repos/{o}/{r}/actions/workflows/{file}/dispatches",
+            post(dispatch),
+        )
+        .route(
+            "/repos/{o}/{r}/actions/workflows/{file}/runs",
+            get(list_runs),
+        )
+        .route("/repos/{o}/{r}/actions/runs/{id}", get(get_run))
+        .route("/repos/{o}/{r}/actions/runs/{id}/cancel", post(cancel_run))
+        .route(
+            "/repos/{o}/{r}/actions/runs/{id}/force-cancel",
+            post(force_cancel_run),
+        )
+}
+
+/// The gate (log, faults, token) and the repository, or the error response.
+async fn enter(
+    f: &Shared,
+    endpoint: &str,
+    h: &HeaderMap,
+    o: &str,
+    r: &str,
+) -> Result<(String, Repo), Response> {
+    gate(f, endpoint, h, true).await?;
+    let name = format!("{o}/{r}");
+    match f.repo(&name) {
+        Some(repo) => Ok((name, repo)),
+        None => Err(error(StatusCode::NOT_FOUND, "Not Found")),
+    }
+}
+
+macro_rules! enter {
+    ($f:expr, $ep:expr, $h:expr, $o:expr, $r:expr) => {
+        match enter(&$f, $ep, &$h, &$o, &$r).await {
+            Ok(x) => x,
+            Err(resp) => return resp,
+        }
+    };
+}
+
+fn ok(v: Value) -> Response {
+    Json(v).into_response()
+}
+
+fn created(v: Value) -> Response {
+    (StatusCode::CREATED, Json(v)).into_response()
+}
+
+// The handlers, by API area (after `enter!`, which they use).
+mod actions;
+mod checks;
+mod contents;
+pub(crate) mod issues;
+mod pulls;
+
+use actions::*;
+use checks::*;
+use contents::*;
+use issues::*;
+use pulls::*;

@@ -1,0 +1,224 @@
+//! Pull requests, merges and reviews.
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) fn pull_json(p: &Pull, repo: &Repo, shape: PullShape) -> Value {
+    let mut v = json!({
+        "number": p.number, "title": p.title, "body": p.body, "state": p.state,
+        "merge_commit_sha": p.merge_sha, "merged_at": p.merged_at,
+        "head": { "ref": p.head, "sha": repo.branch_sha(&p.head) },
+        "base": { "ref": p.base },
+        "html_url": format!("https://github.com/{}/pull/{}", p.repo, p.number),
+    });
+    if let PullShape::Full { mergeable_known } = shape {
+        let mergeable = if p.state == "open" && mergeable_known {
+            repo.mergeable(&p.base, &p.head)
+        } else {
+            None
+        };
+        v["merged"] = json!(p.merged);
+        v["mergeable"] = json!(mergeable);
+        v["mergeable_state"] = json!(match mergeable {
+            Some(true) => "clean",
+            Some(false) => "dirty",
+            None => "unknown",
+        });
+    }
+    v
+}
+
+pub(super) async fn list_pulls(
+    State(f): State<Shared>,
+    Path((o, r)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+    h: HeaderMap,
+) -> Response {
+    let (name, repo) = enter!(f, "GET /repos/{o}/{r}/pulls", h, o, r);
+    let head = q
+        .get("head")
+        .map(|h| h.split_once(':').map(|x| x.1).unwrap_or(h).to_string());
+    let state = q.get("state").cloned().unwrap_or("open".into());
+    let list: Vec<Value> = f
+        .pulls(&name)
+        .iter()
+        .filter(|p| head.as_ref().is_none_or(|h| &p.head == h))
+        .filter(|p| state == "all" || p.state == state)
+        .map(|p| pull_json(p, &repo, PullShape::Simple))
+        .collect();
+    ok(Value::Array(list))
+}
+
+#[derive(Deserialize)]
+pub(super) struct NewPull {
+    title: String,
+    head: String,
+    base: String,
+    #[serde(default)]
+    body: String,
+}
+
+pub(super) async fn create_pull(
+    State(f): State<Shared>,
+    Path((o, r)): Path<(String, String)>,
+    h: HeaderMap,
+    Json(b): Json<NewPull>,
+) -> Response {
+    let (name, repo) = enter!(f, "POST /repos/{o}/{r}/pulls", h, o, r);
+    if repo.branch_sha(&b.head).is_none() || repo.branch_sha(&b.base).is_none() {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: head or base does not exist",
+        );
+    }
+    let p = {
+        let mut s = f.inner.lock().unwrap();
+        if s.api
+            .pulls
+            .iter()
+            .any(|p| p.repo == name && p.head == b.head && p.state == "open")
+        {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &format!("A pull request already exists for {}.", b.head),
+            );
+        }
+        let number = s.api.number(&name);
+        let p = Pull {
+            number,
+            repo: name.clone(),
+            head: b.head,
+            base: b.base,
+            title: b.title,
+            body: b.body,
+            state: "open".into(),
+            merged: false,
+            merge_sha: None,
+            merged_at: None,
+            mergeable_asked_at: None,
+        };
+        s.api.pulls.push(p.clone());
+        p
+    };
+    created(pull_json(
+        &p,
+        &repo,
+        PullShape::Full {
+            mergeable_known: false,
+        },
+    ))
+}
+
+pub(super) fn find_pull(f: &FakeGitHub, repo: &str, n: i64) -> Option<Pull> {
+    f.inner
+        .lock()
+        .unwrap()
+        .api
+        .pulls
+        .iter()
+        .find(|p| p.repo == repo && p.number == n)
+        .cloned()
+}
+
+pub(super) async fn get_pull(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
+    let (name, repo) = enter!(f, "GET /repos/{o}/{r}/pulls/{n}", h, o, r);
+    let head = find_pull(&f, &name, n).and_then(|p| repo.branch_sha(&p.head));
+    let known = {
+        let mut s = f.inner.lock().unwrap();
+        let Some(p) = s
+            .api
+            .pulls
+            .iter_mut()
+            .find(|p| p.repo == name && p.number == n)
+        else {
+            return error(StatusCode::NOT_FOUND, "Not Found");
+        };
+        let known = p.mergeable_asked_at.is_some() && p.mergeable_asked_at == head;
+        p.mergeable_asked_at = head;
+        known
+    };
+    match find_pull(&f, &name, n) {
+        Some(p) => ok(pull_json(
+            &p,
+            &repo,
+            PullShape::Full {
+                mergeable_known: known,
+            },
+        )),
+        None => error(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}
+
+pub(super) async fn merge_pull(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let (name, repo) = enter!(f, "PUT /repos/{o}/{r}/pulls/{n}/merge", h, o, r);
+    let Some(p) = find_pull(&f, &name, n) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    let asked: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if let Some(sha) = asked["sha"].as_str() {
+        if !p.merged && repo.branch_sha(&p.head).as_deref() != Some(sha) {
+            return error(
+                StatusCode::CONFLICT,
+                "Head branch was modified. Review and try the merge again.",
+            );
+        }
+    }
+    if p.merged {
+        return error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Pull Request is not mergeable: already merged",
+        );
+    }
+    let msg = format!("Merge pull request #{n} from {}\n\n{}", p.head, p.title);
+    match repo.merge(&p.base, &p.head, &msg) {
+        Ok(sha) => {
+            {
+                let mut s = f.inner.lock().unwrap();
+                if let Some(p) = s
+                    .api
+                    .pulls
+                    .iter_mut()
+                    .find(|p| p.repo == name && p.number == n)
+                {
+                    p.merged = true;
+                    p.state = "closed".into();
+                    p.merge_sha = Some(sha.clone());
+                    p.merged_at = Some(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string());
+                }
+            }
+            f.on_push(&name, &sha);
+            ok(json!({ "sha": sha, "merged": true, "message": "Pull Request successfully merged" }))
+        }
+        Err(Ok(conflict)) => error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("Pull Request is not mergeable: {conflict}"),
+        ),
+        Err(Err(e)) => error(StatusCode::CONFLICT, &e),
+    }
+}
+
+pub(super) async fn list_reviews(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
+    let (name, _) = enter!(f, "GET /repos/{o}/{r}/pulls/{n}/reviews", h, o, r);
+    let s = f.inner.lock().unwrap();
+    let list: Vec<Value> = s
+        .api
+        .reviews
+        .iter()
+        .filter(|(rp, pr, _, _)| *rp == name && *pr == n)
+        .map(|(_, _, user, state)| json!({ "user": { "login": user }, "state": state }))
+        .collect();
+    ok(Value::Array(list))
+}
