@@ -591,7 +591,7 @@ fn model_selection_follows_the_worked_rules() {
 fn the_verification_cascade_favours_partial_over_failure() {
     let p = plan("# X\n\n## Sprint 1: Implement the thing\n- [ ] `make` passes\n");
     let s = &p.work_units[0].sprints[0];
-    use verify::{assess, Outcome};
+    use cascade::{assess, Outcome};
     assert_eq!(assess(s, &success(), 50), Outcome::Completed);
     assert!(matches!(assess(s, &partial(), 50), Outcome::Partial(_)));
     assert!(matches!(assess(s, &failure(), 50), Outcome::Failed(_)));
@@ -833,7 +833,7 @@ fn a_seed_001_template_is_filled_whole_or_its_gaps_are_reported() {
 fn failure_words_count_only_in_the_agents_own_unnegated_words() {
     let p = plan("# X\n\n## Sprint 1: Review the docs\n- [ ] The guide reads well to a newcomer\n");
     let s = &p.work_units[0].sprints[0];
-    use verify::{assess, Outcome};
+    use cascade::{assess, Outcome};
     let said = |text: &str| {
         let mut r = success();
         r.evidence.criteria.clear();
@@ -894,10 +894,10 @@ proptest! {
         let s = &p.work_units[0].sprints[0];
         let mut pass = success();
         pass.output_tail = text.clone();
-        prop_assert_eq!(verify::assess(s, &pass, 50), verify::Outcome::Completed);
+        prop_assert_eq!(cascade::assess(s, &pass, 50), cascade::Outcome::Completed);
         let mut fail = partial();
         fail.output_tail = text;
-        prop_assert_ne!(verify::assess(s, &fail, 50), verify::Outcome::Completed);
+        prop_assert_ne!(cascade::assess(s, &fail, 50), cascade::Outcome::Completed);
     }
 }
 

@@ -5,7 +5,7 @@ use crate::engine::{Input, OverallStatus, Refusal};
 use crate::plan::{self, LoadedPlan};
 use crate::report;
 use crate::runner::local::{self, Supervisor};
-use crate::runner::{process, verify};
+use crate::runner::{criteria, process};
 use crate::settings::{self, FileSettings, ModelIdsFile, Settings};
 use anyhow::{anyhow, Result};
 use clap::Args;
@@ -268,7 +268,7 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
     };
     if let Some(input) = first {
         let is_start = matches!(input, Input::Start { .. });
-        if let Err(r) = sup.handle(input)? {
+        if let Some(r) = sup.handle(input)?.refusal() {
             return Ok(refused(r));
         }
         if is_start && out != OutputMode::Quiet && out != OutputMode::Json {
@@ -384,13 +384,13 @@ pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
     }
     let settings = settings_for(&plan, &RunFlags::default())?;
     let mut sup = Supervisor::open(plan, settings, Box::new(Terminal::new(OutputMode::Lines)))?;
-    match sup.handle(input)? {
-        Ok(()) => {}
-        Err(Refusal::Ritual(text)) => {
+    match sup.handle(input)?.refusal() {
+        None => {}
+        Some(Refusal::Ritual(text)) => {
             println!("{text}");
             return Ok(exit::COMPLETED);
         }
-        Err(r) => return Ok(refused(r)),
+        Some(r) => return Ok(refused(r)),
     }
     if word == "killall" {
         // The wrappers escalate to SIGKILL after 2 s on their own; waiting a
@@ -482,7 +482,7 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
         .find(|s| s.id == id)
         .ok_or_else(|| anyhow!("work unit `{unit}` has no sprint {sprint}"))?;
     let root: PathBuf = a.dir.clone().unwrap_or_else(|| plan.root.clone());
-    let results = verify::verify_sprint(u, s, &root, Duration::from_secs(a.timeout));
+    let results = criteria::verify_sprint(u, s, &root, Duration::from_secs(a.timeout));
     if let Some(dispatch) = &a.record {
         let output = a
             .agent_output
@@ -492,11 +492,11 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
         let result = crate::contract::RunResult {
             exit_code: a.agent_exit,
             turns_used: process::parse_turns(&output),
-            output_tail: verify::tail(&output, 4000),
+            output_tail: criteria::tail(&output, 4000),
             criteria: results.clone(),
-            progress: verify::progress_marker(&plan.plan, u, s, &root),
+            progress: criteria::progress_marker(&plan.plan, u, s, &root),
         };
-        let path = verify::record_result(&root, dispatch, &result)?;
+        let path = criteria::record_result(&root, dispatch, &result)?;
         eprintln!("recorded {} criteria in {}", results.len(), path.display());
     }
     if a.json {

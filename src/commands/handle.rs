@@ -88,7 +88,7 @@ impl Handler {
     }
 
     /// Acts on one stored delivery.
-    pub async fn comment(&self, payload: &str) -> Result<(), GitHubError> {
+    pub async fn comment(&self, payload: &str) -> Result<(), OpError> {
         let ev = match CommentEvent::parse(payload) {
             Ok(ev) => ev,
             Err(e) => {
@@ -195,15 +195,15 @@ impl Handler {
             total - MAX_COMMANDS
         ));
         }
-        self.reply(&place, &text).await
+        Ok(self.reply(&place, &text).await?)
     }
 
     /// A `workflow_run` delivery: one of our agent runs started or finished.
-    pub async fn workflow_run(&self, payload: &str) -> Result<(), GitHubError> {
+    pub async fn workflow_run(&self, payload: &str) -> Result<(), OpError> {
         let Ok(v) = serde_json::from_str::<Value>(payload) else {
             return Ok(());
         };
-        self.ops.workflow_run(&v).await.map_err(op_error)
+        self.ops.workflow_run(&v).await
     }
 
     async fn answer(
@@ -212,7 +212,7 @@ impl Handler {
         login: &str,
         n: usize,
         cmd: &Command,
-    ) -> Result<String, GitHubError> {
+    ) -> Result<String, OpError> {
         let ops = &self.ops;
         let argument = match cmd {
             Command::Start { plan } => plan.clone(),
@@ -234,11 +234,7 @@ impl Handler {
                 name,
                 argument.as_deref(),
             )
-            .await
-            .map_err(|e| GitHubError::Transport {
-                what: "recording the command".into(),
-                message: e.to_string(),
-            })?;
+            .await?;
         // One arm per command: what it does here.
         let text = match cmd {
         Command::Help => Ok(help_text()),
@@ -249,11 +245,11 @@ impl Handler {
         }),
         Command::Start { plan } => ops.start(p, plan.as_deref()).await,
         // §: resume when an operation exists here, otherwise start.
-        Command::Default => match ops.on_issue(&p.repo, p.issue).await.map_err(op_error)? {
+        Command::Default => match ops.on_issue(&p.repo, p.issue).await? {
             Some(_) => ops.command(&p.repo, p.issue, Input::Resume { unit: None }).await,
             None => ops.start(p, None).await,
         },
-        Command::NameFeature => match ops.on_issue(&p.repo, p.issue).await.map_err(op_error)? {
+        Command::NameFeature => match ops.on_issue(&p.repo, p.issue).await? {
             Some(_) => ops.command(&p.repo, p.issue, Input::NameFeature).await,
             None => Ok(naming::REPROACH.to_string()),
         },
@@ -274,21 +270,7 @@ impl Handler {
             Err(e) if !e.is_transient() => Ok(format!(
                 "Sprint Supervisor could not carry out `/supervise {name}`:\n\n```\n{e}\n```"
             )),
-            Err(e) => Err(op_error(e)),
+            Err(e) => Err(e),
         }
-    }
-}
-
-fn op_error(e: OpError) -> GitHubError {
-    match e {
-        OpError::GitHub(g) => g,
-        OpError::Store(e) => GitHubError::Transport {
-            what: "the store".into(),
-            message: e.to_string(),
-        },
-        OpError::Busy(op) => GitHubError::Transport {
-            what: format!("operation {op}"),
-            message: "another replica holds it".into(),
-        },
     }
 }

@@ -74,6 +74,25 @@ pub enum Outcome {
     Wait,
 }
 
+/// What became of one input: the engine acted on it (these events were
+/// recorded — none when it changed nothing), or refused it, with the reason
+/// for the person who sent it. A refusal is an answer, not a failure: failures
+/// are the outbox's error type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decided {
+    Acted(Vec<Event>),
+    Refused(Refusal),
+}
+
+impl Decided {
+    pub fn refusal(self) -> Option<Refusal> {
+        match self {
+            Decided::Acted(_) => None,
+            Decided::Refused(r) => Some(r),
+        }
+    }
+}
+
 /// What a log holds: the state its events fold into and the effects not done.
 #[derive(Debug, Default)]
 pub struct Loaded {
@@ -153,20 +172,20 @@ impl Driver {
         &mut self,
         outbox: &mut O,
         input: Input,
-    ) -> Result<Result<Vec<Event>, Refusal>, O::Error> {
+    ) -> Result<Decided, O::Error> {
         // Applied in place (no clone of the whole state per input); if the
         // record cannot be written, the state falls back to what the log holds.
         let d = match decide_mut(&mut self.state, input, chrono::Utc::now()) {
             Ok(d) => d,
-            Err(r) => return Ok(Err(r)),
+            Err(r) => return Ok(Decided::Refused(r)),
         };
         if d.events.is_empty() && d.effects.is_empty() {
-            return Ok(Ok(Vec::new()));
+            return Ok(Decided::Acted(Vec::new()));
         }
         match outbox.append(&d.events, &d.effects).await {
             Ok(entries) => {
                 self.pending.extend(entries);
-                Ok(Ok(d.events))
+                Ok(Decided::Acted(d.events))
             }
             Err(e) => {
                 match outbox.load().await {
@@ -197,29 +216,34 @@ impl Driver {
             let Some(input) = self.queue.pop_front() else {
                 return Ok(());
             };
-            match self.decide(outbox, input).await? {
-                Ok(events) => exec.observe(&events),
-                Err(r) => tracing::debug!(%r, "input refused"),
-            }
+            self.decide_and_observe(outbox, exec, input).await?;
         }
     }
 
-    /// Decides one input, then drives; the refusal, if any, is returned.
+    /// Decides one input, then drives; what became of the input is returned.
     pub async fn submit<O: Outbox, X: Executor>(
         &mut self,
         outbox: &mut O,
         exec: &mut X,
         input: Input,
-    ) -> Result<Result<(), Refusal>, O::Error> {
-        let r = match self.decide(outbox, input).await? {
-            Ok(events) => {
-                exec.observe(&events);
-                Ok(())
-            }
-            Err(r) => Err(r),
-        };
+    ) -> Result<Decided, O::Error> {
+        let decided = self.decide_and_observe(outbox, exec, input).await?;
         self.drive(outbox, exec, false).await?;
-        Ok(r)
+        Ok(decided)
+    }
+
+    async fn decide_and_observe<O: Outbox, X: Executor>(
+        &mut self,
+        outbox: &mut O,
+        exec: &mut X,
+        input: Input,
+    ) -> Result<Decided, O::Error> {
+        let decided = self.decide(outbox, input).await?;
+        match &decided {
+            Decided::Acted(events) => exec.observe(events),
+            Decided::Refused(r) => tracing::debug!(%r, "input refused"),
+        }
+        Ok(decided)
     }
 
     /// Carries out the pending entries in order. False when one failed in a way
@@ -263,10 +287,7 @@ impl Driver {
             // idempotent, and so is what it yields), instead of losing, say,
             // the news that a merge was made.
             for input in follow {
-                match self.decide(outbox, input).await? {
-                    Ok(events) => exec.observe(&events),
-                    Err(r) => tracing::debug!(%r, "input refused"),
-                }
+                self.decide_and_observe(outbox, exec, input).await?;
             }
             self.waiting.remove(&entry.key);
             outbox.done(entry.key).await?;
@@ -415,9 +436,8 @@ mod tests {
             seed: 1,
             already_done: Vec::new(),
         };
-        finish_now(driver.submit(&mut log, &mut Merger, start))
-            .unwrap()
-            .unwrap();
+        let started = finish_now(driver.submit(&mut log, &mut Merger, start)).unwrap();
+        assert!(matches!(started, Decided::Acted(_)));
         let st = driver.state.as_ref().unwrap();
         let dispatch = st.units[0].sprints[0].active.as_ref().unwrap().id.clone();
         let report = AgentReport {

@@ -4,13 +4,13 @@
 //! decision (§5), retries and model selection (§6a, §9), stop and killall (§10,
 //! §11) and build gates (§3.5) live here.
 
+pub mod cascade;
 mod decide;
 pub mod events;
 pub mod naming;
 pub mod prompt;
 pub mod select;
 mod state;
-pub mod verify;
 
 pub use decide::{decide, decide_mut, Decision, AGENT_COMMAND_FAILED};
 pub use events::*;

@@ -8,8 +8,8 @@ use super::git::Git;
 use super::place::LocalPlace;
 use super::process;
 use crate::commands::Command;
-use crate::drive::{finish_now, Driver};
-use crate::engine::{self, Input, OperationId, OperationState, OverallStatus, Refusal};
+use crate::drive::{finish_now, Decided, Driver};
+use crate::engine::{self, Input, OperationId, OperationState, OverallStatus};
 use crate::plan::LoadedPlan;
 use crate::report;
 use crate::settings::Settings;
@@ -218,7 +218,7 @@ impl Supervisor {
     }
 
     /// Decides one input, records it, carries out its effects and what follows.
-    pub fn handle(&mut self, input: Input) -> Result<Result<(), Refusal>> {
+    pub fn handle(&mut self, input: Input) -> Result<Decided> {
         let span = tracing::info_span!("input", op = %self.op());
         let _g = span.enter();
         finish_now(self.driver.submit(&mut self.ledger, &mut self.place, input))

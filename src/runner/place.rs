@@ -3,10 +3,10 @@
 //! sprint's branch, merges into the operation's integration branch, build
 //! gates and condition polls run here, and the report files beside the plan.
 
+use super::criteria;
 use super::git::Git;
 use super::local::{Msg, Screen};
 use super::process::{self, RunSpec, Watched};
-use super::verify;
 use crate::contract::{integration_branch, sprint_branch, RunResult};
 use crate::drive::{Entry, Executor, Failure, Outcome};
 use crate::engine::{self, AgentReport, Effect, Evidence, Input, OperationState};
@@ -217,7 +217,7 @@ impl LocalPlace {
                     units.join(", ")
                 ));
                 std::thread::spawn(move || {
-                    let (passed, output) = verify::run_shell(&cmd, &dir, timeout);
+                    let (passed, output) = criteria::run_shell(&cmd, &dir, timeout);
                     let _ = tx.send(Msg::Input(Input::GateResult {
                         gate,
                         passed,
@@ -238,7 +238,7 @@ impl LocalPlace {
                     self.timeout(),
                 );
                 std::thread::spawn(move || {
-                    let results = verify::verify_sprint(&u, &s, &checkout, timeout);
+                    let results = criteria::verify_sprint(&u, &s, &checkout, timeout);
                     let met = results
                         .iter()
                         .all(|r| r.outcome != engine::CriterionOutcome::Failed)
@@ -375,7 +375,7 @@ impl LocalPlace {
         let branch = sprint_branch(&st.id.0, &st.units[u].slug, sprint.id.as_str());
         let dir = process::run_dir(&self.runs(), &d.0);
         let result = process::read_result(&dir).unwrap_or_else(|| RunResult {
-            output_tail: verify::tail(
+            output_tail: criteria::tail(
                 &std::fs::read_to_string(dir.join("output.log")).unwrap_or_default(),
                 4000,
             ),
@@ -385,7 +385,7 @@ impl LocalPlace {
         let checkout = self.git.ensure_sprint_worktree(&st.id.0, &branch).ok();
         let progress = checkout
             .as_deref()
-            .and_then(|c| verify::progress_marker(&st.plan, unit, sprint, c));
+            .and_then(|c| criteria::progress_marker(&st.plan, unit, sprint, c));
         let report = AgentReport {
             exit_code: result.exit_code,
             output_tail: result.output_tail,
@@ -421,12 +421,12 @@ impl LocalPlace {
         let mut found = Vec::new();
         for unit in &plan.work_units {
             for sprint in &unit.sprints {
-                if verify::progress_marker(plan, unit, sprint, &root)
+                if criteria::progress_marker(plan, unit, sprint, &root)
                     != Some(engine::ProgressMarker::Complete)
                 {
                     break;
                 }
-                let criteria = verify::verify_sprint(unit, sprint, &root, self.timeout());
+                let criteria = criteria::verify_sprint(unit, sprint, &root, self.timeout());
                 let count = |o: engine::CriterionOutcome| {
                     criteria.iter().filter(|c| c.outcome == o).count()
                 };

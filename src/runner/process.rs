@@ -175,7 +175,7 @@ pub fn output_tail(dir: &Path, max: usize) -> String {
         bytes = older;
     }
     let start = bytes.len().saturating_sub(max);
-    super::verify::tail(&String::from_utf8_lossy(&bytes[start..]), max)
+    super::criteria::tail(&String::from_utf8_lossy(&bytes[start..]), max)
 }
 
 pub fn run_dir(runs: &Path, dispatch: &str) -> PathBuf {
@@ -405,7 +405,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
     let criteria = if cancelled {
         Vec::new()
     } else {
-        super::verify::verify_sprint(
+        super::criteria::verify_sprint(
             &spec.unit,
             &spec.sprint,
             &spec.checkout,
@@ -415,7 +415,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
     let result = RunResult {
         exit_code,
         turns_used: parse_turns(&output),
-        output_tail: super::verify::tail(&output, 4000),
+        output_tail: super::criteria::tail(&output, 4000),
         criteria,
         progress: None,
     };

@@ -8,8 +8,8 @@
 
 use super::signature;
 use crate::commands::handle::Handler;
-use crate::github::operation::Operations;
-use crate::github::{GitHub, GitHubError};
+use crate::github::operation::{OpError, Operations};
+use crate::github::GitHub;
 use crate::store::sql::{Intake, SqlStore};
 use crate::sync::LockExt;
 use axum::body::{Body, Bytes};
@@ -383,11 +383,7 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
                                     + 1;
                                 metrics::counter!("supervise_processing_panics_total").increment(1);
                                 tracing::error!(delivery = %d.id, panics_in_a_row = n, error = %e, "processing panicked; the delivery will be retried");
-                                Err(GitHubError::Transport {
-                                    what: "processing".into(),
-                                    message: "an internal error (panic) interrupted processing"
-                                        .into(),
-                                })
+                                Err(OpError::Panicked)
                             }
                         };
                         metrics::histogram!("supervise_processing_seconds", "outcome" => if result.is_ok() { "ok" } else { "error" }).record(began.elapsed().as_secs_f64());

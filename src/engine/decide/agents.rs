@@ -107,19 +107,19 @@ impl Decider<'_> {
             return Ok(());
         }
         let plan_sprint = &self.st().plan.work_units[u].sprints[s];
-        let outcome = verify::assess(plan_sprint, &report, self.st().config.max_turns);
+        let outcome = cascade::assess(plan_sprint, &report, self.st().config.max_turns);
         let label = match &outcome {
-            verify::Outcome::Completed => "completed",
-            verify::Outcome::Partial(_) => "partial",
-            verify::Outcome::Failed(_) => "failed",
-            verify::Outcome::Waiting => "waiting",
-            verify::Outcome::AwaitConfirmation => "awaiting confirmation",
+            cascade::Outcome::Completed => "completed",
+            cascade::Outcome::Partial(_) => "partial",
+            cascade::Outcome::Failed(_) => "failed",
+            cascade::Outcome::Waiting => "waiting",
+            cascade::Outcome::AwaitConfirmation => "awaiting confirmation",
         };
         self.close_attempt(u, s, label, &report);
         let id = self.sprint(u, s).id.clone();
         match outcome {
-            verify::Outcome::Completed => self.complete(u, s, &active, &report),
-            verify::Outcome::Partial(remaining) => {
+            cascade::Outcome::Completed => self.complete(u, s, &active, &report),
+            cascade::Outcome::Partial(remaining) => {
                 let max = self.st().config.max_continuations;
                 if self.sprint(u, s).continuations >= max {
                     self.fail(
@@ -146,8 +146,8 @@ impl Decider<'_> {
                     });
                 }
             }
-            verify::Outcome::Failed(reason) => self.fail(u, s, reason),
-            verify::Outcome::Waiting => {
+            cascade::Outcome::Failed(reason) => self.fail(u, s, reason),
+            cascade::Outcome::Waiting => {
                 self.emit(Event::DeferredWaiting {
                     unit: u,
                     sprint: s,
@@ -161,7 +161,7 @@ impl Decider<'_> {
                     "deferred sprint: polling does not count as an attempt".into(),
                 );
             }
-            verify::Outcome::AwaitConfirmation => {
+            cascade::Outcome::AwaitConfirmation => {
                 self.sprint_to(u, s, SprintStatus::Partial);
                 self.emit(Event::AwaitingConfirmation {
                     unit: u,

@@ -4,7 +4,7 @@
 
 use super::events::*;
 use super::state::*;
-use super::{naming, prompt, select, verify};
+use super::{cascade, naming, prompt, select};
 use crate::text::nearest;
 use chrono::{DateTime, Utc};
 

@@ -116,7 +116,7 @@ impl Operations {
                 // workflow's verification finds them done on the first attempt.
                 already_done: Vec::new(),
             };
-            if let Err(r) = self.submit(&mut live, input).await? {
+            if let Some(r) = self.submit(&mut live, input).await?.refusal() {
                 return Ok(r.to_string());
             }
         }
@@ -150,7 +150,7 @@ impl Operations {
             _ => "Done.",
         };
         match self.submit(&mut live, input).await? {
-            Ok(()) => {
+            Decided::Acted(_) => {
                 if row.active {
                     self.flush(&mut live, true).await?;
                 } else {
@@ -158,7 +158,7 @@ impl Operations {
                 }
                 Ok(format!("{what} Operation `{}`.", row.id))
             }
-            Err(r) => Ok(r.to_string()),
+            Decided::Refused(r) => Ok(r.to_string()),
         }
     }
 

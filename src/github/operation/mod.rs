@@ -14,7 +14,7 @@
 use super::repo::{Check, Repo, WorkflowRun};
 use super::{GitHub, GitHubError};
 use crate::contract::{integration_branch, prompt_path, results_path, sprint_branch, RunResult};
-use crate::drive::{Driver, Entry, Executor, Failure, Loaded, Outbox, Outcome};
+use crate::drive::{Decided, Driver, Entry, Executor, Failure, Loaded, Outbox, Outcome};
 use crate::engine::{
     self, AgentReport, DispatchId, Effect, Evidence, Input, NoticeKind, OperationId,
     OperationState, OverallStatus, Refusal, UnitStatus,
@@ -41,13 +41,16 @@ pub enum OpError {
     /// Another replica holds the operation's lease; try again later.
     #[error("operation {0} is being carried out by another replica")]
     Busy(String),
+    /// Handling the event panicked (caught where it ran); it is tried again.
+    #[error("an internal error (panic) interrupted the handling of this event")]
+    Panicked,
 }
 
 impl OpError {
     pub fn is_transient(&self) -> bool {
         match self {
             OpError::GitHub(e) => e.is_transient(),
-            OpError::Store(_) | OpError::Busy(_) => true,
+            OpError::Store(_) | OpError::Busy(_) | OpError::Panicked => true,
         }
     }
 }
@@ -333,7 +336,7 @@ impl Operations {
 
     /// Decides one input and carries out what follows; a refusal changes
     /// nothing and is returned.
-    async fn submit(&self, live: &mut Live, input: Input) -> Result<Result<(), Refusal>, OpError> {
+    async fn submit(&self, live: &mut Live, input: Input) -> Result<Decided, OpError> {
         let Live {
             driver,
             outbox,
@@ -344,12 +347,8 @@ impl Operations {
     }
 
     /// Decides one input and records it, without carrying anything out yet.
-    async fn decide(&self, live: &mut Live, input: Input) -> Result<Result<(), Refusal>, OpError> {
-        Ok(live
-            .driver
-            .decide(&mut live.outbox, input)
-            .await?
-            .map(|_| ()))
+    async fn decide(&self, live: &mut Live, input: Input) -> Result<Decided, OpError> {
+        Ok(live.driver.decide(&mut live.outbox, input).await?)
     }
 
     /// Carries out the outbox and decides queued inputs until both are empty

@@ -182,7 +182,7 @@ impl Operations {
             dispatch: d.clone(),
             report: report.clone(),
         };
-        if self.decide(live, input).await?.is_err() {
+        if let Decided::Refused(_) = self.decide(live, input).await? {
             return Ok(());
         }
         let verdict = live
