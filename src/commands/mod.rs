@@ -36,6 +36,7 @@ pub enum Command {
     Analyze,
     Prioritize,
     Evaluate,
+    Version,
     Help,
 }
 
@@ -139,6 +140,13 @@ pub const COMMANDS: &[CommandSpec] = &[
         Permission::Write,
         false,
     ),
+    spec(
+        "version",
+        None,
+        "which version of Sprint Supervisor answers",
+        Permission::Read,
+        true,
+    ),
     spec("help", None, "this list", Permission::Read, false),
 ];
 
@@ -183,6 +191,7 @@ impl Command {
             Command::Analyze => "analyze",
             Command::Prioritize => "prioritize",
             Command::Evaluate => "evaluate",
+            Command::Version => "version",
             Command::Help => "help",
         }
     }
@@ -344,6 +353,7 @@ fn parse_line(rest: &str) -> Result<Command, ParseError> {
         "analyze" => Command::Analyze,
         "prioritize" => Command::Prioritize,
         "evaluate" => Command::Evaluate,
+        "version" => Command::Version,
         _ => Command::Help,
     })
 }
