@@ -698,9 +698,15 @@ async fn calls_for(n: usize) -> usize {
         s.status_comment().contains("status: completed")
     })
     .await;
-    s.fake
-        .request_log()
-        .iter()
+    let log = s.fake.request_log();
+    if std::env::var_os("SUPERVISE_SHOW_CALLS").is_some() {
+        let mut by: std::collections::BTreeMap<&str, usize> = Default::default();
+        for (_, e, _) in &log {
+            *by.entry(e.as_str()).or_default() += 1;
+        }
+        eprintln!("{n} sprint(s): {by:#?}");
+    }
+    log.iter()
         .filter(|(_, e, _)| !e.contains("access_tokens"))
         .count()
 }
@@ -711,7 +717,8 @@ async fn requests_per_sprint_are_a_small_constant() {
     let six = calls_for(6).await;
     let per_sprint = (six - one) as f64 / 5.0;
     eprintln!("GitHub requests: 1 sprint {one}, 6 sprints {six}: {per_sprint:.1} per extra sprint");
-    assert!(per_sprint <= 25.0, "{per_sprint} requests per sprint");
+    // 14.4–15.0 measured; status edits and CI polls vary a little with timing.
+    assert!(per_sprint <= 17.0, "{per_sprint} requests per sprint");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

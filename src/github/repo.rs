@@ -196,14 +196,15 @@ impl Repo<'_> {
         }
     }
 
-    /// Creates a branch at `sha`; an existing branch is left as it is.
-    pub async fn create_branch(&self, branch: &str, sha: &str) -> Result<(), GitHubError> {
+    /// Creates a branch at `sha`; an existing branch is left as it is. True
+    /// when the branch was made now (so nothing can be on it yet but `sha`).
+    pub async fn create_branch(&self, branch: &str, sha: &str) -> Result<bool, GitHubError> {
         let body = json!({ "ref": format!("refs/heads/{branch}"), "sha": sha });
         match self.send("/git/refs", body).await {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(true),
             Err(GitHubError::Http {
                 status: 422, body, ..
-            }) if body.contains("already exists") => Ok(()),
+            }) if body.contains("already exists") => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -268,6 +269,35 @@ impl Repo<'_> {
         Ok(Some(made.commit.sha))
     }
 
+    /// Commits a new file (one request, where `put_file` first reads what is
+    /// there); a file already there — a repeated effect — falls back to
+    /// `put_file`. Returns the new commit's sha when one was made.
+    pub async fn create_file(
+        &self,
+        branch: &str,
+        path: &str,
+        text: &str,
+        message: &str,
+    ) -> Result<Option<String>, GitHubError> {
+        let body = json!({
+            "message": message,
+            "branch": branch,
+            "content": base64::engine::general_purpose::STANDARD.encode(text),
+        });
+        let at = self.path(&format!("/contents/{}", enc(path)));
+        match self.gh.put(self.installation, &at, &body).await {
+            Ok(r) => {
+                let made: answers::FileCommit = read(&format!("PUT {at}"), r.json())?;
+                Ok(Some(made.commit.sha))
+            }
+            // Without the existing blob's sha GitHub refuses to overwrite.
+            Err(GitHubError::Http {
+                status: 409 | 422, ..
+            }) => self.put_file(branch, path, text, message).await,
+            Err(e) => Err(e),
+        }
+    }
+
     /// Commits on `head` since `base` as (sha, first line of message).
     pub async fn compare(
         &self,
@@ -306,6 +336,31 @@ impl Repo<'_> {
             .get::<answers::Pull>(&format!("/pulls/{number}"))
             .await?
             .into())
+    }
+
+    /// Opens a pull request from a branch made just now (so none can exist):
+    /// one request; if GitHub says one exists after all, that one's number.
+    pub async fn create_pull(
+        &self,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<i64, GitHubError> {
+        let made = self
+            .post::<answers::Pull>(
+                "/pulls",
+                json!({ "title": title, "head": head, "base": base, "body": fit(body, MAX_BODY_CHARS) }),
+            )
+            .await;
+        match made {
+            Ok(p) => Ok(p.number),
+            Err(e @ GitHubError::Http { status: 422, .. }) => match self.pull_for(head).await? {
+                Some(p) => Ok(p.number),
+                None => Err(e),
+            },
+            Err(e) => Err(e),
+        }
     }
 
     /// Opens a pull request unless one from `head` exists; returns its number.

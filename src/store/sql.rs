@@ -91,6 +91,12 @@ const MIGRATIONS: &[(i64, &str)] = &[
         // branch that moves after verification is refused.
         "ALTER TABLE op_runs ADD COLUMN verified_sha TEXT",
     ),
+    (
+        5,
+        // The sprint's pull request: verification and the merge read it by
+        // number (one request) instead of looking it up by branch.
+        "ALTER TABLE op_runs ADD COLUMN pull BIGINT",
+    ),
 ];
 
 /// The last decision's sequence number of an operation (0: none yet).
@@ -106,7 +112,7 @@ macro_rules! operation_select {
 /// The columns `run_row` reads.
 macro_rules! run_select {
     () => {
-        "SELECT dispatch, op, run_id, html_url, base_sha, verified_sha FROM op_runs"
+        "SELECT dispatch, op, run_id, html_url, base_sha, verified_sha, pull FROM op_runs"
     };
 }
 
@@ -150,6 +156,8 @@ pub struct RunRow {
     pub base_sha: Option<String>,
     /// The sprint branch's head when the run's result was verified.
     pub verified_sha: Option<String>,
+    /// The number of the sprint's pull request.
+    pub pull: Option<i64>,
 }
 
 /// A work unit's sub-issue.
@@ -625,14 +633,15 @@ impl SqlStore {
 
     /// Records what is known of a dispatch's run; known values are never erased.
     pub async fn put_run(&self, r: &RunRow) -> Result<(), SqlError> {
-        sqlx::query("INSERT INTO op_runs (dispatch, op, run_id, html_url, base_sha, verified_sha) VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (dispatch) DO UPDATE SET run_id = COALESCE(EXCLUDED.run_id, op_runs.run_id), html_url = COALESCE(EXCLUDED.html_url, op_runs.html_url), base_sha = COALESCE(op_runs.base_sha, EXCLUDED.base_sha), verified_sha = COALESCE(EXCLUDED.verified_sha, op_runs.verified_sha)")
+        sqlx::query("INSERT INTO op_runs (dispatch, op, run_id, html_url, base_sha, verified_sha, pull) VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (dispatch) DO UPDATE SET run_id = COALESCE(EXCLUDED.run_id, op_runs.run_id), html_url = COALESCE(EXCLUDED.html_url, op_runs.html_url), base_sha = COALESCE(op_runs.base_sha, EXCLUDED.base_sha), verified_sha = COALESCE(EXCLUDED.verified_sha, op_runs.verified_sha), pull = COALESCE(EXCLUDED.pull, op_runs.pull)")
             .bind(&r.dispatch)
             .bind(&r.op)
             .bind(r.run_id)
             .bind(&r.html_url)
             .bind(&r.base_sha)
             .bind(&r.verified_sha)
+            .bind(r.pull)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -646,6 +655,7 @@ impl SqlStore {
             html_url: r.try_get("html_url").ok(),
             base_sha: r.try_get("base_sha").ok(),
             verified_sha: r.try_get("verified_sha").ok(),
+            pull: r.try_get("pull").ok(),
         }
     }
 

@@ -18,7 +18,10 @@ impl GitHubExecutor<'_> {
         let slug =
             |unit: &str| state.map_or_else(|| crate::text::slug(unit), |st| st.unit_slug(unit));
         match &p.effect {
-            Effect::Dispatch(order) => self.dispatch(state, order).await,
+            Effect::Dispatch(order) => {
+                let may_have_run = self.place.may_have_run(p.key);
+                self.dispatch(state, order, may_have_run).await
+            }
             Effect::Cancel { dispatch, force } => {
                 let run = match ops.store.run(&dispatch.0).await?.and_then(|r| r.run_id) {
                     Some(id) => Some(id),
@@ -45,35 +48,39 @@ impl GitHubExecutor<'_> {
                     unit: unit.clone(),
                     sprint: sprint.clone(),
                 }];
-                let Some(pr) = repo.pull_for(&branch).await? else {
-                    return Err(
-                        GitHubError::NeedsPerson(format!("no pull request from {branch}")).into(),
-                    );
+                let row = ops.store.run(&dispatch.0).await?;
+                let number = match row.as_ref().and_then(|r| r.pull) {
+                    Some(n) => n,
+                    None => {
+                        let Some(pr) = repo.pull_for(&branch).await? else {
+                            return Err(GitHubError::NeedsPerson(format!(
+                                "no pull request from {branch}"
+                            ))
+                            .into());
+                        };
+                        if pr.merged {
+                            return Ok(Outcome::Done(merged));
+                        }
+                        pr.number
+                    }
                 };
-                if pr.merged {
-                    return Ok(Outcome::Done(merged));
-                }
-                if ctx.merge == MergeMode::AfterReview && !repo.approved(pr.number).await? {
+                if ctx.merge == MergeMode::AfterReview && !repo.approved(number).await? {
                     return Ok(Outcome::Wait);
                 }
                 // Merged at the head that was verified: a branch moved since
                 // is refused by GitHub (409) rather than merged unverified.
-                let verified = ops
-                    .store
-                    .run(&dispatch.0)
-                    .await?
-                    .and_then(|r| r.verified_sha);
-                match repo.merge(pr.number, verified.as_deref()).await? {
+                let verified = row.and_then(|r| r.verified_sha);
+                match repo.merge(number, verified.as_deref()).await? {
                     Merge::Merged => Ok(Outcome::Done(merged)),
                     Merge::Conflict => Err(GitHubError::NeedsPerson(format!(
                         "pull request #{} of {unit} Sprint {sprint} no longer merges into {}; resolve the conflict on its branch and merge it by hand",
-                        pr.number,
+                        number,
                         integration_branch(op)
                     ))
                     .into()),
                     Merge::HeadMoved => Err(GitHubError::NeedsPerson(format!(
                         "the branch of {unit} Sprint {sprint} (pull request #{}) changed after it was verified at {}; it was not merged. Check the new commits, then merge it by hand or run the sprint again",
-                        pr.number,
+                        number,
                         verified.as_deref().map_or("?", |s| &s[..s.len().min(7)])
                     ))
                     .into()),
@@ -153,10 +160,16 @@ impl GitHubExecutor<'_> {
         }
     }
 
+    /// Launches one attempt: the sprint branch (made from the integration
+    /// branch on the sprint's first dispatch), the prompt committed on it, the
+    /// sprint's pull request, and the workflow dispatch. A first dispatch that
+    /// no earlier process can have begun makes each without looking first
+    /// (five requests); any other looks for what an earlier try made.
     async fn dispatch(
         &mut self,
         state: Option<&OperationState>,
         order: &engine::DispatchOrder,
+        may_have_run: bool,
     ) -> Result<Outcome, OpError> {
         let ctx = self.place.ctx.clone();
         let ops = self.ops;
@@ -171,45 +184,60 @@ impl GitHubExecutor<'_> {
         {
             return Ok(Outcome::Done(vec![]));
         }
-        if let Some(run) = ops.find_run(&ctx, state, d).await? {
-            ops.record_run(&ctx, d, run.id, &run.html_url, None).await?;
-            return Ok(Outcome::Done(vec![]));
+        if may_have_run {
+            if let Some(run) = ops.find_run(&ctx, state, d).await? {
+                ops.record_run(&ctx, d, run.id, &run.html_url, None).await?;
+                return Ok(Outcome::Done(vec![]));
+            }
         }
+        let first_of_sprint = state
+            .and_then(|st| st.find_dispatch(d).map(|(u, s)| &st.units[u].sprints[s]))
+            .is_some_and(|s| s.dispatches == 1);
         let unit_slug = state.map_or_else(
             || crate::text::slug(&order.unit),
             |st| st.unit_slug(&order.unit),
         );
         let branch = sprint_branch(&ctx.op, &unit_slug, order.sprint.as_str());
         let integration = integration_branch(&ctx.op);
-        let mut head = repo.branch_sha(&branch).await?;
-        if head.is_none() {
-            let base = repo.branch_sha(&integration).await?.ok_or_else(|| {
+        let integration_head = || async {
+            repo.branch_sha(&integration).await?.ok_or_else(|| {
                 GitHubError::NeedsPerson(format!("the integration branch {integration} is gone"))
-            })?;
-            repo.create_branch(&branch, &base).await?;
-            head = Some(base);
-        }
-        let prompt_file = prompt_path(&unit_slug, order.sprint.as_str());
-        let committed = repo
-            .put_file(
-                &branch,
-                &prompt_file,
-                &order.prompt,
-                &format!(
-                    "supervise: prompt for {} Sprint {} (attempt {}, {})",
-                    order.unit, order.sprint, order.attempt, order.model_id
-                ),
-            )
-            .await?;
-        let base_sha = committed.or(head);
-        ops.store
-            .put_run(&RunRow {
-                dispatch: d.0.clone(),
-                op: ctx.op.clone(),
-                base_sha: base_sha.clone(),
-                ..Default::default()
             })
-            .await?;
+        };
+        // On a sprint's first dispatch the branch is made, not looked for.
+        let (head, made_now) = if first_of_sprint && !may_have_run {
+            let base = integration_head().await?;
+            let made = repo.create_branch(&branch, &base).await?;
+            let head = if made {
+                Some(base)
+            } else {
+                repo.branch_sha(&branch).await?
+            };
+            (head, made)
+        } else {
+            match repo.branch_sha(&branch).await? {
+                Some(h) => (Some(h), false),
+                None => {
+                    let base = integration_head().await?;
+                    let made = repo.create_branch(&branch, &base).await?;
+                    (Some(base), made)
+                }
+            }
+        };
+        let prompt_file = prompt_path(&unit_slug, order.sprint.as_str());
+        let message = format!(
+            "supervise: prompt for {} Sprint {} (attempt {}, {})",
+            order.unit, order.sprint, order.attempt, order.model_id
+        );
+        let committed = if made_now {
+            repo.create_file(&branch, &prompt_file, &order.prompt, &message)
+                .await?
+        } else {
+            repo.put_file(&branch, &prompt_file, &order.prompt, &message)
+                .await?
+        };
+        let base_sha = committed.or(head);
+        let mut pull = None;
         if let Some(st) = state {
             if let Some(unit) = st.plan.unit(&order.unit) {
                 if let Some(sprint) = unit.sprints.iter().find(|s| s.id == order.sprint) {
@@ -218,11 +246,25 @@ impl GitHubExecutor<'_> {
                         "{} — Sprint {}: {}",
                         order.unit, order.sprint, order.sprint_name
                     );
-                    repo.ensure_pull(&branch, &integration, &title, &body)
-                        .await?;
+                    pull = Some(if made_now {
+                        repo.create_pull(&branch, &integration, &title, &body)
+                            .await?
+                    } else {
+                        repo.ensure_pull(&branch, &integration, &title, &body)
+                            .await?
+                    });
                 }
             }
         }
+        ops.store
+            .put_run(&RunRow {
+                dispatch: d.0.clone(),
+                op: ctx.op.clone(),
+                base_sha: base_sha.clone(),
+                pull,
+                ..Default::default()
+            })
+            .await?;
         let inputs = json!({
             "dispatch_id": d.0,
             "plan": ctx.plan_path,

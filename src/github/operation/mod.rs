@@ -123,6 +123,20 @@ struct GhPlace {
     ci_first_seen: HashMap<String, Instant>,
     /// Runs asked to cancel: when a force-cancel is due, and whether it was sent.
     cancels: HashMap<i64, (Instant, bool)>,
+    /// The log's last decision when this replica read it: outbox entries up to
+    /// it may have been carried out (in part) by an earlier process.
+    loaded_seq: u64,
+    /// Entries this process has started to carry out: trying one again may
+    /// follow an answer that was lost.
+    tried: HashSet<crate::drive::EffectKey>,
+}
+
+impl GhPlace {
+    /// Whether an earlier try of this entry may have had effects whose answer
+    /// was lost — then what it makes is looked for before it is made again.
+    fn may_have_run(&mut self, key: crate::drive::EffectKey) -> bool {
+        key.seq <= self.loaded_seq || !self.tried.insert(key)
+    }
 }
 
 impl Failure for OpError {
@@ -227,6 +241,8 @@ impl Operations {
                 last_reconcile: None,
                 ci_first_seen: HashMap::new(),
                 cancels: HashMap::new(),
+                loaded_seq: loaded.seq.max(0) as u64,
+                tried: HashSet::new(),
             },
         }));
         Ok(self
@@ -301,6 +317,7 @@ impl Operations {
         if self.store.last_seq(&live.place.ctx.op).await? != live.outbox.seq {
             let loaded = live.outbox.load().await?;
             live.driver.reload(loaded);
+            live.place.loaded_seq = live.outbox.seq.max(0) as u64;
             live.place.dirty = true;
         }
         Ok(())

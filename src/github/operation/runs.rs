@@ -115,7 +115,8 @@ impl Operations {
             .file(&results_path(&d.0), Some(&head))
             .await?
             .and_then(|(t, _)| serde_json::from_str(&t).ok());
-        let base = self.store.run(&d.0).await?.and_then(|r| r.base_sha);
+        let row = self.store.run(&d.0).await?;
+        let base = row.as_ref().and_then(|r| r.base_sha.clone());
         let commits = match &base {
             Some(b) => repo
                 .compare(b, &head)
@@ -128,9 +129,12 @@ impl Operations {
         };
         // The list endpoint does not say whether a pull request merges; the
         // pull request itself does, once GitHub has computed it.
-        let pr = repo.pull_for(&branch).await?;
-        let mergeable = match &pr {
-            Some(pr) => repo.mergeable(pr.number).await?,
+        let pr = match row.as_ref().and_then(|r| r.pull) {
+            Some(n) => Some(n),
+            None => repo.pull_for(&branch).await?.map(|p| p.number),
+        };
+        let mergeable = match pr {
+            Some(n) => repo.mergeable(n).await?,
             None => None,
         };
         self.store
@@ -142,9 +146,9 @@ impl Operations {
             })
             .await?;
         let merge_conflict = match pr {
-            Some(pr) if mergeable == Some(false) => Some(format!(
+            Some(number) if mergeable == Some(false) => Some(format!(
                 "pull request #{} does not merge cleanly into {}",
-                pr.number,
+                number,
                 integration_branch(&ctx.op)
             )),
             _ => None,
