@@ -54,14 +54,22 @@ fn operation(plan: &supervise::plan::Plan, n: u64, mut record: Option<&mut Vec<E
                     now: chrono::DateTime<Utc>,
                     state: &mut Option<OperationState>,
                     pending: &mut Vec<DispatchId>| {
-        let d = decide_mut(state, input, now).expect("accepted");
-        if let Some(log) = record.as_deref_mut() {
-            log.extend(d.events.iter().cloned());
-        }
-        events += d.events.len();
-        for e in d.effects {
-            if let Effect::Dispatch(o) = e {
-                pending.push(o.dispatch);
+        // Merges are confirmed at once, as a runner whose merges succeed would.
+        let mut inputs = vec![input];
+        while let Some(input) = inputs.pop() {
+            let d = decide_mut(state, input, now).expect("accepted");
+            if let Some(log) = record.as_deref_mut() {
+                log.extend(d.events.iter().cloned());
+            }
+            events += d.events.len();
+            for e in d.effects {
+                match e {
+                    Effect::Dispatch(o) => pending.push(o.dispatch),
+                    Effect::Integrate { unit, sprint, .. } => {
+                        inputs.push(Input::Integrated { unit, sprint })
+                    }
+                    _ => {}
+                }
             }
         }
     };
