@@ -1057,3 +1057,32 @@ fn a_merge_that_needs_a_person_blocks_its_unit_until_resume_merges_it() {
         .unwrap();
     assert!(again.events.is_empty() && again.effects.is_empty());
 }
+
+#[test]
+fn when_the_cap_binds_the_longest_remaining_path_goes_first_and_the_log_says_why() {
+    let src = "# P\n\n| Work Unit | Dependencies |\n|---|---|\n| short | none |\n| long | none |\n| after | long |\n\n\
+## short\n### Sprint 1: One\n- [ ] `make s1` passes\n\
+## long\n### Sprint 1: One\n- [ ] `make l1` passes\n### Sprint 2: Two\n- [ ] `make l2` passes\n\
+## after\n### Sprint 1: One\n- [ ] `make a1` passes\n";
+    let mut cfg = EngineConfig::default();
+    cfg.max_parallel = 1;
+    let sim = Sim::start(src, cfg);
+    let out = sim.out();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].unit, "long", "3 sprints wait on `long`, 1 on `short`");
+    assert!(sim.st().decisions.iter().any(|d| d.unit.as_deref() == Some("long")
+        && d.rationale.contains("longest remaining path (3 sprints)")));
+    // With room for everyone, plan order and no such note.
+    let mut cfg = EngineConfig::default();
+    cfg.max_parallel = 4;
+    let sim = Sim::start(src, cfg);
+    assert_eq!(
+        sim.out().iter().map(|o| o.unit.as_str()).collect::<Vec<_>>(),
+        ["short", "long"]
+    );
+    assert!(!sim
+        .st()
+        .decisions
+        .iter()
+        .any(|d| d.rationale.contains("longest remaining path")));
+}

@@ -115,9 +115,14 @@ impl Decider<'_> {
         }
     }
 
-    /// §4 step 4: dispatch every RUNNING unit's next sprint, within the cap and budget.
+    /// §4 step 4: dispatch every RUNNING unit's next sprint, within the cap and
+    /// budget. When the cap leaves fewer places than there are units waiting,
+    /// the unit with the longest remaining path (its own sprints left plus the
+    /// longest chain of sprints waiting on it) goes first: the end of the
+    /// operation is set by that path, and plan order would leave it waiting.
     pub(super) fn dispatch_ready(&mut self) {
-        for u in 0..self.st().units.len() {
+        let (order, reordered) = self.dispatch_order();
+        for u in order {
             let st = self.st();
             let unit = &st.units[u];
             if unit.status != UnitStatus::Running
@@ -143,7 +148,13 @@ impl Decider<'_> {
                 partial: kind == DispatchKind::Continuation,
                 previous: sp.history.last().map(|h| h.tier),
             };
-            let (tier, why) = select::select(&complexity, ctx);
+            let (tier, mut why) = select::select(&complexity, ctx);
+            if let Some(path) = reordered.get(&u) {
+                why.push_str(&format!(
+                    "; dispatched before units earlier in the plan: the longest remaining path ({path} sprints) while the cap of {} binds",
+                    st.config.max_parallel
+                ));
+            }
             let cost = st.config.cost(tier);
             if let Some(budget) = st.config.budget {
                 if st.cost_spent + cost > budget {
@@ -285,4 +296,77 @@ impl Decider<'_> {
             _ => {}
         }
     }
+
+    /// The order units are offered places in, and for units moved ahead of
+    /// plan order, the length (in sprints) of their remaining path.
+    fn dispatch_order(&self) -> (Vec<usize>, std::collections::HashMap<usize, usize>) {
+        let st = self.st();
+        let n = st.units.len();
+        let plan_order: Vec<usize> = (0..n).collect();
+        let waiting = (0..n)
+            .filter(|&u| {
+                let unit = &st.units[u];
+                unit.status == UnitStatus::Running
+                    && unit.active().is_none()
+                    && unit.awaiting_merge().is_none()
+                    && unit.current().is_some()
+            })
+            .count();
+        let free = (st.config.max_parallel.max(1) as usize).saturating_sub(st.active_count());
+        if waiting <= free || free == 0 {
+            return (plan_order, Default::default());
+        }
+        let path = remaining_paths(st);
+        let mut order = plan_order.clone();
+        // Stable: plan order among equals.
+        order.sort_by(|a, b| path[*b].cmp(&path[*a]));
+        // Moved ahead: a unit earlier in the plan now comes after it.
+        let moved = order
+            .iter()
+            .enumerate()
+            .filter(|(i, u)| order[i + 1..].iter().any(|x| x < u))
+            .map(|(_, u)| (*u, path[*u]))
+            .collect();
+        (order, moved)
+    }
+}
+
+/// For each unit: its sprints not yet completed plus the longest chain of
+/// sprints in units that wait (directly or not) on it.
+fn remaining_paths(st: &OperationState) -> Vec<usize> {
+    let n = st.units.len();
+    let index: std::collections::HashMap<&str, usize> = st
+        .units
+        .iter()
+        .enumerate()
+        .map(|(i, u)| (u.name.as_str(), i))
+        .collect();
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (v, unit) in st.plan.work_units.iter().enumerate() {
+        for d in &unit.depends_on {
+            if let Some(&u) = index.get(d.as_str()) {
+                dependents[u].push(v);
+            }
+        }
+    }
+    let own: Vec<usize> = st
+        .units
+        .iter()
+        .map(|u| u.sprints.len() - u.completed_count())
+        .collect();
+    // The plan reader refuses cycles, so the memoised walk ends.
+    fn walk(u: usize, own: &[usize], deps: &[Vec<usize>], memo: &mut [Option<usize>]) -> usize {
+        if let Some(p) = memo[u] {
+            return p;
+        }
+        let tail = deps[u]
+            .iter()
+            .map(|&v| walk(v, own, deps, memo))
+            .max()
+            .unwrap_or(0);
+        memo[u] = Some(own[u] + tail);
+        own[u] + tail
+    }
+    let mut memo = vec![None; n];
+    (0..n).map(|u| walk(u, &own, &dependents, &mut memo)).collect()
 }
