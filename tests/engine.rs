@@ -1069,15 +1069,25 @@ fn when_the_cap_binds_the_longest_remaining_path_goes_first_and_the_log_says_why
     let sim = Sim::start(src, cfg);
     let out = sim.out();
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].unit, "long", "3 sprints wait on `long`, 1 on `short`");
-    assert!(sim.st().decisions.iter().any(|d| d.unit.as_deref() == Some("long")
-        && d.rationale.contains("longest remaining path (3 sprints)")));
+    assert_eq!(
+        out[0].unit, "long",
+        "3 sprints wait on `long`, 1 on `short`"
+    );
+    assert!(sim
+        .st()
+        .decisions
+        .iter()
+        .any(|d| d.unit.as_deref() == Some("long")
+            && d.rationale.contains("longest remaining path (3 sprints)")));
     // With room for everyone, plan order and no such note.
     let mut cfg = EngineConfig::default();
     cfg.max_parallel = 4;
     let sim = Sim::start(src, cfg);
     assert_eq!(
-        sim.out().iter().map(|o| o.unit.as_str()).collect::<Vec<_>>(),
+        sim.out()
+            .iter()
+            .map(|o| o.unit.as_str())
+            .collect::<Vec<_>>(),
         ["short", "long"]
     );
     assert!(!sim

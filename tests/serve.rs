@@ -405,3 +405,51 @@ async fn a_rate_limit_longer_than_the_lease_still_answers_once() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(h.replies(20).len(), 1, "{:?}", h.replies(20));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn analyze_evaluate_and_prioritize_answer_with_the_diagnosis_of_the_default_branchs_plan() {
+    let h = Harness::start(120).await;
+    h.fake.add_file(
+        REPO,
+        "EXECUTION_PLAN.md",
+        "# Shop\n\n| Work Unit | Dependencies |\n|---|---|\n| core | none |\n| web | core |\n\n\
+## core\n### Sprint 1: Define the core types\n- Create `src/types.rs`\n- [ ] `cargo build` passes\n\
+## web\n### Sprint 1: Pages\n- Create `web/index.html` (framework TBD)\n- [ ] `web/index.html` exists\n",
+    );
+    h.fake
+        .comment(REPO, 9, "mia", "/supervise analyze", false)
+        .await;
+    let reply = &h.wait_reply(9, 1).await[0];
+    assert!(reply.starts_with("## Analysis Complete"), "{reply}");
+    assert!(
+        reply.contains("| Completeness | NEEDS_WORK | 1 |"),
+        "{reply}"
+    );
+    assert!(reply.contains("<details><summary>The whole report"));
+    assert!(reply.contains("**Critical Path**: core → web (length: 2 sprints)"));
+    h.fake
+        .comment(
+            REPO,
+            10,
+            "mia",
+            "/supervise evaluate\n/supervise prioritize",
+            false,
+        )
+        .await;
+    let reply = &h.wait_reply(10, 1).await[0];
+    assert!(
+        reply.contains("## Evaluation of `EXECUTION_PLAN.md` on `main`"),
+        "{reply}"
+    );
+    assert!(
+        reply.contains("## Priorities of `EXECUTION_PLAN.md` on `main`"),
+        "{reply}"
+    );
+    assert!(
+        h.fake
+            .request_log()
+            .iter()
+            .all(|(_, e, _)| !e.starts_with("PUT") && !e.contains("/git/refs")),
+        "the diagnosis writes nothing to the repository"
+    );
+}

@@ -154,6 +154,46 @@ pub enum PlanCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Three passes over the plan (completeness, atomicity and testability,
+    /// priority and parallelism); writes ANALYSIS_REPORT.md beside it. Exit
+    /// status 2 when it finds critical issues.
+    #[command(
+        after_help = "Examples:\n  supervise plan analyze\n  supervise plan analyze --dry-run --max-turns 80\n  supervise plan analyze --json | jq '.findings[] | select(.severity == \"critical\")'"
+    )]
+    Analyze {
+        path: Option<PathBuf>,
+        #[command(flatten)]
+        tool: PlanToolFlags,
+    },
+    /// Each sprint's atomicity, testability and size against the turn budget,
+    /// with the fix for each problem (diagnosis; the plan is not rewritten).
+    Evaluate {
+        path: Option<PathBuf>,
+        #[command(flatten)]
+        tool: PlanToolFlags,
+    },
+    /// Each sprint's priority (dependency depth, foundation, risk, complexity)
+    /// and the order that runs the highest first within the dependencies
+    /// (diagnosis; the plan is not rewritten).
+    Prioritize {
+        path: Option<PathBuf>,
+        #[command(flatten)]
+        tool: PlanToolFlags,
+    },
+}
+
+/// Options of the plan tools.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlanToolFlags {
+    /// Turns each sprint's agent has (the context budget of §17b).
+    #[arg(long, default_value_t = 50)]
+    pub max_turns: u32,
+    /// Print instead of writing any file.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -171,6 +211,15 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Verify(args) => run_cmd::verify_cmd(&args),
         Command::Plan(PlanCommand::Show { path, json }) => plan_cmd::show(path.as_deref(), json),
+        Command::Plan(PlanCommand::Analyze { path, tool }) => {
+            plan_cmd::analyze(path.as_deref(), &tool)
+        }
+        Command::Plan(PlanCommand::Evaluate { path, tool }) => {
+            plan_cmd::evaluate(path.as_deref(), &tool)
+        }
+        Command::Plan(PlanCommand::Prioritize { path, tool }) => {
+            plan_cmd::prioritize(path.as_deref(), &tool)
+        }
         Command::RunAgent { dir } => run_cmd::run_agent(&dir),
         Command::Health { url } => Ok(health(&url)),
         Command::Serve(args) => serve_cmd::run(args),

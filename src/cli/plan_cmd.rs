@@ -1,6 +1,7 @@
-//! `supervise plan …`: show what the reader found in a plan.
+//! `supervise plan …`: show what the reader found in a plan, and the plan
+//! tools (§16–§18) on it.
 
-use crate::plan::{self, LoadError, Plan};
+use crate::plan::{self, tools, LoadError, Plan};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -82,32 +83,105 @@ pub fn render_tree(plan: &Plan) -> String {
     out
 }
 
+/// Reads the plan for a command; `Err(1)` after saying why it cannot be read.
+fn read(path: Option<&Path>, json: bool) -> anyhow::Result<Result<plan::LoadedPlan, i32>> {
+    let cwd = std::env::current_dir()?;
+    Ok(
+        match plan::locate(path, &cwd).and_then(|p| plan::load(&p)) {
+            Ok(l) => Ok(l),
+            Err(LoadError::Plan(e)) if json => {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "path": e.path, "problems": e.problems })
+                    )?
+                );
+                Err(1)
+            }
+            Err(e) => {
+                eprint!("{e}");
+                if !e.to_string().ends_with('\n') {
+                    eprintln!();
+                }
+                Err(1)
+            }
+        },
+    )
+}
+
 /// `supervise plan show`: exit status 0 for a usable plan, 1 otherwise.
 pub fn show(path: Option<&Path>, json: bool) -> anyhow::Result<i32> {
-    let cwd = std::env::current_dir()?;
-    let loaded = match plan::locate(path, &cwd).and_then(|p| plan::load(&p)) {
+    let loaded = match read(path, json)? {
         Ok(l) => l,
-        Err(LoadError::Plan(e)) if json => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(
-                    &serde_json::json!({ "path": e.path, "problems": e.problems })
-                )?
-            );
-            return Ok(1);
-        }
-        Err(e) => {
-            eprint!("{e}");
-            if !e.to_string().ends_with('\n') {
-                eprintln!();
-            }
-            return Ok(1);
-        }
+        Err(code) => return Ok(code),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&loaded.plan)?);
     } else {
         print!("{}", render_tree(&loaded.plan));
     }
+    Ok(0)
+}
+
+/// `supervise plan analyze`: 0 without critical issues, 2 with, 1 when the plan
+/// cannot be read.
+pub fn analyze(path: Option<&Path>, flags: &super::PlanToolFlags) -> anyhow::Result<i32> {
+    let loaded = match read(path, flags.json)? {
+        Ok(l) => l,
+        Err(code) => return Ok(code),
+    };
+    let a = tools::analyze::analyze(&loaded.plan, &loaded.source, flags.max_turns);
+    let code = if a.critical() > 0 { 2 } else { 0 };
+    if flags.json {
+        println!("{}", serde_json::to_string_pretty(&a)?);
+        return Ok(code);
+    }
+    let shown = loaded
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let text = tools::analyze::report(&a, &shown, &chrono::Utc::now().to_rfc3339());
+    if flags.dry_run {
+        print!("{text}");
+        return Ok(code);
+    }
+    let out = loaded.root.join("ANALYSIS_REPORT.md");
+    std::fs::write(&out, &text).map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
+    println!(
+        "## Analysis Complete\n\nReport: {}\n\n{}",
+        out.display(),
+        tools::analyze::summary(&a)
+    );
+    Ok(code)
+}
+
+/// `supervise plan evaluate`: the diagnosis, exit status 0.
+pub fn evaluate(path: Option<&Path>, flags: &super::PlanToolFlags) -> anyhow::Result<i32> {
+    let loaded = match read(path, flags.json)? {
+        Ok(l) => l,
+        Err(code) => return Ok(code),
+    };
+    let ev = tools::evaluate::evaluate(&loaded.plan, flags.max_turns);
+    if flags.json {
+        println!("{}", serde_json::to_string_pretty(&ev)?);
+        return Ok(0);
+    }
+    print!("{}", tools::evaluate::render(&ev));
+    Ok(0)
+}
+
+/// `supervise plan prioritize`: the scores and the recommended order, exit 0.
+pub fn prioritize(path: Option<&Path>, flags: &super::PlanToolFlags) -> anyhow::Result<i32> {
+    let loaded = match read(path, flags.json)? {
+        Ok(l) => l,
+        Err(code) => return Ok(code),
+    };
+    let ps = tools::prioritize::prioritize(&loaded.plan);
+    if flags.json {
+        println!("{}", serde_json::to_string_pretty(&ps)?);
+        return Ok(0);
+    }
+    print!("{}", tools::prioritize::render(&ps));
     Ok(0)
 }

@@ -206,6 +206,56 @@ impl Handler {
         self.ops.workflow_run(&v).await
     }
 
+    /// `analyze`, `evaluate`, `prioritize` on the plan of the default branch:
+    /// the diagnosis as the reply (nothing is written to the repository).
+    async fn plan_tool(&self, p: &Origin, cmd: &Command) -> Result<String, OpError> {
+        use crate::plan::tools;
+        let repo = p.repo(&self.github);
+        let branch = repo.default_branch().await?;
+        let path = "EXECUTION_PLAN.md";
+        let Some((source, _)) = repo.file(path, Some(&branch)).await? else {
+            return Ok(format!(
+                "There is no `{path}` on `{branch}` to {}. Commit one first.",
+                cmd.name()
+            ));
+        };
+        let plan = match crate::plan::parse(&source, path) {
+            Ok(plan) => plan,
+            Err(problems) => {
+                let e = crate::plan::PlanError {
+                    path: path.into(),
+                    problems,
+                };
+                return Ok(format!(
+                    "`{path}` on `{branch}` cannot be read:\n\n```\n{e}```"
+                ));
+            }
+        };
+        const TURNS: u32 = 50;
+        Ok(match cmd {
+            Command::Analyze => {
+                let a = tools::analyze::analyze(&plan, &source, TURNS);
+                let report = tools::analyze::report(
+                    &a,
+                    path,
+                    &chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                );
+                format!(
+                    "## Analysis Complete\n\n`{path}` on `{branch}`, {TURNS} turns per sprint.\n\n{}\n<details><summary>The whole report (ANALYSIS_REPORT.md)</summary>\n\n{report}\n</details>",
+                    tools::analyze::summary(&a)
+                )
+            }
+            Command::Evaluate => format!(
+                "## Evaluation of `{path}` on `{branch}`\n\n{}",
+                tools::evaluate::render(&tools::evaluate::evaluate(&plan, TURNS))
+            ),
+            _ => format!(
+                "## Priorities of `{path}` on `{branch}`\n\n{}",
+                tools::prioritize::render(&tools::prioritize::prioritize(&plan))
+            ),
+        })
+    }
+
     async fn answer(
         &self,
         p: &Origin,
@@ -259,8 +309,9 @@ impl Handler {
             let input = cmd.operation_input().unwrap_or(Input::Status);
             ops.command(&p.repo, p.issue, input).await
         }
-        Command::Breakdown { .. } | Command::Analyze | Command::Prioritize | Command::Evaluate => Ok(format!(
-            "`/supervise {}` is not available yet in this version of Sprint Supervisor. On your machine, `supervise plan show` prints what the reader found in the plan.",
+        Command::Analyze | Command::Evaluate | Command::Prioritize => self.plan_tool(p, cmd).await,
+        Command::Breakdown { .. } => Ok(format!(
+            "`/supervise {}` is not available yet in this version of Sprint Supervisor; `analyze`, `evaluate` and `prioritize` are.",
             cmd.name()
         )),
     };

@@ -2,7 +2,10 @@
 //! thresholds, and the overrides. Every choice comes with its reason.
 
 use super::events::ModelTier;
-use crate::plan::{Criterion, CriterionKind, Plan, Sprint, SprintType};
+use crate::plan::tools::measure::{
+    estimated_turns, is_vague, named_files, risk, text_of, Risk, FOUNDATION, OPEN_QUESTIONS,
+};
+use crate::plan::{CriterionKind, Plan, SprintType};
 
 /// A scored sprint: the total, each dimension, and the facts the overrides need.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,91 +20,9 @@ pub struct Complexity {
     pub open_questions: bool,
 }
 
-const VAGUE: &[&str] = &[
-    "works correctly",
-    "properly handles",
-    "is complete",
-    "works well",
-    "looks good",
-    "as expected",
-    "works fine",
-    "is done",
-];
 const OPEN_ENDED: &[&str] = &[
     "improve", "optimize", "optimise", "enhance", "clean up", "polish", "refine",
 ];
-const OPEN_QUESTIONS: &[&str] = &[
-    "tbd",
-    "to be decided",
-    "decide later",
-    "determine later",
-    "clarify",
-    "open question",
-    "???",
-];
-const FOUNDATION: &[&str] = &[
-    "types",
-    "interface",
-    "foundation",
-    "core",
-    "schema",
-    "model",
-    "protocol",
-    "scaffold",
-    "skeleton",
-    "base ",
-];
-
-fn text_of(s: &Sprint) -> String {
-    let mut t = s.name.to_lowercase();
-    for x in s.tasks.iter().chain(s.notes.iter()) {
-        t.push(' ');
-        t.push_str(&x.to_lowercase());
-    }
-    t
-}
-
-/// Path-like tokens in backticks: the files a task names.
-fn named_files(text: &str) -> usize {
-    text.split('`')
-        .skip(1)
-        .step_by(2)
-        .filter(|c| !c.contains(' ') && c.contains('.') && !c.ends_with('.'))
-        .count()
-}
-
-/// §17e: `R + 2C + 2M + B + ceil(L/75) + V + 5`.
-pub fn estimated_turns(plan: &Plan, s: &Sprint) -> u32 {
-    let mut create = 0u32;
-    let mut modify = 0u32;
-    for t in &s.tasks {
-        let n = named_files(t).max(1) as u32;
-        let lt = t.to_lowercase();
-        if ["create", "write", "add", "new "]
-            .iter()
-            .any(|w| lt.contains(w))
-        {
-            create += n;
-        } else {
-            modify += n;
-        }
-    }
-    let read = 1
-        + plan.referenced_files.iter().filter(|f| f.exists).count() as u32
-        + s.entry_criteria.len() as u32;
-    let builds = s
-        .exit_criteria
-        .iter()
-        .filter(|c| c.command.as_deref().is_some_and(|c| c.contains("build")))
-        .count() as u32;
-    let lines = create * 60 + modify * 25;
-    read + 2 * create + 2 * modify + builds + lines.div_ceil(75) + s.exit_criteria.len() as u32 + 5
-}
-
-fn is_vague(c: &Criterion) -> bool {
-    let t = c.text.to_lowercase();
-    VAGUE.iter().any(|v| t.contains(v))
-}
 
 pub fn complexity(plan: &Plan, unit: usize, sprint: usize) -> Complexity {
     let u = &plan.work_units[unit];
@@ -136,7 +57,8 @@ pub fn complexity(plan: &Plan, unit: usize, sprint: usize) -> Complexity {
         .iter()
         .filter(|c| c.kind != CriterionKind::Checklist)
         .count();
-    let vague_criteria = s.exit_criteria.is_empty() || s.exit_criteria.iter().any(is_vague);
+    let vague_criteria =
+        s.exit_criteria.is_empty() || s.exit_criteria.iter().any(|c| is_vague(&c.text));
     parts.push((
         "criteria",
         if vague_criteria {
@@ -176,59 +98,12 @@ pub fn complexity(plan: &Plan, unit: usize, sprint: usize) -> Complexity {
             _ => 5,
         },
     ));
-    let risk = if [
-        "api",
-        "http",
-        "integration",
-        "oauth",
-        "network",
-        "webhook",
-        "third-party",
-        "external",
-    ]
-    .iter()
-    .any(|w| text.contains(w))
-    {
-        5
-    } else if [
-        "new technology",
-        "unfamiliar",
-        "experimental",
-        "migrate to",
-        "prototype",
-    ]
-    .iter()
-    .any(|w| text.contains(w))
-    {
-        4
-    } else if [
-        "algorithm",
-        "parser",
-        "concurren",
-        "optimi",
-        "cache",
-        "scheduler",
-        "solver",
-    ]
-    .iter()
-    .any(|w| text.contains(w))
-    {
-        3
-    } else if [
-        "file",
-        "i/o",
-        "process",
-        "system call",
-        "filesystem",
-        "disk",
-        "socket",
-    ]
-    .iter()
-    .any(|w| text.contains(w))
-    {
-        2
-    } else {
-        1
+    let risk = match risk(&text) {
+        Risk::ExternalApi => 5,
+        Risk::NewTechnology => 4,
+        Risk::Algorithm => 3,
+        Risk::SystemIo => 2,
+        Risk::Simple => 1,
     };
     parts.push(("risk", risk));
     parts.push((

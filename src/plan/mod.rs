@@ -9,6 +9,7 @@ mod detect;
 pub mod diff;
 mod model;
 pub mod template;
+pub mod tools;
 
 pub use model::*;
 

@@ -711,7 +711,7 @@ fn estimation_accuracy(st: &OperationState, done: &[Done]) -> String {
         .iter()
         .filter_map(|d| {
             let actual = d.c.turns?;
-            let est = crate::engine::select::estimated_turns(&st.plan, d.sprint).max(1);
+            let est = crate::plan::tools::measure::estimated_turns(&st.plan, d.sprint).max(1);
             Some((
                 d,
                 est,

@@ -368,5 +368,7 @@ fn remaining_paths(st: &OperationState) -> Vec<usize> {
         own[u] + tail
     }
     let mut memo = vec![None; n];
-    (0..n).map(|u| walk(u, &own, &dependents, &mut memo)).collect()
+    (0..n)
+        .map(|u| walk(u, &own, &dependents, &mut memo))
+        .collect()
 }

@@ -1,0 +1,500 @@
+//! §18 analyze: three passes over a plan — completeness (point A, point B,
+//! coverage, open questions), atomicity and testability (§17 evaluate,
+//! diagnosis only), priority and parallelism (§16 prioritize, diagnosis only,
+//! plus the critical path and the parallelism the dependencies allow) — and
+//! `ANALYSIS_REPORT.md`. It never changes the plan.
+
+use super::evaluate::{evaluate, Evaluation, Fitness};
+use super::measure::OPEN_QUESTIONS;
+use super::prioritize::{prioritize, SprintPriority};
+use crate::plan::Plan;
+use serde::Serialize;
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Critical,
+    Recommended,
+    Optional,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub pass: u8,
+    pub severity: Severity,
+    /// The plan line it is about (0: the plan as a whole).
+    pub line: usize,
+    pub location: String,
+    pub problem: String,
+    pub recommendation: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Analysis {
+    pub point_a: Vec<String>,
+    pub point_b: Vec<String>,
+    pub open_questions: Vec<(String, usize, String)>,
+    pub evaluation: Evaluation,
+    pub priorities: Vec<SprintPriority>,
+    /// Unit names along the longest chain, and its length in sprints.
+    pub critical_path: (Vec<String>, usize),
+    /// Units that can run at once, layer by layer (by dependency depth).
+    pub parallel_layers: Vec<Vec<String>>,
+    pub findings: Vec<Finding>,
+}
+
+impl Analysis {
+    pub fn count(&self, pass: u8, severity: Severity) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.pass == pass && f.severity == severity)
+            .count()
+    }
+
+    pub fn critical(&self) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Critical)
+            .count()
+    }
+}
+
+const POINT_A: &[&str] = &[
+    "prerequisite",
+    "starting state",
+    "assumption",
+    "precondition",
+    "current state",
+];
+const POINT_B: &[&str] = &[
+    "goal",
+    "objective",
+    "success criteria",
+    "done definition",
+    "definition of done",
+    "deliverable",
+    "target state",
+];
+/// Specifics left to the agent (§18 Pass 1, "missing specifics").
+const UNSPECIFIC: &[&str] = &[
+    "appropriate library",
+    "suitable approach",
+    "standard method",
+    "todo",
+];
+
+/// Headings of the source (outside fenced code), lower-cased, with their lines.
+fn headings(source: &str) -> Vec<(usize, String)> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for (i, line) in source.lines().enumerate() {
+        let t = line.trim_start();
+        if t.starts_with("```") || t.starts_with("~~~") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced && t.starts_with('#') {
+            out.push((i + 1, t.trim_start_matches('#').trim().to_lowercase()));
+        }
+    }
+    out
+}
+
+pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
+    let mut findings = Vec::new();
+    let heads = headings(source);
+    // Pass 1: point A.
+    let mut point_a: Vec<String> = heads
+        .iter()
+        .filter(|(_, h)| POINT_A.iter().any(|w| h.contains(w)))
+        .map(|(l, h)| format!("section \"{h}\" (line {l})"))
+        .collect();
+    for u in &plan.work_units {
+        if let Some(s) = u.sprints.first() {
+            for c in &s.entry_criteria {
+                point_a.push(format!("{} Sprint {} entry: {}", u.name, s.id, c.text));
+            }
+        }
+    }
+    if point_a.is_empty() {
+        findings.push(Finding {
+            pass: 1,
+            severity: Severity::Recommended,
+            line: 0,
+            location: "plan".into(),
+            problem: "point A is UNCLEAR: no prerequisites section and no entry criteria on any first sprint".into(),
+            recommendation: "add a \"Prerequisites\" section saying what exists at the start".into(),
+        });
+    }
+    // Pass 1: point B.
+    let mut point_b: Vec<String> = heads
+        .iter()
+        .filter(|(_, h)| POINT_B.iter().any(|w| h.contains(w)))
+        .map(|(l, h)| format!("section \"{h}\" (line {l})"))
+        .collect();
+    for u in &plan.work_units {
+        if let Some(s) = u.sprints.last() {
+            for c in s.exit_criteria.iter().filter(|c| c.is_machine_checkable()) {
+                point_b.push(format!("{} Sprint {} exit: {}", u.name, s.id, c.text));
+            }
+        }
+    }
+    if point_b.is_empty() {
+        findings.push(Finding {
+            pass: 1,
+            severity: Severity::Critical,
+            line: 0,
+            location: "plan".into(),
+            problem: "point B is UNCLEAR: no goals section and no machine-checkable exit criterion on any unit's last sprint".into(),
+            recommendation: "say what is done at the end: a \"Goals\" section, and checkable exit criteria on each unit's last sprint".into(),
+        });
+    }
+    // Pass 1: coverage and open questions.
+    let mut open_questions = Vec::new();
+    for u in &plan.work_units {
+        for s in &u.sprints {
+            let at = format!("{} Sprint {}", u.name, s.id);
+            if s.tasks.is_empty() && s.exit_criteria.is_empty() {
+                findings.push(Finding {
+                    pass: 1,
+                    severity: Severity::Critical,
+                    line: s.line,
+                    location: at.clone(),
+                    problem: "the sprint has neither tasks nor exit criteria: nothing says what it contributes".into(),
+                    recommendation: "list its tasks and how to check them, or remove it".into(),
+                });
+            }
+            let texts = s
+                .tasks
+                .iter()
+                .chain(s.notes.iter())
+                .chain(s.exit_criteria.iter().map(|c| &c.text))
+                .chain(s.entry_criteria.iter().map(|c| &c.text));
+            for t in texts {
+                let lower = t.to_lowercase();
+                let hit = OPEN_QUESTIONS
+                    .iter()
+                    .chain(UNSPECIFIC.iter())
+                    .find(|w| lower.contains(*w));
+                if let Some(w) = hit {
+                    open_questions.push((at.clone(), s.line, t.clone()));
+                    findings.push(Finding {
+                        pass: 1,
+                        severity: Severity::Critical,
+                        line: s.line,
+                        location: at.clone(),
+                        problem: format!("open question (\"{w}\"): {t}"),
+                        recommendation: "decide it in the plan before an agent is paid to guess"
+                            .into(),
+                    });
+                }
+            }
+        }
+    }
+    // Pass 2: evaluate, diagnosis only.
+    let evaluation = evaluate(plan, max_turns);
+    for c in &evaluation.sprints {
+        let at = format!("{} Sprint {}", c.unit, c.sprint);
+        let severity = if !c.machine_verifiable || c.estimated_turns > evaluation.max_turns {
+            Severity::Critical
+        } else if c.fitness == Fitness::Undersized {
+            Severity::Optional
+        } else {
+            Severity::Recommended
+        };
+        for fix in &c.fixes {
+            let severity = if fix.starts_with("merge into") {
+                Severity::Optional
+            } else {
+                severity
+            };
+            findings.push(Finding {
+                pass: 2,
+                severity,
+                line: c.line,
+                location: at.clone(),
+                problem: problem_of(c, fix),
+                recommendation: fix.clone(),
+            });
+        }
+    }
+    // Pass 3: priority and parallelism.
+    let priorities = prioritize(plan);
+    for p in &priorities {
+        if p.recommended + 2 <= p.position && p.priority >= 6.0 {
+            findings.push(Finding {
+                pass: 3,
+                severity: Severity::Optional,
+                line: 0,
+                location: format!("{} Sprint {}", p.unit, p.sprint),
+                problem: format!(
+                    "priority {} but at position {} of {}",
+                    p.priority,
+                    p.position,
+                    priorities.len()
+                ),
+                recommendation: format!(
+                    "run it earlier (position {}): {}",
+                    p.recommended, p.justification
+                ),
+            });
+        }
+    }
+    let (critical_path, parallel_layers) = graph(plan);
+    Analysis {
+        point_a,
+        point_b,
+        open_questions,
+        evaluation,
+        priorities,
+        critical_path,
+        parallel_layers,
+        findings,
+    }
+}
+
+fn problem_of(c: &super::evaluate::SprintCheck, fix: &str) -> String {
+    let what = if fix.starts_with("split at") {
+        format!("oversized: est. {} turns", c.estimated_turns)
+    } else if fix.starts_with("merge into") {
+        format!("undersized: est. {} turns", c.estimated_turns)
+    } else if fix.starts_with("split by concern") {
+        "several concerns in one sprint".into()
+    } else if fix.starts_with("name the files") {
+        "no clear artifact".into()
+    } else if fix.starts_with("add a machine check") {
+        "no machine-verifiable exit criterion".into()
+    } else if fix.starts_with("replace vague") {
+        "vague exit criteria".into()
+    } else if fix.starts_with("cover the tasks") {
+        "exit criteria do not cover every task".into()
+    } else {
+        "inputs or outputs not explicit".into()
+    };
+    format!("{what} ({})", c.name)
+}
+
+/// The longest chain of units by sprint count, and the units by dependency depth.
+fn graph(plan: &Plan) -> ((Vec<String>, usize), Vec<Vec<String>>) {
+    let n = plan.work_units.len();
+    let idx = |name: &str| plan.work_units.iter().position(|u| u.name == name);
+    // Longest path ending at each unit (the reader refuses cycles; units are
+    // visited until nothing changes, at most n rounds).
+    let mut best: Vec<(usize, Option<usize>)> = plan
+        .work_units
+        .iter()
+        .map(|u| (u.sprints.len(), None))
+        .collect();
+    let mut depth = vec![0usize; n];
+    for _ in 0..n {
+        let mut changed = false;
+        for (v, unit) in plan.work_units.iter().enumerate() {
+            for d in unit.depends_on.iter().filter_map(|d| idx(d)) {
+                let through = best[d].0 + unit.sprints.len();
+                if through > best[v].0 {
+                    best[v] = (through, Some(d));
+                    changed = true;
+                }
+                if depth[d] + 1 > depth[v] {
+                    depth[v] = depth[d] + 1;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let (mut at, length) = best
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, b)| (b.0, std::cmp::Reverse(*i)))
+        .map(|(i, b)| (Some(i), b.0))
+        .unwrap_or((None, 0));
+    let mut chain = Vec::new();
+    while let Some(u) = at {
+        chain.push(plan.work_units[u].name.clone());
+        at = best[u].1;
+    }
+    chain.reverse();
+    let mut layers: Vec<Vec<String>> = Vec::new();
+    for (u, d) in depth.iter().enumerate() {
+        if layers.len() <= *d {
+            layers.resize(d + 1, Vec::new());
+        }
+        layers[*d].push(plan.work_units[u].name.clone());
+    }
+    ((chain, length), layers)
+}
+
+fn mark(ok: bool) -> &'static str {
+    if ok {
+        "✓"
+    } else {
+        "✗"
+    }
+}
+
+fn status(a: &Analysis, pass: u8) -> &'static str {
+    if a.count(pass, Severity::Critical) + a.count(pass, Severity::Recommended) == 0 {
+        "PASS"
+    } else {
+        "NEEDS_WORK"
+    }
+}
+
+/// The summary table of §18's output, for the terminal and for replies.
+pub fn summary(a: &Analysis) -> String {
+    let mut out = String::from(
+        "| Pass | Status | Critical | Recommended | Optional |\n|------|--------|----------|------------|----------|\n",
+    );
+    for (pass, name) in [
+        (1, "Completeness"),
+        (2, "Atomicity & Testability"),
+        (3, "Priority & Parallelism"),
+    ] {
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} | {} | {} |",
+            status(a, pass),
+            a.count(pass, Severity::Critical),
+            a.count(pass, Severity::Recommended),
+            a.count(pass, Severity::Optional)
+        );
+    }
+    let total = a.findings.len();
+    let _ = writeln!(
+        out,
+        "\n**Total Issues**: {total} ({} critical, {} recommended, {} optional)",
+        a.critical(),
+        a.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Recommended)
+            .count(),
+        a.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Optional)
+            .count()
+    );
+    out
+}
+
+/// `ANALYSIS_REPORT.md`.
+pub fn report(a: &Analysis, plan_path: &str, generated: &str) -> String {
+    let mut o = String::new();
+    let ev = &a.evaluation;
+    let _ = writeln!(o, "# Execution Plan Analysis Report\n\nGenerated: {generated}\nExecution plan: {plan_path}\nContext budget: {} turns per sprint\n\n---\n\n## Pass 1: Completeness Analysis\n", ev.max_turns);
+    for (title, items) in [
+        ("Point A (Current State)", &a.point_a),
+        ("Point B (Target State)", &a.point_b),
+    ] {
+        let _ = writeln!(
+            o,
+            "### {title}\nStatus: {}\n",
+            if items.is_empty() { "UNCLEAR" } else { "CLEAR" }
+        );
+        if items.is_empty() {
+            let _ = writeln!(o, "**Findings**:\n- nothing in the plan documents it\n");
+        } else {
+            let _ = writeln!(o, "**Findings**:");
+            for i in items.iter().take(20) {
+                let _ = writeln!(o, "- {i}");
+            }
+            let _ = writeln!(o);
+        }
+    }
+    let _ = writeln!(o, "### Open Questions\nCount: {}\n", a.open_questions.len());
+    if !a.open_questions.is_empty() {
+        let _ = writeln!(
+            o,
+            "| Question | Location | Line |\n|----------|----------|------|"
+        );
+        for (at, line, q) in &a.open_questions {
+            let _ = writeln!(o, "| {} | {at} | {line} |", q.replace('|', "\\|"));
+        }
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(o, "---\n\n## Pass 2: Atomicity & Testability Analysis\n\n### Atomicity Check\n\n| Sprint | Single Concern | Clear Artifact | Bounded Scope | Explicit I/O | Verdict |\n|--------|---------------|---------------|---------------|-------------|---------|");
+    for c in &ev.sprints {
+        let _ = writeln!(
+            o,
+            "| {} {} | {} | {} | {} | {} | {} |",
+            c.unit,
+            c.sprint,
+            mark(c.single_concern),
+            mark(c.clear_artifact),
+            mark(c.bounded_scope),
+            mark(c.explicit_io),
+            if c.atomic() { "PASS" } else { "FAIL" }
+        );
+    }
+    let _ = writeln!(o, "\n### Testability Check\n\n| Sprint | Machine-Verifiable | No Vague Language | Full Coverage | Verdict |\n|--------|-------------------|-------------------|--------------|---------|");
+    for c in &ev.sprints {
+        let _ = writeln!(
+            o,
+            "| {} {} | {} | {} | {} | {} |",
+            c.unit,
+            c.sprint,
+            mark(c.machine_verifiable),
+            mark(c.no_vague_language),
+            mark(c.full_coverage),
+            if c.testable() { "PASS" } else { "FAIL" }
+        );
+    }
+    let _ = writeln!(o, "\n### Context Fitness Check\n\n| Sprint | Estimated Turns | Budget | Utilization | Verdict |\n|--------|----------------|--------|-------------|---------|");
+    for c in &ev.sprints {
+        let _ = writeln!(
+            o,
+            "| {} {} | {} | {} | {}% | {} |",
+            c.unit,
+            c.sprint,
+            c.estimated_turns,
+            ev.max_turns,
+            c.estimated_turns * 100 / ev.max_turns,
+            c.fitness.as_str()
+        );
+    }
+    let (chain, length) = &a.critical_path;
+    let max_parallel = a.parallel_layers.iter().map(Vec::len).max().unwrap_or(0);
+    let _ = writeln!(o, "\n---\n\n## Pass 3: Priority & Parallelism Analysis\n\n### Dependency Graph\n\n**Critical Path**: {} (length: {length} sprints)\n\n**Parallelizable Clusters**:", chain.join(" → "));
+    for (i, l) in a.parallel_layers.iter().enumerate() {
+        let _ = writeln!(o, "- Depth {i}: {}", l.join(", "));
+    }
+    let _ = writeln!(o, "\n**Maximum Parallelism**: {max_parallel} agents at once (units at the same dependency depth)\n\n### Priority Analysis\n\n| Sprint | Priority | Current Position | Recommended Position | Justification |\n|--------|----------|-----------------|---------------------|---------------|");
+    for p in &a.priorities {
+        let _ = writeln!(
+            o,
+            "| {} {} | {} | {} | {} | {} |",
+            p.unit, p.sprint, p.priority, p.position, p.recommended, p.justification
+        );
+    }
+    let _ = writeln!(o, "\n---\n\n## Summary\n\n{}", summary(a));
+    if !a.findings.is_empty() {
+        let _ = writeln!(o, "---\n\n## Detailed Findings\n");
+        let mut sorted: Vec<&Finding> = a.findings.iter().collect();
+        sorted.sort_by_key(|f| (f.severity, f.pass, f.line));
+        for (i, f) in sorted.iter().enumerate() {
+            let line = if f.line > 0 {
+                format!(" (line {})", f.line)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                o,
+                "### Issue {}: {}\n**Location**: {}{line}\n**Pass**: {}\n**Severity**: {:?}\n\n**Recommendation**: {}\n",
+                i + 1,
+                f.problem,
+                f.location,
+                f.pass,
+                f.severity,
+                f.recommendation
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "**Note**: `analyze` produces this report only; it does not modify the plan."
+    );
+    o
+}

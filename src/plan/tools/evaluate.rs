@@ -1,0 +1,247 @@
+//! §17 evaluate, diagnosis: each sprint's atomicity, testability and context
+//! fitness against the turn budget, with the fix §17f would make. (The rewrite
+//! that applies the fixes is not built yet; `analyze` reports this diagnosis.)
+
+use super::measure::{estimated_turns, file_names, is_vague};
+use crate::plan::{Plan, Sprint, SprintId};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+/// §17e's verdict on a sprint's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fitness {
+    Oversized,
+    RightSized,
+    Undersized,
+}
+
+impl Fitness {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fitness::Oversized => "Oversized",
+            Fitness::RightSized => "Right-sized",
+            Fitness::Undersized => "Undersized",
+        }
+    }
+}
+
+/// One sprint's checks: each `true` passes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SprintCheck {
+    pub unit: String,
+    pub sprint: SprintId,
+    pub name: String,
+    pub line: usize,
+    // §17c atomicity
+    pub single_concern: bool,
+    pub clear_artifact: bool,
+    pub bounded_scope: bool,
+    pub explicit_io: bool,
+    // §17d testability
+    pub machine_verifiable: bool,
+    pub no_vague_language: bool,
+    pub full_coverage: bool,
+    // §17e context fitness
+    pub estimated_turns: u32,
+    pub fitness: Fitness,
+    /// What §17f would do about each failed check.
+    pub fixes: Vec<String>,
+}
+
+impl SprintCheck {
+    pub fn atomic(&self) -> bool {
+        self.single_concern && self.clear_artifact && self.bounded_scope && self.explicit_io
+    }
+
+    pub fn testable(&self) -> bool {
+        self.machine_verifiable && self.no_vague_language && self.full_coverage
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Evaluation {
+    pub max_turns: u32,
+    pub sprints: Vec<SprintCheck>,
+}
+
+/// Deliverables that name nothing (§17c "clear artifact").
+const VAGUE_DELIVERABLES: &[&str] = &[
+    "make it work",
+    "update things",
+    "various",
+    "misc",
+    "etc.",
+    "and so on",
+    "stuff",
+];
+
+/// Entry wording that points back without saying at what (§17c "explicit I/O").
+const UNSPECIFIC_INPUTS: &[&str] = &["previous work", "prior work", "earlier work", "as before"];
+
+pub fn evaluate(plan: &Plan, max_turns: u32) -> Evaluation {
+    let budget = max_turns.max(1);
+    let mut sprints = Vec::new();
+    for unit in &plan.work_units {
+        for (i, s) in unit.sprints.iter().enumerate() {
+            sprints.push(check(plan, &unit.name, i == 0, s, budget));
+        }
+    }
+    Evaluation {
+        max_turns: budget,
+        sprints,
+    }
+}
+
+fn check(plan: &Plan, unit: &str, first: bool, s: &Sprint, budget: u32) -> SprintCheck {
+    let turns = estimated_turns(plan, s);
+    let fitness = if turns as f64 > budget as f64 * 0.80 {
+        Fitness::Oversized
+    } else if (turns as f64) < budget as f64 * 0.15 {
+        Fitness::Undersized
+    } else {
+        Fitness::RightSized
+    };
+    // One concern: the files the tasks name sit in at most two top-level places.
+    let areas: BTreeSet<&str> = s
+        .tasks
+        .iter()
+        .flat_map(|t| file_names(t))
+        .filter_map(|f| f.split_once('/').map(|(top, _)| top))
+        .collect();
+    let single_concern = areas.len() <= 2;
+    let all_text = format!("{} {}", s.name, s.tasks.join(" ")).to_lowercase();
+    let names_something = s.tasks.iter().any(|t| file_names(t).next().is_some())
+        || s.exit_criteria.iter().any(|c| c.is_machine_checkable());
+    let clear_artifact =
+        names_something && !VAGUE_DELIVERABLES.iter().any(|w| all_text.contains(w));
+    let entry_text = s
+        .entry_criteria
+        .iter()
+        .map(|c| c.text.to_lowercase())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let explicit_io = (first || !s.entry_criteria.is_empty())
+        && !UNSPECIFIC_INPUTS.iter().any(|w| entry_text.contains(w))
+        && !s.exit_criteria.is_empty();
+    let machine_verifiable = s.exit_criteria.iter().any(|c| c.is_machine_checkable());
+    let no_vague_language = !s.exit_criteria.iter().any(|c| is_vague(&c.text));
+    // Coverage: every file a task names is checked by some exit criterion, and
+    // a sprint of many tasks has more than one criterion.
+    let criteria_text = s
+        .exit_criteria
+        .iter()
+        .map(|c| format!("{} {}", c.text, c.command.as_deref().unwrap_or("")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let uncovered: Vec<&str> = s
+        .tasks
+        .iter()
+        .flat_map(|t| file_names(t))
+        .filter(|f| !criteria_text.contains(f))
+        .collect();
+    let full_coverage = !s.exit_criteria.is_empty()
+        && (uncovered.is_empty() || machine_verifiable && uncovered.len() <= 1)
+        && !(s.tasks.len() >= 4 && s.exit_criteria.len() < 2);
+    let bounded_scope = fitness != Fitness::Oversized;
+    let mut fixes = Vec::new();
+    if fitness == Fitness::Oversized {
+        fixes.push(format!(
+            "split at the halfway point (est. {turns} turns > 80% of {budget})"
+        ));
+    }
+    if fitness == Fitness::Undersized {
+        fixes.push(format!(
+            "merge into the next sprint (est. {turns} turns < 15% of {budget})"
+        ));
+    }
+    if !single_concern {
+        fixes.push(format!(
+            "split by concern: the tasks touch {}",
+            areas.iter().copied().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if !clear_artifact {
+        fixes.push("name the files or outputs the sprint produces".into());
+    }
+    if !explicit_io {
+        fixes.push(if s.exit_criteria.is_empty() {
+            "add exit criteria that name verifiable outcomes".into()
+        } else {
+            "say in the entry criteria which artifacts the sprint starts from".into()
+        });
+    }
+    if !machine_verifiable {
+        fixes.push(match uncovered.first() {
+            Some(f) => format!("add a machine check, e.g. `{f}` exists, or the build/test command"),
+            None => "add a machine check: the build or test command that proves it".into(),
+        });
+    }
+    if !no_vague_language {
+        fixes.push(
+            "replace vague wording (\"works correctly\", \"is complete\") with a command or a file check"
+                .into(),
+        );
+    }
+    if !full_coverage && !uncovered.is_empty() {
+        fixes.push(format!(
+            "cover the tasks' files in the exit criteria: {}",
+            uncovered.join(", ")
+        ));
+    }
+    SprintCheck {
+        unit: unit.to_string(),
+        sprint: s.id.clone(),
+        name: s.name.clone(),
+        line: s.line,
+        single_concern,
+        clear_artifact,
+        bounded_scope,
+        explicit_io,
+        machine_verifiable,
+        no_vague_language,
+        full_coverage,
+        estimated_turns: turns,
+        fitness,
+        fixes,
+    }
+}
+
+/// The evaluation as people read it: one line per sprint, its fixes below.
+pub fn render(ev: &Evaluation) -> String {
+    let mut out = format!(
+        "Context budget: {} turns per sprint\n\n| Sprint | Atomic | Testable | Est. turns | Size |\n|---|---|---|---|---|\n",
+        ev.max_turns
+    );
+    for c in &ev.sprints {
+        let _ = writeln!(
+            out,
+            "| {} {} (line {}) | {} | {} | {} | {} |",
+            c.unit,
+            c.sprint,
+            c.line,
+            if c.atomic() { "✓" } else { "✗" },
+            if c.testable() { "✓" } else { "✗" },
+            c.estimated_turns,
+            c.fitness.as_str()
+        );
+    }
+    let fixes: Vec<String> = ev
+        .sprints
+        .iter()
+        .flat_map(|c| {
+            c.fixes
+                .iter()
+                .map(move |f| format!("- {} Sprint {}: {f}", c.unit, c.sprint))
+        })
+        .collect();
+    if !fixes.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nFixes (not applied: rewriting the plan is not available yet):\n{}",
+            fixes.join("\n")
+        );
+    }
+    out
+}

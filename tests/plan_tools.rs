@@ -1,0 +1,179 @@
+//! The plan tools of §16–§18 on plans written for them: the seed's thresholds
+//! and formulas as table tests, the order prioritize recommends as a property,
+//! and `supervise plan analyze` as a process.
+
+use proptest::prelude::*;
+use supervise::plan::tools::{analyze, evaluate, measure, prioritize};
+use supervise::plan::{self, Plan};
+
+fn read(src: &str) -> Plan {
+    plan::parse(src, "test").expect("the test plan reads")
+}
+
+const SHOP: &str = "# Shop\n\n| Work Unit | Dependencies |\n|---|---|\n| core | none |\n| api | core |\n| web | api |\n\n\
+## core\n### Sprint 1: Define the core types\n- Create `src/types.rs` with the order model\n- [ ] `cargo build` passes\n- [ ] `src/types.rs` exists\n\
+### Sprint 2: Storage\n- Write `src/store.rs`\n- [ ] `cargo test store` passes\n- [ ] `src/store.rs` exists\n\
+## api\n### Sprint 1: HTTP handlers\n- Add `src/api.rs` calling the external payment API\n\n**Exit criteria**:\n- [ ] It works correctly\n\
+## web\n### Sprint 1: Pages\n- Create `web/index.html`\n- Decide the CSS framework (TBD)\n- [ ] `web/index.html` exists\n";
+
+#[test]
+fn evaluate_flags_vague_and_manual_only_criteria_and_sizes_by_the_turn_formula() {
+    let p = read(SHOP);
+    let ev = evaluate::evaluate(&p, 50);
+    let api = ev.sprints.iter().find(|c| c.unit == "api").unwrap();
+    assert!(
+        !api.no_vague_language,
+        "\"works correctly\" is on §17d's list"
+    );
+    assert!(!api.machine_verifiable);
+    assert!(api.fixes.iter().any(|f| f.contains("machine check")));
+    let core1 = &ev.sprints[0];
+    assert!(core1.atomic() && core1.testable(), "{core1:?}");
+    // §17e thresholds: > 80% of the budget is oversized, < 15% undersized.
+    assert_eq!(
+        core1.estimated_turns,
+        measure::estimated_turns(&p, &p.work_units[0].sprints[0])
+    );
+    let tight = evaluate::evaluate(&p, core1.estimated_turns * 100 / 81);
+    assert_eq!(tight.sprints[0].fitness, evaluate::Fitness::Oversized);
+    let roomy = evaluate::evaluate(&p, core1.estimated_turns * 100 / 14);
+    assert_eq!(roomy.sprints[0].fitness, evaluate::Fitness::Undersized);
+    assert_eq!(
+        evaluate::evaluate(&p, core1.estimated_turns * 2).sprints[0].fitness,
+        evaluate::Fitness::RightSized
+    );
+}
+
+#[test]
+fn priority_is_the_seeds_composite_of_the_four_scores() {
+    let p = read(SHOP);
+    let ps = prioritize::prioritize(&p);
+    let core1 = &ps[0];
+    // Blocks core Sprint 2, api's sprint and web's sprint.
+    assert_eq!(core1.dependency_depth, 3);
+    assert_eq!(core1.foundation, 1, "\"types\" and two or more dependents");
+    let expected = core1.dependency_depth as f64 * 3.0
+        + core1.foundation as f64 * 2.0
+        + core1.risk as f64
+        + core1.complexity * 0.5;
+    assert!((core1.priority - expected).abs() < 0.06, "{core1:?}");
+    let api = ps.iter().find(|x| x.unit == "api").unwrap();
+    assert_eq!(api.risk, 3, "an external API is the highest risk");
+    let web = ps.iter().find(|x| x.unit == "web").unwrap();
+    assert!(web.justification.contains("leaf sprint"));
+}
+
+#[test]
+fn analyze_reports_open_questions_as_critical_and_finds_the_critical_path() {
+    let p = read(SHOP);
+    let a = analyze::analyze(&p, SHOP, 50);
+    assert!(a.critical() > 0);
+    assert!(a
+        .open_questions
+        .iter()
+        .any(|(at, _, q)| at == "web Sprint 1" && q.contains("TBD")));
+    assert_eq!(a.critical_path.0, ["core", "api", "web"]);
+    assert_eq!(a.critical_path.1, 4);
+    let report = analyze::report(&a, "EXECUTION_PLAN.md", "now");
+    for part in [
+        "## Pass 1: Completeness Analysis",
+        "## Pass 2: Atomicity & Testability Analysis",
+        "## Pass 3: Priority & Parallelism Analysis",
+        "**Critical Path**: core → api → web (length: 4 sprints)",
+        "| api 1 | ✗ | ✗ | ✗ | FAIL |",
+    ] {
+        assert!(report.contains(part), "missing {part}:\n{report}");
+    }
+}
+
+#[test]
+fn the_cli_writes_the_report_beside_the_plan_and_leaves_the_plan_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan_path = dir.path().join("EXECUTION_PLAN.md");
+    std::fs::write(&plan_path, SHOP).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"))
+        .args(["plan", "analyze"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "critical issues: exit 2");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("## Analysis Complete"), "{stdout}");
+    let report = std::fs::read_to_string(dir.path().join("ANALYSIS_REPORT.md")).unwrap();
+    assert!(report.starts_with("# Execution Plan Analysis Report"));
+    assert_eq!(std::fs::read_to_string(&plan_path).unwrap(), SHOP);
+    // --dry-run prints and writes nothing.
+    std::fs::remove_file(dir.path().join("ANALYSIS_REPORT.md")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"))
+        .args(["plan", "analyze", "--dry-run", "--max-turns", "80"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Context budget: 80 turns"));
+    assert!(!dir.path().join("ANALYSIS_REPORT.md").exists());
+}
+
+/// Random plans: layers and dependencies on earlier units.
+fn random_plan() -> impl Strategy<Value = String> {
+    (2usize..8)
+        .prop_flat_map(|n| {
+            (
+                prop::collection::vec(1usize..4, n),
+                prop::collection::vec(any::<u8>(), n),
+                prop::collection::vec(0u32..3, n),
+            )
+        })
+        .prop_map(|(sprints, deps, words)| {
+            let mut src = String::from("# R\n\n| Work Unit | Dependencies |\n|---|---|\n");
+            for (i, mask) in deps.iter().enumerate() {
+                let d: Vec<String> = (0..i)
+                    .filter(|j| mask & (1 << j) != 0)
+                    .map(|j| format!("u{j}"))
+                    .collect();
+                let d = if d.is_empty() { "none".into() } else { d.join(", ") };
+                src.push_str(&format!("| u{i} | {d} |\n"));
+            }
+            for (i, count) in sprints.iter().enumerate() {
+                src.push_str(&format!("\n## u{i}\n"));
+                let word = ["core types", "external api client", "docs"][words[i] as usize];
+                for s in 1..=*count {
+                    src.push_str(&format!(
+                        "### Sprint {s}: Step {s} {word}\n- Write `src/u{i}_{s}.rs`\n- [ ] `make u{i}-{s}` passes\n"
+                    ));
+                }
+            }
+            src
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    /// §16d: the recommended order never runs a sprint before the sprint
+    /// before it in its unit, before a unit it depends on is done, or before
+    /// a lower layer is done; and it places every sprint once.
+    #[test]
+    fn the_recommended_order_keeps_every_hard_constraint(src in random_plan()) {
+        let p = read(&src);
+        let ps = prioritize::prioritize(&p);
+        let mut places: Vec<usize> = ps.iter().map(|x| x.recommended).collect();
+        places.sort_unstable();
+        prop_assert_eq!(places, (1..=ps.len()).collect::<Vec<_>>());
+        let at = |unit: &str, i: usize| {
+            let id = &p.unit(unit).unwrap().sprints[i].id;
+            ps.iter().find(|x| x.unit == unit && &x.sprint == id).unwrap().recommended
+        };
+        for u in &p.work_units {
+            for i in 1..u.sprints.len() {
+                prop_assert!(at(&u.name, i - 1) < at(&u.name, i));
+            }
+            let first = at(&u.name, 0);
+            for d in &u.depends_on {
+                let dep = p.unit(d).unwrap();
+                prop_assert!(at(d, dep.sprints.len() - 1) < first, "{} before its dependency {}", u.name, d);
+            }
+            for v in p.work_units.iter().filter(|v| v.layer < u.layer) {
+                prop_assert!(at(&v.name, v.sprints.len() - 1) < first);
+            }
+        }
+    }
+}
