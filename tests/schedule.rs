@@ -73,8 +73,10 @@ fn generate(rng: &mut Lcg) -> Generated {
 
 /// Runs the plan to the end; returns (makespan, lower bound) in minutes.
 fn simulate(g: &Generated, cap: u32) -> (i64, i64) {
-    let mut cfg = EngineConfig::default();
-    cfg.max_parallel = cap;
+    let cfg = EngineConfig {
+        max_parallel: cap,
+        ..Default::default()
+    };
     let mut sim = Sim::start(&g.src, cfg);
     let start = sim.now;
     let mut failed: Vec<(String, usize)> = Vec::new();

@@ -161,13 +161,18 @@ pub enum PlanCommand {
         after_help = "Examples:\n  supervise plan analyze\n  supervise plan analyze --dry-run --max-turns 80\n  supervise plan analyze --json | jq '.findings[] | select(.severity == \"critical\")'"
     )]
     Analyze {
+        /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
         path: Option<PathBuf>,
         #[command(flatten)]
         tool: PlanToolFlags,
     },
     /// Each sprint's atomicity, testability and size against the turn budget,
     /// with the fix for each problem (diagnosis; the plan is not rewritten).
+    #[command(
+        after_help = "Examples:\n  supervise plan evaluate\n  supervise plan evaluate --max-turns 80 --json"
+    )]
     Evaluate {
+        /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
         path: Option<PathBuf>,
         #[command(flatten)]
         tool: PlanToolFlags,
@@ -175,7 +180,11 @@ pub enum PlanCommand {
     /// Each sprint's priority (dependency depth, foundation, risk, complexity)
     /// and the order that runs the highest first within the dependencies
     /// (diagnosis; the plan is not rewritten).
+    #[command(
+        after_help = "Examples:\n  supervise plan prioritize\n  supervise plan prioritize docs/EXECUTION_PLAN.md --json"
+    )]
     Prioritize {
+        /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
         path: Option<PathBuf>,
         #[command(flatten)]
         tool: PlanToolFlags,

@@ -255,18 +255,34 @@ impl Repo<'_> {
         if existing.as_ref().is_some_and(|(t, _)| t == text) {
             return Ok(None);
         }
+        let replacing = existing.map(|(_, sha)| sha);
+        self.commit_file(branch, path, text, message, replacing.as_deref())
+            .await
+            .map(Some)
+    }
+
+    /// One `PUT /contents`: the new commit's sha. `replacing`: the blob sha of
+    /// the file there now (GitHub refuses to overwrite without it).
+    async fn commit_file(
+        &self,
+        branch: &str,
+        path: &str,
+        text: &str,
+        message: &str,
+        replacing: Option<&str>,
+    ) -> Result<String, GitHubError> {
         let mut body = json!({
             "message": message,
             "branch": branch,
             "content": base64::engine::general_purpose::STANDARD.encode(text),
         });
-        if let Some((_, sha)) = existing {
+        if let Some(sha) = replacing {
             body["sha"] = json!(sha);
         }
         let at = self.path(&format!("/contents/{}", enc(path)));
         let v = self.gh.put(self.installation, &at, &body).await?.json();
         let made: answers::FileCommit = read(&format!("PUT {at}"), v)?;
-        Ok(Some(made.commit.sha))
+        Ok(made.commit.sha)
     }
 
     /// Commits a new file (one request, where `put_file` first reads what is
@@ -279,17 +295,8 @@ impl Repo<'_> {
         text: &str,
         message: &str,
     ) -> Result<Option<String>, GitHubError> {
-        let body = json!({
-            "message": message,
-            "branch": branch,
-            "content": base64::engine::general_purpose::STANDARD.encode(text),
-        });
-        let at = self.path(&format!("/contents/{}", enc(path)));
-        match self.gh.put(self.installation, &at, &body).await {
-            Ok(r) => {
-                let made: answers::FileCommit = read(&format!("PUT {at}"), r.json())?;
-                Ok(Some(made.commit.sha))
-            }
+        match self.commit_file(branch, path, text, message, None).await {
+            Ok(sha) => Ok(Some(sha)),
             // Without the existing blob's sha GitHub refuses to overwrite.
             Err(GitHubError::Http {
                 status: 409 | 422, ..

@@ -354,12 +354,7 @@ impl Operations {
     /// Decides one input and carries out what follows; a refusal changes
     /// nothing and is returned.
     async fn submit(&self, live: &mut Live, input: Input) -> Result<Decided, OpError> {
-        let Live {
-            driver,
-            outbox,
-            place,
-        } = live;
-        let mut exec = GitHubExecutor { ops: self, place };
+        let (driver, outbox, mut exec) = self.split(live);
         Ok(driver.submit(outbox, &mut exec, input).await?)
     }
 
@@ -377,13 +372,21 @@ impl Operations {
     /// `retry_waiting`: effects waiting on GitHub (CI, a review) are asked
     /// again — at reconciliation only, so waiting costs few requests.
     async fn drive_with(&self, live: &mut Live, retry_waiting: bool) -> Result<(), OpError> {
+        let (driver, outbox, mut exec) = self.split(live);
+        Ok(driver.drive(outbox, &mut exec, retry_waiting).await?)
+    }
+
+    /// The operation's driver and outbox, and an executor over its place.
+    fn split<'a>(
+        &'a self,
+        live: &'a mut Live,
+    ) -> (&'a mut Driver, &'a mut SqlOutbox, GitHubExecutor<'a>) {
         let Live {
             driver,
             outbox,
             place,
         } = live;
-        let mut exec = GitHubExecutor { ops: self, place };
-        Ok(driver.drive(outbox, &mut exec, retry_waiting).await?)
+        (driver, outbox, GitHubExecutor { ops: self, place })
     }
 }
 
