@@ -20,6 +20,9 @@ pub struct FileSettings {
     pub build_gate: Option<String>,
     /// Seconds without agent output before the agent is cancelled.
     pub stall_timeout: Option<u64>,
+    /// Minutes one attempt of an agent may run, output or not, before it is
+    /// stopped and the attempt counts as failed.
+    pub max_agent_minutes: Option<u64>,
     /// Seconds an exit-criterion command may run.
     pub verify_timeout: Option<u64>,
     /// Seconds an agent has to exit after SIGTERM (cancel, stop timeout) before
@@ -91,6 +94,7 @@ pub const KEYS: &[&str] = &[
     "models",
     "build_gate",
     "stall_timeout",
+    "max_agent_minutes",
     "verify_timeout",
     "kill_grace",
     "stop_timeout",
@@ -157,6 +161,10 @@ impl Settings {
                     .or(file.stall_timeout)
                     .unwrap_or(d.stall_timeout_secs)
                     .max(1),
+                max_agent_secs: flags
+                    .max_agent_minutes
+                    .or(file.max_agent_minutes)
+                    .map_or(d.max_agent_secs, |m| m.max(1).saturating_mul(60)),
                 stop_timeout_ticks: stop_ticks,
                 ..d
             },

@@ -1096,3 +1096,68 @@ fn when_the_cap_binds_the_longest_remaining_path_goes_first_and_the_log_says_why
         .iter()
         .any(|d| d.rationale.contains("longest remaining path")));
 }
+
+#[test]
+fn an_agent_that_keeps_printing_is_stopped_at_its_wall_clock_cap_and_the_attempt_fails() {
+    let cfg = EngineConfig {
+        max_agent_secs: 600,
+        stall_timeout_secs: 300,
+        ..Default::default()
+    };
+    let mut sim = Sim::start(THREE_UNITS, cfg);
+    let api = sim.order_for("api").dispatch;
+    // Busy all along: never stalled, but never done.
+    for _ in 0..9 {
+        sim.advance(60);
+        sim.send(Input::AgentActivity {
+            dispatch: api.clone(),
+        })
+        .unwrap();
+        let d = sim.send(Input::Tick).unwrap();
+        assert!(!d
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::Cancel { dispatch, .. } if *dispatch == api)));
+    }
+    sim.advance(60);
+    sim.send(Input::AgentActivity {
+        dispatch: api.clone(),
+    })
+    .unwrap();
+    let d = sim.send(Input::Tick).unwrap();
+    assert!(
+        d.effects.contains(&Effect::Cancel {
+            dispatch: api.clone(),
+            force: true
+        }),
+        "stopped at 10 min, a hard stop"
+    );
+    // A second tick does not cancel twice.
+    let again = sim.send(Input::Tick).unwrap();
+    assert!(!again
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::Cancel { .. })));
+    sim.send(Input::AgentFinished {
+        dispatch: api,
+        report: AgentReport {
+            exit_code: None,
+            ..Default::default()
+        },
+    })
+    .unwrap();
+    let sp = &sim.unit("api").sprints[0];
+    assert_eq!(sp.failures, 1, "the attempt counts as failed");
+    assert_eq!(
+        sp.history.last().unwrap().outcome,
+        "stopped: wall-clock cap"
+    );
+    assert!(sp
+        .last_failure
+        .as_deref()
+        .is_some_and(|f| f.contains("wall-clock cap of 10 min")));
+    // Retried on a stronger model, the failure in its prompt.
+    let retry = sim.order_for("api");
+    assert_eq!(retry.attempt, 2);
+    assert!(retry.prompt.contains("wall-clock cap"));
+}

@@ -237,6 +237,36 @@ fn a_hanging_agent_is_cancelled_by_the_stall_timeout_and_retried() {
     assert_eq!(s["failures"], 1);
 }
 
+/// Never silent, never done: only the wall-clock cap ends it (a minute, the
+/// least the setting takes; this test runs beside the others).
+#[test]
+fn an_agent_that_prints_for_ever_is_stopped_at_its_wall_clock_cap() {
+    let repo = Repo::new(
+        "# One\n\n## Sprint 1: Implement it\n- [ ] `One-sprint-1.txt` exists\n",
+        "One 1 chatty,ok\n",
+    );
+    let start = Instant::now();
+    let out = repo.run(&[
+        "--max-agent-minutes",
+        "1",
+        "--stall-timeout",
+        "30",
+        "--kill-grace",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(start.elapsed() >= Duration::from_secs(60));
+    assert!(
+        start.elapsed() < Duration::from_secs(100),
+        "{:?}",
+        start.elapsed()
+    );
+    let s = &repo.state()["units"][0]["sprints"][0];
+    assert_eq!(s["history"][0]["outcome"], "stopped: wall-clock cap");
+    assert_eq!(s["failures"], 1);
+    assert_eq!(s["status"], "COMPLETED", "the retry finished the sprint");
+}
+
 #[test]
 fn stop_from_a_second_terminal_drains_and_resume_finishes() {
     let repo = Repo::new(PLAN, "api 1 slow\ndocs 1 slow\n");

@@ -45,6 +45,10 @@ pub struct RunFlags {
     /// Seconds without output before an agent is cancelled and retried.
     #[arg(long)]
     pub stall_timeout: Option<u64>,
+    /// Minutes one attempt may run, output or not, before it is stopped and
+    /// counted as failed (default 60).
+    #[arg(long)]
+    pub max_agent_minutes: Option<u64>,
     /// Seconds an exit-criterion command may run.
     #[arg(long)]
     pub verify_timeout: Option<u64>,
@@ -89,6 +93,7 @@ impl RunFlags {
             ("--model-opus", models.opus.is_some()),
             ("--build-gate", f.build_gate.is_some()),
             ("--stall-timeout", f.stall_timeout.is_some()),
+            ("--max-agent-minutes", f.max_agent_minutes.is_some()),
             ("--verify-timeout", f.verify_timeout.is_some()),
             ("--kill-grace", f.kill_grace.is_some()),
             ("--stop-timeout", f.stop_timeout.is_some()),
@@ -113,6 +118,7 @@ impl RunFlags {
             }),
             build_gate: self.build_gate.clone(),
             stall_timeout: self.stall_timeout,
+            max_agent_minutes: self.max_agent_minutes,
             verify_timeout: self.verify_timeout,
             kill_grace: self.kill_grace,
             stop_timeout: self.stop_timeout,

@@ -52,6 +52,8 @@ pub enum CancelReason {
     StopTimeout,
     /// §11.
     Killall,
+    /// The attempt ran past `max_agent_secs`.
+    WallClock,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -58,6 +58,9 @@ pub struct EngineConfig {
     pub build_gate: bool,
     /// No output for this long: warn at half, cancel at the full time (§9).
     pub stall_timeout_secs: u64,
+    /// An attempt running this long is stopped, however busy it looks: an
+    /// agent that keeps printing but never finishes costs money all the same.
+    pub max_agent_secs: u64,
     /// Ticks without any agent finishing before `stop` force-cancels (§10).
     pub stop_timeout_ticks: u32,
     /// Polls of a deferred condition before the person is asked (§9).
@@ -76,6 +79,7 @@ impl Default for EngineConfig {
             budget: None,
             build_gate: false,
             stall_timeout_secs: 30 * 60,
+            max_agent_secs: 60 * 60,
             stop_timeout_ticks: 10,
             deferred_report_polls: 20,
         }

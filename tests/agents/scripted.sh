@@ -3,6 +3,7 @@
 #   <unit> <sprint> <action>[,<action>…]
 # and the k-th invocation for that sprint takes the k-th action (the last repeats).
 # Actions: ok | fail | partial | hang | stubborn (ignores SIGTERM) | noop | dirty | slow
+#          | chatty (prints for ever, ignoring SIGTERM)
 #   | hostile (ignores SIGTERM, leaves a background and a daemonized child, silent)
 # With $AGENT_PIDS set, hostile records its processes in $AGENT_PIDS.<unit>, and
 # every invocation notes in $AGENT_PIDS.overlap any of its unit's earlier
@@ -44,6 +45,7 @@ case "$action" in
     echo "done (forgot to commit)" ;;
   fail) echo "error: could not build"; exit 1 ;;
   hang) sleep 600 ;;
+  chatty) trap '' TERM; while :; do echo "still working"; sleep 0.2; done ;;
   stubborn) trap '' TERM; sleep 600 ;;
   hostile)
     trap '' TERM

@@ -76,6 +76,20 @@ impl Decider<'_> {
                 self.settle();
                 return Ok(());
             }
+            Some(CancelReason::WallClock) => {
+                self.sprint_to(u, s, SprintStatus::Running);
+                self.close_attempt(u, s, "stopped: wall-clock cap", &report);
+                let minutes = self.st().config.max_agent_secs / 60;
+                self.fail(
+                    u,
+                    s,
+                    format!(
+                        "the agent ran past the wall-clock cap of {minutes} min and was stopped"
+                    ),
+                );
+                self.settle();
+                return Ok(());
+            }
             None => {}
         }
         self.sprint_to(u, s, SprintStatus::Running);

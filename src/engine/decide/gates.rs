@@ -15,8 +15,28 @@ impl Decider<'_> {
                         continue;
                     }
                     let idle = (self.now - a.last_activity).num_seconds();
+                    let ran = (self.now - a.dispatched_at).num_seconds();
                     let id = sp.id.clone();
-                    if idle >= stall {
+                    let cap = self.st().config.max_agent_secs as i64;
+                    if ran >= cap {
+                        self.emit(Event::CancelRequested {
+                            unit: u,
+                            sprint: s,
+                            reason: CancelReason::WallClock,
+                            at: self.now,
+                        });
+                        // The cap is a hard stop: the short grace of `killall`.
+                        self.effects.push(Effect::Cancel {
+                            dispatch: a.id,
+                            force: true,
+                        });
+                        self.log(
+                            Some(u),
+                            Some(s),
+                            format!("Sprint {id} agent past its wall-clock cap: stopping"),
+                            format!("running for {} min; the cap is {} min", ran / 60, cap / 60),
+                        );
+                    } else if idle >= stall {
                         self.emit(Event::CancelRequested {
                             unit: u,
                             sprint: s,
