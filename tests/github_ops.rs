@@ -292,6 +292,19 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     })
     .await;
 
+    // Spend is visible: four dispatches at the plan's tiers, per repository.
+    let (status, metrics) = support::get(s.port, "/metrics").await;
+    assert_eq!(status, 200);
+    let total = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name) && l.contains("repository=\"acme/shop\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    assert_eq!(total("supervise_dispatches_total"), 4, "{metrics}");
+    assert!(total("supervise_spend_total") >= 4, "{metrics}");
+
     // The reply and the sticky status comment.
     let comments = s.bot_comments(s.issue);
     assert!(

@@ -5,7 +5,7 @@
 mod support;
 
 use std::time::{Duration, Instant};
-use support::{free_port, spawn_serve, wait_listening, SECRET};
+use support::{free_port, get, spawn_serve, wait_listening, SECRET};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -40,22 +40,6 @@ async fn start() -> Served {
         port,
         _db: db,
     }
-}
-
-async fn get(port: u16, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, text)
 }
 
 fn rss_mib(pid: u32) -> u64 {

@@ -276,7 +276,18 @@ impl GitHubExecutor<'_> {
             "max_turns": order.max_turns.to_string(),
             "prompt_file": prompt_file,
         });
-        match repo.dispatch(&ctx.workflow, &branch, inputs).await {
+        let dispatched = repo.dispatch(&ctx.workflow, &branch, inputs).await;
+        if dispatched.is_ok() {
+            // What is paid for, per repository and model, for `/metrics`.
+            let cost = state.map_or(0, |st| st.config.cost(order.tier));
+            let labels = [
+                ("repository", ctx.repo.clone()),
+                ("model", order.tier.as_str().to_string()),
+            ];
+            metrics::counter!("supervise_dispatches_total", &labels).increment(1);
+            metrics::counter!("supervise_spend_total", &labels).increment(cost);
+        }
+        match dispatched {
             Ok(Some((id, url))) => {
                 ops.record_run(&ctx, d, id, &url, base_sha).await?;
                 Ok(Outcome::Done(vec![]))
