@@ -1035,3 +1035,42 @@ async fn two_replicas_on_postgres_finish_an_operation_while_one_is_killed() {
     let _ = r2.kill();
     let _ = r2.wait();
 }
+
+/// A run that never ends and ignores its cancel: the wall-clock cap (one
+/// minute, the least the setting takes) cancels it, then force-cancels it, and
+/// the attempt fails with the reason. Runs beside the other stories.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_past_its_wall_clock_cap_is_force_cancelled_and_its_attempt_fails() {
+    let s = Story::begin("docs 1 stubborn,ok\n").await;
+    s.fake.add_file(
+        REPO,
+        ".github/supervise.yml",
+        &format!("{SETTINGS}max_agent_minutes: 1\n"),
+    );
+    s.say("/supervise start").await;
+    s.until("the run force-cancelled at the cap", 150, |s| {
+        s.fake
+            .request_log()
+            .iter()
+            .any(|(_, e, st)| e.ends_with("/force-cancel") && *st == 200)
+    })
+    .await;
+    s.until("the retry dispatched", 90, |s| {
+        s.runs_of("/docs/1/").len() >= 2
+    })
+    .await;
+    let first = &s.runs_of("/docs/1/")[0];
+    assert!(first.cancel_requested);
+    s.until("the final pull request", 120, |s| s.final_pull().is_some())
+        .await;
+    let fin = s.final_pull().unwrap();
+    let state = s
+        .fake
+        .file(REPO, &fin.head, "SUPERVISOR_STATE.md")
+        .expect("the state file is on the integration branch");
+    assert!(
+        state.contains("ran past the wall-clock cap of 1 min"),
+        "the decision log says why the attempt failed:\n{state}"
+    );
+    s.assert_no_double_dispatch();
+}
