@@ -64,6 +64,23 @@ pub struct Entry {
     pub effect: Effect,
 }
 
+impl Entry {
+    /// A decision's effects as outbox entries, numbered in order.
+    pub fn numbered(seq: u64, effects: &[Effect]) -> Vec<Entry> {
+        effects
+            .iter()
+            .enumerate()
+            .map(|(i, e)| Entry {
+                key: EffectKey {
+                    seq,
+                    index: i as u32,
+                },
+                effect: e.clone(),
+            })
+            .collect()
+    }
+}
+
 /// What carrying out one effect came to.
 #[derive(Debug)]
 pub enum Outcome {
@@ -358,17 +375,7 @@ mod tests {
             effects: &[Effect],
         ) -> Result<Vec<Entry>, Crashed> {
             let seq = self.records.len() as u64 + 1;
-            let entries: Vec<Entry> = effects
-                .iter()
-                .enumerate()
-                .map(|(i, e)| Entry {
-                    key: EffectKey {
-                        seq,
-                        index: i as u32,
-                    },
-                    effect: e.clone(),
-                })
-                .collect();
+            let entries = Entry::numbered(seq, effects);
             self.records.push((events.to_vec(), entries.clone()));
             Ok(entries)
         }

@@ -164,17 +164,7 @@ impl FileLedger {
         effects: &[Effect],
     ) -> Result<Vec<Entry>, StoreError> {
         let seq = self.next_seq;
-        let entries: Vec<Entry> = effects
-            .iter()
-            .enumerate()
-            .map(|(i, e)| Entry {
-                key: EffectKey {
-                    seq,
-                    index: i as u32,
-                },
-                effect: e.clone(),
-            })
-            .collect();
+        let entries = Entry::numbered(seq, effects);
         self.write_line(&Record::Decision {
             seq,
             events: events.to_vec(),
