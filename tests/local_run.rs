@@ -237,6 +237,28 @@ fn a_hanging_agent_is_cancelled_by_the_stall_timeout_and_retried() {
     assert_eq!(s["failures"], 1);
 }
 
+#[test]
+fn spend_counts_every_dispatch_of_every_operation_at_its_tier() {
+    let repo = Repo::new(
+        "# One\n\n## Sprint 1: Implement it\n- [ ] `One-sprint-1.txt` exists\n",
+        "One 1 fail,ok\n",
+    );
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let spent = repo.state()["cost_spent"].as_u64().unwrap();
+    assert!(spent > 1, "a failure and a stronger retry: {spent}");
+    let out = repo.cmd(&["spend", "--json"]).output().unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["total"], spent);
+    assert_eq!(rows[0]["day"], spent, "all of it today");
+    let out = repo.cmd(&["spend"]).output().unwrap();
+    assert!(
+        text(&out).contains(&format!("**{spent}x**")),
+        "{}",
+        text(&out)
+    );
+}
+
 /// Never silent, never done: only the wall-clock cap ends it (a minute, the
 /// least the setting takes; this test runs beside the others).
 #[test]

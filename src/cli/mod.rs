@@ -62,6 +62,19 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What this plan's operations spent (relative cost: haiku 1, sonnet 10,
+    /// opus 30 per dispatch unless configured): the last day, week and in all.
+    #[command(
+        after_help = "Examples:\n  supervise spend\n  supervise spend --json | jq '[.[].day] | add'"
+    )]
+    Spend {
+        /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
+        #[arg(long)]
+        plan: Option<PathBuf>,
+        /// One JSON object per operation.
+        #[arg(long)]
+        json: bool,
+    },
     /// Resume STOPPED, KILLED and BLOCKED units (all, or one), confirming manual sprints.
     #[command(after_help = examples_then_statuses("  supervise resume            # every halted unit\n  supervise resume api        # only the unit `api`"))]
     Resume {
@@ -213,6 +226,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             run_cmd::run(plan.as_deref(), &flags, Mode::Resume(unit))
         }
         Command::Status { plan, json } => run_cmd::status(plan.as_deref(), json),
+        Command::Spend { plan, json } => run_cmd::spend(plan.as_deref(), json),
         Command::Stop { plan } => run_cmd::command(plan.as_deref(), Input::Stop, "stop"),
         Command::Killall { plan } => run_cmd::command(plan.as_deref(), Input::Killall, "killall"),
         Command::NameFeature { plan } => {

@@ -536,3 +536,39 @@ pub fn run_agent(dir: &Path) -> Result<i32> {
     process::run_agent(dir)?;
     Ok(0)
 }
+
+/// `supervise spend`: the operation under way and every finished one set
+/// aside in `.supervise/finished/`.
+pub fn spend(path: Option<&Path>, json: bool) -> Result<i32> {
+    let plan = match load(path)? {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let dir = local::state_dir(&plan);
+    let mut logs = vec![dir.join("events.jsonl")];
+    if let Ok(entries) = std::fs::read_dir(dir.join("finished")) {
+        let mut finished: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.to_string_lossy().ends_with(".events.jsonl"))
+            .collect();
+        finished.sort();
+        logs.extend(finished);
+    }
+    let mut states = Vec::new();
+    for log in logs {
+        let shown = log.display().to_string();
+        let loaded = crate::store::FileLedger::read(log)
+            .map_err(|e| anyhow!("{e}"))
+            .map_err(|e| e.context(format!("reading {shown}")))?;
+        states.extend(loaded.state);
+    }
+    let rows = report::spend(&states, chrono::Utc::now());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else if rows.is_empty() {
+        println!("Nothing spent yet: no operation has been started for this plan.");
+    } else {
+        print!("{}", report::spend_table(&rows));
+    }
+    Ok(exit::COMPLETED)
+}

@@ -4,10 +4,12 @@
 
 mod complete;
 pub mod github;
+mod spend;
 mod state_md;
 mod status;
 
 pub use complete::{complete_file_name, complete_md, final_summary, verification, Verification};
+pub use spend::{spend, spend_table, SpendRow};
 pub use state_md::supervisor_state_md;
 pub use status::{
     blocked_notices, completion_summary, kill_summary, status_table, status_table_linked,

@@ -106,7 +106,7 @@ pub fn send_control(dir: &Path, command: &str) -> Result<()> {
 
 /// Reads the recorded state without taking the lock (for `status`).
 pub fn read_state(plan: &LoadedPlan) -> Result<Option<OperationState>> {
-    Ok(FileLedger::new(&state_dir(plan)).load()?.state)
+    Ok(FileLedger::read(state_dir(plan).join("events.jsonl"))?.state)
 }
 
 impl Supervisor {

@@ -51,15 +51,34 @@ pub struct FileLedger {
     path: PathBuf,
     next_seq: u64,
     file: Option<File>,
+    /// Whether `load` may cut a torn last line: only the writer (the holder of
+    /// the supervisor lock) may, or a reader could cut a line being written.
+    writer: bool,
 }
 
 impl FileLedger {
     pub fn new(dir: &Path) -> FileLedger {
+        FileLedger::at(dir.join("events.jsonl"))
+    }
+
+    /// The ledger in one file (a finished operation's log, set aside).
+    pub fn at(path: PathBuf) -> FileLedger {
         FileLedger {
-            path: dir.join("events.jsonl"),
+            path,
             next_seq: 1,
             file: None,
+            writer: true,
         }
+    }
+
+    /// Reads a log without ever changing it (`status`, `spend`, while a
+    /// supervisor may be writing it).
+    pub fn read(path: PathBuf) -> Result<Loaded, StoreError> {
+        FileLedger {
+            writer: false,
+            ..FileLedger::at(path)
+        }
+        .load()
     }
 
     pub fn path(&self) -> &Path {
@@ -144,7 +163,7 @@ impl FileLedger {
         }
         // Cut a torn tail so the next append starts on a clean line.
         let len = std::fs::metadata(&self.path).map_err(|e| self.io(e))?.len();
-        if len > good_len {
+        if self.writer && len > good_len {
             let f = OpenOptions::new()
                 .write(true)
                 .open(&self.path)
@@ -246,6 +265,25 @@ mod tests {
         assert_eq!(
             FileLedger::new(dir.path()).load().unwrap().pending.len(),
             pending.len() - 2
+        );
+    }
+
+    #[test]
+    fn a_reader_never_cuts_the_line_a_writer_is_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        std::fs::write(
+            &path,
+            "{\"record\":\"done\",\"effect\":\"1.0\"}\n{\"record\":\"decis",
+        )
+        .unwrap();
+        let before = std::fs::read(&path).unwrap();
+        FileLedger::read(path.clone()).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), before, "read-only");
+        FileLedger::at(path.clone()).load().unwrap();
+        assert!(
+            std::fs::read(&path).unwrap().len() < before.len(),
+            "the writer cuts it"
         );
     }
 
