@@ -84,21 +84,14 @@ const UNSPECIFIC: &[&str] = &[
     "todo",
 ];
 
-/// Headings of the source (outside fenced code), lower-cased, with their lines.
+/// The plan's headings, lower-cased, with their lines, as the reader's own
+/// Markdown parse finds them (code blocks and quotes are not headings).
 fn headings(source: &str) -> Vec<(usize, String)> {
-    let mut fenced = false;
-    let mut out = Vec::new();
-    for (i, line) in source.lines().enumerate() {
-        let t = line.trim_start();
-        if t.starts_with("```") || t.starts_with("~~~") {
-            fenced = !fenced;
-            continue;
-        }
-        if !fenced && t.starts_with('#') {
-            out.push((i + 1, t.trim_start_matches('#').trim().to_lowercase()));
-        }
-    }
-    out
+    crate::plan::blocks::parse(source)
+        .blocks
+        .iter()
+        .filter_map(|b| b.heading().map(|(_, text)| (b.line(), text.to_lowercase())))
+        .collect()
 }
 
 pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
@@ -275,46 +268,61 @@ fn problem_of(c: &super::evaluate::SprintCheck, fix: &str) -> String {
     format!("{what} ({})", c.name)
 }
 
-/// The longest chain of units by sprint count, and the units by dependency depth.
+/// The longest chain of units by sprint count, and the units by dependency
+/// depth: one pass over the units in dependency order.
 fn graph(plan: &Plan) -> ((Vec<String>, usize), Vec<Vec<String>>) {
-    let n = plan.work_units.len();
-    let idx = |name: &str| plan.work_units.iter().position(|u| u.name == name);
-    // Longest path ending at each unit (the reader refuses cycles; units are
-    // visited until nothing changes, at most n rounds).
-    let mut best: Vec<(usize, Option<usize>)> = plan
-        .work_units
-        .iter()
-        .map(|u| (u.sprints.len(), None))
-        .collect();
-    let mut depth = vec![0usize; n];
-    for _ in 0..n {
-        let mut changed = false;
-        for (v, unit) in plan.work_units.iter().enumerate() {
-            for d in unit.depends_on.iter().filter_map(|d| idx(d)) {
-                let through = best[d].0 + unit.sprints.len();
-                if through > best[v].0 {
-                    best[v] = (through, Some(d));
-                    changed = true;
-                }
-                if depth[d] + 1 > depth[v] {
-                    depth[v] = depth[d] + 1;
-                    changed = true;
-                }
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    let (mut at, length) = best
+    let units = &plan.work_units;
+    let n = units.len();
+    let index: std::collections::HashMap<&str, usize> = units
         .iter()
         .enumerate()
-        .max_by_key(|(i, b)| (b.0, std::cmp::Reverse(*i)))
-        .map(|(i, b)| (Some(i), b.0))
-        .unwrap_or((None, 0));
+        .map(|(i, u)| (u.name.as_str(), i))
+        .collect();
+    let deps: Vec<Vec<usize>> = units
+        .iter()
+        .map(|u| {
+            u.depends_on
+                .iter()
+                .filter_map(|d| index.get(d.as_str()).copied())
+                .collect()
+        })
+        .collect();
+    let mut dependents = vec![Vec::new(); n];
+    for (v, ds) in deps.iter().enumerate() {
+        for &d in ds {
+            dependents[d].push(v);
+        }
+    }
+    // Kahn's order (the reader refuses cycles, so every unit is reached).
+    let mut waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
+    let mut order: Vec<usize> = (0..n).filter(|&u| waiting[u] == 0).collect();
+    let mut k = 0;
+    while k < order.len() {
+        for &v in &dependents[order[k]] {
+            waiting[v] -= 1;
+            if waiting[v] == 0 {
+                order.push(v);
+            }
+        }
+        k += 1;
+    }
+    // Longest path ending at each unit, and its depth.
+    let mut best: Vec<(usize, Option<usize>)> = vec![(0, None); n];
+    let mut depth = vec![0usize; n];
+    for &v in &order {
+        let from = deps[v]
+            .iter()
+            .copied()
+            .max_by_key(|&d| (best[d].0, std::cmp::Reverse(d)));
+        best[v] = (from.map_or(0, |d| best[d].0) + units[v].sprints.len(), from);
+        depth[v] = deps[v].iter().map(|&d| depth[d] + 1).max().unwrap_or(0);
+    }
+    let end = (0..n).max_by_key(|&i| (best[i].0, std::cmp::Reverse(i)));
+    let length = end.map_or(0, |e| best[e].0);
     let mut chain = Vec::new();
+    let mut at = end;
     while let Some(u) = at {
-        chain.push(plan.work_units[u].name.clone());
+        chain.push(units[u].name.clone());
         at = best[u].1;
     }
     chain.reverse();
@@ -323,7 +331,7 @@ fn graph(plan: &Plan) -> ((Vec<String>, usize), Vec<Vec<String>>) {
         if layers.len() <= *d {
             layers.resize(d + 1, Vec::new());
         }
-        layers[*d].push(plan.work_units[u].name.clone());
+        layers[*d].push(units[u].name.clone());
     }
     ((chain, length), layers)
 }

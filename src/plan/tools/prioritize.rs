@@ -30,13 +30,9 @@ pub struct SprintPriority {
 /// §16b–§16d for every sprint, in plan order.
 pub fn prioritize(plan: &Plan) -> Vec<SprintPriority> {
     let mut out = Vec::new();
-    for unit in &plan.work_units {
-        let dependents: usize = plan
-            .dependents_of(&unit.name)
-            .iter()
-            .filter_map(|n| plan.unit(n))
-            .map(|d| d.sprints.len())
-            .sum();
+    let graph = Graph::of(plan);
+    for (u, unit) in plan.work_units.iter().enumerate() {
+        let dependents = graph.dependent_sprints(plan, u);
         for (i, s) in unit.sprints.iter().enumerate() {
             let depth = unit.sprints.len() - i - 1 + dependents;
             let text = text_of(s);
@@ -110,61 +106,110 @@ pub fn prioritize(plan: &Plan) -> Vec<SprintPriority> {
     out
 }
 
-/// §16d: repeatedly take, among the sprints whose predecessors are all taken
-/// (the sprint before it in its unit, every sprint of the units it depends on,
-/// every unit of a lower layer), the one of highest priority.
-fn recommend_order(plan: &Plan, ps: &mut [SprintPriority]) {
-    let n = ps.len();
-    let unit_of: Vec<usize> = plan
-        .work_units
-        .iter()
-        .enumerate()
-        .flat_map(|(u, unit)| std::iter::repeat_n(u, unit.sprints.len()))
-        .collect();
-    let mut taken = vec![false; n];
-    let mut next = 1;
-    let unit_done = |u: usize, taken: &[bool]| (0..n).all(|i| unit_of[i] != u || taken[i]);
-    while next <= n {
-        let ready = (0..n).filter(|&i| !taken[i]).filter(|&i| {
-            let u = unit_of[i];
-            let unit = &plan.work_units[u];
-            let in_order = i == 0 || unit_of[i - 1] != u || taken[i - 1];
-            let deps = unit.depends_on.iter().all(|d| {
-                plan.work_units
-                    .iter()
-                    .position(|x| &x.name == d)
-                    .is_none_or(|du| unit_done(du, &taken))
-            });
-            let layers = plan
-                .work_units
-                .iter()
-                .enumerate()
-                .all(|(v, x)| x.layer >= unit.layer || unit_done(v, &taken));
-            in_order && deps && layers
-        });
-        let Some(best) = ready.max_by(|&a, &b| {
-            ps[a]
-                .priority
-                .partial_cmp(&ps[b].priority)
-                .unwrap_or(std::cmp::Ordering::Equal)
-                .then(b.cmp(&a))
-        }) else {
-            // Unreachable for a plan the reader accepted (no cycles): keep
-            // plan order for whatever is left.
-            for (i, p) in ps.iter_mut().enumerate() {
-                if !taken[i] {
-                    p.recommended = next;
-                    next += 1;
+/// The units' dependency edges by index, both ways.
+struct Graph {
+    deps: Vec<Vec<usize>>,
+    dependents: Vec<Vec<usize>>,
+}
+
+impl Graph {
+    fn of(plan: &Plan) -> Graph {
+        let index: std::collections::HashMap<&str, usize> = plan
+            .work_units
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (u.name.as_str(), i))
+            .collect();
+        let n = plan.work_units.len();
+        let mut deps = vec![Vec::new(); n];
+        let mut dependents = vec![Vec::new(); n];
+        for (v, unit) in plan.work_units.iter().enumerate() {
+            for d in unit.depends_on.iter().filter_map(|d| index.get(d.as_str())) {
+                deps[v].push(*d);
+                dependents[*d].push(v);
+            }
+        }
+        Graph { deps, dependents }
+    }
+
+    /// Sprints of every unit that waits, directly or not, on unit `u`.
+    fn dependent_sprints(&self, plan: &Plan, u: usize) -> usize {
+        let mut seen = vec![false; self.deps.len()];
+        let mut stack = vec![u];
+        let mut total = 0;
+        while let Some(x) = stack.pop() {
+            for &v in &self.dependents[x] {
+                if !seen[v] {
+                    seen[v] = true;
+                    total += plan.work_units[v].sprints.len();
+                    stack.push(v);
                 }
             }
-            return;
-        };
-        taken[best] = true;
-        ps[best].recommended = next;
-        next += 1;
+        }
+        total
     }
 }
 
+/// §16d: repeatedly take, among the sprints whose predecessors are all taken
+/// (the sprint before it in its unit, every sprint of the units it depends on,
+/// every unit of a lower layer), the one of highest priority. Only a unit's
+/// next sprint can be ready, so each step looks at one sprint per unit, and
+/// counts kept as units finish say which units are free to start.
+fn recommend_order(plan: &Plan, ps: &mut [SprintPriority]) {
+    let graph = Graph::of(plan);
+    let units = &plan.work_units;
+    let n = units.len();
+    let mut first = Vec::with_capacity(n);
+    let mut at = 0;
+    for u in units {
+        first.push(at);
+        at += u.sprints.len();
+    }
+    let mut next = vec![0usize; n];
+    let mut waiting_on: Vec<usize> = graph.deps.iter().map(Vec::len).collect();
+    // Units not yet finished per layer (a unit of no sprints is finished).
+    let mut open_in_layer: std::collections::BTreeMap<u32, usize> = Default::default();
+    for u in units.iter().filter(|u| !u.sprints.is_empty()) {
+        *open_in_layer.entry(u.layer).or_default() += 1;
+    }
+    for u in (0..n).filter(|&u| units[u].sprints.is_empty()) {
+        for &v in &graph.dependents[u] {
+            waiting_on[v] -= 1;
+        }
+    }
+    let mut place = 1;
+    loop {
+        let lowest_open = open_in_layer.iter().find(|(_, c)| **c > 0).map(|(l, _)| *l);
+        let best = (0..n)
+            .filter(|&u| next[u] < units[u].sprints.len())
+            .filter(|&u| waiting_on[u] == 0 && lowest_open.is_none_or(|l| units[u].layer <= l))
+            .max_by(|&a, &b| {
+                let (pa, pb) = (&ps[first[a] + next[a]], &ps[first[b] + next[b]]);
+                pa.priority
+                    .partial_cmp(&pb.priority)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(b.cmp(&a))
+            });
+        let Some(u) = best else { break };
+        ps[first[u] + next[u]].recommended = place;
+        place += 1;
+        next[u] += 1;
+        if next[u] == units[u].sprints.len() {
+            if let Some(c) = open_in_layer.get_mut(&units[u].layer) {
+                *c -= 1;
+            }
+            for &v in &graph.dependents[u] {
+                waiting_on[v] -= 1;
+            }
+        }
+    }
+    // Unreachable for a plan the reader accepted (no cycles): whatever is
+    // left keeps plan order.
+    for p in ps.iter_mut().filter(|p| p.recommended == 0) {
+        p.recommended = place;
+        place += 1;
+    }
+}
 /// The priorities as people read them, with the recommended place of each.
 pub fn render(ps: &[SprintPriority]) -> String {
     let mut out = String::from(
