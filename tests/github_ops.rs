@@ -4,257 +4,15 @@
 //! around the scripted agent). Each test reads as a story: seed a repository,
 //! say `/supervise start`, let the agents run, read what GitHub shows.
 
+mod story;
 mod support;
 
-use fake_github::FakeGitHub;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use story::{Door, Setup, Story, PLAN, REPO, SETTINGS};
 use support::{free_port, spawn_serve, wait_listening, SECRET};
-
-const REPO: &str = "acme/shop";
-const ISSUE_TITLE: &str = "Ship the shop";
-
-/// Three units in two layers: `web` needs `api` and `docs`.
-const PLAN: &str = "# Shop\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n| docs | docs | 0 |\n| web | web | 1 |\n\n\
-## api\n### Sprint 1: Implement the API types\n- [ ] `api-sprint-1.txt` exists\n### Sprint 2: Implement the handlers\n- [ ] `api-sprint-2.txt` exists\n\
-## docs\n### Sprint 1: Write the guide\n- [ ] `docs-sprint-1.txt` exists\n\
-## web\n### Sprint 1: Build the page\n- [ ] `web-sprint-1.txt` exists\n";
-
-const SETTINGS: &str = "max_parallel: 2\nbuild_gate: repository CI\nmodels:\n  haiku: claude-haiku\n  sonnet: claude-sonnet\n  opus: claude-opus\n";
-
-struct Story {
-    fake: Arc<FakeGitHub>,
-    serve: Option<Child>,
-    port: u16,
-    db_url: String,
-    tmp: tempfile::TempDir,
-    issue: i64,
-}
-
-impl Story {
-    /// A repository holding the plan and settings, with CI and the agent workflow.
-    async fn begin(behaviour: &str) -> Story {
-        Story::begin_with(PLAN, behaviour).await
-    }
-
-    async fn begin_with(plan: &str, behaviour: &str) -> Story {
-        let tmp = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let fake = support::fake_github(Some(port), Some(tmp.path().join("github"))).await;
-        fake.add_user("mia", "maintain", "User");
-        fake.add_file(REPO, "EXECUTION_PLAN.md", plan);
-        fake.add_file(REPO, ".github/supervise.yml", SETTINGS);
-        fake.set_ci(REPO, "true");
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let behaviour_file = tmp.path().join("behaviour");
-        std::fs::write(&behaviour_file, behaviour).unwrap();
-        let env = [
-            ("AGENT", manifest.join("tests/agents/scripted.sh")),
-            ("AGENT_LOG", tmp.path().join("agent.log")),
-            ("AGENT_BEHAVIOUR", behaviour_file),
-            (
-                "SUPERVISE_BIN",
-                PathBuf::from(env!("CARGO_BIN_EXE_supervise")),
-            ),
-            ("AGENT_SLOW", PathBuf::from("1")),
-        ];
-        let env: Vec<(String, String)> = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.display().to_string()))
-            .collect();
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        fake.set_workflow(
-            REPO,
-            "supervise-agent.yml",
-            &format!(
-                "sh {}",
-                manifest.join("tests/agents/gh-workflow.sh").display()
-            ),
-            &env,
-        );
-        let issue = fake.open_issue(REPO, ISSUE_TITLE);
-        let db_url = format!(
-            "sqlite://{}?mode=rwc",
-            tmp.path().join("supervise.db").display()
-        );
-        let mut story = Story {
-            fake,
-            serve: None,
-            port,
-            db_url,
-            tmp,
-            issue,
-        };
-        story.serve_up().await;
-        story
-    }
-
-    async fn serve_up(&mut self) {
-        self.serve = Some(spawn_serve(
-            self.port,
-            &self.fake.url(),
-            &self.db_url,
-            &fast_service(),
-        ));
-        wait_listening(self.port).await;
-    }
-
-    fn kill_serve(&mut self) {
-        if let Some(mut c) = self.serve.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn set_behaviour(&self, behaviour: &str) {
-        std::fs::write(self.tmp.path().join("behaviour"), behaviour).unwrap();
-    }
-
-    async fn say(&self, body: &str) {
-        self.say_on(self.issue, body).await;
-    }
-
-    async fn say_on(&self, issue: i64, body: &str) {
-        self.fake.comment(REPO, issue, "mia", body, false).await;
-    }
-
-    /// Runs whose name carries `part` (a unit, a dispatch id).
-    fn runs_of(&self, part: &str) -> Vec<fake_github::Run> {
-        self.fake
-            .runs(REPO)
-            .into_iter()
-            .filter(|r| r.display_title.contains(part))
-            .collect()
-    }
-
-    fn unit_issue(&self, unit: &str) -> Option<fake_github::Issue> {
-        self.fake
-            .issues(REPO)
-            .into_iter()
-            .find(|i| i.title.starts_with(&format!("{unit} — ")))
-    }
-
-    fn bot_comments(&self, issue: i64) -> Vec<String> {
-        self.fake
-            .comments(REPO, issue)
-            .into_iter()
-            .filter(|c| c.user == "supervise[bot]")
-            .map(|c| c.body)
-            .collect()
-    }
-
-    fn status_comment(&self) -> String {
-        self.status_comment_on(self.issue)
-    }
-
-    fn status_comment_on(&self, issue: i64) -> String {
-        let found: Vec<String> = self
-            .bot_comments(issue)
-            .into_iter()
-            .filter(|b| b.contains("<!-- supervise:status "))
-            .collect();
-        assert!(
-            found.len() <= 1,
-            "one sticky status comment, not {}",
-            found.len()
-        );
-        found.into_iter().next().unwrap_or_default()
-    }
-
-    /// Waits until `done` holds, failing with what GitHub shows if it never does.
-    async fn until(&self, what: &str, secs: u64, done: impl Fn(&Story) -> bool) {
-        self.until_on(self.issue, what, secs, done).await
-    }
-
-    async fn until_on(&self, issue: i64, what: &str, secs: u64, done: impl Fn(&Story) -> bool) {
-        let start = Instant::now();
-        while !done(self) {
-            assert!(
-                start.elapsed() < Duration::from_secs(secs),
-                "{what}: not after {secs} s.\nstatus comment:\n{}\ncomments: {:#?}\nruns: {:#?}",
-                self.status_comment_on(issue),
-                self.bot_comments(issue),
-                self.fake
-                    .runs(REPO)
-                    .iter()
-                    .map(|r| (&r.display_title, &r.status, &r.conclusion))
-                    .collect::<Vec<_>>()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    fn final_pull(&self) -> Option<fake_github::Pull> {
-        self.fake
-            .pulls(REPO)
-            .into_iter()
-            .find(|p| p.base == "main" && p.head.ends_with("/integration"))
-    }
-
-    fn agent_log(&self) -> Vec<String> {
-        std::fs::read_to_string(self.tmp.path().join("agent.log"))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// Dispatch ids per run: each must appear once.
-    fn runs_per_dispatch(&self) -> BTreeMap<String, usize> {
-        let mut m = BTreeMap::new();
-        for r in self.fake.runs(REPO) {
-            *m.entry(r.display_title.clone()).or_insert(0) += 1;
-        }
-        m
-    }
-
-    /// One "Started operation" reply on the issue, however the start came in.
-    fn assert_started_once(&self) {
-        let started = self
-            .bot_comments(self.issue)
-            .into_iter()
-            .filter(|c| c.starts_with("Started operation"))
-            .count();
-        assert_eq!(started, 1);
-    }
-
-    fn assert_no_double_dispatch(&self) {
-        let twice: Vec<_> = self
-            .runs_per_dispatch()
-            .into_iter()
-            .filter(|(_, n)| *n > 1)
-            .collect();
-        assert!(twice.is_empty(), "dispatched twice: {twice:?}");
-        let mut seen = std::collections::HashSet::new();
-        for line in self.agent_log() {
-            assert!(seen.insert(line.clone()), "an attempt ran twice: {line}");
-        }
-    }
-}
-
-impl Drop for Story {
-    fn drop(&mut self) {
-        self.kill_serve();
-    }
-}
-
-/// The service's timings, shortened so a whole operation runs in seconds.
-fn fast_service() -> Vec<(&'static str, String)> {
-    [
-        ("SUPERVISE_TICK_MS", "150"),
-        ("SUPERVISE_RECONCILE_SECS", "1"),
-        ("SUPERVISE_STATUS_INTERVAL_MS", "300"),
-        ("SUPERVISE_CI_GRACE_SECS", "0"),
-        ("SUPERVISE_LEASE_SECS", "2"),
-        ("SUPERVISE_FORCE_CANCEL_SECS", "2"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k, v.to_string()))
-    .collect()
-}
 
 /// Masks what changes from run to run: times, durations, the op id's suffix.
 fn redact(text: &str) -> String {
@@ -628,7 +386,11 @@ async fn killall_and_stop_cancel_the_runs_in_flight() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_service_killed_at_random_points_finishes_every_sprint_once() {
-    let mut s = Story::begin("api 1 slow\napi 2 slow\ndocs 1 slow\nweb 1 slow\n").await;
+    let mut s = Story::start(
+        Setup::operation(PLAN, "api 1 slow\napi 2 slow\ndocs 1 slow\nweb 1 slow\n")
+            .door(Door::Process),
+    )
+    .await;
     s.say("/supervise start").await;
     // A small deterministic generator: the kill points differ but repeat.
     let mut seed: u64 = 0x5eed_cafe;
@@ -886,8 +648,7 @@ impl Story {
     /// The story with no service: GitHub starts the Action's workflow for each
     /// event (one `supervise action` process per delivery, one at a time).
     async fn begin_as_action(behaviour: &str) -> (Story, ActionRunner) {
-        let mut s = Story::begin(behaviour).await;
-        s.kill_serve();
+        let s = Story::start(Setup::operation(PLAN, behaviour).door(Door::None)).await;
         s.fake.add_token("ghs_workflow_token");
         let action = ActionRunner::start(s.port, s.fake.url(), s.tmp.path().join("state")).await;
         (s, action)
@@ -1003,11 +764,10 @@ fn balance(port: u16, backends: Vec<u16>) -> tokio::task::JoinHandle<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs PostgreSQL: run by scripts/test"]
 async fn two_replicas_on_postgres_finish_an_operation_while_one_is_killed() {
-    let mut s = Story::begin("").await;
-    s.kill_serve();
+    let s = Story::start(Setup::operation(PLAN, "").door(Door::None)).await;
     let db = support::postgres_database().await;
     let env = |id: &str| {
-        let mut env = fast_service();
+        let mut env = story::fast_service(2);
         env.push(("SUPERVISE_REPLICA_ID", id.to_string()));
         env
     };

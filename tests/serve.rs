@@ -1,114 +1,24 @@
 //! `supervise serve` end to end: the real binary against the fake GitHub, over
 //! real HTTP, with a real SQLite file. Each test is a short story.
 
+mod story;
 mod support;
 
-use fake_github::{send_webhook, Config, FakeGitHub};
-use std::process::Child;
-use std::sync::Arc;
+use fake_github::send_webhook;
 use std::time::{Duration, Instant};
-use support::{free_port, test_app_public_key, wait_listening, SECRET};
+use story::{Door, Setup, Story, REPO};
+use support::SECRET;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-const REPO: &str = "acme/shop";
-
-struct Harness {
-    fake: Arc<FakeGitHub>,
-    serve: Child,
-    port: u16,
-    _db: tempfile::TempDir,
-    db_url: String,
-}
-
-fn spawn_serve(port: u16, api: &str, db_url: &str, lease_secs: u64) -> Child {
-    support::spawn_serve(
-        port,
-        api,
-        db_url,
-        &[("SUPERVISE_LEASE_SECS", lease_secs.to_string())],
-    )
-}
-
-impl Harness {
-    async fn start(lease_secs: u64) -> Harness {
-        let port = free_port();
-        let pubkey = test_app_public_key();
-        let fake = fake_github::start(Config {
-            webhook_url: Some(format!("http://127.0.0.1:{port}/webhook")),
-            webhook_secret: SECRET.into(),
-            app_id: 42,
-            app_public_key_pem: Some(pubkey),
-            installation_id: 7,
-            data_dir: None,
-        })
-        .await;
-        fake.ensure_repo(REPO);
-        fake.add_user("mia", "maintain", "User");
-        fake.add_user("rex", "read", "User");
-        fake.add_user("renovate[bot]", "admin", "Bot");
-        let db = tempfile::tempdir().unwrap();
-        let db_url = format!(
-            "sqlite://{}?mode=rwc",
-            db.path().join("supervise.db").display()
-        );
-        let serve = spawn_serve(port, &fake.url(), &db_url, lease_secs);
-        wait_listening(port).await;
-        Harness {
-            fake,
-            serve,
-            port,
-            _db: db,
-            db_url,
-        }
-    }
-
-    fn replies(&self, issue: i64) -> Vec<String> {
-        self.fake
-            .comments(REPO, issue)
-            .into_iter()
-            .filter(|c| c.user == "supervise[bot]")
-            .map(|c| c.body)
-            .collect()
-    }
-
-    async fn wait_reply(&self, issue: i64, n: usize) -> Vec<String> {
-        let start = Instant::now();
-        loop {
-            let r = self.replies(issue);
-            if r.len() >= n {
-                return r;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "no reply on issue {issue}; comments: {:?}",
-                self.fake.comments(REPO, issue)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Waits long enough for a delivery to have been processed if it were going to be.
-    async fn settle(&self) {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        let _ = self.serve.kill();
-        let _ = self.serve.wait();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_maintainers_status_is_answered_and_a_readers_start_is_refused() {
-    let h = Harness::start(120).await;
+    let h = Story::start(Setup::commands_only()).await;
     let (comment, statuses) = h
         .fake
         .comment(REPO, 1, "mia", "/supervise status", false)
         .await;
     assert_eq!(statuses, [202]);
-    let replies = h.wait_reply(1, 1).await;
+    let replies = h.replies_after(1, 1).await;
     assert!(
         replies[0].starts_with("No operation has been started on this issue yet."),
         "{replies:?}"
@@ -124,13 +34,13 @@ async fn a_maintainers_status_is_answered_and_a_readers_start_is_refused() {
     h.fake
         .comment(REPO, 2, "rex", "/supervise start", false)
         .await;
-    let replies = h.wait_reply(2, 1).await;
+    let replies = h.replies_after(2, 1).await;
     assert_eq!(replies[0].lines().next().unwrap(), "Sorry @rex, `/supervise start` needs **write** access to this repository or more; you have **read**.");
 
     h.fake
         .comment(REPO, 3, "mia", "Let's go.\n/supervise start\n", false)
         .await;
-    let replies = h.wait_reply(3, 1).await;
+    let replies = h.replies_after(3, 1).await;
     assert!(
         replies[0].starts_with("ERROR: Cannot find `EXECUTION_PLAN.md` on `main`."),
         "a start without a plan says what is missing: {replies:?}"
@@ -139,7 +49,7 @@ async fn a_maintainers_status_is_answered_and_a_readers_start_is_refused() {
     h.fake
         .comment(REPO, 4, "mia", "/supervise stauts", false)
         .await;
-    let replies = h.wait_reply(4, 1).await;
+    let replies = h.replies_after(4, 1).await;
     assert!(
         replies[0].starts_with("`stauts` is not a command. Did you mean `/supervise status`?"),
         "{replies:?}"
@@ -148,7 +58,7 @@ async fn a_maintainers_status_is_answered_and_a_readers_start_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_code_blocks_edits_and_bots_do_not_act_twice_or_at_all() {
-    let h = Harness::start(120).await;
+    let h = Story::start(Setup::commands_only()).await;
     let (_, statuses) = h
         .fake
         .comment(REPO, 1, "mia", "/supervise help", true)
@@ -158,7 +68,7 @@ async fn duplicates_code_blocks_edits_and_bots_do_not_act_twice_or_at_all() {
         [202, 200],
         "the second hook's copy is a duplicate"
     );
-    h.wait_reply(1, 1).await;
+    h.replies_after(1, 1).await;
     let (quoted, _) = h
         .fake
         .comment(
@@ -174,9 +84,9 @@ async fn duplicates_code_blocks_edits_and_bots_do_not_act_twice_or_at_all() {
         .await;
     assert_eq!(h.fake.edit(quoted, "/supervise killall").await, 202);
     h.settle().await;
-    assert_eq!(h.replies(1).len(), 1, "one reply for one comment");
-    assert!(h.replies(2).is_empty(), "code, quotes and edits never act");
-    assert!(h.replies(3).is_empty(), "bots are ignored");
+    assert_eq!(h.bot_comments(1).len(), 1, "one reply for one comment");
+    assert!(h.bot_comments(2).is_empty(), "code, quotes and edits never act");
+    assert!(h.bot_comments(3).is_empty(), "bots are ignored");
     assert!(!h.fake.reactions().iter().any(|(c, _, _)| *c == quoted));
 }
 
@@ -200,7 +110,7 @@ async fn raw_post(port: u16, head: &str, body: &[u8]) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signatures_and_size_are_checked_before_anything_is_stored() {
-    let h = Harness::start(120).await;
+    let h = Story::start(Setup::commands_only()).await;
     let url = format!("http://127.0.0.1:{}/webhook", h.port);
     let body = br#"{"action":"created","comment":{"id":1,"body":"/supervise status"}}"#;
     assert_eq!(
@@ -241,7 +151,7 @@ async fn signatures_and_size_are_checked_before_anything_is_stored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limits_are_waited_out_and_server_errors_retried() {
-    let h = Harness::start(120).await;
+    let h = Story::start(Setup::commands_only()).await;
     // The first API call is told the window resets in 2 s, then two calls fail with 502.
     h.fake.inject(403, 1, None, Some(2), 0);
     h.fake.inject(502, 2, None, None, 0);
@@ -249,7 +159,7 @@ async fn rate_limits_are_waited_out_and_server_errors_retried() {
     h.fake
         .comment(REPO, 5, "mia", "/supervise status", false)
         .await;
-    h.wait_reply(5, 1).await;
+    h.replies_after(5, 1).await;
     assert!(
         start.elapsed() >= Duration::from_secs(2),
         "answered only after the reset"
@@ -263,7 +173,7 @@ async fn rate_limits_are_waited_out_and_server_errors_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_mid_processing_neither_loses_nor_repeats_the_delivery() {
-    let mut h = Harness::start(2).await;
+    let mut h = Story::start(Setup::commands_only().lease_secs(2).door(Door::Process)).await;
     // The permission check hangs for 4 s: the service is killed while processing.
     h.fake.inject(200, 1, None, None, 4000);
     let (comment, _) = h
@@ -271,15 +181,13 @@ async fn a_restart_mid_processing_neither_loses_nor_repeats_the_delivery() {
         .comment(REPO, 6, "mia", "/supervise help", false)
         .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
-    h.serve.kill().unwrap();
-    h.serve.wait().unwrap();
-    assert!(h.replies(6).is_empty());
-    h.serve = spawn_serve(h.port, &h.fake.url(), &h.db_url, 2);
-    wait_listening(h.port).await;
-    let replies = h.wait_reply(6, 1).await;
+    h.kill_serve();
+    assert!(h.bot_comments(6).is_empty());
+    h.serve_up().await;
+    let replies = h.replies_after(6, 1).await;
     assert!(replies[0].contains("Commands (one per line"));
     h.settle().await;
-    assert_eq!(h.replies(6).len(), 1, "exactly one reply after the restart");
+    assert_eq!(h.bot_comments(6).len(), 1, "exactly one reply after the restart");
     assert_eq!(
         h.fake
             .reactions()
@@ -292,7 +200,7 @@ async fn a_restart_mid_processing_neither_loses_nor_repeats_the_delivery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repository_sets_its_own_permissions_and_bots() {
-    let h = Harness::start(120).await;
+    let h = Story::start(Setup::commands_only()).await;
     h.fake.add_file(
         REPO,
         ".github/supervise.yml",
@@ -301,7 +209,7 @@ async fn a_repository_sets_its_own_permissions_and_bots() {
     h.fake
         .comment(REPO, 1, "rex", "/supervise status", false)
         .await;
-    let r = h.wait_reply(1, 1).await;
+    let r = h.replies_after(1, 1).await;
     assert!(
         r[0].starts_with("Sorry @rex, `/supervise status` needs **write** access"),
         "{r:?}"
@@ -309,7 +217,7 @@ async fn a_repository_sets_its_own_permissions_and_bots() {
     h.fake
         .comment(REPO, 2, "renovate[bot]", "/supervise status", false)
         .await;
-    let r = h.wait_reply(2, 1).await;
+    let r = h.replies_after(2, 1).await;
     assert!(
         r[0].starts_with("No operation has been started"),
         "an allow-listed bot is answered: {r:?}"
@@ -323,7 +231,7 @@ async fn a_repository_sets_its_own_permissions_and_bots() {
     h.fake
         .comment(REPO, 3, "mia", "/supervise start", false)
         .await;
-    let r = h.wait_reply(3, 1).await;
+    let r = h.replies_after(3, 1).await;
     assert!(
         r[0].contains("`.github/supervise.yml` is not valid") && r[0].contains("`stpo`"),
         "{r:?}"
@@ -332,7 +240,7 @@ async fn a_repository_sets_its_own_permissions_and_bots() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_comment_gets_at_most_one_reply_and_strangers_none() {
-    let h = Harness::start(120).await;
+    let h = Story::start(Setup::commands_only()).await;
     h.fake.add_user("odd", "!422", "User");
     // A stranger's forty commands: no reply, no reaction.
     let spam = "/supervise start\n".repeat(40);
@@ -356,11 +264,11 @@ async fn one_comment_gets_at_most_one_reply_and_strangers_none() {
     h.fake
         .comment(REPO, 13, "odd", "/supervise status", false)
         .await;
-    let combined = h.wait_reply(11, 1).await;
-    let capped = h.wait_reply(12, 1).await;
-    let odd = h.wait_reply(13, 1).await;
+    let combined = h.replies_after(11, 1).await;
+    let capped = h.replies_after(12, 1).await;
+    let odd = h.replies_after(13, 1).await;
     h.settle().await;
-    assert!(h.replies(10).is_empty(), "a stranger was answered");
+    assert!(h.bot_comments(10).is_empty(), "a stranger was answered");
     assert!(
         !h.fake
             .reactions()
@@ -368,7 +276,7 @@ async fn one_comment_gets_at_most_one_reply_and_strangers_none() {
             .any(|(c, _, _)| *c == stranger_comment),
         "a stranger's comment was reacted to"
     );
-    assert_eq!(h.replies(11).len(), 1, "{:?}", h.replies(11));
+    assert_eq!(h.bot_comments(11).len(), 1, "{:?}", h.bot_comments(11));
     let text = &combined[0];
     assert!(
         text.contains("**1.** No operation has been started"),
@@ -376,7 +284,7 @@ async fn one_comment_gets_at_most_one_reply_and_strangers_none() {
     );
     assert!(text.contains("**2.** `stauts` is not a command"), "{text}");
     assert_eq!(text.matches("Commands (one per line").count(), 1, "{text}");
-    assert_eq!(h.replies(12).len(), 1);
+    assert_eq!(h.bot_comments(12).len(), 1);
     assert!(capped[0].contains("**10.**") && !capped[0].contains("**11.**"));
     assert!(
         capped[0].contains("the other 5 were not read"),
@@ -395,20 +303,20 @@ async fn one_comment_gets_at_most_one_reply_and_strangers_none() {
 /// and the command is answered once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_longer_than_the_lease_still_answers_once() {
-    let h = Harness::start(1).await;
+    let h = Story::start(Setup::commands_only().lease_secs(1)).await;
     // Every API call in the next 4 s is told to wait for the reset.
     h.fake.inject(403, 1, None, Some(4), 0);
     h.fake
         .comment(REPO, 20, "mia", "/supervise status", false)
         .await;
-    h.wait_reply(20, 1).await;
+    h.replies_after(20, 1).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(h.replies(20).len(), 1, "{:?}", h.replies(20));
+    assert_eq!(h.bot_comments(20).len(), 1, "{:?}", h.bot_comments(20));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn analyze_evaluate_and_prioritize_answer_with_the_diagnosis_of_the_default_branchs_plan() {
-    let h = Harness::start(120).await;
+    let h = Story::start(Setup::commands_only()).await;
     h.fake.add_file(
         REPO,
         "EXECUTION_PLAN.md",
@@ -419,7 +327,7 @@ async fn analyze_evaluate_and_prioritize_answer_with_the_diagnosis_of_the_defaul
     h.fake
         .comment(REPO, 9, "mia", "/supervise analyze", false)
         .await;
-    let reply = &h.wait_reply(9, 1).await[0];
+    let reply = &h.replies_after(9, 1).await[0];
     assert!(reply.starts_with("## Analysis Complete"), "{reply}");
     assert!(
         reply.contains("| Completeness | NEEDS_WORK | 1 |"),
@@ -436,7 +344,7 @@ async fn analyze_evaluate_and_prioritize_answer_with_the_diagnosis_of_the_defaul
             false,
         )
         .await;
-    let reply = &h.wait_reply(10, 1).await[0];
+    let reply = &h.replies_after(10, 1).await[0];
     assert!(
         reply.contains("## Evaluation of `EXECUTION_PLAN.md` on `main`"),
         "{reply}"

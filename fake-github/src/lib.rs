@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -71,12 +72,60 @@ pub(crate) struct Inner {
 pub struct FakeGitHub {
     pub addr: SocketAddr,
     pub(crate) config: Config,
-    pub(crate) inner: Arc<Mutex<Inner>>,
+    pub(crate) inner: Watched,
     started: Instant,
     pub(crate) data_dir: std::path::PathBuf,
 }
 
 pub(crate) type Shared = Arc<FakeGitHub>;
+
+/// The fake's state behind one lock, telling whoever watches [`FakeGitHub::changes`]
+/// each time a holder of the lock changed it — so a test waits for GitHub to
+/// change instead of polling it.
+#[derive(Default)]
+pub(crate) struct Watched {
+    inner: Mutex<Inner>,
+    version: watch::Sender<u64>,
+}
+
+impl Watched {
+    pub(crate) fn lock(&self) -> StateGuard<'_> {
+        StateGuard {
+            guard: self.inner.lock().unwrap_or_else(|p| p.into_inner()),
+            version: &self.version,
+            changed: false,
+        }
+    }
+}
+
+/// The lock on the state; a mutable use marks it changed, announced on release.
+pub(crate) struct StateGuard<'a> {
+    guard: std::sync::MutexGuard<'a, Inner>,
+    version: &'a watch::Sender<u64>,
+    changed: bool,
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        self.changed = true;
+        &mut self.guard
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        if self.changed {
+            self.version.send_modify(|v| *v += 1);
+        }
+    }
+}
 
 mod api;
 pub mod git;
@@ -86,6 +135,12 @@ mod shapes;
 pub use api::{CheckRun, Issue, Pull, Run};
 
 impl FakeGitHub {
+    /// Changes to the fake's state, as a counter that goes up with each: a
+    /// test awaits `changed()` on it between two looks at what GitHub shows.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.version.subscribe()
+    }
+
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -93,7 +148,6 @@ impl FakeGitHub {
     pub fn add_user(&self, login: &str, role: &str, kind: &str) {
         self.inner
             .lock()
-            .unwrap()
             .users
             .insert(login.to_string(), (role.to_string(), kind.to_string()));
     }
@@ -113,7 +167,6 @@ impl FakeGitHub {
     pub fn comments(&self, repo: &str, issue: i64) -> Vec<Comment> {
         self.inner
             .lock()
-            .unwrap()
             .comments
             .iter()
             .filter(|c| c.repo == repo && c.issue == issue)
@@ -122,36 +175,35 @@ impl FakeGitHub {
     }
 
     pub fn reactions(&self) -> Vec<(i64, String, String)> {
-        self.inner.lock().unwrap().reactions.clone()
+        self.inner.lock().reactions.clone()
     }
 
     /// Requests per endpoint (method and route pattern).
     pub fn counts(&self) -> BTreeMap<String, u64> {
-        self.inner.lock().unwrap().counts.clone()
+        self.inner.lock().counts.clone()
     }
 
     /// API calls made while a rate-limit window the fake announced was still open.
     pub fn early_calls(&self) -> u64 {
-        self.inner.lock().unwrap().early_calls
+        self.inner.lock().early_calls
     }
 
     /// Accepts `token` as an installation token (as a workflow's `GITHUB_TOKEN`).
     pub fn add_token(&self, token: &str) {
         self.inner
             .lock()
-            .unwrap()
             .tokens
             .insert(token.to_string(), self.config.installation_id);
     }
 
     /// From now on every `n`-th installation API call answers 502 (0 stops it).
     pub fn fail_every(&self, n: u64) {
-        self.inner.lock().unwrap().fail_every = n;
+        self.inner.lock().fail_every = n;
     }
 
     /// The request log: seconds since start, endpoint, status.
     pub fn request_log(&self) -> Vec<(f64, String, u16)> {
-        self.inner.lock().unwrap().log.clone()
+        self.inner.lock().log.clone()
     }
 
     /// The next `times` API calls answer `status`; with `reset_in`, as a rate limit.
@@ -163,7 +215,7 @@ impl FakeGitHub {
         reset_in: Option<u64>,
         latency_ms: u64,
     ) {
-        self.inner.lock().unwrap().faults.push(Fault {
+        self.inner.lock().faults.push(Fault {
             status,
             times,
             retry_after,
@@ -183,7 +235,7 @@ impl FakeGitHub {
         twice: bool,
     ) -> (i64, Vec<u16>) {
         let (c, kind) = {
-            let mut s = self.inner.lock().unwrap();
+            let mut s = self.inner.lock();
             s.next_id += 1;
             let c = Comment {
                 id: 1000 + s.next_id,
@@ -210,7 +262,7 @@ impl FakeGitHub {
 
     pub async fn edit(&self, comment_id: i64, body: &str) -> u16 {
         let found = {
-            let mut s = self.inner.lock().unwrap();
+            let mut s = self.inner.lock();
             let c = s.comments.iter_mut().find(|c| c.id == comment_id).map(|c| {
                 c.body = body.to_string();
                 c.clone()
@@ -252,7 +304,7 @@ impl FakeGitHub {
         };
         let body = serde_json::to_vec(payload).unwrap();
         let id = {
-            let mut s = self.inner.lock().unwrap();
+            let mut s = self.inner.lock();
             s.deliveries += 1;
             format!("fake-delivery-{}-{}", std::process::id(), s.deliveries)
         };
@@ -312,7 +364,7 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
     let fake = Arc::new(FakeGitHub {
         addr,
         config,
-        inner: Arc::new(Mutex::new(Inner::default())),
+        inner: Watched::default(),
         started: Instant::now(),
         data_dir,
     });
@@ -368,7 +420,7 @@ pub(crate) async fn gate(
     needs_token: bool,
 ) -> Result<(), Response> {
     let fault = {
-        let mut s = f.inner.lock().unwrap();
+        let mut s = f.inner.lock();
         *s.counts.entry(endpoint.to_string()).or_default() += 1;
         // A call that arrives within 100 ms of the announcement may have been
         // in flight already (another task of the client); later ones are early.
@@ -405,7 +457,7 @@ pub(crate) async fn gate(
         }
     };
     let record = |status: u16| {
-        let mut s = f.inner.lock().unwrap();
+        let mut s = f.inner.lock();
         let at = f.started.elapsed().as_secs_f64();
         s.log.push((at, endpoint.to_string(), status));
     };
@@ -428,7 +480,7 @@ pub(crate) async fn gate(
                 let reset = chrono::Utc::now().timestamp() + r as i64;
                 h.insert("x-ratelimit-remaining", HeaderValue::from(0));
                 h.insert("x-ratelimit-reset", HeaderValue::from(reset));
-                f.inner.lock().unwrap().rate_limited =
+                f.inner.lock().rate_limited =
                     Some((Instant::now(), Instant::now() + Duration::from_secs(r)));
             }
             return Err(resp);
@@ -440,7 +492,7 @@ pub(crate) async fn gate(
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer ").or(v.strip_prefix("token ")))
             .unwrap_or("");
-        if !f.inner.lock().unwrap().tokens.contains_key(token) {
+        if !f.inner.lock().tokens.contains_key(token) {
             record(401);
             return Err(error(StatusCode::UNAUTHORIZED, "Bad credentials"));
         }
@@ -519,7 +571,7 @@ async fn access_token(
         );
     }
     let token = {
-        let mut s = f.inner.lock().unwrap();
+        let mut s = f.inner.lock();
         let t = format!("ghs_fake_{id}_{}", s.tokens.len() + 1);
         s.tokens.insert(t.clone(), id);
         t
@@ -548,7 +600,6 @@ async fn permission(
     let role = f
         .inner
         .lock()
-        .unwrap()
         .users
         .get(&user)
         .map(|u| u.0.clone());
@@ -599,7 +650,7 @@ async fn react(
     {
         return r;
     }
-    let mut s = f.inner.lock().unwrap();
+    let mut s = f.inner.lock();
     let exists = s
         .reactions
         .iter()
@@ -677,7 +728,7 @@ async fn create_comment(
     if let Some(r) = api::issues::too_long(&b.body) {
         return r;
     }
-    let mut s = f.inner.lock().unwrap();
+    let mut s = f.inner.lock();
     s.next_id += 1;
     let c = Comment {
         id: 1000 + s.next_id,
@@ -755,7 +806,7 @@ async fn control_state(
     State(f): State<Shared>,
     Query(_q): Query<HashMap<String, String>>,
 ) -> Json<Value> {
-    let s = f.inner.lock().unwrap();
+    let s = f.inner.lock();
     Json(json!({
         "comments": s.comments,
         "reactions": s.reactions.iter().map(|(c, r, u)| json!({"comment": c, "content": r, "user": u})).collect::<Vec<_>>(),

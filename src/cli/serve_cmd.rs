@@ -2,16 +2,12 @@
 //! service. Secrets are held as `SecretString` and never printed (clap hides
 //! their environment values from `--help`).
 
-use crate::github::operation::{OpTimings, Operations};
-use crate::github::GitHub;
-use crate::server::listen;
-use crate::server::service::{self, Service};
-use crate::store::sql::SqlStore;
+use crate::github::operation::OpTimings;
+use crate::server::run::{self, ServiceConfig};
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
 use secrecy::SecretString;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Args)]
@@ -144,33 +140,28 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
     if secrets.is_empty() {
         return Err(anyhow!("GITHUB_WEBHOOK_SECRET is empty"));
     }
+    let replica_id = args.replica_id.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "supervise".into())
+    });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
-            .install_recorder()
-            .ok();
-        let store = SqlStore::connect(&args.database_url)
-            .await
-            .context("opening the database (DATABASE_URL)")?;
-        let github = Arc::new(GitHub::new(
-            &args.api_url,
-            args.app_id,
-            &SecretString::from(key),
-        )?);
-        let owner = args.replica_id.clone().unwrap_or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .map(|h| h.trim().to_string())
-                .ok()
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| "supervise".into())
-        });
-        let ops = Operations::new(
-            owner,
-            github.clone(),
-            store.clone(),
-            OpTimings {
+        let config = ServiceConfig {
+            app_id: args.app_id,
+            private_key: SecretString::from(key),
+            webhook_secrets: secrets,
+            api_url: args.api_url,
+            database_url: args.database_url,
+            bot_allow_list: args.bot_allow_list,
+            workers: args.workers,
+            per_installation: args.per_installation,
+            replica_id,
+            timings: OpTimings {
                 tick: Duration::from_millis(args.tick_ms.clamp(10, 60_000)),
                 reconcile: Duration::from_secs(args.reconcile_secs.max(1)),
                 status_interval: Duration::from_millis(args.status_interval_ms),
@@ -178,46 +169,15 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
                 force_cancel_after: Duration::from_secs(args.force_cancel_secs.max(1)),
                 lease: Duration::from_secs(args.lease_secs.max(1)),
             },
-        );
-        let loaded = ops
-            .load_all()
-            .await
-            .context("loading the operations in progress")?;
-        tracing::info!(operations = loaded, "operations loaded");
-        ops.spawn_timer();
-        let svc = Service::new(
-            store,
-            github,
-            ops,
-            secrets,
-            metrics,
-            args.bot_allow_list.clone(),
-            args.per_installation,
-            Duration::from_secs(args.lease_secs.max(1)),
-        );
-        service::spawn_workers(svc.clone(), args.workers);
+            metrics: metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .ok(),
+        };
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
-        tracing::info!(addr = %listener.local_addr()?, "supervise serve listening");
         eprintln!("supervise serve listening on {}", listener.local_addr()?);
-        let limits = listen::Limits {
-            max_connections: listen::connection_cap(),
-            ..listen::Limits::default()
-        };
-        tracing::info!(
-            max_connections = limits.max_connections,
-            "connection limits set"
-        );
-        listen::serve(
-            listener,
-            service::router(svc.clone()),
-            limits,
-            shutdown_signal(),
-        )
-        .await;
-        tracing::info!("shutting down: stopping the workers");
-        service::shut_down(&svc, limits.shutdown_grace).await;
+        run::run(config, listener, shutdown_signal()).await?;
         eprintln!("supervise serve stopped");
         Ok::<_, anyhow::Error>(0)
     })

@@ -3,5 +3,6 @@
 //! [`crate::commands::handle`].
 
 pub mod listen;
+pub mod run;
 pub mod service;
 pub mod signature;

@@ -41,7 +41,6 @@ pub(super) async fn dispatch(
     let Some(workflow) = f
         .inner
         .lock()
-        .unwrap()
         .api
         .workflows
         .get(&(name.clone(), file.clone()))
@@ -76,7 +75,7 @@ pub(super) async fn dispatch(
             .unwrap_or(&b.reference)
     );
     let run = {
-        let mut s = f.inner.lock().unwrap();
+        let mut s = f.inner.lock();
         let id = s.api.id() + 100_000;
         let run = Run {
             id,
@@ -108,7 +107,7 @@ pub(super) async fn dispatch(
 }
 
 pub(super) fn set_run(f: &FakeGitHub, id: i64, update: impl FnOnce(&mut Run)) -> Option<Run> {
-    let mut s = f.inner.lock().unwrap();
+    let mut s = f.inner.lock();
     let run = s.api.runs.iter_mut().find(|r| r.id == id)?;
     update(run);
     Some(run.clone())

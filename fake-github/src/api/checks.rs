@@ -52,7 +52,7 @@ pub(super) async fn create_check_run(
             );
         }
     }
-    let mut s = f.inner.lock().unwrap();
+    let mut s = f.inner.lock();
     let id = s.api.id();
     let (title, summary) = b.output.map(|o| (o.title, o.summary)).unwrap_or_default();
     let c = CheckRun {
@@ -82,7 +82,7 @@ pub(super) async fn update_check_run(
     Json(b): Json<CheckBody>,
 ) -> Response {
     let _ = enter!(f, "PATCH /repos/{o}/{r}/check-runs/{id}", h, o, r);
-    let mut s = f.inner.lock().unwrap();
+    let mut s = f.inner.lock();
     let Some(c) = s.api.check_runs.iter_mut().find(|c| c.id == id) else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };

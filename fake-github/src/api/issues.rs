@@ -51,7 +51,7 @@ pub(super) async fn create_issue(
     let Some(title) = b.title else {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "title is required");
     };
-    let mut s = f.inner.lock().unwrap();
+    let mut s = f.inner.lock();
     let (id, number) = (s.api.id(), s.api.number(&name));
     let i = Issue {
         id,
@@ -86,7 +86,7 @@ pub(super) async fn update_issue(
     Json(b): Json<IssueBody>,
 ) -> Response {
     let (name, _) = enter!(f, "PATCH /repos/{o}/{r}/issues/{n}", h, o, r);
-    let mut s = f.inner.lock().unwrap();
+    let mut s = f.inner.lock();
     let Some(i) = s.api.issue_mut(&name, n) else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
@@ -117,7 +117,7 @@ pub(super) async fn add_labels(
     Json(b): Json<LabelsBody>,
 ) -> Response {
     let (name, _) = enter!(f, "POST /repos/{o}/{r}/issues/{n}/labels", h, o, r);
-    let mut s = f.inner.lock().unwrap();
+    let mut s = f.inner.lock();
     let Some(i) = s.api.issue_mut(&name, n) else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
@@ -143,7 +143,7 @@ pub(super) async fn add_sub_issue(
     Json(b): Json<SubIssueBody>,
 ) -> Response {
     let (name, _) = enter!(f, "POST /repos/{o}/{r}/issues/{n}/sub_issues", h, o, r);
-    let mut s = f.inner.lock().unwrap();
+    let mut s = f.inner.lock();
     if !s.api.issues.iter().any(|i| i.id == b.sub_issue_id) {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -208,7 +208,7 @@ pub(super) async fn edit_comment(
     if let Some(r) = too_long(&b.body) {
         return r;
     }
-    let mut s = f.inner.lock().unwrap();
+    let mut s = f.inner.lock();
     match s.comments.iter_mut().find(|c| c.id == id && c.repo == name) {
         Some(c) => {
             c.body = b.body;

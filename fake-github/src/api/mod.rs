@@ -144,7 +144,7 @@ fn now() -> String {
 
 impl FakeGitHub {
     pub(crate) fn repo(&self, repo: &str) -> Option<Repo> {
-        self.inner.lock().unwrap().api.repos.get(repo).cloned()
+        self.inner.lock().api.repos.get(repo).cloned()
     }
 
     /// Creates the repository (bare, branch `main`, one commit) if it is missing.
@@ -157,7 +157,6 @@ impl FakeGitHub {
             .expect("creating a bare repository");
         self.inner
             .lock()
-            .unwrap()
             .api
             .repos
             .insert(repo.to_string(), r);
@@ -165,7 +164,7 @@ impl FakeGitHub {
 
     /// Opens an issue as a person; returns its number.
     pub fn open_issue(&self, repo: &str, title: &str) -> i64 {
-        let mut s = self.inner.lock().unwrap();
+        let mut s = self.inner.lock();
         let (id, number) = (s.api.id(), s.api.number(repo));
         s.api.issues.push(Issue {
             id,
@@ -183,7 +182,7 @@ impl FakeGitHub {
     /// The Actions workflow `file` runs `command` (through `sh -c`) in a checkout
     /// of the dispatched ref, with `INPUT_<NAME>` for each input and `env` added.
     pub fn set_workflow(&self, repo: &str, file: &str, command: &str, env: &[(&str, &str)]) {
-        self.inner.lock().unwrap().api.workflows.insert(
+        self.inner.lock().api.workflows.insert(
             (repo.into(), file.into()),
             (
                 command.into(),
@@ -199,14 +198,13 @@ impl FakeGitHub {
     pub fn set_ci(&self, repo: &str, command: &str) {
         self.inner
             .lock()
-            .unwrap()
             .api
             .ci
             .insert(repo.into(), command.into());
     }
 
     pub fn approve(&self, repo: &str, pr: i64, login: &str) {
-        self.inner.lock().unwrap().api.reviews.push((
+        self.inner.lock().api.reviews.push((
             repo.into(),
             pr,
             login.into(),
@@ -215,19 +213,19 @@ impl FakeGitHub {
     }
 
     pub fn issues(&self, repo: &str) -> Vec<Issue> {
-        in_repo(&self.inner.lock().unwrap().api.issues, repo)
+        in_repo(&self.inner.lock().api.issues, repo)
     }
 
     pub fn pulls(&self, repo: &str) -> Vec<Pull> {
-        in_repo(&self.inner.lock().unwrap().api.pulls, repo)
+        in_repo(&self.inner.lock().api.pulls, repo)
     }
 
     pub fn check_runs(&self, repo: &str) -> Vec<CheckRun> {
-        in_repo(&self.inner.lock().unwrap().api.check_runs, repo)
+        in_repo(&self.inner.lock().api.check_runs, repo)
     }
 
     pub fn runs(&self, repo: &str) -> Vec<Run> {
-        in_repo(&self.inner.lock().unwrap().api.runs, repo)
+        in_repo(&self.inner.lock().api.runs, repo)
     }
 
     /// A file's text at a ref (branch or sha).
@@ -249,11 +247,11 @@ impl FakeGitHub {
 
     /// Runs CI for a new head, if the repository has CI.
     fn on_push(self: &Arc<Self>, repo: &str, sha: &str) {
-        let Some(cmd) = self.inner.lock().unwrap().api.ci.get(repo).cloned() else {
+        let Some(cmd) = self.inner.lock().api.ci.get(repo).cloned() else {
             return;
         };
         let id = {
-            let mut s = self.inner.lock().unwrap();
+            let mut s = self.inner.lock();
             if s.api
                 .check_runs
                 .iter()
@@ -300,7 +298,7 @@ impl FakeGitHub {
                 Err(e) => (false, e),
             };
             let _ = std::fs::remove_dir_all(&dir);
-            let mut s = fake.inner.lock().unwrap();
+            let mut s = fake.inner.lock();
             if let Some(c) = s.api.check_runs.iter_mut().find(|c| c.id == id) {
                 c.status = "completed".into();
                 c.conclusion = Some(if ok { "success" } else { "failure" }.into());

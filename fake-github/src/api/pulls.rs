@@ -72,7 +72,7 @@ pub(super) async fn create_pull(
         );
     }
     let p = {
-        let mut s = f.inner.lock().unwrap();
+        let mut s = f.inner.lock();
         if s.api
             .pulls
             .iter()
@@ -112,7 +112,6 @@ pub(super) async fn create_pull(
 pub(super) fn find_pull(f: &FakeGitHub, repo: &str, n: i64) -> Option<Pull> {
     f.inner
         .lock()
-        .unwrap()
         .api
         .pulls
         .iter()
@@ -128,7 +127,7 @@ pub(super) async fn get_pull(
     let (name, repo) = enter!(f, "GET /repos/{o}/{r}/pulls/{n}", h, o, r);
     let head = find_pull(&f, &name, n).and_then(|p| repo.branch_sha(&p.head));
     let known = {
-        let mut s = f.inner.lock().unwrap();
+        let mut s = f.inner.lock();
         let Some(p) = s
             .api
             .pulls
@@ -182,7 +181,7 @@ pub(super) async fn merge_pull(
     match repo.merge(&p.base, &p.head, &msg) {
         Ok(sha) => {
             {
-                let mut s = f.inner.lock().unwrap();
+                let mut s = f.inner.lock();
                 if let Some(p) = s
                     .api
                     .pulls
@@ -212,7 +211,7 @@ pub(super) async fn list_reviews(
     h: HeaderMap,
 ) -> Response {
     let (name, _) = enter!(f, "GET /repos/{o}/{r}/pulls/{n}/reviews", h, o, r);
-    let s = f.inner.lock().unwrap();
+    let s = f.inner.lock();
     let list: Vec<Value> = s
         .api
         .reviews

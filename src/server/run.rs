@@ -1,0 +1,89 @@
+//! The whole service on one listener: the store, the GitHub client, the
+//! operations and their timer, the intake workers and the HTTP front, until
+//! `shutdown` resolves. `supervise serve` calls it from the command line; the
+//! in-process story tests call it with the same configuration in a task.
+
+use super::listen;
+use super::service::{self, Service};
+use crate::github::operation::{OpTimings, Operations};
+use crate::github::GitHub;
+use crate::store::sql::SqlStore;
+use anyhow::{Context, Result};
+use metrics_exporter_prometheus::PrometheusHandle;
+use secrecy::SecretString;
+use std::future::Future;
+use std::sync::Arc;
+
+/// Everything the service needs, already read and checked by its caller.
+pub struct ServiceConfig {
+    pub app_id: u64,
+    /// The App's private key, PEM text.
+    pub private_key: SecretString,
+    /// Each webhook secret accepted (more than one while rotating).
+    pub webhook_secrets: Vec<SecretString>,
+    pub api_url: String,
+    pub database_url: String,
+    pub bot_allow_list: Vec<String>,
+    /// Deliveries processed at once, and per installation.
+    pub workers: usize,
+    pub per_installation: usize,
+    /// This replica's name in operation leases.
+    pub replica_id: String,
+    pub timings: OpTimings,
+    /// Where `GET /metrics` reads from; `None` answers it empty.
+    pub metrics: Option<PrometheusHandle>,
+}
+
+/// Serves on `listener` until `shutdown` resolves, then stops the workers
+/// within the listener's grace.
+pub async fn run(
+    config: ServiceConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let store = SqlStore::connect(&config.database_url)
+        .await
+        .context("opening the database (DATABASE_URL)")?;
+    let github = Arc::new(GitHub::new(
+        &config.api_url,
+        config.app_id,
+        &config.private_key,
+    )?);
+    let lease = config.timings.lease;
+    let ops = Operations::new(
+        config.replica_id,
+        github.clone(),
+        store.clone(),
+        config.timings,
+    );
+    let loaded = ops
+        .load_all()
+        .await
+        .context("loading the operations in progress")?;
+    tracing::info!(operations = loaded, "operations loaded");
+    ops.spawn_timer();
+    let svc = Service::new(
+        store,
+        github,
+        ops,
+        config.webhook_secrets,
+        config.metrics,
+        config.bot_allow_list,
+        config.per_installation,
+        lease,
+    );
+    service::spawn_workers(svc.clone(), config.workers);
+    let limits = listen::Limits {
+        max_connections: listen::connection_cap(),
+        ..listen::Limits::default()
+    };
+    tracing::info!(
+        addr = %listener.local_addr()?,
+        max_connections = limits.max_connections,
+        "supervise serve listening"
+    );
+    listen::serve(listener, service::router(svc.clone()), limits, shutdown).await;
+    tracing::info!("shutting down: stopping the workers");
+    service::shut_down(&svc, limits.shutdown_grace).await;
+    Ok(())
+}

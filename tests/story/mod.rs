@@ -1,0 +1,453 @@
+#![allow(dead_code)] // each test binary tells the stories it needs
+//! The story harness for the service: a fake GitHub holding a repository, the
+//! service in front of it, and a person (`mia`, a maintainer) who comments.
+//! A story reads as what happens on GitHub — `say("/supervise start")`, then
+//! `until("the final pull request", …)` — and waits on the fake's own change
+//! notification, never on a polling timer.
+//!
+//! The service runs in one of two doors with the same story: in this process
+//! (the default: quick to start, the same `server::run` the binary calls) or as
+//! the real `supervise serve` binary, for stories that kill it with SIGKILL.
+
+use crate::support::{self, free_port, spawn_serve, wait_listening, SECRET};
+use fake_github::FakeGitHub;
+use secrecy::SecretString;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use supervise::github::operation::OpTimings;
+use supervise::server::run::{self, ServiceConfig};
+
+pub const REPO: &str = "acme/shop";
+pub const ISSUE_TITLE: &str = "Ship the shop";
+
+/// Three units in two layers: `web` needs `api` and `docs`.
+pub const PLAN: &str = "# Shop\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n| docs | docs | 0 |\n| web | web | 1 |\n\n\
+## api\n### Sprint 1: Implement the API types\n- [ ] `api-sprint-1.txt` exists\n### Sprint 2: Implement the handlers\n- [ ] `api-sprint-2.txt` exists\n\
+## docs\n### Sprint 1: Write the guide\n- [ ] `docs-sprint-1.txt` exists\n\
+## web\n### Sprint 1: Build the page\n- [ ] `web-sprint-1.txt` exists\n";
+
+pub const SETTINGS: &str = "max_parallel: 2\nbuild_gate: repository CI\nmodels:\n  haiku: claude-haiku\n  sonnet: claude-sonnet\n  opus: claude-opus\n";
+
+/// Where the service runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Door {
+    /// `server::run` in a task of the test's runtime.
+    InProcess,
+    /// The `supervise serve` binary, which a story may kill.
+    Process,
+    /// No service: the story brings its own (replicas, the Action).
+    None,
+}
+
+/// What the repository holds and how the service is run.
+pub struct Setup {
+    /// The plan and settings, with CI and the agent workflow; `None`: an empty
+    /// repository where only commands are tried.
+    pub plan: Option<String>,
+    /// Lines for the scripted agent (tests/agents/scripted.sh).
+    pub behaviour: String,
+    pub door: Door,
+    /// Seconds a replica's lease on a delivery or an operation lasts.
+    pub lease_secs: u64,
+}
+
+impl Setup {
+    /// A repository with `plan`, its settings, CI and the agent workflow.
+    pub fn operation(plan: &str, behaviour: &str) -> Setup {
+        Setup {
+            plan: Some(plan.into()),
+            behaviour: behaviour.into(),
+            door: Door::InProcess,
+            lease_secs: 2,
+        }
+    }
+
+    /// A repository without a plan, and readers and a bot beside `mia`.
+    pub fn commands_only() -> Setup {
+        Setup {
+            plan: None,
+            behaviour: String::new(),
+            door: Door::InProcess,
+            lease_secs: 120,
+        }
+    }
+
+    pub fn door(mut self, door: Door) -> Setup {
+        self.door = door;
+        self
+    }
+
+    pub fn lease_secs(mut self, secs: u64) -> Setup {
+        self.lease_secs = secs;
+        self
+    }
+}
+
+enum Serving {
+    InProcess {
+        stop: tokio::sync::oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    },
+    Process(Child),
+}
+
+pub struct Story {
+    pub fake: Arc<FakeGitHub>,
+    serving: Option<Serving>,
+    door: Door,
+    lease_secs: u64,
+    pub port: u16,
+    pub db_url: String,
+    pub tmp: tempfile::TempDir,
+    pub issue: i64,
+}
+
+impl Story {
+    /// The three-unit plan, the service in this process.
+    pub async fn begin(behaviour: &str) -> Story {
+        Story::start(Setup::operation(PLAN, behaviour)).await
+    }
+
+    pub async fn begin_with(plan: &str, behaviour: &str) -> Story {
+        Story::start(Setup::operation(plan, behaviour)).await
+    }
+
+    pub async fn start(setup: Setup) -> Story {
+        let tmp = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let fake = support::fake_github(Some(port), Some(tmp.path().join("github"))).await;
+        fake.ensure_repo(REPO);
+        fake.add_user("mia", "maintain", "User");
+        if let Some(plan) = &setup.plan {
+            fake.add_file(REPO, "EXECUTION_PLAN.md", plan);
+            fake.add_file(REPO, ".github/supervise.yml", SETTINGS);
+            fake.set_ci(REPO, "true");
+            set_agent_workflow(&fake, tmp.path());
+        } else {
+            fake.add_user("rex", "read", "User");
+            fake.add_user("renovate[bot]", "admin", "Bot");
+        }
+        std::fs::write(tmp.path().join("behaviour"), &setup.behaviour).unwrap();
+        let issue = fake.open_issue(REPO, ISSUE_TITLE);
+        let db_url = format!(
+            "sqlite://{}?mode=rwc",
+            tmp.path().join("supervise.db").display()
+        );
+        let mut story = Story {
+            fake,
+            serving: None,
+            door: setup.door,
+            lease_secs: setup.lease_secs,
+            port,
+            db_url,
+            tmp,
+            issue,
+        };
+        story.serve_up().await;
+        story
+    }
+
+    /// Starts the service through the story's door (again, after a kill).
+    pub async fn serve_up(&mut self) {
+        match self.door {
+            Door::None => return,
+            Door::Process => {
+                self.serving = Some(Serving::Process(spawn_serve(
+                    self.port,
+                    &self.fake.url(),
+                    &self.db_url,
+                    &fast_service(self.lease_secs),
+                )));
+            }
+            Door::InProcess => {
+                let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+                    .await
+                    .unwrap();
+                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let config = in_process_config(&self.fake.url(), &self.db_url, self.lease_secs);
+                let task = tokio::spawn(run::run(config, listener, async {
+                    let _ = stopped.await;
+                }));
+                self.serving = Some(Serving::InProcess { stop, task });
+            }
+        }
+        wait_listening(self.port).await;
+    }
+
+    /// SIGKILLs the service: only a story told as a process may.
+    pub fn kill_serve(&mut self) {
+        match self.serving.take() {
+            Some(Serving::Process(mut c)) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            Some(Serving::InProcess { .. }) => {
+                panic!("a story that kills the service runs it with Door::Process")
+            }
+            None => {}
+        }
+    }
+
+    pub fn set_behaviour(&self, behaviour: &str) {
+        std::fs::write(self.tmp.path().join("behaviour"), behaviour).unwrap();
+    }
+
+    pub async fn say(&self, body: &str) {
+        self.say_on(self.issue, body).await;
+    }
+
+    pub async fn say_on(&self, issue: i64, body: &str) {
+        self.fake.comment(REPO, issue, "mia", body, false).await;
+    }
+
+    /// Runs whose name carries `part` (a unit, a dispatch id).
+    pub fn runs_of(&self, part: &str) -> Vec<fake_github::Run> {
+        self.fake
+            .runs(REPO)
+            .into_iter()
+            .filter(|r| r.display_title.contains(part))
+            .collect()
+    }
+
+    pub fn unit_issue(&self, unit: &str) -> Option<fake_github::Issue> {
+        self.fake
+            .issues(REPO)
+            .into_iter()
+            .find(|i| i.title.starts_with(&format!("{unit} — ")))
+    }
+
+    /// The App's comments on `issue`, oldest first.
+    pub fn bot_comments(&self, issue: i64) -> Vec<String> {
+        self.fake
+            .comments(REPO, issue)
+            .into_iter()
+            .filter(|c| c.user == "supervise[bot]")
+            .map(|c| c.body)
+            .collect()
+    }
+
+    pub fn status_comment(&self) -> String {
+        self.status_comment_on(self.issue)
+    }
+
+    pub fn status_comment_on(&self, issue: i64) -> String {
+        let found: Vec<String> = self
+            .bot_comments(issue)
+            .into_iter()
+            .filter(|b| b.contains("<!-- supervise:status "))
+            .collect();
+        assert!(
+            found.len() <= 1,
+            "one sticky status comment, not {}",
+            found.len()
+        );
+        found.into_iter().next().unwrap_or_default()
+    }
+
+    /// Waits until `done` holds, failing with what GitHub shows if it never does.
+    pub async fn until(&self, what: &str, secs: u64, done: impl Fn(&Story) -> bool) {
+        self.until_on(self.issue, what, secs, done).await
+    }
+
+    /// Looks again each time the fake GitHub changes, up to `secs`.
+    pub async fn until_on(&self, issue: i64, what: &str, secs: u64, done: impl Fn(&Story) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        let mut changes = self.fake.changes();
+        loop {
+            changes.borrow_and_update();
+            if done(self) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+                && !done(self)
+            {
+                panic!(
+                    "{what}: not after {secs} s.\nstatus comment:\n{}\ncomments: {:#?}\nruns: {:#?}",
+                    self.status_comment_on(issue),
+                    self.bot_comments(issue),
+                    self.fake
+                        .runs(REPO)
+                        .iter()
+                        .map(|r| (&r.display_title, &r.status, &r.conclusion))
+                        .collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+
+    /// The first `n` replies of the App on `issue`, once there are as many.
+    pub async fn replies_after(&self, issue: i64, n: usize) -> Vec<String> {
+        self.until_on(issue, "the replies", 30, |s| s.bot_comments(issue).len() >= n)
+            .await;
+        self.bot_comments(issue)
+    }
+
+    /// Long enough for a delivery to have been acted on if it were going to
+    /// be: for stories that show that nothing happens.
+    pub async fn settle(&self) {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+
+    pub fn final_pull(&self) -> Option<fake_github::Pull> {
+        self.fake
+            .pulls(REPO)
+            .into_iter()
+            .find(|p| p.base == "main" && p.head.ends_with("/integration"))
+    }
+
+    pub fn agent_log(&self) -> Vec<String> {
+        std::fs::read_to_string(self.tmp.path().join("agent.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Dispatch ids per run: each must appear once.
+    pub fn runs_per_dispatch(&self) -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for r in self.fake.runs(REPO) {
+            *m.entry(r.display_title.clone()).or_insert(0) += 1;
+        }
+        m
+    }
+
+    /// One "Started operation" reply on the issue, however the start came in.
+    pub fn assert_started_once(&self) {
+        let started = self
+            .bot_comments(self.issue)
+            .into_iter()
+            .filter(|c| c.starts_with("Started operation"))
+            .count();
+        assert_eq!(started, 1);
+    }
+
+    pub fn assert_no_double_dispatch(&self) {
+        let twice: Vec<_> = self
+            .runs_per_dispatch()
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .collect();
+        assert!(twice.is_empty(), "dispatched twice: {twice:?}");
+        let mut seen = std::collections::HashSet::new();
+        for line in self.agent_log() {
+            assert!(seen.insert(line.clone()), "an attempt ran twice: {line}");
+        }
+    }
+}
+
+impl Drop for Story {
+    fn drop(&mut self) {
+        match self.serving.take() {
+            Some(Serving::Process(mut c)) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            Some(Serving::InProcess { stop, task }) => {
+                let _ = stop.send(());
+                task.abort();
+            }
+            None => {}
+        }
+    }
+}
+
+/// The agent workflow: the fake runs tests/agents/gh-workflow.sh around the
+/// scripted agent, reading its behaviour from the story's file.
+fn set_agent_workflow(fake: &FakeGitHub, tmp: &Path) {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let env = [
+        ("AGENT", manifest.join("tests/agents/scripted.sh")),
+        ("AGENT_LOG", tmp.join("agent.log")),
+        ("AGENT_BEHAVIOUR", tmp.join("behaviour")),
+        (
+            "SUPERVISE_BIN",
+            PathBuf::from(env!("CARGO_BIN_EXE_supervise")),
+        ),
+        ("AGENT_SLOW", PathBuf::from("1")),
+    ];
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.display().to_string()))
+        .collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    fake.set_workflow(
+        REPO,
+        "supervise-agent.yml",
+        &format!(
+            "sh {}",
+            manifest.join("tests/agents/gh-workflow.sh").display()
+        ),
+        &env,
+    );
+}
+
+/// The service's timings, shortened so a whole operation runs in seconds.
+fn fast_timings(lease_secs: u64) -> OpTimings {
+    OpTimings {
+        tick: Duration::from_millis(150),
+        reconcile: Duration::from_secs(1),
+        status_interval: Duration::from_millis(300),
+        ci_grace: Duration::ZERO,
+        force_cancel_after: Duration::from_secs(2),
+        lease: Duration::from_secs(lease_secs),
+    }
+}
+
+/// The same timings for the binary, as its environment.
+pub fn fast_service(lease_secs: u64) -> Vec<(&'static str, String)> {
+    let t = fast_timings(lease_secs);
+    vec![
+        ("SUPERVISE_TICK_MS", t.tick.as_millis().to_string()),
+        ("SUPERVISE_RECONCILE_SECS", t.reconcile.as_secs().to_string()),
+        (
+            "SUPERVISE_STATUS_INTERVAL_MS",
+            t.status_interval.as_millis().to_string(),
+        ),
+        ("SUPERVISE_CI_GRACE_SECS", t.ci_grace.as_secs().to_string()),
+        (
+            "SUPERVISE_FORCE_CANCEL_SECS",
+            t.force_cancel_after.as_secs().to_string(),
+        ),
+        ("SUPERVISE_LEASE_SECS", lease_secs.to_string()),
+    ]
+}
+
+/// What `support::spawn_serve` gives the binary, for the service in process.
+fn in_process_config(api: &str, db_url: &str, lease_secs: u64) -> ServiceConfig {
+    // One metrics recorder per process, as the binary has.
+    static METRICS: OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
+        OnceLock::new();
+    let metrics = METRICS
+        .get_or_init(|| {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .ok()
+        })
+        .clone();
+    let key = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem"),
+    )
+    .unwrap();
+    ServiceConfig {
+        app_id: 42,
+        private_key: SecretString::from(key),
+        webhook_secrets: ["old-secret", SECRET]
+            .into_iter()
+            .map(|s| SecretString::from(s.to_string()))
+            .collect(),
+        api_url: api.to_string(),
+        database_url: db_url.to_string(),
+        bot_allow_list: Vec::new(),
+        workers: 4,
+        per_installation: 2,
+        replica_id: "supervise-test".into(),
+        timings: fast_timings(lease_secs),
+        metrics,
+    }
+}
