@@ -15,6 +15,12 @@ pub struct FileSettings {
     pub max_retries: Option<u32>,
     pub max_turns: Option<u32>,
     pub budget: Option<u64>,
+    /// On GitHub: the repository's cap on what all its operations dispatch in
+    /// any 24 hours, in the units of `budget`.
+    pub daily_budget: Option<u64>,
+    /// The relative cost of one dispatch per tier (default haiku 1, sonnet 10,
+    /// opus 30), for `budget` and `daily_budget`.
+    pub costs: Option<CostsFile>,
     pub models: Option<ModelIdsFile>,
     /// A build/test command run at each phase boundary on the integration branch.
     pub build_gate: Option<String>,
@@ -49,6 +55,14 @@ pub enum MergeMode {
     #[default]
     Immediately,
     AfterReview,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CostsFile {
+    pub haiku: Option<u64>,
+    pub sonnet: Option<u64>,
+    pub opus: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
@@ -91,6 +105,8 @@ pub const KEYS: &[&str] = &[
     "max_retries",
     "max_turns",
     "budget",
+    "daily_budget",
+    "costs",
     "models",
     "build_gate",
     "stall_timeout",
@@ -114,7 +130,7 @@ pub fn parse(text: &str, origin: &str) -> std::result::Result<FileSettings, Stri
     serde_yaml::from_str(text).map_err(|e| {
         let at = e.location().map(|l| format!(":{}:{}", l.line(), l.column())).unwrap_or_default();
         format!(
-            "{origin}{at}: {e}\n  valid keys: {}\n  (models: haiku, sonnet, opus; merge: immediately or after_review; schema: schema/supervise.schema.json)",
+            "{origin}{at}: {e}\n  valid keys: {}\n  (models and costs: haiku, sonnet, opus; merge: immediately or after_review; schema: schema/supervise.schema.json)",
             KEYS.join(", ")
         )
     })
@@ -166,6 +182,14 @@ impl Settings {
                     .or(file.max_agent_minutes)
                     .map_or(d.max_agent_secs, |m| m.max(1).saturating_mul(60)),
                 stop_timeout_ticks: stop_ticks,
+                costs: {
+                    let c = flags.costs.or(file.costs).unwrap_or_default();
+                    [
+                        c.haiku.unwrap_or(d.costs[0]),
+                        c.sonnet.unwrap_or(d.costs[1]),
+                        c.opus.unwrap_or(d.costs[2]),
+                    ]
+                },
                 ..d
             },
             agent: flags.agent.or(file.agent),

@@ -8,6 +8,7 @@ use common::*;
 use proptest::prelude::*;
 use supervise::engine::*;
 use supervise::plan::SprintId;
+use supervise::report;
 
 #[test]
 fn start_dispatches_every_eligible_unit_in_parallel_and_names_the_operation() {
@@ -617,6 +618,98 @@ fn the_verification_cascade_favours_partial_over_failure() {
     );
 }
 
+/// Whether a dispatch is held: `Some(cancelled)` if it is, `None` if not.
+fn held(sim: &Sim, d: &DispatchId) -> Option<bool> {
+    let (u, s) = sim.st().find_dispatch(d)?;
+    let a = sim.st().units[u].sprints[s].active.as_ref()?;
+    a.held.as_ref().map(|_| a.cancel.is_some())
+}
+
+#[test]
+fn a_held_dispatch_waits_with_its_clocks_stopped_and_killall_ends_it_without_a_failure() {
+    let cfg = EngineConfig {
+        max_agent_secs: 600,
+        stall_timeout_secs: 300,
+        ..Default::default()
+    };
+    let mut sim = Sim::start(THREE_UNITS, cfg);
+    let api = sim.order_for("api").dispatch;
+    let docs = sim.order_for("docs").dispatch;
+    sim.send(Input::DispatchHeld {
+        dispatch: docs.clone(),
+        reason: "at most 2 agents".into(),
+        until: None,
+    })
+    .unwrap();
+    let d = sim
+        .send(Input::DispatchHeld {
+            dispatch: api.clone(),
+            reason: "the installation's daily budget is 100×".into(),
+            until: None,
+        })
+        .unwrap();
+    let notices: Vec<_> = d
+        .effects
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Effect::Notify {
+                    kind: NoticeKind::Held,
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert_eq!(notices.len(), 1, "people are told once: {:?}", d.effects);
+    // Asked again on every retry: said once, recorded once.
+    let again = sim
+        .send(Input::DispatchHeld {
+            dispatch: api.clone(),
+            reason: "the installation's daily budget is 100×".into(),
+            until: None,
+        })
+        .unwrap();
+    assert!(again.events.is_empty() && again.effects.is_empty());
+    // Hours pass: neither the stall timeout nor the wall-clock cap fires on it.
+    for _ in 0..12 {
+        sim.advance(1800);
+        let t = sim.send(Input::Tick).unwrap();
+        assert!(!t
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::Cancel { dispatch, .. } if *dispatch == api)));
+    }
+    assert!(report::status_table(sim.st(), sim.now)
+        .contains("waiting to launch: the installation's daily budget is 100×"));
+    // Launched: its clocks start now, so the cap counts from here.
+    sim.send(Input::DispatchReleased {
+        dispatch: api.clone(),
+    })
+    .unwrap();
+    sim.advance(590);
+    sim.send(Input::AgentActivity {
+        dispatch: api.clone(),
+    })
+    .unwrap();
+    let t = sim.send(Input::Tick).unwrap();
+    assert!(
+        !t.effects.iter().any(|e| matches!(e, Effect::Cancel { .. })),
+        "590 s of a 600 s cap"
+    );
+    // The other dispatch held from the start, then killall: never launched,
+    // no attempt charged.
+    sim.send(Input::Killall).unwrap();
+    sim.send(Input::DispatchFailed {
+        dispatch: docs,
+        error: "cancelled before it was launched".into(),
+    })
+    .unwrap();
+    let sp = &sim.unit("docs").sprints[0];
+    assert_eq!(sp.failures, 0, "cancelled before launch is no failure");
+    assert_eq!(sp.history.last().unwrap().outcome, "terminated");
+}
+
 // ---- property tests ------------------------------------------------------------
 
 #[derive(Debug, Clone)]
@@ -627,6 +720,10 @@ enum Step {
     Killall,
     Resume,
     Gate(bool),
+    /// A cap above the operation holds a dispatch not yet launched…
+    Hold(usize),
+    /// …until it is launched, or found cancelled (then never launched).
+    Release(usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -637,6 +734,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Killall),
         2 => Just(Step::Resume),
         1 => any::<bool>().prop_map(Step::Gate),
+        1 => (0usize..4).prop_map(Step::Hold),
+        1 => (0usize..4).prop_map(Step::Release),
     ]
 }
 
@@ -653,7 +752,8 @@ proptest! {
             match st {
                 Step::Finish(i, k) => {
                     let out = sim.out();
-                    let active: Vec<_> = out.iter().filter(|o| sim.st().find_dispatch(&o.dispatch).is_some()).collect();
+                    // A held dispatch was never launched: it cannot finish.
+                    let active: Vec<_> = out.iter().filter(|o| sim.st().find_dispatch(&o.dispatch).is_some() && held(&sim, &o.dispatch).is_none()).collect();
                     if let Some(o) = active.get(i % active.len().max(1)) {
                         let r = match k { 0 => success(), 1 => partial(), 2 => failure(), _ => AgentReport { exit_code: None, ..Default::default() } };
                         let _ = sim.send(Input::AgentFinished { dispatch: o.dispatch.clone(), report: r });
@@ -663,6 +763,21 @@ proptest! {
                 Step::Stop => { let _ = sim.send(Input::Stop); }
                 Step::Killall => { let _ = sim.send(Input::Killall); }
                 Step::Resume => { let _ = sim.send(Input::Resume { unit: None }); }
+                Step::Hold(i) => {
+                        let out = sim.out();
+                        if let Some(o) = out.get(i % out.len().max(1)) {
+                            let _ = sim.send(Input::DispatchHeld { dispatch: o.dispatch.clone(), reason: "the daily budget".into(), until: None });
+                        }
+                }
+                Step::Release(i) => {
+                    let out: Vec<_> = sim.out().into_iter().filter(|o| held(&sim, &o.dispatch) == Some(false)).collect();
+                    let cancelled: Vec<_> = sim.out().into_iter().filter(|o| held(&sim, &o.dispatch) == Some(true)).collect();
+                    if let Some(o) = cancelled.first() {
+                        let _ = sim.send(Input::DispatchFailed { dispatch: o.dispatch.clone(), error: "cancelled before it was launched".into() });
+                    } else if let Some(o) = out.get(i % out.len().max(1)) {
+                        let _ = sim.send(Input::DispatchReleased { dispatch: o.dispatch.clone() });
+                    }
+                }
                 Step::Gate(p) => {
                     if let Some(g) = sim.st().gates.iter().find(|g| g.passed.is_none()).map(|g| g.id) {
                         let _ = sim.send(Input::GateResult { gate: g, passed: p, output: "x".into() });
@@ -670,7 +785,14 @@ proptest! {
                 }
             }
             for u in &sim.st().units {
-                for s in &u.sprints { prop_assert!(s.failures <= sim.st().config.max_retries); }
+                for s in &u.sprints {
+                    prop_assert!(s.failures <= sim.st().config.max_retries);
+                    // A cancel never waits on a held dispatch's clocks, and a
+                    // held one is never stopped for stalling or the wall clock.
+                    if let Some(a) = &s.active {
+                        prop_assert!(!(a.held.is_some() && matches!(a.cancel, Some(CancelReason::Stalled | CancelReason::WallClock))));
+                    }
+                }
                 prop_assert!(u.sprints.iter().filter(|s| s.active.is_some()).count() <= 1);
             }
             prop_assert!(sim.st().active_count() <= cap as usize + 2, "cap respected (killed agents may linger until they report)");

@@ -85,7 +85,10 @@ async fn duplicates_code_blocks_edits_and_bots_do_not_act_twice_or_at_all() {
     assert_eq!(h.fake.edit(quoted, "/supervise killall").await, 202);
     h.settle().await;
     assert_eq!(h.bot_comments(1).len(), 1, "one reply for one comment");
-    assert!(h.bot_comments(2).is_empty(), "code, quotes and edits never act");
+    assert!(
+        h.bot_comments(2).is_empty(),
+        "code, quotes and edits never act"
+    );
     assert!(h.bot_comments(3).is_empty(), "bots are ignored");
     assert!(!h.fake.reactions().iter().any(|(c, _, _)| *c == quoted));
 }
@@ -187,7 +190,11 @@ async fn a_restart_mid_processing_neither_loses_nor_repeats_the_delivery() {
     let replies = h.replies_after(6, 1).await;
     assert!(replies[0].contains("Commands (one per line"));
     h.settle().await;
-    assert_eq!(h.bot_comments(6).len(), 1, "exactly one reply after the restart");
+    assert_eq!(
+        h.bot_comments(6).len(),
+        1,
+        "exactly one reply after the restart"
+    );
     assert_eq!(
         h.fake
             .reactions()

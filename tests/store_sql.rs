@@ -283,3 +283,215 @@ async fn postgres_operation_log_round_trip() {
     let s = SqlStore::connect(&postgres_url().await).await.unwrap();
     operation_log_round_trip(&s).await;
 }
+
+// ---- spend across operations -----------------------------------------------------
+
+use supervise::store::sql::{Admission, Admitted, Caps};
+
+fn ask<'a>(dispatch: &'a str, repo: &'a str, op: &'a str, cost: u64, caps: Caps) -> Admission<'a> {
+    Admission {
+        dispatch,
+        installation: 7,
+        repo,
+        op,
+        model: "sonnet",
+        cost,
+        caps,
+        waiting_expires_ms: 600_000,
+    }
+}
+
+/// Three operations in two repositories of one installation, each dispatch
+/// asked for on either replica at random, some asked twice (a replayed
+/// effect, a redelivered event), all at once: the daily caps are never passed
+/// — not even by one sprint — and nothing is recorded twice.
+async fn daily_caps_hold_under_any_interleaving(a: SqlStore, b: SqlStore) {
+    // Rounds on installations of their own: more interleavings to catch.
+    for round in 0..15 {
+        daily_caps_round(&a, &b, round).await;
+    }
+}
+
+async fn daily_caps_round(a: &SqlStore, b: &SqlStore, round: u64) {
+    let installation = 100 + round as i64;
+    let caps_a = Caps {
+        installation_daily: Some(100),
+        repo_daily: None,
+        installation_agents: None,
+    };
+    let caps_b = Caps {
+        repo_daily: Some(40),
+        ..caps_a
+    };
+    let ops = [
+        ("op1", "acme/shop", caps_a),
+        ("op2", "acme/shop", caps_a),
+        ("op3", "acme/blog", caps_b),
+    ];
+    // Every dispatch of every operation at once, each on either replica.
+    let mut seed = 0x9e37_79b9_u64 ^ round;
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        seed >> 33
+    };
+    let mut tasks = Vec::new();
+    for (op, repo, caps) in ops {
+        for i in 0..12 {
+            let d = format!("{op}-{round}-{i}");
+            let cost = [1, 10, 30][(next() % 3) as usize];
+            let replicas: Vec<SqlStore> = (0..1 + next() % 2)
+                .map(|_| {
+                    if next() % 2 == 0 {
+                        a.clone()
+                    } else {
+                        b.clone()
+                    }
+                })
+                .collect();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = Vec::new();
+                for store in replicas {
+                    let asked = Admission {
+                        installation,
+                        ..ask(&d, repo, op, cost, caps)
+                    };
+                    match store.admit(&asked).await.unwrap() {
+                        Admitted::Now => admitted.push((d.clone(), cost)),
+                        Admitted::Before | Admitted::Held { .. } => {}
+                    }
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = Vec::new();
+    for t in tasks {
+        admitted.extend(t.await.unwrap());
+    }
+    let mut ids: Vec<&String> = admitted.iter().map(|(d, _)| d).collect();
+    ids.sort();
+    let n = ids.len();
+    ids.dedup();
+    assert_eq!(n, ids.len(), "no dispatch admitted twice");
+    let since = chrono::Utc::now() - chrono::Duration::days(1);
+    let recorded = a.spend_since(installation, since).await.unwrap();
+    assert_eq!(recorded.len(), n, "each admitted dispatch recorded once");
+    let total: u64 = recorded.iter().map(|r| r.cost).sum();
+    let blog: u64 = recorded
+        .iter()
+        .filter(|r| r.repo == "acme/blog")
+        .map(|r| r.cost)
+        .sum();
+    assert!(total <= 100, "installation cap passed: {total}");
+    assert!(blog <= 40, "repository cap passed: {blog}");
+    assert!(total >= 60, "the caps leave room used: {total}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_daily_caps_hold_under_any_interleaving() {
+    let (a, d) = sqlite().await;
+    let b = SqlStore::connect(&sqlite_url(&d)).await.unwrap();
+    daily_caps_hold_under_any_interleaving(a, b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: scripts/test starts one"]
+async fn postgres_daily_caps_hold_under_any_interleaving() {
+    let url = postgres_url().await;
+    let a = SqlStore::connect(&url).await.unwrap();
+    let b = SqlStore::connect(&url).await.unwrap();
+    daily_caps_hold_under_any_interleaving(a, b).await;
+}
+
+/// At most two agents across the installation; when a slot frees, the
+/// operation with fewer agents in flight goes first, whoever asked first.
+#[tokio::test]
+async fn agents_in_flight_are_capped_and_shared_fairly_between_operations() {
+    let (s, _d) = sqlite().await;
+    let caps = Caps {
+        installation_agents: Some(2),
+        ..Caps::default()
+    };
+    let admit = |d: &'static str, op: &'static str| {
+        let s = s.clone();
+        async move { s.admit(&ask(d, "acme/shop", op, 10, caps)).await.unwrap() }
+    };
+    assert_eq!(admit("a1", "a").await, Admitted::Now);
+    assert_eq!(admit("a2", "a").await, Admitted::Now);
+    // Full: `a` asks for a third first, then `b` and `c` ask.
+    assert!(matches!(admit("a3", "a").await, Admitted::Held { .. }));
+    let Admitted::Held { reason, .. } = admit("b1", "b").await else {
+        panic!("b1 must wait");
+    };
+    assert!(
+        reason.contains("the most it allows at once (2)"),
+        "{reason}"
+    );
+    assert!(matches!(admit("c1", "c").await, Admitted::Held { .. }));
+    s.spend_ended("a1").await.unwrap();
+    // One slot: `a` still has an agent in flight, `b` and `c` none; `b` asked first.
+    assert!(matches!(admit("a3", "a").await, Admitted::Held { .. }));
+    assert!(matches!(admit("c1", "c").await, Admitted::Held { .. }));
+    assert_eq!(admit("b1", "b").await, Admitted::Now);
+    s.spend_ended("a2").await.unwrap();
+    // `c` has none in flight, `a` none either now, `b` one: `a` asked first.
+    assert_eq!(admit("a3", "a").await, Admitted::Now);
+    assert!(matches!(admit("c1", "c").await, Admitted::Held { .. }));
+    // The same dispatch asked again spends nothing more.
+    assert_eq!(admit("a3", "a").await, Admitted::Before);
+    let all = s
+        .spend_since(7, chrono::Utc::now() - chrono::Duration::days(1))
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 4);
+}
+
+/// A dispatch that would pass the daily budget is told when it fits again:
+/// when enough of the last 24 hours' spend has rolled out of the window.
+#[tokio::test]
+async fn a_held_dispatch_is_told_when_the_window_allows_it() {
+    let (s, _d) = sqlite().await;
+    let caps = Caps {
+        installation_daily: Some(30),
+        ..Caps::default()
+    };
+    for (d, cost) in [("x1", 10), ("x2", 10), ("x3", 10)] {
+        assert_eq!(
+            s.admit(&ask(d, "acme/shop", "x", cost, caps))
+                .await
+                .unwrap(),
+            Admitted::Now
+        );
+    }
+    let first = s
+        .spend_since(7, chrono::Utc::now() - chrono::Duration::days(1))
+        .await
+        .unwrap()[0]
+        .at;
+    let Admitted::Held { reason, until } = s
+        .admit(&ask("x4", "acme/shop", "x", 10, caps))
+        .await
+        .unwrap()
+    else {
+        panic!("over the cap");
+    };
+    assert!(
+        reason.contains("daily budget is 30× and 30× was dispatched"),
+        "{reason}"
+    );
+    assert_eq!(until, Some(first + chrono::Duration::days(1)));
+    let Admitted::Held { reason, until } = s
+        .admit(&ask("x5", "acme/shop", "x", 40, caps))
+        .await
+        .unwrap()
+    else {
+        panic!("more than the cap");
+    };
+    assert!(
+        reason.contains("more than the installation's daily budget"),
+        "{reason}"
+    );
+    assert_eq!(until, None);
+}

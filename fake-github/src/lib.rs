@@ -13,9 +13,9 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use tokio::sync::watch;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
 
 #[derive(Clone, Debug, Default)]
 pub struct Config {
@@ -597,12 +597,7 @@ async fn permission(
         return r;
     }
     let _ = (owner, repo);
-    let role = f
-        .inner
-        .lock()
-        .users
-        .get(&user)
-        .map(|u| u.0.clone());
+    let role = f.inner.lock().users.get(&user).map(|u| u.0.clone());
     match role {
         // A test hook: a role `!<status>` makes the endpoint answer that status.
         Some(role) if role.starts_with('!') => {

@@ -6,7 +6,7 @@
 //! one pass over every operation, and exits; the Action then saves the store.
 
 use crate::commands::handle::Handler;
-use crate::github::operation::{OpTimings, Operations};
+use crate::github::operation::{InstallationLimits, OpTimings, Operations};
 use crate::github::GitHub;
 use crate::store::sql::SqlStore;
 use anyhow::{anyhow, Context, Result};
@@ -160,6 +160,8 @@ pub fn run(args: ActionArgs) -> Result<i32> {
                 force_cancel_after: Duration::ZERO,
                 lease: Duration::from_secs(600),
             },
+            // One repository: its own `daily_budget` is the cap that applies.
+            InstallationLimits::default(),
         );
         ops.load_all().await.context("loading the operations")?;
         let handler = Handler {

@@ -2,7 +2,7 @@
 //! service. Secrets are held as `SecretString` and never printed (clap hides
 //! their environment values from `--help`).
 
-use crate::github::operation::OpTimings;
+use crate::github::operation::{InstallationLimits, OpTimings};
 use crate::server::run::{self, ServiceConfig};
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
@@ -72,6 +72,15 @@ pub struct ServeArgs {
     /// Seconds a cancelled agent run may keep running before it is force-cancelled.
     #[arg(long, env = "SUPERVISE_FORCE_CANCEL_SECS", default_value_t = 30)]
     pub force_cancel_secs: u64,
+    /// What all the operations of one installation may dispatch in any 24
+    /// hours, in relative cost (haiku 1, sonnet 10, opus 30 per dispatch by
+    /// default). A dispatch that would pass it waits until the window allows.
+    #[arg(long, env = "SUPERVISE_INSTALLATION_DAILY_BUDGET")]
+    pub installation_daily_budget: Option<u64>,
+    /// Agents in flight at once across all the operations of one
+    /// installation, shared fairly between them.
+    #[arg(long, env = "SUPERVISE_INSTALLATION_AGENTS", default_value_t = 20)]
+    pub installation_agents: u64,
     /// This replica's name in operation leases (default: the host name). Give
     /// each replica its own when several share a host.
     #[arg(long, env = "SUPERVISE_REPLICA_ID")]
@@ -168,6 +177,10 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
                 ci_grace: Duration::from_secs(args.ci_grace_secs),
                 force_cancel_after: Duration::from_secs(args.force_cancel_secs.max(1)),
                 lease: Duration::from_secs(args.lease_secs.max(1)),
+            },
+            limits: InstallationLimits {
+                daily_budget: args.installation_daily_budget,
+                agents: Some(args.installation_agents.max(1)),
             },
             metrics: metrics_exporter_prometheus::PrometheusBuilder::new()
                 .install_recorder()

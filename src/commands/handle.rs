@@ -289,6 +289,7 @@ impl Handler {
         let text = match cmd {
         Command::Help => Ok(help_text()),
         Command::Version => Ok(format!("Sprint Supervisor {}", env!("CARGO_PKG_VERSION"))),
+        Command::Spend => ops.spend(p).await,
         Command::Status => ops.status(&p.repo, p.issue).await.map(|s| {
             s.unwrap_or_else(|| {
                 "No operation has been started on this issue yet. Comment `/supervise start` to begin.".to_string()

@@ -37,6 +37,7 @@ pub enum Command {
     Prioritize,
     Evaluate,
     Version,
+    Spend,
     Help,
 }
 
@@ -141,6 +142,13 @@ pub const COMMANDS: &[CommandSpec] = &[
         false,
     ),
     spec(
+        "spend",
+        None,
+        "what this repository's operations dispatched in the last day and week, against the daily budgets",
+        Permission::Read,
+        true,
+    ),
+    spec(
         "version",
         None,
         "which version of Sprint Supervisor answers",
@@ -192,6 +200,7 @@ impl Command {
             Command::Prioritize => "prioritize",
             Command::Evaluate => "evaluate",
             Command::Version => "version",
+            Command::Spend => "spend",
             Command::Help => "help",
         }
     }
@@ -354,6 +363,7 @@ fn parse_line(rest: &str) -> Result<Command, ParseError> {
         "prioritize" => Command::Prioritize,
         "evaluate" => Command::Evaluate,
         "version" => Command::Version,
+        "spend" => Command::Spend,
         _ => Command::Help,
     })
 }

@@ -86,9 +86,11 @@ impl Entry {
 pub enum Outcome {
     /// Done; these inputs follow from it (a launch that failed, a merge made…).
     Done(Vec<Input>),
-    /// Not possible yet (CI still running, a review not given): it stays in
-    /// the outbox and is tried again when [`Driver::drive`] is told to.
-    Wait,
+    /// Not possible yet (CI still running, a review not given, a cap above the
+    /// operation reached): it stays in the outbox and is tried again when
+    /// [`Driver::drive`] is told to. The inputs say so to the engine (a held
+    /// dispatch), and are decided at once.
+    Wait(Vec<Input>),
 }
 
 /// What became of one input: the engine acted on it (these events were
@@ -284,7 +286,10 @@ impl Driver {
                     .await;
             let follow = match outcome {
                 Ok(Outcome::Done(inputs)) => inputs,
-                Ok(Outcome::Wait) => {
+                Ok(Outcome::Wait(inputs)) => {
+                    for input in inputs {
+                        self.decide_and_observe(outbox, exec, input).await?;
+                    }
                     self.waiting.insert(entry.key);
                     i += 1;
                     continue;

@@ -137,6 +137,20 @@ pub enum Input {
         dispatch: DispatchId,
         report: AgentReport,
     },
+    /// The runner may not launch the agent yet: a cap above the operation (a
+    /// daily budget, agents in flight across operations) is reached. The
+    /// attempt waits, its clocks stopped, until [`Input::DispatchReleased`].
+    DispatchHeld {
+        dispatch: DispatchId,
+        /// Why, for people: which cap, how much is spent.
+        reason: String,
+        /// When the cap should allow it, if known.
+        until: Option<DateTime<Utc>>,
+    },
+    /// A held dispatch was launched after all: its clocks start now.
+    DispatchReleased {
+        dispatch: DispatchId,
+    },
     /// The runner could not launch the agent at all (not an attempt of the agent).
     DispatchFailed {
         dispatch: DispatchId,
@@ -181,6 +195,13 @@ pub enum Input {
         sprint: SprintId,
         detail: String,
     },
+}
+
+/// Why a dispatch waits to be launched, and until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub reason: String,
+    pub until: Option<DateTime<Utc>>,
 }
 
 /// A record of one finished dispatch, kept for reports.
@@ -287,6 +308,17 @@ pub enum Event {
         sprint: usize,
         at: DateTime<Utc>,
     },
+    DispatchHeld {
+        unit: usize,
+        sprint: usize,
+        hold: Hold,
+        at: DateTime<Utc>,
+    },
+    DispatchReleased {
+        unit: usize,
+        sprint: usize,
+        at: DateTime<Utc>,
+    },
     CancelRequested {
         unit: usize,
         sprint: usize,
@@ -383,6 +415,8 @@ impl Event {
             | Event::Dispatched { at, .. }
             | Event::Activity { at, .. }
             | Event::StallWarned { at, .. }
+            | Event::DispatchHeld { at, .. }
+            | Event::DispatchReleased { at, .. }
             | Event::CancelRequested { at, .. }
             | Event::FailureCounted { at, .. }
             | Event::FailuresReset { at, .. }
@@ -425,6 +459,9 @@ pub enum NoticeKind {
     DeferredWaiting,
     ManualCheck,
     BudgetReached,
+    /// A dispatch waits for a cap above the operation (daily budget, agents
+    /// in flight across operations).
+    Held,
     Draining,
     Killed,
     Completed,

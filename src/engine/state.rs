@@ -150,6 +150,9 @@ pub struct ActiveDispatch {
     pub last_activity: DateTime<Utc>,
     pub stall_warned: bool,
     pub cancel: Option<CancelReason>,
+    /// Not launched yet: a cap above the operation holds it (its clocks wait).
+    #[serde(default)]
+    pub held: Option<Hold>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -490,11 +493,27 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                     last_activity: *at,
                     stall_warned: false,
                     cancel: None,
+                    held: None,
                 });
             }
         }
         Event::Activity { unit, sprint, at } => {
             if let Some(a) = sprint_mut(st, *unit, *sprint).and_then(|s| s.active.as_mut()) {
+                a.last_activity = *at;
+                a.stall_warned = false;
+            }
+        }
+        Event::DispatchHeld {
+            unit, sprint, hold, ..
+        } => {
+            if let Some(a) = sprint_mut(st, *unit, *sprint).and_then(|s| s.active.as_mut()) {
+                a.held = Some(hold.clone());
+            }
+        }
+        Event::DispatchReleased { unit, sprint, at } => {
+            if let Some(a) = sprint_mut(st, *unit, *sprint).and_then(|s| s.active.as_mut()) {
+                a.held = None;
+                a.dispatched_at = *at;
                 a.last_activity = *at;
                 a.stall_warned = false;
             }

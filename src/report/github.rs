@@ -37,13 +37,20 @@ pub fn as_comment_commands(text: &str) -> String {
         )
 }
 
-/// The sticky status comment: the §13 table with active agents linked to their runs.
+/// The sticky status comment: the §13 table with active agents linked to their
+/// runs, then `spend` (the line on spend above the operation), if any.
 pub fn status_comment(
     st: &OperationState,
     now: DateTime<Utc>,
     link: &dyn Fn(&DispatchId) -> Option<String>,
+    spend: Option<&str>,
 ) -> String {
     let mut out = as_comment_commands(&status_table_linked(st, now, link));
+    if let Some(line) = spend {
+        out.push('\n');
+        out.push_str(line);
+        out.push('\n');
+    }
     out.push_str(
         "\n<sub>Edited in place as the operation moves. Commands: `/supervise status`, `stop`, `killall`, `resume [unit]`.</sub>\n",
     );

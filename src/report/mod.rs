@@ -9,7 +9,7 @@ mod state_md;
 mod status;
 
 pub use complete::{complete_file_name, complete_md, final_summary, verification, Verification};
-pub use spend::{spend, spend_table, SpendRow};
+pub use spend::{day_line, spend, spend_comment, spend_table, DailyCaps, SpendRecord, SpendRow};
 pub use state_md::supervisor_state_md;
 pub use status::{
     blocked_notices, completion_summary, kill_summary, status_table, status_table_linked,
@@ -43,7 +43,6 @@ pub(crate) fn tick(ok: bool) -> &'static str {
     }
 }
 
-/// One Decisions Log entry as a line: `12:00:01 api Sprint 2: decision — rationale`.
 /// The sign a notice of this kind starts with, the same wherever it is shown.
 pub fn notice_prefix(kind: crate::engine::NoticeKind) -> &'static str {
     use crate::engine::NoticeKind::*;
@@ -51,12 +50,14 @@ pub fn notice_prefix(kind: crate::engine::NoticeKind) -> &'static str {
         Blocked => "⛔ ",
         Completed => "✅ ",
         BudgetReached => "💰 ",
+        Held => "⏸ ",
         Killed => "🛑 ",
         WorkLost => "⚠️ ",
         DeferredWaiting | ManualCheck | Draining => "",
     }
 }
 
+/// One Decisions Log entry as a line: `12:00:01 api Sprint 2: decision — rationale`.
 pub fn decision_line(d: &crate::engine::DecisionEntry) -> String {
     format!(
         "{} {}{}: {} — {}",

@@ -83,3 +83,126 @@ pub fn spend_table(rows: &[SpendRow]) -> String {
     let _ = writeln!(out, "| **all** | | | **{day}x** | **{week}x** | | |");
     out
 }
+
+/// One dispatch an installation's operations made, as the service records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpendRecord {
+    pub repo: String,
+    pub op: String,
+    pub model: String,
+    pub cost: u64,
+    pub at: DateTime<Utc>,
+    /// Its agent has ended (or never ran).
+    pub ended: bool,
+}
+
+/// The daily caps that apply to a repository on the service.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DailyCaps {
+    pub installation: Option<u64>,
+    pub repo: Option<u64>,
+}
+
+fn of_cap(spent: u64, cap: Option<u64>) -> String {
+    match cap {
+        Some(c) => format!("{spent}× of a {c}× daily budget"),
+        None => format!("{spent}×"),
+    }
+}
+
+/// The status comment's line on spend above the operation: the last 24
+/// hours of the repository and, on an App installation, of the installation.
+pub fn day_line(
+    repo: &str,
+    installation: Option<u64>,
+    records: &[SpendRecord],
+    caps: DailyCaps,
+    now: DateTime<Utc>,
+) -> String {
+    let day = |r: &&SpendRecord| now - r.at <= Duration::days(1);
+    let repo_day: u64 = records
+        .iter()
+        .filter(day)
+        .filter(|r| r.repo == repo)
+        .map(|r| r.cost)
+        .sum();
+    let mut line = format!(
+        "Spent in the last 24 h: {repo} {}",
+        of_cap(repo_day, caps.repo)
+    );
+    if let Some(id) = installation {
+        let all: u64 = records.iter().filter(day).map(|r| r.cost).sum();
+        let _ = write!(
+            line,
+            " · installation {id} {}",
+            of_cap(all, caps.installation)
+        );
+    }
+    line
+}
+
+/// `/supervise spend`: this repository's operations over the last day and
+/// week, and the installation's totals — never another repository's name
+/// (whoever may comment here may not see the others).
+pub fn spend_comment(
+    repo: &str,
+    records: &[SpendRecord],
+    caps: DailyCaps,
+    now: DateTime<Utc>,
+) -> String {
+    let mut per_op: Vec<(String, u64, u64, u64, usize)> = Vec::new();
+    let (mut all_day, mut all_week) = (0, 0);
+    for r in records {
+        let in_day = now - r.at <= Duration::days(1);
+        let in_week = now - r.at <= Duration::days(7);
+        if in_day {
+            all_day += r.cost;
+        }
+        if in_week {
+            all_week += r.cost;
+        }
+        if r.repo != repo || !in_week {
+            continue;
+        }
+        let i = match per_op.iter().position(|p| p.0 == r.op) {
+            Some(i) => i,
+            None => {
+                per_op.push((r.op.clone(), 0, 0, 0, 0));
+                per_op.len() - 1
+            }
+        };
+        let row = &mut per_op[i];
+        row.2 += r.cost;
+        row.3 += 1;
+        if in_day {
+            row.1 += r.cost;
+        }
+        if !r.ended {
+            row.4 += 1;
+        }
+    }
+    let mut out = format!("## Spend of `{repo}`\n\n");
+    if per_op.is_empty() {
+        out.push_str("No dispatches in the last 7 days.\n");
+    } else {
+        out.push_str("| Operation | Last 24 h | Last 7 days | Dispatches | Running now |\n|---|---|---|---|---|\n");
+        for (op, day, week, n, running) in &per_op {
+            let _ = writeln!(out, "| `{op}` | {day}× | {week}× | {n} | {running} |");
+        }
+        let (day, week) = per_op.iter().fold((0, 0), |(d, w), p| (d + p.1, w + p.2));
+        let _ = writeln!(out, "| **all** | **{day}×** | **{week}×** | | |");
+    }
+    let repo_day: u64 = per_op.iter().map(|p| p.1).sum();
+    let _ = writeln!(
+        out,
+        "\nThis repository, last 24 h: {}.",
+        of_cap(repo_day, caps.repo)
+    );
+    let _ = writeln!(
+        out,
+        "The installation (every repository it covers): {} in the last 24 h, {all_week}× in 7 days.",
+        of_cap(all_day, caps.installation)
+    );
+    out.push_str("\n<sub>Relative cost per dispatch: haiku 1, sonnet 10, opus 30 unless `costs:` in `.github/supervise.yml` says otherwise; retries count.</sub>\n");
+    out
+}

@@ -16,6 +16,13 @@ fn next_event(st: &OperationState) -> String {
         OverallStatus::Running => {
             if let Some(g) = st.gates.iter().find(|g| g.passed.is_none()) {
                 format!("waiting for build gate {} (layer {})", g.id, g.layer)
+            } else if let Some(h) = st
+                .units
+                .iter()
+                .flat_map(|u| &u.sprints)
+                .find_map(|s| s.active.as_ref().and_then(|a| a.held.as_ref()))
+            {
+                format!("waiting to launch an agent: {}", h.reason)
             } else if active > 0 {
                 "polling active agents".into()
             } else if st
@@ -115,6 +122,20 @@ pub fn status_table_linked(
                     Some(url) => format!("[{}]({url})", a.id),
                     None => a.id.to_string(),
                 };
+                if let Some(h) = &a.held {
+                    let until = h.until.map_or_else(String::new, |t| {
+                        format!(", until about {} UTC", t.format("%H:%M"))
+                    });
+                    let _ = writeln!(
+                        out,
+                        "- {} Sprint {} ({} · {id}) — waiting to launch: {}{until}",
+                        u.name,
+                        s.id,
+                        a.tier.as_str(),
+                        h.reason
+                    );
+                    continue;
+                }
                 let _ = writeln!(
                     out,
                     "- {} Sprint {} ({} · {id}) — {} elapsed",

@@ -5,7 +5,7 @@
 
 use super::listen;
 use super::service::{self, Service};
-use crate::github::operation::{OpTimings, Operations};
+use crate::github::operation::{InstallationLimits, OpTimings, Operations};
 use crate::github::GitHub;
 use crate::store::sql::SqlStore;
 use anyhow::{Context, Result};
@@ -30,6 +30,8 @@ pub struct ServiceConfig {
     /// This replica's name in operation leases.
     pub replica_id: String,
     pub timings: OpTimings,
+    /// Caps above one operation, per installation.
+    pub limits: InstallationLimits,
     /// Where `GET /metrics` reads from; `None` answers it empty.
     pub metrics: Option<PrometheusHandle>,
 }
@@ -55,6 +57,7 @@ pub async fn run(
         github.clone(),
         store.clone(),
         config.timings,
+        config.limits,
     );
     let loaded = ops
         .load_all()

@@ -10,6 +10,9 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use std::time::Duration;
 
+mod spend;
+pub use spend::{Admission, Admitted, Caps};
+
 /// Versioned schema steps, applied once each, in order, in a transaction.
 const MIGRATIONS: &[(i64, &str)] = &[
     (
@@ -96,6 +99,34 @@ const MIGRATIONS: &[(i64, &str)] = &[
         // The sprint's pull request: verification and the merge read it by
         // number (one request) instead of looking it up by branch.
         "ALTER TABLE op_runs ADD COLUMN pull BIGINT",
+    ),
+    (
+        6,
+        // Spend across operations (see `spend.rs`): each dispatch once, the
+        // line of dispatches waiting for a slot, and one row per installation
+        // whose lock makes an admission one transaction at a time.
+        "CREATE TABLE IF NOT EXISTS spend (
+        dispatch TEXT PRIMARY KEY,
+        installation BIGINT NOT NULL,
+        repo TEXT NOT NULL,
+        op TEXT NOT NULL,
+        model TEXT NOT NULL,
+        cost BIGINT NOT NULL,
+        at_ms BIGINT NOT NULL,
+        ended_ms BIGINT
+    );
+    CREATE INDEX IF NOT EXISTS spend_window ON spend (installation, at_ms);
+    CREATE TABLE IF NOT EXISTS spend_waiting (
+        dispatch TEXT PRIMARY KEY,
+        installation BIGINT NOT NULL,
+        op TEXT NOT NULL,
+        since_ms BIGINT NOT NULL,
+        seen_ms BIGINT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS spend_scopes (
+        installation BIGINT PRIMARY KEY,
+        version BIGINT NOT NULL
+    )",
     ),
 ];
 

@@ -282,8 +282,10 @@ impl Story {
 
     /// The first `n` replies of the App on `issue`, once there are as many.
     pub async fn replies_after(&self, issue: i64, n: usize) -> Vec<String> {
-        self.until_on(issue, "the replies", 30, |s| s.bot_comments(issue).len() >= n)
-            .await;
+        self.until_on(issue, "the replies", 30, |s| {
+            s.bot_comments(issue).len() >= n
+        })
+        .await;
         self.bot_comments(issue)
     }
 
@@ -404,7 +406,10 @@ pub fn fast_service(lease_secs: u64) -> Vec<(&'static str, String)> {
     let t = fast_timings(lease_secs);
     vec![
         ("SUPERVISE_TICK_MS", t.tick.as_millis().to_string()),
-        ("SUPERVISE_RECONCILE_SECS", t.reconcile.as_secs().to_string()),
+        (
+            "SUPERVISE_RECONCILE_SECS",
+            t.reconcile.as_secs().to_string(),
+        ),
         (
             "SUPERVISE_STATUS_INTERVAL_MS",
             t.status_interval.as_millis().to_string(),
@@ -448,6 +453,7 @@ fn in_process_config(api: &str, db_url: &str, lease_secs: u64) -> ServiceConfig 
         per_installation: 2,
         replica_id: "supervise-test".into(),
         timings: fast_timings(lease_secs),
+        limits: Default::default(),
         metrics,
     }
 }

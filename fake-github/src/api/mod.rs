@@ -155,11 +155,7 @@ impl FakeGitHub {
         let path = self.data_dir.join("repos").join(format!("{repo}.git"));
         let r = Repo::create(path, "main", &[("README.md", "# test repository\n")])
             .expect("creating a bare repository");
-        self.inner
-            .lock()
-            .api
-            .repos
-            .insert(repo.to_string(), r);
+        self.inner.lock().api.repos.insert(repo.to_string(), r);
     }
 
     /// Opens an issue as a person; returns its number.
@@ -196,20 +192,15 @@ impl FakeGitHub {
     /// The repository's CI: `command` runs on every new branch head and reports a
     /// `ci` check run.
     pub fn set_ci(&self, repo: &str, command: &str) {
-        self.inner
-            .lock()
-            .api
-            .ci
-            .insert(repo.into(), command.into());
+        self.inner.lock().api.ci.insert(repo.into(), command.into());
     }
 
     pub fn approve(&self, repo: &str, pr: i64, login: &str) {
-        self.inner.lock().api.reviews.push((
-            repo.into(),
-            pr,
-            login.into(),
-            "APPROVED".into(),
-        ));
+        self.inner
+            .lock()
+            .api
+            .reviews
+            .push((repo.into(), pr, login.into(), "APPROVED".into()));
     }
 
     pub fn issues(&self, repo: &str) -> Vec<Issue> {

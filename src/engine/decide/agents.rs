@@ -5,6 +5,59 @@
 use super::*;
 
 impl Decider<'_> {
+    /// A dispatch waits for a cap above the operation: said once when the hold
+    /// begins (and again if its reason changes), never per retry.
+    pub(super) fn held(
+        &mut self,
+        dispatch: &DispatchId,
+        reason: String,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<(), Refusal> {
+        let (u, s) = self.find(dispatch)?;
+        let Some(active) = self.sprint(u, s).active.clone() else {
+            return Ok(());
+        };
+        let hold = Hold { reason, until };
+        if active.cancel.is_some()
+            || active
+                .held
+                .as_ref()
+                .is_some_and(|h| h.reason == hold.reason)
+        {
+            return Ok(());
+        }
+        let first = active.held.is_none();
+        self.emit(Event::DispatchHeld {
+            unit: u,
+            sprint: s,
+            hold: hold.clone(),
+            at: self.now,
+        });
+        let id = self.sprint(u, s).id.clone();
+        let when = hold.until.map_or_else(
+            || "when the cap allows".to_string(),
+            |t| format!("about {} UTC", t.format("%Y-%m-%d %H:%M")),
+        );
+        self.log(
+            Some(u),
+            Some(s),
+            format!("Sprint {id} agent waits to be launched"),
+            format!("{}; resumes by itself {when}", hold.reason),
+        );
+        if first {
+            let unit = self.st().units[u].name.clone();
+            self.effects.push(Effect::Notify {
+                kind: NoticeKind::Held,
+                unit: None,
+                text: format!(
+                    "{unit} Sprint {id} waits to be launched: {}. It resumes by itself {when}; nothing is spent meanwhile.",
+                    hold.reason
+                ),
+            });
+        }
+        Ok(())
+    }
+
     pub(super) fn close_attempt(
         &mut self,
         u: usize,
@@ -335,6 +388,7 @@ impl Decider<'_> {
             last_activity: last.finished_at,
             stall_warned: false,
             cancel: None,
+            held: None,
         };
         let report = AgentReport {
             turns_used: last.turns,

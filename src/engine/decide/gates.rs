@@ -11,7 +11,8 @@ impl Decider<'_> {
             for s in 0..self.st().units[u].sprints.len() {
                 let sp = self.sprint(u, s);
                 if let Some(a) = sp.active.clone() {
-                    if a.cancel.is_some() {
+                    // A held dispatch has not been launched: nothing runs to stall.
+                    if a.cancel.is_some() || a.held.is_some() {
                         continue;
                     }
                     let idle = (self.now - a.last_activity).num_seconds();

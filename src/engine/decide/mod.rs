@@ -134,8 +134,45 @@ pub fn decide_mut(
             }
         }
         Input::AgentFinished { dispatch, report } => c.finished(&dispatch, report)?,
+        Input::DispatchHeld {
+            dispatch,
+            reason,
+            until,
+        } => c.held(&dispatch, reason, until)?,
+        Input::DispatchReleased { dispatch } => {
+            let (u, s) = c.find(&dispatch)?;
+            if c.sprint(u, s)
+                .active
+                .as_ref()
+                .is_some_and(|a| a.held.is_some())
+            {
+                c.emit(Event::DispatchReleased {
+                    unit: u,
+                    sprint: s,
+                    at: now,
+                });
+                let id = c.sprint(u, s).id.clone();
+                c.log(
+                    Some(u),
+                    Some(s),
+                    format!("Sprint {id} agent launched after waiting"),
+                    "the cap allows it now".into(),
+                );
+            }
+        }
         Input::DispatchFailed { dispatch, error } => {
             let (u, s) = c.find(&dispatch)?;
+            // Cancelled by killall (or a stop that timed out) before it was
+            // ever launched: nothing ran, nothing failed.
+            let cancel = c.sprint(u, s).active.as_ref().and_then(|a| a.cancel);
+            if matches!(
+                cancel,
+                Some(CancelReason::Killall | CancelReason::StopTimeout)
+            ) {
+                c.close_attempt(u, s, "terminated", &AgentReport::default());
+                c.settle();
+                return Ok(c.finish());
+            }
             c.close_attempt(u, s, "dispatch failed", &AgentReport::default());
             if c.sprint(u, s).status() == SprintStatus::Dispatched {
                 c.sprint_to(u, s, SprintStatus::Running);

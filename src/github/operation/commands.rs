@@ -4,6 +4,32 @@
 use super::*;
 
 impl Operations {
+    /// `/supervise spend`: this repository's operations over the last day and
+    /// week, against the daily budgets (the repository's from its settings on
+    /// the default branch).
+    pub async fn spend(&self, o: &Origin) -> Result<String, OpError> {
+        let repo = o.repo(&self.gh);
+        let repo_cap = repo
+            .file(".github/supervise.yml", None)
+            .await?
+            .and_then(|(text, _)| settings::parse(&text, ".github/supervise.yml").ok())
+            .and_then(|f| f.daily_budget);
+        let now = chrono::Utc::now();
+        let records = self
+            .store
+            .spend_since(o.installation as i64, now - chrono::Duration::days(7))
+            .await?;
+        Ok(report::spend_comment(
+            &o.repo,
+            &records,
+            report::DailyCaps {
+                installation: self.limits.daily_budget,
+                repo: repo_cap,
+            },
+            now,
+        ))
+    }
+
     /// `/supervise start [plan]`: reads the plan and settings from the default
     /// branch, creates the integration branch and starts the operation. Returns
     /// the reply for the person.
@@ -85,6 +111,7 @@ impl Operations {
                 .clone()
                 .unwrap_or_else(|| DEFAULT_WORKFLOW.into()),
             merge: file_settings.merge.unwrap_or_default(),
+            daily_budget: file_settings.daily_budget,
             started_at: o
                 .created_at
                 .clone()

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::github::repo::Merge;
+use crate::store::sql::{Admission, Admitted, Caps};
 
 impl GitHubExecutor<'_> {
     pub(super) async fn effect(
@@ -65,7 +66,7 @@ impl GitHubExecutor<'_> {
                     }
                 };
                 if ctx.merge == MergeMode::AfterReview && !repo.approved(number).await? {
-                    return Ok(Outcome::Wait);
+                    return Ok(Outcome::Wait(vec![]));
                 }
                 // Merged at the head that was verified: a branch moved since
                 // is refused by GitHub (409) rather than merged unverified.
@@ -95,7 +96,7 @@ impl GitHubExecutor<'_> {
                     .ci_on(&mut self.place.ci_first_seen, &repo, &head)
                     .await?
                 else {
-                    return Ok(Outcome::Wait);
+                    return Ok(Outcome::Wait(vec![]));
                 };
                 let red: Vec<String> = checks
                     .iter()
@@ -175,6 +176,20 @@ impl GitHubExecutor<'_> {
         let ops = self.ops;
         let repo = ops.repo(&ctx);
         let d = &order.dispatch;
+        let active = state
+            .and_then(|st| st.find_dispatch(d).map(|(u, s)| &st.units[u].sprints[s]))
+            .and_then(|s| s.active.as_ref());
+        let held = active.is_some_and(|a| a.held.is_some());
+        // Launched after waiting: the attempt's clocks start now.
+        let released = || -> Vec<Input> {
+            if held {
+                vec![Input::DispatchReleased {
+                    dispatch: d.clone(),
+                }]
+            } else {
+                Vec::new()
+            }
+        };
         // Never twice: a run that carries this id already is adopted.
         if ops
             .store
@@ -182,13 +197,48 @@ impl GitHubExecutor<'_> {
             .await?
             .is_some_and(|r| r.run_id.is_some())
         {
-            return Ok(Outcome::Done(vec![]));
+            return Ok(Outcome::Done(released()));
         }
         if may_have_run {
             if let Some(run) = ops.find_run(&ctx, state, d).await? {
                 ops.record_run(&ctx, d, run.id, &run.html_url, None).await?;
-                return Ok(Outcome::Done(vec![]));
+                return Ok(Outcome::Done(released()));
             }
+        }
+        // Cancelled (killall, a stop that ran out) while it waited: never launched.
+        if active.is_some_and(|a| a.cancel.is_some()) {
+            ops.store.spend_refunded(&d.0).await?;
+            return Ok(Outcome::Done(vec![Input::DispatchFailed {
+                dispatch: d.clone(),
+                error: "cancelled before it was launched".into(),
+            }]));
+        }
+        let cost = state.map_or(0, |st| st.config.cost(order.tier));
+        let admitted = ops
+            .store
+            .admit(&Admission {
+                dispatch: &d.0,
+                installation: ctx.installation as i64,
+                repo: &ctx.repo,
+                op: &ctx.op,
+                model: order.tier.as_str(),
+                cost,
+                caps: Caps {
+                    installation_daily: ops.limits.daily_budget,
+                    repo_daily: ctx.daily_budget,
+                    installation_agents: ops.limits.agents,
+                },
+                waiting_expires_ms: (ops.timings.reconcile.as_millis() as i64)
+                    .saturating_mul(3)
+                    .saturating_add(30_000),
+            })
+            .await?;
+        if let Admitted::Held { reason, until } = admitted {
+            return Ok(Outcome::Wait(vec![Input::DispatchHeld {
+                dispatch: d.clone(),
+                reason,
+                until,
+            }]));
         }
         let first_of_sprint = state
             .and_then(|st| st.find_dispatch(d).map(|(u, s)| &st.units[u].sprints[s]))
@@ -277,10 +327,11 @@ impl GitHubExecutor<'_> {
             "prompt_file": prompt_file,
         });
         let dispatched = repo.dispatch(&ctx.workflow, &branch, inputs).await;
-        if dispatched.is_ok() {
-            // What is paid for, per repository and model, for `/metrics`.
-            let cost = state.map_or(0, |st| st.config.cost(order.tier));
+        if dispatched.is_ok() && admitted == Admitted::Now {
+            // What is paid for, per installation, repository and model, for
+            // `/metrics`: once per dispatch, however often it is carried out.
             let labels = [
+                ("installation", ctx.installation.to_string()),
                 ("repository", ctx.repo.clone()),
                 ("model", order.tier.as_str().to_string()),
             ];
@@ -290,16 +341,17 @@ impl GitHubExecutor<'_> {
         match dispatched {
             Ok(Some((id, url))) => {
                 ops.record_run(&ctx, d, id, &url, base_sha).await?;
-                Ok(Outcome::Done(vec![]))
+                Ok(Outcome::Done(released()))
             }
             // An older GitHub without run details: the run is found by its name.
             Ok(None) => {
                 if let Some(run) = ops.find_run(&ctx, state, d).await? {
                     ops.record_run(&ctx, d, run.id, &run.html_url, None).await?;
                 }
-                Ok(Outcome::Done(vec![]))
+                Ok(Outcome::Done(released()))
             }
             Err(GitHubError::Http { status, body, .. }) if status == 404 || status == 422 => {
+                ops.store.spend_refunded(&d.0).await?;
                 Ok(Outcome::Done(vec![Input::DispatchFailed {
                     dispatch: d.clone(),
                     error: format!(

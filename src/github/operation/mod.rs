@@ -66,6 +66,9 @@ pub struct OpContext {
     pub plan_path: String,
     pub workflow: String,
     pub merge: MergeMode,
+    /// The repository's daily cap (`daily_budget` in its settings at start).
+    #[serde(default)]
+    pub daily_budget: Option<u64>,
     /// When `start` was said (RFC 3339): the lower bound of comment look-ups.
     pub started_at: String,
 }
@@ -145,12 +148,23 @@ impl Failure for OpError {
     }
 }
 
+/// Caps above one operation, set by whoever runs the service (never by a
+/// repository, which could raise them): see `store::sql::spend`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InstallationLimits {
+    /// What an installation's operations may dispatch in any 24 hours.
+    pub daily_budget: Option<u64>,
+    /// Agents in flight at once across an installation's operations.
+    pub agents: Option<u64>,
+}
+
 pub struct Operations {
     /// This replica's name in operation leases.
     owner: String,
     gh: Arc<GitHub>,
     store: SqlStore,
     timings: OpTimings,
+    limits: InstallationLimits,
     live: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Live>>>>,
 }
 
@@ -196,12 +210,14 @@ impl Operations {
         gh: Arc<GitHub>,
         store: SqlStore,
         timings: OpTimings,
+        limits: InstallationLimits,
     ) -> Arc<Operations> {
         Arc::new(Operations {
             owner,
             gh,
             store,
             timings,
+            limits,
             live: Mutex::new(HashMap::new()),
         })
     }

@@ -26,7 +26,22 @@ impl Operations {
         self.sync_unit_issues(&ctx, &st).await?;
         let runs = self.run_links(&ctx.op).await?;
         let link = |d: &DispatchId| runs.get(&d.0).cloned();
-        let text = report::github::status_comment(&st, chrono::Utc::now(), &link);
+        let now = chrono::Utc::now();
+        let spent = self
+            .store
+            .spend_since(ctx.installation as i64, now - chrono::Duration::days(1))
+            .await?;
+        let spend = report::day_line(
+            &ctx.repo,
+            (ctx.installation != 0).then_some(ctx.installation),
+            &spent,
+            report::DailyCaps {
+                installation: self.limits.daily_budget,
+                repo: ctx.daily_budget,
+            },
+            now,
+        );
+        let text = report::github::status_comment(&st, now, &link, Some(&spend));
         if text != live.place.last_text {
             let marker = report::github::status_marker(&ctx.op);
             let id = match live.place.status_comment {

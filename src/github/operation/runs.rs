@@ -65,10 +65,14 @@ impl Operations {
                         .await?;
                 }
                 Some(_) => {}
-                None => live.driver.queue.push_back(Input::DispatchFailed {
-                    dispatch: d.clone(),
-                    error: "the workflow run for this dispatch cannot be found on GitHub".into(),
-                }),
+                None => {
+                    self.store.spend_ended(&d.0).await?;
+                    live.driver.queue.push_back(Input::DispatchFailed {
+                        dispatch: d.clone(),
+                        error: "the workflow run for this dispatch cannot be found on GitHub"
+                            .into(),
+                    })
+                }
             }
         }
         Ok(())
@@ -83,6 +87,9 @@ impl Operations {
         conclusion: Option<&str>,
         url: &str,
     ) -> Result<(), OpError> {
+        // The run is over: its agent no longer counts against the
+        // installation's agents in flight (whatever verification finds).
+        self.store.spend_ended(&d.0).await?;
         let Some(st) = &live.driver.state else {
             return Ok(());
         };
