@@ -834,3 +834,172 @@ async fn a_run_past_its_wall_clock_cap_is_force_cancelled_and_its_attempt_fails(
     );
     s.assert_no_double_dispatch();
 }
+
+/// Three operations in two repositories of one installation, two replicas on
+/// PostgreSQL, agents finishing in an order set by a seed, and a daily budget
+/// of 50× for the installation (20× for the second repository), every
+/// dispatch costing 10×: five dispatches go out, no more — counted in the
+/// spend table, not only in runs — and the operations left waiting say why
+/// and until when.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: run by scripts/test"]
+async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
+    let mut seed: u64 = 0x5eed_b0d6;
+    let mut behaviour = String::new();
+    for (unit, sprint) in [("api", 1), ("api", 2), ("docs", 1), ("web", 1)] {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let action = if (seed >> 33) % 2 == 0 { "slow" } else { "ok" };
+        behaviour.push_str(&format!("{unit} {sprint} {action}\n"));
+    }
+    let s = Story::start(Setup::operation(PLAN, &behaviour).door(Door::None)).await;
+    let tens = "costs:\n  haiku: 10\n  sonnet: 10\n  opus: 10\n";
+    s.fake
+        .add_file(REPO, ".github/supervise.yml", &format!("{SETTINGS}{tens}"));
+    const BLOG: &str = "acme/blog";
+    s.add_repo(BLOG, PLAN, &format!("{SETTINGS}{tens}daily_budget: 20\n"));
+    let second = s.fake.open_issue(REPO, "Ship the shop again");
+    let blog = s.fake.open_issue(BLOG, "Ship the blog");
+    let db = support::postgres_database().await;
+    let env = |id: &str| {
+        let mut env = story::fast_service(2);
+        env.push(("SUPERVISE_REPLICA_ID", id.to_string()));
+        env.push(("SUPERVISE_INSTALLATION_DAILY_BUDGET", "50".into()));
+        env
+    };
+    let (p1, p2) = (free_port(), free_port());
+    let mut r1 = spawn_serve(p1, &s.fake.url(), &db, &env("supervise-1"));
+    let mut r2 = spawn_serve(p2, &s.fake.url(), &db, &env("supervise-2"));
+    wait_listening(p1).await;
+    wait_listening(p2).await;
+    let _lb = balance(s.port, vec![p1, p2]);
+    wait_listening(s.port).await;
+    let start = |repo: &'static str, issue: i64| {
+        let fake = s.fake.clone();
+        async move {
+            fake.comment(repo, issue, "mia", "/supervise start", false)
+                .await
+        }
+    };
+    tokio::join!(start(REPO, s.issue), start(REPO, second), start(BLOG, blog));
+    let runs = |s: &Story| s.fake.runs(REPO).len() + s.fake.runs(BLOG).len();
+    s.until("five dispatches", 120, |s| runs(s) >= 5).await;
+    s.until("the operations left waiting say so", 120, |s| {
+        [(REPO, s.issue), (REPO, second), (BLOG, blog)]
+            .iter()
+            .filter(|(repo, i)| {
+                s.fake
+                    .comments(repo, *i)
+                    .iter()
+                    .any(|c| c.body.contains("waits to be launched"))
+            })
+            .count()
+            >= 2
+    })
+    .await;
+    // Time for anything more to go out if it were going to.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(runs(&s), 5, "50× of 10× dispatches");
+    assert!(s.fake.runs(BLOG).len() <= 2, "the blog's own 20×");
+    let store = supervise::store::sql::SqlStore::connect(&db).await.unwrap();
+    let spent = store
+        .spend_since(7, chrono::Utc::now() - chrono::Duration::days(1))
+        .await
+        .unwrap();
+    let total: u64 = spent.iter().map(|r| r.cost).sum();
+    assert_eq!((spent.len(), total), (5, 50), "{spent:#?}");
+    let held = s
+        .fake
+        .comments(REPO, s.issue)
+        .into_iter()
+        .chain(s.fake.comments(REPO, second))
+        .chain(s.fake.comments(BLOG, blog))
+        .map(|c| c.body)
+        .find(|b| b.contains("waits to be launched"))
+        .unwrap();
+    assert!(
+        held.contains("daily budget") && held.contains("resumes by itself about"),
+        "{held}"
+    );
+    s.until(
+        "a status comment shows the wait and the day's spend",
+        30,
+        |s| {
+            [(REPO, s.issue), (REPO, second), (BLOG, blog)]
+                .iter()
+                .any(|(repo, i)| {
+                    s.fake.comments(repo, *i).iter().any(|c| {
+                        c.body.contains("<!-- supervise:status ")
+                            && c.body.contains("waiting to launch: ")
+                            && c.body.contains("installation 7 50× of a 50× daily budget")
+                    })
+                })
+        },
+    )
+    .await;
+    // What was spent, on request: this repository's operations only.
+    s.fake
+        .comment(BLOG, blog, "mia", "/supervise spend", false)
+        .await;
+    s.until_on(blog, "the spend reply", 30, |s| {
+        s.fake
+            .comments(BLOG, blog)
+            .iter()
+            .any(|c| c.body.starts_with("## Spend of `acme/blog`"))
+    })
+    .await;
+    let reply = s
+        .fake
+        .comments(BLOG, blog)
+        .into_iter()
+        .map(|c| c.body)
+        .find(|b| b.starts_with("## Spend of"))
+        .unwrap();
+    let blog_runs = s.fake.runs(BLOG).len() * 10;
+    assert!(
+        reply.contains(&format!(
+            "This repository, last 24 h: {blog_runs}× of a 20× daily budget."
+        )) && reply.contains("50× of a 50× daily budget in the last 24 h")
+            && !reply.contains("acme/shop"),
+        "{reply}"
+    );
+    let _ = r1.kill();
+    let _ = r1.wait();
+    let _ = r2.kill();
+    let _ = r2.wait();
+}
+
+/// Every webhook delivered twice under two delivery ids — the start command
+/// and each `workflow_run` — and one agent's run failing once: each dispatch
+/// is paid for once, counted in the spend table, and the retry is the only
+/// second dispatch of a sprint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redelivered_commands_and_workflow_runs_never_spend_twice() {
+    let s = Story::begin("docs 1 fail,ok\n").await;
+    s.fake.deliver_twice();
+    s.say("/supervise start").await;
+    s.until("the final pull request", 180, |s| s.final_pull().is_some())
+        .await;
+    s.assert_started_once();
+    s.assert_no_double_dispatch();
+    let runs = s.fake.runs(REPO);
+    assert_eq!(runs.len(), 5, "four sprints and one retry");
+    let store = supervise::store::sql::SqlStore::connect(&s.db_url)
+        .await
+        .unwrap();
+    let spent = store
+        .spend_since(7, chrono::Utc::now() - chrono::Duration::days(1))
+        .await
+        .unwrap();
+    assert_eq!(spent.len(), runs.len(), "one spend row per run: {spent:#?}");
+    let by_model: u64 = runs
+        .iter()
+        .map(|r| match tier_rank(&model_of(r)) {
+            0 => 1,
+            1 => 10,
+            _ => 30,
+        })
+        .sum();
+    assert_eq!(spent.iter().map(|r| r.cost).sum::<u64>(), by_model);
+}

@@ -67,6 +67,9 @@ pub(crate) struct Inner {
     /// Every n-th installation API call fails with a 502 (0: never).
     fail_every: u64,
     calls: u64,
+    /// Every webhook is delivered twice, under two delivery ids (a
+    /// redelivery from the App's settings, or a second hook).
+    deliver_twice: bool,
 }
 
 pub struct FakeGitHub {
@@ -197,6 +200,12 @@ impl FakeGitHub {
     }
 
     /// From now on every `n`-th installation API call answers 502 (0 stops it).
+    /// From now on every webhook is delivered twice, each time with its own
+    /// delivery id, as a redelivery is.
+    pub fn deliver_twice(&self) {
+        self.inner.lock().deliver_twice = true;
+    }
+
     pub fn fail_every(&self, n: u64) {
         self.inner.lock().fail_every = n;
     }
@@ -303,12 +312,17 @@ impl FakeGitHub {
             return 0;
         };
         let body = serde_json::to_vec(payload).unwrap();
-        let id = {
-            let mut s = self.inner.lock();
-            s.deliveries += 1;
-            format!("fake-delivery-{}-{}", std::process::id(), s.deliveries)
-        };
-        send_webhook(url, event, &id, &self.config.webhook_secret, &body).await
+        let twice = self.inner.lock().deliver_twice;
+        let mut status = 0;
+        for _ in 0..if twice { 2 } else { 1 } {
+            let id = {
+                let mut s = self.inner.lock();
+                s.deliveries += 1;
+                format!("fake-delivery-{}-{}", std::process::id(), s.deliveries)
+            };
+            status = send_webhook(url, event, &id, &self.config.webhook_secret, &body).await;
+        }
+        status
     }
 }
 

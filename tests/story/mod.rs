@@ -125,7 +125,7 @@ impl Story {
             fake.add_file(REPO, "EXECUTION_PLAN.md", plan);
             fake.add_file(REPO, ".github/supervise.yml", SETTINGS);
             fake.set_ci(REPO, "true");
-            set_agent_workflow(&fake, tmp.path());
+            set_agent_workflow(&fake, REPO, tmp.path());
         } else {
             fake.add_user("rex", "read", "User");
             fake.add_user("renovate[bot]", "admin", "Bot");
@@ -148,6 +148,16 @@ impl Story {
         };
         story.serve_up().await;
         story
+    }
+
+    /// Another repository of the same installation, with its plan, settings,
+    /// CI and the agent workflow (the same scripted agent).
+    pub fn add_repo(&self, repo: &str, plan: &str, settings: &str) {
+        self.fake.ensure_repo(repo);
+        self.fake.add_file(repo, "EXECUTION_PLAN.md", plan);
+        self.fake.add_file(repo, ".github/supervise.yml", settings);
+        self.fake.set_ci(repo, "true");
+        set_agent_workflow(&self.fake, repo, self.tmp.path());
     }
 
     /// Starts the service through the story's door (again, after a kill).
@@ -361,7 +371,7 @@ impl Drop for Story {
 
 /// The agent workflow: the fake runs tests/agents/gh-workflow.sh around the
 /// scripted agent, reading its behaviour from the story's file.
-fn set_agent_workflow(fake: &FakeGitHub, tmp: &Path) {
+fn set_agent_workflow(fake: &FakeGitHub, repo: &str, tmp: &Path) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let env = [
         ("AGENT", manifest.join("tests/agents/scripted.sh")),
@@ -379,7 +389,7 @@ fn set_agent_workflow(fake: &FakeGitHub, tmp: &Path) {
         .collect();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     fake.set_workflow(
-        REPO,
+        repo,
         "supervise-agent.yml",
         &format!(
             "sh {}",
