@@ -6,6 +6,8 @@
 //! fixed rate, so a slow server cannot hide its queueing.
 //! Run: `cargo bench --bench webhook_load` (needs node and target/npm, which
 //! scripts/test installs; `npm install --prefix target/npm @octokit/webhooks`).
+//! `BENCH_DATABASE_URL=postgres://…` stores in PostgreSQL instead of SQLite;
+//! `BENCH_WORKERS` sets the service's processing workers (default 4).
 
 use hmac::{Hmac, KeyInit, Mac};
 use std::path::Path;
@@ -166,8 +168,13 @@ fn start_serve(port: u16, db: &Path) -> Child {
         .env("GITHUB_WEBHOOK_SECRET", SECRET)
         .env("GITHUB_API_URL", "http://127.0.0.1:9")
         .env(
+            "SUPERVISE_WORKERS",
+            std::env::var("BENCH_WORKERS").unwrap_or("4".into()),
+        )
+        .env(
             "DATABASE_URL",
-            format!("sqlite://{}?mode=rwc", db.display()),
+            std::env::var("BENCH_DATABASE_URL")
+                .unwrap_or_else(|_| format!("sqlite://{}?mode=rwc", db.display())),
         )
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -214,7 +221,12 @@ async fn main() {
     let dur = Duration::from_secs(5);
     println!("| receiver | load | throughput | p50 ack | p99 ack |\n|---|---|---|---|---|");
     let mut base = 0;
-    let mut targets = vec![("supervise serve (SQLite, fsync)", sp)];
+    let store = if std::env::var("BENCH_DATABASE_URL").is_ok_and(|u| u.starts_with("postgres")) {
+        "supervise serve (PostgreSQL)"
+    } else {
+        "supervise serve (SQLite, fsync)"
+    };
+    let mut targets = vec![(store, sp)];
     if has_node {
         targets.push(("Node @octokit/webhooks (no storage)", np));
     }

@@ -495,3 +495,59 @@ async fn a_held_dispatch_is_told_when_the_window_allows_it() {
     );
     assert_eq!(until, None);
 }
+
+/// Deliveries stored through the group-commit queue all at once, some the
+/// same delivery again and some the same comment under another id: each is
+/// stored once, the others are duplicates, and every stored one is there to
+/// be claimed.
+async fn group_commit_stores_each_delivery_once(s: SqlStore) {
+    use supervise::store::sql::{IntakeQueue, NewDelivery};
+    let q = IntakeQueue::start(s.clone());
+    let mut tasks = Vec::new();
+    for i in 0..300 {
+        let q = q.clone();
+        // 100 distinct deliveries; each sent again under its own id, and a
+        // third time under another id with the same comment.
+        let (id, dedupe) = match i % 3 {
+            0 | 1 => (format!("g{}", i / 3), format!("comment:{}:created", i / 3)),
+            _ => (format!("h{}", i / 3), format!("comment:{}:created", i / 3)),
+        };
+        tasks.push(tokio::spawn(async move {
+            q.submit(NewDelivery {
+                id,
+                event: "issue_comment".into(),
+                dedupe: Some(dedupe),
+                installation: Some(1),
+                payload: "{}".into(),
+            })
+            .await
+            .unwrap()
+        }));
+    }
+    let mut stored = 0;
+    for t in tasks {
+        if matches!(t.await.unwrap(), Intake::Stored) {
+            stored += 1;
+        }
+    }
+    assert_eq!(stored, 100, "one of each three stored");
+    let mut claimed = 0;
+    while let Some(c) = s.claim(Duration::from_secs(60)).await.unwrap() {
+        s.finish(&c.id, c.attempts, None).await.unwrap();
+        claimed += 1;
+    }
+    assert_eq!(claimed, 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_group_commit_stores_each_delivery_once() {
+    let (s, _d) = sqlite().await;
+    group_commit_stores_each_delivery_once(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: scripts/test starts one"]
+async fn postgres_group_commit_stores_each_delivery_once() {
+    let s = SqlStore::connect(&postgres_url().await).await.unwrap();
+    group_commit_stores_each_delivery_once(s).await;
+}

@@ -10,7 +10,7 @@ use super::signature;
 use crate::commands::handle::Handler;
 use crate::github::operation::{OpError, Operations};
 use crate::github::GitHub;
-use crate::store::sql::{Intake, SqlStore};
+use crate::store::sql::{Intake, IntakeQueue, NewDelivery, SqlStore};
 use crate::sync::LockExt;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
@@ -29,6 +29,9 @@ pub const MAX_BODY: usize = 25 * 1024 * 1024;
 
 pub struct Service {
     pub store: SqlStore,
+    /// Where intake stores deliveries: deliveries arriving together share a
+    /// commit (see `store::sql::intake`).
+    intake: IntakeQueue,
     /// What a delivery's event is made to do (shared with the Action).
     pub handler: Handler,
     pub secrets: Vec<SecretString>,
@@ -79,6 +82,7 @@ impl Service {
         lease: Duration,
     ) -> Arc<Service> {
         Arc::new(Service {
+            intake: IntakeQueue::start(store.clone()),
             store: store.clone(),
             handler: Handler {
                 store,
@@ -267,12 +271,17 @@ async fn intake(
                     .as_i64()
                     .map(|c| format!("comment:{c}:{action}")),
             };
-            let text = String::from_utf8_lossy(&body);
-            match svc
-                .store
-                .intake(&delivery, &event, dedupe.as_deref(), installation, &text)
-                .await
-            {
+            let stored = svc
+                .intake
+                .submit(NewDelivery {
+                    id: delivery.clone(),
+                    event: event.clone(),
+                    dedupe,
+                    installation,
+                    payload: String::from_utf8_lossy(&body).into_owned(),
+                })
+                .await;
+            match stored {
                 Ok(Intake::Stored) => {
                     svc.work.notify_one();
                     outcome("stored", StatusCode::ACCEPTED, "stored\n")

@@ -10,7 +10,9 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use std::time::Duration;
 
+mod intake;
 mod spend;
+pub use intake::{IntakeQueue, NewDelivery};
 pub use spend::{Admission, Admitted, Caps};
 
 /// Versioned schema steps, applied once each, in order, in a transaction.
@@ -153,6 +155,9 @@ pub enum SqlError {
     Db(#[from] sqlx::Error),
     #[error("stored record is unreadable: {0}")]
     Json(#[from] serde_json::Error),
+    /// The intake writer has stopped (the service is shutting down).
+    #[error("the intake queue is closed")]
+    Closed,
 }
 
 /// One operation run from GitHub, as the service records it.
@@ -261,8 +266,12 @@ impl SqlStore {
             restrict_sqlite_file(url);
         }
         let pool = AnyPoolOptions::new()
-            // One connection keeps an in-memory SQLite database alive and shared.
-            .max_connections(if memory { 1 } else { 8 })
+            // SQLite: one connection. It keeps an in-memory database alive and
+            // shared; for a file it queues writers in this process, in order,
+            // instead of in SQLite's busy handler, which sleeps up to 100 ms
+            // between tries (the intake's p99 at full load went from 181 ms
+            // to 15 ms). SQLite has one writer at a time either way.
+            .max_connections(if sqlite { 1 } else { 8 })
             .min_connections(if memory { 1 } else { 0 })
             .idle_timeout(if memory {
                 None
@@ -336,32 +345,6 @@ impl SqlStore {
 
     pub async fn ping(&self) -> bool {
         sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
-    }
-
-    /// Stores a delivery durably. `dedupe` names the thing it is about (a comment
-    /// id), so the same comment through two hooks is stored once.
-    pub async fn intake(
-        &self,
-        id: &str,
-        event: &str,
-        dedupe: Option<&str>,
-        installation: Option<i64>,
-        payload: &str,
-    ) -> Result<Intake, SqlError> {
-        let r = sqlx::query("INSERT INTO deliveries (id, event, dedupe, installation, payload, received_at, status) VALUES ($1, $2, $3, $4, $5, $6, 'pending') ON CONFLICT DO NOTHING")
-            .bind(id)
-            .bind(event)
-            .bind(dedupe)
-            .bind(installation)
-            .bind(payload)
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await?;
-        Ok(if r.rows_affected() == 1 {
-            Intake::Stored
-        } else {
-            Intake::Duplicate
-        })
     }
 
     /// Takes the oldest delivery that is pending, or whose lease ran out.
