@@ -368,3 +368,82 @@ async fn analyze_evaluate_and_prioritize_answer_with_the_diagnosis_of_the_defaul
         "the diagnosis writes nothing to the repository"
     );
 }
+
+/// A pull request that breaks the plan gets a failing `supervise: plan` check
+/// run with annotations on the lines the reader stops at; one that only makes
+/// the plan vaguer gets warnings and does not fail; one that touches no plan
+/// gets no check at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_request_that_changes_the_plan_gets_the_plan_check() {
+    let h = Story::start(Setup::commands_only()).await;
+    let good =
+        "# Shop\n\n| Work Unit | Dependencies |\n|---|---|\n| core | none |\n| web | core |\n\n\
+## core\n### Sprint 1: Define the core types\n- Create `src/types.rs`\n- [ ] `cargo build` passes\n\
+## web\n### Sprint 1: Pages\n- Create `web/index.html`\n- [ ] `web/index.html` exists\n";
+    h.fake.add_file(REPO, "EXECUTION_PLAN.md", good);
+    let plan_check = |s: &Story, branch: &str| {
+        let sha = s.fake.branch(REPO, branch)?;
+        s.fake
+            .check_runs(REPO)
+            .into_iter()
+            .find(|c| c.head_sha == sha && c.name == "supervise: plan")
+    };
+    // A cycle: web needs core, core now needs web.
+    let broken = good.replace("| core | none |", "| core | web |");
+    h.fake
+        .propose(
+            REPO,
+            "mia/cycle",
+            &[("EXECUTION_PLAN.md", &broken)],
+            "Make core depend on web",
+        )
+        .await;
+    h.until("the plan check on the broken plan", 30, |s| {
+        plan_check(s, "mia/cycle").is_some()
+    })
+    .await;
+    let c = plan_check(&h, "mia/cycle").unwrap();
+    assert_eq!(c.conclusion.as_deref(), Some("failure"), "{c:#?}");
+    assert!(!c.annotations.is_empty());
+    for a in &c.annotations {
+        assert_eq!(a["path"], "EXECUTION_PLAN.md");
+        assert_eq!(a["annotation_level"], "failure");
+        assert!(a["start_line"].as_u64().unwrap() >= 1);
+    }
+    assert!(
+        c.annotations
+            .iter()
+            .any(|a| a["message"].as_str().unwrap().contains("cycle")),
+        "{:#?}",
+        c.annotations
+    );
+    // Vaguer, still readable: warnings on the sprint's line, no failure.
+    let vague = good.replace(
+        "- Create `web/index.html`\n- [ ] `web/index.html` exists",
+        "- Make the pages look good (framework TBD)\n- [ ] the pages look good",
+    );
+    h.fake
+        .propose(
+            REPO,
+            "mia/vague",
+            &[("EXECUTION_PLAN.md", &vague)],
+            "Loosen the web sprint",
+        )
+        .await;
+    h.until("the plan check on the vague plan", 30, |s| {
+        plan_check(s, "mia/vague").is_some()
+    })
+    .await;
+    let c = plan_check(&h, "mia/vague").unwrap();
+    assert_ne!(c.conclusion.as_deref(), Some("failure"), "{c:#?}");
+    assert!(c
+        .annotations
+        .iter()
+        .any(|a| a["annotation_level"] == "warning" && a["start_line"] == 13));
+    // No plan in it: no check.
+    h.fake
+        .propose(REPO, "mia/readme", &[("README.md", "# Shop\n")], "Docs")
+        .await;
+    h.settle().await;
+    assert!(plan_check(&h, "mia/readme").is_none());
+}

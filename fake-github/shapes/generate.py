@@ -30,6 +30,7 @@ ENDPOINTS = [
     ("post", "/repos/{owner}/{repo}/pulls"),
     ("get", "/repos/{owner}/{repo}/pulls/{pull_number}"),
     ("put", "/repos/{owner}/{repo}/pulls/{pull_number}/merge"),
+    ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/files"),
     ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/reviews"),
     ("get", "/repos/{owner}/{repo}/commits/{ref}/check-runs"),
     ("post", "/repos/{owner}/{repo}/check-runs"),

@@ -170,6 +170,21 @@ impl Repo {
         Some((blob, text))
     }
 
+    /// Files `head` changed since it left `base` (three-dot), with git's status
+    /// letter (`A`, `M`, `D`, …).
+    pub fn changed_files(&self, base: &str, head: &str) -> Result<Vec<(char, String)>, String> {
+        let range = format!("{base}...{head}");
+        let out = git(
+            &self.path,
+            &["diff", "--name-status", "--no-renames", &range],
+        )?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .map(|(st, path)| (st.chars().next().unwrap_or('M'), path.to_string()))
+            .collect())
+    }
+
     /// Commits reachable from `head` and not from `base`, oldest first.
     pub fn commits_between(&self, base: &str, head: &str) -> Result<Vec<Commit>, String> {
         let range = format!("{base}..{head}");

@@ -171,11 +171,8 @@ pub fn run(args: ActionArgs) -> Result<i32> {
             bot_allow_list: args.bot_allow_list.clone(),
         };
         match args.event_name.as_str() {
-            "issue_comment" => handler.comment(&payload).await?,
-            "workflow_run" => {
-                let v: serde_json::Value =
-                    serde_json::from_str(&payload).context("the event payload is not JSON")?;
-                ops.workflow_run(&v).await?;
+            "issue_comment" | "workflow_run" | "pull_request" => {
+                handler.event(&args.event_name, &payload).await?
             }
             // Run from the Actions tab or `gh workflow run` with a command.
             "workflow_dispatch" => {

@@ -2,7 +2,8 @@
 //! the event came in by (`supervise serve` or the Action): a comment's
 //! commands are parsed, authorised against the person's role and the
 //! repository's rules, carried out on the issue's operation and answered in
-//! one reply; a `workflow_run` event goes to its operation.
+//! one reply; a `workflow_run` event goes to its operation; a `pull_request`
+//! that changes a plan gets the `supervise: plan` check run.
 
 use super::auth::{self, Actor, Permission, Policy, Verdict};
 use super::{help_text, parse_comment, Command};
@@ -10,7 +11,7 @@ use crate::engine::naming;
 use crate::engine::Input;
 use crate::github::answers;
 use crate::github::operation::{OpError, Operations, Origin};
-use crate::github::payload::CommentEvent;
+use crate::github::payload::{CommentEvent, PullRequestEvent};
 use crate::github::{GitHub, GitHubError};
 use crate::settings;
 use crate::store::sql::SqlStore;
@@ -196,6 +197,87 @@ impl Handler {
         ));
         }
         Ok(self.reply(&place, &text).await?)
+    }
+
+    /// Every event either door hands on, by its name (`X-GitHub-Event`); the
+    /// service stores only these (see `HANDLED`).
+    pub async fn event(&self, name: &str, payload: &str) -> Result<(), OpError> {
+        match name {
+            "issue_comment" => self.comment(payload).await,
+            "workflow_run" => self.workflow_run(payload).await,
+            "pull_request" => self.pull_request(payload).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// The events [`Handler::event`] acts on.
+    pub const HANDLED: &'static [&'static str] = &["issue_comment", "workflow_run", "pull_request"];
+
+    /// A pull request opened or pushed to: if it changes a plan, the plan at its
+    /// head is read and analysed (never run) and the verdict published as the
+    /// check run `supervise: plan`, with annotations on the plan's lines.
+    pub async fn pull_request(&self, payload: &str) -> Result<(), OpError> {
+        use crate::report::plan_check;
+        let ev = match PullRequestEvent::parse(payload) {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(error = %e, "unusable payload; dropped");
+                return Ok(());
+            }
+        };
+        let installation = ev.installation.or(self.github.is_token().then_some(0));
+        let Some(installation) = installation.filter(|_| ev.worth_checking()) else {
+            return Ok(());
+        };
+        let repo = crate::github::repo::Repo {
+            gh: &self.github,
+            installation,
+            name: &ev.repo,
+        };
+        let changed: Vec<String> = repo
+            .pull_files(ev.number)
+            .await?
+            .into_iter()
+            .filter(|f| plan_check::is_plan_file(f))
+            .collect();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let mut plans = Vec::new();
+        for path in changed {
+            if let Some((text, _)) = repo.file(&path, Some(&ev.head_sha)).await? {
+                plans.push((path, text));
+            }
+        }
+        let max_turns = crate::engine::EngineConfig::default().max_turns;
+        let check = plan_check::plan_check(&plans, max_turns);
+        let annotations: Vec<Value> = check
+            .annotations
+            .iter()
+            .map(|a| {
+                json!({
+                    "path": a.path,
+                    "start_line": a.line,
+                    "end_line": a.line,
+                    "annotation_level": a.level.as_str(),
+                    "title": a.title,
+                    "message": a.message,
+                })
+            })
+            .collect();
+        repo.create_check(json!({
+            "name": plan_check::NAME,
+            "head_sha": ev.head_sha,
+            "status": "completed",
+            "conclusion": check.conclusion,
+            "output": {
+                "title": check.title,
+                "summary": check.summary,
+                "annotations": annotations,
+            },
+        }))
+        .await?;
+        Ok(())
     }
 
     /// A `workflow_run` delivery: one of our agent runs started or finished.

@@ -93,6 +93,14 @@ pub struct PullHead {
     pub sha: String,
 }
 
+/// One file of a pull request's diff.
+#[derive(Debug, Deserialize)]
+pub struct DiffEntry {
+    pub filename: String,
+    /// `added`, `removed`, `modified`, `renamed`, …
+    pub status: String,
+}
+
 #[derive(Debug, Deserialize)]
 pub struct Review {
     pub state: String,

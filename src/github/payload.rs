@@ -79,3 +79,61 @@ impl CommentEvent {
         })
     }
 }
+
+/// A `pull_request` event: which pull request, at which head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullRequestEvent {
+    pub action: String,
+    pub installation: Option<u64>,
+    pub repo: String,
+    pub number: i64,
+    pub head_sha: String,
+    /// The head branch's name.
+    pub head_ref: String,
+}
+
+#[derive(Deserialize)]
+struct RawPullEvent {
+    action: String,
+    pull_request: RawPull,
+    repository: RawRepo,
+    installation: Option<RawId>,
+}
+
+#[derive(Deserialize)]
+struct RawPull {
+    number: i64,
+    head: RawHead,
+}
+
+#[derive(Deserialize)]
+struct RawHead {
+    sha: String,
+    #[serde(rename = "ref")]
+    branch: String,
+}
+
+impl PullRequestEvent {
+    /// A `pull_request` payload; the error says which field is missing.
+    pub fn parse(payload: &str) -> Result<PullRequestEvent, String> {
+        let r: RawPullEvent = serde_json::from_str(payload)
+            .map_err(|e| format!("not a pull_request payload: {e}"))?;
+        Ok(PullRequestEvent {
+            action: r.action,
+            installation: r.installation.map(|i| i.id),
+            repo: r.repository.full_name,
+            number: r.pull_request.number,
+            head_sha: r.pull_request.head.sha,
+            head_ref: r.pull_request.head.branch,
+        })
+    }
+
+    /// Whether the pull request's content changed (opened, pushed to,
+    /// reopened) on a branch of people's: the supervisor's own sprint and
+    /// integration branches (`supervise/…`) are verified by their own check
+    /// runs, and looking at each of their pushes would cost a request apiece.
+    pub fn worth_checking(&self) -> bool {
+        matches!(self.action.as_str(), "opened" | "synchronize" | "reopened")
+            && !self.head_ref.starts_with("supervise/")
+    }
+}

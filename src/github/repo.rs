@@ -444,6 +444,17 @@ impl Repo<'_> {
         Ok(v.iter().any(|r| r.state == "APPROVED"))
     }
 
+    /// The files a pull request changes and is left with (removed ones left out).
+    pub async fn pull_files(&self, number: i64) -> Result<Vec<String>, GitHubError> {
+        let v: Vec<answers::DiffEntry> = self
+            .list(&format!("/pulls/{number}/files?per_page=100"), None)
+            .await?;
+        Ok(v.into_iter()
+            .filter(|f| f.status != "removed")
+            .map(|f| f.filename)
+            .collect())
+    }
+
     /// Check runs on a commit, from every app.
     pub async fn checks(&self, rev: &str) -> Result<Vec<Check>, GitHubError> {
         let v: Vec<answers::CheckRun> = self

@@ -4,6 +4,7 @@
 
 mod complete;
 pub mod github;
+pub mod plan_check;
 mod spend;
 mod state_md;
 mod status;

@@ -147,7 +147,7 @@ async fn metrics(State(svc): State<Arc<Service>>) -> String {
 }
 
 /// The events this service acts on; others are acknowledged and dropped.
-const HANDLED: &[&str] = &["issue_comment", "workflow_run"];
+const HANDLED: &[&str] = Handler::HANDLED;
 
 /// A verified delivery's event as a metric label: handled events by name,
 /// anything else as `other` (the set of series stays fixed).
@@ -364,13 +364,7 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
                         let work = {
                             let (svc, event, payload) =
                                 (svc.clone(), d.event.clone(), d.payload.clone());
-                            async move {
-                                if event == "workflow_run" {
-                                    svc.handler.workflow_run(&payload).await
-                                } else {
-                                    svc.handler.comment(&payload).await
-                                }
-                            }
+                            async move { svc.handler.event(&event, &payload).await }
                         };
                         // Its own task: a panic in one delivery is caught here, the
                         // delivery retried later, and the worker goes on.

@@ -26,6 +26,33 @@ pub(super) struct CheckBody {
 pub(super) struct CheckOutput {
     title: String,
     summary: String,
+    #[serde(default)]
+    annotations: Vec<Value>,
+}
+
+/// GitHub's rules for annotations: at most 50 per request, each with a path,
+/// lines from 1, a known level and a message. The first broken one, if any.
+fn bad_annotation(list: &[Value]) -> Option<String> {
+    if list.len() > 50 {
+        return Some(format!(
+            "{} annotations; at most 50 per request",
+            list.len()
+        ));
+    }
+    list.iter().find_map(|a| {
+        let line = |k: &str| a[k].as_u64().filter(|l| *l >= 1);
+        let level = a["annotation_level"].as_str();
+        if a["path"].as_str().is_none_or(str::is_empty)
+            || line("start_line").is_none()
+            || line("end_line") < line("start_line")
+            || !matches!(level, Some("notice" | "warning" | "failure"))
+            || a["message"].as_str().is_none()
+        {
+            Some(format!("Invalid annotation: {a}"))
+        } else {
+            None
+        }
+    })
 }
 
 pub(super) async fn create_check_run(
@@ -44,6 +71,13 @@ pub(super) async fn create_check_run(
     if repo.resolve(&sha).is_none() {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "No commit found for SHA");
     }
+    if let Some(why) = b
+        .output
+        .as_ref()
+        .and_then(|o| bad_annotation(&o.annotations))
+    {
+        return error(StatusCode::UNPROCESSABLE_ENTITY, &why);
+    }
     if let Some(o) = &b.output {
         if o.summary.chars().count() > 65_535 {
             return error(
@@ -54,7 +88,10 @@ pub(super) async fn create_check_run(
     }
     let mut s = f.inner.lock();
     let id = s.api.id();
-    let (title, summary) = b.output.map(|o| (o.title, o.summary)).unwrap_or_default();
+    let (title, summary, annotations) = b
+        .output
+        .map(|o| (o.title, o.summary, o.annotations))
+        .unwrap_or_default();
     let c = CheckRun {
         id,
         repo: name,
@@ -69,6 +106,7 @@ pub(super) async fn create_check_run(
         conclusion: b.conclusion,
         title,
         summary,
+        annotations,
         external_id: b.external_id.unwrap_or_default(),
     };
     s.api.check_runs.push(c.clone());
@@ -96,6 +134,7 @@ pub(super) async fn update_check_run(
     if let Some(out) = b.output {
         c.title = out.title;
         c.summary = out.summary;
+        c.annotations.extend(out.annotations);
     }
     ok(check_json(c))
 }

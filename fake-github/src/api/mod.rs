@@ -68,6 +68,8 @@ pub struct CheckRun {
     pub conclusion: Option<String>,
     pub title: String,
     pub summary: String,
+    /// Every annotation sent with it, as sent.
+    pub annotations: Vec<Value>,
     pub external_id: String,
 }
 
@@ -261,6 +263,7 @@ impl FakeGitHub {
                 conclusion: None,
                 title: String::new(),
                 summary: String::new(),
+                annotations: Vec::new(),
                 external_id: String::new(),
             });
             id
@@ -311,6 +314,7 @@ pub(crate) fn routes(r: Router<Shared>) -> Router<Shared> {
         .route("/repos/{o}/{r}/pulls", get(list_pulls).post(create_pull))
         .route("/repos/{o}/{r}/pulls/{n}", get(get_pull))
         .route("/repos/{o}/{r}/pulls/{n}/merge", put(merge_pull))
+        .route("/repos/{o}/{r}/pulls/{n}/files", get(pull_files))
         .route("/repos/{o}/{r}/pulls/{n}/reviews", get(list_reviews))
         .route("/repos/{o}/{r}/check-runs", post(create_check_run))
         .route("/repos/{o}/{r}/check-runs/{id}", patch(update_check_run))

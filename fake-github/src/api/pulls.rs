@@ -221,3 +221,90 @@ pub(super) async fn list_reviews(
         .collect();
     ok(Value::Array(list))
 }
+
+pub(super) async fn pull_files(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
+    let (name, repo) = enter!(f, "GET /repos/{o}/{r}/pulls/{n}/files", h, o, r);
+    let Some(p) = find_pull(&f, &name, n) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    let files = match repo.changed_files(&p.base, &p.head) {
+        Ok(f) => f,
+        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, &e),
+    };
+    let items: Vec<Value> = files
+        .into_iter()
+        .map(|(st, path)| {
+            let status = match st {
+                'A' => "added",
+                'D' => "removed",
+                _ => "modified",
+            };
+            json!({
+                "sha": "0000000000000000000000000000000000000000",
+                "filename": path,
+                "status": status,
+                "additions": 0, "deletions": 0, "changes": 0,
+                "blob_url": format!("https://github.com/{name}/blob/{}/{path}", p.head),
+                "raw_url": format!("https://github.com/{name}/raw/{}/{path}", p.head),
+                "contents_url": format!("https://api.github.com/repos/{name}/contents/{path}"),
+            })
+        })
+        .collect();
+    ok(Value::Array(items))
+}
+
+impl FakeGitHub {
+    /// A person's pull request: `branch` made from the default branch with
+    /// `files` committed on it, opened against the default branch, and the
+    /// `pull_request` webhook (`opened`) delivered. Returns its number.
+    pub async fn propose(
+        &self,
+        repo: &str,
+        branch: &str,
+        files: &[(&str, &str)],
+        title: &str,
+    ) -> i64 {
+        self.ensure_repo(repo);
+        let r = self.repo(repo).expect("repository");
+        let base = r.branch_sha(&r.default_branch).expect("default branch");
+        r.update_ref(branch, &base, None).expect("new branch");
+        let head = r.commit_files(branch, files, title).expect("commit");
+        let number = {
+            let mut s = self.inner.lock();
+            let number = s.api.number(repo);
+            s.api.pulls.push(Pull {
+                number,
+                repo: repo.to_string(),
+                head: branch.to_string(),
+                base: r.default_branch.clone(),
+                title: title.to_string(),
+                body: String::new(),
+                state: "open".into(),
+                merged: false,
+                merge_sha: None,
+                merged_at: None,
+                mergeable_asked_at: None,
+            });
+            number
+        };
+        let (owner, name) = repo.split_once('/').unwrap_or(("owner", repo));
+        let payload = json!({
+            "action": "opened",
+            "number": number,
+            "pull_request": {
+                "number": number,
+                "head": { "ref": branch, "sha": head },
+                "base": { "ref": r.default_branch },
+            },
+            "repository": { "full_name": repo, "name": name, "owner": { "login": owner } },
+            "sender": { "login": "mia", "type": "User" },
+            "installation": { "id": self.config.installation_id },
+        });
+        self.deliver("pull_request", &payload).await;
+        number
+    }
+}
