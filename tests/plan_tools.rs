@@ -177,3 +177,97 @@ proptest! {
         }
     }
 }
+
+// ---- breakdown (§15) ---------------------------------------------------------------
+
+mod breakdown_of_documents {
+    use supervise::plan::tools::breakdown::{breakdown, Signal};
+
+    fn fixture(name: &str) -> String {
+        std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/requirements")
+                .join(name),
+        )
+        .unwrap()
+    }
+
+    /// What every generated plan must be: read back by the reader to the same
+    /// units and sprints with the same tasks, sprints of 3–7 tasks wherever
+    /// the unit has three or more, and no task lost on the way.
+    fn check(name: &str) -> supervise::plan::tools::breakdown::Breakdown {
+        let b = breakdown(&fixture(name), "project");
+        let plan = supervise::plan::parse(&b.plan, "EXECUTION_PLAN.md")
+            .unwrap_or_else(|p| panic!("{name}: the reader refuses the plan: {p:?}\n{}", b.plan));
+        assert_eq!(plan.work_units.len(), b.units.len(), "{name}");
+        for (u, d) in plan.work_units.iter().zip(&b.units) {
+            assert_eq!(u.name, d.name);
+            assert_eq!(u.sprints.len(), d.sprints.len(), "{name}: {}", u.name);
+            let total: usize = d.sprints.iter().map(|s| s.tasks.len()).sum();
+            for (s, ds) in u.sprints.iter().zip(&d.sprints) {
+                assert_eq!(s.tasks, ds.tasks, "{name}: tasks read back");
+                assert!(ds.tasks.len() <= 7, "{name}: {} has {}", ds.name, ds.tasks.len());
+                if total >= 3 {
+                    assert!(ds.tasks.len() >= 3, "{name}: {} has {}", ds.name, ds.tasks.len());
+                }
+                assert!(!s.exit_criteria.is_empty());
+            }
+        }
+        let planned: usize = b.units.iter().flat_map(|u| &u.sprints).map(|s| s.tasks.len()).sum();
+        assert_eq!(planned, b.tasks.len(), "{name}: every task is in a sprint");
+        insta::assert_snapshot!(format!("breakdown_{name}"), b.plan);
+        b
+    }
+
+    fn machine_checkable(plan: &str) -> usize {
+        let p = supervise::plan::parse(plan, "EXECUTION_PLAN.md").unwrap();
+        p.work_units
+            .iter()
+            .flat_map(|u| &u.sprints)
+            .filter(|s| s.exit_criteria.iter().any(|c| c.command.is_some()))
+            .count()
+    }
+
+    #[test]
+    fn a_prd_with_rfc_keywords() {
+        let b = check("prd.md");
+        assert!(b.requirements.iter().filter(|r| r.signal == Signal::Rfc).count() >= 12);
+        let names: Vec<&str> = b.units.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(names, ["Accounts", "Transactions", "Reports", "Non-Functional Requirements"]);
+        assert_eq!(b.out_of_scope.len(), 2, "multi-currency and the web front end");
+        assert_eq!(machine_checkable(&b.plan), b.units.iter().map(|u| u.sprints.len()).sum::<usize>(), "`cargo test` on every sprint");
+    }
+
+    #[test]
+    fn user_stories_with_acceptance_criteria() {
+        let b = check("stories.md");
+        assert_eq!(b.requirements.iter().filter(|r| r.signal == Signal::UserStory).count(), 7);
+        assert!(b.plan.contains("`npm test -- recipes` passes"), "{}", b.plan);
+        assert!(b.plan.contains("Given a shared link, when a stranger opens it, then the recipe is shown read-only"));
+    }
+
+    #[test]
+    fn a_bug_list() {
+        let b = check("bugs.md");
+        assert_eq!(b.requirements.len(), 6, "the fixed one is left out");
+        assert!(b.plan.contains("`pytest` passes"));
+        assert_eq!(b.out_of_scope.len(), 1);
+    }
+
+    #[test]
+    fn a_readme_feature_list() {
+        let b = check("readme.md");
+        assert!(b.tasks.iter().any(|t| t.text == "Add support for prefix scans"), "{:?}", b.tasks);
+        assert!(b.plan.contains("`go test ./...` passes"));
+        assert!(b.plan.contains("`store/log.go` exists"));
+        assert_eq!(b.out_of_scope.len(), 1, "replication is v2");
+    }
+
+    #[test]
+    fn an_issue_body() {
+        let b = check("issue.md");
+        assert_eq!(b.units.len(), 1);
+        assert!(b.requirements.iter().any(|r| r.signal == Signal::Rfc));
+        assert_eq!(b.out_of_scope.len(), 1);
+    }
+}

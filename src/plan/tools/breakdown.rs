@@ -1,0 +1,1030 @@
+//! §15 breakdown: a requirements document (a PRD, user stories, a bug list, a
+//! README's feature list, an issue's body) becomes an `EXECUTION_PLAN.md` the
+//! reader accepts. Requirements are found by the seed's heuristics (15b), split
+//! into atomic tasks by its split rules (15c), grouped into work units by the
+//! document's sections (15d) and into sprints of 3–7 tasks with one goal each
+//! (15e), foundations first. Exit criteria are machine-checkable wherever the
+//! source names a file or a command. Nothing is prioritised (15g).
+
+use super::measure::FOUNDATION;
+use crate::plan::blocks::{self, Block};
+use serde::Serialize;
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Confidence {
+    High,
+    Medium,
+}
+
+/// How a requirement was recognised (15b).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    /// MUST, SHALL, SHOULD, MAY (and their negations).
+    Rfc,
+    /// "As a …, I want …, so that …".
+    UserStory,
+    /// An item under a requirement-style heading.
+    RequirementList,
+    /// An item under "Features", "Deliverables", "Scope", "Tasks", "Bugs"….
+    FeatureList,
+    /// An open checklist item.
+    Checklist,
+    /// Task language: implement, create, build, add, support, enable, integrate….
+    TaskLanguage,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Requirement {
+    pub text: String,
+    /// The heading it is under (its path, `Features › Checkout`).
+    pub section: String,
+    pub line: usize,
+    pub confidence: Confidence,
+    pub signal: Signal,
+    /// Acceptance criteria the document gives for it.
+    pub criteria: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Task {
+    pub text: String,
+    /// Index of the requirement it comes from.
+    pub requirement: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SprintDraft {
+    pub name: String,
+    pub entry: Vec<String>,
+    pub tasks: Vec<String>,
+    pub exit: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnitDraft {
+    pub name: String,
+    pub directory: String,
+    pub layer: usize,
+    pub depends_on: Vec<String>,
+    pub sprints: Vec<SprintDraft>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Breakdown {
+    pub project: String,
+    pub requirements: Vec<Requirement>,
+    /// What the document puts out of scope, with its line.
+    pub out_of_scope: Vec<(usize, String)>,
+    pub tasks: Vec<Task>,
+    pub units: Vec<UnitDraft>,
+    /// The generated `EXECUTION_PLAN.md`.
+    pub plan: String,
+}
+
+/// The document names in the order §2 looks for them when none is given.
+pub const DOCUMENTS: &[&str] = &["REQUIREMENTS.md", "PRD.md", "SPEC.md", "README.md"];
+
+const TASK_VERBS: &[&str] = &[
+    "implement",
+    "create",
+    "build",
+    "add",
+    "support",
+    "enable",
+    "integrate",
+    "write",
+    "fix",
+    "remove",
+    "update",
+    "migrate",
+    "replace",
+    "refactor",
+    "document",
+    "allow",
+    "provide",
+    "expose",
+    "store",
+    "validate",
+    "send",
+    "show",
+    "display",
+    "make",
+];
+
+const OUT_OF_SCOPE: &[&str] = &[
+    "out of scope",
+    "non-goal",
+    "non goal",
+    "not included",
+    "future work",
+    "won't",
+    "will not",
+    "later version",
+    "(v2)",
+    "in v2",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Requirements,
+    Acceptance,
+    Features,
+    Context,
+    OutOfScope,
+    Plain,
+}
+
+fn kind_of(heading: &str) -> Kind {
+    let h = heading.to_lowercase();
+    let has = |ws: &[&str]| ws.iter().any(|w| h.contains(w));
+    if has(OUT_OF_SCOPE) || has(&["v2", "later", "someday"]) {
+        Kind::OutOfScope
+    } else if has(&["acceptance", "definition of done", "done when"]) {
+        Kind::Acceptance
+    } else if has(&["requirement", "user stor", "stories", "must have", "specification"]) {
+        Kind::Requirements
+    } else if has(&[
+        "feature", "deliverable", "scope", "task", "todo", "to do", "bug", "known issue",
+        "fix", "roadmap", "milestone", "changes", "work items", "backlog",
+    ]) {
+        Kind::Features
+    } else if has(&[
+        "goal", "objective", "background", "overview", "motivation", "context", "constraint",
+        "architecture", "introduction", "summary", "glossary", "reference", "note", "question",
+        "install", "usage", "license", "contributing", "faq",
+    ]) {
+        Kind::Context
+    } else {
+        Kind::Plain
+    }
+}
+
+fn is_rfc(text: &str) -> bool {
+    text.split(|c: char| !c.is_ascii_alphabetic())
+        .any(|w| matches!(w, "MUST" | "SHALL" | "SHOULD" | "MAY" | "REQUIRED"))
+}
+
+fn story(text: &str) -> Option<(String, String)> {
+    let t = text.trim();
+    let lower = t.to_lowercase();
+    let rest = lower
+        .strip_prefix("as a ")
+        .or_else(|| lower.strip_prefix("as an "))?;
+    let (role, goal) = rest.split_once(", i want")?;
+    let goal = goal.trim_start_matches(" to ").trim_start_matches(' ');
+    let goal = goal.split(", so that").next().unwrap_or(goal);
+    let goal = goal.split(" so that").next().unwrap_or(goal);
+    // The goal in the document's own case.
+    let start = t.len() - lower.len() + lower.find(goal).unwrap_or(0);
+    let goal = &t[start..start + goal.len()];
+    Some((role.trim().to_string(), goal.trim().trim_end_matches('.').to_string()))
+}
+
+fn starts_with_verb(text: &str) -> bool {
+    let first = text
+        .trim_start_matches(|c: char| !c.is_alphanumeric())
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_lowercase();
+    TASK_VERBS.iter().any(|v| first == *v || first == format!("{v}s"))
+}
+
+fn out_of_scope(text: &str) -> bool {
+    let t = text.to_lowercase();
+    OUT_OF_SCOPE.iter().any(|w| t.contains(w))
+}
+
+fn first_upper(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
+
+/// Sentences of a paragraph (a period, question or exclamation mark and a space).
+fn sentences(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_code = false;
+    let chars: Vec<char> = text.chars().collect();
+    for (i, &ch) in chars.iter().enumerate() {
+        cur.push(ch);
+        if ch == '`' {
+            in_code = !in_code;
+        }
+        let ends = matches!(ch, '.' | '!' | '?')
+            && !in_code
+            && chars.get(i + 1).is_none_or(|n| n.is_whitespace());
+        if ends {
+            out.push(cur.trim().to_string());
+            cur.clear();
+        }
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
+}
+
+/// Backticked tokens that look like files (`src/lib.rs`, `web/index.html`).
+fn files_in(text: &str) -> Vec<String> {
+    super::measure::file_names(text)
+        .filter(|f| !f.starts_with('.') || f.contains('/'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Backticked tokens that look like commands that check something.
+fn commands_in(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|c| {
+            let first = c.split_whitespace().next().unwrap_or("");
+            c.contains(' ')
+                && matches!(
+                    first,
+                    "cargo" | "npm" | "pnpm" | "yarn" | "make" | "pytest" | "go" | "just"
+                        | "mvn" | "gradle" | "./gradlew" | "dotnet" | "bundle" | "rake" | "tox"
+                )
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// 15c: one requirement's atomic tasks.
+fn decompose(req: &Requirement) -> Vec<String> {
+    let text = match (req.signal, story(&req.text)) {
+        (Signal::UserStory, Some((role, goal))) => {
+            // The story's goal in the third person: "my box" is the role's.
+            let goal = format!(" {goal} ")
+                .replace(" my ", " their ")
+                .replace(" me ", " them ")
+                .replace(" I ", " they ");
+            format!("Let a {role} {}", goal.trim())
+        }
+        _ => req.text.trim().trim_end_matches('.').to_string(),
+    };
+    let lower = text.to_lowercase();
+    let mut tasks: Vec<String> = Vec::new();
+    // "Create X and integrate (it) with Y" → "Create X", "Integrate X with Y".
+    if let Some(i) = lower.find(" and integrate ") {
+        let (head, tail) = (&text[..i], &text[i + " and integrate ".len()..]);
+        let tail = tail
+            .strip_prefix("it ")
+            .or_else(|| tail.strip_prefix("them "))
+            .unwrap_or(tail);
+        let object = head.split_once(' ').map_or(head, |x| x.1);
+        tasks.push(head.to_string());
+        tasks.push(format!("Integrate {object} {tail}"));
+    } else if let Some(list) = support_list(&text) {
+        // "Add support for A, B, and C": one task per independent item.
+        tasks.extend(list);
+    } else {
+        // "and" joining distinct work: both sides start with a task verb.
+        let mut parts = vec![text.clone()];
+        if let Some(i) = lower.find(" and ") {
+            let right = &text[i + 5..];
+            if starts_with_verb(&text) && starts_with_verb(right) {
+                parts = vec![text[..i].to_string(), first_upper(right)];
+            }
+        }
+        for p in parts {
+            tasks.extend(split_by_directory(&p));
+        }
+    }
+    // Implicit test work, unless the work is tests, docs or configuration.
+    let code_work = starts_with_verb(&text)
+        || matches!(req.signal, Signal::Rfc | Signal::UserStory | Signal::RequirementList);
+    let trivial = [
+        "test", "doc", "readme", "comment", "rename", "config", "typo", "license", "changelog",
+    ]
+    .iter()
+    .any(|w| lower.contains(w));
+    if code_work && !trivial {
+        let subject = tasks.first().cloned().unwrap_or_default();
+        tasks.push(format!("Write tests for: {}", lowercase_first(&subject)));
+    }
+    tasks.into_iter().map(|t| first_upper(t.trim())).collect()
+}
+
+fn lowercase_first(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) if !s.starts_with('`') => f.to_lowercase().chain(c).collect(),
+        Some(_) => s.to_string(),
+        None => String::new(),
+    }
+}
+
+/// "Add support for A, B and C" with short items: one task each.
+fn support_list(text: &str) -> Option<Vec<String>> {
+    let lower = text.to_lowercase();
+    let at = lower.find("support for ")? + "support for ".len();
+    let (head, list) = text.split_at(at);
+    let items: Vec<&str> = list
+        .split(", and ")
+        .flat_map(|p| p.split(", "))
+        .flat_map(|p| p.split(" and "))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    (items.len() >= 3 && items.iter().all(|i| i.split_whitespace().count() <= 4))
+        .then(|| items.iter().map(|i| format!("{head}{i}")).collect())
+}
+
+/// Files in different top-level directories: one task per directory cluster.
+fn split_by_directory(task: &str) -> Vec<String> {
+    let files = files_in(task);
+    let mut dirs: Vec<&str> = files
+        .iter()
+        .filter_map(|f| f.split_once('/').map(|x| x.0))
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    if dirs.len() < 2 {
+        return vec![task.to_string()];
+    }
+    dirs.iter()
+        .map(|d| format!("{task} — the part in `{d}/`"))
+        .collect()
+}
+
+/// 15b over the document's blocks.
+fn detect(blocks: &[Block]) -> (Vec<Requirement>, Vec<(usize, String)>) {
+    let mut reqs: Vec<Requirement> = Vec::new();
+    let mut out = Vec::new();
+    let mut stack: Vec<(u8, String, Kind)> = Vec::new();
+    let mut last_story: Option<usize> = None;
+    for b in blocks {
+        let section = || {
+            stack
+                .iter()
+                .filter(|(l, _, _)| *l > 1)
+                .map(|(_, t, _)| t.as_str())
+                .collect::<Vec<_>>()
+                .join(" › ")
+        };
+        let kind = stack
+            .iter()
+            .rev()
+            .map(|(_, _, k)| *k)
+            .find(|k| *k != Kind::Plain)
+            .unwrap_or(Kind::Plain);
+        match b {
+            Block::Heading { level, text, .. } => {
+                while stack.last().is_some_and(|(l, _, _)| l >= level) {
+                    stack.pop();
+                }
+                stack.push((*level, blocks::plain(text), kind_of(text)));
+                if kind_of(text) != Kind::Acceptance {
+                    last_story = None;
+                }
+            }
+            Block::Item {
+                text,
+                checked,
+                depth,
+                line,
+            } => {
+                let text = text.trim();
+                if text.is_empty() || *checked == Some(true) {
+                    continue;
+                }
+                if kind == Kind::OutOfScope || out_of_scope(text) {
+                    out.push((*line, text.to_string()));
+                    continue;
+                }
+                let given = text.to_lowercase().starts_with("given ");
+                let under_story = *depth > 0 && last_story.is_some();
+                if kind == Kind::Acceptance || given || under_story {
+                    if let Some(r) = last_story.or(reqs.len().checked_sub(1)) {
+                        reqs[r].criteria.push(text.to_string());
+                    }
+                    continue;
+                }
+                let signal = if story(text).is_some() {
+                    Some((Signal::UserStory, Confidence::High))
+                } else if is_rfc(text) {
+                    Some((Signal::Rfc, Confidence::High))
+                } else if kind == Kind::Requirements {
+                    Some((Signal::RequirementList, Confidence::High))
+                } else if kind == Kind::Features {
+                    Some((Signal::FeatureList, Confidence::Medium))
+                } else if *checked == Some(false) && kind != Kind::Context {
+                    Some((Signal::Checklist, Confidence::Medium))
+                } else if starts_with_verb(text) && kind != Kind::Context {
+                    Some((Signal::TaskLanguage, Confidence::Medium))
+                } else {
+                    None
+                };
+                if let Some((signal, confidence)) = signal {
+                    reqs.push(Requirement {
+                        text: text.to_string(),
+                        section: section(),
+                        line: *line,
+                        confidence,
+                        signal,
+                        criteria: Vec::new(),
+                    });
+                    last_story = (signal == Signal::UserStory).then(|| reqs.len() - 1);
+                }
+            }
+            Block::Paragraph { text, line } => {
+                if kind == Kind::OutOfScope {
+                    out.push((*line, text.to_string()));
+                    continue;
+                }
+                let lower = text.to_lowercase();
+                if lower.starts_with("acceptance criteria") {
+                    // The items that follow are the last story's criteria.
+                    stack.push((u8::MAX, String::new(), Kind::Acceptance));
+                    continue;
+                }
+                for s in sentences(text) {
+                    if out_of_scope(&s) {
+                        out.push((*line, s));
+                        continue;
+                    }
+                    let signal = if story(&s).is_some() {
+                        Some((Signal::UserStory, Confidence::High))
+                    } else if is_rfc(&s) {
+                        Some((Signal::Rfc, Confidence::High))
+                    } else if starts_with_verb(&s)
+                        && matches!(kind, Kind::Requirements | Kind::Features)
+                    {
+                        Some((Signal::TaskLanguage, Confidence::Medium))
+                    } else {
+                        None
+                    };
+                    if let Some((signal, confidence)) = signal {
+                        reqs.push(Requirement {
+                            text: s,
+                            section: section(),
+                            line: *line,
+                            confidence,
+                            signal,
+                            criteria: Vec::new(),
+                        });
+                        last_story = (signal == Signal::UserStory).then(|| reqs.len() - 1);
+                    }
+                }
+            }
+            Block::Code { .. } | Block::Table { .. } => {}
+        }
+    }
+    (reqs, out)
+}
+
+/// A generic section name, one that says what kind of list it is rather than
+/// what the work is about: not a work unit's name.
+fn generic(section: &str) -> bool {
+    let s = section.to_lowercase();
+    kind_of(&s) != Kind::Plain && !s.contains(' ') || {
+        let words = [
+            "requirements",
+            "functional requirements",
+            "non-functional requirements",
+            "features",
+            "tasks",
+            "user stories",
+            "stories",
+            "bugs",
+            "known issues",
+            "deliverables",
+            "scope",
+            "backlog",
+            "todo",
+        ];
+        words.contains(&s.as_str())
+    }
+}
+
+/// The test command the document's stack suggests, if any.
+fn test_command(doc: &str) -> Option<String> {
+    if let Some(c) = commands_in(doc)
+        .into_iter()
+        .find(|c| c.contains("test") || c.contains("check"))
+    {
+        return Some(c);
+    }
+    let d = doc.to_lowercase();
+    let has = |ws: &[&str]| ws.iter().any(|w| d.contains(w));
+    if has(&["cargo", "rust", ".rs`"]) {
+        Some("cargo test".into())
+    } else if has(&["package.json", "typescript", "node", ".ts`", ".js`", "npm"]) {
+        Some("npm test".into())
+    } else if has(&["python", "pytest", ".py`", "django", "flask"]) {
+        Some("pytest".into())
+    } else if has(&["golang", "go.mod", ".go`"]) {
+        Some("go test ./...".into())
+    } else {
+        None
+    }
+}
+
+/// Sizes for `n` tasks in sprints of at most 7, as even as can be.
+fn chunk_sizes(n: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let k = n.div_ceil(7);
+    (0..k).map(|i| n / k + usize::from(i < n % k)).collect()
+}
+
+/// A sprint's name: its subsection's heading, else the gist of its first
+/// task — the part after a MUST/SHOULD, up to the first clause break, at most
+/// eight words and not ending on a little word.
+fn sprint_name(tasks: &[String], subsection: Option<&str>) -> String {
+    if let Some(s) = subsection.filter(|s| !s.is_empty()) {
+        return s.to_string();
+    }
+    let first = tasks.first().map(String::as_str).unwrap_or("Work");
+    let mut text = first.trim_start_matches("Write tests for: ").replace('`', "");
+    let words: Vec<&str> = text.split_whitespace().collect();
+    // "The service MUST do X" is named "Do X"; a sentence whose subject is
+    // the point ("Account names SHOULD be unique") keeps it.
+    if let Some(i) = words
+        .iter()
+        .position(|w| matches!(*w, "MUST" | "SHALL" | "SHOULD" | "MAY"))
+    {
+        let subject = words[..i].join(" ").to_lowercase();
+        let generic = [
+            "the service", "the system", "the api", "the app", "the application", "it",
+            "the server", "the tool", "the cli", "the library", "",
+        ];
+        if generic.contains(&subject.as_str()) {
+            text = words[i + 1..].join(" ");
+        }
+    }
+    let cut = [" (", ",", ";", ":", " — ", " that ", " so "]
+        .iter()
+        .filter_map(|p| text.find(p))
+        .min()
+        .unwrap_or(text.len());
+    let mut words: Vec<&str> = text[..cut].split_whitespace().take(8).collect();
+    const LITTLE: &[&str] = &["a", "an", "the", "with", "in", "of", "to", "and", "for", "by", "on", "its", "their"];
+    while words.len() > 2 && words.last().is_some_and(|w| LITTLE.contains(&w.to_lowercase().as_str())) {
+        words.pop();
+    }
+    first_upper(&words.join(" "))
+}
+
+fn is_foundation(task: &str) -> bool {
+    let t = task.to_lowercase();
+    FOUNDATION.iter().any(|w| t.contains(w.trim()))
+}
+
+/// Runs §15 on a document; `project` names the plan when the document's title
+/// does not.
+pub fn breakdown(doc: &str, project: &str) -> Breakdown {
+    let parsed = blocks::parse(doc);
+    let (requirements, out_of_scope) = detect(&parsed.blocks);
+    let title = parsed
+        .blocks
+        .iter()
+        .find_map(|b| match b {
+            Block::Heading { level: 1, text, .. } => Some(blocks::plain(text)),
+            _ => None,
+        })
+        .map(|t| project_name(&t))
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| project.to_string());
+    let mut tasks = Vec::new();
+    for (i, r) in requirements.iter().enumerate() {
+        for t in decompose(r) {
+            tasks.push(Task {
+                text: t,
+                requirement: i,
+            });
+        }
+    }
+    // 15d: units by the document's sections, one level below its title.
+    let unit_of = |r: &Requirement| -> (String, String) {
+        let mut parts = r.section.split(" › ");
+        let top = parts.next().unwrap_or("").to_string();
+        let sub = parts.next().unwrap_or("").to_string();
+        (top, sub)
+    };
+    let mut keys: Vec<String> = Vec::new();
+    for t in &tasks {
+        let (top, sub) = unit_of(&requirements[t.requirement]);
+        let key = if generic(&top) && !sub.is_empty() { sub } else { top };
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    let single = keys.len() <= 1 || keys.iter().all(|k| k.is_empty() || generic(k));
+    let test_cmd = test_command(doc);
+    let mut units: Vec<UnitDraft> = Vec::new();
+    let unit_keys: Vec<String> = if single { vec![String::new()] } else { keys.clone() };
+    for key in &unit_keys {
+        let mine: Vec<&Task> = tasks
+            .iter()
+            .filter(|t| {
+                if single {
+                    return true;
+                }
+                let (top, sub) = unit_of(&requirements[t.requirement]);
+                let k = if generic(&top) && !sub.is_empty() { sub } else { top };
+                &k == key
+            })
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let name = if single || key.is_empty() {
+            title_name(&title)
+        } else {
+            unit_name(key)
+        };
+        // Foundations first (15e), the source's order otherwise; a test task
+        // stays right after its subject.
+        let mut ordered: Vec<&Task> = mine.iter().copied().filter(|t| is_foundation(&t.text)).collect();
+        ordered.extend(mine.iter().copied().filter(|t| !is_foundation(&t.text)));
+        let files: Vec<String> = ordered.iter().flat_map(|t| files_in(&t.text)).collect();
+        let directory = common_directory(&files);
+        let mut sprints = Vec::new();
+        let mut at = 0;
+        for size in chunk_sizes(ordered.len()) {
+            let chunk = &ordered[at..at + size];
+            at += size;
+            let texts: Vec<String> = chunk.iter().map(|t| t.text.clone()).collect();
+            let subsection = {
+                let subs: Vec<String> = chunk
+                    .iter()
+                    .map(|t| unit_of(&requirements[t.requirement]).1)
+                    .collect();
+                (!single && subs.iter().all(|s| s == &subs[0]) && !subs[0].is_empty() && &subs[0] != key)
+                    .then(|| subs[0].clone())
+            };
+            let mut exit: Vec<String> = Vec::new();
+            for f in chunk.iter().flat_map(|t| files_in(&t.text)).take(3) {
+                let e = format!("`{f}` exists");
+                if !exit.contains(&e) {
+                    exit.push(e);
+                }
+            }
+            let mut reqs_seen = Vec::new();
+            for t in chunk {
+                if reqs_seen.contains(&t.requirement) {
+                    continue;
+                }
+                reqs_seen.push(t.requirement);
+                for c in &requirements[t.requirement].criteria {
+                    let e = match commands_in(c).first() {
+                        Some(cmd) => format!("`{cmd}` passes"),
+                        None => c.trim().trim_end_matches('.').to_string(),
+                    };
+                    if !exit.contains(&e) {
+                        exit.push(e);
+                    }
+                }
+            }
+            if let Some(cmd) = &test_cmd {
+                let e = format!("`{cmd}` passes");
+                if !exit.contains(&e) {
+                    exit.push(e);
+                }
+            }
+            if exit.is_empty() {
+                exit.push(format!(
+                    "{} — done, shown in the sprint's pull request",
+                    sprint_name(&texts, None)
+                ));
+            }
+            // A unit done in one sprint: its section says the sprint's goal.
+            let subsection = subsection.or_else(|| {
+                (chunk_sizes(ordered.len()).len() == 1 && !single).then(|| name.clone())
+            });
+            sprints.push(SprintDraft {
+                name: sprint_name(&texts, subsection.as_deref()),
+                entry: Vec::new(),
+                tasks: texts,
+                exit,
+            });
+        }
+        units.push(UnitDraft {
+            name,
+            directory,
+            layer: 0,
+            depends_on: Vec::new(),
+            sprints,
+        });
+    }
+    depend_by_mentions(&mut units, &requirements, &tasks);
+    for u in &mut units {
+        let deps = u.depends_on.clone();
+        for (i, s) in u.sprints.iter_mut().enumerate() {
+            s.entry = if i > 0 {
+                vec![format!("Sprint {i} exit criteria met")]
+            } else if deps.is_empty() {
+                vec!["First sprint — no prerequisites".into()]
+            } else {
+                deps.iter().map(|d| format!("{d} is COMPLETED")).collect()
+            };
+        }
+    }
+    let plan = render(&title, &units);
+    Breakdown {
+        project: title,
+        requirements,
+        out_of_scope,
+        tasks,
+        units,
+        plan,
+    }
+}
+
+/// The project's name from the document's title, without what says the
+/// document's kind ("— Product Requirements", "PRD", "Spec").
+fn project_name(title: &str) -> String {
+    let mut t = title.trim().to_string();
+    for suffix in [
+        "product requirements document",
+        "product requirements",
+        "requirements document",
+        "requirements",
+        "specification",
+        "spec",
+        "prd",
+        "design doc",
+    ] {
+        let lower = t.to_lowercase();
+        if lower.ends_with(suffix) && lower.len() > suffix.len() {
+            t.truncate(t.len() - suffix.len());
+            t = t.trim_end_matches([' ', '—', '-', ':', '–']).to_string();
+            break;
+        }
+    }
+    t
+}
+
+fn title_name(title: &str) -> String {
+    let t = title
+        .trim_start_matches("EXECUTION_PLAN.md")
+        .trim_start_matches([' ', '—', '-', ':'])
+        .trim();
+    unit_name(if t.is_empty() { "project" } else { t })
+}
+
+/// A unit's name: the section's words, without what a table cell cannot hold.
+fn unit_name(section: &str) -> String {
+    let n: String = section
+        .chars()
+        .filter(|c| !matches!(c, '|' | '`' | '*' | '[' | ']'))
+        .collect();
+    let n = n.trim();
+    // A leading "1." or "2)" numbering is the document's, not the unit's.
+    let n = n
+        .trim_start_matches(|c: char| c.is_ascii_digit())
+        .trim_start_matches(['.', ')'])
+        .trim();
+    if n.is_empty() {
+        "project".into()
+    } else {
+        n.chars().take(60).collect()
+    }
+}
+
+fn common_directory(files: &[String]) -> String {
+    let dirs: Vec<&str> = files
+        .iter()
+        .map(|f| f.split_once('/').map_or(".", |x| x.0))
+        .collect();
+    match dirs.first() {
+        Some(d) if *d != "." && dirs.iter().all(|x| x == d) => d.to_string(),
+        _ => ".".into(),
+    }
+}
+
+/// 15d's dependency clusters, as far as the text says them: a unit whose
+/// requirements say they depend on, require, use or come after another unit
+/// (by name) depends on it — unless that would close a cycle.
+fn depend_by_mentions(units: &mut [UnitDraft], reqs: &[Requirement], tasks: &[Task]) {
+    let names: Vec<String> = units.iter().map(|u| u.name.to_lowercase()).collect();
+    for i in 0..units.len() {
+        let text: String = units[i]
+            .sprints
+            .iter()
+            .flat_map(|s| s.tasks.iter())
+            .chain(
+                tasks
+                    .iter()
+                    .filter(|t| units[i].sprints.iter().any(|s| s.tasks.contains(&t.text)))
+                    .map(|t| &reqs[t.requirement].text),
+            )
+            .map(|t| t.to_lowercase())
+            .collect::<Vec<_>>()
+            .join(" ");
+        for (j, other) in names.iter().enumerate() {
+            if i == j || other.len() < 3 {
+                continue;
+            }
+            let said = ["depends on ", "requires ", "after ", "uses ", "using ", "on top of ", "built on "]
+                .iter()
+                .any(|w| {
+                    text.match_indices(w).any(|(k, _)| {
+                        let rest = &text[k + w.len()..];
+                        rest.trim_start_matches("the ").starts_with(other.as_str())
+                    })
+                });
+            if said && !reaches(units, j, i) {
+                let dep = units[j].name.clone();
+                if !units[i].depends_on.contains(&dep) {
+                    units[i].depends_on.push(dep);
+                }
+            }
+        }
+    }
+    // Layers: one more than the deepest dependency.
+    for _ in 0..units.len() {
+        for i in 0..units.len() {
+            let layer = units[i]
+                .depends_on
+                .iter()
+                .filter_map(|d| units.iter().find(|u| &u.name == d))
+                .map(|u| u.layer + 1)
+                .max()
+                .unwrap_or(0);
+            units[i].layer = layer;
+        }
+    }
+}
+
+/// Whether unit `from` already depends (transitively) on unit `to`.
+fn reaches(units: &[UnitDraft], from: usize, to: usize) -> bool {
+    let mut seen = vec![false; units.len()];
+    let mut stack = vec![from];
+    while let Some(u) = stack.pop() {
+        if u == to {
+            return true;
+        }
+        if std::mem::replace(&mut seen[u], true) {
+            continue;
+        }
+        for d in &units[u].depends_on {
+            if let Some(k) = units.iter().position(|x| &x.name == d) {
+                stack.push(k);
+            }
+        }
+    }
+    false
+}
+
+/// 15f: the plan, in the format the reader reads.
+fn render(title: &str, units: &[UnitDraft]) -> String {
+    let mut out = format!("# EXECUTION_PLAN.md — {title}\n\n## Work Units\n\n");
+    out.push_str("| Work Unit | Directory | Sprints | Layer | Dependencies |\n");
+    out.push_str("|-----------|-----------|---------|-------|-------------|\n");
+    for u in units {
+        let deps = if u.depends_on.is_empty() {
+            "none".to_string()
+        } else {
+            u.depends_on.join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {deps} |",
+            u.name,
+            u.directory,
+            u.sprints.len(),
+            u.layer
+        );
+    }
+    for u in units {
+        let _ = write!(out, "\n## {}\n", u.name);
+        for (i, s) in u.sprints.iter().enumerate() {
+            let _ = write!(out, "\n### Sprint {}: {}\n\n**Entry criteria**:\n", i + 1, s.name);
+            for e in &s.entry {
+                let _ = writeln!(out, "- [ ] {e}");
+            }
+            out.push_str("\n**Tasks**:\n");
+            for (k, t) in s.tasks.iter().enumerate() {
+                let _ = writeln!(out, "{}. {t}", k + 1);
+            }
+            out.push_str("\n**Exit criteria**:\n");
+            for e in &s.exit {
+                let _ = writeln!(out, "- [ ] {e}");
+            }
+        }
+    }
+    let sprints: usize = units.iter().map(|u| u.sprints.len()).sum();
+    let structure = if units.len() <= 1 {
+        "sequential"
+    } else if units.iter().any(|u| u.layer > 0) {
+        "layers"
+    } else {
+        "parallel"
+    };
+    let _ = write!(
+        out,
+        "\n## Summary\n\n| Metric | Value |\n|--------|-------|\n| Work units | {} |\n| Total sprints | {sprints} |\n| Dependency structure | {structure} |\n",
+        units.len()
+    );
+    out
+}
+
+/// 15h: what the command says when it is done.
+pub fn summary(b: &Breakdown, source: &str, output: &str, next: &str) -> String {
+    let sprints: usize = b.units.iter().map(|u| u.sprints.len()).sum();
+    let mut out = format!(
+        "## Breakdown Complete\n\nSource: {source}\nOutput: {output}\n\n| Metric | Count |\n|--------|-------|\n| Requirements detected | {} |\n| Atomic tasks | {} |\n| Work units | {} |\n| Sprints | {sprints} |\n",
+        b.requirements.len(),
+        b.tasks.len(),
+        b.units.len()
+    );
+    if !b.out_of_scope.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nLeft out as out of scope: {} item(s) (lines {}).",
+            b.out_of_scope.len(),
+            b.out_of_scope
+                .iter()
+                .map(|(l, _)| l.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let _ = write!(out, "\nNext step: {next}\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(text: &str, signal: Signal) -> Requirement {
+        Requirement {
+            text: text.into(),
+            section: String::new(),
+            line: 1,
+            confidence: Confidence::High,
+            signal,
+            criteria: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_split_rules_of_15c() {
+        // "Create X and integrate with Y".
+        let t = decompose(&req(
+            "Create the payment client and integrate it with the checkout page",
+            Signal::TaskLanguage,
+        ));
+        assert_eq!(t[0], "Create the payment client");
+        assert_eq!(t[1], "Integrate the payment client with the checkout page");
+        // "Add support for A, B, and C" with independent items.
+        let t = decompose(&req("Add support for PNG, JPEG, and WebP", Signal::TaskLanguage));
+        assert_eq!(&t[..3], ["Add support for PNG", "Add support for JPEG", "Add support for WebP"]);
+        // "and" joining distinct work.
+        let t = decompose(&req("Implement login and add a logout button", Signal::TaskLanguage));
+        assert_eq!(&t[..2], ["Implement login", "Add a logout button"]);
+        // Files in different directories.
+        let t = decompose(&req("Create `api/types.rs` and `web/types.ts`", Signal::TaskLanguage));
+        assert!(t[0].ends_with("the part in `api/`") && t[1].ends_with("the part in `web/`"), "{t:?}");
+        // Implicit test work, but not for documentation.
+        assert!(t.last().unwrap().starts_with("Write tests for: "));
+        let t = decompose(&req("Update the README with the new flags", Signal::TaskLanguage));
+        assert_eq!(t, ["Update the README with the new flags"]);
+    }
+
+    #[test]
+    fn the_detection_heuristics_of_15b() {
+        let doc = "# Shop\n\n## Requirements\n\n1. The cart MUST keep items for 30 days\n2. Orders are numbered\n\n\
+## Features\n\n- Export orders as CSV\n\n## Notes\n\n- Implement nothing here, it is context\n\n\
+## Stories\n\n- As a buyer, I want to save my cart, so that I can come back\n  - Given a saved cart, when I log in, then I see it\n\n\
+## Out of scope\n\n- Gift cards\n\nMobile apps are future work.\n";
+        let b = breakdown(doc, "shop");
+        let got: Vec<(&str, Signal)> = b.requirements.iter().map(|r| (r.text.as_str(), r.signal)).collect();
+        assert_eq!(
+            got,
+            [
+                ("The cart MUST keep items for 30 days", Signal::Rfc),
+                ("Orders are numbered", Signal::RequirementList),
+                ("Export orders as CSV", Signal::FeatureList),
+                ("As a buyer, I want to save my cart, so that I can come back", Signal::UserStory),
+            ]
+        );
+        assert_eq!(b.requirements[3].criteria, ["Given a saved cart, when I log in, then I see it"]);
+        assert_eq!(b.out_of_scope.len(), 2, "{:?}", b.out_of_scope);
+        assert!(crate::plan::parse(&b.plan, "EXECUTION_PLAN.md").is_ok(), "{}", b.plan);
+    }
+
+    #[test]
+    fn sprints_hold_three_to_seven_tasks() {
+        for n in 1..60 {
+            let sizes = chunk_sizes(n);
+            assert_eq!(sizes.iter().sum::<usize>(), n);
+            assert!(sizes.iter().all(|s| *s <= 7));
+            if n >= 3 {
+                assert!(sizes.iter().all(|s| *s >= 3), "{n}: {sizes:?}");
+            }
+        }
+    }
+}
