@@ -206,14 +206,29 @@ mod breakdown_of_documents {
             let total: usize = d.sprints.iter().map(|s| s.tasks.len()).sum();
             for (s, ds) in u.sprints.iter().zip(&d.sprints) {
                 assert_eq!(s.tasks, ds.tasks, "{name}: tasks read back");
-                assert!(ds.tasks.len() <= 7, "{name}: {} has {}", ds.name, ds.tasks.len());
+                assert!(
+                    ds.tasks.len() <= 7,
+                    "{name}: {} has {}",
+                    ds.name,
+                    ds.tasks.len()
+                );
                 if total >= 3 {
-                    assert!(ds.tasks.len() >= 3, "{name}: {} has {}", ds.name, ds.tasks.len());
+                    assert!(
+                        ds.tasks.len() >= 3,
+                        "{name}: {} has {}",
+                        ds.name,
+                        ds.tasks.len()
+                    );
                 }
                 assert!(!s.exit_criteria.is_empty());
             }
         }
-        let planned: usize = b.units.iter().flat_map(|u| &u.sprints).map(|s| s.tasks.len()).sum();
+        let planned: usize = b
+            .units
+            .iter()
+            .flat_map(|u| &u.sprints)
+            .map(|s| s.tasks.len())
+            .sum();
         assert_eq!(planned, b.tasks.len(), "{name}: every task is in a sprint");
         insta::assert_snapshot!(format!("breakdown_{name}"), b.plan);
         b
@@ -231,19 +246,53 @@ mod breakdown_of_documents {
     #[test]
     fn a_prd_with_rfc_keywords() {
         let b = check("prd.md");
-        assert!(b.requirements.iter().filter(|r| r.signal == Signal::Rfc).count() >= 12);
+        assert!(
+            b.requirements
+                .iter()
+                .filter(|r| r.signal == Signal::Rfc)
+                .count()
+                >= 12
+        );
         let names: Vec<&str> = b.units.iter().map(|u| u.name.as_str()).collect();
-        assert_eq!(names, ["Accounts", "Transactions", "Reports", "Non-Functional Requirements"]);
-        assert_eq!(b.out_of_scope.len(), 2, "multi-currency and the web front end");
-        assert_eq!(machine_checkable(&b.plan), b.units.iter().map(|u| u.sprints.len()).sum::<usize>(), "`cargo test` on every sprint");
+        assert_eq!(
+            names,
+            [
+                "Accounts",
+                "Transactions",
+                "Reports",
+                "Non-Functional Requirements"
+            ]
+        );
+        assert_eq!(
+            b.out_of_scope.len(),
+            2,
+            "multi-currency and the web front end"
+        );
+        assert_eq!(
+            machine_checkable(&b.plan),
+            b.units.iter().map(|u| u.sprints.len()).sum::<usize>(),
+            "`cargo test` on every sprint"
+        );
     }
 
     #[test]
     fn user_stories_with_acceptance_criteria() {
         let b = check("stories.md");
-        assert_eq!(b.requirements.iter().filter(|r| r.signal == Signal::UserStory).count(), 7);
-        assert!(b.plan.contains("`npm test -- recipes` passes"), "{}", b.plan);
-        assert!(b.plan.contains("Given a shared link, when a stranger opens it, then the recipe is shown read-only"));
+        assert_eq!(
+            b.requirements
+                .iter()
+                .filter(|r| r.signal == Signal::UserStory)
+                .count(),
+            7
+        );
+        assert!(
+            b.plan.contains("`npm test -- recipes` passes"),
+            "{}",
+            b.plan
+        );
+        assert!(b.plan.contains(
+            "Given a shared link, when a stranger opens it, then the recipe is shown read-only"
+        ));
     }
 
     #[test]
@@ -257,7 +306,13 @@ mod breakdown_of_documents {
     #[test]
     fn a_readme_feature_list() {
         let b = check("readme.md");
-        assert!(b.tasks.iter().any(|t| t.text == "Add support for prefix scans"), "{:?}", b.tasks);
+        assert!(
+            b.tasks
+                .iter()
+                .any(|t| t.text == "Add support for prefix scans"),
+            "{:?}",
+            b.tasks
+        );
         assert!(b.plan.contains("`go test ./...` passes"));
         assert!(b.plan.contains("`store/log.go` exists"));
         assert_eq!(b.out_of_scope.len(), 1, "replication is v2");

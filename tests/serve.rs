@@ -447,3 +447,64 @@ async fn a_pull_request_that_changes_the_plan_gets_the_plan_check() {
     h.settle().await;
     assert!(plan_check(&h, "mia/readme").is_none());
 }
+
+/// `/supervise breakdown` on an issue: its text becomes a plan proposed as a
+/// pull request (the default branch untouched), and saying it again after the
+/// issue changes updates the same pull request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breakdown_on_an_issue_proposes_a_plan_in_a_pull_request() {
+    let h = Story::start(Setup::commands_only()).await;
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/requirements/issue.md"),
+    )
+    .unwrap();
+    let issue = h.fake.open_issue_with(REPO, "Workspace invitations", &text);
+    h.fake
+        .comment(REPO, issue, "mia", "/supervise breakdown", false)
+        .await;
+    let reply = &h.replies_after(issue, 1).await[0];
+    assert!(reply.starts_with("## Breakdown Complete"), "{reply}");
+    assert!(reply.contains("| Requirements detected | 7 |"), "{reply}");
+    let pulls = h.fake.pulls(REPO);
+    assert_eq!(pulls.len(), 1, "{pulls:#?}");
+    let pr = &pulls[0];
+    assert_eq!(
+        (pr.base.as_str(), pr.head.as_str()),
+        (
+            "main",
+            format!("supervise-breakdown/issue-{issue}").as_str()
+        )
+    );
+    assert!(reply.contains(&format!("pull request #{}", pr.number)));
+    let plan = h.fake.file(REPO, &pr.head, "EXECUTION_PLAN.md").unwrap();
+    let read = supervise::plan::parse(&plan, "EXECUTION_PLAN.md").expect("the reader accepts it");
+    assert_eq!(read.title, "Workspace invitations");
+    assert!(
+        h.fake.file(REPO, "main", "EXECUTION_PLAN.md").is_none(),
+        "nothing pushed to main"
+    );
+    // Again, from a document on the default branch: the same pull request.
+    h.fake.add_file(REPO, "docs/PRD.md", "# Invites\n\n## Tasks\n\n- Add an invite endpoint\n- Add a revoke endpoint\n- Show pending invites\n");
+    h.fake
+        .comment(
+            REPO,
+            issue,
+            "mia",
+            "/supervise breakdown docs/PRD.md",
+            false,
+        )
+        .await;
+    let replies = h.replies_after(issue, 2).await;
+    assert!(
+        replies[1].contains(&format!("pull request #{}", pr.number)),
+        "{}",
+        replies[1]
+    );
+    assert_eq!(h.fake.pulls(REPO).len(), 1, "updated, not opened again");
+    assert!(h
+        .fake
+        .file(REPO, &pr.head, "docs/EXECUTION_PLAN.md")
+        .unwrap()
+        .contains("Add a revoke endpoint"));
+}

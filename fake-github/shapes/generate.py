@@ -36,6 +36,7 @@ ENDPOINTS = [
     ("post", "/repos/{owner}/{repo}/check-runs"),
     ("get", "/repos/{owner}/{repo}/issues"),
     ("post", "/repos/{owner}/{repo}/issues"),
+    ("get", "/repos/{owner}/{repo}/issues/{issue_number}"),
     ("patch", "/repos/{owner}/{repo}/issues/{issue_number}"),
     ("post", "/repos/{owner}/{repo}/issues/{issue_number}/labels"),
     ("get", "/repos/{owner}/{repo}/issues/{issue_number}/sub_issues"),

@@ -167,6 +167,25 @@ pub enum PlanCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Turn a requirements document (a PRD, user stories, a bug list, a
+    /// README) into EXECUTION_PLAN.md beside it: units by its sections, sprints
+    /// of 3–7 tasks, exit criteria machine-checkable where it allows.
+    #[command(
+        after_help = "Examples:\n  supervise plan breakdown\n  supervise plan breakdown docs/PRD.md --dry-run\n  supervise plan breakdown SPEC.md --json | jq '.requirements | length'"
+    )]
+    Breakdown {
+        /// The document; default: REQUIREMENTS.md, PRD.md, SPEC.md or README.md here.
+        doc: Option<PathBuf>,
+        /// Print the plan instead of writing it.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the breakdown as JSON (requirements, tasks, units, plan).
+        #[arg(long)]
+        json: bool,
+        /// Replace an EXECUTION_PLAN.md that is already there.
+        #[arg(long)]
+        force: bool,
+    },
     /// Three passes over the plan (completeness, atomicity and testability,
     /// priority and parallelism); writes ANALYSIS_REPORT.md beside it. Exit
     /// status 2 when it finds critical issues.
@@ -234,6 +253,12 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Verify(args) => run_cmd::verify_cmd(&args),
         Command::Plan(PlanCommand::Show { path, json }) => plan_cmd::show(path.as_deref(), json),
+        Command::Plan(PlanCommand::Breakdown {
+            doc,
+            dry_run,
+            json,
+            force,
+        }) => plan_cmd::breakdown(doc.as_deref(), dry_run, json, force),
         Command::Plan(PlanCommand::Analyze { path, tool }) => {
             plan_cmd::analyze(path.as_deref(), &tool)
         }

@@ -123,6 +123,70 @@ pub fn show(path: Option<&Path>, json: bool) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// `supervise plan breakdown`: 0 when the plan is written (or printed), 1
+/// when there is no document or a plan would be overwritten.
+pub fn breakdown(
+    doc: Option<&Path>,
+    dry_run: bool,
+    json: bool,
+    force: bool,
+) -> anyhow::Result<i32> {
+    use tools::breakdown::{self as bd, DOCUMENTS};
+    let path = match doc {
+        Some(p) => p.to_path_buf(),
+        None => match DOCUMENTS.iter().map(Path::new).find(|p| p.is_file()) {
+            Some(p) => p.to_path_buf(),
+            None => {
+                eprintln!("ERROR: Cannot find a requirements document.\nThe breakdown command needs a source document to analyze ({} here).\nPlease provide the path: supervise plan breakdown path/to/requirements.md", DOCUMENTS.join(", "));
+                return Ok(1);
+            }
+        },
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("ERROR: cannot read {}: {e}", path.display());
+            return Ok(1);
+        }
+    };
+    let root = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let project = std::fs::canonicalize(root)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_string()))
+        .unwrap_or_else(|| "project".into());
+    let b = bd::breakdown(&text, &project);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&b)?);
+        return Ok(0);
+    }
+    if dry_run {
+        print!("{}", b.plan);
+        return Ok(0);
+    }
+    let out = root.join("EXECUTION_PLAN.md");
+    if out.exists() && !force {
+        eprintln!(
+            "ERROR: {} already exists; nothing was written.\nSee the new plan with --dry-run, or replace it with --force.",
+            out.display()
+        );
+        return Ok(1);
+    }
+    std::fs::write(&out, &b.plan).map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
+    print!(
+        "{}",
+        bd::summary(
+            &b,
+            &path.display().to_string(),
+            &out.display().to_string(),
+            "supervise plan prioritize"
+        )
+    );
+    Ok(0)
+}
+
 /// `supervise plan analyze`: 0 without critical issues, 2 with, 1 when the plan
 /// cannot be read.
 pub fn analyze(path: Option<&Path>, flags: &super::PlanToolFlags) -> anyhow::Result<i32> {

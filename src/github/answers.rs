@@ -124,6 +124,7 @@ pub struct App {
 pub struct Issue {
     pub number: i64,
     pub id: IssueId,
+    pub title: String,
     #[serde(default)]
     pub body: Option<String>,
 }

@@ -482,6 +482,11 @@ impl Repo<'_> {
         self.send("/check-runs", body).await
     }
 
+    /// One issue: its number, id, title and body.
+    pub async fn issue(&self, number: i64) -> Result<answers::Issue, GitHubError> {
+        self.get(&format!("/issues/{number}")).await
+    }
+
     pub async fn create_issue(
         &self,
         title: &str,

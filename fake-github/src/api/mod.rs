@@ -162,6 +162,11 @@ impl FakeGitHub {
 
     /// Opens an issue as a person; returns its number.
     pub fn open_issue(&self, repo: &str, title: &str) -> i64 {
+        self.open_issue_with(repo, title, "")
+    }
+
+    /// Opens an issue with a description; returns its number.
+    pub fn open_issue_with(&self, repo: &str, title: &str, body: &str) -> i64 {
         let mut s = self.inner.lock();
         let (id, number) = (s.api.id(), s.api.number(repo));
         s.api.issues.push(Issue {
@@ -169,7 +174,7 @@ impl FakeGitHub {
             number,
             repo: repo.into(),
             title: title.into(),
-            body: String::new(),
+            body: body.into(),
             state: "open".into(),
             labels: vec![],
             sub_issues: vec![],

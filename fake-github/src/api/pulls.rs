@@ -4,10 +4,23 @@
 use super::*;
 
 pub(super) fn pull_json(p: &Pull, repo: &Repo, shape: PullShape) -> Value {
+    // An open pull request's head exists; a look-up that fails under load (a
+    // git process that could not start) is tried again rather than answered
+    // with a null GitHub never sends.
+    let tries = if p.state == "open" { 5 } else { 1 };
+    let head = (0..tries)
+        .find_map(|i| {
+            if i > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            repo.branch_sha(&p.head)
+        })
+        .or_else(|| p.merge_sha.clone())
+        .unwrap_or_default();
     let mut v = json!({
         "number": p.number, "title": p.title, "body": p.body, "state": p.state,
         "merge_commit_sha": p.merge_sha, "merged_at": p.merged_at,
-        "head": { "ref": p.head, "sha": repo.branch_sha(&p.head) },
+        "head": { "ref": p.head, "sha": head },
         "base": { "ref": p.base },
         "html_url": format!("https://github.com/{}/pull/{}", p.repo, p.number),
     });

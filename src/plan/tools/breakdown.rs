@@ -144,17 +144,51 @@ fn kind_of(heading: &str) -> Kind {
         Kind::OutOfScope
     } else if has(&["acceptance", "definition of done", "done when"]) {
         Kind::Acceptance
-    } else if has(&["requirement", "user stor", "stories", "must have", "specification"]) {
+    } else if has(&[
+        "requirement",
+        "user stor",
+        "stories",
+        "must have",
+        "specification",
+    ]) {
         Kind::Requirements
     } else if has(&[
-        "feature", "deliverable", "scope", "task", "todo", "to do", "bug", "known issue",
-        "fix", "roadmap", "milestone", "changes", "work items", "backlog",
+        "feature",
+        "deliverable",
+        "scope",
+        "task",
+        "todo",
+        "to do",
+        "bug",
+        "known issue",
+        "fix",
+        "roadmap",
+        "milestone",
+        "changes",
+        "work items",
+        "backlog",
     ]) {
         Kind::Features
     } else if has(&[
-        "goal", "objective", "background", "overview", "motivation", "context", "constraint",
-        "architecture", "introduction", "summary", "glossary", "reference", "note", "question",
-        "install", "usage", "license", "contributing", "faq",
+        "goal",
+        "objective",
+        "background",
+        "overview",
+        "motivation",
+        "context",
+        "constraint",
+        "architecture",
+        "introduction",
+        "summary",
+        "glossary",
+        "reference",
+        "note",
+        "question",
+        "install",
+        "usage",
+        "license",
+        "contributing",
+        "faq",
     ]) {
         Kind::Context
     } else {
@@ -180,7 +214,10 @@ fn story(text: &str) -> Option<(String, String)> {
     // The goal in the document's own case.
     let start = t.len() - lower.len() + lower.find(goal).unwrap_or(0);
     let goal = &t[start..start + goal.len()];
-    Some((role.trim().to_string(), goal.trim().trim_end_matches('.').to_string()))
+    Some((
+        role.trim().to_string(),
+        goal.trim().trim_end_matches('.').to_string(),
+    ))
 }
 
 fn starts_with_verb(text: &str) -> bool {
@@ -190,7 +227,9 @@ fn starts_with_verb(text: &str) -> bool {
         .next()
         .unwrap_or("")
         .to_lowercase();
-    TASK_VERBS.iter().any(|v| first == *v || first == format!("{v}s"))
+    TASK_VERBS
+        .iter()
+        .any(|v| first == *v || first == format!("{v}s"))
 }
 
 fn out_of_scope(text: &str) -> bool {
@@ -249,8 +288,21 @@ fn commands_in(text: &str) -> Vec<String> {
             c.contains(' ')
                 && matches!(
                     first,
-                    "cargo" | "npm" | "pnpm" | "yarn" | "make" | "pytest" | "go" | "just"
-                        | "mvn" | "gradle" | "./gradlew" | "dotnet" | "bundle" | "rake" | "tox"
+                    "cargo"
+                        | "npm"
+                        | "pnpm"
+                        | "yarn"
+                        | "make"
+                        | "pytest"
+                        | "go"
+                        | "just"
+                        | "mvn"
+                        | "gradle"
+                        | "./gradlew"
+                        | "dotnet"
+                        | "bundle"
+                        | "rake"
+                        | "tox"
                 )
         })
         .map(str::to_string)
@@ -300,9 +352,20 @@ fn decompose(req: &Requirement) -> Vec<String> {
     }
     // Implicit test work, unless the work is tests, docs or configuration.
     let code_work = starts_with_verb(&text)
-        || matches!(req.signal, Signal::Rfc | Signal::UserStory | Signal::RequirementList);
+        || matches!(
+            req.signal,
+            Signal::Rfc | Signal::UserStory | Signal::RequirementList
+        );
     let trivial = [
-        "test", "doc", "readme", "comment", "rename", "config", "typo", "license", "changelog",
+        "test",
+        "doc",
+        "readme",
+        "comment",
+        "rename",
+        "config",
+        "typo",
+        "license",
+        "changelog",
     ]
     .iter()
     .any(|w| lower.contains(w));
@@ -545,7 +608,9 @@ fn sprint_name(tasks: &[String], subsection: Option<&str>) -> String {
         return s.to_string();
     }
     let first = tasks.first().map(String::as_str).unwrap_or("Work");
-    let mut text = first.trim_start_matches("Write tests for: ").replace('`', "");
+    let mut text = first
+        .trim_start_matches("Write tests for: ")
+        .replace('`', "");
     let words: Vec<&str> = text.split_whitespace().collect();
     // "The service MUST do X" is named "Do X"; a sentence whose subject is
     // the point ("Account names SHOULD be unique") keeps it.
@@ -555,8 +620,17 @@ fn sprint_name(tasks: &[String], subsection: Option<&str>) -> String {
     {
         let subject = words[..i].join(" ").to_lowercase();
         let generic = [
-            "the service", "the system", "the api", "the app", "the application", "it",
-            "the server", "the tool", "the cli", "the library", "",
+            "the service",
+            "the system",
+            "the api",
+            "the app",
+            "the application",
+            "it",
+            "the server",
+            "the tool",
+            "the cli",
+            "the library",
+            "",
         ];
         if generic.contains(&subject.as_str()) {
             text = words[i + 1..].join(" ");
@@ -568,8 +642,14 @@ fn sprint_name(tasks: &[String], subsection: Option<&str>) -> String {
         .min()
         .unwrap_or(text.len());
     let mut words: Vec<&str> = text[..cut].split_whitespace().take(8).collect();
-    const LITTLE: &[&str] = &["a", "an", "the", "with", "in", "of", "to", "and", "for", "by", "on", "its", "their"];
-    while words.len() > 2 && words.last().is_some_and(|w| LITTLE.contains(&w.to_lowercase().as_str())) {
+    const LITTLE: &[&str] = &[
+        "a", "an", "the", "with", "in", "of", "to", "and", "for", "by", "on", "its", "their",
+    ];
+    while words.len() > 2
+        && words
+            .last()
+            .is_some_and(|w| LITTLE.contains(&w.to_lowercase().as_str()))
+    {
         words.pop();
     }
     first_upper(&words.join(" "))
@@ -614,7 +694,11 @@ pub fn breakdown(doc: &str, project: &str) -> Breakdown {
     let mut keys: Vec<String> = Vec::new();
     for t in &tasks {
         let (top, sub) = unit_of(&requirements[t.requirement]);
-        let key = if generic(&top) && !sub.is_empty() { sub } else { top };
+        let key = if generic(&top) && !sub.is_empty() {
+            sub
+        } else {
+            top
+        };
         if !keys.contains(&key) {
             keys.push(key);
         }
@@ -622,7 +706,11 @@ pub fn breakdown(doc: &str, project: &str) -> Breakdown {
     let single = keys.len() <= 1 || keys.iter().all(|k| k.is_empty() || generic(k));
     let test_cmd = test_command(doc);
     let mut units: Vec<UnitDraft> = Vec::new();
-    let unit_keys: Vec<String> = if single { vec![String::new()] } else { keys.clone() };
+    let unit_keys: Vec<String> = if single {
+        vec![String::new()]
+    } else {
+        keys.clone()
+    };
     for key in &unit_keys {
         let mine: Vec<&Task> = tasks
             .iter()
@@ -631,7 +719,11 @@ pub fn breakdown(doc: &str, project: &str) -> Breakdown {
                     return true;
                 }
                 let (top, sub) = unit_of(&requirements[t.requirement]);
-                let k = if generic(&top) && !sub.is_empty() { sub } else { top };
+                let k = if generic(&top) && !sub.is_empty() {
+                    sub
+                } else {
+                    top
+                };
                 &k == key
             })
             .collect();
@@ -645,7 +737,11 @@ pub fn breakdown(doc: &str, project: &str) -> Breakdown {
         };
         // Foundations first (15e), the source's order otherwise; a test task
         // stays right after its subject.
-        let mut ordered: Vec<&Task> = mine.iter().copied().filter(|t| is_foundation(&t.text)).collect();
+        let mut ordered: Vec<&Task> = mine
+            .iter()
+            .copied()
+            .filter(|t| is_foundation(&t.text))
+            .collect();
         ordered.extend(mine.iter().copied().filter(|t| !is_foundation(&t.text)));
         let files: Vec<String> = ordered.iter().flat_map(|t| files_in(&t.text)).collect();
         let directory = common_directory(&files);
@@ -660,7 +756,10 @@ pub fn breakdown(doc: &str, project: &str) -> Breakdown {
                     .iter()
                     .map(|t| unit_of(&requirements[t.requirement]).1)
                     .collect();
-                (!single && subs.iter().all(|s| s == &subs[0]) && !subs[0].is_empty() && &subs[0] != key)
+                (!single
+                    && subs.iter().all(|s| s == &subs[0])
+                    && !subs[0].is_empty()
+                    && &subs[0] != key)
                     .then(|| subs[0].clone())
             };
             let mut exit: Vec<String> = Vec::new();
@@ -826,14 +925,22 @@ fn depend_by_mentions(units: &mut [UnitDraft], reqs: &[Requirement], tasks: &[Ta
             if i == j || other.len() < 3 {
                 continue;
             }
-            let said = ["depends on ", "requires ", "after ", "uses ", "using ", "on top of ", "built on "]
-                .iter()
-                .any(|w| {
-                    text.match_indices(w).any(|(k, _)| {
-                        let rest = &text[k + w.len()..];
-                        rest.trim_start_matches("the ").starts_with(other.as_str())
-                    })
-                });
+            let said = [
+                "depends on ",
+                "requires ",
+                "after ",
+                "uses ",
+                "using ",
+                "on top of ",
+                "built on ",
+            ]
+            .iter()
+            .any(|w| {
+                text.match_indices(w).any(|(k, _)| {
+                    let rest = &text[k + w.len()..];
+                    rest.trim_start_matches("the ").starts_with(other.as_str())
+                })
+            });
             if said && !reaches(units, j, i) {
                 let dep = units[j].name.clone();
                 if !units[i].depends_on.contains(&dep) {
@@ -900,7 +1007,12 @@ fn render(title: &str, units: &[UnitDraft]) -> String {
     for u in units {
         let _ = write!(out, "\n## {}\n", u.name);
         for (i, s) in u.sprints.iter().enumerate() {
-            let _ = write!(out, "\n### Sprint {}: {}\n\n**Entry criteria**:\n", i + 1, s.name);
+            let _ = write!(
+                out,
+                "\n### Sprint {}: {}\n\n**Entry criteria**:\n",
+                i + 1,
+                s.name
+            );
             for e in &s.entry {
                 let _ = writeln!(out, "- [ ] {e}");
             }
@@ -980,17 +1092,39 @@ mod tests {
         assert_eq!(t[0], "Create the payment client");
         assert_eq!(t[1], "Integrate the payment client with the checkout page");
         // "Add support for A, B, and C" with independent items.
-        let t = decompose(&req("Add support for PNG, JPEG, and WebP", Signal::TaskLanguage));
-        assert_eq!(&t[..3], ["Add support for PNG", "Add support for JPEG", "Add support for WebP"]);
+        let t = decompose(&req(
+            "Add support for PNG, JPEG, and WebP",
+            Signal::TaskLanguage,
+        ));
+        assert_eq!(
+            &t[..3],
+            [
+                "Add support for PNG",
+                "Add support for JPEG",
+                "Add support for WebP"
+            ]
+        );
         // "and" joining distinct work.
-        let t = decompose(&req("Implement login and add a logout button", Signal::TaskLanguage));
+        let t = decompose(&req(
+            "Implement login and add a logout button",
+            Signal::TaskLanguage,
+        ));
         assert_eq!(&t[..2], ["Implement login", "Add a logout button"]);
         // Files in different directories.
-        let t = decompose(&req("Create `api/types.rs` and `web/types.ts`", Signal::TaskLanguage));
-        assert!(t[0].ends_with("the part in `api/`") && t[1].ends_with("the part in `web/`"), "{t:?}");
+        let t = decompose(&req(
+            "Create `api/types.rs` and `web/types.ts`",
+            Signal::TaskLanguage,
+        ));
+        assert!(
+            t[0].ends_with("the part in `api/`") && t[1].ends_with("the part in `web/`"),
+            "{t:?}"
+        );
         // Implicit test work, but not for documentation.
         assert!(t.last().unwrap().starts_with("Write tests for: "));
-        let t = decompose(&req("Update the README with the new flags", Signal::TaskLanguage));
+        let t = decompose(&req(
+            "Update the README with the new flags",
+            Signal::TaskLanguage,
+        ));
         assert_eq!(t, ["Update the README with the new flags"]);
     }
 
@@ -1001,19 +1135,33 @@ mod tests {
 ## Stories\n\n- As a buyer, I want to save my cart, so that I can come back\n  - Given a saved cart, when I log in, then I see it\n\n\
 ## Out of scope\n\n- Gift cards\n\nMobile apps are future work.\n";
         let b = breakdown(doc, "shop");
-        let got: Vec<(&str, Signal)> = b.requirements.iter().map(|r| (r.text.as_str(), r.signal)).collect();
+        let got: Vec<(&str, Signal)> = b
+            .requirements
+            .iter()
+            .map(|r| (r.text.as_str(), r.signal))
+            .collect();
         assert_eq!(
             got,
             [
                 ("The cart MUST keep items for 30 days", Signal::Rfc),
                 ("Orders are numbered", Signal::RequirementList),
                 ("Export orders as CSV", Signal::FeatureList),
-                ("As a buyer, I want to save my cart, so that I can come back", Signal::UserStory),
+                (
+                    "As a buyer, I want to save my cart, so that I can come back",
+                    Signal::UserStory
+                ),
             ]
         );
-        assert_eq!(b.requirements[3].criteria, ["Given a saved cart, when I log in, then I see it"]);
+        assert_eq!(
+            b.requirements[3].criteria,
+            ["Given a saved cart, when I log in, then I see it"]
+        );
         assert_eq!(b.out_of_scope.len(), 2, "{:?}", b.out_of_scope);
-        assert!(crate::plan::parse(&b.plan, "EXECUTION_PLAN.md").is_ok(), "{}", b.plan);
+        assert!(
+            crate::plan::parse(&b.plan, "EXECUTION_PLAN.md").is_ok(),
+            "{}",
+            b.plan
+        );
     }
 
     #[test]
