@@ -326,3 +326,201 @@ mod breakdown_of_documents {
         assert_eq!(b.out_of_scope.len(), 1);
     }
 }
+
+// ---- the rewrites of evaluate (§17g) and prioritize (§16g) -------------------------
+
+mod rewrites {
+    use proptest::prelude::*;
+    use supervise::plan::tools::measure::is_vague;
+    use supervise::plan::tools::rewrite::{evaluated, prioritized};
+    use supervise::plan::{parse, Plan};
+
+    /// Every plan of the reader's corpus that reads, with its name.
+    fn corpus() -> Vec<(String, String)> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plans");
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let text = std::fs::read_to_string(&p).unwrap();
+            if parse(&text, "EXECUTION_PLAN.md").is_ok() {
+                out.push((p.file_name().unwrap().to_string_lossy().to_string(), text));
+            }
+        }
+        out.sort();
+        assert!(out.len() >= 10, "the corpus is there");
+        out
+    }
+
+    fn tasks(p: &Plan) -> Vec<String> {
+        let mut t: Vec<String> = p
+            .work_units
+            .iter()
+            .flat_map(|u| u.sprints.iter().flat_map(|s| s.tasks.clone()))
+            .collect();
+        t.sort();
+        t
+    }
+
+    fn criteria(p: &Plan) -> Vec<String> {
+        p.work_units
+            .iter()
+            .flat_map(|u| {
+                u.sprints
+                    .iter()
+                    .flat_map(|s| s.exit_criteria.iter().map(|c| c.text.clone()))
+            })
+            .collect()
+    }
+
+    /// The lines a rewrite does not own: outside every sprint section, and
+    /// not a Work Units table row.
+    fn unowned(p: &Plan, text: &str) -> Vec<String> {
+        let lines: Vec<&str> = text.lines().collect();
+        let first_sprint = p
+            .work_units
+            .iter()
+            .flat_map(|u| u.sprints.iter().map(|s| s.line))
+            .min()
+            .unwrap_or(lines.len() + 1);
+        lines[..first_sprint.saturating_sub(1).min(lines.len())]
+            .iter()
+            .filter(|l| !l.trim_start().starts_with('|'))
+            .map(|l| l.to_string())
+            .collect()
+    }
+
+    /// What evaluate's rewrite must keep, for any plan and budget.
+    fn evaluate_keeps(name: &str, src: &str, budget: u32) {
+        let before = parse(src, "EXECUTION_PLAN.md").unwrap();
+        let rw = evaluated(&before, src, budget);
+        let after = parse(&rw.text, "EXECUTION_PLAN.md").unwrap_or_else(|p| {
+            panic!("{name} @ {budget}: does not read back: {p:?}\n{}", rw.text)
+        });
+        assert_eq!(
+            tasks(&after),
+            tasks(&before),
+            "{name} @ {budget}: a task lost or made up"
+        );
+        let kept = criteria(&after).join("\n");
+        for c in criteria(&before) {
+            if !is_vague(&c) {
+                assert!(
+                    kept.contains(&c),
+                    "{name} @ {budget}: criterion lost: {c}\n{}",
+                    rw.text
+                );
+            }
+        }
+        assert_eq!(
+            unowned(&after, &rw.text),
+            unowned(&before, src),
+            "{name} @ {budget}: prose changed"
+        );
+        let bare = |p: &Plan| {
+            p.work_units
+                .iter()
+                .flat_map(|u| &u.sprints)
+                .filter(|s| s.exit_criteria.is_empty())
+                .count()
+        };
+        assert!(
+            bare(&after) <= bare(&before),
+            "{name} @ {budget}: a sprint lost all its exit criteria"
+        );
+        for (u, v) in before.work_units.iter().zip(&after.work_units) {
+            assert_eq!(u.name, v.name);
+            assert_eq!(
+                u.depends_on, v.depends_on,
+                "{name}: dependencies are not the rewrite's"
+            );
+        }
+        let sprints: usize = after.work_units.iter().map(|u| u.sprints.len()).sum();
+        assert_eq!(sprints, rw.sprints_after, "{name} @ {budget}");
+        assert_eq!(rw.sprints_after, rw.sprints_before + rw.splits - rw.merges);
+    }
+
+    #[test]
+    fn evaluate_rewrites_the_corpus_without_losing_anything() {
+        for (name, src) in corpus() {
+            for budget in [15, 30, 50, 120, 400] {
+                evaluate_keeps(&name, &src, budget);
+            }
+        }
+    }
+
+    #[test]
+    fn prioritize_rewrites_the_corpus_within_its_constraints() {
+        for (name, src) in corpus() {
+            let before = parse(&src, "EXECUTION_PLAN.md").unwrap();
+            let rw = prioritized(&before, &src);
+            let after =
+                parse(&rw.text, "EXECUTION_PLAN.md").unwrap_or_else(|p| panic!("{name}: {p:?}"));
+            assert_eq!(tasks(&after), tasks(&before), "{name}");
+            for (u, v) in before.work_units.iter().zip(&after.work_units) {
+                assert_eq!(u.name, v.name, "{name}: units keep their order");
+                let ids = |x: &supervise::plan::WorkUnit| {
+                    x.sprints.iter().map(|s| s.id.clone()).collect::<Vec<_>>()
+                };
+                assert_eq!(
+                    ids(u),
+                    ids(v),
+                    "{name}: sprints keep their order and numbers"
+                );
+                assert_eq!(u.depends_on, v.depends_on, "{name}: dependencies kept");
+                for d in &v.depends_on {
+                    let dep = after.unit(d).unwrap();
+                    assert!(
+                        dep.layer < v.layer || v.layer == u.layer,
+                        "{name}: {} no longer after {d}",
+                        v.name
+                    );
+                }
+                assert!(v.layer <= u.layer, "{name}: a layer only moves earlier");
+            }
+            // Again: the annotations are replaced, not repeated.
+            let again = prioritized(&after, &rw.text);
+            assert_eq!(again.text, rw.text, "{name}: prioritize is idempotent");
+        }
+    }
+
+    fn generated_plan() -> impl Strategy<Value = String> {
+        // Units of sprints with 1–12 tasks naming files, some criteria vague.
+        let sprint = (1usize..12, any::<bool>(), any::<bool>());
+        let unit = prop::collection::vec(sprint, 1..5);
+        prop::collection::vec(unit, 1..4).prop_map(|units| {
+            let mut s = String::from("# Gen\n\nProse that no tool owns.\n\n| Work Unit | Directory | Sprints |\n|---|---|---|\n");
+            for (u, sprints) in units.iter().enumerate() {
+                s.push_str(&format!("| u{u} | u{u} | {} |\n", sprints.len()));
+            }
+            for (u, sprints) in units.iter().enumerate() {
+                s.push_str(&format!("\n## u{u}\n"));
+                for (i, (n, vague, numbered)) in sprints.iter().enumerate() {
+                    s.push_str(&format!("\n### Sprint {}: Step {i} of u{u}\n\n", i + 1));
+                    if i > 0 {
+                        s.push_str(&format!("**Entry criteria**:\n- [ ] Sprint {i} exit criteria met\n\n"));
+                    }
+                    s.push_str("A note with a [link](https://example.com).\n\n**Tasks**:\n");
+                    for t in 0..*n {
+                        let marker = if *numbered { format!("{}.", t + 1) } else { "-".into() };
+                        s.push_str(&format!("{marker} Create `u{u}/s{i}/f{t}.rs` with part {t}\n"));
+                    }
+                    s.push_str("\n**Exit criteria**:\n");
+                    if *vague {
+                        s.push_str("- [ ] it works correctly\n");
+                    } else {
+                        s.push_str(&format!("- [ ] `u{u}/s{i}/f0.rs` exists\n"));
+                    }
+                }
+            }
+            s
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(120))]
+        #[test]
+        fn evaluate_never_loses_a_task_or_a_criterion(src in generated_plan(), budget in 10u32..200) {
+            evaluate_keeps("generated", &src, budget);
+        }
+    }
+}

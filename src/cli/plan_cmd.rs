@@ -220,32 +220,91 @@ pub fn analyze(path: Option<&Path>, flags: &super::PlanToolFlags) -> anyhow::Res
     Ok(code)
 }
 
-/// `supervise plan evaluate`: the diagnosis, exit status 0.
+/// `supervise plan evaluate`: the fixes of §17f written into the plan (a
+/// unified diff with `--dry-run`), then the summary; exit status 0.
 pub fn evaluate(path: Option<&Path>, flags: &super::PlanToolFlags) -> anyhow::Result<i32> {
     let loaded = match read(path, flags.json)? {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
-    let ev = tools::evaluate::evaluate(&loaded.plan, flags.max_turns);
+    let rw = tools::rewrite::evaluated(&loaded.plan, &loaded.source, flags.max_turns);
     if flags.json {
-        println!("{}", serde_json::to_string_pretty(&ev)?);
+        let ev = tools::evaluate::evaluate(&loaded.plan, flags.max_turns);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "evaluation": ev, "rewrite": rw }))?
+        );
         return Ok(0);
     }
-    print!("{}", tools::evaluate::render(&ev));
+    print!(
+        "{}",
+        tools::evaluate::render(&tools::evaluate::evaluate(&loaded.plan, flags.max_turns))
+    );
+    apply(&loaded, &rw, flags.dry_run)?;
+    print!(
+        "\n{}",
+        tools::rewrite::evaluate_summary(&loaded.plan, &rw, flags.max_turns)
+    );
     Ok(0)
 }
 
-/// `supervise plan prioritize`: the scores and the recommended order, exit 0.
+/// `supervise plan prioritize`: the `**Priority**:` annotations and layer
+/// adjustments of §16 written into the plan (a diff with `--dry-run`); exit 0.
 pub fn prioritize(path: Option<&Path>, flags: &super::PlanToolFlags) -> anyhow::Result<i32> {
     let loaded = match read(path, flags.json)? {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
-    let ps = tools::prioritize::prioritize(&loaded.plan);
+    let rw = tools::rewrite::prioritized(&loaded.plan, &loaded.source);
     if flags.json {
-        println!("{}", serde_json::to_string_pretty(&ps)?);
+        let ps = tools::prioritize::prioritize(&loaded.plan);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "priorities": ps, "rewrite": rw }))?
+        );
         return Ok(0);
     }
-    print!("{}", tools::prioritize::render(&ps));
+    apply(&loaded, &rw, flags.dry_run)?;
+    print!("{}", tools::rewrite::prioritize_summary(&loaded.plan, &rw));
     Ok(0)
+}
+
+/// Writes a rewrite over the plan — only if the reader reads it back, so a
+/// rewrite can never leave a plan that cannot run — or prints its diff.
+fn apply(
+    loaded: &plan::LoadedPlan,
+    rw: &tools::rewrite::Rewrite,
+    dry_run: bool,
+) -> anyhow::Result<()> {
+    let name = loaded
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "EXECUTION_PLAN.md".into());
+    if rw.text == loaded.source {
+        println!("{name}: nothing to change.");
+        return Ok(());
+    }
+    if let Err(problems) = crate::plan::parse(&rw.text, &name) {
+        anyhow::bail!(
+            "the rewrite of {name} would not read back ({} problem(s), first: line {}: {}); nothing was written — please report this with the plan",
+            problems.len(),
+            problems.first().map_or(0, |p| p.line),
+            problems.first().map_or(String::new(), |p| p.message.clone())
+        );
+    }
+    if dry_run {
+        let diff = similar::TextDiff::from_lines(&loaded.source, &rw.text);
+        print!(
+            "{}",
+            diff.unified_diff()
+                .context_radius(3)
+                .header(&format!("a/{name}"), &format!("b/{name}"))
+        );
+        return Ok(());
+    }
+    std::fs::write(&loaded.path, &rw.text)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", loaded.path.display()))?;
+    println!("{name}: rewritten ({} change(s)).", rw.changes.len());
+    Ok(())
 }

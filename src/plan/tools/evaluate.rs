@@ -1,6 +1,6 @@
 //! §17 evaluate, diagnosis: each sprint's atomicity, testability and context
-//! fitness against the turn budget, with the fix §17f would make. (The rewrite
-//! that applies the fixes is not built yet; `analyze` reports this diagnosis.)
+//! fitness against the turn budget, with the fix §17f would make (applied by
+//! `rewrite::evaluated`; `analyze` reports this diagnosis only).
 
 use super::measure::{estimated_turns, file_names, is_vague};
 use crate::plan::{Plan, Sprint, SprintId};
@@ -239,7 +239,7 @@ pub fn render(ev: &Evaluation) -> String {
     if !fixes.is_empty() {
         let _ = writeln!(
             out,
-            "\nFixes (not applied: rewriting the plan is not available yet):\n{}",
+            "\nFixes (`supervise plan evaluate` applies them; `--dry-run` shows the diff):\n{}",
             fixes.join("\n")
         );
     }

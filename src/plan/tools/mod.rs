@@ -7,3 +7,4 @@ pub mod breakdown;
 pub mod evaluate;
 pub mod measure;
 pub mod prioritize;
+pub mod rewrite;

@@ -225,7 +225,7 @@ pub fn render(ps: &[SprintPriority]) -> String {
     let moved = ps.iter().filter(|p| p.position != p.recommended).count();
     let _ = writeln!(
         out,
-        "\nSprints the recommended order moves: {moved} (not applied: rewriting the plan is not available yet)"
+        "\nSprints the recommended order moves: {moved} (each unit keeps its order; across units the supervisor runs the longest remaining path first)"
     );
     out
 }
