@@ -360,12 +360,42 @@ async fn analyze_evaluate_and_prioritize_answer_with_the_diagnosis_of_the_defaul
         reply.contains("## Priorities of `EXECUTION_PLAN.md` on `main`"),
         "{reply}"
     );
+    // A rewrite is proposed in a pull request of its own (evaluate finds
+    // nothing to fix in this plan); the default branch's plan is untouched.
     assert!(
-        h.fake
-            .request_log()
+        reply.contains("`/supervise evaluate` has nothing to change in `EXECUTION_PLAN.md`."),
+        "{reply}"
+    );
+    let pulls = h.fake.pulls(REPO);
+    let heads: Vec<&str> = pulls.iter().map(|p| p.head.as_str()).collect();
+    assert_eq!(heads, ["supervise-prioritize/issue-10"], "{reply}");
+    assert_eq!(pulls[0].base, "main");
+    assert!(reply.contains(&format!("Proposed in pull request #{}.", pulls[0].number)));
+    assert!(reply.contains("## Prioritization Complete"));
+    let prioritized = h
+        .fake
+        .file(REPO, &pulls[0].head, "EXECUTION_PLAN.md")
+        .unwrap();
+    assert!(prioritized.contains("**Priority**: "), "{prioritized}");
+    assert!(supervise::plan::parse(&prioritized, "EXECUTION_PLAN.md").is_ok());
+    assert!(!h
+        .fake
+        .file(REPO, "main", "EXECUTION_PLAN.md")
+        .unwrap()
+        .contains("**Priority**"));
+    // `analyze` wrote nothing at all.
+    let before_analyze = h.fake.request_log().len();
+    h.fake
+        .comment(REPO, 11, "mia", "/supervise analyze", false)
+        .await;
+    h.replies_after(11, 1).await;
+    assert!(
+        h.fake.request_log()[before_analyze..]
             .iter()
-            .all(|(_, e, _)| !e.starts_with("PUT") && !e.contains("/git/refs")),
-        "the diagnosis writes nothing to the repository"
+            .all(|(_, e, _)| !e.starts_with("PUT")
+                && !e.contains("/git/refs")
+                && !e.starts_with("POST /repos/acme/shop/pulls")),
+        "the analysis writes nothing to the repository"
     );
 }
 

@@ -199,9 +199,11 @@ pub enum PlanCommand {
         tool: PlanToolFlags,
     },
     /// Each sprint's atomicity, testability and size against the turn budget,
-    /// with the fix for each problem (diagnosis; the plan is not rewritten).
+    /// and the fixes written into the plan: vague criteria replaced, machine
+    /// checks added, oversized sprints split, undersized ones merged forward,
+    /// renumbered. Every line it does not own stays as it was.
     #[command(
-        after_help = "Examples:\n  supervise plan evaluate\n  supervise plan evaluate --max-turns 80 --json"
+        after_help = "Examples:\n  supervise plan evaluate --dry-run      # the diff, nothing written\n  supervise plan evaluate --max-turns 80\n  supervise plan evaluate --json"
     )]
     Evaluate {
         /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
@@ -209,11 +211,11 @@ pub enum PlanCommand {
         #[command(flatten)]
         tool: PlanToolFlags,
     },
-    /// Each sprint's priority (dependency depth, foundation, risk, complexity)
-    /// and the order that runs the highest first within the dependencies
-    /// (diagnosis; the plan is not rewritten).
+    /// Each sprint's priority (dependency depth, foundation, risk, complexity),
+    /// written into the plan as a `**Priority**:` line under each sprint, and
+    /// units moved to an earlier layer where their dependencies allow.
     #[command(
-        after_help = "Examples:\n  supervise plan prioritize\n  supervise plan prioritize docs/EXECUTION_PLAN.md --json"
+        after_help = "Examples:\n  supervise plan prioritize --dry-run\n  supervise plan prioritize docs/EXECUTION_PLAN.md --json"
     )]
     Prioritize {
         /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
