@@ -102,7 +102,7 @@ fn operation(plan: &supervise::plan::Plan, n: u64, mut record: Option<&mut Vec<E
         step(
             Input::AgentFinished {
                 dispatch: d,
-                report: report(i % 3 != 0),
+                report: report(!i.is_multiple_of(3)),
             },
             now,
             &mut state,

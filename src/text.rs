@@ -9,8 +9,8 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -52,6 +52,15 @@ pub fn contains_word(hay: &str, needle: &str) -> bool {
 }
 
 /// A file- and branch-safe slug: lower-case ASCII letters, digits and `-`.
+/// Names joined with commas, or `none` when there are none (a table cell).
+pub fn names_or(names: &[String], none: &str) -> String {
+    if names.is_empty() {
+        none.to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
 pub fn slug(s: &str) -> String {
     let mut out = String::new();
     for c in s.chars() {

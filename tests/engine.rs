@@ -122,8 +122,10 @@ fn three_failures_block_the_unit_while_others_go_on_and_dependents_wait() {
 
 #[test]
 fn an_unresponsive_agent_is_warned_about_then_cancelled_and_retried() {
-    let mut cfg = EngineConfig::default();
-    cfg.stall_timeout_secs = 600;
+    let cfg = EngineConfig {
+        stall_timeout_secs: 600,
+        ..Default::default()
+    };
     let mut sim = Sim::start(THREE_UNITS, cfg);
     sim.advance(300);
     sim.send(Input::AgentActivity {
@@ -309,8 +311,10 @@ fn manual_sprints_wait_for_a_person() {
 
 #[test]
 fn build_gates_hold_dependents_and_send_failures_back_to_the_phase() {
-    let mut cfg = EngineConfig::default();
-    cfg.build_gate = true;
+    let cfg = EngineConfig {
+        build_gate: true,
+        ..Default::default()
+    };
     let mut sim = Sim::start(THREE_UNITS, cfg);
     assert!(
         sim.order_for("api").prompt.contains("Build Coordination"),
@@ -366,8 +370,10 @@ fn build_gates_hold_dependents_and_send_failures_back_to_the_phase() {
 
 #[test]
 fn the_budget_drains_like_stop_and_says_why() {
-    let mut cfg = EngineConfig::default();
-    cfg.budget = Some(3);
+    let cfg = EngineConfig {
+        budget: Some(3),
+        ..Default::default()
+    };
     let sim = Sim::start(THREE_UNITS, cfg);
     assert!(sim.out().len() < 2);
     let text = &notices(&sim, NoticeKind::BudgetReached)[0];
@@ -385,8 +391,10 @@ fn the_budget_drains_like_stop_and_says_why() {
 
 #[test]
 fn the_parallel_cap_is_honoured() {
-    let mut cfg = EngineConfig::default();
-    cfg.max_parallel = 1;
+    let cfg = EngineConfig {
+        max_parallel: 1,
+        ..Default::default()
+    };
     let mut sim = Sim::start(THREE_UNITS, cfg);
     assert_eq!(sim.out().len(), 1);
     sim.finish("api", success());
@@ -743,10 +751,12 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
     #[test]
     fn random_event_sequences_keep_every_invariant(steps in prop::collection::vec(step(), 1..80), gate in any::<bool>(), cap in 1u32..4) {
-        let mut cfg = EngineConfig::default();
-        cfg.build_gate = gate;
-        cfg.max_parallel = cap;
-        cfg.stall_timeout_secs = 900;
+        let cfg = EngineConfig {
+            build_gate: gate,
+            max_parallel: cap,
+            stall_timeout_secs: 900,
+            ..Default::default()
+        };
         let mut sim = Sim::start(THREE_UNITS, cfg);
         for st in steps {
             match st {
@@ -877,9 +887,11 @@ proptest! {
     /// unfinished unit BLOCKED or behind one that is.
     #[test]
     fn random_plans_and_outcomes_never_strand_a_ready_unit(src in random_plan(), outcomes in prop::collection::vec((0usize..8, 0u8..5), 1..120), cap in 1u32..4, gate in any::<bool>()) {
-        let mut cfg = EngineConfig::default();
-        cfg.max_parallel = cap;
-        cfg.build_gate = gate;
+        let cfg = EngineConfig {
+            max_parallel: cap,
+            build_gate: gate,
+            ..Default::default()
+        };
         let mut sim = Sim::start(&src, cfg);
         let report = |k: u8| match k { 0 | 1 => success(), 2 => partial(), 3 => failure(), _ => AgentReport { exit_code: None, ..Default::default() } };
         let mut outcomes = outcomes.into_iter().cycle().take(2000);
@@ -1025,8 +1037,10 @@ proptest! {
 
 #[test]
 fn a_gate_failure_that_names_no_unit_runs_the_gate_again_before_charging_anyone() {
-    let mut cfg = EngineConfig::default();
-    cfg.build_gate = true;
+    let cfg = EngineConfig {
+        build_gate: true,
+        ..Default::default()
+    };
     let mut sim = Sim::start(THREE_UNITS, cfg);
     sim.finish("api", success());
     sim.finish("docs", success());
@@ -1078,8 +1092,10 @@ proptest! {
     /// merges are confirmed; and the operation still ends.
     #[test]
     fn no_work_branches_from_an_integration_branch_missing_a_merge(src in random_plan(), steps in prop::collection::vec((0usize..8, 0u8..6), 1..200), cap in 1u32..4) {
-        let mut cfg = EngineConfig::default();
-        cfg.max_parallel = cap;
+        let cfg = EngineConfig {
+            max_parallel: cap,
+            ..Default::default()
+        };
         let mut sim = Sim::start(&src, cfg);
         sim.auto_merge = false;
         let mut seen = 0;
@@ -1186,8 +1202,10 @@ fn when_the_cap_binds_the_longest_remaining_path_goes_first_and_the_log_says_why
 ## short\n### Sprint 1: One\n- [ ] `make s1` passes\n\
 ## long\n### Sprint 1: One\n- [ ] `make l1` passes\n### Sprint 2: Two\n- [ ] `make l2` passes\n\
 ## after\n### Sprint 1: One\n- [ ] `make a1` passes\n";
-    let mut cfg = EngineConfig::default();
-    cfg.max_parallel = 1;
+    let cfg = EngineConfig {
+        max_parallel: 1,
+        ..Default::default()
+    };
     let sim = Sim::start(src, cfg);
     let out = sim.out();
     assert_eq!(out.len(), 1);
@@ -1202,8 +1220,10 @@ fn when_the_cap_binds_the_longest_remaining_path_goes_first_and_the_log_says_why
         .any(|d| d.unit.as_deref() == Some("long")
             && d.rationale.contains("longest remaining path (3 sprints)")));
     // With room for everyone, plan order and no such note.
-    let mut cfg = EngineConfig::default();
-    cfg.max_parallel = 4;
+    let cfg = EngineConfig {
+        max_parallel: 4,
+        ..Default::default()
+    };
     let sim = Sim::start(src, cfg);
     assert_eq!(
         sim.out()

@@ -729,6 +729,32 @@ async fn an_operation_starts_from_a_workflow_dispatch() {
     s.assert_started_once();
 }
 
+/// Two replicas of the binary on a fresh PostgreSQL database behind a
+/// balancer on the story's port, with `extra` in their environment: the
+/// replicas and the database's URL (the balancer lives as long as the story's
+/// runtime).
+async fn two_replicas(
+    s: &Story,
+    extra: &[(&'static str, &str)],
+) -> (std::process::Child, std::process::Child, String) {
+    let db = support::postgres_database().await;
+    let env = |id: &str| {
+        let mut env = story::fast_service(2);
+        env.push(("SUPERVISE_REPLICA_ID", id.to_string()));
+        env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+        env
+    };
+    let (p1, p2) = (free_port(), free_port());
+    let r1 = spawn_serve(p1, &s.fake.url(), &db, &env("supervise-1"));
+    let r2 = spawn_serve(p2, &s.fake.url(), &db, &env("supervise-2"));
+    wait_listening(p1).await;
+    wait_listening(p2).await;
+    // Detached: it serves until the test's runtime ends.
+    drop(balance(s.port, vec![p1, p2]));
+    wait_listening(s.port).await;
+    (r1, r2, db)
+}
+
 /// Spreads connections over the replicas, skipping one that refuses (a load
 /// balancer in front of the service, as Compose or Kubernetes would have).
 fn balance(port: u16, backends: Vec<u16>) -> tokio::task::JoinHandle<()> {
@@ -765,19 +791,7 @@ fn balance(port: u16, backends: Vec<u16>) -> tokio::task::JoinHandle<()> {
 #[ignore = "needs PostgreSQL: run by scripts/test"]
 async fn two_replicas_on_postgres_finish_an_operation_while_one_is_killed() {
     let s = Story::start(Setup::operation(PLAN, "").door(Door::None)).await;
-    let db = support::postgres_database().await;
-    let env = |id: &str| {
-        let mut env = story::fast_service(2);
-        env.push(("SUPERVISE_REPLICA_ID", id.to_string()));
-        env
-    };
-    let (p1, p2) = (free_port(), free_port());
-    let mut r1 = spawn_serve(p1, &s.fake.url(), &db, &env("supervise-1"));
-    let mut r2 = spawn_serve(p2, &s.fake.url(), &db, &env("supervise-2"));
-    wait_listening(p1).await;
-    wait_listening(p2).await;
-    let _lb = balance(s.port, vec![p1, p2]);
-    wait_listening(s.port).await;
+    let (mut r1, mut r2, _db) = two_replicas(&s, &[]).await;
     s.say("/supervise start").await;
     s.until("the first agent runs", 120, |s| {
         !s.runs_of("/api/1/").is_empty()
@@ -850,7 +864,11 @@ async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
         seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        let action = if (seed >> 33) % 2 == 0 { "slow" } else { "ok" };
+        let action = if (seed >> 33).is_multiple_of(2) {
+            "slow"
+        } else {
+            "ok"
+        };
         behaviour.push_str(&format!("{unit} {sprint} {action}\n"));
     }
     let s = Story::start(Setup::operation(PLAN, &behaviour).door(Door::None)).await;
@@ -861,20 +879,8 @@ async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
     s.add_repo(BLOG, PLAN, &format!("{SETTINGS}{tens}daily_budget: 20\n"));
     let second = s.fake.open_issue(REPO, "Ship the shop again");
     let blog = s.fake.open_issue(BLOG, "Ship the blog");
-    let db = support::postgres_database().await;
-    let env = |id: &str| {
-        let mut env = story::fast_service(2);
-        env.push(("SUPERVISE_REPLICA_ID", id.to_string()));
-        env.push(("SUPERVISE_INSTALLATION_DAILY_BUDGET", "50".into()));
-        env
-    };
-    let (p1, p2) = (free_port(), free_port());
-    let mut r1 = spawn_serve(p1, &s.fake.url(), &db, &env("supervise-1"));
-    let mut r2 = spawn_serve(p2, &s.fake.url(), &db, &env("supervise-2"));
-    wait_listening(p1).await;
-    wait_listening(p2).await;
-    let _lb = balance(s.port, vec![p1, p2]);
-    wait_listening(s.port).await;
+    let (mut r1, mut r2, db) =
+        two_replicas(&s, &[("SUPERVISE_INSTALLATION_DAILY_BUDGET", "50")]).await;
     let start = |repo: &'static str, issue: i64| {
         let fake = s.fake.clone();
         async move {

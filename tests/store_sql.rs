@@ -201,12 +201,14 @@ async fn operation_log_round_trip(s: &SqlStore) {
     let first = s
         .append(
             "op-1",
-            &[e1.clone()],
+            std::slice::from_ref(&e1),
             &[Effect::PublishStatus, Effect::FinalReport],
         )
         .await
         .unwrap();
-    s.append("op-1", &[e2.clone()], &[]).await.unwrap();
+    s.append("op-1", std::slice::from_ref(&e2), &[])
+        .await
+        .unwrap();
     s.effect_done("op-1", first.1[0].key).await.unwrap();
     let loaded = s.load_operation("op-1").await.unwrap();
     let (events, pending) = (loaded.events, loaded.pending);

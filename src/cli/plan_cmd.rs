@@ -21,11 +21,7 @@ pub fn render_tree(plan: &Plan) -> String {
         plan.dispatch_mode.as_str(),
     );
     for u in &plan.work_units {
-        let deps = if u.depends_on.is_empty() {
-            "—".to_string()
-        } else {
-            u.depends_on.join(", ")
-        };
+        let deps = crate::text::names_or(&u.depends_on, "—");
         let _ = writeln!(
             out,
             "\n■ {} (line {}) layer {} · depends on: {}{}",

@@ -277,11 +277,12 @@ pub(crate) fn parse(source: &str) -> Doc {
                 push(&mut open, &mut buf, &mut items, "`");
             }
             Event::SoftBreak | Event::HardBreak => push(&mut open, &mut buf, &mut items, " "),
-            Event::Html(t) | Event::InlineHtml(t) => {
-                // `<br>` inside table cells separates items; other HTML is dropped.
-                if matches!(open, Some(Open::Cell)) && t.to_ascii_lowercase().starts_with("<br") {
-                    buf.push_str("; ");
-                }
+            // `<br>` inside table cells separates items; other HTML is dropped.
+            Event::Html(t) | Event::InlineHtml(t)
+                if matches!(open, Some(Open::Cell))
+                    && t.to_ascii_lowercase().starts_with("<br") =>
+            {
+                buf.push_str("; ");
             }
             _ => {}
         }

@@ -56,7 +56,7 @@ pub fn spend(states: &[OperationState], now: DateTime<Utc>) -> Vec<SpendRow> {
             )
         })
         .collect();
-    rows.sort_by(|a, b| b.0.cmp(&a.0));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
     rows.into_iter().map(|(_, r)| r).collect()
 }
 

@@ -25,11 +25,7 @@ pub fn supervisor_state_md(
     );
     out.push_str("## Work Units\n| Name | Directory | Sprints | Dependencies |\n|------|-----------|---------|-------------|\n");
     for u in &plan.work_units {
-        let deps = if u.depends_on.is_empty() {
-            "none".to_string()
-        } else {
-            u.depends_on.join(", ")
-        };
+        let deps = crate::text::names_or(&u.depends_on, "none");
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} |",

@@ -69,11 +69,7 @@ pub fn status_table_linked(
     out.push_str("|-----------|------|-------|--------|-------------|------|-------|---------|\n");
     for (i, u) in st.units.iter().enumerate() {
         let pu = &st.plan.work_units[i];
-        let deps = if pu.depends_on.is_empty() {
-            "—".to_string()
-        } else {
-            pu.depends_on.join(", ")
-        };
+        let deps = crate::text::names_or(&pu.depends_on, "—");
         let total = u.sprints.len();
         let row = match (u.status, u.current()) {
             (UnitStatus::NotStarted, _) => format!("0/{total} | — | — | — | —"),

@@ -274,7 +274,7 @@ pub(super) fn build_sprint(
                     // A note given in one line (`**Priority**: 12.5 — …`, which
                     // `prioritize` writes under the heading) opens no list:
                     // items after it are read as they were before it.
-                    if !(l == Label::Notes && !rest.is_empty()) {
+                    if l != Label::Notes || rest.is_empty() {
                         label = Some(l);
                     }
                     if rest.is_empty() {

@@ -418,6 +418,27 @@ fn split_by_directory(task: &str) -> Vec<String> {
         .collect()
 }
 
+/// One requirement found; a user story is the one later acceptance
+/// criteria attach to.
+fn record(
+    reqs: &mut Vec<Requirement>,
+    last_story: &mut Option<usize>,
+    text: &str,
+    section: String,
+    line: usize,
+    (signal, confidence): (Signal, Confidence),
+) {
+    reqs.push(Requirement {
+        text: text.to_string(),
+        section,
+        line,
+        confidence,
+        signal,
+        criteria: Vec::new(),
+    });
+    *last_story = (signal == Signal::UserStory).then(|| reqs.len() - 1);
+}
+
 /// 15b over the document's blocks.
 fn detect(blocks: &[Block]) -> (Vec<Requirement>, Vec<(usize, String)>) {
     let mut reqs: Vec<Requirement> = Vec::new();
@@ -486,16 +507,8 @@ fn detect(blocks: &[Block]) -> (Vec<Requirement>, Vec<(usize, String)>) {
                 } else {
                     None
                 };
-                if let Some((signal, confidence)) = signal {
-                    reqs.push(Requirement {
-                        text: text.to_string(),
-                        section: section(),
-                        line: *line,
-                        confidence,
-                        signal,
-                        criteria: Vec::new(),
-                    });
-                    last_story = (signal == Signal::UserStory).then(|| reqs.len() - 1);
+                if let Some(found) = signal {
+                    record(&mut reqs, &mut last_story, text, section(), *line, found);
                 }
             }
             Block::Paragraph { text, line } => {
@@ -525,16 +538,8 @@ fn detect(blocks: &[Block]) -> (Vec<Requirement>, Vec<(usize, String)>) {
                     } else {
                         None
                     };
-                    if let Some((signal, confidence)) = signal {
-                        reqs.push(Requirement {
-                            text: s,
-                            section: section(),
-                            line: *line,
-                            confidence,
-                            signal,
-                            criteria: Vec::new(),
-                        });
-                        last_story = (signal == Signal::UserStory).then(|| reqs.len() - 1);
+                    if let Some(found) = signal {
+                        record(&mut reqs, &mut last_story, &s, section(), *line, found);
                     }
                 }
             }
@@ -990,11 +995,7 @@ fn render(title: &str, units: &[UnitDraft]) -> String {
     out.push_str("| Work Unit | Directory | Sprints | Layer | Dependencies |\n");
     out.push_str("|-----------|-----------|---------|-------|-------------|\n");
     for u in units {
-        let deps = if u.depends_on.is_empty() {
-            "none".to_string()
-        } else {
-            u.depends_on.join(", ")
-        };
+        let deps = crate::text::names_or(&u.depends_on, "none");
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {deps} |",

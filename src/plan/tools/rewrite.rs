@@ -52,6 +52,23 @@ struct Section {
     placed: bool,
 }
 
+impl Section {
+    /// Its lines of one role, in order.
+    fn having(&self, role: Role) -> Vec<Line> {
+        self.lines
+            .iter()
+            .filter(|l| l.role == role)
+            .cloned()
+            .collect()
+    }
+}
+
+impl Line {
+    fn new(text: String, role: Role) -> Line {
+        Line { text, role }
+    }
+}
+
 /// The source split into lines (each with its ending), and which lines each
 /// sprint owns.
 struct Layout {
@@ -102,10 +119,7 @@ impl Layout {
         let (start, end) = range;
         let mut lines: Vec<Line> = self.lines[start..end]
             .iter()
-            .map(|t| Line {
-                text: t.clone(),
-                role: Role::Other,
-            })
+            .map(|t| Line::new(t.clone(), Role::Other))
             .collect();
         lines[0].role = Role::Heading;
         for (criteria, role) in [
@@ -394,9 +408,11 @@ fn fix_criteria(
             let at = sec.lines.iter().rposition(|l| l.role == Role::Exit);
             let new: Vec<Line> = add
                 .iter()
-                .map(|a| Line {
-                    text: criterion_line(at.map_or("", |i| sec.lines[i].text.as_str()), a, &end),
-                    role: Role::Exit,
+                .map(|a| {
+                    Line::new(
+                        criterion_line(at.map_or("", |i| sec.lines[i].text.as_str()), a, &end),
+                        Role::Exit,
+                    )
                 })
                 .collect();
             changes.push(format!("{unit} Sprint {}: added {}", s.id, add.join(", ")));
@@ -414,14 +430,8 @@ fn fix_criteria(
                         .rposition(|l| !l.text.trim().is_empty())
                         .map_or(sec.lines.len(), |i| i + 1);
                     let mut block = vec![
-                        Line {
-                            text: end.clone(),
-                            role: Role::Other,
-                        },
-                        Line {
-                            text: format!("**Exit criteria**:{end}"),
-                            role: Role::Other,
-                        },
+                        Line::new(end.clone(), Role::Other),
+                        Line::new(format!("**Exit criteria**:{end}"), Role::Other),
                     ];
                     block.extend(new);
                     sec.lines.splice(i..i, block);
@@ -637,10 +647,7 @@ fn split(s: &Sprint, sec: &Section) -> (Vec<Line>, Vec<Line>) {
     let split_checks = |like: &str| -> Vec<Line> {
         checks
             .iter()
-            .map(|c| Line {
-                text: criterion_line(like, c, &end),
-                role: Role::Exit,
-            })
+            .map(|c| Line::new(criterion_line(like, c, &end), Role::Exit))
             .collect()
     };
     // The first part: every line but the later tasks, with its own exit
@@ -669,61 +676,37 @@ fn split(s: &Sprint, sec: &Section) -> (Vec<Line>, Vec<Line>) {
         }
     }
     if !exits_placed {
-        a.push(Line {
-            text: format!("{end}**Exit criteria**:{end}"),
-            role: Role::Other,
-        });
+        a.push(Line::new(
+            format!("{end}**Exit criteria**:{end}"),
+            Role::Other,
+        ));
         a.extend(split_checks(""));
     }
     let heading = sec.lines[0].text.trim_end();
     let marks = heading.chars().take_while(|c| *c == '#').count();
     let name = format!("{} (part 2)", s.name);
     let mut b = vec![
-        Line {
-            text: format!("{} Sprint {}: {name}{end}", "#".repeat(marks), s.id),
-            role: Role::Heading,
-        },
-        Line {
-            text: end.clone(),
-            role: Role::Other,
-        },
-        Line {
-            text: format!("**Entry criteria**:{end}"),
-            role: Role::Other,
-        },
-        Line {
-            text: format!("- [ ] Sprint {{previous}} exit criteria met{end}"),
-            role: Role::EntryPrevious,
-        },
-        Line {
-            text: end.clone(),
-            role: Role::Other,
-        },
-        Line {
-            text: format!("**Tasks**:{end}"),
-            role: Role::Other,
-        },
+        Line::new(
+            format!("{} Sprint {}: {name}{end}", "#".repeat(marks), s.id),
+            Role::Heading,
+        ),
+        Line::new(end.clone(), Role::Other),
+        Line::new(format!("**Entry criteria**:{end}"), Role::Other),
+        Line::new(
+            format!("- [ ] Sprint {{previous}} exit criteria met{end}"),
+            Role::EntryPrevious,
+        ),
+        Line::new(end.clone(), Role::Other),
+        Line::new(format!("**Tasks**:{end}"), Role::Other),
     ];
     for t in later_tasks {
         let text = item_text(&t.text).unwrap_or("").to_string();
-        b.push(Line {
-            text: format!("- {text}{end}"),
-            role: Role::Task,
-        });
+        b.push(Line::new(format!("- {text}{end}"), Role::Task));
     }
-    b.push(Line {
-        text: end.clone(),
-        role: Role::Other,
-    });
-    b.push(Line {
-        text: format!("**Exit criteria**:{end}"),
-        role: Role::Other,
-    });
+    b.push(Line::new(end.clone(), Role::Other));
+    b.push(Line::new(format!("**Exit criteria**:{end}"), Role::Other));
     b.extend(exits);
-    b.push(Line {
-        text: end,
-        role: Role::Other,
-    });
+    b.push(Line::new(end, Role::Other));
     (a, b)
 }
 
@@ -732,18 +715,8 @@ fn split(s: &Sprint, sec: &Section) -> (Vec<Line>, Vec<Line>) {
 /// both sets of exit criteria; the first one's prose comes along after the
 /// heading.
 fn merge(first_id: &str, first: &Section, next: Section) -> Vec<Line> {
-    let tasks: Vec<Line> = first
-        .lines
-        .iter()
-        .filter(|l| l.role == Role::Task)
-        .cloned()
-        .collect();
-    let first_entries: Vec<Line> = first
-        .lines
-        .iter()
-        .filter(|l| l.role == Role::Entry)
-        .cloned()
-        .collect();
+    let tasks: Vec<Line> = first.having(Role::Task);
+    let first_entries: Vec<Line> = first.having(Role::Entry);
     let prose: Vec<Line> = first
         .lines
         .iter()
@@ -751,12 +724,7 @@ fn merge(first_id: &str, first: &Section, next: Section) -> Vec<Line> {
         .filter(|l| l.role == Role::Other && !l.text.trim().is_empty() && !is_label(&l.text))
         .cloned()
         .collect();
-    let exits: Vec<Line> = first
-        .lines
-        .iter()
-        .filter(|l| l.role == Role::Exit)
-        .cloned()
-        .collect();
+    let exits: Vec<Line> = first.having(Role::Exit);
     let mut lines = next.lines;
     // "Sprint <first> exit criteria met" would now point at itself: the
     // merged sprint starts from what the first one started from.
@@ -800,10 +768,7 @@ fn merge(first_id: &str, first: &Section, next: Section) -> Vec<Line> {
     lines.splice(exit_at..exit_at, exits);
     if !prose.is_empty() {
         let end = ending(&lines[0].text).to_string();
-        let mut p = vec![Line {
-            text: end.clone(),
-            role: Role::Other,
-        }];
+        let mut p = vec![Line::new(end.clone(), Role::Other)];
         p.extend(prose);
         lines.splice(1..1, p);
     }
