@@ -502,15 +502,36 @@ pub fn evaluated(plan: &Plan, source: &str, max_turns: u32) -> Rewrite {
                 .and_then(|n| n.as_ref())
                 .zip(unit.sprints.get(i + 1))
                 .is_some_and(|(n, ns)| shaped(ns, n));
-            if structural && checks[i].fitness == Fitness::Oversized && s.tasks.len() >= 2 {
-                let (a, b) = split(s, &sec);
+            let by_concern = (structural && !checks[i].single_concern)
+                .then(|| concerns(s))
+                .flatten();
+            if let Some((groups, labels)) = by_concern {
+                rw.splits += 1;
+                rw.changes.push(format!(
+                    "{} Sprint {}: split by concern into {} sprints ({})",
+                    unit.name,
+                    s.id,
+                    groups.len(),
+                    labels.join(", ")
+                ));
+                let parts = split(s, &sec, &groups, &labels);
+                let last = parts.len() - 1;
+                for (k, part) in parts.into_iter().enumerate() {
+                    out.push((if k == last { i } else { usize::MAX }, part));
+                }
+                i += 1;
+            } else if structural && checks[i].fitness == Fitness::Oversized && s.tasks.len() >= 2 {
+                let half = s.tasks.len().div_ceil(2);
+                let groups = vec![(0..half).collect(), (half..s.tasks.len()).collect()];
+                let parts = split(s, &sec, &groups, &["first part".into(), "part 2".into()]);
                 rw.splits += 1;
                 rw.changes.push(format!(
                     "{} Sprint {}: split in two ({} turns estimated, over 80% of {max_turns})",
                     unit.name, s.id, checks[i].estimated_turns
                 ));
-                out.push((usize::MAX, a));
-                out.push((i, b));
+                let mut parts = parts.into_iter();
+                out.push((usize::MAX, parts.next().unwrap_or_default()));
+                out.push((i, parts.next().unwrap_or_default()));
                 i += 1;
             } else if structural
                 && checks[i].fitness == Fitness::Undersized
@@ -615,99 +636,134 @@ fn heading_number(line: &str) -> Option<String> {
     (!n.is_empty()).then_some(n)
 }
 
-/// An oversized sprint in two at its halfway task: the first part keeps the
-/// heading, entry criteria and prose, and ends with its own files (or its
-/// tasks done); the second starts from the first's exit criteria and ends with
-/// the original ones.
-fn split(s: &Sprint, sec: &Section) -> (Vec<Line>, Vec<Line>) {
+/// A sprint in parts, `groups` holding each part's task indices (in order,
+/// every task once): the first part keeps the heading, entry criteria and
+/// prose and ends with its own files (or its tasks done); each later part
+/// starts from the part before it; the last ends with the original criteria.
+/// Halves for an oversized sprint, one part per concern for a sprint whose
+/// tasks span unrelated places.
+fn split(s: &Sprint, sec: &Section, groups: &[Vec<usize>], labels: &[String]) -> Vec<Vec<Line>> {
     let end = ending(&sec.lines[0].text).to_string();
-    let half = s.tasks.len().div_ceil(2);
-    let first_files: Vec<String> = s.tasks[..half]
-        .iter()
-        .flat_map(|t| file_names(t).map(str::to_string))
-        .take(3)
-        .collect();
-    let checks: Vec<String> = if first_files.is_empty() {
-        vec![format!(
-            "Tasks 1–{half} of \"{}\" are done and committed",
-            s.name
-        )]
-    } else {
-        first_files
+    let part_of = |task: usize| groups.iter().position(|g| g.contains(&task)).unwrap_or(0);
+    let own_checks = |g: &[usize], like: &str| -> Vec<Line> {
+        let files: Vec<String> = g
             .iter()
-            .map(|f| format!("`{f}` exists"))
-            .collect()
-    };
-    let exits: Vec<Line> = sec
-        .lines
-        .iter()
-        .filter(|l| l.role == Role::Exit)
-        .cloned()
-        .collect();
-    let split_checks = |like: &str| -> Vec<Line> {
+            .flat_map(|&t| file_names(&s.tasks[t]).map(str::to_string))
+            .take(3)
+            .collect();
+        let checks: Vec<String> = if files.is_empty() {
+            let numbers: Vec<String> = g.iter().map(|t| (t + 1).to_string()).collect();
+            vec![format!(
+                "Tasks {} of \"{}\" are done and committed",
+                numbers.join(", "),
+                s.name
+            )]
+        } else {
+            files.iter().map(|f| format!("`{f}` exists")).collect()
+        };
         checks
             .iter()
             .map(|c| Line::new(criterion_line(like, c, &end), Role::Exit))
             .collect()
     };
-    // The first part: every line but the later tasks, with its own exit
-    // criteria where the original's first one was.
-    let mut a: Vec<Line> = Vec::new();
-    let mut later_tasks: Vec<Line> = Vec::new();
-    let mut seen = 0;
+    let exits = sec.having(Role::Exit);
+    let mut parts: Vec<Vec<Line>> = vec![Vec::new(); groups.len()];
+    let mut later: Vec<Vec<Line>> = vec![Vec::new(); groups.len()];
+    // The first part: every line but the other parts' tasks, with its own
+    // exit criteria where the original's first one was.
+    let mut task = 0;
     let mut exits_placed = false;
     for l in &sec.lines {
         match l.role {
             Role::Task => {
-                seen += 1;
-                if seen > half {
-                    later_tasks.push(l.clone());
+                let p = part_of(task);
+                task += 1;
+                if p == 0 {
+                    parts[0].push(l.clone());
                 } else {
-                    a.push(l.clone());
+                    later[p].push(l.clone());
                 }
             }
             Role::Exit => {
                 if !exits_placed {
-                    a.extend(split_checks(&l.text));
+                    parts[0].extend(own_checks(&groups[0], &l.text));
                     exits_placed = true;
                 }
             }
-            _ => a.push(l.clone()),
+            _ => parts[0].push(l.clone()),
         }
     }
     if !exits_placed {
-        a.push(Line::new(
+        parts[0].push(Line::new(
             format!("{end}**Exit criteria**:{end}"),
             Role::Other,
         ));
-        a.extend(split_checks(""));
+        parts[0].extend(own_checks(&groups[0], ""));
     }
     let heading = sec.lines[0].text.trim_end();
     let marks = heading.chars().take_while(|c| *c == '#').count();
-    let name = format!("{} (part 2)", s.name);
-    let mut b = vec![
-        Line::new(
-            format!("{} Sprint {}: {name}{end}", "#".repeat(marks), s.id),
-            Role::Heading,
-        ),
-        Line::new(end.clone(), Role::Other),
-        Line::new(format!("**Entry criteria**:{end}"), Role::Other),
-        Line::new(
-            format!("- [ ] Sprint {{previous}} exit criteria met{end}"),
-            Role::EntryPrevious,
-        ),
-        Line::new(end.clone(), Role::Other),
-        Line::new(format!("**Tasks**:{end}"), Role::Other),
-    ];
-    for t in later_tasks {
-        let text = item_text(&t.text).unwrap_or("").to_string();
-        b.push(Line::new(format!("- {text}{end}"), Role::Task));
+    for p in 1..groups.len() {
+        let name = format!("{} — {}", s.name, labels[p]);
+        let mut b = vec![
+            Line::new(
+                format!("{} Sprint {}: {name}{end}", "#".repeat(marks), s.id),
+                Role::Heading,
+            ),
+            Line::new(end.clone(), Role::Other),
+            Line::new(format!("**Entry criteria**:{end}"), Role::Other),
+            Line::new(
+                format!("- [ ] Sprint {{previous}} exit criteria met{end}"),
+                Role::EntryPrevious,
+            ),
+            Line::new(end.clone(), Role::Other),
+            Line::new(format!("**Tasks**:{end}"), Role::Other),
+        ];
+        for t in &later[p] {
+            let text = item_text(&t.text).unwrap_or("").to_string();
+            b.push(Line::new(format!("- {text}{end}"), Role::Task));
+        }
+        b.push(Line::new(end.clone(), Role::Other));
+        b.push(Line::new(format!("**Exit criteria**:{end}"), Role::Other));
+        if p + 1 == groups.len() {
+            b.extend(exits.iter().cloned());
+        } else {
+            b.extend(own_checks(&groups[p], ""));
+        }
+        b.push(Line::new(end.clone(), Role::Other));
+        parts[p] = b;
     }
-    b.push(Line::new(end.clone(), Role::Other));
-    b.push(Line::new(format!("**Exit criteria**:{end}"), Role::Other));
-    b.extend(exits);
-    b.push(Line::new(end, Role::Other));
-    (a, b)
+    parts
+}
+
+/// §17f "split by concern": the tasks grouped by the top-level place their
+/// files are in (a task naming none goes with the one before it), if that
+/// makes two or more groups; each group's label names its place.
+fn concerns(s: &Sprint) -> Option<(Vec<Vec<usize>>, Vec<String>)> {
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, t) in s.tasks.iter().enumerate() {
+        let area = file_names(t).find_map(|f| f.split_once('/').map(|x| x.0.to_string()));
+        match area {
+            Some(a) => match groups.iter_mut().find(|(g, _)| *g == a) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((a, vec![i])),
+            },
+            None => match groups.last_mut() {
+                Some((_, v)) => v.push(i),
+                None => groups.push((String::new(), vec![i])),
+            },
+        }
+    }
+    // Tasks before the first named place belong to the first group.
+    if groups.len() > 1 && groups[0].0.is_empty() {
+        let head = groups.remove(0).1;
+        let mut first = head;
+        first.extend(groups[0].1.iter().copied());
+        groups[0].1 = first;
+    }
+    (groups.len() >= 2).then(|| {
+        let labels = groups.iter().map(|(a, _)| format!("{a}/")).collect();
+        (groups.into_iter().map(|(_, v)| v).collect(), labels)
+    })
 }
 
 /// An undersized sprint merged forward: the next sprint keeps its heading and
