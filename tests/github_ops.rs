@@ -492,7 +492,7 @@ async fn requests_per_sprint_are_a_small_constant() {
     let six = calls_for(6).await;
     let per_sprint = (six - one) as f64 / 5.0;
     eprintln!("GitHub requests: 1 sprint {one}, 6 sprints {six}: {per_sprint:.1} per extra sprint");
-    // 14.4–15.0 measured; status edits and CI polls vary a little with timing.
+    // 13.4–13.6 measured; status edits and CI polls vary a little with timing.
     assert!(per_sprint <= 17.0, "{per_sprint} requests per sprint");
 }
 

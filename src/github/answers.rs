@@ -52,6 +52,12 @@ pub struct FileContent {
     pub sha: String,
 }
 
+/// `PUT /pulls/{n}/merge`: the merge commit.
+#[derive(Debug, Deserialize)]
+pub struct MergeResult {
+    pub sha: String,
+}
+
 /// `PUT /contents/{path}`.
 #[derive(Debug, Deserialize)]
 pub struct FileCommit {

@@ -61,9 +61,11 @@ pub fn fit(text: &str, max: usize) -> String {
 }
 
 /// What came of a merge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Merge {
-    Merged,
+    /// Merged now (with the merge commit, which is the base's new head), or
+    /// before (a repeated effect: the head is not known from it).
+    Merged(Option<String>),
     /// GitHub cannot merge it (405): a conflict.
     Conflict,
     /// The head is not the commit asked for (409): the branch moved.
@@ -423,12 +425,16 @@ impl Repo<'_> {
             )
             .await;
         match r {
-            Ok(_) => Ok(Merge::Merged),
+            Ok(answer) => {
+                let at = format!("PUT {}", self.path(&format!("/pulls/{number}/merge")));
+                let made: answers::MergeResult = read(&at, answer.json())?;
+                Ok(Merge::Merged(Some(made.sha)))
+            }
             Err(GitHubError::Http { status: 409, .. }) => Ok(Merge::HeadMoved),
             Err(GitHubError::Http { status: 405, .. }) => {
                 // Already merged (a repeated effect) counts as done.
                 Ok(if self.pull(number).await?.merged {
-                    Merge::Merged
+                    Merge::Merged(None)
                 } else {
                     Merge::Conflict
                 })

@@ -72,7 +72,12 @@ impl GitHubExecutor<'_> {
                 // is refused by GitHub (409) rather than merged unverified.
                 let verified = row.and_then(|r| r.verified_sha);
                 match repo.merge(number, verified.as_deref()).await? {
-                    Merge::Merged => Ok(Outcome::Done(merged)),
+                    Merge::Merged(head) => {
+                        // The integration branch's head is now the merge
+                        // commit: the next dispatch starts from it unread.
+                        self.place.integration_head = head;
+                        Ok(Outcome::Done(merged))
+                    }
                     Merge::Conflict => Err(GitHubError::NeedsPerson(format!(
                         "pull request #{} of {unit} Sprint {sprint} no longer merges into {}; resolve the conflict on its branch and merge it by hand",
                         number,
@@ -88,10 +93,13 @@ impl GitHubExecutor<'_> {
                 }
             }
             Effect::RunGate { gate, .. } => {
-                let head = repo
-                    .branch_sha(&integration_branch(op))
-                    .await?
-                    .unwrap_or_default();
+                let head = match self.place.integration_head.clone() {
+                    Some(h) => h,
+                    None => repo
+                        .branch_sha(&integration_branch(op))
+                        .await?
+                        .unwrap_or_default(),
+                };
                 let Some(checks) = ops
                     .ci_on(&mut self.place.ci_first_seen, &repo, &head)
                     .await?
@@ -249,7 +257,12 @@ impl GitHubExecutor<'_> {
         );
         let branch = sprint_branch(&ctx.op, &unit_slug, order.sprint.as_str());
         let integration = integration_branch(&ctx.op);
+        // The head this process last merged to, else GitHub's answer.
+        let known_head = self.place.integration_head.clone();
         let integration_head = || async {
+            if let Some(h) = known_head.clone() {
+                return Ok(h);
+            }
             repo.branch_sha(&integration).await?.ok_or_else(|| {
                 GitHubError::NeedsPerson(format!("the integration branch {integration} is gone"))
             })

@@ -132,6 +132,10 @@ struct GhPlace {
     /// Entries this process has started to carry out: trying one again may
     /// follow an answer that was lost.
     tried: HashSet<crate::drive::EffectKey>,
+    /// The integration branch's head as this process's last merge left it
+    /// (merges of one operation are made one at a time, here); unknown after
+    /// a restart or another replica's turn, then read from GitHub.
+    integration_head: Option<String>,
 }
 
 impl GhPlace {
@@ -259,6 +263,7 @@ impl Operations {
                 cancels: HashMap::new(),
                 loaded_seq: loaded.seq.max(0) as u64,
                 tried: HashSet::new(),
+                integration_head: None,
             },
         }));
         Ok(self
@@ -335,6 +340,8 @@ impl Operations {
             live.driver.reload(loaded);
             live.place.loaded_seq = live.outbox.seq.max(0) as u64;
             live.place.dirty = true;
+            // Another replica acted: it may have merged since.
+            live.place.integration_head = None;
         }
         Ok(())
     }
