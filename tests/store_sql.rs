@@ -105,15 +105,21 @@ async fn replicas_claim_each_delivery_once(a: SqlStore, b: SqlStore) {
             .await
             .unwrap();
     }
-    let worker = |s: SqlStore| async move {
+    // One replica claims one at a time, the other five at once.
+    let worker = |s: SqlStore, n: usize| async move {
         let mut got = Vec::new();
-        while let Some(c) = s.claim(Duration::from_secs(60)).await.unwrap() {
-            got.push(c.id.clone());
-            s.finish(&c.id, c.attempts, None).await.unwrap();
+        loop {
+            let claimed = s.claim_many(Duration::from_secs(60), n).await.unwrap();
+            if claimed.is_empty() {
+                return got;
+            }
+            for c in claimed {
+                got.push(c.id.clone());
+                s.finish(&c.id, c.attempts, None).await.unwrap();
+            }
         }
-        got
     };
-    let (x, y) = tokio::join!(tokio::spawn(worker(a)), tokio::spawn(worker(b)));
+    let (x, y) = tokio::join!(tokio::spawn(worker(a, 1)), tokio::spawn(worker(b, 5)));
     let mut all: Vec<String> = x.unwrap().into_iter().chain(y.unwrap()).collect();
     all.sort();
     let n = all.len();

@@ -10,7 +10,7 @@ use super::signature;
 use crate::commands::handle::Handler;
 use crate::github::operation::{OpError, Operations};
 use crate::github::GitHub;
-use crate::store::sql::{Intake, IntakeQueue, NewDelivery, SqlStore};
+use crate::store::sql::{Claimed, Intake, IntakeQueue, NewDelivery, SqlStore};
 use crate::sync::LockExt;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
@@ -29,8 +29,8 @@ pub const MAX_BODY: usize = 25 * 1024 * 1024;
 
 pub struct Service {
     pub store: SqlStore,
-    /// Where intake stores deliveries: deliveries arriving together share a
-    /// commit (see `store::sql::intake`).
+    /// Where deliveries are stored and their ends recorded: writes arriving
+    /// together share a commit (see `store::sql::intake`).
     intake: IntakeQueue,
     /// What a delivery's event is made to do (shared with the Action).
     pub handler: Handler,
@@ -327,12 +327,41 @@ pub async fn shut_down(svc: &Service, grace: Duration) {
 }
 
 /// Runs `n` workers until [`shut_down`].
+/// Deliveries a worker claims at once (one statement): under load the claim
+/// is one write for several deliveries instead of one each.
+const CLAIM_BATCH: usize = 8;
+
+/// The worker's next delivery: the next one it holds — its lease renewed
+/// first if a third of it has passed while the ones before were processed (a
+/// lease still well within its time cannot have been taken over; one another
+/// worker took is left to that worker) — else a fresh claim.
+async fn next_claim(
+    svc: &Service,
+    held: &mut std::collections::VecDeque<(Instant, Claimed)>,
+) -> Result<Option<Claimed>, crate::store::sql::SqlError> {
+    while let Some((at, d)) = held.pop_front() {
+        if at.elapsed() < svc.lease / 3 || svc.store.renew(&d.id, d.attempts, svc.lease).await? {
+            return Ok(Some(d));
+        }
+    }
+    let mut fresh = svc.store.claim_many(svc.lease, CLAIM_BATCH).await?;
+    if fresh.is_empty() {
+        return Ok(None);
+    }
+    let first = fresh.remove(0);
+    let now = Instant::now();
+    held.extend(fresh.into_iter().map(|d| (now, d)));
+    Ok(Some(first))
+}
+
 pub fn spawn_workers(svc: Arc<Service>, n: usize) {
     for _ in 0..n.max(1) {
         let svc = svc.clone();
         tokio::spawn(async move {
+            // Deliveries claimed together, taken one at a time.
+            let mut held: std::collections::VecDeque<(Instant, Claimed)> = Default::default();
             while !svc.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-                match svc.store.claim(svc.lease).await {
+                match next_claim(&svc, &mut held).await {
                     Ok(Some(d)) => {
                         svc.in_flight.locked().insert((d.id.clone(), d.attempts));
                         // One GitHub call may wait out a rate limit far longer than
@@ -391,7 +420,7 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
                         };
                         metrics::histogram!("supervise_processing_seconds", "outcome" => if result.is_ok() { "ok" } else { "error" }).record(began.elapsed().as_secs_f64());
                         let r = match result {
-                            Ok(()) => svc.store.finish(&d.id, d.attempts, None).await,
+                            Ok(()) => svc.intake.finish(&d.id, d.attempts, None).await,
                             Err(e) if e.is_transient() && d.attempts < 8 => {
                                 let delay =
                                     Duration::from_secs(1u64 << d.attempts.clamp(0, 8) as u32);
@@ -402,7 +431,7 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
                             }
                             Err(e) => {
                                 tracing::error!(delivery = %d.id, error = %e, "delivery failed for good");
-                                svc.store
+                                svc.intake
                                     .finish(&d.id, d.attempts, Some(&e.to_string()))
                                     .await
                             }
@@ -423,6 +452,14 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 }
+            }
+            // Stopping: what this worker claimed but did not start goes back
+            // now, rather than when its lease runs out.
+            for (_, d) in held {
+                let _ = svc
+                    .store
+                    .retry_later(&d.id, d.attempts, Duration::ZERO, "handed back at shutdown")
+                    .await;
             }
         });
     }

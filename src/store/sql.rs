@@ -349,24 +349,43 @@ impl SqlStore {
 
     /// Takes the oldest delivery that is pending, or whose lease ran out.
     pub async fn claim(&self, lease: Duration) -> Result<Option<Claimed>, SqlError> {
+        Ok(self.claim_many(lease, 1).await?.into_iter().next())
+    }
+
+    /// Takes up to `n` of the oldest deliveries that are pending or whose
+    /// lease ran out, in one statement, oldest first. A worker that holds
+    /// several renews each one's lease before it starts on it.
+    pub async fn claim_many(&self, lease: Duration, n: usize) -> Result<Vec<Claimed>, SqlError> {
         let now = now_ms();
-        let row = sqlx::query(
+        let rows = sqlx::query(
             "UPDATE deliveries SET status = 'processing', lease_until = $1, attempts = attempts + 1
-             WHERE id = (SELECT id FROM deliveries WHERE status = 'pending' OR (status = 'processing' AND lease_until < $2) ORDER BY received_at, id LIMIT 1)
+             WHERE id IN (SELECT id FROM deliveries WHERE status = 'pending' OR (status = 'processing' AND lease_until < $2) ORDER BY received_at, id LIMIT $3)
                AND (status = 'pending' OR lease_until < $2)
-             RETURNING id, event, installation, payload, attempts",
+             RETURNING id, event, installation, payload, attempts, received_at",
         )
         .bind(now + lease.as_millis() as i64)
         .bind(now)
-        .fetch_optional(&self.pool)
+        .bind(n.max(1) as i64)
+        .fetch_all(&self.pool)
         .await?;
-        Ok(row.map(|r| Claimed {
-            id: r.get("id"),
-            event: r.get("event"),
-            installation: r.try_get("installation").ok(),
-            payload: r.get("payload"),
-            attempts: r.try_get::<i64, _>("attempts").unwrap_or(1),
-        }))
+        let mut claimed: Vec<(i64, Claimed)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.try_get::<i64, _>("received_at").unwrap_or(0),
+                    Claimed {
+                        id: r.get("id"),
+                        event: r.get("event"),
+                        installation: r.try_get("installation").ok(),
+                        payload: r.get("payload"),
+                        attempts: r.try_get::<i64, _>("attempts").unwrap_or(1),
+                    },
+                )
+            })
+            .collect();
+        // RETURNING gives no order: oldest first, as claimed.
+        claimed.sort_by(|a, b| (a.0, &a.1.id).cmp(&(b.0, &b.1.id)));
+        Ok(claimed.into_iter().map(|(_, c)| c).collect())
     }
 
     /// Extends the lease of a delivery this worker still holds. `attempts` (from
@@ -382,26 +401,6 @@ impl SqlStore {
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected() == 1)
-    }
-
-    /// Records a claimed delivery's end; fenced like [`SqlStore::renew`], so a
-    /// worker that lost its lease cannot overwrite the new holder's outcome.
-    pub async fn finish(
-        &self,
-        id: &str,
-        attempts: i64,
-        error: Option<&str>,
-    ) -> Result<(), SqlError> {
-        sqlx::query(
-            "UPDATE deliveries SET status = $1, lease_until = NULL, error = $2 WHERE id = $3 AND attempts = $4",
-        )
-        .bind(if error.is_some() { "failed" } else { "done" })
-        .bind(error)
-        .bind(id)
-        .bind(attempts)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
     }
 
     /// Puts a delivery back to be retried after `delay` (a transient failure).
