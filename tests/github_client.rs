@@ -126,10 +126,13 @@ async fn conflicts_are_seen_and_a_moved_branch_is_not_merged() {
         supervise::github::repo::Merge::HeadMoved
     );
     let now = repo.branch_sha("clean").await.unwrap().unwrap();
-    assert_eq!(
-        repo.merge(clean, Some(&now)).await.unwrap(),
-        supervise::github::repo::Merge::Merged
-    );
+    let supervise::github::repo::Merge::Merged(Some(head)) =
+        repo.merge(clean, Some(&now)).await.unwrap()
+    else {
+        panic!("merged at the verified head");
+    };
+    // The merge commit is the base's new head, as GitHub says it.
+    assert_eq!(Some(head), repo.branch_sha("main").await.unwrap());
     assert_eq!(
         repo.merge(clash, None).await.unwrap(),
         supervise::github::repo::Merge::Conflict
