@@ -480,6 +480,30 @@ async fn calls_for(n: usize) -> usize {
             *by.entry(e.as_str()).or_default() += 1;
         }
         eprintln!("{n} sprint(s): {by:#?}");
+        // Reaction: from sprint k's `workflow_run` completed webhook leaving
+        // the fake to the dispatch of sprint k + 1 arriving (one unit, so the
+        // k-th dispatch is sprint k's), on the fake's clock, no latency added.
+        let completed: Vec<f64> = s
+            .fake
+            .run_deliveries()
+            .into_iter()
+            .filter(|(_, a, _)| a == "completed")
+            .map(|(t, _, _)| t)
+            .collect();
+        let dispatched: Vec<f64> = log
+            .iter()
+            .filter(|(_, e, st)| e.ends_with("/dispatches") && *st < 300)
+            .map(|(t, _, _)| *t)
+            .collect();
+        let mut gaps: Vec<f64> = completed
+            .iter()
+            .zip(dispatched.iter().skip(1))
+            .map(|(c, d)| (d - c) * 1000.0)
+            .collect();
+        gaps.sort_by(f64::total_cmp);
+        if let Some(p50) = gaps.get(gaps.len() / 2) {
+            eprintln!("workflow_run completed → next dispatch: p50 {p50:.0} ms, all {gaps:.0?}");
+        }
     }
     log.iter()
         .filter(|(_, e, _)| !e.contains("access_tokens"))

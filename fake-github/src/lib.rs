@@ -70,13 +70,15 @@ pub(crate) struct Inner {
     /// Every webhook is delivered twice, under two delivery ids (a
     /// redelivery from the App's settings, or a second hook).
     deliver_twice: bool,
+    /// `workflow_run` webhooks as sent: (seconds since start, action, run name).
+    run_deliveries: Vec<(f64, String, String)>,
 }
 
 pub struct FakeGitHub {
     pub addr: SocketAddr,
     pub(crate) config: Config,
     pub(crate) inner: Watched,
-    started: Instant,
+    pub(crate) started: Instant,
     pub(crate) data_dir: std::path::PathBuf,
 }
 
@@ -200,6 +202,12 @@ impl FakeGitHub {
     }
 
     /// From now on every `n`-th installation API call answers 502 (0 stops it).
+    /// The `workflow_run` webhooks sent so far, on the request log's clock:
+    /// (seconds since start, action, the run's name).
+    pub fn run_deliveries(&self) -> Vec<(f64, String, String)> {
+        self.inner.lock().run_deliveries.clone()
+    }
+
     /// From now on every webhook is delivered twice, each time with its own
     /// delivery id, as a redelivery is.
     pub fn deliver_twice(&self) {

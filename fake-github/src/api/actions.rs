@@ -122,6 +122,12 @@ pub(super) async fn deliver_run(f: &FakeGitHub, action: &str, run: &Run) {
         "repository": { "full_name": run.repo, "name": name, "owner": { "login": owner } },
         "installation": { "id": f.config.installation_id },
     });
+    {
+        let mut s = f.inner.lock();
+        let at = f.started.elapsed().as_secs_f64();
+        s.run_deliveries
+            .push((at, action.to_string(), run.display_title.clone()));
+    }
     f.deliver("workflow_run", &payload).await;
 }
 
