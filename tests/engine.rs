@@ -626,6 +626,63 @@ fn the_verification_cascade_favours_partial_over_failure() {
     );
 }
 
+/// A unit as work that appears while the operation runs.
+fn added_unit(name: &str, depends_on: Vec<String>, sprints: usize) -> supervise::plan::WorkUnit {
+    let src = (1..=sprints).fold(format!("# X\n\n## {name}\n"), |s, i| {
+        s + &format!("### Sprint {i}: Step {i}\n- [ ] `{name}-{i}.txt` exists\n")
+    });
+    let mut u = plan(&src).work_units.remove(0);
+    u.name = name.to_string();
+    u.depends_on = depends_on;
+    u
+}
+
+#[test]
+fn work_added_while_running_is_run_and_a_finished_operation_takes_it_up_again() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    for unit in ["api", "docs", "api", "web"] {
+        sim.finish(unit, success());
+    }
+    assert_eq!(sim.st().status, OverallStatus::Completed);
+    let d = sim
+        .send(Input::AddWork {
+            units: vec![added_unit("extra", vec!["web".into()], 2)],
+        })
+        .unwrap();
+    assert!(d
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::WorkAdded { .. })));
+    assert_eq!(sim.st().status, OverallStatus::Running, "taken up again");
+    let order = sim.order_for("extra");
+    assert_eq!(order.sprint.as_str(), "1");
+    sim.finish("extra", success());
+    sim.finish("extra", success());
+    assert_eq!(sim.st().status, OverallStatus::Completed);
+    // Replayed from the log, the added unit is there with its history.
+    let replayed = OperationState::replay(&sim.log).unwrap();
+    assert_eq!(replayed.units.last().unwrap().name, "extra");
+    assert_eq!(replayed.unit_slug("extra"), "extra");
+    // What cannot be added is refused with the reason, and changes nothing.
+    let refused = |sim: &mut Sim, units| match sim.send(Input::AddWork { units }) {
+        Err(Refusal::BadWork(why)) => why,
+        other => panic!("not refused: {other:?}"),
+    };
+    assert!(refused(&mut sim, vec![added_unit("api", vec![], 1)]).contains("already"));
+    assert!(
+        refused(&mut sim, vec![added_unit("n", vec!["nowhere".into()], 1)]).contains("not a unit")
+    );
+    let (a, b) = (
+        added_unit("a2", vec!["b2".into()], 1),
+        added_unit("b2", vec!["a2".into()], 1),
+    );
+    assert!(refused(&mut sim, vec![a, b]).contains("cycle"));
+    let mut empty = added_unit("e", vec![], 1);
+    empty.sprints.clear();
+    assert!(refused(&mut sim, vec![empty]).contains("no sprints"));
+    assert_eq!(sim.st().units.len(), 4);
+}
+
 /// Whether a dispatch is held: `Some(cancelled)` if it is, `None` if not.
 fn held(sim: &Sim, d: &DispatchId) -> Option<bool> {
     let (u, s) = sim.st().find_dispatch(d)?;
@@ -732,6 +789,8 @@ enum Step {
     Hold(usize),
     /// …until it is launched, or found cancelled (then never launched).
     Release(usize),
+    /// Work appears: a unit of 1–2 sprints, depending on an existing unit.
+    AddWork(usize, u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -744,6 +803,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => any::<bool>().prop_map(Step::Gate),
         1 => (0usize..4).prop_map(Step::Hold),
         1 => (0usize..4).prop_map(Step::Release),
+        1 => (0usize..8, 1u8..3).prop_map(|(d, n)| Step::AddWork(d, n)),
     ]
 }
 
@@ -778,6 +838,12 @@ proptest! {
                         if let Some(o) = out.get(i % out.len().max(1)) {
                             let _ = sim.send(Input::DispatchHeld { dispatch: o.dispatch.clone(), reason: "the daily budget".into(), until: None });
                         }
+                }
+                Step::AddWork(dep, n) => {
+                    let existing: Vec<String> = sim.st().units.iter().map(|u| u.name.clone()).collect();
+                    let name = format!("extra{}", existing.len());
+                    let depends_on = vec![existing[dep % existing.len()].clone()];
+                    let _ = sim.send(Input::AddWork { units: vec![added_unit(&name, depends_on, n as usize)] });
                 }
                 Step::Release(i) => {
                     let out: Vec<_> = sim.out().into_iter().filter(|o| held(&sim, &o.dispatch) == Some(false)).collect();

@@ -188,6 +188,14 @@ pub enum Input {
         sprint: SprintId,
         error: String,
     },
+    /// Work that appears while the operation runs (a phase workflow's
+    /// generated plan, a manager's next task): units appended to the plan,
+    /// each with its sprints and dependencies on units old or new. Recorded
+    /// and replayed like every other input, so one engine runs written plans
+    /// and work that arrives later alike.
+    AddWork {
+        units: Vec<crate::plan::WorkUnit>,
+    },
     /// The runner found a COMPLETED sprint's merge missing from the integration
     /// branch (something moved the branch back): its work must be redone.
     MergeLost {
@@ -314,6 +322,11 @@ pub enum Event {
         hold: Hold,
         at: DateTime<Utc>,
     },
+    /// Units appended to the plan (see [`Input::AddWork`]).
+    WorkAdded {
+        units: Vec<crate::plan::WorkUnit>,
+        at: DateTime<Utc>,
+    },
     DispatchReleased {
         unit: usize,
         sprint: usize,
@@ -416,6 +429,7 @@ impl Event {
             | Event::Activity { at, .. }
             | Event::StallWarned { at, .. }
             | Event::DispatchHeld { at, .. }
+            | Event::WorkAdded { at, .. }
             | Event::DispatchReleased { at, .. }
             | Event::CancelRequested { at, .. }
             | Event::FailureCounted { at, .. }
@@ -520,6 +534,10 @@ pub enum Refusal {
     /// `name-feature` before any start: the playful reproach of the ritual.
     #[error("{0}")]
     Ritual(String),
+    /// Work that cannot be added as given (a name taken, a dependency unknown,
+    /// a cycle, a unit without sprints).
+    #[error("{0}")]
+    BadWork(String),
     /// A report about a dispatch that is not (or no longer) out: harmless, ignored.
     #[error("dispatch {0} is not in flight")]
     StaleDispatch(String),

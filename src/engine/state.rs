@@ -231,6 +231,19 @@ pub struct UnitRun {
     pub notes: Vec<String>,
 }
 
+/// A slug for a unit added later that no unit of the operation has yet
+/// (branch names and dispatch ids must stay unique).
+fn unique_slug(name: &str, taken: &[String]) -> String {
+    let base = crate::text::slug(name);
+    let mut slug = base.clone();
+    let mut n = 2;
+    while taken.contains(&slug) {
+        slug = format!("{base}-{n}");
+        n += 1;
+    }
+    slug
+}
+
 impl UnitRun {
     /// The first sprint not yet COMPLETED: sprints run strictly in order.
     pub fn current(&self) -> Option<usize> {
@@ -626,6 +639,32 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
         Event::GateClosed { id, passed, .. } => {
             if let Some(g) = st.gates.iter_mut().find(|g| g.id == *id) {
                 g.passed = Some(*passed);
+            }
+        }
+        Event::WorkAdded { units, .. } => {
+            let mut taken: Vec<String> = st.units.iter().map(|u| u.slug.clone()).collect();
+            for u in units {
+                let slug = unique_slug(&u.name, &taken);
+                taken.push(slug.clone());
+                st.units.push(UnitRun {
+                    name: u.name.clone(),
+                    slug,
+                    status: UnitStatus::NotStarted,
+                    sprints: u
+                        .sprints
+                        .iter()
+                        .map(|s| SprintRun {
+                            id: s.id.clone(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    notes: Vec::new(),
+                });
+                st.plan.work_units.push(u.clone());
+            }
+            if st.status == OverallStatus::Completed {
+                st.status = OverallStatus::Running;
+                st.finished_at = None;
             }
         }
         Event::Reopened { unit, sprint, .. } => {

@@ -4,6 +4,95 @@
 use super::*;
 
 impl Decider<'_> {
+    /// Units that appear while the operation runs: checked as the reader
+    /// checks a plan (names unique, dependencies known, no cycle, sprints to
+    /// run), recorded, then started as their dependencies allow.
+    pub(super) fn add_work(&mut self, units: Vec<crate::plan::WorkUnit>) -> Result<(), Refusal> {
+        self.require()?;
+        if units.is_empty() {
+            return Ok(());
+        }
+        let mut names: Vec<String> = self.st().units.iter().map(|u| u.name.clone()).collect();
+        for u in &units {
+            if u.name.trim().is_empty() {
+                return Err(Refusal::BadWork("a unit needs a name".into()));
+            }
+            if names.contains(&u.name) {
+                return Err(Refusal::BadWork(format!(
+                    "there is a unit `{}` already",
+                    u.name
+                )));
+            }
+            if u.sprints.is_empty() {
+                return Err(Refusal::BadWork(format!(
+                    "unit `{}` has no sprints",
+                    u.name
+                )));
+            }
+            let mut ids: Vec<&str> = u.sprints.iter().map(|s| s.id.as_str()).collect();
+            ids.sort();
+            if ids.windows(2).any(|w| w[0] == w[1]) {
+                return Err(Refusal::BadWork(format!(
+                    "unit `{}` numbers two sprints alike",
+                    u.name
+                )));
+            }
+            names.push(u.name.clone());
+        }
+        for u in &units {
+            if let Some(d) = u.depends_on.iter().find(|d| !names.contains(d)) {
+                return Err(Refusal::BadWork(format!(
+                    "unit `{}` depends on `{d}`, which is not a unit",
+                    u.name
+                )));
+            }
+        }
+        // A cycle can only run through the new units: old ones never depend on them.
+        let mut done: Vec<&str> = self.st().units.iter().map(|u| u.name.as_str()).collect();
+        let mut left: Vec<&crate::plan::WorkUnit> = units.iter().collect();
+        while !left.is_empty() {
+            let before = left.len();
+            left.retain(|u| {
+                if u.depends_on.iter().all(|d| done.contains(&d.as_str())) {
+                    done.push(u.name.as_str());
+                    false
+                } else {
+                    true
+                }
+            });
+            if left.len() == before {
+                let cycle: Vec<&str> = left.iter().map(|u| u.name.as_str()).collect();
+                return Err(Refusal::BadWork(format!(
+                    "the dependencies of {} form a cycle",
+                    cycle.join(", ")
+                )));
+            }
+        }
+        let count = units.len();
+        let sprints: usize = units.iter().map(|u| u.sprints.len()).sum();
+        self.emit(Event::WorkAdded {
+            units,
+            at: self.now,
+        });
+        self.log(
+            None,
+            None,
+            format!("{count} unit(s) added, {sprints} sprint(s)"),
+            "work that appeared while the operation runs".into(),
+        );
+        // BLOCKED meant nothing could run; the new work may. (A stopped or
+        // killed operation keeps it for `resume`.)
+        if self.st().status == OverallStatus::Blocked {
+            self.emit(Event::Overall {
+                to: OverallStatus::Running,
+                reason: "work added".into(),
+                at: self.now,
+            });
+        }
+        self.settle();
+        Ok(())
+    }
+
     pub(super) fn resume(&mut self, unit: Option<String>) -> Result<(), Refusal> {
         let st = self.require()?;
         if st.status == OverallStatus::Completed {

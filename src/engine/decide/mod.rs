@@ -258,6 +258,7 @@ pub fn decide_mut(
             c.merge_blocked(u, s, &error);
             c.settle();
         }
+        Input::AddWork { units } => c.add_work(units)?,
         Input::ManualConfirmed { unit, sprint } => {
             let (u, s) = c.locate(&unit, &sprint)?;
             if !c.sprint(u, s).awaiting_confirmation {
