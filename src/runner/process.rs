@@ -369,14 +369,21 @@ pub fn run_agent(dir: &Path) -> Result<()> {
     if let Ok(mut child) = spawned {
         let pgid = child.id() as i32;
         let mut kill_at: Option<Instant> = None;
+        // The agent's end is waited for on a thread of its own, so it is
+        // seen the moment it happens; this loop wakes for it or every 20 ms
+        // to look for a cancel.
+        let (ended_tx, ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = ended_tx.send(child.wait().ok().and_then(|s| s.code()));
+        });
         loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    exit_code = status.code();
+            match ended.recv_timeout(Duration::from_millis(20)) {
+                Ok(code) => {
+                    exit_code = code;
                     break;
                 }
-                Ok(None) => {}
-                Err(_) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
             }
             let asked = TERMINATE.load(Ordering::SeqCst) || dir.join("cancelled").exists();
             if asked && kill_at.is_none() {
@@ -388,7 +395,6 @@ pub fn run_agent(dir: &Path) -> Result<()> {
             if kill_at.is_some_and(|t| Instant::now() >= t) {
                 signal_all(pgid, libc::SIGKILL);
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
         // Whatever the agent left running (`(sleep 60) &`, a daemon) ends with it.
         let grace = if cancelled {
@@ -464,13 +470,38 @@ pub fn watch<M: Send + 'static>(
     dir: PathBuf,
     mut child: Option<Child>,
     tx: Sender<M>,
-    wrap: impl Fn(Watched) -> M + Send + 'static,
+    wrap: impl Fn(Watched) -> M + Send + Sync + 'static,
 ) {
+    let wrap = std::sync::Arc::new(wrap);
+    // The end is told once, by whichever sees it first.
+    let told = std::sync::Arc::new(AtomicBool::new(false));
     std::thread::spawn(move || {
         let spawned_at = Instant::now();
         let mut last_len = 0u64;
         let mut last_activity = Instant::now();
+        let mut waiting = false;
         loop {
+            if told.load(Ordering::SeqCst) {
+                return;
+            }
+            // Once the wrapper holds its lock (it writes `started` after
+            // taking it), a thread waits on that lock: the wrapper lets go
+            // only after writing its result, so the end is seen at once
+            // rather than at the next look. (Never before `started`: the
+            // wait would take the lock from a wrapper not yet holding it.)
+            if !waiting && dir.join("started").exists() {
+                waiting = true;
+                let (dir, tx, wrap, told) = (dir.clone(), tx.clone(), wrap.clone(), told.clone());
+                std::thread::spawn(move || {
+                    let Ok(f) = super::lockfile::open(&dir.join("lock")) else { return };
+                    if super::lockfile::lock(&f).is_ok() {
+                        drop(f);
+                        if !told.swap(true, Ordering::SeqCst) {
+                            let _ = tx.send(wrap(Watched::Finished));
+                        }
+                    }
+                });
+            }
             if let Some(c) = child.as_mut() {
                 let _ = c.try_wait(); // reap, so the wrapper leaves no zombie
             }
@@ -480,7 +511,9 @@ pub fn watch<M: Send + 'static>(
                     && spawned_at.elapsed() > Duration::from_secs(10)
                     && !is_alive(&dir));
             if finished {
-                let _ = tx.send(wrap(Watched::Finished));
+                if !told.swap(true, Ordering::SeqCst) {
+                    let _ = tx.send(wrap(Watched::Finished));
+                }
                 return;
             }
             let len = std::fs::metadata(dir.join("output.log"))
