@@ -1369,3 +1369,46 @@ fn an_agent_that_keeps_printing_is_stopped_at_its_wall_clock_cap_and_the_attempt
     assert_eq!(retry.attempt, 2);
     assert!(retry.prompt.contains("wall-clock cap"));
 }
+
+/// The log as it is stored (JSON) replays to the state the engine holds: a
+/// field the store drops would be lost at the first restart — the sprint's
+/// own text was, and prompts after a restart went out without the assignment.
+#[test]
+fn the_stored_log_replays_to_the_same_state_and_the_same_prompts() {
+    let src = THREE_UNITS.replace(
+        "### Sprint 1: Create the API types\n",
+        "### Sprint 1: Create the API types\nWrite `Order` and `Line` in src/types.rs.\n",
+    );
+    let mut sim = Sim::start(&src, EngineConfig::default());
+    let first = sim.order_for("api");
+    assert!(first.prompt.contains("Write `Order` and `Line`"));
+    sim.finish("api", failure());
+    let stored: Vec<Event> = sim
+        .log
+        .iter()
+        .map(|e| serde_json::from_str(&serde_json::to_string(e).unwrap()).unwrap())
+        .collect();
+    let mut replayed = Some(OperationState::replay(&stored).unwrap());
+    assert_eq!(replayed.as_ref(), sim.state.as_ref());
+    // The next retry, decided by a restarted supervisor, still carries the assignment.
+    let out = sim.order_for("api");
+    let d = decide_mut(
+        &mut replayed,
+        Input::AgentFinished {
+            dispatch: out.dispatch,
+            report: failure(),
+        },
+        sim.now,
+    )
+    .unwrap();
+    let retry = d
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Dispatch(o) => Some(o.clone()),
+            _ => None,
+        })
+        .expect("a retry is dispatched");
+    assert_eq!(retry.attempt, 3);
+    assert!(retry.prompt.contains("Write `Order` and `Line`"), "{}", retry.prompt);
+}

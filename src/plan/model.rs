@@ -220,7 +220,9 @@ pub struct Sprint {
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub notes: Vec<String>,
     /// The sprint's definition exactly as the plan writes it (pasted into prompts).
-    #[serde(skip)]
+    /// Stored with the operation: a supervisor restarted from its log must send
+    /// the same assignment as the one that started it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub body: String,
 }
 
