@@ -79,6 +79,7 @@ fn operation(plan: &supervise::plan::Plan, n: u64, mut record: Option<&mut Vec<E
             plan: Box::new(plan.clone()),
             config: EngineConfig::default(),
             seed: n,
+            workflow: None,
             already_done: Vec::new(),
         },
         now,

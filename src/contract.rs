@@ -6,6 +6,7 @@
 
 use crate::engine::{CriterionResult, DispatchOrder, ProgressMarker};
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 /// An operation's id: the plan title's slug (at most 24 characters, so branch
 /// names stay readable) and a suffix that makes it unique — the start time
@@ -35,6 +36,22 @@ pub fn results_path(dispatch: &str) -> String {
     format!(".supervise/results/{}.json", dispatch.replace('/', "__"))
 }
 
+/// Where a dispatch's sprint definition is committed when no plan file in the
+/// repository holds it (work a workflow added): `supervise verify --record`
+/// checks the exit criteria it names.
+pub fn sprint_spec_path(dispatch: &str) -> String {
+    format!(".supervise/sprints/{}.json", dispatch.replace('/', "__"))
+}
+
+/// A sprint that lives in no plan file: its unit (with this one sprint) and
+/// where the agent's answer goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SprintSpec {
+    pub unit: crate::plan::WorkUnit,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_file: Option<String>,
+}
+
 /// Where a sprint's prompt is committed on its branch.
 pub fn prompt_path(unit_slug: &str, sprint: &str) -> String {
     format!(".supervise/prompts/{unit_slug}-sprint-{sprint}.md")
@@ -51,13 +68,49 @@ pub struct RunResult {
     /// What the plan's progress files say (recorded by `supervise verify --record`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressMarker>,
+    /// What the agent wrote to `$SUPERVISE_RESULT_FILE` (at most
+    /// [`ANSWER_LIMIT`] bytes, invalid UTF-8 replaced): a workflow's input,
+    /// such as the manager's JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+}
+
+/// The most of an answer the supervisor keeps; an answer is a decision's
+/// input, not a place for logs.
+pub const ANSWER_LIMIT: usize = 256 * 1024;
+
+/// Where the agent writes its answer: the repository file the workflow names
+/// (in the agent's checkout), or a file of the runner's own beside the run.
+pub fn answer_path(order: &DispatchOrder, checkout: &Path, own: &Path) -> PathBuf {
+    match &order.answer_file {
+        Some(rel) => checkout.join(rel),
+        None => own.to_path_buf(),
+    }
+}
+
+/// Reads an answer the agent left, if it left one.
+pub fn read_answer(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(ANSWER_LIMIT as u64)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// The environment an agent is started with (documented in the README's
-/// "agent contract"); `prompt_file` is where the prompt was written.
-pub fn agent_env(order: &DispatchOrder, prompt_file: &str) -> Vec<(&'static str, String)> {
+/// "agent contract"); `prompt_file` is where the prompt was written and
+/// `answer_file` where a structured answer goes (see [`answer_path`]).
+pub fn agent_env(
+    order: &DispatchOrder,
+    prompt_file: &str,
+    answer_file: &str,
+) -> Vec<(&'static str, String)> {
     vec![
         ("SUPERVISE_PROMPT_FILE", prompt_file.to_string()),
+        ("SUPERVISE_RESULT_FILE", answer_file.to_string()),
         ("SUPERVISE_DISPATCH_ID", order.dispatch.0.clone()),
         ("SUPERVISE_UNIT", order.unit.clone()),
         (

@@ -47,6 +47,9 @@ pub struct FileSettings {
     /// On GitHub: merge a verified sprint's pull request `immediately` or
     /// `after_review` (an approving review).
     pub merge: Option<MergeMode>,
+    /// Work without a written plan (`solve`, `manage`): research agents,
+    /// the research success share, debug rounds, the test command, max tasks.
+    pub without_plan: Option<crate::engine::workflow::WorkflowSettings>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
@@ -82,6 +85,7 @@ pub struct Settings {
     pub verify_timeout_secs: u64,
     pub kill_grace_secs: u64,
     pub tick_ms: u64,
+    pub without_plan: crate::engine::workflow::WorkflowSettings,
 }
 
 /// `.github/supervise.yml` in the plan's directory or any parent up to the repo root.
@@ -119,6 +123,7 @@ pub const KEYS: &[&str] = &[
     "bots",
     "workflow",
     "merge",
+    "without_plan",
 ];
 
 /// Parses settings text; the error names `origin`, the line and column, and the
@@ -197,6 +202,7 @@ impl Settings {
             verify_timeout_secs: flags.verify_timeout.or(file.verify_timeout).unwrap_or(600),
             kill_grace_secs: flags.kill_grace.or(file.kill_grace).unwrap_or(10),
             tick_ms,
+            without_plan: flags.without_plan.or(file.without_plan).unwrap_or_default(),
         }
     }
 }

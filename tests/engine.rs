@@ -431,6 +431,7 @@ fn refusals_change_nothing_and_say_why() {
         plan: Box::new(plan(THREE_UNITS)),
         config: EngineConfig::default(),
         seed: 1,
+        workflow: None,
         already_done: Vec::new(),
     });
     assert!(matches!(again, Err(Refusal::AlreadyStarted(_))));
@@ -1410,5 +1411,9 @@ fn the_stored_log_replays_to_the_same_state_and_the_same_prompts() {
         })
         .expect("a retry is dispatched");
     assert_eq!(retry.attempt, 3);
-    assert!(retry.prompt.contains("Write `Order` and `Line`"), "{}", retry.prompt);
+    assert!(
+        retry.prompt.contains("Write `Order` and `Line`"),
+        "{}",
+        retry.prompt
+    );
 }

@@ -6,6 +6,7 @@ pub mod plan_cmd;
 pub mod run_cmd;
 pub mod serve_cmd;
 pub mod terminal;
+pub mod workflow_cmd;
 
 use crate::engine::Input;
 use clap::{Parser, Subcommand};
@@ -50,6 +51,14 @@ pub enum Command {
         #[command(flatten)]
         flags: RunFlags,
     },
+    /// Work without a written plan: research, plan, build, test and debug from
+    /// a description (seed 002's phase workflow), the scope detected and said.
+    #[command(after_help = examples_then_statuses("  supervise solve 'Add rate limiting to the API' --agent ./agent.sh\n  supervise solve --issue-file issue.md --scope research-and-plan\n  supervise solve            # go on with the workflow under way"))]
+    Solve(workflow_cmd::SolveArgs),
+    /// Work without a written plan: a manager agent keeps a kanban and names
+    /// each next task as JSON; task agents do them (seed 004's loop).
+    #[command(after_help = examples_then_statuses("  supervise manage 'Refactor the API layer' --agent ./agent.sh\n  supervise manage           # go on with the loop under way"))]
+    Manage(workflow_cmd::ManageArgs),
     /// Show the status table; dispatches nothing.
     #[command(
         after_help = "Examples:\n  supervise status\n  supervise status --json | jq '.units[] | {name, status}'"
@@ -246,6 +255,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Resume { unit, plan, flags } => {
             run_cmd::run(plan.as_deref(), &flags, Mode::Resume(unit))
         }
+        Command::Solve(args) => workflow_cmd::solve(&args),
+        Command::Manage(args) => workflow_cmd::manage(&args),
         Command::Status { plan, json } => run_cmd::status(plan.as_deref(), json),
         Command::Spend { plan, json } => run_cmd::spend(plan.as_deref(), json),
         Command::Stop { plan } => run_cmd::command(plan.as_deref(), Input::Stop, "stop"),

@@ -104,7 +104,7 @@ impl RunFlags {
         .collect()
     }
 
-    fn as_file(&self) -> FileSettings {
+    pub(super) fn as_file(&self) -> FileSettings {
         FileSettings {
             agent: self.agent.clone(),
             max_parallel: self.max_parallel,
@@ -470,10 +470,47 @@ pub struct VerifyArgs {
     pub agent_output: Option<PathBuf>,
 }
 
+/// The sprint definition committed for a dispatch whose work no plan file
+/// holds (a workflow's), looked for from `dir` up to the repository's top.
+fn committed_spec(dir: &Path, dispatch: &str) -> Option<crate::contract::SprintSpec> {
+    let rel = crate::contract::sprint_spec_path(dispatch);
+    dir.ancestors()
+        .find_map(|d| std::fs::read(d.join(&rel)).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
 pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
-    let plan = match load(a.plan.as_deref())? {
-        Ok(p) => p,
-        Err(code) => return Ok(code),
+    let here = std::env::current_dir()?;
+    let spec = a
+        .record
+        .as_deref()
+        .and_then(|d| committed_spec(a.dir.as_deref().unwrap_or(&here), d));
+    let plan = match &spec {
+        // Work a workflow added: its definition came with the prompt.
+        Some(spec) => {
+            let root = a.dir.clone().unwrap_or(here);
+            LoadedPlan {
+                plan: crate::plan::Plan {
+                    title: spec.unit.name.clone(),
+                    feature_name: None,
+                    dependency_structure: crate::plan::DependencyStructure::Sequential,
+                    dispatch_mode: crate::plan::DispatchMode::Dynamic,
+                    dispatch_template: None,
+                    work_units: vec![spec.unit.clone()],
+                    referenced_files: Vec::new(),
+                    warnings: Vec::new(),
+                },
+                path: root.join(crate::contract::sprint_spec_path(
+                    a.record.as_deref().unwrap_or(""),
+                )),
+                root,
+                source: String::new(),
+            }
+        }
+        None => match load(a.plan.as_deref())? {
+            Ok(p) => p,
+            Err(code) => return Ok(code),
+        },
     };
     let (unit, sprint) = (a.unit.as_str(), a.sprint.as_str());
     let u = plan
@@ -501,6 +538,11 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
             output_tail: criteria::tail(&output, 4000),
             criteria: results.clone(),
             progress: criteria::progress_marker(&plan.plan, u, s, &root),
+            answer: match spec.as_ref().and_then(|s| s.answer_file.as_deref()) {
+                Some(rel) => crate::contract::read_answer(&root.join(rel)),
+                None => std::env::var_os("SUPERVISE_RESULT_FILE")
+                    .and_then(|p| crate::contract::read_answer(Path::new(&p))),
+            },
         };
         let path = criteria::record_result(&root, dispatch, &result)?;
         eprintln!("recorded {} criteria in {}", results.len(), path.display());

@@ -446,6 +446,7 @@ mod tests {
             plan: Box::new(plan),
             config: EngineConfig::default(),
             seed: 1,
+            workflow: None,
             already_done: Vec::new(),
         };
         let started = finish_now(driver.submit(&mut log, &mut Merger, start)).unwrap();

@@ -96,6 +96,10 @@ pub struct Evidence {
     pub ci_passed: Option<bool>,
     /// The sprint branch does not merge cleanly into the integration branch.
     pub merge_conflict: Option<String>,
+    /// What the agent handed back (`$SUPERVISE_RESULT_FILE`, or the file the
+    /// workflow names): a workflow reads its next step from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +120,10 @@ pub enum Input {
         plan: Box<Plan>,
         config: EngineConfig,
         seed: u64,
+        /// The rule that adds work as the operation goes, for work without a
+        /// written plan (the plan then holds its first units).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workflow: Option<Box<super::workflow::Workflow>>,
         /// §3 steps 4–5: sprints found already done before the operation
         /// (progress files and the project's state are ground truth).
         already_done: Vec<AlreadyDone>,
@@ -259,6 +267,9 @@ pub struct Completion {
     /// rule, where a completion was taken as merged.)
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub awaiting_merge: bool,
+    /// What the agent handed back, kept for the workflow that reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
 }
 
 /// The facts the engine records. `apply` folds them into state.
@@ -271,6 +282,8 @@ pub enum Event {
         seed: u64,
         plan: Box<Plan>,
         config: EngineConfig,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workflow: Option<Box<super::workflow::Workflow>>,
         at: DateTime<Utc>,
     },
     Renamed {
@@ -464,6 +477,10 @@ pub struct DispatchOrder {
     pub max_turns: u32,
     pub kind: DispatchKind,
     pub prompt: String,
+    /// The repository file whose content is the agent's answer; `None`: the
+    /// runner picks where `$SUPERVISE_RESULT_FILE` points.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_file: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

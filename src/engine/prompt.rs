@@ -6,6 +6,9 @@ use crate::plan::{Criterion, Plan, Sprint, SprintType, WorkUnit};
 use std::fmt::Write as _;
 
 pub struct PromptInput<'a> {
+    /// The plan file agents read first and must leave alone (`None`: the
+    /// assignment says what to read, as a workflow's phases do).
+    pub plan_file: Option<&'a str>,
     pub plan: &'a Plan,
     pub unit: &'a WorkUnit,
     pub sprint: &'a Sprint,
@@ -48,14 +51,16 @@ pub fn build(p: &PromptInput) -> String {
                 .map(|d| format!("{d}/"))
                 .unwrap_or_default();
             let _ = writeln!(out, "You are working on {} in ./{dir}.\n", p.unit.name);
-            out.push_str("FIRST, read these files in order:\n1. EXECUTION_PLAN.md\n");
-            let files = p
-                .plan
-                .referenced_files
-                .iter()
-                .filter(|f| f.exists && f.unit.as_deref().is_none_or(|u| u == p.unit.name));
-            for (i, f) in files.enumerate() {
-                let _ = writeln!(out, "{}. {}", i + 2, f.path);
+            if let Some(plan_file) = p.plan_file {
+                let _ = writeln!(out, "FIRST, read these files in order:\n1. {plan_file}");
+                let files = p
+                    .plan
+                    .referenced_files
+                    .iter()
+                    .filter(|f| f.exists && f.unit.as_deref().is_none_or(|u| u == p.unit.name));
+                for (i, f) in files.enumerate() {
+                    let _ = writeln!(out, "{}. {}", i + 2, f.path);
+                }
             }
             // Part 2: the assignment, verbatim.
             let _ = writeln!(out, "\nYou are executing Sprint {}: {}.\n", s.id, s.name);
@@ -87,7 +92,11 @@ pub fn build(p: &PromptInput) -> String {
                 "The sprint's tasks are done and committed",
             ));
             // Part 4: boundaries.
-            out.push_str("\nIMPORTANT:\n- Do NOT start the next sprint. Your scope ends after this sprint.\n- Do NOT modify EXECUTION_PLAN.md.\n- Commit your work on the current branch before you finish.\n");
+            out.push_str("\nIMPORTANT:\n- Do NOT start the next sprint. Your scope ends after this sprint.\n");
+            if let Some(plan_file) = p.plan_file {
+                let _ = writeln!(out, "- Do NOT modify {plan_file}.");
+            }
+            out.push_str("- Commit your work on the current branch before you finish.\n");
             match s.kind {
                 SprintType::Background => out.push_str("- This sprint is complete once the process is confirmed running. Do NOT wait for it to finish.\n"),
                 SprintType::Deferred => out.push_str("- Check the specified condition. If not met, report what you found and stop.\n"),

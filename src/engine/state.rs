@@ -305,6 +305,8 @@ pub struct OperationState {
     pub seed: u64,
     pub plan: Plan,
     pub config: EngineConfig,
+    /// The rule that adds work as the operation goes (work without a written plan).
+    pub workflow: Option<super::workflow::Workflow>,
     pub status: OverallStatus,
     pub status_reason: String,
     pub started_at: DateTime<Utc>,
@@ -332,6 +334,15 @@ impl OperationState {
                     .iter()
                     .any(|x| &x.name == d && x.status == UnitStatus::Completed)
             })
+    }
+
+    /// Attempts the unit's sprints get before FATAL: the workflow's number
+    /// for its own units, the operation's otherwise.
+    pub fn max_attempts(&self, u: usize) -> u32 {
+        self.workflow
+            .as_ref()
+            .and_then(|w| w.max_attempts(&self.units[u].name))
+            .unwrap_or(self.config.max_retries)
     }
 
     /// The unit's slug for branches and dispatch ids (see [`UnitRun::slug`]).
@@ -397,6 +408,7 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
         seed,
         plan,
         config,
+        workflow,
         at,
     } = event
     {
@@ -432,6 +444,7 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                 .collect(),
             plan: (**plan).clone(),
             config: config.clone(),
+            workflow: workflow.as_deref().cloned(),
             status: OverallStatus::Running,
             status_reason: String::new(),
             started_at: *at,

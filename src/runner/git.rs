@@ -257,6 +257,45 @@ impl Git {
         Ok(start)
     }
 
+    /// Commits `files` (path, content) on the integration branch unless its
+    /// head already holds them as given (idempotent: a restart between the
+    /// branch and this commit writes them once).
+    pub fn seed_integration(
+        &self,
+        op: &str,
+        files: &[(String, String)],
+        message: &str,
+    ) -> Result<Oid> {
+        let head = self.repo.find_commit(self.integration_head(op)?)?;
+        let tree = head.tree()?;
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        let mut changed = false;
+        for (path, content) in files {
+            let blob = self.repo.blob(content.as_bytes())?;
+            let same = tree.get_path(Path::new(path)).is_ok_and(|e| e.id() == blob);
+            if !same {
+                update.upsert(path.as_str(), blob, git2::FileMode::Blob);
+                changed = true;
+            }
+        }
+        if !changed {
+            return Ok(head.id());
+        }
+        let new_tree = self
+            .repo
+            .find_tree(update.create_updated(&self.repo, &tree)?)?;
+        let sig = signature(&self.repo);
+        let oid = self.repo.commit(
+            Some(&format!("refs/heads/{}", integration_branch(op))),
+            &sig,
+            &sig,
+            message,
+            &new_tree,
+            &[&head],
+        )?;
+        Ok(oid)
+    }
+
     pub fn integration_head(&self, op: &str) -> Result<Oid> {
         self.branch_oid(&integration_branch(op))?.ok_or_else(|| {
             anyhow!(

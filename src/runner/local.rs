@@ -117,6 +117,17 @@ impl Supervisor {
         screen: Box<dyn Screen>,
     ) -> Result<Supervisor> {
         let dir = state_dir(&plan);
+        Supervisor::open_in(plan, settings, screen, dir)
+    }
+
+    /// As [`Supervisor::open`], with the operation's state in `dir` (a
+    /// workflow without a plan file keeps its own beside the plans').
+    pub fn open_in(
+        plan: LoadedPlan,
+        settings: Settings,
+        screen: Box<dyn Screen>,
+        dir: PathBuf,
+    ) -> Result<Supervisor> {
         let lock = supervisor_lock(&dir)?.ok_or_else(|| {
             let pid = running_supervisor(&dir).unwrap_or_default();
             anyhow!("a supervisor is already running for this plan (pid {pid}); use `supervise status`, `stop` or `killall` from here")
@@ -190,7 +201,38 @@ impl Supervisor {
             plan: Box::new(plan.clone()),
             config: self.place.settings.engine.clone(),
             seed: nanos,
+            workflow: None,
             already_done,
+        })
+    }
+
+    /// The input that starts a workflow: its first units as the plan, and the
+    /// files it needs (the manager's kanban) committed on the integration
+    /// branch before any agent branches from it.
+    pub fn start_workflow_input(
+        &self,
+        workflow: crate::engine::workflow::Workflow,
+    ) -> Result<Input> {
+        let nanos = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0) as u64;
+        let plan = &self.place.plan.plan;
+        let op = crate::contract::operation_id(&plan.title, nanos & 0xff_ffff);
+        let start = self.place.git.head_commit()?;
+        self.place.git.ensure_integration(&op, start)?;
+        let seeds = workflow.seed_files();
+        if !seeds.is_empty() {
+            self.place.git.seed_integration(
+                &op,
+                &seeds,
+                "supervise: the workflow's starting files",
+            )?;
+        }
+        Ok(Input::Start {
+            operation: OperationId(op),
+            plan: Box::new(plan.clone()),
+            config: self.place.settings.engine.clone(),
+            seed: nanos,
+            workflow: Some(Box::new(workflow)),
+            already_done: Vec::new(),
         })
     }
 

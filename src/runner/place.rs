@@ -397,6 +397,7 @@ impl LocalPlace {
                 criteria: result.criteria,
                 ci_passed: None,
                 merge_conflict: git.merge_conflict,
+                answer: result.answer,
             },
         };
         Ok(Some(Input::AgentFinished {

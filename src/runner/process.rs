@@ -346,6 +346,14 @@ pub fn run_agent(dir: &Path) -> Result<()> {
     let prompt_file = dir.join("prompt.md").canonicalize()?;
     let (reader, writer) = std::io::pipe()?;
     let o = &spec.order;
+    let answer_file =
+        crate::contract::answer_path(o, &spec.checkout, &dir.canonicalize()?.join("answer"));
+    // The runner's own answer file is this attempt's: one left by an earlier
+    // attempt must not stand in for a missing one. (A repository file is the
+    // branch's, kept from attempt to attempt like all its work.)
+    if o.answer_file.is_none() {
+        let _ = std::fs::remove_file(&answer_file);
+    }
     let spawned = Command::new("sh")
         .arg("-c")
         .arg(&spec.agent)
@@ -358,6 +366,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         .envs(crate::contract::agent_env(
             o,
             &prompt_file.to_string_lossy(),
+            &answer_file.to_string_lossy(),
         ))
         .spawn();
     let copier = {
@@ -424,6 +433,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         output_tail: super::criteria::tail(&output, 4000),
         criteria,
         progress: None,
+        answer: crate::contract::read_answer(&answer_file),
     };
     write_atomic(
         &dir.join("result.json"),
@@ -493,7 +503,9 @@ pub fn watch<M: Send + 'static>(
                 waiting = true;
                 let (dir, tx, wrap, told) = (dir.clone(), tx.clone(), wrap.clone(), told.clone());
                 std::thread::spawn(move || {
-                    let Ok(f) = super::lockfile::open(&dir.join("lock")) else { return };
+                    let Ok(f) = super::lockfile::open(&dir.join("lock")) else {
+                        return;
+                    };
                     if super::lockfile::lock(&f).is_ok() {
                         drop(f);
                         if !told.swap(true, Ordering::SeqCst) {

@@ -237,6 +237,7 @@ mod tests {
                 plan: Box::new(plan),
                 config: EngineConfig::default(),
                 seed: 1,
+                workflow: None,
                 already_done: Vec::new(),
             },
             now,

@@ -39,6 +39,7 @@ impl Sim {
             plan: Box::new(plan(src)),
             config,
             seed: 42,
+            workflow: None,
             already_done: Vec::new(),
         })
         .unwrap();

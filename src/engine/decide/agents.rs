@@ -185,7 +185,17 @@ impl Decider<'_> {
         self.close_attempt(u, s, label, &report);
         let id = self.sprint(u, s).id.clone();
         match outcome {
-            cascade::Outcome::Completed => self.complete(u, s, &active, &report),
+            cascade::Outcome::Completed => {
+                let (unit, _) = self.names(u, s);
+                let checked = match &self.st().workflow {
+                    Some(w) => w.check_answer(&unit, report.evidence.answer.as_deref()),
+                    None => Ok(()),
+                };
+                match checked {
+                    Ok(()) => self.complete(u, s, &active, &report),
+                    Err(why) => self.fail(u, s, why),
+                }
+            }
             cascade::Outcome::Partial(remaining) => {
                 let max = self.st().config.max_continuations;
                 if self.sprint(u, s).continuations >= max {
@@ -269,6 +279,7 @@ impl Decider<'_> {
             criteria: report.evidence.criteria.clone(),
             already_done: None,
             awaiting_merge: true,
+            answer: report.evidence.answer.clone(),
         };
         self.emit(Event::SprintCompleted {
             unit: u,
@@ -354,6 +365,7 @@ impl Decider<'_> {
                     criteria: f.criteria.clone(),
                     already_done: Some(f.evidence.clone()),
                     awaiting_merge: false,
+                    answer: None,
                 };
                 self.emit(Event::SprintCompleted {
                     unit: u,
@@ -412,8 +424,13 @@ impl Decider<'_> {
         });
         self.sprint_to(u, s, SprintStatus::Backoff);
         let failures = self.sprint(u, s).failures;
-        let max = self.st().config.max_retries;
+        let max = self.st().max_attempts(u);
         let (unit, id) = self.names(u, s);
+        let absorbed = self
+            .st()
+            .workflow
+            .as_ref()
+            .is_some_and(|w| w.absorbs_failure(&unit));
         if failures >= max {
             self.sprint_to(u, s, SprintStatus::Fatal);
             self.unit_to(u, UnitStatus::Blocked, "sprint FATAL");
@@ -423,6 +440,12 @@ impl Decider<'_> {
                 format!("Sprint {id} FATAL; {unit} BLOCKED"),
                 format!("failed {failures} of {max} attempts; last failure: {reason}"),
             );
+            if absorbed {
+                // The workflow answers this failure (the next debug round, the
+                // research threshold); a BLOCKED notice would ask a person
+                // for what needs none.
+                return;
+            }
             self.effects.push(Effect::Notify {
                 kind: NoticeKind::Blocked,
                 unit: Some(unit.clone()),

@@ -8,6 +8,18 @@ impl Decider<'_> {
     /// checks a plan (names unique, dependencies known, no cycle, sprints to
     /// run), recorded, then started as their dependencies allow.
     pub(super) fn add_work(&mut self, units: Vec<crate::plan::WorkUnit>) -> Result<(), Refusal> {
+        self.append_work(units, "work that appeared while the operation runs".into())?;
+        self.settle();
+        Ok(())
+    }
+
+    /// Checks and appends units (as one `WorkAdded`), saying why in the
+    /// decision log; the caller settles.
+    pub(super) fn append_work(
+        &mut self,
+        units: Vec<crate::plan::WorkUnit>,
+        why: String,
+    ) -> Result<(), Refusal> {
         self.require()?;
         if units.is_empty() {
             return Ok(());
@@ -78,7 +90,7 @@ impl Decider<'_> {
             None,
             None,
             format!("{count} unit(s) added, {sprints} sprint(s)"),
-            "work that appeared while the operation runs".into(),
+            why,
         );
         // BLOCKED meant nothing could run; the new work may. (A stopped or
         // killed operation keeps it for `resume`.)
@@ -89,7 +101,6 @@ impl Decider<'_> {
                 at: self.now,
             });
         }
-        self.settle();
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 
 use super::events::*;
 use super::state::*;
-use super::{cascade, naming, prompt, select};
+use super::{cascade, naming, prompt, select, workflow};
 use crate::text::nearest;
 use chrono::{DateTime, Utc};
 
@@ -60,6 +60,7 @@ pub fn decide_mut(
             plan,
             config,
             seed,
+            workflow,
             already_done,
         } => {
             if let Some(st) = &c.state {
@@ -77,6 +78,7 @@ pub fn decide_mut(
                 seed,
                 plan,
                 config,
+                workflow,
                 at: now,
             });
             c.log(

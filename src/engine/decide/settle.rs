@@ -177,7 +177,13 @@ impl Decider<'_> {
                 });
             let plan_unit = &st.plan.work_units[u];
             let plan_sprint = &plan_unit.sprints[s];
+            let workflow = st.workflow.as_ref();
+            let plan_file = match workflow {
+                Some(w) => w.plan_file(&unit.name),
+                None => Some("EXECUTION_PLAN.md".to_string()),
+            };
             let text = prompt::build(&prompt::PromptInput {
+                plan_file: plan_file.as_deref(),
                 plan: &st.plan,
                 unit: plan_unit,
                 sprint: plan_sprint,
@@ -199,8 +205,9 @@ impl Decider<'_> {
                 max_turns: st.config.max_turns,
                 kind,
                 prompt: text,
+                answer_file: workflow.and_then(|w| w.answer_file(&unit.name)),
             };
-            let max = st.config.max_retries;
+            let max = st.max_attempts(u);
             self.log(
                 Some(u),
                 Some(s),
@@ -243,24 +250,18 @@ impl Decider<'_> {
         });
     }
 
-    /// §4 step 8: the operation's overall state follows its units.
+    /// §4 step 8: the operation's overall state follows its units — or, for
+    /// work without a written plan, what its workflow makes of them.
     pub(super) fn conclude(&mut self) {
+        if self.workflow_step() {
+            return;
+        }
         let st = self.st();
         let all_done = st.units.iter().all(|u| u.status == UnitStatus::Completed);
         let any = |f: fn(UnitStatus) -> bool| st.units.iter().any(|u| f(u.status));
         match st.status {
             OverallStatus::Completed | OverallStatus::Killed => {}
-            _ if all_done => {
-                let n = st.plan.total_sprints();
-                let units = st.units.len();
-                self.overall(OverallStatus::Completed, "all work units COMPLETED");
-                self.effects.push(Effect::FinalReport);
-                self.effects.push(Effect::Notify {
-                    kind: NoticeKind::Completed,
-                    unit: None,
-                    text: format!("All {n} sprints executed across {units} work units."),
-                });
-            }
+            _ if all_done => self.completed("all work units COMPLETED"),
             OverallStatus::Stopping
                 if !any(|s| matches!(s, UnitStatus::Running | UnitStatus::Stopping)) =>
             {
@@ -295,6 +296,72 @@ impl Decider<'_> {
             }
             _ => {}
         }
+    }
+
+    fn completed(&mut self, why: &str) {
+        let n = self.st().plan.total_sprints();
+        let units = self.st().units.len();
+        self.overall(OverallStatus::Completed, why);
+        self.effects.push(Effect::FinalReport);
+        self.effects.push(Effect::Notify {
+            kind: NoticeKind::Completed,
+            unit: None,
+            text: format!("All {n} sprints executed across {units} work units."),
+        });
+    }
+
+    /// A workflow's turn: once nothing in a running operation can move, it
+    /// adds the next phase, ends the operation, or stops it with a
+    /// diagnostic. `true` when it did any of these.
+    fn workflow_step(&mut self) -> bool {
+        let st = self.st();
+        let Some(workflow) = st.workflow.as_ref() else {
+            return false;
+        };
+        let idle = st.status == OverallStatus::Running
+            && st.active_count() == 0
+            && !st
+                .units
+                .iter()
+                .any(|u| matches!(u.status, UnitStatus::Running | UnitStatus::Stopping))
+            && !(0..st.units.len()).any(|u| st.ready_to_start(u));
+        if !idle {
+            return false;
+        }
+        match workflow.next(st) {
+            workflow::Next::Nothing => false,
+            workflow::Next::Add { units, why } => {
+                if let Err(refused) = self.append_work(units, why) {
+                    self.workflow_blocked(&format!(
+                        "the workflow's next work cannot be added: {refused}"
+                    ));
+                }
+                true
+            }
+            workflow::Next::Finish { why } => {
+                self.log(None, None, "Workflow complete".into(), why.clone());
+                self.completed(&format!("workflow complete: {why}"));
+                true
+            }
+            workflow::Next::Block { why } => {
+                self.workflow_blocked(&why);
+                true
+            }
+        }
+    }
+
+    fn workflow_blocked(&mut self, why: &str) {
+        let first = why.lines().next().unwrap_or(why).to_string();
+        self.overall(
+            OverallStatus::Blocked,
+            &format!("workflow stopped: {first}"),
+        );
+        self.log(None, None, "Workflow BLOCKED".into(), why.to_string());
+        self.effects.push(Effect::Notify {
+            kind: NoticeKind::Blocked,
+            unit: None,
+            text: format!("BLOCKED: the workflow cannot go on.\n{why}"),
+        });
     }
 
     /// The order units are offered places in, and for units moved ahead of

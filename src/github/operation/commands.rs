@@ -141,6 +141,7 @@ impl Operations {
                 // The service never runs a repository's commands, so it cannot
                 // check criteria of sprints done before the start; the agent
                 // workflow's verification finds them done on the first attempt.
+                workflow: None,
                 already_done: Vec::new(),
             };
             if let Some(r) = self.submit(&mut live, input).await?.refusal() {

@@ -172,6 +172,7 @@ impl Operations {
                     criteria: r.criteria,
                     ci_passed,
                     merge_conflict,
+                    answer: r.answer,
                 },
             },
             None => AgentReport {

@@ -1,0 +1,235 @@
+//! `supervise solve` and `supervise manage`: work without a written plan, run
+//! locally by the same supervisor, engine and agent contract as `supervise
+//! run`. Each keeps its operation in `.supervise/<solve|manage>/` at the
+//! repository's top, apart from the plans' own.
+
+use super::run_cmd::{preflight_agent, RunFlags};
+use super::terminal::{self, exit, OutputMode, Terminal};
+use crate::engine::workflow::{Manager, Phases, Scope, Workflow, WorkflowSettings};
+use crate::engine::{Input, OverallStatus};
+use crate::plan::LoadedPlan;
+use crate::runner::local::Supervisor;
+use crate::settings::{self, FileSettings, Settings};
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Args)]
+pub struct SolveArgs {
+    /// What to do, in words (an issue's title and body). Without it, the
+    /// workflow under way goes on.
+    pub description: Option<String>,
+    /// Read the description from a file instead (an issue saved as text).
+    #[arg(long, conflicts_with = "description")]
+    pub issue_file: Option<PathBuf>,
+    /// research-only, research-and-plan, full-implementation or debug-only
+    /// (default: detected from the description, and said why).
+    #[arg(long)]
+    pub scope: Option<String>,
+    #[command(flatten)]
+    pub flags: RunFlags,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ManageArgs {
+    /// The request the manager breaks into tasks. Without it, the loop under
+    /// way goes on.
+    pub request: Option<String>,
+    #[command(flatten)]
+    pub flags: RunFlags,
+}
+
+pub fn solve(a: &SolveArgs) -> Result<i32> {
+    let description = match (&a.description, &a.issue_file) {
+        (Some(d), _) => Some(d.clone()),
+        (None, Some(f)) => {
+            Some(std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
+        }
+        (None, None) => None,
+    };
+    let scope = match a.scope.as_deref().map(|s| (s, Scope::parse(s))) {
+        Some((s, None)) => {
+            eprintln!("--scope {s}: not a scope; use research-only, research-and-plan, full-implementation or debug-only");
+            return Ok(exit::USAGE);
+        }
+        Some((_, found)) => found,
+        None => None,
+    };
+    if let Some(d) = &description {
+        if d.trim().is_empty() {
+            eprintln!("The description is empty: say what to research, plan, build or fix.");
+            return Ok(exit::USAGE);
+        }
+    }
+    drive(
+        "solve",
+        &a.flags,
+        description.map(|d| {
+            move |root: &Path, s: &WorkflowSettings| {
+                let mut s = s.clone();
+                if s.test_command.is_none() {
+                    s.test_command = test_command(root);
+                }
+                Workflow::Phases(Phases::new(&d, scope, &s, next_topic_number(root)))
+            }
+        }),
+    )
+}
+
+pub fn manage(a: &ManageArgs) -> Result<i32> {
+    if a.request.as_deref().is_some_and(|r| r.trim().is_empty()) {
+        eprintln!("The request is empty: say what the manager should get done.");
+        return Ok(exit::USAGE);
+    }
+    drive(
+        "manage",
+        &a.flags,
+        a.request.clone().map(|r| {
+            move |root: &Path, s: &WorkflowSettings| {
+                let slug = crate::text::slug(&r);
+                let slug: String = slug.split('-').take(5).collect::<Vec<_>>().join("_");
+                let topic = format!("specs/{:03}_{slug}", next_topic_number(root));
+                Workflow::Manager(Manager::new(&r, &topic, s.max_tasks))
+            }
+        }),
+    )
+}
+
+/// Starts the workflow `make` builds (setting aside a finished one), or goes
+/// on with the one under way when there is nothing to start.
+fn drive<F>(kind: &str, flags: &RunFlags, make: Option<F>) -> Result<i32>
+where
+    F: FnOnce(&Path, &WorkflowSettings) -> Workflow,
+{
+    let cwd = std::env::current_dir()?;
+    let root = repo_top(&cwd)?;
+    let file = match settings::find_file(&root) {
+        Some(p) => settings::read_file(&p)?,
+        None => FileSettings::default(),
+    };
+    let settings = Settings::merge(file, flags.as_file());
+    let Some(agent) = settings.agent.clone() else {
+        eprintln!("No agent command: pass --agent CMD (for example --agent 'claude -p \"$(cat $SUPERVISE_PROMPT_FILE)\"') or set `agent:` in .github/supervise.yml.");
+        return Ok(exit::USAGE);
+    };
+    if let Err(why) = preflight_agent(&agent, &root) {
+        eprintln!("{why}");
+        return Ok(exit::USAGE);
+    }
+    let dir = root.join(".supervise").join(kind);
+    if let Some(pid) = crate::runner::local::running_supervisor(&dir) {
+        eprintln!("A `supervise {kind}` is already running here (pid {pid}).");
+        return Ok(exit::USAGE);
+    }
+    let recorded = crate::store::FileLedger::read(dir.join("events.jsonl"))?.state;
+    let workflow = make.map(|m| m(&root, &settings.without_plan));
+    if workflow.is_none() && recorded.is_none() {
+        eprintln!("No `supervise {kind}` under way here; give a description to start one.");
+        return Ok(exit::USAGE);
+    }
+    let under_way = recorded
+        .as_ref()
+        .filter(|st| st.status != OverallStatus::Completed);
+    if let (Some(_), Some(st), false) = (&workflow, under_way, flags.new) {
+        eprintln!(
+            "{} ({}) is still under way ({}). Run `supervise {kind}` without a description to go on with it, or `supervise {kind} --new …` to set it aside.",
+            st.name, st.id.0, st.status
+        );
+        return Ok(exit::USAGE);
+    }
+    let plan = match (&workflow, &recorded) {
+        (Some(w), _) => w.plan(),
+        (None, Some(st)) => st.plan.clone(),
+        (None, None) => unreachable!("refused above"),
+    };
+    let loaded = LoadedPlan {
+        plan,
+        path: dir.join("workflow"),
+        root: root.clone(),
+        source: String::new(),
+    };
+    let out = if flags.quiet {
+        OutputMode::Quiet
+    } else {
+        terminal::default_output(flags.json)
+    };
+    let mut sup = Supervisor::open_in(loaded, settings, Box::new(Terminal::new(out)), dir)?;
+    let first = match workflow {
+        Some(w) => {
+            if sup.state().is_some() {
+                sup.archive_operation()?;
+            }
+            if out != OutputMode::Quiet && out != OutputMode::Json {
+                println!("{}", w.announcement());
+            }
+            Some(sup.start_workflow_input(w)?)
+        }
+        None => match sup.state().map(|s| s.status) {
+            Some(OverallStatus::Stopped | OverallStatus::Killed | OverallStatus::Blocked) => {
+                Some(Input::Resume { unit: None })
+            }
+            _ => None,
+        },
+    };
+    if let Some(input) = first {
+        if let Some(r) = sup.handle(input)?.refusal() {
+            eprintln!("{r}");
+            return Ok(exit::USAGE);
+        }
+    }
+    let ending = sup.run_loop()?;
+    if let Some(st) = sup.state() {
+        terminal::farewell(out, ending, st);
+    }
+    Ok(terminal::exit_code(ending))
+}
+
+fn repo_top(dir: &Path) -> Result<PathBuf> {
+    let repo = git2::Repository::discover(dir).map_err(|_| {
+        anyhow!(
+            "{} is not in a git repository; agents work on branches, so run this inside one",
+            dir.display()
+        )
+    })?;
+    repo.workdir()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| anyhow!("{} is a bare repository", dir.display()))
+}
+
+/// Phase 0's topic number: one past the highest `specs/NNN_*` there is.
+pub fn next_topic_number(root: &Path) -> u32 {
+    let highest = std::fs::read_dir(root.join("specs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let digits: String = name.chars().take_while(char::is_ascii_digit).collect();
+            (name[digits.len()..].starts_with('_')).then(|| digits.parse::<u32>().ok())?
+        })
+        .max()
+        .unwrap_or(0);
+    highest + 1
+}
+
+/// The project's test command, from the files that name one.
+pub fn test_command(root: &Path) -> Option<String> {
+    let has = |f: &str| root.join(f).is_file();
+    let read = |f: &str| std::fs::read_to_string(root.join(f)).unwrap_or_default();
+    if has("Cargo.toml") {
+        return Some("cargo test".into());
+    }
+    if has("package.json") && read("package.json").contains("\"test\"") {
+        return Some("npm test".into());
+    }
+    if has("go.mod") {
+        return Some("go test ./...".into());
+    }
+    if has("pyproject.toml") || has("pytest.ini") || has("setup.py") {
+        return Some("python -m pytest".into());
+    }
+    if has("Makefile") && read("Makefile").lines().any(|l| l.starts_with("test:")) {
+        return Some("make test".into());
+    }
+    None
+}

@@ -1,0 +1,588 @@
+//! The phase workflow (seeds 002/003): research in parallel, a plan the plan
+//! reader accepts, that plan's units run by the engine like any written plan,
+//! the tests, up to three debug rounds when they fail, and a summary. Phase 0
+//! (the artifact paths) is computed before any agent starts and recorded with
+//! the operation, so every prompt and checkpoint names the same files.
+//!
+//! Each phase is a set of units the workflow adds when the phase before it has
+//! settled; each phase's checkpoint is an exit criterion of its sprint.
+
+use super::scope::Scope;
+use super::{answer_of, command, file_written, status_of, unit, Next};
+use crate::engine::state::{OperationState, UnitStatus};
+use crate::plan::{SprintType, WorkUnit};
+use serde::{Deserialize, Serialize};
+
+pub const PLAN: &str = "plan";
+pub const TESTING: &str = "testing";
+pub const DOCS: &str = "docs";
+
+/// The seed analysis's thresholds, as settings (`workflow:` in
+/// `.github/supervise.yml`), with the seed's values as defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkflowSettings {
+    /// Research agents for the simplest description.
+    pub research_agents_min: u32,
+    /// Research agents for the most complex one.
+    pub research_agents_max: u32,
+    /// Share of research agents (percent) that must produce a report.
+    pub research_success_percent: u32,
+    /// Debug rounds before the workflow stops.
+    pub debug_rounds: u32,
+    /// The project's test command; found from the repository when unset.
+    pub test_command: Option<String>,
+    /// Tasks a manager loop may run.
+    pub max_tasks: u32,
+}
+
+impl Default for WorkflowSettings {
+    fn default() -> Self {
+        WorkflowSettings {
+            research_agents_min: 2,
+            research_agents_max: 4,
+            research_success_percent: 50,
+            debug_rounds: 3,
+            test_command: None,
+            max_tasks: 50,
+        }
+    }
+}
+
+/// A phase workflow, fixed when it starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Phases {
+    pub description: String,
+    pub scope: Scope,
+    /// Why this scope (the rule's reason, or "asked for").
+    pub scope_reason: String,
+    /// `specs/NNN_topic`: every artifact lives below it.
+    pub topic: String,
+    /// One question per research agent.
+    pub research: Vec<String>,
+    pub research_success_percent: u32,
+    pub debug_rounds: u32,
+    pub test_command: Option<String>,
+}
+
+/// The research angles, in the order agents are added as complexity grows.
+const ANGLES: [(&str, &str); 4] = [
+    ("codebase", "How the repository handles this today: the code, modules, conventions and tests it touches"),
+    ("approaches", "Approaches and prior art: the options, their trade-offs, and the one you recommend"),
+    ("risks", "Risks: edge cases, failure modes, security and performance concerns, and how to test it"),
+    ("integration", "Integration: dependencies, configuration, data migrations and how to roll it out"),
+];
+
+/// Words that make a description call for more research.
+const COMPLEX: &[&str] = &[
+    "architecture",
+    "security",
+    "performance",
+    "migration",
+    "migrate",
+    "distributed",
+    "concurrency",
+    "database",
+    "authentication",
+    "integrate",
+    "integration",
+    "protocol",
+    "scale",
+];
+
+impl Phases {
+    /// Phase 0: the scope, the topic directory and the research questions.
+    /// `number` is the next free `specs/NNN_*` number in the repository.
+    pub fn new(
+        description: &str,
+        scope: Option<Scope>,
+        settings: &WorkflowSettings,
+        number: u32,
+    ) -> Phases {
+        let (scope, scope_reason) = match scope {
+            Some(s) => (s, "asked for explicitly".to_string()),
+            None => super::scope::detect(description),
+        };
+        let slug = crate::text::slug(description);
+        let slug: String = slug.split('-').take(5).collect::<Vec<_>>().join("_");
+        let topic = format!(
+            "specs/{number:03}_{}",
+            if slug.is_empty() { "topic" } else { &slug }
+        );
+        let words: Vec<String> = description
+            .split(|c: char| !c.is_alphanumeric())
+            .map(str::to_lowercase)
+            .filter(|w| !w.is_empty())
+            .collect();
+        let hard = words
+            .iter()
+            .filter(|w| COMPLEX.contains(&w.as_str()))
+            .count();
+        let mut agents = settings.research_agents_min + hard.min(2) as u32;
+        if words.len() > 40 {
+            agents += 1;
+        }
+        let max = settings.research_agents_max.clamp(1, ANGLES.len() as u32);
+        let agents = agents.clamp(settings.research_agents_min.clamp(1, max), max);
+        let research = ANGLES[..agents as usize]
+            .iter()
+            .map(|(_, q)| q.to_string())
+            .collect();
+        Phases {
+            description: description.trim().to_string(),
+            scope,
+            scope_reason,
+            topic,
+            research,
+            research_success_percent: settings.research_success_percent.min(100),
+            debug_rounds: settings.debug_rounds.max(1),
+            test_command: settings.test_command.clone(),
+        }
+    }
+
+    pub fn report_path(&self, i: usize) -> String {
+        format!("{}/reports/{:03}_{}.md", self.topic, i + 1, ANGLES[i].0)
+    }
+
+    pub fn plan_path(&self) -> String {
+        format!("{}/plans/001_implementation.md", self.topic)
+    }
+
+    pub fn summary_path(&self) -> String {
+        format!("{}/summaries/001_summary.md", self.topic)
+    }
+
+    fn test_report_path(&self) -> String {
+        format!("{}/debug/000_test_results.md", self.topic)
+    }
+
+    fn debug_report_path(&self, round: u32) -> String {
+        format!("{}/debug/{round:03}_round.md", self.topic)
+    }
+
+    fn research_name(i: usize) -> String {
+        format!("research-{}", i + 1)
+    }
+
+    fn debug_name(round: u32) -> String {
+        format!("debug-{round}")
+    }
+
+    fn is_research(unit: &str) -> bool {
+        unit.strip_prefix("research-")
+            .is_some_and(|n| n.parse::<u32>().is_ok())
+    }
+
+    fn is_debug(unit: &str) -> bool {
+        unit.strip_prefix("debug-")
+            .is_some_and(|n| n.parse::<u32>().is_ok())
+    }
+
+    /// A unit of the generated plan (not one of the workflow's own phases).
+    pub fn is_implementation(&self, unit: &str) -> bool {
+        !(Self::is_research(unit) || Self::is_debug(unit) || [PLAN, TESTING, DOCS].contains(&unit))
+    }
+
+    pub fn initial_units(&self) -> Vec<WorkUnit> {
+        (0..self.research.len())
+            .map(|i| {
+                let path = self.report_path(i);
+                let body = format!(
+                    "You are research agent {n} of {m} for this request:\n\n{desc}\n\nResearch topic: {q}.\n\nWrite a Markdown report (a `#` title, findings with file references, a recommendation) to `{path}` and commit it. Change nothing else. End with: REPORT_CREATED: {path}",
+                    n = i + 1,
+                    m = self.research.len(),
+                    desc = quoted(&self.description),
+                    q = self.research[i],
+                );
+                unit(
+                    &Self::research_name(i),
+                    Vec::new(),
+                    &format!("Research {} of {}", i + 1, self.research.len()),
+                    SprintType::Code,
+                    body,
+                    vec![file_written(&path)],
+                )
+            })
+            .collect()
+    }
+
+    fn reports_written(&self, st: &OperationState) -> Vec<(String, String)> {
+        (0..self.research.len())
+            .filter(|&i| status_of(st, &Self::research_name(i)) == Some(UnitStatus::Completed))
+            .map(|i| (Self::research_name(i), self.report_path(i)))
+            .collect()
+    }
+
+    fn planning_unit(&self, st: &OperationState) -> WorkUnit {
+        let reports = self.reports_written(st);
+        let list: String = reports.iter().map(|(_, p)| format!("- {p}\n")).collect();
+        let path = self.plan_path();
+        let body = format!(
+            "You are the planning agent for this request:\n\n{desc}\n\nRead the research reports:\n{list}\nWrite an implementation plan to `{path}` in the EXECUTION_PLAN.md format Sprint Supervisor reads: a `#` title, one `##` section per work unit (a Dependencies line naming the units it needs), and under it `### Sprint N: name` headings, each with its tasks and exit criteria as `- [ ]` items whose commands are in backticks. Keep units independent where you can: they run in parallel. Validate it with `supervise plan {path}` if the command is available. Commit it; change nothing else. End with: PLAN_CREATED: {path}",
+            desc = quoted(&self.description),
+        );
+        unit(
+            PLAN,
+            reports.into_iter().map(|(n, _)| n).collect(),
+            "Write the implementation plan",
+            SprintType::Code,
+            body,
+            vec![file_written(&path)],
+        )
+    }
+
+    fn testing_unit(&self, depends_on: Vec<String>) -> WorkUnit {
+        let report = self.test_report_path();
+        let (run, mut exit) = match &self.test_command {
+            Some(cmd) => (
+                format!("Run the project's tests: `{cmd}`."),
+                vec![command(&format!("`{cmd}` passes"), cmd)],
+            ),
+            None => (
+                "Find the project's test command (README, CI configuration, build files) and run the tests.".to_string(),
+                Vec::new(),
+            ),
+        };
+        exit.insert(0, file_written(&report));
+        let body = format!(
+            "You are the test runner for this request:\n\n{desc}\n\n{run} Do not change any code. Write the results (command, totals passed and failed, the failures' output) to `{report}` and commit it. End with: TEST_STATUS: passing or TEST_STATUS: failing",
+            desc = quoted(&self.description),
+        );
+        unit(
+            TESTING,
+            depends_on,
+            "Run the tests",
+            SprintType::Code,
+            body,
+            exit,
+        )
+    }
+
+    fn debug_unit(&self, round: u32, depends_on: Vec<String>) -> WorkUnit {
+        let report = self.debug_report_path(round);
+        let mut exit = vec![file_written(&report)];
+        if let Some(cmd) = &self.test_command {
+            exit.push(command(&format!("`{cmd}` passes"), cmd));
+        }
+        let earlier: String = (0..round)
+            .map(|r| {
+                if r == 0 {
+                    format!("- {}\n", self.test_report_path())
+                } else {
+                    format!("- {}\n", self.debug_report_path(r))
+                }
+            })
+            .collect();
+        let tests = self
+            .test_command
+            .as_deref()
+            .map(|c| format!("`{c}`"))
+            .unwrap_or_else(|| "the project's tests".into());
+        let body = format!(
+            "You are the debugger, round {round} of at most {max}, for this request:\n\n{desc}\n\nEarlier findings (those that exist):\n{earlier}\nFind why {tests} fail, write your analysis (cause, evidence, the fix) to `{report}`, apply the fix, run the tests again, and commit. End with: DEBUG_REPORT_CREATED: {report}",
+            max = self.debug_rounds,
+            desc = quoted(&self.description),
+        );
+        unit(
+            &Self::debug_name(round),
+            depends_on,
+            &format!("Debug round {round}"),
+            SprintType::Code,
+            body,
+            exit,
+        )
+    }
+
+    fn docs_unit(&self, depends_on: Vec<String>, st: &OperationState) -> WorkUnit {
+        let path = self.summary_path();
+        let reports: String = self
+            .reports_written(st)
+            .iter()
+            .map(|(_, p)| format!("- {p}\n"))
+            .collect();
+        let body = format!(
+            "You are the documentation writer for this request:\n\n{desc}\n\nWrite the workflow summary to `{path}`: what was asked, what was built and where, the test results, and links to the research reports:\n{reports}- the plan: {plan}\nCommit it. End with: SUMMARY_CREATED: {path}",
+            desc = quoted(&self.description),
+            plan = self.plan_path(),
+        );
+        unit(
+            DOCS,
+            depends_on,
+            "Write the workflow summary",
+            SprintType::Code,
+            body,
+            vec![file_written(&path)],
+        )
+    }
+
+    pub fn check_answer(&self, unit: &str, answer: Option<&str>) -> Result<(), String> {
+        if unit != PLAN {
+            return Ok(());
+        }
+        let path = self.plan_path();
+        let text = answer.ok_or_else(|| format!("the plan `{path}` was not written"))?;
+        self.implementation_units(text).map(|_| ())
+    }
+
+    /// The generated plan's units, named apart from the workflow's own units.
+    fn implementation_units(&self, text: &str) -> Result<Vec<WorkUnit>, String> {
+        let path = self.plan_path();
+        let plan = crate::plan::parse(text, "implementation").map_err(|problems| {
+            let list: Vec<String> = problems
+                .iter()
+                .take(8)
+                .map(|p| format!("{path}:{p}"))
+                .collect();
+            format!(
+                "the plan reader cannot run `{path}` ({} problem(s)): {}",
+                problems.len(),
+                list.join("; ")
+            )
+        })?;
+        let mut units = plan.work_units;
+        if units.iter().any(|u| !self.is_implementation(&u.name)) {
+            let own: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
+            for u in &mut units {
+                u.name = format!("impl-{}", u.name);
+                for d in &mut u.depends_on {
+                    if own.contains(d) {
+                        *d = format!("impl-{d}");
+                    }
+                }
+            }
+        }
+        Ok(units)
+    }
+
+    pub fn max_attempts(&self, unit: &str) -> Option<u32> {
+        // A test run that fails is an answer, not a reason to pay for another
+        // run of the same tests: the debug rounds take over.
+        (unit == TESTING || Self::is_debug(unit)).then_some(1)
+    }
+
+    pub fn absorbs_failure(&self, unit: &str) -> bool {
+        Self::is_research(unit) || unit == TESTING || Self::is_debug(unit)
+    }
+
+    pub fn next(&self, st: &OperationState) -> Next {
+        use UnitStatus::{Blocked, Completed};
+        if let Some(s) = status_of(st, DOCS) {
+            return match s {
+                Completed => Next::Finish {
+                    why: format!("summary written to {}", self.summary_path()),
+                },
+                _ => Next::Nothing,
+            };
+        }
+        let rounds = (1..)
+            .take_while(|&r| status_of(st, &Self::debug_name(r)).is_some())
+            .count() as u32;
+        if rounds > 0 {
+            let last = Self::debug_name(rounds);
+            return match status_of(st, &last) {
+                Some(Completed) if self.scope == Scope::DebugOnly => Next::Finish {
+                    why: format!("the fix of debug round {rounds} passes its checks"),
+                },
+                Some(Completed) => Next::Add {
+                    units: vec![self.docs_unit(vec![last], st)],
+                    why: format!(
+                        "the tests pass after debug round {rounds}: phase 6, documentation"
+                    ),
+                },
+                Some(Blocked) if rounds < self.debug_rounds => Next::Add {
+                    units: vec![self.debug_unit(rounds + 1, Vec::new())],
+                    why: format!(
+                        "debug round {rounds} did not make the tests pass: round {} of {}",
+                        rounds + 1,
+                        self.debug_rounds
+                    ),
+                },
+                Some(Blocked) => Next::Block {
+                    why: self.diagnostic(
+                        "Phase 5, Debug",
+                        &format!("the tests still fail after {rounds} debug round(s)"),
+                        &format!("tests passing after at most {} rounds", self.debug_rounds),
+                        &[self.debug_report_path(rounds)],
+                        "the fix needs a person, or more rounds (`workflow.debug_rounds`)",
+                    ),
+                },
+                _ => Next::Nothing,
+            };
+        }
+        if let Some(s) = status_of(st, TESTING) {
+            return match s {
+                Completed => Next::Add {
+                    units: vec![self.docs_unit(vec![TESTING.into()], st)],
+                    why: "the tests pass: phase 6, documentation (phase 5 skipped)".into(),
+                },
+                Blocked => Next::Add {
+                    units: vec![self.debug_unit(1, Vec::new())],
+                    why: format!(
+                        "the tests fail: phase 5, debug round 1 of {}",
+                        self.debug_rounds
+                    ),
+                },
+                _ => Next::Nothing,
+            };
+        }
+        if let Some(s) = status_of(st, PLAN) {
+            if s != Completed {
+                return Next::Nothing;
+            }
+            if self.scope != Scope::FullImplementation {
+                return Next::Finish {
+                    why: format!("the plan is written to {}", self.plan_path()),
+                };
+            }
+            let units = match answer_of(st, PLAN).map(|t| self.implementation_units(t)) {
+                Some(Ok(u)) if !u.is_empty() => u,
+                Some(Err(e)) => return Next::Block { why: e },
+                _ => {
+                    return Next::Block {
+                        why: format!("the plan `{}` has no work units", self.plan_path()),
+                    }
+                }
+            };
+            let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
+            let count = units.len();
+            let mut all = units;
+            all.push(self.testing_unit(names));
+            return Next::Add {
+                units: all,
+                why: format!(
+                    "phase 3, implementation: the plan's {count} work unit(s), then phase 4, testing"
+                ),
+            };
+        }
+        // Phase 1 has settled: enough reports?
+        let total = self.research.len();
+        let written = self.reports_written(st).len();
+        if written * 100 < total * self.research_success_percent as usize || written == 0 {
+            let missing: Vec<String> = (0..total)
+                .filter(|&i| status_of(st, &Self::research_name(i)) != Some(Completed))
+                .map(|i| self.report_path(i))
+                .collect();
+            return Next::Block {
+                why: self.diagnostic(
+                    "Phase 1, Research",
+                    &format!("{written} of {total} research reports were written"),
+                    &format!(
+                        "at least {}% of the research agents produce a non-empty report",
+                        self.research_success_percent
+                    ),
+                    &missing,
+                    "the research agents failed (their attempts are in the decision log), or wrote to another path than the one they were given",
+                ),
+            };
+        }
+        match self.scope {
+            Scope::ResearchOnly => Next::Finish {
+                why: format!("{written} of {total} research reports written"),
+            },
+            Scope::DebugOnly => Next::Add {
+                units: vec![self.debug_unit(
+                    1,
+                    self.reports_written(st)
+                        .into_iter()
+                        .map(|(n, _)| n)
+                        .collect(),
+                )],
+                why: format!("{written} of {total} reports: phase 5, debug round 1"),
+            },
+            _ => Next::Add {
+                units: vec![self.planning_unit(st)],
+                why: format!("{written} of {total} reports: phase 2, planning"),
+            },
+        }
+    }
+
+    /// Seed 002's structured diagnostic: the error, expected and found, the
+    /// paths involved, a command to look, the likely causes.
+    fn diagnostic(
+        &self,
+        phase: &str,
+        found: &str,
+        expected: &str,
+        paths: &[String],
+        causes: &str,
+    ) -> String {
+        let paths: String = paths.iter().map(|p| format!("\n  - {p}")).collect();
+        format!(
+            "ERROR [{phase}]: checkpoint failed\n   Expected: {expected}\n   Found: {found}\nDIAGNOSTIC INFORMATION:\n  - Topic directory: {topic}/{paths}\nDiagnostic Commands:\n  git ls-tree -r --name-only HEAD -- {topic}\nMost Likely Causes:\n  {causes}\nTo go on: fix the cause, then `resume` (the failed units run again).",
+            topic = self.topic,
+        )
+    }
+
+    pub fn summary(&self, st: &OperationState) -> Vec<String> {
+        let phase = if status_of(st, DOCS).is_some() {
+            "6, documentation"
+        } else if (1..)
+            .take_while(|&r| status_of(st, &Self::debug_name(r)).is_some())
+            .count()
+            > 0
+        {
+            "5, debug"
+        } else if status_of(st, TESTING).is_some() {
+            "3–4, implementation and testing"
+        } else if status_of(st, PLAN).is_some() {
+            "2, planning"
+        } else {
+            "1, research"
+        };
+        vec![
+            format!(
+                "Workflow: {} (phases {}), because {}",
+                self.scope,
+                self.scope.phases(),
+                self.scope_reason
+            ),
+            format!("Phase: {phase} · artifacts in {}/", self.topic),
+        ]
+    }
+}
+
+/// Untrusted text (an issue's body) set apart from the instructions around it.
+pub(super) fn quoted(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("> {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn research_agents_grow_with_complexity_within_the_settings() {
+        let s = WorkflowSettings::default();
+        assert_eq!(Phases::new("Add a flag", None, &s, 1).research.len(), 2);
+        let hard = "Migrate the database layer and rework authentication for performance";
+        assert_eq!(Phases::new(hard, None, &s, 1).research.len(), 4);
+        let narrow = WorkflowSettings {
+            research_agents_max: 3,
+            ..s
+        };
+        assert_eq!(Phases::new(hard, None, &narrow, 1).research.len(), 3);
+    }
+
+    #[test]
+    fn phase_zero_names_every_artifact_under_one_topic() {
+        let p = Phases::new(
+            "Add rate limiting to the API",
+            None,
+            &WorkflowSettings::default(),
+            7,
+        );
+        assert_eq!(p.topic, "specs/007_add_rate_limiting_to_the");
+        assert_eq!(
+            p.report_path(0),
+            "specs/007_add_rate_limiting_to_the/reports/001_codebase.md"
+        );
+        assert_eq!(
+            p.plan_path(),
+            "specs/007_add_rate_limiting_to_the/plans/001_implementation.md"
+        );
+        assert_eq!(p.scope, Scope::FullImplementation);
+    }
+}
