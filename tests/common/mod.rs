@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
+use supervise::engine::workflow;
 use supervise::engine::*;
 use supervise::plan::{self, Plan};
 
@@ -27,6 +28,16 @@ pub struct Sim {
 
 impl Sim {
     pub fn start(src: &str, config: EngineConfig) -> Sim {
+        Sim::start_with(plan(src), None, config)
+    }
+
+    /// An operation without a written plan: the workflow's first units.
+    #[allow(dead_code)]
+    pub fn start_workflow(workflow: workflow::Workflow, config: EngineConfig) -> Sim {
+        Sim::start_with(workflow.plan(), Some(workflow), config)
+    }
+
+    fn start_with(plan: Plan, workflow: Option<workflow::Workflow>, config: EngineConfig) -> Sim {
         let mut sim = Sim {
             state: None,
             log: Vec::new(),
@@ -36,10 +47,10 @@ impl Sim {
         };
         sim.send(Input::Start {
             operation: OperationId("op1".into()),
-            plan: Box::new(plan(src)),
+            plan: Box::new(plan),
             config,
             seed: 42,
-            workflow: None,
+            workflow: workflow.map(Box::new),
             already_done: Vec::new(),
         })
         .unwrap();
@@ -184,8 +195,8 @@ pub fn check_invariants(before: Option<&OperationState>, e: &Event) {
                 "sprint dispatched before its predecessor completed"
             );
             assert!(
-                *attempt <= st.config.max_retries,
-                "attempt {attempt} exceeds max_retries"
+                *attempt <= st.max_attempts(*unit),
+                "attempt {attempt} exceeds the unit's attempts"
             );
             assert!(u.active().is_none(), "two agents on one unit");
             assert!(

@@ -198,7 +198,15 @@ impl Decider<'_> {
             }
             cascade::Outcome::Partial(remaining) => {
                 let max = self.st().config.max_continuations;
-                if self.sprint(u, s).continuations >= max {
+                let (unit, _) = self.names(u, s);
+                let single_shot = self
+                    .st()
+                    .workflow
+                    .as_ref()
+                    .is_some_and(|w| w.partial_is_failure(&unit));
+                if single_shot {
+                    self.fail(u, s, format!("still failing: {}", remaining.join("; ")));
+                } else if self.sprint(u, s).continuations >= max {
                     self.fail(
                         u,
                         s,

@@ -143,6 +143,15 @@ impl Workflow {
         }
     }
 
+    /// Whether a PARTIAL outcome of the unit counts as a failed attempt (a
+    /// test run whose tests still fail), not as progress to continue.
+    pub fn partial_is_failure(&self, unit: &str) -> bool {
+        match self {
+            Workflow::Phases(p) => p.partial_is_failure(unit),
+            Workflow::Manager(_) => false,
+        }
+    }
+
     /// The repository file whose content is the unit's answer (the plan the
     /// planning phase writes); `None` where the agent writes its answer to
     /// the runner's own `$SUPERVISE_RESULT_FILE`.

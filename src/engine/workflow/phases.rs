@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 pub const PLAN: &str = "plan";
 pub const TESTING: &str = "testing";
 pub const DOCS: &str = "docs";
+pub const DEBUG: &str = "debug";
 
 /// The seed analysis's thresholds, as settings (`workflow:` in
 /// `.github/supervise.yml`), with the seed's values as defaults.
@@ -156,16 +157,12 @@ impl Phases {
         format!("{}/debug/000_test_results.md", self.topic)
     }
 
-    fn debug_report_path(&self, round: u32) -> String {
-        format!("{}/debug/{round:03}_round.md", self.topic)
+    fn debug_report_path(&self) -> String {
+        format!("{}/debug/001_analysis.md", self.topic)
     }
 
     fn research_name(i: usize) -> String {
         format!("research-{}", i + 1)
-    }
-
-    fn debug_name(round: u32) -> String {
-        format!("debug-{round}")
     }
 
     fn is_research(unit: &str) -> bool {
@@ -173,14 +170,9 @@ impl Phases {
             .is_some_and(|n| n.parse::<u32>().is_ok())
     }
 
-    fn is_debug(unit: &str) -> bool {
-        unit.strip_prefix("debug-")
-            .is_some_and(|n| n.parse::<u32>().is_ok())
-    }
-
     /// A unit of the generated plan (not one of the workflow's own phases).
     pub fn is_implementation(&self, unit: &str) -> bool {
-        !(Self::is_research(unit) || Self::is_debug(unit) || [PLAN, TESTING, DOCS].contains(&unit))
+        !(Self::is_research(unit) || [PLAN, TESTING, DEBUG, DOCS].contains(&unit))
     }
 
     pub fn initial_units(&self) -> Vec<WorkUnit> {
@@ -258,35 +250,30 @@ impl Phases {
         )
     }
 
-    fn debug_unit(&self, round: u32, depends_on: Vec<String>) -> WorkUnit {
-        let report = self.debug_report_path(round);
+    /// Phase 5 as one unit whose attempts are the rounds: each round works on
+    /// the same branch as the one before (its fixes and findings kept), and
+    /// its prompt says what still fails.
+    fn debug_unit(&self, depends_on: Vec<String>) -> WorkUnit {
+        let report = self.debug_report_path();
         let mut exit = vec![file_written(&report)];
         if let Some(cmd) = &self.test_command {
             exit.push(command(&format!("`{cmd}` passes"), cmd));
         }
-        let earlier: String = (0..round)
-            .map(|r| {
-                if r == 0 {
-                    format!("- {}\n", self.test_report_path())
-                } else {
-                    format!("- {}\n", self.debug_report_path(r))
-                }
-            })
-            .collect();
         let tests = self
             .test_command
             .as_deref()
             .map(|c| format!("`{c}`"))
             .unwrap_or_else(|| "the project's tests".into());
         let body = format!(
-            "You are the debugger, round {round} of at most {max}, for this request:\n\n{desc}\n\nEarlier findings (those that exist):\n{earlier}\nFind why {tests} fail, write your analysis (cause, evidence, the fix) to `{report}`, apply the fix, run the tests again, and commit. End with: DEBUG_REPORT_CREATED: {report}",
+            "You are the debugger for this request (at most {max} rounds; a round that leaves the tests failing is followed by the next, on this branch):\n\n{desc}\n\nFind why {tests} fail (the test run's results, if any, are in `{results}`). Add this round's analysis (cause, evidence, the fix) as a new section of `{report}`, apply the fix, run the tests again, and commit. End with: DEBUG_REPORT_CREATED: {report}",
             max = self.debug_rounds,
             desc = quoted(&self.description),
+            results = self.test_report_path(),
         );
         unit(
-            &Self::debug_name(round),
+            DEBUG,
             depends_on,
-            &format!("Debug round {round}"),
+            "Fix the failing tests",
             SprintType::Code,
             body,
             exit,
@@ -357,11 +344,21 @@ impl Phases {
     pub fn max_attempts(&self, unit: &str) -> Option<u32> {
         // A test run that fails is an answer, not a reason to pay for another
         // run of the same tests: the debug rounds take over.
-        (unit == TESTING || Self::is_debug(unit)).then_some(1)
+        match unit {
+            TESTING => Some(1),
+            DEBUG => Some(self.debug_rounds),
+            _ => None,
+        }
     }
 
     pub fn absorbs_failure(&self, unit: &str) -> bool {
-        Self::is_research(unit) || unit == TESTING || Self::is_debug(unit)
+        Self::is_research(unit) || unit == TESTING || unit == DEBUG
+    }
+
+    /// Tests that still fail are a failed test run or debug round, however
+    /// much was written on the way.
+    pub fn partial_is_failure(&self, unit: &str) -> bool {
+        unit == TESTING || unit == DEBUG
     }
 
     pub fn next(&self, st: &OperationState) -> Next {
@@ -374,36 +371,27 @@ impl Phases {
                 _ => Next::Nothing,
             };
         }
-        let rounds = (1..)
-            .take_while(|&r| status_of(st, &Self::debug_name(r)).is_some())
-            .count() as u32;
-        if rounds > 0 {
-            let last = Self::debug_name(rounds);
-            return match status_of(st, &last) {
-                Some(Completed) if self.scope == Scope::DebugOnly => Next::Finish {
+        if let Some(s) = status_of(st, DEBUG) {
+            let rounds = st
+                .unit_index(DEBUG)
+                .map_or(0, |u| st.units[u].sprints[0].failures + 1);
+            return match s {
+                Completed if self.scope == Scope::DebugOnly => Next::Finish {
                     why: format!("the fix of debug round {rounds} passes its checks"),
                 },
-                Some(Completed) => Next::Add {
-                    units: vec![self.docs_unit(vec![last], st)],
+                Completed => Next::Add {
+                    units: vec![self.docs_unit(vec![DEBUG.into()], st)],
                     why: format!(
                         "the tests pass after debug round {rounds}: phase 6, documentation"
                     ),
                 },
-                Some(Blocked) if rounds < self.debug_rounds => Next::Add {
-                    units: vec![self.debug_unit(rounds + 1, Vec::new())],
-                    why: format!(
-                        "debug round {rounds} did not make the tests pass: round {} of {}",
-                        rounds + 1,
-                        self.debug_rounds
-                    ),
-                },
-                Some(Blocked) => Next::Block {
+                Blocked => Next::Block {
                     why: self.diagnostic(
                         "Phase 5, Debug",
-                        &format!("the tests still fail after {rounds} debug round(s)"),
+                        &format!("the tests still fail after {} debug round(s)", rounds - 1),
                         &format!("tests passing after at most {} rounds", self.debug_rounds),
-                        &[self.debug_report_path(rounds)],
-                        "the fix needs a person, or more rounds (`workflow.debug_rounds`)",
+                        &[self.debug_report_path()],
+                        "the fix needs a person, or more rounds (`without_plan.debug_rounds`)",
                     ),
                 },
                 _ => Next::Nothing,
@@ -416,9 +404,9 @@ impl Phases {
                     why: "the tests pass: phase 6, documentation (phase 5 skipped)".into(),
                 },
                 Blocked => Next::Add {
-                    units: vec![self.debug_unit(1, Vec::new())],
+                    units: vec![self.debug_unit(Vec::new())],
                     why: format!(
-                        "the tests fail: phase 5, debug round 1 of {}",
+                        "the tests fail: phase 5, at most {} debug rounds",
                         self.debug_rounds
                     ),
                 },
@@ -481,13 +469,12 @@ impl Phases {
             },
             Scope::DebugOnly => Next::Add {
                 units: vec![self.debug_unit(
-                    1,
                     self.reports_written(st)
                         .into_iter()
                         .map(|(n, _)| n)
                         .collect(),
                 )],
-                why: format!("{written} of {total} reports: phase 5, debug round 1"),
+                why: format!("{written} of {total} reports: phase 5, debug"),
             },
             _ => Next::Add {
                 units: vec![self.planning_unit(st)],
@@ -516,11 +503,7 @@ impl Phases {
     pub fn summary(&self, st: &OperationState) -> Vec<String> {
         let phase = if status_of(st, DOCS).is_some() {
             "6, documentation"
-        } else if (1..)
-            .take_while(|&r| status_of(st, &Self::debug_name(r)).is_some())
-            .count()
-            > 0
-        {
+        } else if status_of(st, DEBUG).is_some() {
             "5, debug"
         } else if status_of(st, TESTING).is_some() {
             "3–4, implementation and testing"
