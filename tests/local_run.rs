@@ -1,9 +1,12 @@
 //! `supervise run` end to end: a real git repository, real agent processes (the
 //! scripted agent in tests/agents), real kills. Each test reads like a story.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use support::git;
 
 const PLAN: &str = "# Shop\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n| docs | docs | 0 |\n| web | web | 1 |\n\n\
 ## api\n### Sprint 1: Implement the API types\n- [ ] `api-sprint-1.txt` exists\n### Sprint 2: Implement the handlers\n- [ ] `api-sprint-2.txt` exists\n\
@@ -15,24 +18,6 @@ struct Repo {
     root: PathBuf,
     log: PathBuf,
     behaviour: PathBuf,
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@x")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@x")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 impl Repo {
@@ -639,7 +624,19 @@ fn killall_ends_agents_that_ignore_sigterm_and_every_process_they_started() {
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-        assert!(!PathBuf::from(format!("{}.overlap", pids.display())).exists());
+        let overlap = PathBuf::from(format!("{}.overlap", pids.display()));
+        assert!(
+            !overlap.exists(),
+            "crashed first: {crashed_first}: {}; processes: {}",
+            std::fs::read_to_string(&overlap).unwrap_or_default(),
+            String::from_utf8_lossy(
+                &Command::new("ps")
+                    .args(["-eo", "pid,ppid,stat,args"])
+                    .output()
+                    .unwrap()
+                    .stdout
+            )
+        );
     }
 }
 

@@ -196,20 +196,45 @@ fn repo_top(dir: &Path) -> Result<PathBuf> {
         .ok_or_else(|| anyhow!("{} is a bare repository", dir.display()))
 }
 
-/// Phase 0's topic number: one past the highest `specs/NNN_*` there is.
+/// Phase 0's topic number: one past the highest `specs/NNN_*` in the
+/// checkout or on any operation's integration branch (where earlier
+/// workflows' artifacts are until someone merges them).
 pub fn next_topic_number(root: &Path) -> u32 {
-    let highest = std::fs::read_dir(root.join("specs"))
+    fn number(name: &str) -> Option<u32> {
+        let digits: String = name.chars().take_while(char::is_ascii_digit).collect();
+        name[digits.len()..]
+            .starts_with('_')
+            .then(|| digits.parse().ok())?
+    }
+    let mut names: Vec<String> = std::fs::read_dir(root.join("specs"))
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let digits: String = name.chars().take_while(char::is_ascii_digit).collect();
-            (name[digits.len()..].starts_with('_')).then(|| digits.parse::<u32>().ok())?
-        })
-        .max()
-        .unwrap_or(0);
-    highest + 1
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if let Ok(repo) = git2::Repository::open(root) {
+        if let Ok(branches) = repo.branches(Some(git2::BranchType::Local)) {
+            for (b, _) in branches.flatten() {
+                let is_integration =
+                    b.name().ok().flatten().is_some_and(|n| {
+                        n.starts_with("supervise/") && n.ends_with("/integration")
+                    });
+                let specs = is_integration
+                    .then(|| b.get().peel_to_tree().ok())
+                    .flatten()
+                    .and_then(|t| t.get_path(Path::new("specs")).ok())
+                    .and_then(|e| e.to_object(&repo).ok())
+                    .and_then(|o| o.into_tree().ok());
+                if let Some(tree) = specs {
+                    names.extend(
+                        tree.iter()
+                            .filter_map(|e| e.name().ok().map(str::to_string)),
+                    );
+                }
+            }
+        }
+    }
+    names.iter().filter_map(|n| number(n)).max().unwrap_or(0) + 1
 }
 
 /// The project's test command, from the files that name one.

@@ -369,10 +369,24 @@ impl OperationState {
         })
     }
 
+    /// BLOCKED units a person is asked about: not those whose failure the
+    /// workflow answered (a research agent within the threshold, a test run
+    /// followed by debugging).
     pub fn blocked_units(&self) -> impl Iterator<Item = &UnitRun> {
         self.units
             .iter()
-            .filter(|u| u.status == UnitStatus::Blocked)
+            .filter(|u| u.status == UnitStatus::Blocked && !self.superseded(&u.name))
+    }
+
+    /// A BLOCKED unit the workflow went on without.
+    pub fn superseded(&self, unit: &str) -> bool {
+        self.workflow
+            .as_ref()
+            .is_some_and(|w| w.absorbs_failure(unit))
+            && self
+                .units
+                .iter()
+                .any(|u| u.name == unit && u.status == UnitStatus::Blocked)
     }
 
     /// The state after `events`, from nothing. Replaying a log gives the same state.

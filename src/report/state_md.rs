@@ -57,6 +57,9 @@ pub fn supervisor_state_md(
             .map(|b| format!(" of {b}x budget"))
             .unwrap_or_default()
     );
+    if let Some(w) = &st.workflow {
+        let _ = writeln!(out, "## Workflow\n{}\n", w.summary(st).join("\n"));
+    }
     for (i, u) in st.units.iter().enumerate() {
         let pu = &plan.work_units[i];
         let _ = writeln!(out, "### {}", u.name);
@@ -72,7 +75,7 @@ pub fn supervisor_state_md(
                     pu.sprints[c].kind.to_string(),
                     tier.map_or("—", |t| t.as_str()).to_string(),
                     score.map_or("—".into(), |s| s.to_string()),
-                    s.shown_attempt(st.config.max_retries),
+                    s.shown_attempt(st.max_attempts(i)),
                 )
             }
             Some(_) => (
@@ -100,7 +103,7 @@ pub fn supervisor_state_md(
         };
         let _ = writeln!(out, "- Current sprint: {cur} of {}", u.sprints.len());
         let _ = writeln!(out, "- Sprint state: {sprint_state}\n- Sprint type: {kind}\n- Model: {model}\n- Complexity score: {score}");
-        let _ = writeln!(out, "- Attempt: {attempt} of {}", st.config.max_retries);
+        let _ = writeln!(out, "- Attempt: {attempt} of {}", st.max_attempts(i));
         let last = u.sprints.iter().rev().find_map(|s| {
             s.completion
                 .as_ref()
@@ -124,7 +127,7 @@ pub fn supervisor_state_md(
     }
     out.push_str("## Active Agents\n");
     let mut any = false;
-    for u in &st.units {
+    for (i, u) in st.units.iter().enumerate() {
         for s in &u.sprints {
             let Some(a) = &s.active else { continue };
             if !any {
@@ -138,7 +141,7 @@ pub fn supervisor_state_md(
                 s.id,
                 s.status(),
                 a.attempt,
-                st.config.max_retries,
+                st.max_attempts(i),
                 a.tier.as_str(),
                 a.score,
                 a.id,

@@ -65,6 +65,12 @@ pub fn status_table_linked(
         "{} · status: {} · running {running} · cost so far {}×{budget}\n",
         st.name, st.status, st.cost_spent
     );
+    if let Some(w) = &st.workflow {
+        for line in w.summary(st) {
+            let _ = writeln!(out, "{line}");
+        }
+        out.push('\n');
+    }
     out.push_str("| Work Unit | Deps | State | Sprint | Sprint State | Type | Model | Attempt |\n");
     out.push_str("|-----------|------|-------|--------|-------------|------|-------|---------|\n");
     for (i, u) in st.units.iter().enumerate() {
@@ -83,7 +89,8 @@ pub fn status_table_linked(
                     last.map_or("—", |c| c.tier.as_str()),
                     last.map_or("—".into(), |c| format!(
                         "{}/{}",
-                        c.attempts, st.config.max_retries
+                        c.attempts,
+                        st.max_attempts(i)
                     ))
                 )
             }
@@ -96,8 +103,8 @@ pub fn status_table_linked(
                     c + 1,
                     pu.sprints[c].kind,
                     tier.map_or("—", |t| t.as_str()),
-                    s.shown_attempt(st.config.max_retries),
-                    st.config.max_retries
+                    s.shown_attempt(st.max_attempts(i)),
+                    st.max_attempts(i)
                 )
             }
         };

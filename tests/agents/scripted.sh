@@ -17,9 +17,12 @@ n=$(( ${n:-0} + 1 ))
 echo "$SUPERVISE_UNIT $SUPERVISE_SPRINT $SUPERVISE_DISPATCH_ID" >> "$log"
 pids="${AGENT_PIDS:-/dev/null}"
 [ "$pids" = /dev/null ] || pids="$pids.$SUPERVISE_UNIT"
+# Alive means running: a zombie (killed, not yet reaped by a slow init) still
+# answers kill -0, so its state is read instead.
+alive() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | grep -q '^[^ZX]'; }
 if [ -f "$pids" ]; then
   for p in $(cat "$pids"); do
-    kill -0 "$p" 2>/dev/null && echo "$SUPERVISE_DISPATCH_ID started while $p lived" >> "$AGENT_PIDS.overlap"
+    alive "$p" && echo "$SUPERVISE_DISPATCH_ID started while $p lived" >> "$AGENT_PIDS.overlap"
   done
 fi
 actions=$(awk -v u="$SUPERVISE_UNIT" -v s="$SUPERVISE_SPRINT" '$1==u && $2==s {print $3; exit}' "${AGENT_BEHAVIOUR:-/dev/null}")

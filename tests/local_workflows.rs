@@ -1,0 +1,333 @@
+//! `supervise solve` and `supervise manage` end to end: a real git repository,
+//! real agent processes (tests/agents/workflow.sh plays every role), real kills.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use support::git;
+
+struct Repo {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    log: PathBuf,
+    behaviour: PathBuf,
+}
+
+impl Repo {
+    fn new(behaviour: &str) -> Repo {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("repo");
+        std::fs::create_dir_all(root.join(".github")).unwrap();
+        std::fs::write(
+            root.join(".github/supervise.yml"),
+            "without_plan:\n  research_agents_min: 3\n  research_agents_max: 3\n  test_command: test -f fixed.txt\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("README.md"), "# A service\n").unwrap();
+        git(&root, &["init", "-q", "-b", "main"]);
+        git(&root, &["add", "-A"]);
+        git(&root, &["commit", "-qm", "start"]);
+        let log = tmp.path().join("agent.log");
+        let b = tmp.path().join("behaviour");
+        std::fs::write(&b, behaviour).unwrap();
+        Repo {
+            root,
+            log,
+            behaviour: b,
+            _tmp: tmp,
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/workflow.sh");
+        let mut c = Command::new(env!("CARGO_BIN_EXE_supervise"));
+        c.args(args)
+            .current_dir(&self.root)
+            .env("SUPERVISE_AGENT", agent)
+            .env("AGENT_LOG", &self.log)
+            .env("AGENT_BEHAVIOUR", &self.behaviour)
+            .env("GIT_AUTHOR_NAME", "agent")
+            .env("GIT_AUTHOR_EMAIL", "agent@x")
+            .env("GIT_COMMITTER_NAME", "agent")
+            .env("GIT_COMMITTER_EMAIL", "agent@x")
+            .env("SUPERVISE_TICK_MS", "100");
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    /// The recorded state of the `solve` or `manage` operation.
+    fn state(&self, kind: &str) -> serde_json::Value {
+        let log = self.root.join(".supervise").join(kind).join("events.jsonl");
+        let st = supervise::store::FileLedger::read(log)
+            .unwrap()
+            .state
+            .unwrap();
+        serde_json::to_value(st).unwrap()
+    }
+
+    fn units(&self, kind: &str) -> Vec<(String, String)> {
+        self.state(kind)["units"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| {
+                (
+                    u["name"].as_str().unwrap().to_string(),
+                    u["status"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    fn integration_files(&self, kind: &str) -> String {
+        let op = self.state(kind)["id"].as_str().unwrap().to_string();
+        git(
+            &self.root,
+            &[
+                "ls-tree",
+                "-r",
+                "--name-only",
+                &format!("supervise/{op}/integration"),
+            ],
+        )
+    }
+
+    fn invocations(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn solve_runs_every_phase_of_a_full_implementation_to_its_summary() {
+    // One research agent of three fails; the first plan does not parse; the
+    // tests fail after implementation and the second debug round fixes them.
+    let repo = Repo::new("research-2 fail\nplan bad,ok\ndebug nofix,ok\n");
+    let out = repo.run(&[
+        "solve",
+        "Add rate limiting to the API",
+        "--max-parallel",
+        "3",
+    ]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("Scope: full-implementation (phases 0–4 and 6 (5 only if the tests fail)), because the first building or debugging word is \"add\""),
+        "{said}"
+    );
+    let units = repo.units("solve");
+    let names: Vec<&str> = units.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "research-1",
+            "research-2",
+            "research-3",
+            "plan",
+            "limiter",
+            "config",
+            "wiring",
+            "testing",
+            "debug",
+            "docs"
+        ]
+    );
+    assert_eq!(repo.state("solve")["status"], "COMPLETED");
+    let files = repo.integration_files("solve");
+    for f in [
+        "specs/001_add_rate_limiting_to_the/reports/001_codebase.md",
+        "specs/001_add_rate_limiting_to_the/reports/003_risks.md",
+        "specs/001_add_rate_limiting_to_the/plans/001_implementation.md",
+        "limiter.txt",
+        "config.txt",
+        "wiring.txt",
+        "fixed.txt",
+        "specs/001_add_rate_limiting_to_the/debug/001_analysis.md",
+        "specs/001_add_rate_limiting_to_the/summaries/001_summary.md",
+    ] {
+        assert!(
+            files.contains(f),
+            "{f} missing from the integration branch:\n{files}"
+        );
+    }
+    assert!(
+        !files.contains("reports/002_approaches.md"),
+        "the failed agent wrote nothing"
+    );
+    // The generated plan's independent units ran side by side.
+    let inv = repo.invocations();
+    let at = |u: &str| {
+        inv.iter()
+            .position(|l| l.starts_with(&format!("{u} ")))
+            .unwrap()
+    };
+    assert!(at("config") < at("wiring") && at("limiter") < at("wiring"));
+    let debug_rounds = inv.iter().filter(|l| l.starts_with("debug ")).count();
+    assert_eq!(debug_rounds, 2);
+}
+
+#[test]
+fn solve_stops_with_the_diagnostic_when_most_research_fails_and_resume_goes_on() {
+    let repo = Repo::new("research-1 fail\nresearch-2 fail\n");
+    let out = repo.run(&["solve", "Research how retries are done elsewhere"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(3), "BLOCKED: {said}");
+    assert!(said.contains("ERROR [Phase 1, Research]"), "{said}");
+    assert!(
+        said.contains("1 of 3 research reports were written"),
+        "{said}"
+    );
+    // A fresh description while it is under way is refused with the way on.
+    let again = repo.run(&["solve", "Something else"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(text(&again).contains("without a description to go on"));
+    // Fixed (the agents now succeed): going on resumes what failed, and the
+    // research-only workflow ends with its reports.
+    std::fs::write(&repo.behaviour, "").unwrap();
+    let out = repo.run(&["solve"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(repo.state("solve")["status"], "COMPLETED");
+    assert_eq!(repo.units("solve").len(), 3, "research-only adds no phase");
+    let files = repo.integration_files("solve");
+    assert!(
+        files.contains("specs/001_research_how_retries_are_done/reports/002_approaches.md"),
+        "{files}"
+    );
+    // A finished workflow is set aside for the next; the scope can be named.
+    let out = repo.run(&["solve", "--scope", "research-and-plan", "Retries"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("Scope: research-and-plan (phases 0–2), because asked for explicitly"),
+        "{said}"
+    );
+    assert_eq!(repo.units("solve").len(), 3 + 1);
+    assert!(
+        said.contains("Artifacts: specs/002_retries/"),
+        "numbered after the first: {said}"
+    );
+}
+
+#[test]
+fn manage_runs_the_tasks_the_manager_names_and_retries_a_malformed_answer() {
+    let repo = Repo::new("manager-2 bad,ok\n");
+    let out = repo
+        .cmd(&["manage", "Refactor the API layer"])
+        .env("AGENT_TASKS", "2")
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("Manager loop: the kanban is specs/001_refactor_the_api_layer/KANBAN.md"),
+        "{said}"
+    );
+    let names: Vec<String> = repo.units("manage").into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        ["manager-1", "task-1", "manager-2", "task-2", "manager-3"]
+    );
+    let files = repo.integration_files("manage");
+    assert!(
+        files.contains("specs/001_refactor_the_api_layer/KANBAN.md"),
+        "{files}"
+    );
+    assert!(
+        files.contains("tasks/1.md.log") && files.contains("tasks/2.md.log"),
+        "{files}"
+    );
+    // The malformed answer cost one retry, whose prompt carried the error.
+    let st = repo.state("manage");
+    let m2 = st["units"][2]["sprints"][0].clone();
+    assert_eq!(m2["failures"], 1, "{m2}");
+    assert!(m2["last_failure"]
+        .as_str()
+        .unwrap()
+        .contains("not a task marked todo"));
+    // The status shown mirrors the manager's last list.
+    let state_md = std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap();
+    assert!(state_md.contains("- [x] tasks/2.md"), "{state_md}");
+}
+
+#[test]
+fn killing_solve_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
+    for seed in 0..3u64 {
+        let repo = Repo::new("research-1 slow\nresearch-2 slow\nresearch-3 slow\nplan slow\nlimiter slow\nconfig slow\nwiring slow\ntesting slow\ndebug slow\ndocs slow\n");
+        let mut rng = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let mut runs = 0;
+        loop {
+            runs += 1;
+            assert!(runs < 60, "seed {seed}: the workflow never finished");
+            let args: &[&str] = if runs == 1 {
+                &["solve", "--quiet", "Add rate limiting to the API"]
+            } else {
+                &["solve", "--quiet"]
+            };
+            let mut sup = repo
+                .cmd(args)
+                .env("AGENT_SLOW", "0.3")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let delay = Duration::from_millis(200 + rng % 1200);
+            let start = Instant::now();
+            let mut done = None;
+            while start.elapsed() < delay {
+                if let Some(s) = sup.try_wait().unwrap() {
+                    done = Some(s);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            match done {
+                Some(s) => {
+                    assert!(
+                        s.code() == Some(0) || s.code() == Some(3),
+                        "seed {seed}: {s:?}"
+                    );
+                    if s.code() == Some(0) {
+                        break;
+                    }
+                }
+                None => {
+                    sup.kill().unwrap(); // SIGKILL
+                    sup.wait().unwrap();
+                }
+            }
+        }
+        assert_eq!(repo.state("solve")["status"], "COMPLETED", "seed {seed}");
+        let inv = repo.invocations();
+        let mut ids: Vec<&str> = inv.iter().map(|l| l.rsplit(' ').next().unwrap()).collect();
+        let n = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "seed {seed}: an attempt ran twice: {inv:?}");
+        let files = repo.integration_files("solve");
+        assert!(
+            files.contains("summaries/001_summary.md"),
+            "seed {seed}: {files}"
+        );
+    }
+}
