@@ -1033,3 +1033,133 @@ async fn redelivered_commands_and_workflow_runs_never_spend_twice() {
         .sum();
     assert_eq!(spent.iter().map(|r| r.cost).sum::<u64>(), by_model);
 }
+
+/// Settings for work without a plan: two research agents, the tests a file
+/// the debug round makes.
+const WITHOUT_PLAN_SETTINGS: &str = "max_parallel: 3\nwithout_plan:\n  research_agents_min: 2\n  research_agents_max: 2\n  test_command: test -f fixed.txt\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn solve_on_an_issue_runs_every_phase_through_actions_to_the_final_pull_request() {
+    // The first plan does not read; the tests fail until a debug round.
+    let s = Story::start(Setup::without_plan(
+        WITHOUT_PLAN_SETTINGS,
+        "Add rate limiting to the API: clients over their quota get 429.",
+        "plan bad,ok\n",
+    ))
+    .await;
+    s.say("/supervise solve").await;
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    s.until("the status comment shows completion", 30, |s| {
+        s.status_comment().contains("status: completed")
+    })
+    .await;
+
+    // The first reply says the scope and why, and how to ask for another.
+    let reply = s
+        .bot_comments(s.issue)
+        .into_iter()
+        .find(|c| c.contains("without a plan"))
+        .expect("a reply to /supervise solve");
+    assert!(
+        reply.contains("Scope: full-implementation") && reply.contains("because the first building or debugging word is \"add\""),
+        "{reply}"
+    );
+    assert!(reply.contains("/supervise solve <scope>"), "{reply}");
+    let topic = format!("specs/{:03}_ship_the_shop_add_rate", s.issue);
+    assert!(reply.contains(&topic), "{reply}");
+
+    // Every phase ran as Actions runs: research side by side, the plan twice
+    // (the reader refused the first, and the retry was told why), the plan's
+    // own units, the tests, one debug round, the summary.
+    let runs = |part: &str| s.runs_of(&format!("/{part}/")).len();
+    for (unit, n) in [
+        ("research-1", 1),
+        ("research-2", 1),
+        ("plan", 2),
+        ("limiter", 1),
+        ("config", 1),
+        ("wiring", 1),
+        ("testing", 1),
+        ("debug", 1),
+        ("docs", 1),
+    ] {
+        assert_eq!(runs(unit), n, "runs of {unit}: {:#?}", s.fake.runs(REPO));
+    }
+    let plan_runs = s.runs_of("/plan/");
+    let second_prompt = s
+        .fake
+        .file(REPO, &plan_runs[1].head_sha, ".supervise/prompts/plan-sprint-1.md")
+        .unwrap_or_default();
+    assert!(
+        second_prompt.contains("Here is what went wrong: the plan reader cannot run"),
+        "the retry is told why the plan was refused:\n{second_prompt}"
+    );
+    s.assert_no_double_dispatch();
+
+    // What the workflow made is on the integration branch, in its pull request.
+    let head = s.final_pull().unwrap().head;
+    for f in [
+        format!("{topic}/reports/001_codebase.md"),
+        format!("{topic}/reports/002_approaches.md"),
+        format!("{topic}/plans/001_implementation.md"),
+        format!("{topic}/summaries/001_summary.md"),
+        "limiter.txt".into(),
+        "wiring.txt".into(),
+        "fixed.txt".into(),
+    ] {
+        assert!(
+            s.fake.file(REPO, &head, &f).is_some(),
+            "{f} is on {head}"
+        );
+    }
+    let status = s.status_comment();
+    assert!(status.contains("full-implementation"), "{status}");
+    assert!(status.contains("| docs |"), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn manage_on_an_issue_runs_the_tasks_its_manager_names_and_retries_a_malformed_answer() {
+    let s = Story::start(Setup::without_plan(
+        WITHOUT_PLAN_SETTINGS,
+        "Tidy the shop's catalogue: one task per page.",
+        "manager-1 bad,ok\n",
+    ))
+    .await;
+    s.say("/supervise manage start with the catalogue page").await;
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    let reply = s
+        .bot_comments(s.issue)
+        .into_iter()
+        .find(|c| c.contains("without a plan"))
+        .expect("a reply to /supervise manage");
+    assert!(reply.contains("Manager loop"), "{reply}");
+
+    // The malformed first answer was retried with the error; then two tasks
+    // and a manager round after each, the last answering null.
+    assert_eq!(s.runs_of("/manager-1/").len(), 2);
+    for unit in ["task-1", "task-2", "manager-2", "manager-3"] {
+        assert_eq!(s.runs_of(&format!("/{unit}/")).len(), 1, "{unit}");
+    }
+    let retried = s.runs_of("/manager-1/");
+    let prompt = s
+        .fake
+        .file(REPO, &retried[1].head_sha, ".supervise/prompts/manager-1-sprint-1.md")
+        .unwrap_or_default();
+    assert!(prompt.contains("Invalid JSON. Expected"), "{prompt}");
+    s.assert_no_double_dispatch();
+
+    // The kanban the supervisor seeded, as the managers left it, and each
+    // task's work, are in the final pull request.
+    let head = s.final_pull().unwrap().head;
+    let kanban = s
+        .fake
+        .file(REPO, &head, &format!("specs/{:03}_ship_the_shop/KANBAN.md", s.issue))
+        .expect("the kanban");
+    assert!(kanban.contains("start with the catalogue page"), "{kanban}");
+    assert!(kanban.contains("- manager round 3"), "{kanban}");
+    for f in ["tasks/1.md.log", "tasks/2.md.log"] {
+        assert!(s.fake.file(REPO, &head, f).is_some(), "{f}");
+    }
+}

@@ -70,7 +70,10 @@ async fn dispatch_as_comment(
             .filter(|c| c.from_workflow)
             .map(|c| c.name)
     };
-    if !allowed().any(|c| c == command) {
+    // The command's word decides; what follows is its argument (`solve
+    // debug-only`, `resume api`), read by the same parser as a comment.
+    let word = command.split_whitespace().next().unwrap_or_default();
+    if !allowed().any(|c| c == word) {
         return Err(anyhow!(
             "workflow_dispatch: `command` is `{command}`; use one of {}",
             allowed().collect::<Vec<_>>().join(", ")

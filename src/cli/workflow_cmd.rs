@@ -49,7 +49,7 @@ pub fn solve(a: &SolveArgs) -> Result<i32> {
     };
     let scope = match a.scope.as_deref().map(|s| (s, Scope::parse(s))) {
         Some((s, None)) => {
-            eprintln!("--scope {s}: not a scope; use research-only, research-and-plan, full-implementation or debug-only");
+            eprintln!("--scope {s}: not a scope; use one of {}", Scope::NAMES);
             return Ok(exit::USAGE);
         }
         Some((_, found)) => found,
@@ -86,9 +86,7 @@ pub fn manage(a: &ManageArgs) -> Result<i32> {
         &a.flags,
         a.request.clone().map(|r| {
             move |root: &Path, s: &WorkflowSettings| {
-                let slug = crate::text::slug(&r);
-                let slug: String = slug.split('-').take(5).collect::<Vec<_>>().join("_");
-                let topic = format!("specs/{:03}_{slug}", next_topic_number(root));
+                let topic = crate::engine::workflow::topic_dir(next_topic_number(root), &r);
                 Workflow::Manager(Manager::new(&r, &topic, s.max_tasks))
             }
         }),
@@ -161,6 +159,9 @@ where
             }
             if out != OutputMode::Quiet && out != OutputMode::Json {
                 println!("{}", w.announcement());
+                if w.scope().is_some() {
+                    println!("Override with --scope ({}).", Scope::NAMES);
+                }
             }
             Some(sup.start_workflow_input(w)?)
         }
@@ -237,24 +238,12 @@ pub fn next_topic_number(root: &Path) -> u32 {
     names.iter().filter_map(|n| number(n)).max().unwrap_or(0) + 1
 }
 
-/// The project's test command, from the files that name one.
+/// The project's test command, from the files in the checkout that name one.
 pub fn test_command(root: &Path) -> Option<String> {
-    let has = |f: &str| root.join(f).is_file();
-    let read = |f: &str| std::fs::read_to_string(root.join(f)).unwrap_or_default();
-    if has("Cargo.toml") {
-        return Some("cargo test".into());
-    }
-    if has("package.json") && read("package.json").contains("\"test\"") {
-        return Some("npm test".into());
-    }
-    if has("go.mod") {
-        return Some("go test ./...".into());
-    }
-    if has("pyproject.toml") || has("pytest.ini") || has("setup.py") {
-        return Some("python -m pytest".into());
-    }
-    if has("Makefile") && read("Makefile").lines().any(|l| l.starts_with("test:")) {
-        return Some("make test".into());
-    }
-    None
+    crate::engine::workflow::TEST_COMMANDS
+        .iter()
+        .find(|(file, holds, _)| {
+            std::fs::read_to_string(root.join(file)).is_ok_and(|t| holds(&t))
+        })
+        .map(|(_, _, command)| command.to_string())
 }

@@ -10,7 +10,7 @@ use super::{help_text, parse_comment, Command};
 use crate::engine::naming;
 use crate::engine::Input;
 use crate::github::answers;
-use crate::github::operation::{OpError, Operations, Origin};
+use crate::github::operation::{OpError, Operations, Origin, WorkflowKind};
 use crate::github::payload::{CommentEvent, PullRequestEvent};
 use crate::github::{GitHub, GitHubError};
 use crate::settings;
@@ -521,6 +521,15 @@ impl Handler {
             Command::Start { plan } => plan.clone(),
             Command::Resume { unit } => unit.clone(),
             Command::Breakdown { doc } => doc.clone(),
+            Command::Solve { scope, extra } => {
+                let scope = scope.map(|s| s.as_str().to_string());
+                [scope, Some(extra.clone())]
+                    .into_iter()
+                    .flatten()
+                    .filter(|s| !s.is_empty())
+                    .reduce(|a, b| format!("{a} {b}"))
+            }
+            Command::Manage { extra } => Some(extra.clone()).filter(|s| !s.is_empty()),
             _ => None,
         };
         let name = if cmd.name().is_empty() {
@@ -565,6 +574,8 @@ impl Handler {
         }
         Command::Analyze | Command::Evaluate | Command::Prioritize => self.plan_tool(p, cmd).await,
         Command::Breakdown { doc } => self.breakdown(p, doc.as_deref()).await,
+        Command::Solve { scope, extra } => ops.start_without_plan(p, WorkflowKind::Solve(*scope), extra).await,
+        Command::Manage { extra } => ops.start_without_plan(p, WorkflowKind::Manage, extra).await,
     };
         match text {
             Ok(t) => Ok(t),

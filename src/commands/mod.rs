@@ -38,8 +38,21 @@ pub enum Command {
     Evaluate,
     Version,
     Spend,
+    /// Seed 002's phase workflow on the issue's text (and what follows the
+    /// command on its line), in the scope named first or the one detected.
+    Solve {
+        scope: Option<crate::engine::workflow::Scope>,
+        extra: String,
+    },
+    /// Seed 004's manager loop on the issue's text (and what follows).
+    Manage {
+        extra: String,
+    },
     Help,
 }
+
+/// The most of a command line's free text that is kept (`solve`, `manage`).
+const MAX_EXTRA: usize = 2000;
 
 /// One comment command: its word, the argument it takes, what it does (the
 /// help text), the least role it needs unless a repository says otherwise, and
@@ -142,6 +155,20 @@ pub const COMMANDS: &[CommandSpec] = &[
         false,
     ),
     spec(
+        "solve",
+        Some("SCOPE] [TEXT"),
+        "work on this issue without a plan: research, plan, build, test, debug and document as its text asks (scope: research-only, research-and-plan, full-implementation or debug-only; detected when not named)",
+        Permission::Write,
+        true,
+    ),
+    spec(
+        "manage",
+        Some("TEXT"),
+        "work on this issue without a plan: a manager agent keeps a kanban and hands out one task at a time",
+        Permission::Write,
+        true,
+    ),
+    spec(
         "spend",
         None,
         "what this repository's operations dispatched in the last day and week, against the daily budgets",
@@ -201,6 +228,8 @@ impl Command {
             Command::Evaluate => "evaluate",
             Command::Version => "version",
             Command::Spend => "spend",
+            Command::Solve { .. } => "solve",
+            Command::Manage { .. } => "manage",
             Command::Help => "help",
         }
     }
@@ -311,6 +340,22 @@ fn parse_line(rest: &str) -> Result<Command, ParseError> {
     let Some(word) = words.next() else {
         return Ok(Command::Default);
     };
+    // The two that take free text: the rest of the line adds to the issue's.
+    if word.eq_ignore_ascii_case("solve") || word.eq_ignore_ascii_case("manage") {
+        let text = rest.trim_start()[word.len()..].trim();
+        let first = text.split_whitespace().next().unwrap_or("");
+        let scope = crate::engine::workflow::Scope::parse(first);
+        let extra = match scope {
+            Some(_) => text[first.len()..].trim(),
+            None => text,
+        };
+        let extra: String = extra.chars().take(MAX_EXTRA).collect();
+        return Ok(if word.eq_ignore_ascii_case("solve") {
+            Command::Solve { scope, extra }
+        } else {
+            Command::Manage { extra: text.chars().take(MAX_EXTRA).collect() }
+        });
+    }
     let arg = words.next().map(str::to_string);
     let extra: Vec<&str> = words.collect();
     let name = COMMANDS
@@ -396,6 +441,47 @@ pub fn parse_comment(body: &str) -> Vec<Result<Command, ParseError>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn solve_and_manage_take_the_rest_of_their_line_as_text() {
+        use crate::engine::workflow::Scope;
+        let one = |t: &str| parse_comment(t).remove(0);
+        assert_eq!(
+            one("/supervise solve"),
+            Ok(Command::Solve {
+                scope: None,
+                extra: String::new()
+            })
+        );
+        assert_eq!(
+            one("/supervise SOLVE debug-only  the crash on empty input \nthanks"),
+            Ok(Command::Solve {
+                scope: Some(Scope::DebugOnly),
+                extra: "the crash on empty input".into()
+            })
+        );
+        // A first word that is no scope is text, and a scope later is too.
+        assert_eq!(
+            one("/supervise solve research the options, research-only"),
+            Ok(Command::Solve {
+                scope: None,
+                extra: "research the options, research-only".into()
+            })
+        );
+        assert_eq!(
+            one("/supervise manage one task per page"),
+            Ok(Command::Manage {
+                extra: "one task per page".into()
+            })
+        );
+        let long = format!("/supervise manage {}", "x".repeat(5000));
+        assert!(matches!(one(&long), Ok(Command::Manage { extra }) if extra.len() == MAX_EXTRA));
+        // Not a command: another word that starts the same.
+        assert!(matches!(
+            one("/supervise solved"),
+            Err(ParseError::Unknown { .. })
+        ));
+    }
 
     #[test]
     fn control_words_read_like_comment_commands() {

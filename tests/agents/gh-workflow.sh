@@ -13,9 +13,11 @@ export SUPERVISE_MODEL="$INPUT_MODEL"
 export SUPERVISE_MAX_TURNS="$INPUT_MAX_TURNS"
 export SUPERVISE_PROMPT_FILE="$PWD/$INPUT_PROMPT_FILE"
 out=$(mktemp)
+answer=$(mktemp -u)
+export SUPERVISE_RESULT_FILE="$answer"
 sh -c "$AGENT" < "$SUPERVISE_PROMPT_FILE" > "$out" 2>&1
 code=$?
 "$SUPERVISE_BIN" verify --plan "$INPUT_PLAN" --unit "$INPUT_UNIT" --sprint "$INPUT_SPRINT" \
   --record "$INPUT_DISPATCH_ID" --agent-exit "$code" --agent-output "$out" > /dev/null
-rm -f "$out"
+rm -f "$out" "$answer"
 exit "$code"

@@ -27,11 +27,11 @@ case "$SUPERVISE_UNIT" in
     printf '# Findings\n\nThe API lives in src/api.rs.\n' > "$p"; commit "report"
     echo "REPORT_CREATED: $p" ;;
   plan)
-    mkdir -p "$(dirname "$SUPERVISE_RESULT_FILE")"
+    p=$(path_of /plans/); mkdir -p "$(dirname "$p")"
     if [ "$action" = bad ]; then
-      printf '# A plan\n\nWe will do it well.\n' > "$SUPERVISE_RESULT_FILE"
+      printf '# A plan\n\nWe will do it well.\n' > "$p"
     else
-      printf '# Rate limiting\n\n## limiter\n### Sprint 1: Token bucket\n- [ ] `limiter.txt` exists\n\n## config\n### Sprint 1: Settings\n- [ ] `config.txt` exists\n\n## wiring\nDependencies: limiter, config\n### Sprint 1: Middleware\n- [ ] `wiring.txt` exists\n' > "$SUPERVISE_RESULT_FILE"
+      printf '# Rate limiting\n\n## limiter\n### Sprint 1: Token bucket\n- [ ] `limiter.txt` exists\n\n## config\n### Sprint 1: Settings\n- [ ] `config.txt` exists\n\n## wiring\nDependencies: limiter, config\n### Sprint 1: Middleware\n- [ ] `wiring.txt` exists\n' > "$p"
     fi
     commit "plan"; echo "PLAN_CREATED" ;;
   testing)

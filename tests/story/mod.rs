@@ -52,6 +52,9 @@ pub struct Setup {
     pub door: Door,
     /// Seconds a replica's lease on a delivery or an operation lasts.
     pub lease_secs: u64,
+    /// Work without a plan: the settings, with CI and the agent workflow
+    /// playing every role (tests/agents/workflow.sh), and the issue's text.
+    pub without_plan: Option<(String, String)>,
 }
 
 impl Setup {
@@ -62,6 +65,20 @@ impl Setup {
             behaviour: behaviour.into(),
             door: Door::InProcess,
             lease_secs: 2,
+            without_plan: None,
+        }
+    }
+
+    /// A repository with settings and no plan, an issue saying `issue_body`,
+    /// and the agent that plays every role of work without a plan, reading
+    /// `behaviour` (see tests/agents/workflow.sh).
+    pub fn without_plan(settings: &str, issue_body: &str, behaviour: &str) -> Setup {
+        Setup {
+            plan: None,
+            behaviour: behaviour.into(),
+            door: Door::InProcess,
+            lease_secs: 2,
+            without_plan: Some((settings.into(), issue_body.into())),
         }
     }
 
@@ -72,6 +89,7 @@ impl Setup {
             behaviour: String::new(),
             door: Door::InProcess,
             lease_secs: 120,
+            without_plan: None,
         }
     }
 
@@ -125,13 +143,20 @@ impl Story {
             fake.add_file(REPO, "EXECUTION_PLAN.md", plan);
             fake.add_file(REPO, ".github/supervise.yml", SETTINGS);
             fake.set_ci(REPO, "true");
-            set_agent_workflow(&fake, REPO, tmp.path());
+            set_agent_workflow(&fake, REPO, tmp.path(), SCRIPTED_AGENT);
+        } else if let Some((settings, _)) = &setup.without_plan {
+            fake.add_file(REPO, ".github/supervise.yml", settings);
+            fake.set_ci(REPO, "true");
+            set_agent_workflow(&fake, REPO, tmp.path(), WORKFLOW_AGENT);
         } else {
             fake.add_user("rex", "read", "User");
             fake.add_user("renovate[bot]", "admin", "Bot");
         }
         std::fs::write(tmp.path().join("behaviour"), &setup.behaviour).unwrap();
-        let issue = fake.open_issue(REPO, ISSUE_TITLE);
+        let issue = match &setup.without_plan {
+            Some((_, body)) => fake.open_issue_with(REPO, ISSUE_TITLE, body),
+            None => fake.open_issue(REPO, ISSUE_TITLE),
+        };
         let db_url = format!(
             "sqlite://{}?mode=rwc",
             tmp.path().join("supervise.db").display()
@@ -157,7 +182,7 @@ impl Story {
         self.fake.add_file(repo, "EXECUTION_PLAN.md", plan);
         self.fake.add_file(repo, ".github/supervise.yml", settings);
         self.fake.set_ci(repo, "true");
-        set_agent_workflow(&self.fake, repo, self.tmp.path());
+        set_agent_workflow(&self.fake, repo, self.tmp.path(), SCRIPTED_AGENT);
     }
 
     /// Starts the service through the story's door (again, after a kill).
@@ -369,12 +394,17 @@ impl Drop for Story {
     }
 }
 
-/// The agent workflow: the fake runs tests/agents/gh-workflow.sh around the
-/// scripted agent, reading its behaviour from the story's file.
-fn set_agent_workflow(fake: &FakeGitHub, repo: &str, tmp: &Path) {
+/// The agent of plan runs: one line of behaviour per sprint.
+const SCRIPTED_AGENT: &str = "tests/agents/scripted.sh";
+/// The agent of work without a plan: every role, by the unit's name.
+const WORKFLOW_AGENT: &str = "tests/agents/workflow.sh";
+
+/// The agent workflow: the fake runs tests/agents/gh-workflow.sh around
+/// `agent`, reading its behaviour from the story's file.
+fn set_agent_workflow(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let env = [
-        ("AGENT", manifest.join("tests/agents/scripted.sh")),
+        ("AGENT", manifest.join(agent)),
         ("AGENT_LOG", tmp.join("agent.log")),
         ("AGENT_BEHAVIOUR", tmp.join("behaviour")),
         (

@@ -22,6 +22,34 @@ pub use manager::{Manager, ManagerAnswer};
 pub use phases::{Phases, WorkflowSettings};
 pub use scope::Scope;
 
+/// Phase 0's topic directory, `specs/NNN_words`: the number the door chose
+/// and the first five words of the text it came from.
+pub fn topic_dir(number: u32, text: &str) -> String {
+    let slug = crate::text::slug(text);
+    let slug: String = slug.split('-').take(5).collect::<Vec<_>>().join("_");
+    format!(
+        "specs/{number:03}_{}",
+        if slug.is_empty() { "topic" } else { &slug }
+    )
+}
+
+/// How a project's tests are run, known from the files that name one: the
+/// file, what its text must hold (if anything), and the command. The first
+/// match wins; both doors read the repository through this one table.
+pub const TEST_COMMANDS: &[(&str, fn(&str) -> bool, &str)] = &[
+    ("Cargo.toml", |_| true, "cargo test"),
+    ("package.json", |t| t.contains("\"test\""), "npm test"),
+    ("go.mod", |_| true, "go test ./..."),
+    ("pyproject.toml", |_| true, "python -m pytest"),
+    ("pytest.ini", |_| true, "python -m pytest"),
+    ("setup.py", |_| true, "python -m pytest"),
+    (
+        "Makefile",
+        |t| t.lines().any(|l| l.starts_with("test:")),
+        "make test",
+    ),
+];
+
 /// The rule an operation without a written plan follows; recorded when it starts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -70,7 +98,7 @@ impl Workflow {
     pub fn announcement(&self) -> String {
         match self {
             Workflow::Phases(p) => format!(
-                "Scope: {} (phases {}), because {}.\nOverride with --scope (research-only, research-and-plan, full-implementation, debug-only).\nArtifacts: {}/ · research agents: {} · debug rounds at most {}{}",
+                "Scope: {} (phases {}), because {}.\nArtifacts: {}/ · research agents: {} · debug rounds at most {}{}",
                 p.scope,
                 p.scope.phases(),
                 p.scope_reason,
@@ -97,6 +125,14 @@ impl Workflow {
         match self {
             Workflow::Phases(_) => Vec::new(),
             Workflow::Manager(m) => vec![(m.kanban.clone(), m.kanban_text())],
+        }
+    }
+
+    /// The name a scope is asked for by, when a workflow has one.
+    pub fn scope(&self) -> Option<Scope> {
+        match self {
+            Workflow::Phases(p) => Some(p.scope),
+            Workflow::Manager(_) => None,
         }
     }
 

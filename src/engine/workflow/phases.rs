@@ -104,12 +104,7 @@ impl Phases {
             Some(s) => (s, "asked for explicitly".to_string()),
             None => super::scope::detect(description),
         };
-        let slug = crate::text::slug(description);
-        let slug: String = slug.split('-').take(5).collect::<Vec<_>>().join("_");
-        let topic = format!(
-            "specs/{number:03}_{}",
-            if slug.is_empty() { "topic" } else { &slug }
-        );
+        let topic = super::topic_dir(number, description);
         let words: Vec<String> = description
             .split(|c: char| !c.is_alphanumeric())
             .map(str::to_lowercase)

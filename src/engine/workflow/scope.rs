@@ -25,6 +25,10 @@ impl Scope {
         Scope::DebugOnly,
     ];
 
+    /// The scopes' names, for messages that list them.
+    pub const NAMES: &'static str =
+        "research-only, research-and-plan, full-implementation, debug-only";
+
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::ResearchOnly => "research-only",

@@ -34,49 +34,19 @@ impl Operations {
     /// branch, creates the integration branch and starts the operation. Returns
     /// the reply for the person.
     pub async fn start(&self, o: &Origin, plan_arg: Option<&str>) -> Result<String, OpError> {
-        // The same command processed again (after a crash) finds its own
-        // operation and answers as the first time; another is refused.
-        let own = format!("-{:x}", o.comment);
-        if let Some(row) = self
-            .store
-            .operation_on(&o.repo, o.issue)
-            .await?
-            .filter(|r| !r.id.ends_with(&own))
-        {
-            let l = self.open(&row).await?;
-            let live = l.lock().await;
-            if let Some(st) = &live.driver.state {
-                if st.status != OverallStatus::Completed {
-                    return Ok(format!(
-                        "{}\n\nOperation `{}` is {} on this issue.",
-                        Refusal::AlreadyStarted(st.id.0.clone()),
-                        st.id,
-                        st.status
-                    ));
-                }
-            }
+        if let Some(refusal) = self.started_elsewhere(o).await? {
+            return Ok(refusal);
         }
-        let repo = Repo {
-            gh: &self.gh,
-            installation: o.installation,
-            name: &o.repo,
-        };
+        let repo = o.repo(&self.gh);
         let default_branch = repo.default_branch().await?;
-        let file_settings = match repo.file(".github/supervise.yml", Some(&default_branch)).await? {
-            None => settings::FileSettings::default(),
-            Some((text, _)) => match settings::parse(&text, ".github/supervise.yml") {
-                Ok(f) => f,
-                Err(e) => {
-                    return Ok(format!(
-                        "I did not start: `.github/supervise.yml` is not valid.\n\n```\n{e}\n```\nFix it on `{default_branch}` and say `/supervise start` again."
-                    ))
-                }
-            },
+        let file_settings = match self.file_settings(&repo, &default_branch, "start").await? {
+            Ok(f) => f,
+            Err(reply) => return Ok(reply),
         };
         let plan_path = plan_arg.unwrap_or("EXECUTION_PLAN.md").to_string();
         let Some((source, _)) = repo.file(&plan_path, Some(&default_branch)).await? else {
             return Ok(format!(
-                "ERROR: Cannot find `{plan_path}` on `{default_branch}`.\nThe Sprint Supervisor requires an execution plan to operate. Commit one, or name it: `/supervise start path/to/EXECUTION_PLAN.md`."
+                "ERROR: Cannot find `{plan_path}` on `{default_branch}`.\nThe Sprint Supervisor requires an execution plan to operate. Commit one, or name it: `/supervise start path/to/EXECUTION_PLAN.md`. For work without a plan, say `/supervise solve` or `/supervise manage`."
             ));
         };
         let name = plan_path.rsplit('/').next().unwrap_or(&plan_path);
@@ -92,13 +62,184 @@ impl Operations {
                 ));
             }
         };
+        let units = plan.work_units.len();
+        let sprints: usize = plan.work_units.iter().map(|u| u.sprints.len()).sum();
+        let launched = self
+            .launch(o, &repo, default_branch, file_settings, plan, None, plan_path)
+            .await?;
+        Ok(match launched {
+            Ok((op, workflow)) => format!(
+                "Started operation `{op}`: {units} work unit(s), {sprints} sprint(s), agents through `.github/workflows/{workflow}` on branches from `{}`. The status comment below is kept up to date.",
+                integration_branch(&op)
+            ),
+            Err(refusal) => refusal,
+        })
+    }
+
+    /// `/supervise solve` and `/supervise manage`: work without a plan on the
+    /// issue's title and body (and the command's own text), started like a
+    /// plan. The topic directory is numbered by the issue: two issues started
+    /// at once could both take "the next free number", an issue's number is
+    /// theirs alone.
+    pub async fn start_without_plan(
+        &self,
+        o: &Origin,
+        kind: WorkflowKind,
+        extra: &str,
+    ) -> Result<String, OpError> {
+        use crate::engine::workflow::{topic_dir, Manager, Phases, Scope, TEST_COMMANDS};
+        if let Some(refusal) = self.started_elsewhere(o).await? {
+            return Ok(refusal);
+        }
+        let repo = o.repo(&self.gh);
+        let default_branch = repo.default_branch().await?;
+        let word = kind.word();
+        let file_settings = match self.file_settings(&repo, &default_branch, word).await? {
+            Ok(f) => f,
+            Err(reply) => return Ok(reply),
+        };
+        let issue = repo.issue(o.issue).await?;
+        let description = [
+            issue.title.trim(),
+            issue.body.as_deref().unwrap_or("").trim(),
+            extra.trim(),
+        ]
+        .into_iter()
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+        if description.is_empty() {
+            return Ok(format!(
+                "This issue says nothing to work on. Give it a title and a description, or say what to do after the command: `/supervise {word} add rate limiting to the API`."
+            ));
+        }
+        let mut wf = Settings::merge(file_settings.clone(), Default::default()).without_plan;
+        let number = o.issue.clamp(0, u32::MAX as i64) as u32;
+        let workflow = match kind {
+            WorkflowKind::Solve(scope) => {
+                if wf.test_command.is_none() {
+                    for (file, holds, command) in TEST_COMMANDS {
+                        if let Some((text, _)) = repo.file(file, Some(&default_branch)).await? {
+                            if holds(&text) {
+                                wf.test_command = Some(command.to_string());
+                                break;
+                            }
+                        }
+                    }
+                }
+                Workflow::Phases(Phases::new(&description, scope, &wf, number))
+            }
+            WorkflowKind::Manage => {
+                let topic = topic_dir(number, &issue.title);
+                Workflow::Manager(Manager::new(&description, &topic, wf.max_tasks))
+            }
+        };
+        let announcement = workflow.announcement();
+        let plan = workflow.plan();
+        let launched = self
+            .launch(
+                o,
+                &repo,
+                default_branch,
+                file_settings,
+                plan,
+                Some(workflow.clone()),
+                String::new(),
+            )
+            .await?;
+        Ok(match launched {
+            Ok((op, agent_workflow)) => {
+                let scopes = workflow
+                    .scope()
+                    .map(|_| {
+                        format!(
+                            "\nAnother scope: `/supervise stop`, then `/supervise solve <scope>` ({}).",
+                            Scope::NAMES
+                        )
+                    })
+                    .unwrap_or_default();
+                format!(
+                    "Started operation `{op}` without a plan.\n\n{announcement}{scopes}\n\nAgents run through `.github/workflows/{agent_workflow}` on branches from `{}`. The status comment below is kept up to date.",
+                    integration_branch(&op)
+                )
+            }
+            Err(refusal) => refusal,
+        })
+    }
+
+    /// The refusal when another operation (not one this comment started: a
+    /// command processed again finds its own and answers as the first time)
+    /// is under way on the issue.
+    async fn started_elsewhere(&self, o: &Origin) -> Result<Option<String>, OpError> {
+        let own = format!("-{:x}", o.comment);
+        let Some(row) = self
+            .store
+            .operation_on(&o.repo, o.issue)
+            .await?
+            .filter(|r| !r.id.ends_with(&own))
+        else {
+            return Ok(None);
+        };
+        let l = self.open(&row).await?;
+        let live = l.lock().await;
+        Ok(live.driver.state.as_ref().and_then(|st| {
+            (st.status != OverallStatus::Completed).then(|| {
+                format!(
+                    "{}\n\nOperation `{}` is {} on this issue.",
+                    Refusal::AlreadyStarted(st.id.0.clone()),
+                    st.id,
+                    st.status
+                )
+            })
+        }))
+    }
+
+    /// The repository's settings on its default branch (defaults without a
+    /// file), or the reply that says why `word` did not start.
+    async fn file_settings(
+        &self,
+        repo: &Repo<'_>,
+        default_branch: &str,
+        word: &str,
+    ) -> Result<Result<settings::FileSettings, String>, OpError> {
+        Ok(match repo.file(".github/supervise.yml", Some(default_branch)).await? {
+            None => Ok(settings::FileSettings::default()),
+            Some((text, _)) => settings::parse(&text, ".github/supervise.yml").map_err(|e| {
+                format!(
+                    "I did not start: `.github/supervise.yml` is not valid.\n\n```\n{e}\n```\nFix it on `{default_branch}` and say `/supervise {word}` again."
+                )
+            }),
+        })
+    }
+
+    /// Makes the integration branch (with a workflow's starting files), records
+    /// the operation and starts it: its id and the agent workflow's file, or
+    /// the engine's refusal.
+    #[allow(clippy::too_many_arguments)]
+    async fn launch(
+        &self,
+        o: &Origin,
+        repo: &Repo<'_>,
+        default_branch: String,
+        file_settings: settings::FileSettings,
+        plan: crate::plan::Plan,
+        workflow: Option<Workflow>,
+        plan_path: String,
+    ) -> Result<Result<(String, String), String>, OpError> {
         let settings = Settings::merge(file_settings.clone(), Default::default());
         let op = crate::contract::operation_id(&plan.title, o.comment as u64);
         let head = repo
             .branch_sha(&default_branch)
             .await?
             .ok_or_else(|| GitHubError::NeedsPerson(format!("no branch {default_branch}")))?;
-        repo.create_branch(&integration_branch(&op), &head).await?;
+        let integration = integration_branch(&op);
+        repo.create_branch(&integration, &head).await?;
+        if let Some(w) = &workflow {
+            for (path, text) in w.seed_files() {
+                repo.put_file(&integration, &path, &text, "supervise: the workflow's starting files")
+                    .await?;
+            }
+        }
         let ctx = OpContext {
             op: op.clone(),
             repo: o.repo.to_string(),
@@ -130,8 +271,6 @@ impl Operations {
         let l = self.open(&row).await?;
         let mut live = l.lock().await;
         self.acquire(&mut live).await?;
-        let units = plan.work_units.len();
-        let sprints: usize = plan.work_units.iter().map(|u| u.sprints.len()).sum();
         if live.driver.state.is_none() {
             let input = Input::Start {
                 operation: OperationId(op.clone()),
@@ -141,19 +280,15 @@ impl Operations {
                 // The service never runs a repository's commands, so it cannot
                 // check criteria of sprints done before the start; the agent
                 // workflow's verification finds them done on the first attempt.
-                workflow: None,
+                workflow: workflow.map(Box::new),
                 already_done: Vec::new(),
             };
             if let Some(r) = self.submit(&mut live, input).await?.refusal() {
-                return Ok(r.to_string());
+                return Ok(Err(r.to_string()));
             }
         }
         self.flush(&mut live, true).await?;
-        Ok(format!(
-            "Started operation `{op}`: {units} work unit(s), {sprints} sprint(s), agents through `.github/workflows/{}` on branches from `{}`. The status comment below is kept up to date.",
-            live.place.ctx.workflow,
-            integration_branch(&op)
-        ))
+        Ok(Ok((op, live.place.ctx.workflow.clone())))
     }
 
     /// The operation on this issue, if any.

@@ -292,6 +292,29 @@ impl GitHubExecutor<'_> {
             "supervise: prompt for {} Sprint {} (attempt {}, {})",
             order.unit, order.sprint, order.attempt, order.model_id
         );
+        // Work a workflow added is in no plan file: its definition goes with
+        // the prompt, for `supervise verify --record` in the runner.
+        let spec = state
+            .filter(|st| st.workflow.is_some())
+            .and_then(|st| st.plan.unit(&order.unit))
+            .map(|unit| crate::contract::SprintSpec {
+                unit: unit.clone(),
+                answer_file: order.answer_file.clone(),
+            });
+        let plan_input = match &spec {
+            Some(spec) => {
+                let path = crate::contract::sprint_spec_path(&d.0);
+                let text = serde_json::to_string_pretty(spec).map_err(SqlError::from)?;
+                let message = format!("supervise: the sprint {} of {}", order.sprint, order.unit);
+                if made_now {
+                    repo.create_file(&branch, &path, &text, &message).await?;
+                } else {
+                    repo.put_file(&branch, &path, &text, &message).await?;
+                }
+                path
+            }
+            None => ctx.plan_path.clone(),
+        };
         let committed = if made_now {
             repo.create_file(&branch, &prompt_file, &order.prompt, &message)
                 .await?
@@ -330,7 +353,7 @@ impl GitHubExecutor<'_> {
             .await?;
         let inputs = json!({
             "dispatch_id": d.0,
-            "plan": ctx.plan_path,
+            "plan": plan_input,
             "unit": order.unit,
             "directory": order.directory.as_deref().unwrap_or("."),
             "sprint": order.sprint.as_str(),

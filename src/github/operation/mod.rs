@@ -15,6 +15,7 @@ use super::repo::{Check, Repo, WorkflowRun};
 use super::{GitHub, GitHubError};
 use crate::contract::{integration_branch, prompt_path, results_path, sprint_branch, RunResult};
 use crate::drive::{Decided, Driver, Entry, Executor, Failure, Loaded, Outbox, Outcome};
+use crate::engine::workflow::Workflow;
 use crate::engine::{
     self, AgentReport, DispatchId, Effect, Evidence, Input, NoticeKind, OperationId,
     OperationState, OverallStatus, Refusal, UnitStatus,
@@ -28,6 +29,25 @@ use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// Which work without a plan a command asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkflowKind {
+    /// Seed 002's phases, in the scope named (or detected).
+    Solve(Option<crate::engine::workflow::Scope>),
+    /// Seed 004's manager loop.
+    Manage,
+}
+
+impl WorkflowKind {
+    /// The command word that starts it.
+    pub fn word(self) -> &'static str {
+        match self {
+            WorkflowKind::Solve(_) => "solve",
+            WorkflowKind::Manage => "manage",
+        }
+    }
+}
 
 /// The agent workflow's file name when `.github/supervise.yml` names none.
 pub const DEFAULT_WORKFLOW: &str = "supervise-agent.yml";
