@@ -1062,7 +1062,8 @@ async fn solve_on_an_issue_runs_every_phase_through_actions_to_the_final_pull_re
         .find(|c| c.contains("without a plan"))
         .expect("a reply to /supervise solve");
     assert!(
-        reply.contains("Scope: full-implementation") && reply.contains("because the first building or debugging word is \"add\""),
+        reply.contains("Scope: full-implementation")
+            && reply.contains("because the first building or debugging word is \"add\""),
         "{reply}"
     );
     assert!(reply.contains("/supervise solve <scope>"), "{reply}");
@@ -1089,7 +1090,11 @@ async fn solve_on_an_issue_runs_every_phase_through_actions_to_the_final_pull_re
     let plan_runs = s.runs_of("/plan/");
     let second_prompt = s
         .fake
-        .file(REPO, &plan_runs[1].head_sha, ".supervise/prompts/plan-sprint-1.md")
+        .file(
+            REPO,
+            &plan_runs[1].head_sha,
+            ".supervise/prompts/plan-sprint-1.md",
+        )
         .unwrap_or_default();
     assert!(
         second_prompt.contains("Here is what went wrong: the plan reader cannot run"),
@@ -1108,10 +1113,7 @@ async fn solve_on_an_issue_runs_every_phase_through_actions_to_the_final_pull_re
         "wiring.txt".into(),
         "fixed.txt".into(),
     ] {
-        assert!(
-            s.fake.file(REPO, &head, &f).is_some(),
-            "{f} is on {head}"
-        );
+        assert!(s.fake.file(REPO, &head, &f).is_some(), "{f} is on {head}");
     }
     let status = s.status_comment();
     assert!(status.contains("full-implementation"), "{status}");
@@ -1126,7 +1128,8 @@ async fn manage_on_an_issue_runs_the_tasks_its_manager_names_and_retries_a_malfo
         "manager-1 bad,ok\n",
     ))
     .await;
-    s.say("/supervise manage start with the catalogue page").await;
+    s.say("/supervise manage start with the catalogue page")
+        .await;
     s.until("the final pull request", 240, |s| s.final_pull().is_some())
         .await;
     let reply = s
@@ -1145,7 +1148,11 @@ async fn manage_on_an_issue_runs_the_tasks_its_manager_names_and_retries_a_malfo
     let retried = s.runs_of("/manager-1/");
     let prompt = s
         .fake
-        .file(REPO, &retried[1].head_sha, ".supervise/prompts/manager-1-sprint-1.md")
+        .file(
+            REPO,
+            &retried[1].head_sha,
+            ".supervise/prompts/manager-1-sprint-1.md",
+        )
         .unwrap_or_default();
     assert!(prompt.contains("Invalid JSON. Expected"), "{prompt}");
     s.assert_no_double_dispatch();
@@ -1155,7 +1162,11 @@ async fn manage_on_an_issue_runs_the_tasks_its_manager_names_and_retries_a_malfo
     let head = s.final_pull().unwrap().head;
     let kanban = s
         .fake
-        .file(REPO, &head, &format!("specs/{:03}_ship_the_shop/KANBAN.md", s.issue))
+        .file(
+            REPO,
+            &head,
+            &format!("specs/{:03}_ship_the_shop/KANBAN.md", s.issue),
+        )
         .expect("the kanban");
     assert!(kanban.contains("start with the catalogue page"), "{kanban}");
     assert!(kanban.contains("- manager round 3"), "{kanban}");

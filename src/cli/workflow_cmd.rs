@@ -242,8 +242,6 @@ pub fn next_topic_number(root: &Path) -> u32 {
 pub fn test_command(root: &Path) -> Option<String> {
     crate::engine::workflow::TEST_COMMANDS
         .iter()
-        .find(|(file, holds, _)| {
-            std::fs::read_to_string(root.join(file)).is_ok_and(|t| holds(&t))
-        })
-        .map(|(_, _, command)| command.to_string())
+        .find(|s| std::fs::read_to_string(root.join(s.file)).is_ok_and(|t| (s.holds)(&t)))
+        .map(|s| s.command.to_string())
 }

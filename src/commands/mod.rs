@@ -353,7 +353,9 @@ fn parse_line(rest: &str) -> Result<Command, ParseError> {
         return Ok(if word.eq_ignore_ascii_case("solve") {
             Command::Solve { scope, extra }
         } else {
-            Command::Manage { extra: text.chars().take(MAX_EXTRA).collect() }
+            Command::Manage {
+                extra: text.chars().take(MAX_EXTRA).collect(),
+            }
         });
     }
     let arg = words.next().map(str::to_string);

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 pub(super) enum Msg {
     Finished(engine::DispatchId),
     Activity(engine::DispatchId),
-    Input(Input),
+    // Boxed: an input is large and the other messages are an id.
+    Input(Box<Input>),
 }
 
 /// What the person at the terminal is shown; the front door supplies it.
@@ -338,7 +339,7 @@ impl Supervisor {
                     self.finished_input(&d)?
                 }
                 Ok(Msg::Activity(d)) => Some(Input::AgentActivity { dispatch: d }),
-                Ok(Msg::Input(i)) => Some(i),
+                Ok(Msg::Input(i)) => Some(*i),
                 Err(RecvTimeoutError::Timeout) => {
                     next_tick = Instant::now() + tick;
                     let requests = self.control_requests()?;

@@ -218,11 +218,11 @@ impl LocalPlace {
                 ));
                 std::thread::spawn(move || {
                     let (passed, output) = criteria::run_shell(&cmd, &dir, timeout);
-                    let _ = tx.send(Msg::Input(Input::GateResult {
+                    let _ = tx.send(Msg::Input(Box::new(Input::GateResult {
                         gate,
                         passed,
                         output,
-                    }));
+                    })));
                 });
                 Ok(Vec::new())
             }
@@ -245,13 +245,13 @@ impl LocalPlace {
                         && results
                             .iter()
                             .any(|r| r.outcome == engine::CriterionOutcome::Passed);
-                    let _ = tx.send(Msg::Input(Input::ConditionPolled {
+                    let _ = tx.send(Msg::Input(Box::new(Input::ConditionPolled {
                         unit,
                         sprint,
                         met,
                         error: None,
                         criteria: results,
-                    }));
+                    })));
                 });
                 Ok(Vec::new())
             }

@@ -33,17 +33,36 @@ pub fn topic_dir(number: u32, text: &str) -> String {
     )
 }
 
-/// How a project's tests are run, known from the files that name one: the
-/// file, what its text must hold (if anything), and the command. The first
-/// match wins; both doors read the repository through this one table.
-pub const TEST_COMMANDS: &[(&str, fn(&str) -> bool, &str)] = &[
-    ("Cargo.toml", |_| true, "cargo test"),
-    ("package.json", |t| t.contains("\"test\""), "npm test"),
-    ("go.mod", |_| true, "go test ./..."),
-    ("pyproject.toml", |_| true, "python -m pytest"),
-    ("pytest.ini", |_| true, "python -m pytest"),
-    ("setup.py", |_| true, "python -m pytest"),
-    (
+/// A file that tells how a project's tests are run.
+pub struct TestCommandSource {
+    pub file: &'static str,
+    /// What the file's text must hold for the command to apply.
+    pub holds: fn(&str) -> bool,
+    pub command: &'static str,
+}
+
+const fn source(
+    file: &'static str,
+    holds: fn(&str) -> bool,
+    command: &'static str,
+) -> TestCommandSource {
+    TestCommandSource {
+        file,
+        holds,
+        command,
+    }
+}
+
+/// How a project's tests are run, known from the files that name one. The
+/// first match wins; both doors read the repository through this one table.
+pub const TEST_COMMANDS: &[TestCommandSource] = &[
+    source("Cargo.toml", |_| true, "cargo test"),
+    source("package.json", |t| t.contains("\"test\""), "npm test"),
+    source("go.mod", |_| true, "go test ./..."),
+    source("pyproject.toml", |_| true, "python -m pytest"),
+    source("pytest.ini", |_| true, "python -m pytest"),
+    source("setup.py", |_| true, "python -m pytest"),
+    source(
         "Makefile",
         |t| t.lines().any(|l| l.starts_with("test:")),
         "make test",

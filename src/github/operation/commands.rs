@@ -65,7 +65,15 @@ impl Operations {
         let units = plan.work_units.len();
         let sprints: usize = plan.work_units.iter().map(|u| u.sprints.len()).sum();
         let launched = self
-            .launch(o, &repo, default_branch, file_settings, plan, None, plan_path)
+            .launch(
+                o,
+                &repo,
+                default_branch,
+                file_settings,
+                plan,
+                None,
+                plan_path,
+            )
             .await?;
         Ok(match launched {
             Ok((op, workflow)) => format!(
@@ -118,10 +126,10 @@ impl Operations {
         let workflow = match kind {
             WorkflowKind::Solve(scope) => {
                 if wf.test_command.is_none() {
-                    for (file, holds, command) in TEST_COMMANDS {
-                        if let Some((text, _)) = repo.file(file, Some(&default_branch)).await? {
-                            if holds(&text) {
-                                wf.test_command = Some(command.to_string());
+                    for s in TEST_COMMANDS {
+                        if let Some((text, _)) = repo.file(s.file, Some(&default_branch)).await? {
+                            if (s.holds)(&text) {
+                                wf.test_command = Some(s.command.to_string());
                                 break;
                             }
                         }
@@ -236,8 +244,13 @@ impl Operations {
         repo.create_branch(&integration, &head).await?;
         if let Some(w) = &workflow {
             for (path, text) in w.seed_files() {
-                repo.put_file(&integration, &path, &text, "supervise: the workflow's starting files")
-                    .await?;
+                repo.put_file(
+                    &integration,
+                    &path,
+                    &text,
+                    "supervise: the workflow's starting files",
+                )
+                .await?;
             }
         }
         let ctx = OpContext {
