@@ -1115,9 +1115,25 @@ async fn solve_on_an_issue_runs_every_phase_through_actions_to_the_final_pull_re
     ] {
         assert!(s.fake.file(REPO, &head, &f).is_some(), "{f} is on {head}");
     }
+    // The phases are rows of the status comment, with what they wrote
+    // linked; the generated plan's units are sub-issues, closed when done.
     let status = s.status_comment();
     assert!(status.contains("full-implementation"), "{status}");
     assert!(status.contains("| docs |"), "{status}");
+    let integration = head.clone();
+    assert!(
+        status.contains(&format!(
+            "[`{topic}/summaries/001_summary.md`](../blob/{integration}/{topic}/summaries/001_summary.md)"
+        )),
+        "{status}"
+    );
+    for unit in ["limiter", "config", "wiring"] {
+        let issue = s.unit_issue(unit).unwrap_or_else(|| panic!("a sub-issue for {unit}"));
+        assert_eq!(issue.state, "closed", "{unit}");
+    }
+    for phase in ["research-1", "plan", "testing", "debug", "docs"] {
+        assert!(s.unit_issue(phase).is_none(), "{phase} is a row, not an issue");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

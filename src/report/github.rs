@@ -37,6 +37,25 @@ pub fn as_comment_commands(text: &str) -> String {
         )
 }
 
+/// A file on the operation's integration branch, linked relative to the
+/// issue or pull request the text appears on (`…/issues/N` → `…/blob/…`),
+/// so the link holds on any GitHub host.
+pub fn file_link(st: &OperationState, path: &str) -> String {
+    format!(
+        "[`{path}`](../blob/{}/{path})",
+        crate::contract::integration_branch(&st.id.0)
+    )
+}
+
+/// The §13 table as GitHub shows it: comment commands, runs and files linked.
+pub fn status_table(
+    st: &OperationState,
+    now: DateTime<Utc>,
+    link: &dyn Fn(&DispatchId) -> Option<String>,
+) -> String {
+    as_comment_commands(&status_table_linked(st, now, link, &|p| file_link(st, p)))
+}
+
 /// The sticky status comment: the §13 table with active agents linked to their
 /// runs, then `spend` (the line on spend above the operation), if any.
 pub fn status_comment(
@@ -45,7 +64,7 @@ pub fn status_comment(
     link: &dyn Fn(&DispatchId) -> Option<String>,
     spend: Option<&str>,
 ) -> String {
-    let mut out = as_comment_commands(&status_table_linked(st, now, link));
+    let mut out = status_table(st, now, link);
     if let Some(line) = spend {
         out.push('\n');
         out.push_str(line);

@@ -59,6 +59,14 @@ pub fn supervisor_state_md(
     );
     if let Some(w) = &st.workflow {
         let _ = writeln!(out, "## Workflow\n{}\n", w.summary(st).join("\n"));
+        let artifacts = w.artifacts(st);
+        if !artifacts.is_empty() {
+            out.push_str("Artifacts:\n");
+            for a in artifacts {
+                let _ = writeln!(out, "- {a}");
+            }
+            out.push('\n');
+        }
     }
     for (i, u) in st.units.iter().enumerate() {
         let pu = &plan.work_units[i];

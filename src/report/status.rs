@@ -40,15 +40,16 @@ fn next_event(st: &OperationState) -> String {
 
 /// The §13 table, then the active agents with their elapsed time, then notices.
 pub fn status_table(st: &OperationState, now: DateTime<Utc>) -> String {
-    status_table_linked(st, now, &|_| None)
+    status_table_linked(st, now, &|_| None, &|path| format!("`{path}`"))
 }
 
 /// The status table with each active agent's dispatch id linked to where it runs
-/// (its Actions run, on GitHub).
+/// (its Actions run, on GitHub), and a workflow's files shown by `file`.
 pub fn status_table_linked(
     st: &OperationState,
     now: DateTime<Utc>,
     link: &dyn Fn(&crate::engine::DispatchId) -> Option<String>,
+    file: &dyn Fn(&str) -> String,
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "## Supervisor Status — {}", ts(now));
@@ -68,6 +69,11 @@ pub fn status_table_linked(
     if let Some(w) = &st.workflow {
         for line in w.summary(st) {
             let _ = writeln!(out, "{line}");
+        }
+        let artifacts = w.artifacts(st);
+        if !artifacts.is_empty() {
+            let shown: Vec<String> = artifacts.iter().map(|p| file(p)).collect();
+            let _ = writeln!(out, "Artifacts: {}", shown.join(" · "));
         }
         out.push('\n');
     }

@@ -225,6 +225,25 @@ impl Workflow {
         }
     }
 
+    /// Files the workflow's agents have written so far, for people to open
+    /// (reports, the plan, test and debug results, the summary; the kanban).
+    pub fn artifacts(&self, st: &OperationState) -> Vec<String> {
+        match self {
+            Workflow::Phases(p) => p.artifacts(st),
+            Workflow::Manager(m) => vec![m.kanban.clone()],
+        }
+    }
+
+    /// Whether a unit is tracked as its own issue on GitHub: the generated
+    /// plan's units are; the workflow's own phases and the manager's rounds
+    /// and tasks are rows of the operation's status comment.
+    pub fn has_own_issue(&self, unit: &str) -> bool {
+        match self {
+            Workflow::Phases(p) => p.is_implementation(unit),
+            Workflow::Manager(_) => false,
+        }
+    }
+
     /// Lines for people: the scope and why, or the manager's task list.
     pub fn summary(&self, st: &OperationState) -> Vec<String> {
         match self {

@@ -193,6 +193,29 @@ impl Phases {
             .collect()
     }
 
+    /// What the phases verified so far, in phase order.
+    pub fn artifacts(&self, st: &OperationState) -> Vec<String> {
+        let done = |u: &str| status_of(st, u) == Some(UnitStatus::Completed);
+        let mut out: Vec<String> = self
+            .reports_written(st)
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        if done(PLAN) {
+            out.push(self.plan_path());
+        }
+        if done(TESTING) {
+            out.push(self.test_report_path());
+        }
+        if done(DEBUG) {
+            out.push(self.debug_report_path());
+        }
+        if done(DOCS) {
+            out.push(self.summary_path());
+        }
+        out
+    }
+
     fn reports_written(&self, st: &OperationState) -> Vec<(String, String)> {
         (0..self.research.len())
             .filter(|&i| status_of(st, &Self::research_name(i)) == Some(UnitStatus::Completed))

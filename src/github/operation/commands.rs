@@ -350,11 +350,7 @@ impl Operations {
         // The table without the status comment's marker: a reply must never be
         // taken for the sticky comment.
         Ok(live.driver.state.as_ref().map(|st| {
-            report::github::as_comment_commands(&report::status_table_linked(
-                st,
-                chrono::Utc::now(),
-                &link,
-            ))
+            report::github::status_table(st, chrono::Utc::now(), &link)
         }))
     }
 

@@ -82,10 +82,13 @@ impl Operations {
         let repo = self.repo(ctx);
         let mut known = self.store.unit_issues(&ctx.op).await?;
         let label = format!("supervise:{}", ctx.op);
-        if known.len() < st.units.len() {
+        // Work without a plan: only the generated plan's units are issues.
+        let own_issue = |u: &str| st.workflow.as_ref().is_none_or(|w| w.has_own_issue(u));
+        let wanted = st.units.iter().filter(|u| own_issue(&u.name)).count();
+        if known.len() < wanted {
             let existing = repo.issues_labelled(&label).await?;
             for u in &st.plan.work_units {
-                if known.iter().any(|k| k.unit == u.name) {
+                if known.iter().any(|k| k.unit == u.name) || !own_issue(&u.name) {
                     continue;
                 }
                 let marker = report::github::unit_marker(&ctx.op, &u.name);
