@@ -2,33 +2,17 @@
 //! fails), edit the plan, resume, run again, pipe the output, make the usual
 //! mistakes — asserting what the person sees and the exit statuses.
 
-use std::path::{Path, PathBuf};
+mod support;
+
 use std::process::{Command, Output, Stdio};
+use support::{git, Checkout};
 
 const PLAN: &str = "# Shop\n\n| Work Unit | Directory | Dependencies |\n|---|---|---|\n| api | api | none |\n| docs | docs | none |\n\n\
 ## api\n### Sprint 1: Types\n- [ ] `api-sprint-1.txt` exists\n\n\
 ## docs\n### Sprint 1: Guide\n- [ ] `docs-sprint-1.txt` exists\n";
 
-struct Newcomer {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    log: PathBuf,
-    behaviour: PathBuf,
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "n")
-        .env("GIT_AUTHOR_EMAIL", "n@x")
-        .env("GIT_COMMITTER_NAME", "n")
-        .env("GIT_COMMITTER_EMAIL", "n@x")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
-}
+/// A newcomer's repository: the plan, and the scripted agent.
+struct Newcomer(Checkout);
 
 fn said(o: &Output) -> String {
     format!(
@@ -40,42 +24,23 @@ fn said(o: &Output) -> String {
 
 impl Newcomer {
     fn new() -> Newcomer {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("shop");
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::write(root.join("EXECUTION_PLAN.md"), PLAN).unwrap();
-        git(&root, &["init", "-q", "-b", "main"]);
-        git(&root, &["add", "-A"]);
-        git(&root, &["commit", "-qm", "plan"]);
-        let behaviour = tmp.path().join("behaviour");
-        std::fs::write(&behaviour, "docs 1 fail,fail,fail,ok\n").unwrap();
-        Newcomer {
-            log: tmp.path().join("agent.log"),
-            behaviour,
-            root,
-            _tmp: tmp,
-        }
+        Newcomer(Checkout::new(
+            &[("EXECUTION_PLAN.md", PLAN)],
+            "scripted.sh",
+            "docs 1 fail,fail,fail,ok\n",
+        ))
     }
 
     fn supervise(&self, args: &[&str]) -> Output {
-        let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/scripted.sh");
-        Command::new(env!("CARGO_BIN_EXE_supervise"))
-            .args(args)
-            .current_dir(&self.root)
-            .env("SUPERVISE_AGENT", agent)
-            .env("AGENT_LOG", &self.log)
-            .env("AGENT_BEHAVIOUR", &self.behaviour)
+        self.0
+            .cmd(args)
             .env("SUPERVISE_TICK_MS", "50")
-            .env("GIT_AUTHOR_NAME", "agent")
-            .env("GIT_AUTHOR_EMAIL", "agent@x")
-            .env("GIT_COMMITTER_NAME", "agent")
-            .env("GIT_COMMITTER_EMAIL", "agent@x")
             .output()
             .unwrap()
     }
 
     fn dispatches(&self) -> usize {
-        std::fs::read_to_string(&self.log)
+        std::fs::read_to_string(&self.0.log)
             .unwrap_or_default()
             .lines()
             .count()
@@ -113,7 +78,7 @@ fn a_newcomers_first_hour() {
         "## docs",
         "### Sprint 2: Handlers\n- [ ] `api-sprint-2.txt` exists\n\n## docs",
     );
-    std::fs::write(me.root.join("EXECUTION_PLAN.md"), &edited).unwrap();
+    std::fs::write(me.0.root.join("EXECUTION_PLAN.md"), &edited).unwrap();
     let out = me.supervise(&["resume"]);
     assert_eq!(out.status.code(), Some(1), "{}", said(&out));
     assert!(said(&out).contains("uncommitted changes"), "{}", said(&out));
@@ -124,7 +89,7 @@ fn a_newcomers_first_hour() {
     );
 
     // Committed: the resume says the plan changed and goes on with the old one.
-    git(&me.root, &["commit", "-qam", "api sprint 2"]);
+    git(&me.0.root, &["commit", "-qam", "api sprint 2"]);
     let out = me.supervise(&["resume"]);
     let text = said(&out);
     assert_eq!(out.status.code(), Some(0), "{text}");
@@ -142,10 +107,10 @@ fn a_newcomers_first_hour() {
         text.contains("finished; starting a new operation"),
         "{text}"
     );
-    assert!(me.root.join(".supervise/finished").is_dir());
+    assert!(me.0.root.join(".supervise/finished").is_dir());
     let files = Command::new("git")
         .args(["ls-tree", "-r", "--name-only", "HEAD"])
-        .current_dir(&me.root)
+        .current_dir(&me.0.root)
         .output()
         .unwrap();
     assert!(files.status.success());
@@ -153,7 +118,7 @@ fn a_newcomers_first_hour() {
     // The output piped into a reader that goes away: no panic.
     let mut child = Command::new(env!("CARGO_BIN_EXE_supervise"))
         .args(["status"])
-        .current_dir(&me.root)
+        .current_dir(&me.0.root)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -200,7 +165,7 @@ fn a_newcomers_first_hour() {
     }
 
     // A wrong path and an unknown flag: exit 1, the path named, nothing created.
-    let empty = me.root.parent().unwrap().join("empty");
+    let empty = me.0.root.parent().unwrap().join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_supervise"))
         .args(["run", "nowhere.md"])

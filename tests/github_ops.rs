@@ -1128,11 +1128,16 @@ async fn solve_on_an_issue_runs_every_phase_through_actions_to_the_final_pull_re
         "{status}"
     );
     for unit in ["limiter", "config", "wiring"] {
-        let issue = s.unit_issue(unit).unwrap_or_else(|| panic!("a sub-issue for {unit}"));
+        let issue = s
+            .unit_issue(unit)
+            .unwrap_or_else(|| panic!("a sub-issue for {unit}"));
         assert_eq!(issue.state, "closed", "{unit}");
     }
     for phase in ["research-1", "plan", "testing", "debug", "docs"] {
-        assert!(s.unit_issue(phase).is_none(), "{phase} is a row, not an issue");
+        assert!(
+            s.unit_issue(phase).is_none(),
+            "{phase} is a row, not an issue"
+        );
     }
 }
 

@@ -6,54 +6,30 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::git;
+use support::{git, Checkout};
 
 const PLAN: &str = "# Shop\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n| docs | docs | 0 |\n| web | web | 1 |\n\n\
 ## api\n### Sprint 1: Implement the API types\n- [ ] `api-sprint-1.txt` exists\n### Sprint 2: Implement the handlers\n- [ ] `api-sprint-2.txt` exists\n\
 ## docs\n### Sprint 1: Write the guide\n- [ ] `docs-sprint-1.txt` exists\n\
 ## web\n### Sprint 1: Build the page\n- [ ] `web-sprint-1.txt` exists\n";
 
-struct Repo {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    log: PathBuf,
-    behaviour: PathBuf,
+/// A repository with a plan, and the scripted agent.
+struct Repo(Checkout);
+
+impl std::ops::Deref for Repo {
+    type Target = Checkout;
+    fn deref(&self) -> &Checkout {
+        &self.0
+    }
 }
 
 impl Repo {
     fn new(plan: &str, behaviour: &str) -> Repo {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("repo");
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::write(root.join("EXECUTION_PLAN.md"), plan).unwrap();
-        git(&root, &["init", "-q", "-b", "main"]);
-        git(&root, &["add", "-A"]);
-        git(&root, &["commit", "-qm", "plan"]);
-        let log = tmp.path().join("agent.log");
-        let b = tmp.path().join("behaviour");
-        std::fs::write(&b, behaviour).unwrap();
-        Repo {
-            root,
-            log,
-            behaviour: b,
-            _tmp: tmp,
-        }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/scripted.sh");
-        let mut c = Command::new(env!("CARGO_BIN_EXE_supervise"));
-        c.args(args)
-            .current_dir(&self.root)
-            .env("SUPERVISE_AGENT", agent)
-            .env("AGENT_LOG", &self.log)
-            .env("AGENT_BEHAVIOUR", &self.behaviour)
-            .env("GIT_AUTHOR_NAME", "agent")
-            .env("GIT_AUTHOR_EMAIL", "agent@x")
-            .env("GIT_COMMITTER_NAME", "agent")
-            .env("GIT_COMMITTER_EMAIL", "agent@x")
-            .env("SUPERVISE_TICK_MS", "100");
-        c
+        Repo(Checkout::new(
+            &[("EXECUTION_PLAN.md", plan)],
+            "scripted.sh",
+            behaviour,
+        ))
     }
 
     fn run(&self, extra: &[&str]) -> Output {
@@ -95,14 +71,6 @@ impl Repo {
             .find(|u| u["name"] == name)
             .cloned()
             .unwrap()
-    }
-
-    fn invocations(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
     }
 
     fn integration_files(&self) -> String {

@@ -3,57 +3,34 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
-use support::git;
+use support::{git, Checkout};
 
-struct Repo {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    log: PathBuf,
-    behaviour: PathBuf,
+/// A repository with settings for work without a plan, and the agent that
+/// plays every role.
+struct Repo(Checkout);
+
+impl std::ops::Deref for Repo {
+    type Target = Checkout;
+    fn deref(&self) -> &Checkout {
+        &self.0
+    }
 }
 
 impl Repo {
     fn new(behaviour: &str) -> Repo {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("repo");
-        std::fs::create_dir_all(root.join(".github")).unwrap();
-        std::fs::write(
-            root.join(".github/supervise.yml"),
-            "without_plan:\n  research_agents_min: 3\n  research_agents_max: 3\n  test_command: test -f fixed.txt\n",
-        )
-        .unwrap();
-        std::fs::write(root.join("README.md"), "# A service\n").unwrap();
-        git(&root, &["init", "-q", "-b", "main"]);
-        git(&root, &["add", "-A"]);
-        git(&root, &["commit", "-qm", "start"]);
-        let log = tmp.path().join("agent.log");
-        let b = tmp.path().join("behaviour");
-        std::fs::write(&b, behaviour).unwrap();
-        Repo {
-            root,
-            log,
-            behaviour: b,
-            _tmp: tmp,
-        }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/workflow.sh");
-        let mut c = Command::new(env!("CARGO_BIN_EXE_supervise"));
-        c.args(args)
-            .current_dir(&self.root)
-            .env("SUPERVISE_AGENT", agent)
-            .env("AGENT_LOG", &self.log)
-            .env("AGENT_BEHAVIOUR", &self.behaviour)
-            .env("GIT_AUTHOR_NAME", "agent")
-            .env("GIT_AUTHOR_EMAIL", "agent@x")
-            .env("GIT_COMMITTER_NAME", "agent")
-            .env("GIT_COMMITTER_EMAIL", "agent@x")
-            .env("SUPERVISE_TICK_MS", "100");
-        c
+        Repo(Checkout::new(
+            &[
+                (
+                    ".github/supervise.yml",
+                    "without_plan:\n  research_agents_min: 3\n  research_agents_max: 3\n  test_command: test -f fixed.txt\n",
+                ),
+                ("README.md", "# A service\n"),
+            ],
+            "workflow.sh",
+            behaviour,
+        ))
     }
 
     fn run(&self, args: &[&str]) -> Output {
@@ -95,14 +72,6 @@ impl Repo {
                 &format!("supervise/{op}/integration"),
             ],
         )
-    }
-
-    fn invocations(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
     }
 }
 

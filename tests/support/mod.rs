@@ -1,8 +1,9 @@
 #![allow(dead_code)] // each test binary uses a part of what is shared here
-//! What the `supervise serve` tests share: a free port, the real binary started
-//! against the fake GitHub, and waiting for it to listen.
+//! What the tests share: for `supervise serve`, a free port, the real binary
+//! started against the fake GitHub, and waiting for it to listen; for local
+//! runs, git and a repository with a scripted agent ([`Checkout`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -139,4 +140,70 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A git repository of its own (in a temporary directory) with `files`
+/// committed on `main`, and a scripted agent that reads its behaviour from a
+/// file beside the repository and logs each invocation there: what the local
+/// stories run `supervise` in.
+pub struct Checkout {
+    pub root: PathBuf,
+    pub log: PathBuf,
+    pub behaviour: PathBuf,
+    agent: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Checkout {
+    /// `agent` is a script under tests/agents/.
+    pub fn new(files: &[(&str, &str)], agent: &str, behaviour: &str) -> Checkout {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("repo");
+        std::fs::create_dir_all(&root).unwrap();
+        for (path, text) in files {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        git(&root, &["init", "-q", "-b", "main"]);
+        git(&root, &["add", "-A"]);
+        git(&root, &["commit", "-qm", "start"]);
+        let b = tmp.path().join("behaviour");
+        std::fs::write(&b, behaviour).unwrap();
+        Checkout {
+            log: tmp.path().join("agent.log"),
+            behaviour: b,
+            agent: Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/agents")
+                .join(agent),
+            root,
+            _tmp: tmp,
+        }
+    }
+
+    /// `supervise ARGS` in the repository, with the agent, its files, a git
+    /// identity and a 100 ms tick.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_supervise"));
+        c.args(args)
+            .current_dir(&self.root)
+            .env("SUPERVISE_AGENT", &self.agent)
+            .env("AGENT_LOG", &self.log)
+            .env("AGENT_BEHAVIOUR", &self.behaviour)
+            .env("GIT_AUTHOR_NAME", "agent")
+            .env("GIT_AUTHOR_EMAIL", "agent@x")
+            .env("GIT_COMMITTER_NAME", "agent")
+            .env("GIT_COMMITTER_EMAIL", "agent@x")
+            .env("SUPERVISE_TICK_MS", "100");
+        c
+    }
+
+    /// The agent's log: one line per invocation, in order.
+    pub fn invocations(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
 }

@@ -349,9 +349,11 @@ impl Operations {
         let live = l.lock().await;
         // The table without the status comment's marker: a reply must never be
         // taken for the sticky comment.
-        Ok(live.driver.state.as_ref().map(|st| {
-            report::github::status_table(st, chrono::Utc::now(), &link)
-        }))
+        Ok(live
+            .driver
+            .state
+            .as_ref()
+            .map(|st| report::github::status_table(st, chrono::Utc::now(), &link)))
     }
 
     // ----- webhooks ----------------------------------------------------------
