@@ -6,7 +6,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::{git, Checkout};
+use support::{git, kill_after, Checkout, XorShift};
 
 const PLAN: &str = "# Shop\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n| docs | docs | 0 |\n| web | web | 1 |\n\n\
 ## api\n### Sprint 1: Implement the API types\n- [ ] `api-sprint-1.txt` exists\n### Sprint 2: Implement the handlers\n- [ ] `api-sprint-2.txt` exists\n\
@@ -302,45 +302,20 @@ fn killing_the_supervisor_at_random_points_loses_nothing_and_runs_no_attempt_twi
             PLAN,
             "api 1 slow\napi 2 fail,slow\ndocs 1 slow\nweb 1 slow\n",
         );
-        let mut rng = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        let mut rng = XorShift::new(seed);
         let mut runs = 0;
         loop {
             runs += 1;
             assert!(runs < 40, "seed {seed}: the operation never finished");
             let mut sup = repo.spawn(&["--max-parallel", "2"]);
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let delay = Duration::from_millis(150 + rng % 900);
-            let start = Instant::now();
-            let mut done = None;
-            while start.elapsed() < delay {
-                if let Some(s) = sup.try_wait().unwrap() {
-                    done = Some(s);
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            match done {
-                Some(s) => {
-                    assert_eq!(s.code(), Some(0), "seed {seed}: finished with {s:?}");
-                    break;
-                }
-                None => {
-                    sup.kill().unwrap(); // SIGKILL
-                    sup.wait().unwrap();
-                }
+            let delay = Duration::from_millis(150 + rng.next_u64() % 900);
+            if let Some(s) = kill_after(&mut sup, delay) {
+                assert_eq!(s.code(), Some(0), "seed {seed}: finished with {s:?}");
+                break;
             }
         }
         assert_eq!(repo.state()["status"], "COMPLETED", "seed {seed}");
-        let inv = repo.invocations();
-        let mut ids: Vec<&str> = inv.iter().map(|l| l.rsplit(' ').next().unwrap()).collect();
-        let n = ids.len();
-        ids.sort();
-        ids.dedup();
-        assert_eq!(ids.len(), n, "seed {seed}: an attempt ran twice: {inv:?}");
+        repo.assert_no_attempt_ran_twice(&format!("seed {seed}"));
         assert!(repo.integration_files().contains("web/web-sprint-1.txt"));
     }
 }
@@ -433,7 +408,7 @@ fn names_plan(names: &[String]) -> String {
 #[test]
 fn units_whose_names_reduce_to_the_same_slug_each_run_their_own_sprints() {
     let tricky = ["API v1", "API-v1", "Parser", "Parser!", "Ядро", "Узел"];
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = XorShift::new(0x9e37_79b9_7f4a_7c15);
     let mut plans = vec![tricky.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
     // Random names from a pool of scripts and punctuation, sharing long prefixes.
     let pool = [
@@ -451,9 +426,7 @@ fn units_whose_names_reduce_to_the_same_slug_each_run_their_own_sprints() {
     for _ in 0..2 {
         let mut names: Vec<String> = Vec::new();
         while names.len() < 5 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
+            let rng = rng.next_u64();
             let a = pool[(rng % pool.len() as u64) as usize];
             let b = pool[((rng >> 8) % pool.len() as u64) as usize];
             let name = format!("{}{a} {b}", "long shared prefix ".repeat(3));

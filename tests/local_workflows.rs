@@ -4,8 +4,8 @@
 mod support;
 
 use std::process::{Output, Stdio};
-use std::time::{Duration, Instant};
-use support::{git, Checkout};
+use std::time::Duration;
+use support::{git, kill_after, Checkout, XorShift};
 
 /// A repository with settings for work without a plan, and the agent that
 /// plays every role.
@@ -238,9 +238,7 @@ fn manage_runs_the_tasks_the_manager_names_and_retries_a_malformed_answer() {
 fn killing_solve_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
     for seed in 0..3u64 {
         let repo = Repo::new("research-1 slow\nresearch-2 slow\nresearch-3 slow\nplan slow\nlimiter slow\nconfig slow\nwiring slow\ntesting slow\ndebug slow\ndocs slow\n");
-        let mut rng = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        let mut rng = XorShift::new(seed);
         let mut runs = 0;
         loop {
             runs += 1;
@@ -257,42 +255,19 @@ fn killing_solve_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let delay = Duration::from_millis(200 + rng % 1200);
-            let start = Instant::now();
-            let mut done = None;
-            while start.elapsed() < delay {
-                if let Some(s) = sup.try_wait().unwrap() {
-                    done = Some(s);
+            let delay = Duration::from_millis(200 + rng.next_u64() % 1200);
+            if let Some(s) = kill_after(&mut sup, delay) {
+                assert!(
+                    s.code() == Some(0) || s.code() == Some(3),
+                    "seed {seed}: {s:?}"
+                );
+                if s.code() == Some(0) {
                     break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            match done {
-                Some(s) => {
-                    assert!(
-                        s.code() == Some(0) || s.code() == Some(3),
-                        "seed {seed}: {s:?}"
-                    );
-                    if s.code() == Some(0) {
-                        break;
-                    }
-                }
-                None => {
-                    sup.kill().unwrap(); // SIGKILL
-                    sup.wait().unwrap();
                 }
             }
         }
         assert_eq!(repo.state("solve")["status"], "COMPLETED", "seed {seed}");
-        let inv = repo.invocations();
-        let mut ids: Vec<&str> = inv.iter().map(|l| l.rsplit(' ').next().unwrap()).collect();
-        let n = ids.len();
-        ids.sort();
-        ids.dedup();
-        assert_eq!(ids.len(), n, "seed {seed}: an attempt ran twice: {inv:?}");
+        repo.assert_no_attempt_ran_twice(&format!("seed {seed}"));
         let files = repo.integration_files("solve");
         assert!(
             files.contains("summaries/001_summary.md"),

@@ -207,3 +207,51 @@ impl Checkout {
             .collect()
     }
 }
+
+/// A small deterministic generator (xorshift64), so that a failing seed can
+/// be run again.
+pub struct XorShift(u64);
+
+impl XorShift {
+    pub fn new(seed: u64) -> XorShift {
+        XorShift(
+            seed.wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407),
+        )
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Lets `child` run for `delay`: how it ended if it did by then; otherwise it
+/// is killed with SIGKILL and reaped (`None`).
+pub fn kill_after(child: &mut Child, delay: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < delay {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    None
+}
+
+impl Checkout {
+    /// Every dispatch id in the agent's log appears once: no attempt ran
+    /// twice (each invocation's line ends with its dispatch id).
+    pub fn assert_no_attempt_ran_twice(&self, context: &str) {
+        let inv = self.invocations();
+        let mut ids: Vec<&str> = inv.iter().map(|l| l.rsplit(' ').next().unwrap()).collect();
+        let n = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "{context}: an attempt ran twice: {inv:?}");
+    }
+}
