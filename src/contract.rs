@@ -68,6 +68,11 @@ pub struct RunResult {
     /// What the plan's progress files say (recorded by `supervise verify --record`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressMarker>,
+    /// The agent's commits since the run began (short ids, the supervisor's
+    /// own left out), when the runner knew where it began (`GITHUB_SHA`):
+    /// the supervisor then need not ask GitHub to compare.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commits: Option<Vec<String>>,
     /// What the agent wrote to `$SUPERVISE_RESULT_FILE` (at most
     /// [`ANSWER_LIMIT`] bytes, invalid UTF-8 replaced): a workflow's input,
     /// such as the manager's JSON.

@@ -106,7 +106,7 @@ async fn conflicts_are_seen_and_a_moved_branch_is_not_merged() {
         .unwrap();
     let listed = repo.pull_for("clash").await.unwrap().unwrap();
     assert_eq!(listed.mergeable, None, "list items do not say");
-    assert_eq!(repo.mergeable(clash).await.unwrap(), Some(false));
+    assert_eq!(repo.mergeable(clash, None).await.unwrap(), Some(false));
 
     repo.put_file("clean", "new.txt", "new\n", "new")
         .await
@@ -115,7 +115,7 @@ async fn conflicts_are_seen_and_a_moved_branch_is_not_merged() {
         .ensure_pull("clean", "main", "clean", "")
         .await
         .unwrap();
-    assert_eq!(repo.mergeable(clean).await.unwrap(), Some(true));
+    assert_eq!(repo.mergeable(clean, None).await.unwrap(), Some(true));
     let verified = repo.branch_sha("clean").await.unwrap().unwrap();
     // The branch moves after verification: the merge is refused, not made.
     repo.put_file("clean", "late.txt", "unverified\n", "late")

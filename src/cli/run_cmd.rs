@@ -468,6 +468,10 @@ pub struct VerifyArgs {
     /// A file holding the agent's output (with `--record`); its end is kept.
     #[arg(long)]
     pub agent_output: Option<PathBuf>,
+    /// The commit the run began at (with `--record`; in Actions, the
+    /// dispatched commit): the agent's commits since it are recorded.
+    #[arg(long, env = "GITHUB_SHA", hide_env_values = true)]
+    pub since: Option<String>,
 }
 
 /// The sprint definition committed for a dispatch whose work no plan file
@@ -538,6 +542,10 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
             output_tail: criteria::tail(&output, 4000),
             criteria: results.clone(),
             progress: criteria::progress_marker(&plan.plan, u, s, &root),
+            commits: a
+                .since
+                .as_deref()
+                .and_then(|since| crate::runner::git::agent_commits(&root, since)),
             answer: match spec.as_ref().and_then(|s| s.answer_file.as_deref()) {
                 Some(rel) => crate::contract::read_answer(&root.join(rel)),
                 None => std::env::var_os("SUPERVISE_RESULT_FILE")

@@ -393,12 +393,23 @@ impl Repo<'_> {
     }
 
     /// Whether a pull request merges cleanly, from the pull request itself (list
-    /// items do not carry it). GitHub computes it in the background and answers
-    /// `null` meanwhile: asked a few times, then `None` (unknown).
-    pub async fn mergeable(&self, number: i64) -> Result<Option<bool>, GitHubError> {
+    /// items do not carry it), starting from `first` when the caller has just
+    /// read it. GitHub computes it in the background and answers `null`
+    /// meanwhile: asked a few times, then `None` (unknown).
+    pub async fn mergeable(
+        &self,
+        number: i64,
+        first: Option<&PullRequest>,
+    ) -> Result<Option<bool>, GitHubError> {
+        let mut known = first.cloned();
         for wait_ms in [0u64, 300, 700, 1500] {
-            tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
-            let p = self.pull(number).await?;
+            let p = match known.take() {
+                Some(p) => p,
+                None => {
+                    tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+                    self.pull(number).await?
+                }
+            };
             if let Some(m) = p.mergeable {
                 return Ok(Some(m));
             }

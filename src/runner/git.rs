@@ -8,6 +8,31 @@ use anyhow::{anyhow, Context, Result};
 use git2::{BranchType, Oid, Repository, ResetType, Signature, StatusOptions, WorktreeAddOptions};
 use std::path::{Path, PathBuf};
 
+/// The agent's commits in the checkout at `dir` since `since` (short ids,
+/// newest first), leaving out the supervisor's own (`supervise: …`); `None`
+/// when git cannot say (no repository, an unknown commit).
+pub fn agent_commits(dir: &Path, since: &str) -> Option<Vec<String>> {
+    let repo = Repository::discover(dir).ok()?;
+    let base = repo
+        .revparse_single(since)
+        .ok()?
+        .peel_to_commit()
+        .ok()?
+        .id();
+    let head = repo.head().ok()?.peel_to_commit().ok()?.id();
+    let mut walk = repo.revwalk().ok()?;
+    walk.push(head).ok()?;
+    walk.hide(base).ok()?;
+    let mut out = Vec::new();
+    for oid in walk {
+        let commit = repo.find_commit(oid.ok()?).ok()?;
+        if !commit.message().unwrap_or("").starts_with("supervise:") {
+            out.push(commit.id().to_string()[..7].to_string());
+        }
+    }
+    Some(out)
+}
+
 pub struct Git {
     repo: Repository,
     /// The plan's directory relative to the repository's working directory.
@@ -479,5 +504,52 @@ impl Git {
         if let Ok(wt) = self.repo.find_worktree(&name) {
             let _ = wt.prune(Some(git2::WorktreePruneOptions::new().valid(true)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_commits_leave_out_the_supervisors_own_and_need_a_known_start() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path()).unwrap();
+        let sig = Signature::now("t", "t@x").unwrap();
+        let mut parent: Option<Oid> = None;
+        let mut shas = Vec::new();
+        for msg in [
+            "supervise: prompt",
+            "agent: work",
+            "supervise: results",
+            "agent: more",
+        ] {
+            let tree = repo.treebuilder(None).unwrap().write().unwrap();
+            let tree = repo.find_tree(tree).unwrap();
+            let parents: Vec<git2::Commit> = parent
+                .iter()
+                .map(|p| repo.find_commit(*p).unwrap())
+                .collect();
+            let refs: Vec<&git2::Commit> = parents.iter().collect();
+            let id = repo
+                .commit(Some("HEAD"), &sig, &sig, msg, &tree, &refs)
+                .unwrap();
+            shas.push(id.to_string());
+            parent = Some(id);
+        }
+        let listed = agent_commits(tmp.path(), &shas[0]).unwrap();
+        assert_eq!(
+            listed,
+            vec![shas[3][..7].to_string(), shas[1][..7].to_string()]
+        );
+        assert_eq!(
+            agent_commits(tmp.path(), &shas[3]).unwrap(),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            agent_commits(tmp.path(), "0123456789abcdef0123456789abcdef01234567"),
+            None
+        );
+        assert_eq!(agent_commits(tmp.path(), ""), None);
     }
 }

@@ -433,6 +433,8 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         output_tail: super::criteria::tail(&output, 4000),
         criteria,
         progress: None,
+        // Locally the supervisor reads the branch itself.
+        commits: None,
         answer: crate::contract::read_answer(&answer_file),
     };
     write_atomic(

@@ -148,6 +148,7 @@ pub(super) async fn execute(
         .current_dir(&dir)
         .env("GITHUB_RUN_ID", run.id.to_string())
         .env("GITHUB_REF_NAME", &run.head_branch)
+        .env("GITHUB_SHA", &run.head_sha)
         .env("GITHUB_REPOSITORY", &run.repo)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::from(

@@ -102,7 +102,18 @@ impl Operations {
         let sprint = unit.sprints[s].clone();
         let active = st.units[u].sprints[s].active.clone();
         let branch = sprint_branch(&ctx.op, &st.units[u].slug, sprint.id.as_str());
-        let Some(head) = repo.branch_sha(&branch).await? else {
+        let row = self.store.run(&d.0).await?;
+        // The sprint's pull request gives its head and, once GitHub has
+        // computed it, whether it merges: one read for both.
+        let pr = match row.as_ref().and_then(|r| r.pull) {
+            Some(n) => Some(repo.pull(n).await?),
+            None => repo.pull_for(&branch).await?,
+        };
+        let head = match pr.as_ref().and_then(|p| p.head_sha.clone()) {
+            Some(h) => Some(h),
+            None => repo.branch_sha(&branch).await?,
+        };
+        let Some(head) = head else {
             live.driver.queue.push_back(Input::DispatchFailed {
                 dispatch: d.clone(),
                 error: format!("the sprint branch {branch} is gone"),
@@ -122,28 +133,27 @@ impl Operations {
             .file(&results_path(&d.0), Some(&head))
             .await?
             .and_then(|(t, _)| serde_json::from_str(&t).ok());
-        let row = self.store.run(&d.0).await?;
         let base = row.as_ref().and_then(|r| r.base_sha.clone());
-        let commits = match &base {
-            Some(b) => repo
+        // The runner lists the agent's commits when it knows where the run
+        // began; an older agent workflow's results do not, and GitHub is asked.
+        let commits = match (recorded.as_ref().and_then(|r| r.commits.clone()), &base) {
+            (Some(listed), _) => listed,
+            (None, Some(b)) => repo
                 .compare(b, &head)
                 .await?
                 .into_iter()
                 .filter(|(_, msg)| !msg.starts_with("supervise:"))
                 .map(|(sha, _)| sha[..sha.len().min(7)].to_string())
                 .collect(),
-            None => Vec::new(),
+            (None, None) => Vec::new(),
         };
         // The list endpoint does not say whether a pull request merges; the
         // pull request itself does, once GitHub has computed it.
-        let pr = match row.as_ref().and_then(|r| r.pull) {
-            Some(n) => Some(n),
-            None => repo.pull_for(&branch).await?.map(|p| p.number),
-        };
-        let mergeable = match pr {
-            Some(n) => repo.mergeable(n).await?,
+        let mergeable = match &pr {
+            Some(p) => repo.mergeable(p.number, Some(p)).await?,
             None => None,
         };
+        let pr = pr.map(|p| p.number);
         self.store
             .put_run(&RunRow {
                 dispatch: d.0.clone(),
