@@ -66,6 +66,8 @@ pub struct FileCommit {
 
 #[derive(Debug, Deserialize)]
 pub struct Comparison {
+    /// `ahead`, `behind`, `diverged` or `identical`: head against base.
+    pub status: String,
     pub commits: Vec<ComparedCommit>,
 }
 

@@ -325,6 +325,19 @@ impl Repo<'_> {
             .collect())
     }
 
+    /// Whether `head` contains every commit of `base` (GitHub compares them
+    /// as ahead or identical): then merging `head` into `base` is clean.
+    pub async fn contains(&self, base: &str, head: &str) -> Result<bool, GitHubError> {
+        let v: answers::Comparison = self
+            .get(&format!(
+                "/compare/{}...{}?per_page=1",
+                enc(base),
+                enc(head)
+            ))
+            .await?;
+        Ok(matches!(v.status.as_str(), "ahead" | "identical"))
+    }
+
     /// The pull request from `head` (open or not), if there is one.
     pub async fn pull_for(&self, head: &str) -> Result<Option<PullRequest>, GitHubError> {
         let owner = self.name.split('/').next().unwrap_or("");

@@ -171,10 +171,20 @@ pub(super) async fn compare(
     let (Some(b), Some(hd)) = (resolve(base), resolve(head)) else {
         return error(StatusCode::NOT_FOUND, "No common ancestor");
     };
+    let behind = match repo.commits_between(&hd, &b) {
+        Ok(c) => c.len(),
+        Err(e) => return error(StatusCode::NOT_FOUND, &e),
+    };
     match repo.commits_between(&b, &hd) {
         Ok(commits) => ok(json!({
-            "status": if commits.is_empty() { "identical" } else { "ahead" },
+            "status": match (commits.len(), behind) {
+                (0, 0) => "identical",
+                (_, 0) => "ahead",
+                (0, _) => "behind",
+                _ => "diverged",
+            },
             "ahead_by": commits.len(),
+            "behind_by": behind,
             "total_commits": commits.len(),
             "commits": commits.iter().map(|c| json!({ "sha": c.sha, "commit": { "message": c.message } })).collect::<Vec<_>>(),
         })),

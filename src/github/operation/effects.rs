@@ -272,6 +272,7 @@ impl GitHubExecutor<'_> {
             let base = integration_head().await?;
             let made = repo.create_branch(&branch, &base).await?;
             let head = if made {
+                self.place.cut(&branch, &base);
                 Some(base)
             } else {
                 repo.branch_sha(&branch).await?
@@ -283,6 +284,9 @@ impl GitHubExecutor<'_> {
                 None => {
                     let base = integration_head().await?;
                     let made = repo.create_branch(&branch, &base).await?;
+                    if made {
+                        self.place.cut(&branch, &base);
+                    }
                     (Some(base), made)
                 }
             }

@@ -156,6 +156,27 @@ struct GhPlace {
     /// (merges of one operation are made one at a time, here); unknown after
     /// a restart or another replica's turn, then read from GitHub.
     integration_head: Option<String>,
+    /// Sprint branches this process made, and the integration head each was
+    /// cut from: while that is still the head, a branch's pull request can
+    /// only merge cleanly, and GitHub need not be waited on to say so.
+    cut_from: HashMap<String, String>,
+}
+
+impl GhPlace {
+    /// A sprint branch was made from the integration branch at `base` (then
+    /// its head, as far as this process knows).
+    fn cut(&mut self, branch: &str, base: &str) {
+        self.integration_head = Some(base.to_string());
+        self.cut_from.insert(branch.to_string(), base.to_string());
+    }
+
+    /// Whether the integration branch is, as far as this process knows,
+    /// still where `branch` was cut from.
+    fn unmoved_since_cut(&self, branch: &str) -> bool {
+        self.cut_from
+            .get(branch)
+            .is_some_and(|c| Some(c) == self.integration_head.as_ref())
+    }
 }
 
 impl GhPlace {
@@ -284,6 +305,7 @@ impl Operations {
                 loaded_seq: loaded.seq.max(0) as u64,
                 tried: HashSet::new(),
                 integration_head: None,
+                cut_from: HashMap::new(),
             },
         }));
         Ok(self
@@ -362,6 +384,7 @@ impl Operations {
             live.place.dirty = true;
             // Another replica acted: it may have merged since.
             live.place.integration_head = None;
+            live.place.cut_from.clear();
         }
         Ok(())
     }

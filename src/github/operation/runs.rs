@@ -150,6 +150,17 @@ impl Operations {
         // The list endpoint does not say whether a pull request merges; the
         // pull request itself does, once GitHub has computed it.
         let mergeable = match &pr {
+            Some(p) if p.mergeable.is_none() && live.place.unmoved_since_cut(&branch) => {
+                // The integration branch has not moved since this branch was
+                // cut from it, as far as this process knows: if the head
+                // still contains it (the ground truth, one request), the
+                // merge is clean and GitHub's background answer is not
+                // waited for.
+                match repo.contains(&integration_branch(&ctx.op), &head).await? {
+                    true => Some(true),
+                    false => repo.mergeable(p.number, Some(p)).await?,
+                }
+            }
             Some(p) => repo.mergeable(p.number, Some(p)).await?,
             None => None,
         };
