@@ -230,7 +230,10 @@ fn manage_runs_the_tasks_the_manager_names_and_retries_a_malformed_answer() {
         .unwrap()
         .contains("not a task marked todo"));
     // The status shown mirrors the manager's last list.
-    let state_md = std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap();
+    // Beside the workflow's own state, never over a plan run's.
+    assert!(!repo.root.join("SUPERVISOR_STATE.md").exists());
+    let state_md =
+        std::fs::read_to_string(repo.root.join(".supervise/manage/SUPERVISOR_STATE.md")).unwrap();
     assert!(state_md.contains("- [x] tasks/2.md"), "{state_md}");
 }
 

@@ -181,6 +181,9 @@ where
     let ending = sup.run_loop()?;
     if let Some(st) = sup.state() {
         terminal::farewell(out, ending, st);
+        if out != OutputMode::Quiet && out != OutputMode::Json {
+            println!("Reports: .supervise/{kind}/SUPERVISOR_STATE.md");
+        }
     }
     Ok(terminal::exit_code(ending))
 }

@@ -332,18 +332,29 @@ impl LocalPlace {
         Ok(lost)
     }
 
+    /// Where SUPERVISOR_STATE.md and COMPLETE_<NAME>.md go: beside the plan,
+    /// or, for work without a plan, beside the workflow's own state (so a
+    /// plan run and a workflow in one repository never write one file).
+    pub(super) fn reports_dir(&self, st: &OperationState) -> &Path {
+        match st.workflow {
+            Some(_) => &self.dir,
+            None => &self.plan.root,
+        }
+    }
+
     /// Rewrites SUPERVISOR_STATE.md and COMPLETE_<NAME>.md and refreshes the screen.
     pub(super) fn publish(&mut self, st: &OperationState) -> Result<()> {
         let runs = self.runs();
+        let reports = self.reports_dir(st).to_path_buf();
         let output_file = |d: &engine::DispatchId| {
             process::run_dir(&runs, &d.0)
                 .join("output.log")
-                .strip_prefix(&self.plan.root)
+                .strip_prefix(&reports)
                 .map(|p| p.display().to_string())
                 .unwrap_or_default()
         };
         write_file(
-            &self.plan.root.join("SUPERVISOR_STATE.md"),
+            &reports.join("SUPERVISOR_STATE.md"),
             &report::supervisor_state_md(st, &output_file),
         )?;
         if st
@@ -352,7 +363,7 @@ impl LocalPlace {
             .any(|u| u.sprints.iter().any(|s| s.completion.is_some()))
         {
             write_file(
-                &self.plan.root.join(report::complete_file_name(st)),
+                &reports.join(report::complete_file_name(st)),
                 &report::complete_md(st, chrono::Utc::now()),
             )?;
         }
