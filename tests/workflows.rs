@@ -375,3 +375,51 @@ fn a_manager_that_never_stops_is_capped_by_max_tasks() {
     assert!(sim.st().status_reason.contains("2 tasks ran, the cap"));
     assert!(sim.out().is_empty());
 }
+
+#[test]
+fn without_a_test_command_the_reports_own_test_status_decides() {
+    let s = WorkflowSettings {
+        research_agents_min: 2,
+        research_agents_max: 2,
+        test_command: None,
+        ..WorkflowSettings::default()
+    };
+    let mut sim = Sim::start_workflow(
+        Workflow::Phases(Phases::new("Add rate limiting to the API", None, &s, 3)),
+        EngineConfig::default(),
+    );
+    sim.finish("research-1", success());
+    sim.finish("research-2", success());
+    sim.finish("plan", answering(PLAN));
+    for u in ["limiter", "config", "wiring"] {
+        sim.finish(u, success());
+    }
+    // The test run's report is its answer: the agent says the tests fail.
+    let testing = sim.order_for("testing");
+    assert_eq!(
+        testing.answer_file.as_deref(),
+        Some("specs/003_add_rate_limiting_to_the/debug/000_test_results.md")
+    );
+    assert!(testing.prompt.contains("TEST_STATUS: failing"), "{}", testing.prompt);
+    sim.finish(
+        "testing",
+        answering("# Test results\n\n3 failed\n\nTEST_STATUS: failing\n"),
+    );
+    assert_eq!(sim.unit("testing").status, UnitStatus::Blocked);
+    // A round whose report does not say is not taken for a fix.
+    sim.finish("debug", answering("## Round 1\n\nThe limiter ignored bursts.\n"));
+    let round2 = sim.order_for("debug");
+    assert!(
+        round2.prompt.contains("does not end with `TEST_STATUS: passing`"),
+        "{}",
+        round2.prompt
+    );
+    sim.finish(
+        "debug",
+        answering("## Round 1\n\nTEST_STATUS: failing\n\n## Round 2\n\nFixed.\n\n`TEST_STATUS: passing`\n"),
+    );
+    assert_eq!(sim.unit("debug").status, UnitStatus::Completed);
+    sim.finish("docs", success());
+    assert_eq!(sim.st().status, OverallStatus::Completed);
+    assert!(notices(&sim, NoticeKind::Blocked).is_empty());
+}

@@ -37,12 +37,14 @@ case "$SUPERVISE_UNIT" in
   testing)
     p=$(path_of /debug/); mkdir -p "$(dirname "$p")"
     if [ -f fixed.txt ]; then s=passing; else s=failing; fi
-    printf '# Test results\n\n%s\n' "$s" > "$p"; commit "test results"
+    printf '# Test results\n\n%s\n\nTEST_STATUS: %s\n' "$s" "$s" > "$p"; commit "test results"
     echo "TEST_STATUS: $s" ;;
   debug)
     p=$(path_of /debug/001_); mkdir -p "$(dirname "$p")"
     printf '## Round %s\n\nThe limiter ignored the burst size.\n' "$n" >> "$p"
     [ "$action" = nofix ] || echo fixed > fixed.txt
+    if [ -f fixed.txt ]; then s=passing; else s=failing; fi
+    printf '\nTEST_STATUS: %s\n' "$s" >> "$p"
     commit "debug round $n"; echo "DEBUG_REPORT_CREATED: $p" ;;
   docs)
     p=$(path_of /summaries/); mkdir -p "$(dirname "$p")"

@@ -212,7 +212,7 @@ impl Workflow {
     /// the runner's own `$SUPERVISE_RESULT_FILE`.
     pub fn answer_file(&self, unit: &str) -> Option<String> {
         match self {
-            Workflow::Phases(p) => (unit == phases::PLAN).then(|| p.plan_path()),
+            Workflow::Phases(p) => p.answer_file(unit),
             Workflow::Manager(_) => None,
         }
     }

@@ -255,7 +255,7 @@ impl Phases {
         };
         exit.insert(0, file_written(&report));
         let body = format!(
-            "You are the test runner for this request:\n\n{desc}\n\n{run} Do not change any code. Write the results (command, totals passed and failed, the failures' output) to `{report}` and commit it. End with: TEST_STATUS: passing or TEST_STATUS: failing",
+            "You are the test runner for this request:\n\n{desc}\n\n{run} Do not change any code. Write the results (command, totals passed and failed, the failures' output) to `{report}`, its last line `TEST_STATUS: passing` or `TEST_STATUS: failing`, and commit it. End with the same line.",
             desc = quoted(&self.description),
         );
         unit(
@@ -283,7 +283,7 @@ impl Phases {
             .map(|c| format!("`{c}`"))
             .unwrap_or_else(|| "the project's tests".into());
         let body = format!(
-            "You are the debugger for this request (at most {max} rounds; a round that leaves the tests failing is followed by the next, on this branch):\n\n{desc}\n\nFind why {tests} fail (the test run's results, if any, are in `{results}`). Add this round's analysis (cause, evidence, the fix) as a new section of `{report}`, apply the fix, run the tests again, and commit. End with: DEBUG_REPORT_CREATED: {report}",
+            "You are the debugger for this request (at most {max} rounds; a round that leaves the tests failing is followed by the next, on this branch):\n\n{desc}\n\nFind why {tests} fail (the test run's results, if any, are in `{results}`). Add this round's analysis (cause, evidence, the fix) as a new section of `{report}`, apply the fix, run the tests again, end the section with `TEST_STATUS: passing` or `TEST_STATUS: failing`, and commit. End with: DEBUG_REPORT_CREATED: {report}",
             max = self.debug_rounds,
             desc = quoted(&self.description),
             results = self.test_report_path(),
@@ -321,12 +321,49 @@ impl Phases {
     }
 
     pub fn check_answer(&self, unit: &str, answer: Option<&str>) -> Result<(), String> {
-        if unit != PLAN {
-            return Ok(());
+        if unit == PLAN {
+            let path = self.plan_path();
+            let text = answer.ok_or_else(|| format!("the plan `{path}` was not written"))?;
+            return self.implementation_units(text).map(|_| ());
         }
-        let path = self.plan_path();
-        let text = answer.ok_or_else(|| format!("the plan `{path}` was not written"))?;
-        self.implementation_units(text).map(|_| ())
+        let Some(report) = self.status_report(unit) else {
+            return Ok(());
+        };
+        // No test command to run: the agent's report of the run decides, by
+        // its last TEST_STATUS line.
+        let status = answer
+            .unwrap_or("")
+            .lines()
+            .rev()
+            .find_map(|l| l.trim().trim_matches('`').trim().strip_prefix("TEST_STATUS:"))
+            .map(|s| s.trim().to_ascii_lowercase());
+        match status.as_deref() {
+            Some("passing") => Ok(()),
+            Some(_) => Err(format!("`{report}` says the tests fail (TEST_STATUS: failing)")),
+            None => Err(format!(
+                "`{report}` does not end with `TEST_STATUS: passing` or `TEST_STATUS: failing`, and there is no test command to run instead (set `without_plan.test_command`)"
+            )),
+        }
+    }
+
+    /// The report whose TEST_STATUS line is a unit's verdict on the tests,
+    /// when no test command can be run instead (testing and debug rounds).
+    fn status_report(&self, unit: &str) -> Option<String> {
+        match unit {
+            _ if self.test_command.is_some() => None,
+            TESTING => Some(self.test_report_path()),
+            DEBUG => Some(self.debug_report_path()),
+            _ => None,
+        }
+    }
+
+    /// The repository file whose content is a unit's answer: the plan, or
+    /// a test or debug report whose TEST_STATUS decides.
+    pub fn answer_file(&self, unit: &str) -> Option<String> {
+        match unit {
+            PLAN => Some(self.plan_path()),
+            _ => self.status_report(unit),
+        }
     }
 
     /// The generated plan's units, named apart from the workflow's own units.
