@@ -52,11 +52,11 @@ pub enum Command {
         flags: RunFlags,
     },
     /// Work without a written plan: research, plan, build, test and debug from
-    /// a description (seed 002's phase workflow), the scope detected and said.
+    /// a description, in phases; the scope is detected and said.
     #[command(after_help = examples_then_statuses("  supervise solve 'Add rate limiting to the API' --agent ./agent.sh\n  supervise solve --issue-file issue.md --scope research-and-plan\n  supervise solve            # go on with the workflow under way"))]
     Solve(workflow_cmd::SolveArgs),
     /// Work without a written plan: a manager agent keeps a kanban and names
-    /// each next task as JSON; task agents do them (seed 004's loop).
+    /// each next task as JSON; task agents do them, one at a time.
     #[command(after_help = examples_then_statuses("  supervise manage 'Refactor the API layer' --agent ./agent.sh\n  supervise manage           # go on with the loop under way"))]
     Manage(workflow_cmd::ManageArgs),
     /// Show the status table; dispatches nothing.
