@@ -629,7 +629,7 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn any_comment_parses_without_panic(body in "(/supervise|```|> |`| |\\n|[a-z-]{1,8}|\\PC){0,40}") {
+        fn any_comment_parses_without_panic(body in "(/supervise|```|> |`| |\\n|solve|manage|debug-only|[a-z-]{1,8}|\\PC){0,40}") {
             for r in parse_comment(&body) {
                 if let Err(e) = r { proptest::prop_assert!(!e.to_string().is_empty()); }
             }
