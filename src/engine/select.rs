@@ -3,7 +3,8 @@
 
 use super::events::ModelTier;
 use crate::plan::tools::measure::{
-    estimated_turns, is_vague, named_files, risk, text_of, Risk, FOUNDATION, OPEN_QUESTIONS,
+    estimated_turns, is_vague, named_files, risk, text_of, Keywords, Risk, FOUNDATION_WORDS,
+    OPEN_QUESTION_WORDS,
 };
 use crate::plan::{CriterionKind, Plan, SprintType};
 
@@ -20,9 +21,9 @@ pub struct Complexity {
     pub open_questions: bool,
 }
 
-const OPEN_ENDED: &[&str] = &[
+static OPEN_ENDED: Keywords = Keywords::new(&[
     "improve", "optimize", "optimise", "enhance", "clean up", "polish", "refine",
-];
+]);
 
 pub fn complexity(plan: &Plan, unit: usize, sprint: usize) -> Complexity {
     let u = &plan.work_units[unit];
@@ -71,7 +72,7 @@ pub fn complexity(plan: &Plan, unit: usize, sprint: usize) -> Complexity {
     ));
     parts.push((
         "clarity",
-        if OPEN_ENDED.iter().any(|w| text.contains(w)) {
+        if OPEN_ENDED.found_in(&text) {
             5
         } else if files > 0 {
             0
@@ -88,7 +89,7 @@ pub fn complexity(plan: &Plan, unit: usize, sprint: usize) -> Complexity {
             .filter_map(|n| plan.unit(n))
             .map(|d| d.sprints.len())
             .sum::<usize>();
-    let foundation = FOUNDATION.iter().any(|w| text.contains(w)) && dependents >= 2;
+    let foundation = dependents >= 2 && FOUNDATION_WORDS.found_in(&text);
     parts.push(("foundation", if foundation { 5 } else { 0 }));
     parts.push((
         "dependents",
@@ -131,7 +132,7 @@ pub fn complexity(plan: &Plan, unit: usize, sprint: usize) -> Complexity {
         vague_criteria,
         foundation,
         dependents,
-        open_questions: OPEN_QUESTIONS.iter().any(|w| all_text.contains(w)),
+        open_questions: OPEN_QUESTION_WORDS.found_in(&all_text),
     }
 }
 

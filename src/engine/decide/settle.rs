@@ -122,6 +122,10 @@ impl Decider<'_> {
     /// operation is set by that path, and plan order would leave it waiting.
     pub(super) fn dispatch_ready(&mut self) {
         let (order, reordered) = self.dispatch_order();
+        // Agents in flight, counted once and kept up to date below (each
+        // dispatch makes one more), rather than recounted over every sprint
+        // for every unit.
+        let mut active = self.st().active_count();
         for u in order {
             let st = self.st();
             let unit = &st.units[u];
@@ -139,7 +143,7 @@ impl Decider<'_> {
                 SprintStatus::Backoff => DispatchKind::Retry,
                 _ => continue,
             };
-            if sp.deferred_waiting || st.active_count() >= st.config.max_parallel.max(1) as usize {
+            if sp.deferred_waiting || active >= st.config.max_parallel.max(1) as usize {
                 continue;
             }
             let complexity = select::complexity(&st.plan, u, s);
@@ -171,7 +175,7 @@ impl Decider<'_> {
                 attempt,
                 sp.dispatches + 1
             ));
-            let others = st.active_count() > 0
+            let others = active > 0
                 || st.units.iter().enumerate().any(|(i, x)| {
                     i != u && x.status == UnitStatus::Running && x.current().is_some()
                 });
@@ -229,6 +233,8 @@ impl Decider<'_> {
                 kind,
                 at: self.now,
             });
+            active += 1;
+            debug_assert_eq!(active, self.st().active_count());
             self.effects.push(Effect::Dispatch(order));
         }
     }

@@ -3,6 +3,47 @@
 //! (§17e), vague language, open questions, foundation words and risk.
 
 use crate::plan::{Plan, Sprint};
+use aho_corasick::AhoCorasick;
+use std::sync::OnceLock;
+
+/// A keyword list searched in one pass over the text (Aho-Corasick, built on
+/// first use) instead of once per word: model selection reads every sprint
+/// it dispatches through several of these.
+pub struct Keywords {
+    words: &'static [&'static str],
+    automaton: OnceLock<AhoCorasick>,
+}
+
+impl Keywords {
+    pub const fn new(words: &'static [&'static str]) -> Keywords {
+        Keywords {
+            words,
+            automaton: OnceLock::new(),
+        }
+    }
+
+    fn automaton(&self) -> &AhoCorasick {
+        self.automaton
+            .get_or_init(|| AhoCorasick::new(self.words).expect("fixed keyword lists build"))
+    }
+
+    /// Whether any of the words occurs in `text` (as `str::contains` would find it).
+    pub fn found_in(&self, text: &str) -> bool {
+        self.automaton().is_match(text)
+    }
+
+    /// The indices of the words that occur in `text`, overlapping ones included.
+    fn found<'a>(&'a self, text: &'a str) -> impl Iterator<Item = usize> + 'a {
+        self.automaton()
+            .find_overlapping_iter(text)
+            .map(|m| m.pattern().as_usize())
+    }
+}
+
+/// [`VAGUE`], [`OPEN_QUESTIONS`] and [`FOUNDATION`] as one-pass searches.
+pub static VAGUE_WORDS: Keywords = Keywords::new(VAGUE);
+pub static OPEN_QUESTION_WORDS: Keywords = Keywords::new(OPEN_QUESTIONS);
+pub static FOUNDATION_WORDS: Keywords = Keywords::new(FOUNDATION);
 
 /// Exit-criterion wording no machine can check (§17d).
 pub const VAGUE: &[&str] = &[
@@ -42,8 +83,7 @@ pub const FOUNDATION: &[&str] = &[
 ];
 
 pub fn is_vague(text: &str) -> bool {
-    let t = text.to_lowercase();
-    VAGUE.iter().any(|v| t.contains(v))
+    VAGUE_WORDS.found_in(&text.to_lowercase())
 }
 
 /// The sprint's name, tasks and notes, lower-cased, for keyword checks.
@@ -106,48 +146,83 @@ pub enum Risk {
     ExternalApi,
 }
 
+/// The words of each risk (§16c), highest first where several occur.
+const RISK_WORDS: &[(&str, Risk)] = &[
+    ("api", Risk::ExternalApi),
+    ("http", Risk::ExternalApi),
+    ("integration", Risk::ExternalApi),
+    ("oauth", Risk::ExternalApi),
+    ("network", Risk::ExternalApi),
+    ("webhook", Risk::ExternalApi),
+    ("third-party", Risk::ExternalApi),
+    ("external", Risk::ExternalApi),
+    ("new technology", Risk::NewTechnology),
+    ("unfamiliar", Risk::NewTechnology),
+    ("experimental", Risk::NewTechnology),
+    ("migrate to", Risk::NewTechnology),
+    ("prototype", Risk::NewTechnology),
+    ("algorithm", Risk::Algorithm),
+    ("parser", Risk::Algorithm),
+    ("concurren", Risk::Algorithm),
+    ("optimi", Risk::Algorithm),
+    ("cache", Risk::Algorithm),
+    ("scheduler", Risk::Algorithm),
+    ("solver", Risk::Algorithm),
+    ("file", Risk::SystemIo),
+    ("i/o", Risk::SystemIo),
+    ("process", Risk::SystemIo),
+    ("system call", Risk::SystemIo),
+    ("filesystem", Risk::SystemIo),
+    ("disk", Risk::SystemIo),
+    ("socket", Risk::SystemIo),
+];
+
+const fn risk_word_list() -> [&'static str; RISK_WORDS.len()] {
+    let mut out = [""; RISK_WORDS.len()];
+    let mut i = 0;
+    while i < RISK_WORDS.len() {
+        out[i] = RISK_WORDS[i].0;
+        i += 1;
+    }
+    out
+}
+
+static RISK_WORD_LIST: [&str; RISK_WORDS.len()] = risk_word_list();
+static RISKS: Keywords = Keywords::new(&RISK_WORD_LIST);
+
+/// The highest risk whose words the (lower-cased) text holds.
 pub fn risk(text: &str) -> Risk {
-    let any = |words: &[&str]| words.iter().any(|w| text.contains(w));
-    if any(&[
-        "api",
-        "http",
-        "integration",
-        "oauth",
-        "network",
-        "webhook",
-        "third-party",
-        "external",
-    ]) {
-        Risk::ExternalApi
-    } else if any(&[
-        "new technology",
-        "unfamiliar",
-        "experimental",
-        "migrate to",
-        "prototype",
-    ]) {
-        Risk::NewTechnology
-    } else if any(&[
-        "algorithm",
-        "parser",
-        "concurren",
-        "optimi",
-        "cache",
-        "scheduler",
-        "solver",
-    ]) {
-        Risk::Algorithm
-    } else if any(&[
-        "file",
-        "i/o",
-        "process",
-        "system call",
-        "filesystem",
-        "disk",
-        "socket",
-    ]) {
-        Risk::SystemIo
-    } else {
-        Risk::Simple
+    RISKS
+        .found(text)
+        .map(|i| RISK_WORDS[i].1)
+        .max()
+        .unwrap_or(Risk::Simple)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// One pass finds what a search per word finds: the same words, the
+        /// same highest risk.
+        #[test]
+        fn one_pass_searches_agree_with_a_search_per_word(
+            text in "(api|file|parser|new technology|tbd|core|base |works well|clean up|[a-z /-]{0,6}|\\PC){0,12}"
+        ) {
+            for k in [&VAGUE_WORDS, &OPEN_QUESTION_WORDS, &FOUNDATION_WORDS] {
+                proptest::prop_assert_eq!(
+                    k.found_in(&text),
+                    k.words.iter().any(|w| text.contains(w))
+                );
+            }
+            let by_word = RISK_WORDS
+                .iter()
+                .filter(|(w, _)| text.contains(w))
+                .map(|(_, r)| *r)
+                .max()
+                .unwrap_or(Risk::Simple);
+            proptest::prop_assert_eq!(risk(&text), by_word);
+        }
     }
 }
