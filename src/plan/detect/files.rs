@@ -83,25 +83,38 @@ pub(super) fn dispatch_template(doc: &Doc, o: &Outline) -> Option<DispatchTempla
     None
 }
 
-/// The number that opens the last heading above `line` (`8` in `## 8. Parser
-/// sprints`, `8.2` in `### Section 8.2 — Tasks`), if any.
-pub(super) fn section_number(blocks: &[Block], line: usize) -> Option<String> {
-    blocks
-        .iter()
-        .take_while(|b| b.line() < line)
-        .filter_map(|b| b.heading())
-        .filter_map(|(_, text)| {
-            let t = plain(text);
-            let t = t.trim();
-            let t = t.strip_prefix("Section ").unwrap_or(t);
-            let n: String = t
-                .chars()
-                .take_while(|c| c.is_ascii_digit() || *c == '.')
-                .collect();
-            let n = n.trim_end_matches('.');
-            (!n.is_empty() && n.starts_with(|c: char| c.is_ascii_digit())).then(|| n.to_string())
-        })
-        .last()
+/// The headings that open with a number (`8` in `## 8. Parser sprints`,
+/// `8.2` in `### Section 8.2 — Tasks`), in document order: read once, then
+/// asked per unit by [`SectionNumbers::above`].
+pub(super) struct SectionNumbers(Vec<(usize, String)>);
+
+impl SectionNumbers {
+    pub(super) fn of(blocks: &[Block]) -> SectionNumbers {
+        SectionNumbers(
+            blocks
+                .iter()
+                .filter_map(|b| b.heading().map(|(_, text)| (b.line(), text)))
+                .filter_map(|(line, text)| {
+                    let t = plain(text);
+                    let t = t.trim();
+                    let t = t.strip_prefix("Section ").unwrap_or(t);
+                    let n: String = t
+                        .chars()
+                        .take_while(|c| c.is_ascii_digit() || *c == '.')
+                        .collect();
+                    let n = n.trim_end_matches('.');
+                    (!n.is_empty() && n.starts_with(|c: char| c.is_ascii_digit()))
+                        .then(|| (line, n.to_string()))
+                })
+                .collect(),
+        )
+    }
+
+    /// The number of the last numbered heading above `line`, if any.
+    pub(super) fn above(&self, line: usize) -> Option<String> {
+        let i = self.0.partition_point(|(l, _)| *l < line);
+        i.checked_sub(1).map(|i| self.0[i].1.clone())
+    }
 }
 
 /// §2f: progress, to-do, status and config files the plan mentions.

@@ -104,6 +104,7 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
         }
     }
     let mut units = Vec::new();
+    let numbers = SectionNumbers::of(blocks);
     for d in &mut drafts {
         let sprints = match &d.region {
             Some(r) => find_sprints(doc, &o, r.clone()),
@@ -129,7 +130,7 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
                 ));
             }
         }
-        let section = sprints.first().and_then(|s| section_number(blocks, s.line));
+        let section = sprints.first().and_then(|s| numbers.above(s.line));
         units.push(WorkUnit {
             name: d.name.clone(),
             directory: d.directory.clone(),
