@@ -26,7 +26,7 @@ impl Newcomer {
     fn new() -> Newcomer {
         Newcomer(Checkout::new(
             &[("EXECUTION_PLAN.md", PLAN)],
-            "scripted.sh",
+            "tests/agents/scripted.sh",
             "docs 1 fail,fail,fail,ok\n",
         ))
     }

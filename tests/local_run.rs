@@ -27,7 +27,7 @@ impl Repo {
     fn new(plan: &str, behaviour: &str) -> Repo {
         Repo(Checkout::new(
             &[("EXECUTION_PLAN.md", plan)],
-            "scripted.sh",
+            "tests/agents/scripted.sh",
             behaviour,
         ))
     }
@@ -308,7 +308,9 @@ fn killing_the_supervisor_at_random_points_loses_nothing_and_runs_no_attempt_twi
             runs += 1;
             assert!(runs < 40, "seed {seed}: the operation never finished");
             let mut sup = repo.spawn(&["--max-parallel", "2"]);
-            let delay = Duration::from_millis(150 + rng.next_u64() % 900);
+            // Later runs get longer before the kill, so that a loaded
+            // machine (where a run may get nowhere in a second) still ends.
+            let delay = Duration::from_millis(150 + rng.next_u64() % 900 + runs as u64 * 50);
             if let Some(s) = kill_after(&mut sup, delay) {
                 assert_eq!(s.code(), Some(0), "seed {seed}: finished with {s:?}");
                 break;

@@ -1,5 +1,6 @@
 //! `supervise solve` and `supervise manage` end to end: a real git repository,
-//! real agent processes (tests/agents/workflow.sh plays every role), real kills.
+//! real agent processes (examples/agents/workflow-agent.sh plays every role),
+//! real kills.
 
 mod support;
 
@@ -28,7 +29,7 @@ impl Repo {
                 ),
                 ("README.md", "# A service\n"),
             ],
-            "workflow.sh",
+            "examples/agents/workflow-agent.sh",
             behaviour,
         ))
     }
@@ -258,7 +259,9 @@ fn killing_solve_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
-            let delay = Duration::from_millis(200 + rng.next_u64() % 1200);
+            // Later runs get longer before the kill, so that a loaded
+            // machine (where a run may get nowhere in a second) still ends.
+            let delay = Duration::from_millis(200 + rng.next_u64() % 1200 + runs as u64 * 100);
             if let Some(s) = kill_after(&mut sup, delay) {
                 assert!(
                     s.code() == Some(0) || s.code() == Some(3),

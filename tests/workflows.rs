@@ -400,17 +400,26 @@ fn without_a_test_command_the_reports_own_test_status_decides() {
         testing.answer_file.as_deref(),
         Some("specs/003_add_rate_limiting_to_the/debug/000_test_results.md")
     );
-    assert!(testing.prompt.contains("TEST_STATUS: failing"), "{}", testing.prompt);
+    assert!(
+        testing.prompt.contains("TEST_STATUS: failing"),
+        "{}",
+        testing.prompt
+    );
     sim.finish(
         "testing",
         answering("# Test results\n\n3 failed\n\nTEST_STATUS: failing\n"),
     );
     assert_eq!(sim.unit("testing").status, UnitStatus::Blocked);
     // A round whose report does not say is not taken for a fix.
-    sim.finish("debug", answering("## Round 1\n\nThe limiter ignored bursts.\n"));
+    sim.finish(
+        "debug",
+        answering("## Round 1\n\nThe limiter ignored bursts.\n"),
+    );
     let round2 = sim.order_for("debug");
     assert!(
-        round2.prompt.contains("does not end with `TEST_STATUS: passing`"),
+        round2
+            .prompt
+            .contains("does not end with `TEST_STATUS: passing`"),
         "{}",
         round2.prompt
     );

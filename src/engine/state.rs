@@ -379,6 +379,31 @@ impl OperationState {
     }
 
     /// A BLOCKED unit the workflow went on without.
+    /// "All N sprints executed across M work units." — counting what ran:
+    /// units a workflow went on without (a research agent under its
+    /// threshold, a failing test run handed to debugging) are named apart.
+    pub fn executed_line(&self) -> String {
+        let (kept, aside): (Vec<usize>, Vec<usize>) =
+            (0..self.units.len()).partition(|&u| !self.superseded(&self.units[u].name));
+        let sprints: usize = kept
+            .iter()
+            .map(|&u| self.plan.work_units[u].sprints.len())
+            .sum();
+        let mut line = format!(
+            "All {sprints} sprints executed across {} work units.",
+            kept.len()
+        );
+        if !aside.is_empty() {
+            let names: Vec<&str> = aside.iter().map(|&u| self.units[u].name.as_str()).collect();
+            line.push_str(&format!(
+                " The workflow went on without {} ({}).",
+                names.len(),
+                names.join(", ")
+            ));
+        }
+        line
+    }
+
     pub fn superseded(&self, unit: &str) -> bool {
         self.workflow
             .as_ref()

@@ -874,7 +874,11 @@ pub fn final_summary(st: &OperationState) -> String {
     let v = verification(st);
     let done = completed(st);
     let mut out = String::new();
-    let _ = writeln!(out, "## Sprint Supervisor Complete\n\nAll {} sprints executed across {} work units.\n\n### Final Verification Results", st.plan.total_sprints(), st.units.len());
+    let _ = writeln!(
+        out,
+        "## Sprint Supervisor Complete\n\n{}\n\n### Final Verification Results",
+        st.executed_line()
+    );
     let _ = writeln!(
         out,
         "{} Coverage: {}/{} sprints accounted for",

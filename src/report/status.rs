@@ -194,15 +194,11 @@ pub fn blocked_notices(st: &OperationState) -> String {
 /// §13 "Supervisor Complete" with the model usage table.
 pub fn completion_summary(st: &OperationState) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "## Supervisor Complete\nAll {} sprints executed across {} work units.",
-        st.plan.total_sprints(),
-        st.units.len()
-    );
+    let _ = writeln!(out, "## Supervisor Complete\n{}", st.executed_line());
     let all_verified = st
         .units
         .iter()
+        .filter(|u| !st.superseded(&u.name))
         .flat_map(|u| &u.sprints)
         .all(|s| s.completion.is_some());
     let _ = writeln!(

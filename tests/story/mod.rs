@@ -53,7 +53,7 @@ pub struct Setup {
     /// Seconds a replica's lease on a delivery or an operation lasts.
     pub lease_secs: u64,
     /// Work without a plan: the settings, with CI and the agent workflow
-    /// playing every role (tests/agents/workflow.sh), and the issue's text.
+    /// playing every role (examples/agents/workflow-agent.sh), and the issue's text.
     pub without_plan: Option<(String, String)>,
 }
 
@@ -71,7 +71,7 @@ impl Setup {
 
     /// A repository with settings and no plan, an issue saying `issue_body`,
     /// and the agent that plays every role of work without a plan, reading
-    /// `behaviour` (see tests/agents/workflow.sh).
+    /// `behaviour` (see examples/agents/workflow-agent.sh).
     pub fn without_plan(settings: &str, issue_body: &str, behaviour: &str) -> Setup {
         Setup {
             plan: None,
@@ -397,7 +397,7 @@ impl Drop for Story {
 /// The agent of plan runs: one line of behaviour per sprint.
 const SCRIPTED_AGENT: &str = "tests/agents/scripted.sh";
 /// The agent of work without a plan: every role, by the unit's name.
-const WORKFLOW_AGENT: &str = "tests/agents/workflow.sh";
+const WORKFLOW_AGENT: &str = "examples/agents/workflow-agent.sh";
 
 /// The agent workflow: the fake runs tests/agents/gh-workflow.sh around
 /// `agent`, reading its behaviour from the story's file.

@@ -155,7 +155,7 @@ pub struct Checkout {
 }
 
 impl Checkout {
-    /// `agent` is a script under tests/agents/.
+    /// `agent` is a script's path from the project's top.
     pub fn new(files: &[(&str, &str)], agent: &str, behaviour: &str) -> Checkout {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("repo");
@@ -173,9 +173,7 @@ impl Checkout {
         Checkout {
             log: tmp.path().join("agent.log"),
             behaviour: b,
-            agent: Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/agents")
-                .join(agent),
+            agent: Path::new(env!("CARGO_MANIFEST_DIR")).join(agent),
             root,
             _tmp: tmp,
         }

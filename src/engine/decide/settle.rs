@@ -305,14 +305,13 @@ impl Decider<'_> {
     }
 
     fn completed(&mut self, why: &str) {
-        let n = self.st().plan.total_sprints();
-        let units = self.st().units.len();
+        let text = self.st().executed_line();
         self.overall(OverallStatus::Completed, why);
         self.effects.push(Effect::FinalReport);
         self.effects.push(Effect::Notify {
             kind: NoticeKind::Completed,
             unit: None,
-            text: format!("All {n} sprints executed across {units} work units."),
+            text,
         });
     }
 

@@ -335,7 +335,12 @@ impl Phases {
             .unwrap_or("")
             .lines()
             .rev()
-            .find_map(|l| l.trim().trim_matches('`').trim().strip_prefix("TEST_STATUS:"))
+            .find_map(|l| {
+                l.trim()
+                    .trim_matches('`')
+                    .trim()
+                    .strip_prefix("TEST_STATUS:")
+            })
             .map(|s| s.trim().to_ascii_lowercase());
         match status.as_deref() {
             Some("passing") => Ok(()),

@@ -1,6 +1,8 @@
 #!/bin/sh
-# Scripted agent for work without a written plan (supervise solve / manage).
-# It plays every role by its unit's name and writes where its prompt says.
+# A toy agent for work without a written plan (supervise solve / manage), used
+# by `scripts/demo solve` and the tests: it plays every role by its unit's
+# name and writes where its prompt says (its plan is always the same small
+# one). For the tests it can be scripted:
 # $AGENT_BEHAVIOUR holds lines "<unit> <action>[,<action>…]"; the k-th
 # invocation for a unit takes the k-th action (the last repeats). Actions:
 #   ok | fail | bad (a plan the reader refuses, or a malformed manager answer)
