@@ -52,6 +52,21 @@ pub struct SprintSpec {
     pub answer_file: Option<String>,
 }
 
+/// What the commits the supervisor and `supervise verify --record` make
+/// begin with: they are not the agent's work when its commits are counted.
+pub const COMMIT_PREFIX: &str = "supervise:";
+
+/// Whether a commit message (bytes: it need not be UTF-8) is the
+/// supervisor's own.
+pub fn is_supervisor_commit(message: &[u8]) -> bool {
+    message.starts_with(COMMIT_PREFIX.as_bytes())
+}
+
+/// A commit's short id, as evidence and reports show it.
+pub fn short_id(sha: &str) -> String {
+    sha.get(..7).unwrap_or(sha).to_string()
+}
+
 /// Where a sprint's prompt is committed on its branch.
 pub fn prompt_path(unit_slug: &str, sprint: &str) -> String {
     format!(".supervise/prompts/{unit_slug}-sprint-{sprint}.md")

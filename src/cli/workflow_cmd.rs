@@ -49,7 +49,7 @@ pub fn solve(a: &SolveArgs) -> Result<i32> {
     };
     let scope = match a.scope.as_deref().map(|s| (s, Scope::parse(s))) {
         Some((s, None)) => {
-            eprintln!("--scope {s}: not a scope; use one of {}", Scope::NAMES);
+            eprintln!("--scope {s}: not a scope; use one of {}", Scope::names());
             return Ok(exit::USAGE);
         }
         Some((_, found)) => found,
@@ -160,7 +160,7 @@ where
             if out != OutputMode::Quiet && out != OutputMode::Json {
                 println!("{}", w.announcement());
                 if w.scope().is_some() {
-                    println!("Override with --scope ({}).", Scope::NAMES);
+                    println!("Override with --scope ({}).", Scope::names());
                 }
             }
             Some(sup.start_workflow_input(w)?)

@@ -522,12 +522,8 @@ impl Handler {
             Command::Resume { unit } => unit.clone(),
             Command::Breakdown { doc } => doc.clone(),
             Command::Solve { scope, extra } => {
-                let scope = scope.map(|s| s.as_str().to_string());
-                [scope, Some(extra.clone())]
-                    .into_iter()
-                    .flatten()
-                    .filter(|s| !s.is_empty())
-                    .reduce(|a, b| format!("{a} {b}"))
+                let scope = scope.map_or("", |s| s.as_str());
+                Some(format!("{scope} {extra}").trim().to_string()).filter(|s| !s.is_empty())
             }
             Command::Manage { extra } => Some(extra.clone()).filter(|s| !s.is_empty()),
             _ => None,

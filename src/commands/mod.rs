@@ -341,21 +341,25 @@ fn parse_line(rest: &str) -> Result<Command, ParseError> {
         return Ok(Command::Default);
     };
     // The two that take free text: the rest of the line adds to the issue's.
-    if word.eq_ignore_ascii_case("solve") || word.eq_ignore_ascii_case("manage") {
-        let text = rest.trim_start()[word.len()..].trim();
+    let text = || rest.trim_start()[word.len()..].trim();
+    let clip = |t: &str| t.chars().take(MAX_EXTRA).collect::<String>();
+    if word.eq_ignore_ascii_case("manage") {
+        return Ok(Command::Manage {
+            extra: clip(text()),
+        });
+    }
+    if word.eq_ignore_ascii_case("solve") {
+        let text = text();
         let first = text.split_whitespace().next().unwrap_or("");
         let scope = crate::engine::workflow::Scope::parse(first);
-        let extra = match scope {
-            Some(_) => text[first.len()..].trim(),
-            None => text,
-        };
-        let extra: String = extra.chars().take(MAX_EXTRA).collect();
-        return Ok(if word.eq_ignore_ascii_case("solve") {
-            Command::Solve { scope, extra }
+        let extra = if scope.is_some() {
+            &text[first.len()..]
         } else {
-            Command::Manage {
-                extra: text.chars().take(MAX_EXTRA).collect(),
-            }
+            text
+        };
+        return Ok(Command::Solve {
+            scope,
+            extra: clip(extra.trim()),
         });
     }
     let arg = words.next().map(str::to_string);

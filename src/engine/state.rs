@@ -378,7 +378,6 @@ impl OperationState {
             .filter(|u| u.status == UnitStatus::Blocked && !self.superseded(&u.name))
     }
 
-    /// A BLOCKED unit the workflow went on without.
     /// "All N sprints executed across M work units." — counting what ran:
     /// units a workflow went on without (a research agent under its
     /// threshold, a failing test run handed to debugging) are named apart.
@@ -404,6 +403,7 @@ impl OperationState {
         line
     }
 
+    /// A BLOCKED unit the workflow went on without.
     pub fn superseded(&self, unit: &str) -> bool {
         self.workflow
             .as_ref()

@@ -26,8 +26,8 @@ pub fn agent_commits(dir: &Path, since: &str) -> Option<Vec<String>> {
     let mut out = Vec::new();
     for oid in walk {
         let commit = repo.find_commit(oid.ok()?).ok()?;
-        if !commit.message().unwrap_or("").starts_with("supervise:") {
-            out.push(commit.id().to_string()[..7].to_string());
+        if !crate::contract::is_supervisor_commit(commit.message_bytes()) {
+            out.push(crate::contract::short_id(&commit.id().to_string()));
         }
     }
     Some(out)
@@ -379,7 +379,8 @@ impl Git {
         walk.push(head)?;
         walk.hide(integ)?;
         for oid in walk {
-            ev.commits.push(oid?.to_string()[..7].to_string());
+            ev.commits
+                .push(crate::contract::short_id(&oid?.to_string()));
         }
         let path = self.worktrees.join(Self::worktree_name(branch));
         if path.join(".git").exists() {

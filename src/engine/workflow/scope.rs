@@ -26,8 +26,9 @@ impl Scope {
     ];
 
     /// The scopes' names, for messages that list them.
-    pub const NAMES: &'static str =
-        "research-only, research-and-plan, full-implementation, debug-only";
+    pub fn names() -> String {
+        Scope::ALL.map(Scope::as_str).join(", ")
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {

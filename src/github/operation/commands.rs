@@ -162,7 +162,7 @@ impl Operations {
                     .map(|_| {
                         format!(
                             "\nAnother scope: `/supervise stop`, then `/supervise solve <scope>` ({}).",
-                            Scope::NAMES
+                            Scope::names()
                         )
                     })
                     .unwrap_or_default();

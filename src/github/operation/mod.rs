@@ -177,9 +177,7 @@ impl GhPlace {
             .get(branch)
             .is_some_and(|c| Some(c) == self.integration_head.as_ref())
     }
-}
 
-impl GhPlace {
     /// Whether an earlier try of this entry may have had effects whose answer
     /// was lost — then what it makes is looked for before it is made again.
     fn may_have_run(&mut self, key: crate::drive::EffectKey) -> bool {

@@ -142,24 +142,24 @@ impl Operations {
                 .compare(b, &head)
                 .await?
                 .into_iter()
-                .filter(|(_, msg)| !msg.starts_with("supervise:"))
-                .map(|(sha, _)| sha[..sha.len().min(7)].to_string())
+                .filter(|(_, msg)| !crate::contract::is_supervisor_commit(msg.as_bytes()))
+                .map(|(sha, _)| crate::contract::short_id(&sha))
                 .collect(),
             (None, None) => Vec::new(),
         };
         // The list endpoint does not say whether a pull request merges; the
         // pull request itself does, once GitHub has computed it.
         let mergeable = match &pr {
-            Some(p) if p.mergeable.is_none() && live.place.unmoved_since_cut(&branch) => {
-                // The integration branch has not moved since this branch was
-                // cut from it, as far as this process knows: if the head
-                // still contains it (the ground truth, one request), the
-                // merge is clean and GitHub's background answer is not
-                // waited for.
-                match repo.contains(&integration_branch(&ctx.op), &head).await? {
-                    true => Some(true),
-                    false => repo.mergeable(p.number, Some(p)).await?,
-                }
+            // The integration branch has not moved since this branch was cut
+            // from it, as far as this process knows: if the head still
+            // contains it (the ground truth, one request), the merge is clean
+            // and GitHub's background answer is not waited for.
+            Some(p)
+                if p.mergeable.is_none()
+                    && live.place.unmoved_since_cut(&branch)
+                    && repo.contains(&integration_branch(&ctx.op), &head).await? =>
+            {
+                Some(true)
             }
             Some(p) => repo.mergeable(p.number, Some(p)).await?,
             None => None,

@@ -31,13 +31,6 @@ impl Keywords {
     pub fn found_in(&self, text: &str) -> bool {
         self.automaton().is_match(text)
     }
-
-    /// The indices of the words that occur in `text`, overlapping ones included.
-    fn found<'a>(&'a self, text: &'a str) -> impl Iterator<Item = usize> + 'a {
-        self.automaton()
-            .find_overlapping_iter(text)
-            .map(|m| m.pattern().as_usize())
-    }
 }
 
 /// [`VAGUE`], [`OPEN_QUESTIONS`] and [`FOUNDATION`] as one-pass searches.
@@ -177,24 +170,16 @@ const RISK_WORDS: &[(&str, Risk)] = &[
     ("socket", Risk::SystemIo),
 ];
 
-const fn risk_word_list() -> [&'static str; RISK_WORDS.len()] {
-    let mut out = [""; RISK_WORDS.len()];
-    let mut i = 0;
-    while i < RISK_WORDS.len() {
-        out[i] = RISK_WORDS[i].0;
-        i += 1;
-    }
-    out
-}
-
-static RISK_WORD_LIST: [&str; RISK_WORDS.len()] = risk_word_list();
-static RISKS: Keywords = Keywords::new(&RISK_WORD_LIST);
-
-/// The highest risk whose words the (lower-cased) text holds.
+/// The highest risk whose words the (lower-cased) text holds, in one pass
+/// over it.
 pub fn risk(text: &str) -> Risk {
-    RISKS
-        .found(text)
-        .map(|i| RISK_WORDS[i].1)
+    static WORDS: OnceLock<AhoCorasick> = OnceLock::new();
+    WORDS
+        .get_or_init(|| {
+            AhoCorasick::new(RISK_WORDS.iter().map(|(w, _)| w)).expect("fixed keyword lists build")
+        })
+        .find_overlapping_iter(text)
+        .map(|m| RISK_WORDS[m.pattern().as_usize()].1)
         .max()
         .unwrap_or(Risk::Simple)
 }

@@ -3,7 +3,7 @@
 //! breaking a dependency, a unit's own order or a layer. (Rewriting the plan in
 //! that order is not built yet; `analyze` reports it.)
 
-use super::measure::{file_names, risk, text_of, Risk, FOUNDATION};
+use super::measure::{file_names, risk, text_of, Risk, FOUNDATION_WORDS};
 use crate::plan::{CriterionKind, Plan, SprintId};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -36,7 +36,7 @@ pub fn prioritize(plan: &Plan) -> Vec<SprintPriority> {
         for (i, s) in unit.sprints.iter().enumerate() {
             let depth = unit.sprints.len() - i - 1 + dependents;
             let text = text_of(s);
-            let foundation = u8::from(FOUNDATION.iter().any(|w| text.contains(w)) && depth >= 2);
+            let foundation = u8::from(depth >= 2 && FOUNDATION_WORDS.found_in(&text));
             let risk = match risk(&text) {
                 Risk::ExternalApi | Risk::NewTechnology => 3,
                 Risk::Algorithm | Risk::SystemIo => 2,
