@@ -67,9 +67,22 @@ pub fn short_id(sha: &str) -> String {
     sha.get(..7).unwrap_or(sha).to_string()
 }
 
-/// Where a sprint's prompt is committed on its branch.
+/// Where a sprint's prompt is committed on its branch when it is too long to
+/// travel as the dispatch's `prompt` input (see [`prompt_input`]).
 pub fn prompt_path(unit_slug: &str, sprint: &str) -> String {
     format!(".supervise/prompts/{unit_slug}-sprint-{sprint}.md")
+}
+
+/// The longest prompt sent inline as a workflow dispatch input, in bytes.
+/// GitHub takes at most 65,535 characters of inputs in all; the rest of the
+/// inputs are short, and this leaves room for them whatever the encoding.
+pub const PROMPT_INPUT_LIMIT: usize = 32 * 1024;
+
+/// The dispatch's `prompt` input: the prompt itself, or `@<path>` when it was
+/// committed at `path` on the sprint branch instead ([`None`] here: too long,
+/// or beginning with `@` itself, so it cannot be told from a reference).
+pub fn prompt_input(prompt: &str) -> Option<&str> {
+    (prompt.len() <= PROMPT_INPUT_LIMIT && !prompt.starts_with('@')).then_some(prompt)
 }
 
 /// What an attempt leaves for the supervisor: the agent's exit status, its
@@ -88,6 +101,12 @@ pub struct RunResult {
     /// the supervisor then need not ask GitHub to compare.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commits: Option<Vec<String>>,
+    /// The commit the run began at (full id), recorded only when the head
+    /// the run leaves still contains it: a branch that began at the
+    /// integration branch's current head merges into it cleanly, and the
+    /// supervisor need not wait for GitHub to compute `mergeable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub began_at: Option<String>,
     /// What the agent wrote to `$SUPERVISE_RESULT_FILE` (at most
     /// [`ANSWER_LIMIT`] bytes, invalid UTF-8 replaced): a workflow's input,
     /// such as the manager's JSON.

@@ -116,14 +116,21 @@ async fn conflicts_are_seen_and_a_moved_branch_is_not_merged() {
         .await
         .unwrap();
     assert_eq!(repo.mergeable(clean, None).await.unwrap(), Some(true));
-    // Containment, GitHub's compare status: `clean` is behind `main` by
-    // main's commit, so it does not contain it; `main` contains where both
-    // began, and a branch contains itself.
-    assert!(!repo.contains("main", "clean").await.unwrap(), "diverged");
-    assert!(!repo.contains("main", "clash").await.unwrap(), "diverged");
-    assert!(repo.contains(&main, "main").await.unwrap(), "ahead");
-    assert!(repo.contains("clean", "clean").await.unwrap(), "identical");
-    assert!(!repo.contains("main", &main).await.unwrap(), "behind");
+    // Opening a pull request that is open already finds it; a branch with
+    // nothing beyond its base gets none (GitHub's "No commits between").
+    let again = repo.open_pull("clean", "main", "clean", "").await.unwrap();
+    assert_eq!(again.map(|p| p.number), Some(clean));
+    repo.create_branch("empty", &main).await.unwrap();
+    assert!(repo
+        .open_pull("empty", "clean", "empty", "")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(repo
+        .open_pull("gone", "main", "gone", "")
+        .await
+        .unwrap()
+        .is_none());
     let verified = repo.branch_sha("clean").await.unwrap().unwrap();
     // The branch moves after verification: the merge is refused, not made.
     repo.put_file("clean", "late.txt", "unverified\n", "late")

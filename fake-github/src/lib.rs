@@ -49,6 +49,22 @@ struct Fault {
     latency_ms: u64,
 }
 
+/// Notes how long the fake took to answer each API call.
+async fn busy(
+    State(f): State<Shared>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if req.uri().path().starts_with("/_fake") {
+        return next.run(req).await;
+    }
+    let from = f.started.elapsed().as_secs_f64();
+    let resp = next.run(req).await;
+    let to = f.started.elapsed().as_secs_f64();
+    f.inner.lock().busy.push((from, to));
+    resp
+}
+
 #[derive(Default)]
 pub(crate) struct Inner {
     users: HashMap<String, (String, String)>,
@@ -58,6 +74,10 @@ pub(crate) struct Inner {
     tokens: HashMap<String, u64>,
     counts: BTreeMap<String, u64>,
     log: Vec<(f64, String, u16)>,
+    /// When the fake was busy answering an API call (seconds since start,
+    /// from the request's arrival to its answer's): GitHub's own latency in a
+    /// measurement of the service's.
+    busy: Vec<(f64, f64)>,
     faults: Vec<Fault>,
     /// The announced rate-limit window: (announced at, reset).
     rate_limited: Option<(Instant, Instant)>,
@@ -221,6 +241,28 @@ impl FakeGitHub {
     /// The request log: seconds since start, endpoint, status.
     pub fn request_log(&self) -> Vec<(f64, String, u16)> {
         self.inner.lock().log.clone()
+    }
+
+    /// Seconds within `[from, to]` (since the fake started) during which the
+    /// fake was answering at least one API call.
+    pub fn busy_between(&self, from: f64, to: f64) -> f64 {
+        let mut spans: Vec<(f64, f64)> = self
+            .inner
+            .lock()
+            .busy
+            .iter()
+            .map(|&(a, b)| (a.max(from), b.min(to)))
+            .filter(|(a, b)| a < b)
+            .collect();
+        spans.sort_by(|x, y| x.0.total_cmp(&y.0));
+        let (mut total, mut end) = (0.0, f64::MIN);
+        for (a, b) in spans {
+            if b > end {
+                total += b - a.max(end);
+                end = b;
+            }
+        }
+        total
     }
 
     /// The next `times` API calls answer `status`; with `reset_in`, as a rate limit.
@@ -410,7 +452,8 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
         .route("/_fake/state", get(control_state))
         .route("/_fake/faults", post(control_faults))
         .layer(axum::middleware::from_fn(shapes::complete))
-        .layer(axum::middleware::from_fn(paging::paginate));
+        .layer(axum::middleware::from_fn(paging::paginate))
+        .layer(axum::middleware::from_fn_with_state(fake.clone(), busy));
     let app = match record::Recorder::from_env(addr.port()) {
         Some(r) => app.layer(axum::middleware::from_fn(move |req, next| {
             record::record(r.clone(), req, next)

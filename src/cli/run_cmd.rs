@@ -468,9 +468,11 @@ pub struct VerifyArgs {
     /// A file holding the agent's output (with `--record`); its end is kept.
     #[arg(long)]
     pub agent_output: Option<PathBuf>,
-    /// The commit the run began at (with `--record`; in Actions, the
-    /// dispatched commit): the agent's commits since it are recorded.
-    #[arg(long, env = "GITHUB_SHA", hide_env_values = true)]
+    /// The commit the run began at (with `--record`; the agent workflow sets
+    /// SUPERVISE_BASE to the sprint branch's head before the agent ran, else
+    /// the dispatched commit GITHUB_SHA is taken): the agent's commits since
+    /// it are recorded.
+    #[arg(long, env = "SUPERVISE_BASE", hide_env_values = true)]
     pub since: Option<String>,
 }
 
@@ -536,16 +538,21 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
             .as_ref()
             .map(|p| std::fs::read_to_string(p).unwrap_or_default())
             .unwrap_or_default();
+        let since = a
+            .since
+            .clone()
+            .or_else(|| std::env::var("GITHUB_SHA").ok());
+        let run = since
+            .as_deref()
+            .and_then(|since| crate::runner::git::agent_commits(&root, since));
         let result = crate::contract::RunResult {
             exit_code: a.agent_exit,
             turns_used: process::parse_turns(&output),
             output_tail: criteria::tail(&output, 4000),
             criteria: results.clone(),
             progress: criteria::progress_marker(&plan.plan, u, s, &root),
-            commits: a
-                .since
-                .as_deref()
-                .and_then(|since| crate::runner::git::agent_commits(&root, since)),
+            commits: run.as_ref().map(|r| r.commits.clone()),
+            began_at: run.and_then(|r| r.began_at),
             answer: match spec.as_ref().and_then(|s| s.answer_file.as_deref()) {
                 Some(rel) => crate::contract::read_answer(&root.join(rel)),
                 None => std::env::var_os("SUPERVISE_RESULT_FILE")

@@ -325,19 +325,6 @@ impl Repo<'_> {
             .collect())
     }
 
-    /// Whether `head` contains every commit of `base` (GitHub compares them
-    /// as ahead or identical): then merging `head` into `base` is clean.
-    pub async fn contains(&self, base: &str, head: &str) -> Result<bool, GitHubError> {
-        let v: answers::Comparison = self
-            .get(&format!(
-                "/compare/{}...{}?per_page=1",
-                enc(base),
-                enc(head)
-            ))
-            .await?;
-        Ok(matches!(v.status.as_str(), "ahead" | "identical"))
-    }
-
     /// The pull request from `head` (open or not), if there is one.
     pub async fn pull_for(&self, head: &str) -> Result<Option<PullRequest>, GitHubError> {
         let owner = self.name.split('/').next().unwrap_or("");
@@ -360,15 +347,16 @@ impl Repo<'_> {
             .into())
     }
 
-    /// Opens a pull request from a branch made just now (so none can exist):
-    /// one request; if GitHub says one exists after all, that one's number.
-    pub async fn create_pull(
+    /// Opens a pull request from `head`, or finds the one already open (one
+    /// request when none is); `None` when GitHub opens none because `head` is
+    /// missing or has no commits beyond `base`.
+    pub async fn open_pull(
         &self,
         head: &str,
         base: &str,
         title: &str,
         body: &str,
-    ) -> Result<i64, GitHubError> {
+    ) -> Result<Option<PullRequest>, GitHubError> {
         let made = self
             .post::<answers::Pull>(
                 "/pulls",
@@ -376,11 +364,8 @@ impl Repo<'_> {
             )
             .await;
         match made {
-            Ok(p) => Ok(p.number),
-            Err(e @ GitHubError::Http { status: 422, .. }) => match self.pull_for(head).await? {
-                Some(p) => Ok(p.number),
-                None => Err(e),
-            },
+            Ok(p) => Ok(Some(p.into())),
+            Err(GitHubError::Http { status: 422, .. }) => self.pull_for(head).await,
             Err(e) => Err(e),
         }
     }

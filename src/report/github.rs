@@ -85,7 +85,7 @@ fn criterion_line(c: &crate::plan::Criterion) -> String {
 }
 
 /// A sprint's pull request: what it is for, and its exit criteria to tick.
-pub fn sprint_pr_body(op: &str, unit: &WorkUnit, sprint: &Sprint, prompt_path: &str) -> String {
+pub fn sprint_pr_body(op: &str, unit: &WorkUnit, sprint: &Sprint, first_run: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -111,7 +111,7 @@ pub fn sprint_pr_body(op: &str, unit: &WorkUnit, sprint: &Sprint, prompt_path: &
     }
     let _ = writeln!(
         out,
-        "\nThe agent's prompt is committed at `{prompt_path}`. Sprint Supervisor merges this pull request into the operation's integration branch once the sprint is verified; the check run `supervise` on its head shows each criterion.\n\n<!-- supervise:sprint {op}/{}/{} -->",
+        "\nOpened when the sprint's first attempt ended ([its run]({first_run})); each attempt's prompt is an input of its workflow run. Sprint Supervisor merges this pull request into the operation's integration branch once the sprint is verified; the check run `supervise` on its head shows each criterion.\n\n<!-- supervise:sprint {op}/{}/{} -->",
         unit.name, sprint.id
     );
     out

@@ -8,10 +8,20 @@ use anyhow::{anyhow, Context, Result};
 use git2::{BranchType, Oid, Repository, ResetType, Signature, StatusOptions, WorktreeAddOptions};
 use std::path::{Path, PathBuf};
 
-/// The agent's commits in the checkout at `dir` since `since` (short ids,
-/// newest first), leaving out the supervisor's own (`supervise: …`); `None`
-/// when git cannot say (no repository, an unknown commit).
-pub fn agent_commits(dir: &Path, since: &str) -> Option<Vec<String>> {
+/// What a run did to its branch, as git in the runner's checkout says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunCommits {
+    /// The agent's commits since the run began (short ids, newest first),
+    /// the supervisor's own (`supervise: …`) left out.
+    pub commits: Vec<String>,
+    /// Where the run began (full id), when the head still contains it — an
+    /// agent that reset or rewrote its branch leaves `None`.
+    pub began_at: Option<String>,
+}
+
+/// The run's commits in the checkout at `dir` since `since`; `None` when git
+/// cannot say (no repository, an unknown commit).
+pub fn agent_commits(dir: &Path, since: &str) -> Option<RunCommits> {
     let repo = Repository::discover(dir).ok()?;
     let base = repo
         .revparse_single(since)
@@ -20,6 +30,7 @@ pub fn agent_commits(dir: &Path, since: &str) -> Option<Vec<String>> {
         .ok()?
         .id();
     let head = repo.head().ok()?.peel_to_commit().ok()?.id();
+    let contains = head == base || repo.graph_descendant_of(head, base).ok()?;
     let mut walk = repo.revwalk().ok()?;
     walk.push(head).ok()?;
     walk.hide(base).ok()?;
@@ -30,7 +41,10 @@ pub fn agent_commits(dir: &Path, since: &str) -> Option<Vec<String>> {
             out.push(crate::contract::short_id(&commit.id().to_string()));
         }
     }
-    Some(out)
+    Some(RunCommits {
+        commits: out,
+        began_at: contains.then(|| base.to_string()),
+    })
 }
 
 pub struct Git {
@@ -540,13 +554,20 @@ mod tests {
         }
         let listed = agent_commits(tmp.path(), &shas[0]).unwrap();
         assert_eq!(
-            listed,
+            listed.commits,
             vec![shas[3][..7].to_string(), shas[1][..7].to_string()]
         );
-        assert_eq!(
-            agent_commits(tmp.path(), &shas[3]).unwrap(),
-            Vec::<String>::new()
-        );
+        assert_eq!(listed.began_at.as_deref(), Some(shas[0].as_str()));
+        let none = agent_commits(tmp.path(), &shas[3]).unwrap();
+        assert_eq!(none.commits, Vec::<String>::new());
+        assert_eq!(none.began_at.as_deref(), Some(shas[3].as_str()));
+        // The agent moved its branch back: the run's start is no longer in
+        // the head, so it is not claimed.
+        let head = repo.find_commit(Oid::from_str(&shas[3]).unwrap()).unwrap();
+        let back = repo.find_commit(Oid::from_str(&shas[1]).unwrap()).unwrap();
+        repo.reset(back.as_object(), ResetType::Hard, None).unwrap();
+        let moved = agent_commits(tmp.path(), &head.id().to_string()).unwrap();
+        assert_eq!(moved.began_at, None);
         assert_eq!(
             agent_commits(tmp.path(), "0123456789abcdef0123456789abcdef01234567"),
             None

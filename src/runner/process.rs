@@ -435,6 +435,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         progress: None,
         // Locally the supervisor reads the branch itself.
         commits: None,
+        began_at: None,
         answer: crate::contract::read_answer(&answer_file),
     };
     write_atomic(

@@ -3,7 +3,7 @@
 #   <unit> <sprint> <action>[,<action>…]
 # and the k-th invocation for that sprint takes the k-th action (the last repeats).
 # Actions: ok | fail | partial | hang | stubborn (ignores SIGTERM) | noop | dirty | slow
-#          | chatty (prints for ever, ignoring SIGTERM)
+#          | chatty (prints for ever, ignoring SIGTERM) | prompt (commits the prompt it read)
 #   | hostile (ignores SIGTERM, leaves a background and a daemonized child, silent)
 # With $AGENT_PIDS set, hostile records its processes in $AGENT_PIDS.<unit>, and
 # every invocation notes in $AGENT_PIDS.overlap any of its unit's earlier
@@ -35,6 +35,10 @@ case "$action" in
   slow) sleep "${AGENT_SLOW:-1}"; action=ok ;;
 esac
 case "$action" in
+  prompt)
+    cat > "$file"
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT (its prompt)"
+    echo "Done." ;;
   ok)
     echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"
     git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"

@@ -55,6 +55,11 @@ pub struct Setup {
     /// Work without a plan: the settings, with CI and the agent workflow
     /// playing every role (examples/agents/workflow-agent.sh), and the issue's text.
     pub without_plan: Option<(String, String)>,
+    /// Where the fake GitHub keeps its repositories and runs, when not beside
+    /// the service's database: a measurement of the service alone keeps the
+    /// fake's disk writes (clones, pushes of every run) from delaying the
+    /// service's fsyncs on a shared disk.
+    pub github_dir: Option<std::sync::Arc<tempfile::TempDir>>,
 }
 
 impl Setup {
@@ -66,6 +71,7 @@ impl Setup {
             door: Door::InProcess,
             lease_secs: 2,
             without_plan: None,
+            github_dir: None,
         }
     }
 
@@ -79,6 +85,7 @@ impl Setup {
             door: Door::InProcess,
             lease_secs: 2,
             without_plan: Some((settings.into(), issue_body.into())),
+            github_dir: None,
         }
     }
 
@@ -90,6 +97,7 @@ impl Setup {
             door: Door::InProcess,
             lease_secs: 120,
             without_plan: None,
+            github_dir: None,
         }
     }
 
@@ -121,6 +129,7 @@ pub struct Story {
     pub db_url: String,
     pub tmp: tempfile::TempDir,
     pub issue: i64,
+    _github_dir: Option<Arc<tempfile::TempDir>>,
 }
 
 impl Story {
@@ -136,7 +145,11 @@ impl Story {
     pub async fn start(setup: Setup) -> Story {
         let tmp = tempfile::tempdir().unwrap();
         let port = free_port();
-        let fake = support::fake_github(Some(port), Some(tmp.path().join("github"))).await;
+        let github_dir = match &setup.github_dir {
+            Some(d) => d.path().join("github"),
+            None => tmp.path().join("github"),
+        };
+        let fake = support::fake_github(Some(port), Some(github_dir)).await;
         fake.ensure_repo(REPO);
         fake.add_user("mia", "maintain", "User");
         if let Some(plan) = &setup.plan {
@@ -170,6 +183,7 @@ impl Story {
             db_url,
             tmp,
             issue,
+            _github_dir: setup.github_dir.clone(),
         };
         story.serve_up().await;
         story
@@ -245,6 +259,19 @@ impl Story {
             .into_iter()
             .filter(|r| r.display_title.contains(part))
             .collect()
+    }
+
+    /// The prompt a run was given: its `prompt` input, or the file on its
+    /// sprint branch that input names (`@path`, a prompt too long to send).
+    pub fn prompt_of(&self, run: &fake_github::Run) -> String {
+        let input = run.inputs["prompt"].as_str().unwrap_or_default();
+        match input.strip_prefix('@') {
+            Some(path) => {
+                let branch = run.inputs["branch"].as_str().unwrap_or_default();
+                self.fake.file(REPO, branch, path).unwrap_or_default()
+            }
+            None => input.to_string(),
+        }
     }
 
     pub fn unit_issue(&self, unit: &str) -> Option<fake_github::Issue> {

@@ -141,7 +141,14 @@ pub(super) async fn execute(
 ) {
     let dir = f.data_dir.join("runs").join(run.id.to_string());
     let (command, env) = workflow;
-    let checkout = repo.checkout(&run.head_branch, &dir);
+    // As `actions/checkout` at `github.sha`: the commit dispatched on, even
+    // if the branch has moved since. A workflow that names another branch in
+    // its `branch` input (Sprint Supervisor's does) pushes there.
+    let checkout = repo.checkout(&run.head_sha, &dir);
+    let push_to = inputs
+        .iter()
+        .find(|(k, _)| k == "branch")
+        .map_or_else(|| run.head_branch.clone(), |(_, v)| v.clone());
     let mut cmd = tokio::process::Command::new("sh");
     cmd.arg("-c")
         .arg(&command)
@@ -196,15 +203,10 @@ pub(super) async fn execute(
             // Push what the workflow committed, as `actions/checkout` credentials would.
             let pushed = crate::git::git(
                 &dir,
-                &[
-                    "push",
-                    "-q",
-                    "origin",
-                    &format!("HEAD:refs/heads/{}", run.head_branch),
-                ],
+                &["push", "-q", "origin", &format!("HEAD:refs/heads/{push_to}")],
             );
             if pushed.is_ok() {
-                if let Some(sha) = repo.branch_sha(&run.head_branch) {
+                if let Some(sha) = repo.branch_sha(&push_to) {
                     f.on_push(&run.repo, &sha);
                 }
             }

@@ -84,6 +84,15 @@ pub(super) async fn create_pull(
             "Validation Failed: head or base does not exist",
         );
     }
+    if repo
+        .commits_between(&b.base, &b.head)
+        .is_ok_and(|c| c.is_empty())
+    {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("Validation Failed: No commits between {} and {}", b.base, b.head),
+        );
+    }
     let p = {
         let mut s = f.inner.lock();
         if s.api

@@ -241,16 +241,23 @@ impl Operations {
             .await?
             .ok_or_else(|| GitHubError::NeedsPerson(format!("no branch {default_branch}")))?;
         let integration = integration_branch(&op);
-        repo.create_branch(&integration, &head).await?;
+        // Made now, the branch's head is known: the first sprints' runs begin
+        // at it, and their verification need not ask GitHub whether they merge.
+        let mut integration_head = repo
+            .create_branch(&integration, &head)
+            .await?
+            .then(|| head.clone());
         if let Some(w) = &workflow {
             for (path, text) in w.seed_files() {
-                repo.put_file(
-                    &integration,
-                    &path,
-                    &text,
-                    "supervise: the workflow's starting files",
-                )
-                .await?;
+                let committed = repo
+                    .put_file(
+                        &integration,
+                        &path,
+                        &text,
+                        "supervise: the workflow's starting files",
+                    )
+                    .await?;
+                integration_head = committed.or(integration_head);
             }
         }
         let ctx = OpContext {
@@ -285,6 +292,9 @@ impl Operations {
         let mut live = l.lock().await;
         self.acquire(&mut live).await?;
         if live.driver.state.is_none() {
+            if integration_head.is_some() {
+                live.place.integration_head = integration_head;
+            }
             let input = Input::Start {
                 operation: OperationId(op.clone()),
                 plan: Box::new(plan),

@@ -169,11 +169,10 @@ impl GitHubExecutor<'_> {
         }
     }
 
-    /// Launches one attempt: the sprint branch (made from the integration
-    /// branch on the sprint's first dispatch), the prompt committed on it, the
-    /// sprint's pull request, and the workflow dispatch. A first dispatch that
-    /// no earlier process can have begun makes each without looking first
-    /// (five requests); any other looks for what an earlier try made.
+    /// Launches one attempt: one workflow dispatch on the integration branch,
+    /// with the prompt and the sprint branch among its inputs. The sprint's
+    /// pull request is opened when its first attempt is verified (GitHub
+    /// opens none without a commit to show).
     async fn dispatch(
         &mut self,
         state: Option<&OperationState>,
@@ -257,47 +256,8 @@ impl GitHubExecutor<'_> {
         );
         let branch = sprint_branch(&ctx.op, &unit_slug, order.sprint.as_str());
         let integration = integration_branch(&ctx.op);
-        // The head this process last merged to, else GitHub's answer.
-        let known_head = self.place.integration_head.clone();
-        let integration_head = || async {
-            if let Some(h) = known_head.clone() {
-                return Ok(h);
-            }
-            repo.branch_sha(&integration).await?.ok_or_else(|| {
-                GitHubError::NeedsPerson(format!("the integration branch {integration} is gone"))
-            })
-        };
-        // On a sprint's first dispatch the branch is made, not looked for.
-        let (head, made_now) = if first_of_sprint && !may_have_run {
-            let base = integration_head().await?;
-            let made = repo.create_branch(&branch, &base).await?;
-            let head = if made {
-                self.place.cut(&branch, &base);
-                Some(base)
-            } else {
-                repo.branch_sha(&branch).await?
-            };
-            (head, made)
-        } else {
-            match repo.branch_sha(&branch).await? {
-                Some(h) => (Some(h), false),
-                None => {
-                    let base = integration_head().await?;
-                    let made = repo.create_branch(&branch, &base).await?;
-                    if made {
-                        self.place.cut(&branch, &base);
-                    }
-                    (Some(base), made)
-                }
-            }
-        };
-        let prompt_file = prompt_path(&unit_slug, order.sprint.as_str());
-        let message = format!(
-            "supervise: prompt for {} Sprint {} (attempt {}, {})",
-            order.unit, order.sprint, order.attempt, order.model_id
-        );
-        // Work a workflow added is in no plan file: its definition goes with
-        // the prompt, for `supervise verify --record` in the runner.
+        // Work a workflow added is in no plan file: its definition goes on
+        // the sprint branch, for `supervise verify --record` in the runner.
         let spec = state
             .filter(|st| st.workflow.is_some())
             .and_then(|st| st.plan.unit(&order.unit))
@@ -305,53 +265,62 @@ impl GitHubExecutor<'_> {
                 unit: unit.clone(),
                 answer_file: order.answer_file.clone(),
             });
-        let plan_input = match &spec {
-            Some(spec) => {
-                let path = crate::contract::sprint_spec_path(&d.0);
-                let text = serde_json::to_string_pretty(spec).map_err(SqlError::from)?;
-                let message = format!("supervise: the sprint {} of {}", order.sprint, order.unit);
-                if made_now {
-                    repo.create_file(&branch, &path, &text, &message).await?;
-                } else {
-                    repo.put_file(&branch, &path, &text, &message).await?;
-                }
-                path
-            }
-            None => ctx.plan_path.clone(),
-        };
-        let committed = if made_now {
-            repo.create_file(&branch, &prompt_file, &order.prompt, &message)
-                .await?
-        } else {
-            repo.put_file(&branch, &prompt_file, &order.prompt, &message)
-                .await?
-        };
-        let base_sha = committed.or(head);
-        let mut pull = None;
-        if let Some(st) = state {
-            if let Some(unit) = st.plan.unit(&order.unit) {
-                if let Some(sprint) = unit.sprints.iter().find(|s| s.id == order.sprint) {
-                    let body = report::github::sprint_pr_body(&ctx.op, unit, sprint, &prompt_file);
-                    let title = format!(
-                        "{} — Sprint {}: {}",
-                        order.unit, order.sprint, order.sprint_name
-                    );
-                    pull = Some(if made_now {
-                        repo.create_pull(&branch, &integration, &title, &body)
-                            .await?
+        let inline_prompt = crate::contract::prompt_input(&order.prompt);
+        let prompt_file = prompt_path(&unit_slug, order.sprint.as_str());
+        // Usually nothing is made before the run: the runner cuts the sprint
+        // branch from the integration head it is dispatched on (or takes the
+        // branch an earlier attempt left), and the prompt is an input. Only a
+        // workflow's sprint definition or a prompt too long for the inputs is
+        // committed on the branch first.
+        if spec.is_some() || inline_prompt.is_none() {
+            let fresh = first_of_sprint && !may_have_run;
+            let made_now = self.sprint_branch(&repo, &branch, fresh).await?;
+            let commit = |path: String, text: String, message: String| {
+                let repo = &repo;
+                let branch = &branch;
+                async move {
+                    if made_now {
+                        repo.create_file(branch, &path, &text, &message).await
                     } else {
-                        repo.ensure_pull(&branch, &integration, &title, &body)
-                            .await?
-                    });
+                        repo.put_file(branch, &path, &text, &message).await
+                    }
                 }
+            };
+            if let Some(spec) = &spec {
+                let text = serde_json::to_string_pretty(spec).map_err(SqlError::from)?;
+                commit(
+                    crate::contract::sprint_spec_path(&d.0),
+                    text,
+                    format!("supervise: the sprint {} of {}", order.sprint, order.unit),
+                )
+                .await?;
+            }
+            if inline_prompt.is_none() {
+                commit(
+                    prompt_file.clone(),
+                    order.prompt.clone(),
+                    format!(
+                        "supervise: prompt for {} Sprint {} (attempt {}, {})",
+                        order.unit, order.sprint, order.attempt, order.model_id
+                    ),
+                )
+                .await?;
             }
         }
+        let plan_input = match &spec {
+            Some(_) => crate::contract::sprint_spec_path(&d.0),
+            None => ctx.plan_path.clone(),
+        };
+        let prompt_input = match inline_prompt {
+            Some(text) => text.to_string(),
+            None => format!("@{prompt_file}"),
+        };
+        let base_sha = self.place.integration_head.clone();
         ops.store
             .put_run(&RunRow {
                 dispatch: d.0.clone(),
                 op: ctx.op.clone(),
                 base_sha: base_sha.clone(),
-                pull,
                 ..Default::default()
             })
             .await?;
@@ -364,9 +333,10 @@ impl GitHubExecutor<'_> {
             "attempt": order.attempt.to_string(),
             "model": order.model_id,
             "max_turns": order.max_turns.to_string(),
-            "prompt_file": prompt_file,
+            "prompt": prompt_input,
+            "branch": branch,
         });
-        let dispatched = repo.dispatch(&ctx.workflow, &branch, inputs).await;
+        let dispatched = repo.dispatch(&ctx.workflow, &integration, inputs).await;
         if dispatched.is_ok() && admitted == Admitted::Now {
             // What is paid for, per installation, repository and model, for
             // `/metrics`: once per dispatch, however often it is carried out.
@@ -402,6 +372,29 @@ impl GitHubExecutor<'_> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Makes sure the sprint branch exists before something is committed on
+    /// it: made from the integration head without looking first when no
+    /// earlier try can have made it (`fresh`); true when made now.
+    async fn sprint_branch(
+        &mut self,
+        repo: &Repo<'_>,
+        branch: &str,
+        fresh: bool,
+    ) -> Result<bool, OpError> {
+        if !fresh && repo.branch_sha(branch).await?.is_some() {
+            return Ok(false);
+        }
+        let integration = integration_branch(&self.place.ctx.op);
+        let base = match self.place.integration_head.clone() {
+            Some(h) => h,
+            None => repo.branch_sha(&integration).await?.ok_or_else(|| {
+                GitHubError::NeedsPerson(format!("the integration branch {integration} is gone"))
+            })?,
+        };
+        self.place.integration_head = Some(base.clone());
+        Ok(repo.create_branch(branch, &base).await?)
     }
 }
 

@@ -144,6 +144,9 @@ struct GhPlace {
     /// Heads waiting for the repository's CI to report at all (a gate's
     /// integration head, a finished run's sprint head): since when.
     ci_first_seen: HashMap<String, Instant>,
+    /// Finished runs whose verification waits for the repository's CI: what
+    /// was read of them, so a later look reads only the checks.
+    awaiting_ci: HashMap<DispatchId, AwaitingCi>,
     /// Runs asked to cancel: when a force-cancel is due, and whether it was sent.
     cancels: HashMap<i64, (Instant, bool)>,
     /// The log's last decision when this replica read it: outbox entries up to
@@ -156,28 +159,21 @@ struct GhPlace {
     /// (merges of one operation are made one at a time, here); unknown after
     /// a restart or another replica's turn, then read from GitHub.
     integration_head: Option<String>,
-    /// Sprint branches this process made, and the integration head each was
-    /// cut from: while that is still the head, a branch's pull request can
-    /// only merge cleanly, and GitHub need not be waited on to say so.
-    cut_from: HashMap<String, String>,
+    /// The pull request of each sprint branch, once opened or read: a
+    /// later attempt's verification reads it rather than looking for it.
+    pulls: HashMap<String, i64>,
+}
+
+/// A finished run waiting for CI on its sprint's head.
+#[derive(Clone)]
+struct AwaitingCi {
+    conclusion: Option<String>,
+    url: String,
+    pr: Option<crate::github::repo::PullRequest>,
+    head: String,
 }
 
 impl GhPlace {
-    /// A sprint branch was made from the integration branch at `base` (then
-    /// its head, as far as this process knows).
-    fn cut(&mut self, branch: &str, base: &str) {
-        self.integration_head = Some(base.to_string());
-        self.cut_from.insert(branch.to_string(), base.to_string());
-    }
-
-    /// Whether the integration branch is, as far as this process knows,
-    /// still where `branch` was cut from.
-    fn unmoved_since_cut(&self, branch: &str) -> bool {
-        self.cut_from
-            .get(branch)
-            .is_some_and(|c| Some(c) == self.integration_head.as_ref())
-    }
-
     /// Whether an earlier try of this entry may have had effects whose answer
     /// was lost — then what it makes is looked for before it is made again.
     fn may_have_run(&mut self, key: crate::drive::EffectKey) -> bool {
@@ -299,11 +295,12 @@ impl Operations {
                 last_text: String::new(),
                 last_reconcile: None,
                 ci_first_seen: HashMap::new(),
+                awaiting_ci: HashMap::new(),
                 cancels: HashMap::new(),
                 loaded_seq: loaded.seq.max(0) as u64,
                 tried: HashSet::new(),
                 integration_head: None,
-                cut_from: HashMap::new(),
+                pulls: HashMap::new(),
             },
         }));
         Ok(self
@@ -382,7 +379,6 @@ impl Operations {
             live.place.dirty = true;
             // Another replica acted: it may have merged since.
             live.place.integration_head = None;
-            live.place.cut_from.clear();
         }
         Ok(())
     }

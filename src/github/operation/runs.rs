@@ -45,6 +45,12 @@ impl Operations {
             if dispatching.contains(&d.0) {
                 continue; // its dispatch is still in the outbox
             }
+            // Finished, and its verification waits for CI: only CI is read.
+            if let Some(w) = live.place.awaiting_ci.get(&d).cloned() {
+                self.finish(live, &d, w.conclusion.as_deref(), &w.url)
+                    .await?;
+                continue;
+            }
             let row = self.store.run(&d.0).await?;
             let run = match row.as_ref().and_then(|r| r.run_id) {
                 Some(id) => repo.run(id).await?,
@@ -104,19 +110,45 @@ impl Operations {
         let branch = sprint_branch(&ctx.op, &st.units[u].slug, sprint.id.as_str());
         let row = self.store.run(&d.0).await?;
         // The sprint's pull request gives its head and, once GitHub has
-        // computed it, whether it merges: one read for both.
-        let pr = match row.as_ref().and_then(|r| r.pull) {
-            Some(n) => Some(repo.pull(n).await?),
-            None => repo.pull_for(&branch).await?,
+        // computed it, whether it merges: one read for both. The first
+        // verification of a sprint opens it from what the run pushed (the
+        // answer carries the head); an earlier attempt's is read.
+        let known = row
+            .as_ref()
+            .and_then(|r| r.pull)
+            .or_else(|| live.place.pulls.get(&branch).copied());
+        let waited = live.place.awaiting_ci.remove(d);
+        let pr = match (waited.as_ref(), known) {
+            (Some(w), _) => w.pr.clone(),
+            (None, Some(n)) => Some(repo.pull(n).await?),
+            (None, None) => {
+                let title = format!("{} — Sprint {}: {}", unit.name, sprint.id, sprint.name);
+                let body = report::github::sprint_pr_body(&ctx.op, &unit, &sprint, url);
+                repo.open_pull(&branch, &integration_branch(&ctx.op), &title, &body)
+                    .await?
+            }
         };
-        let head = match pr.as_ref().and_then(|p| p.head_sha.clone()) {
-            Some(h) => Some(h),
-            None => repo.branch_sha(&branch).await?,
+        if let Some(p) = &pr {
+            live.place.pulls.insert(branch.clone(), p.number);
+            if known.is_none() {
+                self.store
+                    .put_run(&RunRow {
+                        dispatch: d.0.clone(),
+                        op: ctx.op.clone(),
+                        pull: Some(p.number),
+                        ..Default::default()
+                    })
+                    .await?;
+            }
+        }
+        let head = match (waited.map(|w| w.head), pr.as_ref().and_then(|p| p.head_sha.clone())) {
+            (Some(h), _) | (None, Some(h)) => Some(h),
+            (None, None) => repo.branch_sha(&branch).await?,
         };
         let Some(head) = head else {
             live.driver.queue.push_back(Input::DispatchFailed {
                 dispatch: d.clone(),
-                error: format!("the sprint branch {branch} is gone"),
+                error: format!("the run left no sprint branch {branch} (see {url})"),
             });
             return Ok(());
         };
@@ -126,6 +158,15 @@ impl Operations {
             .ci_on(&mut live.place.ci_first_seen, &repo, &head)
             .await?
         else {
+            live.place.awaiting_ci.insert(
+                d.clone(),
+                AwaitingCi {
+                    conclusion: conclusion.map(str::to_string),
+                    url: url.to_string(),
+                    pr,
+                    head,
+                },
+            );
             return Ok(());
         };
         let ci_passed = (!ci.is_empty()).then(|| ci.iter().all(|c| c.green()));
@@ -149,15 +190,19 @@ impl Operations {
         };
         // The list endpoint does not say whether a pull request merges; the
         // pull request itself does, once GitHub has computed it.
+        let began_at = recorded.as_ref().and_then(|r| r.began_at.as_ref());
         let mergeable = match &pr {
-            // The integration branch has not moved since this branch was cut
-            // from it, as far as this process knows: if the head still
-            // contains it (the ground truth, one request), the merge is clean
-            // and GitHub's background answer is not waited for.
+            // The run began at the integration branch's head, which has not
+            // moved since as far as this process knows (it makes the
+            // operation's merges), and the head it left still contains that
+            // start (the runner's git says so): the merge is clean, and
+            // GitHub's background answer is not waited for. A push to the
+            // integration branch by someone else meanwhile is caught by the
+            // merge itself, which then asks a person.
             Some(p)
                 if p.mergeable.is_none()
-                    && live.place.unmoved_since_cut(&branch)
-                    && repo.contains(&integration_branch(&ctx.op), &head).await? =>
+                    && began_at.is_some()
+                    && began_at == live.place.integration_head.as_ref() =>
             {
                 Some(true)
             }
