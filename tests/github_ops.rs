@@ -459,9 +459,15 @@ async fn server_errors_and_a_rate_limit_window_do_not_stop_the_operation() {
     );
     assert_eq!(s.fake.early_calls(), 0, "no call before the reset");
     s.assert_no_double_dispatch();
+    // The cost of faults, reported beside the fault-free count of
+    // `requests_per_sprint_are_a_small_constant` (the story's 4 sprints).
+    let failed = log.iter().filter(|(_, _, st)| *st >= 400).count();
+    eprintln!(
+        "GitHub requests under faults: {} for 4 sprints, {failed} of them answered 403/502",
+        log.iter().filter(|(_, e, _)| !e.contains("access_tokens")).count()
+    );
 }
 
-/// API calls (token exchanges aside) to run a one-unit plan of `n` sprints.
 /// A prompt too long for the dispatch's inputs is committed on the sprint
 /// branch and the run is given its path; the agent reads all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -492,6 +498,7 @@ async fn a_prompt_too_long_for_the_inputs_travels_as_a_committed_file() {
     );
 }
 
+/// API calls (token exchanges aside) to run a one-unit plan of `n` sprints.
 async fn calls_for(n: usize) -> usize {
     let mut plan = String::from(
         "# Line\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n",
