@@ -35,7 +35,9 @@ fn main() {
     std::fs::write(
         &agent,
         format!(
-            "#!/bin/sh\necho \"start $SUPERVISE_SPRINT $(date +%s%N)\" >> {s}\necho x > step-$SUPERVISE_SPRINT.txt\ngit add -A && git commit -qm s$SUPERVISE_SPRINT\necho \"end $SUPERVISE_SPRINT $(date +%s%N)\" >> {s}\n",
+            // bash's clock is read without starting a process (`date` would
+            // add its own start-up to both ends of every gap).
+            "#!/bin/bash\necho \"start $SUPERVISE_SPRINT ${{EPOCHREALTIME/./}}\" >> {s}\necho x > step-$SUPERVISE_SPRINT.txt\ngit add -A && git commit -qm s$SUPERVISE_SPRINT\necho \"end $SUPERVISE_SPRINT ${{EPOCHREALTIME/./}}\" >> {s}\n",
             s = stamps.display()
         ),
     )
@@ -57,7 +59,7 @@ fn main() {
             "run",
             "--quiet",
             "--agent",
-            &format!("sh {}", agent.display()),
+            &format!("bash {}", agent.display()),
         ])
         .current_dir(&root)
         .envs(GIT_IDENTITY)
@@ -75,7 +77,7 @@ fn main() {
             .unwrap()
     };
     let mut gaps: Vec<f64> = (1..SPRINTS)
-        .map(|n| (stamp("start", n + 1) - stamp("end", n)) as f64 / 1e6)
+        .map(|n| (stamp("start", n + 1) - stamp("end", n)) as f64 / 1e3)
         .collect();
     gaps.sort_by(f64::total_cmp);
     let pct = |p: f64| gaps[((gaps.len() - 1) as f64 * p).round() as usize];

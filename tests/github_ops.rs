@@ -464,7 +464,9 @@ async fn server_errors_and_a_rate_limit_window_do_not_stop_the_operation() {
     let failed = log.iter().filter(|(_, _, st)| *st >= 400).count();
     eprintln!(
         "GitHub requests under faults: {} for 4 sprints, {failed} of them answered 403/502",
-        log.iter().filter(|(_, e, _)| !e.contains("access_tokens")).count()
+        log.iter()
+            .filter(|(_, e, _)| !e.contains("access_tokens"))
+            .count()
     );
 }
 
@@ -485,7 +487,11 @@ async fn a_prompt_too_long_for_the_inputs_travels_as_a_committed_file() {
         .await;
     let run = &s.runs_of("/solo/1/")[0];
     let input = run.inputs["prompt"].as_str().unwrap_or_default();
-    assert_eq!(input, "@.supervise/prompts/solo-sprint-1.md", "{:#?}", run.inputs);
+    assert_eq!(
+        input, "@.supervise/prompts/solo-sprint-1.md",
+        "{:#?}",
+        run.inputs
+    );
     let integration = s.final_pull().unwrap().head;
     let seen = s
         .fake
@@ -563,12 +569,10 @@ async fn calls_for(n: usize) -> usize {
         eprintln!("workflow_run completed → next dispatch: p50 {all:.0} ms, all {gaps:.0?}");
         // GitHub's own latency left out: the time the fake spent answering
         // the requests on the way.
-        let (own, gaps) = p50(
-            pairs
-                .iter()
-                .map(|(c, d)| (d - c - s.fake.busy_between(*c, *d)) * 1000.0)
-                .collect(),
-        );
+        let (own, gaps) = p50(pairs
+            .iter()
+            .map(|(c, d)| (d - c - s.fake.busy_between(*c, *d)) * 1000.0)
+            .collect());
         eprintln!("  of which the service's own: p50 {own:.0} ms, all {gaps:.0?}");
         if std::env::var_os("SUPERVISE_SHOW_TIMELINE").is_some() {
             let from = completed.get(2).copied().unwrap_or_default();

@@ -538,10 +538,7 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
             .as_ref()
             .map(|p| std::fs::read_to_string(p).unwrap_or_default())
             .unwrap_or_default();
-        let since = a
-            .since
-            .clone()
-            .or_else(|| std::env::var("GITHUB_SHA").ok());
+        let since = a.since.clone().or_else(|| std::env::var("GITHUB_SHA").ok());
         let run = since
             .as_deref()
             .and_then(|since| crate::runner::git::agent_commits(&root, since));

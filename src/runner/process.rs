@@ -129,6 +129,9 @@ fn end_attempt_processes(pgid: i32, grace: Duration) {
     }
     signal_all(pgid, libc::SIGTERM);
     let until = Instant::now() + grace;
+    // Most leftovers (a `git maintenance --detach` after a commit) end within
+    // a millisecond or two of the signal: look again soon, then less often.
+    let mut pause = Duration::from_millis(1);
     loop {
         reap();
         if descendants(me).is_empty() {
@@ -137,7 +140,8 @@ fn end_attempt_processes(pgid: i32, grace: Duration) {
         if Instant::now() >= until {
             signal_all(pgid, libc::SIGKILL);
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
     }
 }
 
@@ -230,6 +234,17 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(tmp, path)
 }
 
+/// Writes a file whole or not at all (a crash leaves the old file or none),
+/// without waiting for the disk: for what a power cut may lose because
+/// nothing depends on it alone (the `started` marker, written durably by
+/// the wrapper, says whether an attempt began).
+fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    std::fs::rename(tmp, path)
+}
+
 /// Writes the spec and prompt and starts the wrapper, unless this dispatch already
 /// ran or runs. Returns the child when one was spawned.
 pub fn spawn(dir: &Path, spec: &RunSpec) -> Result<Option<Child>> {
@@ -237,8 +252,8 @@ pub fn spawn(dir: &Path, spec: &RunSpec) -> Result<Option<Child>> {
         return Ok(None);
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    write_atomic(&dir.join("prompt.md"), spec.order.prompt.as_bytes())?;
-    write_atomic(&dir.join("run.json"), &serde_json::to_vec_pretty(spec)?)?;
+    write_whole(&dir.join("prompt.md"), spec.order.prompt.as_bytes())?;
+    write_whole(&dir.join("run.json"), &serde_json::to_vec_pretty(spec)?)?;
     let exe = std::env::current_exe().context("finding the supervise executable")?;
     let log = File::create(dir.join("wrapper.log"))?;
     let mut cmd = Command::new(exe);

@@ -92,7 +92,8 @@ impl FileLedger {
         }
     }
 
-    fn write_line(&mut self, record: &Record) -> Result<(), StoreError> {
+    /// Appends one record; with `durable`, waits for the disk.
+    fn write_line(&mut self, record: &Record, durable: bool) -> Result<(), StoreError> {
         if self.file.is_none() {
             if let Some(dir) = self.path.parent() {
                 std::fs::create_dir_all(dir).map_err(|e| self.io(e))?;
@@ -109,7 +110,9 @@ impl FileLedger {
         let f = self.file.as_mut().expect("opened above");
         // One write of the whole line, then fsync: a crash leaves either the whole
         // record or a torn last line, which `load` drops.
-        let r = f.write_all(line.as_bytes()).and_then(|_| f.sync_data());
+        let r =
+            f.write_all(line.as_bytes())
+                .and_then(|_| if durable { f.sync_data() } else { Ok(()) });
         r.map_err(|e| StoreError::Io {
             path: self.path.clone(),
             source: e,
@@ -184,17 +187,24 @@ impl FileLedger {
     ) -> Result<Vec<Entry>, StoreError> {
         let seq = self.next_seq;
         let entries = Entry::numbered(seq, effects);
-        self.write_line(&Record::Decision {
-            seq,
-            events: events.to_vec(),
-            effects: entries.clone(),
-        })?;
+        self.write_line(
+            &Record::Decision {
+                seq,
+                events: events.to_vec(),
+                effects: entries.clone(),
+            },
+            true,
+        )?;
         self.next_seq += 1;
         Ok(entries)
     }
 
+    /// Notes an effect carried out. Not waited for on disk: only a power cut
+    /// can lose it (a crashed process's write is in the kernel already), and
+    /// then the effect is carried out again on restart, as after a crash
+    /// between an effect and its note — every effect is idempotent.
     pub fn mark_done(&mut self, key: EffectKey) -> Result<(), StoreError> {
-        self.write_line(&Record::Done { effect: key })
+        self.write_line(&Record::Done { effect: key }, false)
     }
 }
 

@@ -203,7 +203,12 @@ pub(super) async fn execute(
             // Push what the workflow committed, as `actions/checkout` credentials would.
             let pushed = crate::git::git(
                 &dir,
-                &["push", "-q", "origin", &format!("HEAD:refs/heads/{push_to}")],
+                &[
+                    "push",
+                    "-q",
+                    "origin",
+                    &format!("HEAD:refs/heads/{push_to}"),
+                ],
             );
             if pushed.is_ok() {
                 if let Some(sha) = repo.branch_sha(&push_to) {

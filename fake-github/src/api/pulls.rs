@@ -90,7 +90,10 @@ pub(super) async fn create_pull(
     {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,
-            &format!("Validation Failed: No commits between {} and {}", b.base, b.head),
+            &format!(
+                "Validation Failed: No commits between {} and {}",
+                b.base, b.head
+            ),
         );
     }
     let p = {

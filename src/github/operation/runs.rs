@@ -141,7 +141,10 @@ impl Operations {
                     .await?;
             }
         }
-        let head = match (waited.map(|w| w.head), pr.as_ref().and_then(|p| p.head_sha.clone())) {
+        let head = match (
+            waited.map(|w| w.head),
+            pr.as_ref().and_then(|p| p.head_sha.clone()),
+        ) {
             (Some(h), _) | (None, Some(h)) => Some(h),
             (None, None) => repo.branch_sha(&branch).await?,
         };
