@@ -110,9 +110,9 @@ impl FileLedger {
         let f = self.file.as_mut().expect("opened above");
         // One write of the whole line, then fsync: a crash leaves either the whole
         // record or a torn last line, which `load` drops.
-        let r =
-            f.write_all(line.as_bytes())
-                .and_then(|_| if durable { f.sync_data() } else { Ok(()) });
+        let r = f
+            .write_all(line.as_bytes())
+            .and_then(|_| if durable { f.sync_data() } else { Ok(()) });
         r.map_err(|e| StoreError::Io {
             path: self.path.clone(),
             source: e,

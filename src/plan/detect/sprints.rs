@@ -7,12 +7,16 @@ use super::*;
 /// `Sprint 2a: Name` → (`2a`, `Name`).
 pub(crate) fn sprint_heading(text: &str) -> Option<(SprintId, String)> {
     let t = plain(text);
-    let lower = t.to_lowercase();
-    let rest = lower.strip_prefix("sprint")?;
+    // `Sprint` in any case, compared in place: lowercasing the whole heading
+    // first cost a copy per heading (and may change its length).
+    let rest = t
+        .get(..6)
+        .filter(|w| w.eq_ignore_ascii_case("sprint"))
+        .map(|_| &t[6..])?;
     if !rest.starts_with(char::is_whitespace) {
         return None;
     }
-    let rest_orig = t[t.len() - rest.len()..].trim_start();
+    let rest_orig = rest.trim_start();
     let id_len = rest_orig
         .find(|c: char| !c.is_ascii_alphanumeric())
         .unwrap_or(rest_orig.len());
