@@ -7,7 +7,8 @@
 //! Run: `cargo bench --bench webhook_load` (needs node and target/npm, which
 //! scripts/test installs; `npm install --prefix target/npm @octokit/webhooks`).
 //! `BENCH_DATABASE_URL=postgres://…` stores in PostgreSQL instead of SQLite;
-//! `BENCH_WORKERS` sets the service's processing workers (default 4).
+//! `BENCH_WORKERS` sets the service's processing workers (default 4);
+//! `BENCH_PAYLOAD_KB=10` pads each delivery to GitHub's usual size.
 
 use hmac::{Hmac, KeyInit, Mac};
 use std::path::Path;
@@ -26,9 +27,22 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// `BENCH_PAYLOAD_KB`: pad each delivery to about this size (GitHub's own
+/// `issue_comment` payloads, with their repository and user objects, are
+/// 8-12 KB); default: a minimal body of about 250 bytes.
+fn padding() -> String {
+    let kb: usize = std::env::var("BENCH_PAYLOAD_KB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    "x".repeat(kb * 1024)
+}
+
 fn request(n: u64) -> Vec<u8> {
+    static PAD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let pad = PAD.get_or_init(padding);
     let body = format!(
-        r#"{{"action":"created","issue":{{"number":1}},"comment":{{"id":{n},"body":"Looks good to me, thanks!","user":{{"login":"mia","type":"User"}}}},"repository":{{"full_name":"acme/shop"}},"installation":{{"id":7}}}}"#
+        r#"{{"action":"created","issue":{{"number":1}},"comment":{{"id":{n},"body":"Looks good to me, thanks!","user":{{"login":"mia","type":"User"}}}},"repository":{{"full_name":"acme/shop","description":"{pad}"}},"installation":{{"id":7}}}}"#
     );
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
     mac.update(body.as_bytes());

@@ -130,6 +130,19 @@ const MIGRATIONS: &[(i64, &str)] = &[
         version BIGINT NOT NULL
     )",
     ),
+    (
+        7,
+        // A delivery's body in a table of its own, written once: SQLite
+        // rewrites a whole row on every update, and the claim, the lease
+        // renewals and the end each updated a row holding the body (often
+        // 10 KB and more) — three copies of it through the log per delivery.
+        "CREATE TABLE IF NOT EXISTS delivery_payloads (
+        id TEXT PRIMARY KEY,
+        payload TEXT NOT NULL
+    );
+    INSERT INTO delivery_payloads (id, payload) SELECT id, payload FROM deliveries;
+    ALTER TABLE deliveries DROP COLUMN payload",
+    ),
 ];
 
 /// The last decision's sequence number of an operation (0: none yet).
@@ -361,23 +374,44 @@ impl SqlStore {
             "UPDATE deliveries SET status = 'processing', lease_until = $1, attempts = attempts + 1
              WHERE id IN (SELECT id FROM deliveries WHERE status = 'pending' OR (status = 'processing' AND lease_until < $2) ORDER BY received_at, id LIMIT $3)
                AND (status = 'pending' OR lease_until < $2)
-             RETURNING id, event, installation, payload, attempts, received_at",
+             RETURNING id, event, installation, attempts, received_at",
         )
         .bind(now + lease.as_millis() as i64)
         .bind(now)
         .bind(n.max(1) as i64)
         .fetch_all(&self.pool)
         .await?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The bodies, in one statement (they never change once stored).
+        let marks: Vec<String> = (1..=rows.len()).map(|i| format!("${i}")).collect();
+        let select = format!(
+            "SELECT id, payload FROM delivery_payloads WHERE id IN ({})",
+            marks.join(", ")
+        );
+        // Only placeholders are made here; the ids are bound.
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(select));
+        for r in &rows {
+            query = query.bind(r.get::<String, _>("id"));
+        }
+        let mut bodies: std::collections::HashMap<String, String> = query
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| (r.get("id"), r.get("payload")))
+            .collect();
         let mut claimed: Vec<(i64, Claimed)> = rows
             .iter()
             .map(|r| {
+                let id: String = r.get("id");
                 (
                     r.try_get::<i64, _>("received_at").unwrap_or(0),
                     Claimed {
-                        id: r.get("id"),
+                        payload: bodies.remove(&id).unwrap_or_default(),
+                        id,
                         event: r.get("event"),
                         installation: r.try_get("installation").ok(),
-                        payload: r.get("payload"),
                         attempts: r.try_get::<i64, _>("attempts").unwrap_or(1),
                     },
                 )
@@ -773,5 +807,56 @@ impl Outbox for SqlOutbox {
             events: loaded.events.len(),
             pending: loaded.pending,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database of the schema before bodies had their own table, with a
+    /// delivery waiting: after the upgrade its body is claimed with it.
+    #[tokio::test]
+    async fn an_older_database_keeps_its_waiting_deliveries_bodies() {
+        let tmp = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", tmp.path().join("old.db").display());
+        sqlx::any::install_default_drivers();
+        {
+            let pool = AnyPoolOptions::new()
+                .max_connections(1)
+                .connect(&url)
+                .await
+                .unwrap();
+            sqlx::query("CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY)")
+                .execute(&pool)
+                .await
+                .unwrap();
+            for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v < 7) {
+                for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                    sqlx::query(stmt).execute(&pool).await.unwrap();
+                }
+                sqlx::query("INSERT INTO schema_migrations (version) VALUES ($1)")
+                    .bind(*version)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+            sqlx::query("INSERT INTO deliveries (id, event, payload, received_at, status) VALUES ('d1', 'issue_comment', '{\"a\":1}', 1, 'pending')")
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        }
+        let store = SqlStore::connect(&url).await.unwrap();
+        let claimed = store.claim_many(Duration::from_secs(30), 8).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].payload, "{\"a\":1}");
+        // New deliveries are stored with their bodies too.
+        store
+            .intake("d2", "issue_comment", None, Some(1), "{\"b\":2}")
+            .await
+            .unwrap();
+        let claimed = store.claim_many(Duration::from_secs(30), 8).await.unwrap();
+        assert_eq!(claimed[0].payload, "{\"b\":2}");
     }
 }

@@ -95,7 +95,9 @@ impl IntakeQueue {
     }
 }
 
-const INSERT: &str = "INSERT INTO deliveries (id, event, dedupe, installation, payload, received_at, status) VALUES ($1, $2, $3, $4, $5, $6, 'pending') ON CONFLICT DO NOTHING";
+const INSERT: &str = "INSERT INTO deliveries (id, event, dedupe, installation, received_at, status) VALUES ($1, $2, $3, $4, $5, 'pending') ON CONFLICT DO NOTHING";
+/// The body of a delivery just stored (never of a duplicate, which is not).
+const INSERT_PAYLOAD: &str = "INSERT INTO delivery_payloads (id, payload) VALUES ($1, $2)";
 const FINISH: &str = "UPDATE deliveries SET status = $1, lease_until = NULL, error = $2 WHERE id = $3 AND attempts = $4";
 
 impl SqlStore {
@@ -108,16 +110,10 @@ impl SqlStore {
         installation: Option<i64>,
         payload: &str,
     ) -> Result<Intake, SqlError> {
-        let r = sqlx::query(INSERT)
-            .bind(id)
-            .bind(event)
-            .bind(dedupe)
-            .bind(installation)
-            .bind(payload)
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await?;
-        Ok(stored_or_not(r.rows_affected()))
+        let mut tx = self.pool.begin().await?;
+        let r = store_one(&mut tx, id, event, dedupe, installation, payload, now_ms()).await?;
+        tx.commit().await?;
+        Ok(r)
     }
 
     /// Records a claimed delivery's end; fenced like [`SqlStore::renew`], so a
@@ -186,16 +182,17 @@ impl SqlStore {
         for (w, _) in batch {
             match w {
                 Write::Store(d) => {
-                    let r = sqlx::query(INSERT)
-                        .bind(&d.id)
-                        .bind(&d.event)
-                        .bind(d.dedupe.as_deref())
-                        .bind(d.installation)
-                        .bind(&d.payload)
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?;
-                    results.push(Some(stored_or_not(r.rows_affected())));
+                    let r = store_one(
+                        &mut tx,
+                        &d.id,
+                        &d.event,
+                        d.dedupe.as_deref(),
+                        d.installation,
+                        &d.payload,
+                        now,
+                    )
+                    .await?;
+                    results.push(Some(r));
                 }
                 Write::End {
                     id,
@@ -216,6 +213,35 @@ impl SqlStore {
         tx.commit().await?;
         Ok(results)
     }
+}
+
+/// Stores a delivery and its body within the caller's transaction.
+async fn store_one(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    id: &str,
+    event: &str,
+    dedupe: Option<&str>,
+    installation: Option<i64>,
+    payload: &str,
+    now: i64,
+) -> Result<Intake, SqlError> {
+    let r = sqlx::query(INSERT)
+        .bind(id)
+        .bind(event)
+        .bind(dedupe)
+        .bind(installation)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+    let stored = stored_or_not(r.rows_affected());
+    if stored == Intake::Stored {
+        sqlx::query(INSERT_PAYLOAD)
+            .bind(id)
+            .bind(payload)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(stored)
 }
 
 fn stored_or_not(rows: u64) -> Intake {
