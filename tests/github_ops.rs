@@ -470,6 +470,35 @@ async fn server_errors_and_a_rate_limit_window_do_not_stop_the_operation() {
     );
 }
 
+/// A copy of the agent workflow from before the prompt and the sprint branch
+/// were inputs: GitHub refuses every dispatch, nothing runs, and the issue
+/// says to copy the template again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_workflow_older_than_the_supervisor_is_named_as_such() {
+    let s = Story::begin("").await;
+    let old = [
+        "dispatch_id",
+        "plan",
+        "unit",
+        "directory",
+        "sprint",
+        "attempt",
+        "model",
+        "max_turns",
+        "prompt_file",
+    ];
+    s.fake.declare_inputs(REPO, "supervise-agent.yml", &old);
+    s.say("/supervise start").await;
+    s.until("the issue says the workflow is older", 60, |s| {
+        s.bot_comments(s.issue)
+            .iter()
+            .chain(std::iter::once(&s.status_comment()))
+            .any(|c| c.contains("older than this supervisor"))
+    })
+    .await;
+    assert!(s.fake.runs(REPO).is_empty(), "nothing ran");
+}
+
 /// A prompt too long for the dispatch's inputs is committed on the sprint
 /// branch and the run is given its path; the agent reads all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -48,6 +48,31 @@ pub(super) async fn dispatch(
     else {
         return error(StatusCode::NOT_FOUND, &format!("workflow {file} not found"));
     };
+    let unexpected: Vec<String> = {
+        let s = f.inner.lock();
+        match s.api.declared_inputs.get(&(name.clone(), file.clone())) {
+            Some(declared) => {
+                let mut extra: Vec<String> = b
+                    .inputs
+                    .keys()
+                    .filter(|k| !declared.contains(k))
+                    .cloned()
+                    .collect();
+                extra.sort();
+                extra
+            }
+            None => Vec::new(),
+        }
+    };
+    if !unexpected.is_empty() {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!(
+                "Unexpected inputs provided: {}",
+                serde_json::to_string(&unexpected).unwrap_or_default()
+            ),
+        );
+    }
     let Some(sha) = repo.branch_sha(&b.reference) else {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -104,6 +104,9 @@ pub(crate) struct ApiState {
     pub(crate) check_runs: Vec<CheckRun>,
     pub(crate) runs: Vec<Run>,
     workflows: HashMap<(String, String), Workflow>,
+    /// The inputs a workflow file declares, when a test says: a dispatch
+    /// with any other is refused, as GitHub refuses it.
+    declared_inputs: HashMap<(String, String), Vec<String>>,
     ci: HashMap<String, String>,
 }
 
@@ -193,6 +196,15 @@ impl FakeGitHub {
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
             ),
+        );
+    }
+
+    /// The inputs `file` declares under `workflow_dispatch` (an older copy of
+    /// a workflow, say): dispatches with others are answered 422.
+    pub fn declare_inputs(&self, repo: &str, file: &str, inputs: &[&str]) {
+        self.inner.lock().api.declared_inputs.insert(
+            (repo.into(), file.into()),
+            inputs.iter().map(|s| s.to_string()).collect(),
         );
     }
 

@@ -362,10 +362,22 @@ impl GitHubExecutor<'_> {
             }
             Err(GitHubError::Http { status, body, .. }) if status == 404 || status == 422 => {
                 ops.store.spend_refunded(&d.0).await?;
+                // A copy of the template from before the prompt and branch
+                // became inputs does not declare them.
+                let what_to_do = if body.contains("Unexpected inputs") {
+                    "The workflow is older than this supervisor: copy Sprint Supervisor's `.github/workflows/supervise-agent.yml` over it"
+                } else {
+                    "Add the agent workflow (see Sprint Supervisor's templates) or set `workflow:` in .github/supervise.yml"
+                };
+                // GitHub's reason, without the JSON around it.
+                let reason = serde_json::from_str::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|v| v["message"].as_str().map(str::to_string))
+                    .unwrap_or(body);
                 Ok(Outcome::Done(vec![Input::DispatchFailed {
                     dispatch: d.clone(),
                     error: format!(
-                        "GitHub refused to dispatch `.github/workflows/{}` ({status}): {body}. Add the agent workflow (see Sprint Supervisor's templates) or set `workflow:` in .github/supervise.yml",
+                        "GitHub refused to dispatch `.github/workflows/{}` ({status}): {reason}. {what_to_do}",
                         ctx.workflow
                     ),
                 }]))
