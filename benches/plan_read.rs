@@ -1,5 +1,5 @@
 //! Reading a generated plan of N work units × 10 sprints (criterion). The issue's
-//! target: 1,000 × 10 well under 100 ms, growing linearly.
+//! target: 1,000 × 10 under 50 ms, growing linearly.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::fmt::Write;
