@@ -470,6 +470,26 @@ async fn server_errors_and_a_rate_limit_window_do_not_stop_the_operation() {
     );
 }
 
+/// CI slower than the agent: a verification waits for it, and goes on when
+/// GitHub says the check suite completed — not at the next reconciliation,
+/// two minutes away here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sprint_waiting_for_ci_goes_on_when_its_check_suite_completes() {
+    let plan = "# Line\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n### Sprint 1: One\n- [ ] `solo-sprint-1.txt` exists\n### Sprint 2: Two\n- [ ] `solo-sprint-2.txt` exists\n";
+    let s = Story::start(Setup::operation(plan, "").reconcile_secs(120)).await;
+    s.fake.set_ci(REPO, "sleep 2");
+    s.say("/supervise start").await;
+    s.until("the final pull request", 60, |s| s.final_pull().is_some())
+        .await;
+    let verified = s
+        .fake
+        .check_runs(REPO)
+        .into_iter()
+        .filter(|c| c.app == "supervise" && c.conclusion.as_deref() == Some("success"))
+        .count();
+    assert_eq!(verified, 2, "both sprints verified after their CI");
+}
+
 /// A copy of the agent workflow from before the prompt and the sprint branch
 /// were inputs: GitHub refuses every dispatch, nothing runs, and the issue
 /// says to copy the template again.
@@ -885,7 +905,7 @@ async fn two_replicas(
 ) -> (std::process::Child, std::process::Child, String) {
     let db = support::postgres_database().await;
     let env = |id: &str| {
-        let mut env = story::fast_service(2);
+        let mut env = story::fast_service(2, 1);
         env.push(("SUPERVISE_REPLICA_ID", id.to_string()));
         env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
         env

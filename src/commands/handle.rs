@@ -206,12 +206,17 @@ impl Handler {
             "issue_comment" => self.comment(payload).await,
             "workflow_run" => self.workflow_run(payload).await,
             "pull_request" => self.pull_request(payload).await,
+            "check_suite" => match serde_json::from_str::<Value>(payload) {
+                Ok(v) => self.ops.check_suite(&v).await,
+                Err(_) => Ok(()),
+            },
             _ => Ok(()),
         }
     }
 
     /// The events [`Handler::event`] acts on.
-    pub const HANDLED: &'static [&'static str] = &["issue_comment", "workflow_run", "pull_request"];
+    pub const HANDLED: &'static [&'static str] =
+        &["issue_comment", "workflow_run", "pull_request", "check_suite"];
 
     /// A pull request opened or pushed to: if it changes a plan, the plan at its
     /// head is read and analysed (never run) and the verdict published as the

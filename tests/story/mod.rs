@@ -52,6 +52,7 @@ pub struct Setup {
     pub door: Door,
     /// Seconds a replica's lease on a delivery or an operation lasts.
     pub lease_secs: u64,
+    pub reconcile_secs: u64,
     /// Work without a plan: the settings, with CI and the agent workflow
     /// playing every role (examples/agents/workflow-agent.sh), and the issue's text.
     pub without_plan: Option<(String, String)>,
@@ -70,6 +71,7 @@ impl Setup {
             behaviour: behaviour.into(),
             door: Door::InProcess,
             lease_secs: 2,
+            reconcile_secs: 1,
             without_plan: None,
             github_dir: None,
         }
@@ -84,6 +86,7 @@ impl Setup {
             behaviour: behaviour.into(),
             door: Door::InProcess,
             lease_secs: 2,
+            reconcile_secs: 1,
             without_plan: Some((settings.into(), issue_body.into())),
             github_dir: None,
         }
@@ -96,6 +99,7 @@ impl Setup {
             behaviour: String::new(),
             door: Door::InProcess,
             lease_secs: 120,
+            reconcile_secs: 1,
             without_plan: None,
             github_dir: None,
         }
@@ -103,6 +107,12 @@ impl Setup {
 
     pub fn door(mut self, door: Door) -> Setup {
         self.door = door;
+        self
+    }
+
+    /// Seconds between reconciliations with GitHub (1 unless said).
+    pub fn reconcile_secs(mut self, secs: u64) -> Setup {
+        self.reconcile_secs = secs;
         self
     }
 
@@ -125,6 +135,7 @@ pub struct Story {
     serving: Option<Serving>,
     door: Door,
     lease_secs: u64,
+    reconcile_secs: u64,
     pub port: u16,
     pub db_url: String,
     pub tmp: tempfile::TempDir,
@@ -179,6 +190,7 @@ impl Story {
             serving: None,
             door: setup.door,
             lease_secs: setup.lease_secs,
+            reconcile_secs: setup.reconcile_secs,
             port,
             db_url,
             tmp,
@@ -208,7 +220,7 @@ impl Story {
                     self.port,
                     &self.fake.url(),
                     &self.db_url,
-                    &fast_service(self.lease_secs),
+                    &fast_service(self.lease_secs, self.reconcile_secs),
                 )));
             }
             Door::InProcess => {
@@ -216,7 +228,12 @@ impl Story {
                     .await
                     .unwrap();
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-                let config = in_process_config(&self.fake.url(), &self.db_url, self.lease_secs);
+                let config = in_process_config(
+                    &self.fake.url(),
+                    &self.db_url,
+                    self.lease_secs,
+                    self.reconcile_secs,
+                );
                 let task = tokio::spawn(run::run(config, listener, async {
                     let _ = stopped.await;
                 }));
@@ -457,10 +474,10 @@ fn set_agent_workflow(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str) {
 }
 
 /// The service's timings, shortened so a whole operation runs in seconds.
-fn fast_timings(lease_secs: u64) -> OpTimings {
+fn fast_timings(lease_secs: u64, reconcile_secs: u64) -> OpTimings {
     OpTimings {
         tick: Duration::from_millis(150),
-        reconcile: Duration::from_secs(1),
+        reconcile: Duration::from_secs(reconcile_secs),
         status_interval: Duration::from_millis(300),
         ci_grace: Duration::ZERO,
         force_cancel_after: Duration::from_secs(2),
@@ -469,8 +486,8 @@ fn fast_timings(lease_secs: u64) -> OpTimings {
 }
 
 /// The same timings for the binary, as its environment.
-pub fn fast_service(lease_secs: u64) -> Vec<(&'static str, String)> {
-    let t = fast_timings(lease_secs);
+pub fn fast_service(lease_secs: u64, reconcile_secs: u64) -> Vec<(&'static str, String)> {
+    let t = fast_timings(lease_secs, reconcile_secs);
     vec![
         ("SUPERVISE_TICK_MS", t.tick.as_millis().to_string()),
         (
@@ -491,7 +508,12 @@ pub fn fast_service(lease_secs: u64) -> Vec<(&'static str, String)> {
 }
 
 /// What `support::spawn_serve` gives the binary, for the service in process.
-fn in_process_config(api: &str, db_url: &str, lease_secs: u64) -> ServiceConfig {
+fn in_process_config(
+    api: &str,
+    db_url: &str,
+    lease_secs: u64,
+    reconcile_secs: u64,
+) -> ServiceConfig {
     // One metrics recorder per process, as the binary has.
     static METRICS: OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
         OnceLock::new();
@@ -519,7 +541,7 @@ fn in_process_config(api: &str, db_url: &str, lease_secs: u64) -> ServiceConfig 
         workers: 4,
         per_installation: 2,
         replica_id: "supervise-test".into(),
-        timings: fast_timings(lease_secs),
+        timings: fast_timings(lease_secs, reconcile_secs),
         limits: Default::default(),
         metrics,
     }

@@ -309,12 +309,31 @@ impl FakeGitHub {
                 Err(e) => (false, e),
             };
             let _ = std::fs::remove_dir_all(&dir);
-            let mut s = fake.inner.lock();
-            if let Some(c) = s.api.check_runs.iter_mut().find(|c| c.id == id) {
-                c.status = "completed".into();
-                c.conclusion = Some(if ok { "success" } else { "failure" }.into());
-                c.summary = output.chars().take(2000).collect();
+            let conclusion = if ok { "success" } else { "failure" };
+            {
+                let mut s = fake.inner.lock();
+                if let Some(c) = s.api.check_runs.iter_mut().find(|c| c.id == id) {
+                    c.status = "completed".into();
+                    c.conclusion = Some(conclusion.into());
+                    c.summary = output.chars().take(2000).collect();
+                }
             }
+            // The CI's suite is complete: GitHub tells every App that may
+            // read checks, whoever's suite it is.
+            let (owner, name) = repo.split_once('/').unwrap_or(("o", "r"));
+            let payload = serde_json::json!({
+                "action": "completed",
+                "check_suite": {
+                    "id": id,
+                    "head_sha": sha,
+                    "status": "completed",
+                    "conclusion": conclusion,
+                    "app": { "slug": "github-actions", "name": "GitHub Actions" },
+                },
+                "repository": { "full_name": repo, "name": name, "owner": { "login": owner } },
+                "installation": { "id": fake.config.installation_id },
+            });
+            fake.deliver("check_suite", &payload).await;
         });
     }
 }

@@ -430,4 +430,52 @@ impl Operations {
         };
         tracing::Instrument::instrument(work, span).await
     }
+
+    /// A check suite on some commit completed (the repository's CI, most
+    /// often): a verification waiting for CI on that commit, or a build gate
+    /// waiting for it on the integration branch's head, goes on now, not at
+    /// the next reconciliation.
+    pub async fn check_suite(&self, payload: &serde_json::Value) -> Result<(), OpError> {
+        if payload["action"].as_str() != Some("completed") {
+            return Ok(());
+        }
+        let (Some(repo), Some(head)) = (
+            payload["repository"]["full_name"].as_str(),
+            payload["check_suite"]["head_sha"].as_str(),
+        ) else {
+            tracing::warn!("a check_suite event without its repository or head; dropped");
+            return Ok(());
+        };
+        let lives: Vec<_> = self.live.locked().values().cloned().collect();
+        for l in lives {
+            let mut live = l.lock().await;
+            if live.place.ctx.repo != repo {
+                continue;
+            }
+            let waiting: Vec<(DispatchId, AwaitingCi)> = live
+                .place
+                .awaiting_ci
+                .iter()
+                .filter(|(_, w)| w.head == head)
+                .map(|(d, w)| (d.clone(), w.clone()))
+                .collect();
+            // A build gate waits for CI on the integration branch's head.
+            let on_integration = live.place.integration_head.as_deref() == Some(head);
+            if waiting.is_empty() && !on_integration {
+                continue;
+            }
+            let span = tracing::info_span!("operation", op = %live.place.ctx.op);
+            let work = async {
+                self.acquire(&mut live).await?;
+                for (d, w) in waiting {
+                    self.finish(&mut live, &d, w.conclusion.as_deref(), &w.url)
+                        .await?;
+                }
+                self.drive_with(&mut live, on_integration).await?;
+                self.flush(&mut live, false).await
+            };
+            tracing::Instrument::instrument(work, span).await?;
+        }
+        Ok(())
+    }
 }
