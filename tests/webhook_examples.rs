@@ -54,6 +54,28 @@ fn every_issue_comment_example_parses() {
     );
 }
 
+/// The fields the service reads of a `check_suite` event (a verification
+/// waiting for CI goes on when one completes) are in GitHub's examples.
+#[test]
+fn every_check_suite_example_parses() {
+    let all = examples();
+    let entry = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "check_suite")
+        .expect("check_suite examples");
+    let list = entry["examples"].as_array().unwrap();
+    assert!(!list.is_empty());
+    for (i, ex) in list.iter().enumerate() {
+        let ev = supervise::github::payload::CheckSuiteEvent::parse(&ex.to_string())
+            .unwrap_or_else(|e| panic!("example {i}: {e}"));
+        assert_eq!(ev.repo, ex["repository"]["full_name"].as_str().unwrap());
+        assert_eq!(ev.head_sha, ex["check_suite"]["head_sha"].as_str().unwrap());
+        assert_eq!(ev.action, ex["action"].as_str().unwrap());
+    }
+}
+
 #[test]
 fn other_events_are_not_mistaken_for_comments() {
     let all = examples();

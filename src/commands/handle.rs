@@ -206,10 +206,7 @@ impl Handler {
             "issue_comment" => self.comment(payload).await,
             "workflow_run" => self.workflow_run(payload).await,
             "pull_request" => self.pull_request(payload).await,
-            "check_suite" => match serde_json::from_str::<Value>(payload) {
-                Ok(v) => self.ops.check_suite(&v).await,
-                Err(_) => Ok(()),
-            },
+            "check_suite" => self.ops.check_suite(payload).await,
             _ => Ok(()),
         }
     }

@@ -137,3 +137,36 @@ impl PullRequestEvent {
             && !self.head_ref.starts_with("supervise/")
     }
 }
+
+/// A `check_suite` event: a suite of some App's checks on a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckSuiteEvent {
+    pub action: String,
+    pub repo: String,
+    pub head_sha: String,
+}
+
+#[derive(Deserialize)]
+struct RawCheckSuiteEvent {
+    action: String,
+    check_suite: RawSuite,
+    repository: RawRepo,
+}
+
+#[derive(Deserialize)]
+struct RawSuite {
+    head_sha: String,
+}
+
+impl CheckSuiteEvent {
+    /// A `check_suite` payload; the error says which field is missing.
+    pub fn parse(payload: &str) -> Result<CheckSuiteEvent, String> {
+        let r: RawCheckSuiteEvent = serde_json::from_str(payload)
+            .map_err(|e| format!("not a check_suite payload: {e}"))?;
+        Ok(CheckSuiteEvent {
+            action: r.action,
+            repo: r.repository.full_name,
+            head_sha: r.check_suite.head_sha,
+        })
+    }
+}

@@ -435,17 +435,18 @@ impl Operations {
     /// often): a verification waiting for CI on that commit, or a build gate
     /// waiting for it on the integration branch's head, goes on now, not at
     /// the next reconciliation.
-    pub async fn check_suite(&self, payload: &serde_json::Value) -> Result<(), OpError> {
-        if payload["action"].as_str() != Some("completed") {
+    pub async fn check_suite(&self, payload: &str) -> Result<(), OpError> {
+        let ev = match crate::github::payload::CheckSuiteEvent::parse(payload) {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(error = %e, "an unusable check_suite event; dropped");
+                return Ok(());
+            }
+        };
+        if ev.action != "completed" {
             return Ok(());
         }
-        let (Some(repo), Some(head)) = (
-            payload["repository"]["full_name"].as_str(),
-            payload["check_suite"]["head_sha"].as_str(),
-        ) else {
-            tracing::warn!("a check_suite event without its repository or head; dropped");
-            return Ok(());
-        };
+        let (repo, head) = (ev.repo.as_str(), ev.head_sha.as_str());
         let lives: Vec<_> = self.live.locked().values().cloned().collect();
         for l in lives {
             let mut live = l.lock().await;
