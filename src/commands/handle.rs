@@ -212,8 +212,12 @@ impl Handler {
     }
 
     /// The events [`Handler::event`] acts on.
-    pub const HANDLED: &'static [&'static str] =
-        &["issue_comment", "workflow_run", "pull_request", "check_suite"];
+    pub const HANDLED: &'static [&'static str] = &[
+        "issue_comment",
+        "workflow_run",
+        "pull_request",
+        "check_suite",
+    ];
 
     /// A pull request opened or pushed to: if it changes a plan, the plan at its
     /// head is read and analysed (never run) and the verdict published as the

@@ -161,8 +161,8 @@ struct RawSuite {
 impl CheckSuiteEvent {
     /// A `check_suite` payload; the error says which field is missing.
     pub fn parse(payload: &str) -> Result<CheckSuiteEvent, String> {
-        let r: RawCheckSuiteEvent = serde_json::from_str(payload)
-            .map_err(|e| format!("not a check_suite payload: {e}"))?;
+        let r: RawCheckSuiteEvent =
+            serde_json::from_str(payload).map_err(|e| format!("not a check_suite payload: {e}"))?;
         Ok(CheckSuiteEvent {
             action: r.action,
             repo: r.repository.full_name,
