@@ -68,20 +68,30 @@ pub(crate) struct Doc {
     pub source: String,
 }
 
-struct LineIndex(Vec<usize>);
+/// Line starts, and where the last look ended: the parser asks in document
+/// order, so most answers are a step or two past the last one.
+struct LineIndex(Vec<usize>, std::cell::Cell<usize>);
 
 impl LineIndex {
     fn new(src: &str) -> LineIndex {
         let mut starts = vec![0];
-        starts.extend(src.match_indices('\n').map(|(i, _)| i + 1));
-        LineIndex(starts)
+        starts.extend(memchr::memchr_iter(b'\n', src.as_bytes()).map(|i| i + 1));
+        LineIndex(starts, std::cell::Cell::new(0))
     }
 
+    /// The 1-based line holding `offset`.
     fn line(&self, offset: usize) -> usize {
-        match self.0.binary_search(&offset) {
-            Ok(i) => i + 1,
-            Err(i) => i,
+        let starts = &self.0;
+        let mut i = self.1.get();
+        if starts.get(i).is_some_and(|&s| s <= offset) {
+            while starts.get(i + 1).is_some_and(|&s| s <= offset) {
+                i += 1;
+            }
+        } else {
+            i = starts.partition_point(|&s| s <= offset).saturating_sub(1);
         }
+        self.1.set(i);
+        i + 1
     }
 }
 
@@ -378,6 +388,20 @@ mod tests {
             let slow = s.replace("**", "").replace('`', "");
             let slow = slow.trim().trim_matches('_').trim_matches('*').trim();
             proptest::prop_assert_eq!(plain(&s), slow);
+        }
+    }
+
+    #[test]
+    fn line_numbers_are_the_same_asked_in_any_order() {
+        let src = "a\nbb\n\nccc\nd";
+        let index = LineIndex::new(src);
+        let expected = |offset: usize| src[..offset].matches('\n').count() + 1;
+        let offsets: Vec<usize> = (0..src.len()).chain((0..src.len()).rev()).collect();
+        for o in offsets {
+            assert_eq!(index.line(o), expected(o), "offset {o}");
+        }
+        for o in [9, 0, 4, 10, 1, 7] {
+            assert_eq!(index.line(o), expected(o), "offset {o}");
         }
     }
 
