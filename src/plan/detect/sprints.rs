@@ -475,16 +475,25 @@ pub(super) fn classify(name: &str, tasks: &[String], explicit: Option<SprintType
             (ac, kinds)
         });
     let (ac, kinds) = &*MATCHER;
+    // Each indicator counts once per text: a bit per indicator (there are
+    // fewer than 64), not a set allocated per text.
+    debug_assert!(kinds.len() <= 64);
     let mut scores = [0usize; 5];
+    let mut padded = String::new();
     for (i, text) in std::iter::once(name)
         .chain(tasks.iter().map(String::as_str))
         .enumerate()
     {
         let weight = if i == 0 { 3 } else { 1 };
-        let padded = format!("{text} ");
-        let mut seen = std::collections::HashSet::new();
+        // A trailing space lets `run `, `add `, `port ` match at the end.
+        padded.clear();
+        padded.push_str(text);
+        padded.push(' ');
+        let mut seen = 0u64;
         for m in ac.find_overlapping_iter(&padded) {
-            if seen.insert(m.pattern()) {
+            let bit = 1u64 << m.pattern().as_usize();
+            if seen & bit == 0 {
+                seen |= bit;
                 scores[kinds[m.pattern().as_usize()] as usize] += weight;
             }
         }
