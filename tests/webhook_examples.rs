@@ -16,16 +16,21 @@ fn examples() -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
-#[test]
-fn every_issue_comment_example_parses() {
+/// GitHub's examples of one event.
+fn examples_of(event: &str) -> Vec<serde_json::Value> {
     let all = examples();
     let entry = all
         .as_array()
         .unwrap()
         .iter()
-        .find(|e| e["name"] == "issue_comment")
-        .expect("issue_comment examples");
-    let list = entry["examples"].as_array().unwrap();
+        .find(|e| e["name"] == event)
+        .unwrap_or_else(|| panic!("{event} examples"));
+    entry["examples"].as_array().unwrap().clone()
+}
+
+#[test]
+fn every_issue_comment_example_parses() {
+    let list = examples_of("issue_comment");
     assert!(
         list.len() >= 3,
         "expected several examples, found {}",
@@ -58,14 +63,7 @@ fn every_issue_comment_example_parses() {
 /// waiting for CI goes on when one completes) are in GitHub's examples.
 #[test]
 fn every_check_suite_example_parses() {
-    let all = examples();
-    let entry = all
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == "check_suite")
-        .expect("check_suite examples");
-    let list = entry["examples"].as_array().unwrap();
+    let list = examples_of("check_suite");
     assert!(!list.is_empty());
     for (i, ex) in list.iter().enumerate() {
         let ev = supervise::github::payload::CheckSuiteEvent::parse(&ex.to_string())
