@@ -467,7 +467,11 @@ impl Operations {
             }
             let span = tracing::info_span!("operation", op = %live.place.ctx.op);
             let work = async {
-                self.acquire(&mut live).await?;
+                match self.acquire(&mut live).await {
+                    // Another replica holds the operation now: it reconciles.
+                    Err(OpError::Busy(_)) => return Ok(()),
+                    r => r?,
+                }
                 for (d, w) in waiting {
                     self.finish(&mut live, &d, w.conclusion.as_deref(), &w.url)
                         .await?;

@@ -377,8 +377,10 @@ impl Operations {
             live.driver.reload(loaded);
             live.place.loaded_seq = live.outbox.seq.max(0) as u64;
             live.place.dirty = true;
-            // Another replica acted: it may have merged since.
+            // Another replica acted: it may have merged, or verified what
+            // waited for CI here, since.
             live.place.integration_head = None;
+            live.place.awaiting_ci.clear();
         }
         Ok(())
     }
