@@ -97,8 +97,8 @@ pub struct RunResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressMarker>,
     /// The agent's commits since the run began (short ids, the supervisor's
-    /// own left out), when the runner knew where it began (`GITHUB_SHA`):
-    /// the supervisor then need not ask GitHub to compare.
+    /// own left out), when the runner knew where it began (`SUPERVISE_BASE`,
+    /// else `GITHUB_SHA`): the supervisor then need not ask GitHub to compare.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commits: Option<Vec<String>>,
     /// The commit the run began at (full id), recorded only when the head
