@@ -268,13 +268,7 @@ pub(super) fn criterion(text: &str, line: usize, label: Label) -> Criterion {
 /// each sprint's entry or exit criteria.
 pub(super) fn apply_plan_checks(doc: &Doc, o: &Outline, units: &mut [WorkUnit]) {
     let blocks = &doc.blocks;
-    let sprint_heads: Vec<usize> = (0..blocks.len())
-        .filter(|&i| {
-            blocks[i]
-                .heading()
-                .is_some_and(|(_, t)| sprint_heading(t).is_some() || task_heading(t).is_some())
-        })
-        .collect();
+    let sprint_heads: Vec<usize> = (0..blocks.len()).filter(|&i| o.defines_sprint(i)).collect();
     for (i, b) in blocks.iter().enumerate() {
         let Some((_, text)) = b.heading() else {
             continue;

@@ -10,6 +10,22 @@ pub(super) struct Outline {
     end: Vec<usize>,
     /// Prefix counts of blocks that define sprints (sprint/task headings, sprint tables).
     defs: Vec<u32>,
+    /// What each heading is, read once here: several heuristics ask, and
+    /// reading a heading as a sprint's costs a copy of its text.
+    heads: Vec<HeadingKind>,
+}
+
+/// A heading's role in a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum HeadingKind {
+    /// Not a heading.
+    None,
+    /// `Sprint N: …`.
+    Sprint,
+    /// `Task N.M: …`.
+    Task,
+    /// Any other heading.
+    Other,
 }
 
 impl Outline {
@@ -18,6 +34,7 @@ impl Outline {
         let mut open: Vec<(usize, u8)> = Vec::new();
         let mut defs = Vec::with_capacity(blocks.len() + 1);
         defs.push(0u32);
+        let mut heads = Vec::with_capacity(blocks.len());
         for (i, b) in blocks.iter().enumerate() {
             if let Some((level, _)) = b.heading() {
                 while open.last().is_some_and(|(_, l)| *l >= level) {
@@ -26,16 +43,35 @@ impl Outline {
                 }
                 open.push((i, level));
             }
-            let is_def = match b {
-                Block::Heading { text, .. } => {
-                    sprint_heading(text).is_some() || task_heading(text).is_some()
+            let kind = match b {
+                Block::Heading { text, .. } if sprint_heading(text).is_some() => {
+                    HeadingKind::Sprint
                 }
-                Block::Table { header, .. } => is_sprint_table(header),
-                _ => false,
+                Block::Heading { text, .. } if task_heading(text).is_some() => HeadingKind::Task,
+                Block::Heading { .. } => HeadingKind::Other,
+                _ => HeadingKind::None,
             };
+            let is_def = match b {
+                Block::Table { header, .. } => is_sprint_table(header),
+                _ => matches!(kind, HeadingKind::Sprint | HeadingKind::Task),
+            };
+            heads.push(kind);
             defs.push(defs[i] + u32::from(is_def));
         }
-        Outline { end, defs }
+        Outline { end, defs, heads }
+    }
+
+    /// What block `i` is as a heading.
+    pub(super) fn heading_kind(&self, i: usize) -> HeadingKind {
+        self.heads.get(i).copied().unwrap_or(HeadingKind::None)
+    }
+
+    /// Whether block `i` is a sprint or task heading.
+    pub(super) fn defines_sprint(&self, i: usize) -> bool {
+        matches!(
+            self.heading_kind(i),
+            HeadingKind::Sprint | HeadingKind::Task
+        )
     }
 
     /// The blocks from heading `i` to the next heading of the same or a higher level.

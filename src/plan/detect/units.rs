@@ -146,7 +146,7 @@ pub(super) fn section_units(blocks: &[Block], o: &Outline) -> Option<Vec<UnitDra
             let Some((l, text)) = b.heading() else {
                 continue;
             };
-            if l != level || sprint_heading(text).is_some() || task_heading(text).is_some() {
+            if l != level || o.defines_sprint(i) {
                 continue;
             }
             let r = o.section(i);
@@ -185,9 +185,7 @@ pub(super) fn unit_sections(
     let mut found: Vec<Option<Range<usize>>> = vec![None; names.len()];
     let candidates: Vec<usize> = (0..blocks.len())
         .filter(|&i| {
-            blocks[i]
-                .heading()
-                .is_some_and(|(_, t)| sprint_heading(t).is_none())
+            matches!(o.heading_kind(i), HeadingKind::Task | HeadingKind::Other)
                 && o.has_defs(i + 1..o.section(i).end)
         })
         .collect();
