@@ -226,22 +226,26 @@ pub fn read_result(dir: &Path) -> Option<RunResult> {
     serde_json::from_slice(&std::fs::read(dir.join("result.json")).ok()?).ok()
 }
 
+/// Writes a file whole or not at all (a crash leaves the old file or none),
+/// on disk before it is in place.
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(tmp, path)
+    replace_file(path, bytes, true)
 }
 
-/// Writes a file whole or not at all (a crash leaves the old file or none),
-/// without waiting for the disk: for what a power cut may lose because
-/// nothing depends on it alone (the `started` marker, written durably by
-/// the wrapper, says whether an attempt began).
+/// As [`write_atomic`], without waiting for the disk: for what a power cut
+/// may lose because nothing depends on it alone (the `started` marker,
+/// written durably by the wrapper, says whether an attempt began).
 fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace_file(path, bytes, false)
+}
+
+fn replace_file(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
+    if durable {
+        f.sync_all()?;
+    }
     std::fs::rename(tmp, path)
 }
 

@@ -108,8 +108,8 @@ impl FileLedger {
         let mut line = serde_json::to_string(record).expect("records serialize");
         line.push('\n');
         let f = self.file.as_mut().expect("opened above");
-        // One write of the whole line, then fsync: a crash leaves either the whole
-        // record or a torn last line, which `load` drops.
+        // One write of the whole line, then (when durable) fsync: a crash leaves
+        // either the whole record or a torn last line, which `load` drops.
         let r = f
             .write_all(line.as_bytes())
             .and_then(|_| if durable { f.sync_data() } else { Ok(()) });

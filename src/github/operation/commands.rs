@@ -447,12 +447,15 @@ impl Operations {
             return Ok(());
         }
         let (repo, head) = (ev.repo.as_str(), ev.head_sha.as_str());
-        let lives: Vec<_> = self.live.locked().values().cloned().collect();
+        let lives: Vec<_> = self
+            .live
+            .locked()
+            .values()
+            .filter(|l| l.repo == repo)
+            .map(|l| l.live.clone())
+            .collect();
         for l in lives {
             let mut live = l.lock().await;
-            if live.place.ctx.repo != repo {
-                continue;
-            }
             let waiting: Vec<(DispatchId, AwaitingCi)> = live
                 .place
                 .awaiting_ci

@@ -274,7 +274,7 @@ impl GitHubExecutor<'_> {
         // committed on the branch first.
         if spec.is_some() || inline_prompt.is_none() {
             let fresh = first_of_sprint && !may_have_run;
-            let made_now = self.sprint_branch(&repo, &branch, fresh).await?;
+            let made_now = self.ensure_sprint_branch(&repo, &branch, fresh).await?;
             let commit = |path: String, text: String, message: String| {
                 let repo = &repo;
                 let branch = &branch;
@@ -389,7 +389,7 @@ impl GitHubExecutor<'_> {
     /// Makes sure the sprint branch exists before something is committed on
     /// it: made from the integration head without looking first when no
     /// earlier try can have made it (`fresh`); true when made now.
-    async fn sprint_branch(
+    async fn ensure_sprint_branch(
         &mut self,
         repo: &Repo<'_>,
         branch: &str,

@@ -204,7 +204,17 @@ pub struct Operations {
     store: SqlStore,
     timings: OpTimings,
     limits: InstallationLimits,
-    live: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Live>>>>,
+    /// The loaded operations by id.
+    live: Mutex<HashMap<String, LoadedOp>>,
+}
+
+/// A loaded operation, and its repository, which can be read without the
+/// operation's lock: an event for one repository never waits on an
+/// operation of another (one waiting out a rate limit, say).
+#[derive(Clone)]
+struct LoadedOp {
+    repo: String,
+    live: Arc<tokio::sync::Mutex<Live>>,
 }
 
 /// Where a command was said.
@@ -270,7 +280,7 @@ impl Operations {
     }
 
     fn get(&self, op: &str) -> Option<Arc<tokio::sync::Mutex<Live>>> {
-        self.live.locked().get(op).cloned()
+        self.live.locked().get(op).map(|l| l.live.clone())
     }
 
     /// Loads an operation from the store (replaying its log) unless it is loaded.
@@ -307,7 +317,11 @@ impl Operations {
             .live
             .locked()
             .entry(row.id.clone())
-            .or_insert(live)
+            .or_insert(LoadedOp {
+                repo: row.repo.clone(),
+                live,
+            })
+            .live
             .clone())
     }
 
@@ -327,7 +341,7 @@ impl Operations {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(ops.timings.tick).await;
-                let all: Vec<_> = ops.live.locked().values().cloned().collect();
+                let all: Vec<_> = ops.live.locked().values().map(|l| l.live.clone()).collect();
                 for l in all {
                     // Each operation on its own task: one waiting out a rate limit
                     // never holds up the others. A busy one is ticked next time.
@@ -351,7 +365,12 @@ impl Operations {
     /// One pass over every loaded operation, as the GitHub Action makes per
     /// event: tick, reconcile with GitHub, retry what waits, publish the status.
     pub async fn run_once(&self) -> Result<(), OpError> {
-        let all: Vec<_> = self.live.locked().values().cloned().collect();
+        let all: Vec<_> = self
+            .live
+            .locked()
+            .values()
+            .map(|l| l.live.clone())
+            .collect();
         for l in all {
             let mut live = l.lock().await;
             live.place.last_reconcile = None;
