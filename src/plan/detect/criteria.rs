@@ -16,64 +16,93 @@ pub(super) enum Label {
     Notes,
 }
 
+/// The words that make a label, by the label they make, in the order they
+/// are tried: a text with words of two labels is the earlier label.
+const LABEL_WORDS: &[(Label, &[&str])] = &[
+    (Label::Entry, &["entry", "precondition", "prerequisite"]),
+    (Label::Expected, &["expected"]),
+    (Label::Validate, &["validat", "execute", "verification"]),
+    (
+        Label::Exit,
+        &[
+            "exit",
+            "acceptance",
+            "done when",
+            "definition of done",
+            "success criteria",
+            "rules",
+            "constraints",
+        ],
+    ),
+    (Label::Tasks, &["task", "deliverable", "steps", "scope"]),
+    (
+        Label::Notes,
+        &[
+            "goal",
+            "objective",
+            "notes",
+            "context",
+            "description",
+            "files",
+            "priority",
+            "dependencies",
+            "estimate",
+        ],
+    ),
+];
+
+/// Labels that are the whole text, not a word in it.
+const LABEL_NAMES: &[(&str, Label)] = &[
+    ("verify", Label::Validate),
+    ("commands", Label::Validate),
+    ("work", Label::Tasks),
+    ("todo", Label::Tasks),
+    ("type", Label::Type),
+    ("sprint type", Label::Type),
+    ("kind", Label::Type),
+];
+
 pub(super) fn label_of(text: &str) -> Option<Label> {
-    let t = plain(text).to_lowercase();
+    let mut t = plain(text);
+    if t.is_ascii() {
+        t.make_ascii_lowercase();
+    } else {
+        t = t.to_lowercase();
+    }
     let t = t.trim_end_matches(':').trim();
-    let has = |w: &str| t.contains(w);
-    if t.split_whitespace().count() > 5 {
+    if t.split_whitespace().nth(5).is_some() {
         return None;
     }
-    Some(
-        if has("entry") || has("precondition") || has("prerequisite") {
-            Label::Entry
-        } else if has("expected") {
-            Label::Expected
-        } else if has("validat")
-            || has("execute")
-            || has("verification")
-            || t == "verify"
-            || t == "commands"
-        {
-            Label::Validate
-        } else if has("exit")
-            || has("acceptance")
-            || has("done when")
-            || has("definition of done")
-            || has("success criteria")
-            || has("rules")
-            || has("constraints")
-        {
-            Label::Exit
-        } else if has("task")
-            || has("deliverable")
-            || has("steps")
-            || t == "work"
-            || has("scope")
-            || t == "todo"
-        {
-            Label::Tasks
-        } else if t == "type" || t == "sprint type" || t == "kind" {
-            Label::Type
-        } else if has("goal")
-            || has("objective")
-            || has("notes")
-            || has("context")
-            || has("description")
-            || has("files")
-            || has("priority")
-            || has("dependencies")
-            || has("estimate")
-        {
-            Label::Notes
-        } else {
-            return None;
-        },
-    )
+    // Every heading and every paragraph that might open a list asks: one scan
+    // over the text for all the words, not a search per word.
+    static WORDS: std::sync::LazyLock<(AhoCorasick, Vec<Label>)> =
+        std::sync::LazyLock::new(|| {
+            let (labels, words): (Vec<Label>, Vec<&str>) = LABEL_WORDS
+                .iter()
+                .flat_map(|(l, ws)| ws.iter().map(move |w| (*l, *w)))
+                .unzip();
+            (AhoCorasick::new(words).expect("fixed patterns"), labels)
+        });
+    let (ac, labels) = &*WORDS;
+    let found = ac
+        .find_overlapping_iter(t)
+        .map(|m| labels[m.pattern().as_usize()]);
+    let named = LABEL_NAMES.iter().find(|(n, _)| *n == t).map(|(_, l)| *l);
+    let rank = |l: Label| match l {
+        Label::Entry => 0,
+        Label::Expected => 1,
+        Label::Validate => 2,
+        Label::Exit => 3,
+        Label::Tasks => 4,
+        Label::Type => 5,
+        Label::Notes => 6,
+    };
+    found.chain(named).min_by_key(|l| rank(*l))
 }
 
 /// A paragraph that opens with a label (`**Exit criteria**:`, `Entry Criteria:`)
 /// gives the label and the text after it.
-pub(super) fn paragraph_label(text: &str) -> Option<(Label, String)> {
+pub(super) fn paragraph_label(text: &str) -> Option<(Label, &str)> {
     let t = text.trim();
     // A label is short and ends in a colon near the start: skip prose quickly.
     if !t.starts_with("**") && !t.get(..t.len().min(48)).is_some_and(|h| h.contains(':')) {
@@ -84,15 +113,15 @@ pub(super) fn paragraph_label(text: &str) -> Option<(Label, String)> {
         let head = &inner[..close];
         let rest = inner[close + 2..].trim_start();
         if head.trim_end().ends_with(':') {
-            (head.to_string(), rest.to_string())
+            (head, rest)
         } else {
-            (head.to_string(), rest.strip_prefix(':')?.trim().to_string())
+            (head, rest.strip_prefix(':')?.trim())
         }
     } else {
         let (head, rest) = t.split_once(':')?;
-        (head.to_string(), rest.trim().to_string())
+        (head, rest.trim())
     };
-    Some((label_of(&head)?, rest))
+    Some((label_of(head)?, rest))
 }
 
 pub(super) fn push_criterion(s: &mut Sprint, text: &str, line: usize, l: Label) {
@@ -199,48 +228,42 @@ pub(super) fn looks_like_path(code: &str) -> bool {
             }))
 }
 
-pub(super) fn inline_codes(text: &str) -> Vec<String> {
-    text.split('`')
-        .skip(1)
-        .step_by(2)
-        .map(|s| s.to_string())
-        .collect()
+pub(super) fn inline_codes(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
 }
 
 pub(super) fn criterion(text: &str, line: usize, label: Label) -> Criterion {
     let codes = inline_codes(text);
     let clean = plain(text);
-    let lower = clean.to_lowercase();
-    let commands: Vec<&String> = codes.iter().filter(|c| looks_like_command(c)).collect();
+    let lower = if clean.is_ascii() {
+        clean.to_ascii_lowercase()
+    } else {
+        clean.to_lowercase()
+    };
+    let commands: Vec<&str> = codes
+        .iter()
+        .copied()
+        .filter(|c| looks_like_command(c))
+        .collect();
     let mut c = Criterion {
         kind: CriterionKind::Checklist,
-        text: clean.clone(),
+        text: clean,
         line,
         command: None,
         expected: None,
         assertion: None,
     };
-    let path = codes.iter().find(|c| looks_like_path(c));
+    let path = codes.iter().copied().find(|c| looks_like_path(c));
     if let (Some(path), true) = (path, lower.contains("contain") && codes.len() >= 2) {
-        let needle = codes
-            .iter()
-            .find(|c| *c != path)
-            .cloned()
-            .unwrap_or_default();
+        let needle = codes.iter().find(|c| **c != path).copied().unwrap_or_default();
         c.kind = CriterionKind::Assertion;
         c.assertion = Some(Assertion::FileContains {
-            path: path.clone(),
-            text: needle,
+            path: path.to_string(),
+            text: needle.to_string(),
         });
     } else if !commands.is_empty() && (!lower.contains(" exist") || commands.len() >= codes.len()) {
         c.kind = CriterionKind::Command;
-        c.command = Some(
-            commands
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(" && "),
-        );
+        c.command = Some(commands.join(" && "));
     } else if let (Some(path), true) = (
         path,
         lower.contains("exist")
@@ -249,7 +272,9 @@ pub(super) fn criterion(text: &str, line: usize, label: Label) -> Criterion {
             || lower.contains("written"),
     ) {
         c.kind = CriterionKind::Assertion;
-        c.assertion = Some(Assertion::FileExists { path: path.clone() });
+        c.assertion = Some(Assertion::FileExists {
+            path: path.to_string(),
+        });
     } else if label == Label::Validate && !codes.is_empty() {
         c.kind = CriterionKind::Command;
         c.command = Some(codes.join(" && "));

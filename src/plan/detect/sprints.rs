@@ -287,14 +287,14 @@ pub(super) fn build_sprint(
                     match l {
                         Label::Type => {
                             explicit = SprintType::parse(
-                                plain(&rest).split_whitespace().next().unwrap_or(""),
+                                plain(rest).split_whitespace().next().unwrap_or(""),
                             )
                         }
-                        Label::Entry => s.entry_criteria.push(criterion(&rest, *line, l)),
+                        Label::Entry => s.entry_criteria.push(criterion(rest, *line, l)),
                         Label::Exit | Label::Validate => {
-                            s.exit_criteria.push(criterion(&rest, *line, l))
+                            s.exit_criteria.push(criterion(rest, *line, l))
                         }
-                        _ => s.notes.push(plain(&rest)),
+                        _ => s.notes.push(plain(rest)),
                     }
                 } else {
                     match label {
@@ -305,25 +305,28 @@ pub(super) fn build_sprint(
                     }
                 }
             }
-            Block::Item { text, line, .. } => match label {
+            Block::Item {
+                text,
+                line,
+                checked,
+                ..
+            } => match label {
                 Some(l @ (Label::Entry | Label::Exit | Label::Validate)) => {
                     push_criterion(&mut s, text, *line, l)
                 }
-                // A checkbox that names a command, a file or an assertion is an
-                // exit criterion in every plan shape (§2d), wherever it stands:
-                // under a task, a notes heading or no label at all.
-                _ if matches!(
-                    b,
-                    Block::Item {
-                        checked: Some(_),
-                        ..
+                _ => {
+                    // A checkbox that names a command, a file or an assertion is
+                    // an exit criterion in every plan shape (§2d), wherever it
+                    // stands: under a task, a notes heading or no label at all.
+                    let checkable = checked
+                        .map(|_| criterion(text, *line, Label::Exit))
+                        .filter(|c| c.kind != CriterionKind::Checklist);
+                    match (checkable, label) {
+                        (Some(c), _) => s.exit_criteria.push(c),
+                        (None, Some(Label::Tasks) | None) => s.tasks.push(text.clone()),
+                        (None, _) => s.notes.push(text.clone()),
                     }
-                ) && criterion(text, *line, Label::Exit).kind != CriterionKind::Checklist =>
-                {
-                    s.exit_criteria.push(criterion(text, *line, Label::Exit))
                 }
-                Some(Label::Notes | Label::Expected | Label::Type) => s.notes.push(text.clone()),
-                Some(Label::Tasks) | None => s.tasks.push(text.clone()),
             },
             Block::Code {
                 text,
