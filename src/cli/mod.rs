@@ -158,7 +158,8 @@ pub enum Command {
         )]
         url: String,
     },
-    /// Internal: the detached wrapper that runs one agent.
+    /// Internal: the detached wrapper that runs one agent (`-`: a wrapper on
+    /// standby, handed its run directory on standard input).
     #[command(name = "__run-agent", hide = true)]
     RunAgent { dir: PathBuf },
 }

@@ -586,7 +586,15 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
     Ok(if failed { 1 } else { 0 })
 }
 
+/// `supervise __run-agent DIR`, or `-`: on standby, the directory arrives on
+/// standard input (see `process::Standby`).
 pub fn run_agent(dir: &Path) -> Result<i32> {
+    if dir.as_os_str() == process::STANDBY_ARG {
+        if let Some(dir) = process::await_assignment()? {
+            process::run_agent(&dir)?;
+        }
+        return Ok(0);
+    }
     process::run_agent(dir)?;
     Ok(0)
 }

@@ -53,6 +53,8 @@ pub(super) struct LocalPlace {
     /// still holds it, everything merged before is there too, and the
     /// per-sprint check (a history walk per merged sprint) is skipped.
     integrated_head: Option<git2::Oid>,
+    /// A wrapper started ahead of the next dispatch.
+    standby: process::StandbyPool,
 }
 
 impl Executor for LocalPlace {
@@ -98,6 +100,7 @@ impl LocalPlace {
             watching: HashSet::new(),
             lost_at_end: Vec::new(),
             integrated_head: None,
+            standby: process::StandbyPool::default(),
         }
     }
 
@@ -158,8 +161,9 @@ impl LocalPlace {
                     worktree_lock: Some(self.worktree_lock(&branch)),
                     branch,
                 };
-                let child = process::spawn(&dir, &spec)?;
+                let child = process::spawn(&dir, &spec, self.standby.take())?;
                 self.watch(order.dispatch.clone(), child);
+                self.standby.refill();
                 Ok(Vec::new())
             }
             Effect::Cancel { dispatch, force } => {

@@ -6,6 +6,10 @@
 //!   never runs twice, even when a restarted supervisor spawns again;
 //! - the supervisor knows a run is alive iff the lock is held, and can adopt it
 //!   after its own crash.
+//!
+//! The supervisor keeps one wrapper started ahead of time ([`Standby`]): it is
+//! handed its run directory on standard input the moment a dispatch needs it,
+//! and from then on it is exactly the wrapper a dispatch would have started.
 
 use crate::contract::RunResult;
 use crate::engine::DispatchOrder;
@@ -250,31 +254,174 @@ fn replace_file(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()>
 }
 
 /// Writes the spec and prompt and starts the wrapper, unless this dispatch already
-/// ran or runs. Returns the child when one was spawned.
-pub fn spawn(dir: &Path, spec: &RunSpec) -> Result<Option<Child>> {
+/// ran or runs. A wrapper on standby, when one is given, takes the run; else one
+/// is started now. Returns the child when one was spawned.
+pub fn spawn(dir: &Path, spec: &RunSpec, standby: Option<Standby>) -> Result<Option<Child>> {
     if dir.join("started").exists() {
         return Ok(None);
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     write_whole(&dir.join("prompt.md"), spec.order.prompt.as_bytes())?;
     write_whole(&dir.join("run.json"), &serde_json::to_vec_pretty(spec)?)?;
-    let exe = std::env::current_exe().context("finding the supervise executable")?;
+    if let Some(child) = standby.and_then(|s| s.assign(dir)) {
+        return Ok(Some(child));
+    }
     let log = File::create(dir.join("wrapper.log"))?;
+    let mut cmd = wrapper_command()?;
+    cmd.arg(dir).stdin(Stdio::null()).stderr(log);
+    Ok(Some(cmd.spawn().context("starting the agent wrapper")?))
+}
+
+/// `supervise __run-agent`, detached: its own session, so it outlives the
+/// supervisor and its process group can be signalled.
+fn wrapper_command() -> Result<Command> {
+    let exe = std::env::current_exe().context("finding the supervise executable")?;
     let mut cmd = Command::new(exe);
-    cmd.arg("__run-agent")
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
-    // SAFETY: setsid is async-signal-safe; it detaches the wrapper into its own
-    // session so it outlives the supervisor and its process group can be signalled.
+    cmd.arg("__run-agent").stdout(Stdio::null());
+    // SAFETY: setsid is async-signal-safe and touches no memory of ours.
     unsafe {
         cmd.pre_exec(|| {
             libc::setsid();
             Ok(())
         });
     }
-    Ok(Some(cmd.spawn().context("starting the agent wrapper")?))
+    Ok(cmd)
+}
+
+/// The argument that makes a wrapper wait for its run directory on standard input.
+pub const STANDBY_ARG: &str = "-";
+
+/// A wrapper started before its dispatch, waiting on its standard input for
+/// the run directory it is to run. Starting a process (the `supervise`
+/// binary, then its set-up) is the largest single step between one agent's
+/// end and the next one's start; a wrapper on standby has done it already.
+/// It holds nothing and has written nothing: when this handle drops (or the
+/// supervisor dies) its input closes and it exits without a trace.
+pub struct Standby {
+    /// Both are taken when the run is handed over.
+    child: Option<Child>,
+    input: Option<std::process::ChildStdin>,
+}
+
+impl Standby {
+    /// Starts a wrapper on standby.
+    pub fn start() -> Result<Standby> {
+        let mut cmd = wrapper_command()?;
+        cmd.arg(STANDBY_ARG)
+            .stdin(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().context("starting a wrapper on standby")?;
+        let input = child.stdin.take();
+        Ok(Standby {
+            child: Some(child),
+            input,
+        })
+    }
+
+    /// Hands the wrapper its run directory. `None` if it is gone (then nothing
+    /// of this run has started, and the caller starts a wrapper of its own; a
+    /// wrapper that takes a run it finds taken leaves it alone).
+    fn assign(mut self, dir: &Path) -> Option<Child> {
+        let mut line = dir.canonicalize().ok()?.into_os_string().into_encoded_bytes();
+        line.push(b'\n');
+        let mut input = self.input.take()?;
+        input.write_all(&line).ok()?;
+        self.child.take()
+    }
+}
+
+impl Drop for Standby {
+    fn drop(&mut self) {
+        // Closing its input ends a waiting wrapper; it is reaped off this
+        // thread, which must not wait for a process start.
+        self.input.take();
+        if let Some(mut child) = self.child.take() {
+            std::thread::spawn(move || child.wait());
+        }
+    }
+}
+
+/// Keeps one wrapper on standby for the next dispatch, started off the
+/// caller's thread: a dispatch takes it if it is ready and never waits for it.
+pub struct StandbyPool {
+    ready: Option<Standby>,
+    arrivals: std::sync::mpsc::Receiver<Standby>,
+    send: Sender<Standby>,
+    starting: bool,
+}
+
+impl Default for StandbyPool {
+    fn default() -> StandbyPool {
+        let (send, arrivals) = std::sync::mpsc::channel();
+        StandbyPool {
+            ready: None,
+            arrivals,
+            send,
+            starting: false,
+        }
+    }
+}
+
+impl StandbyPool {
+    /// The wrapper on standby, if one has started.
+    pub fn take(&mut self) -> Option<Standby> {
+        if let Ok(s) = self.arrivals.try_recv() {
+            self.starting = false;
+            self.ready = Some(s);
+        }
+        self.ready.take()
+    }
+
+    /// Starts the next wrapper on standby, unless one is ready or starting.
+    /// (One that cannot start is not tried again: dispatches then start
+    /// their own, as they always may.)
+    pub fn refill(&mut self) {
+        if let Ok(s) = self.arrivals.try_recv() {
+            self.starting = false;
+            self.ready = Some(s);
+        }
+        if self.ready.is_some() || self.starting {
+            return;
+        }
+        self.starting = true;
+        let send = self.send.clone();
+        std::thread::spawn(move || match Standby::start() {
+            Ok(s) => {
+                let _ = send.send(s);
+            }
+            Err(e) => tracing::warn!("no wrapper on standby: {e:#}"),
+        });
+    }
+}
+
+/// The run directory a wrapper on standby is handed (see [`Standby`]): one line
+/// on standard input. `None` when the input closes first: the supervisor went
+/// away, and there is nothing to run. The wrapper's errors go to the run's
+/// `wrapper.log` from then on, as a wrapper started for the run would send them.
+pub fn await_assignment() -> Result<Option<PathBuf>> {
+    use std::os::unix::ffi::OsStringExt;
+    use std::os::unix::io::AsRawFd;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        match stdin.read(&mut byte) {
+            Ok(0) => return Ok(None),
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) => line.push(byte[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let dir = PathBuf::from(std::ffi::OsString::from_vec(line));
+    let log = File::create(dir.join("wrapper.log"))?;
+    let null = File::open("/dev/null")?;
+    // SAFETY: dup2 onto this process's own standard descriptors.
+    unsafe {
+        libc::dup2(log.as_raw_fd(), 2);
+        libc::dup2(null.as_raw_fd(), 0);
+    }
+    Ok(Some(dir))
 }
 
 /// The agent's turn count, if it printed `supervise:turns=N` or `turns used: N`.
