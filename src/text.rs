@@ -37,6 +37,21 @@ pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .map(|(_, c)| c)
 }
 
+/// Whether `hay`, lowercased, contains `needle` (lowercase). ASCII text is
+/// searched in place; other text is lowercased first, as some characters
+/// lowercase to ASCII letters (the Kelvin sign to `k`).
+pub fn contains_lowercase(hay: &str, needle: &str) -> bool {
+    if !hay.is_ascii() {
+        return hay.to_lowercase().contains(needle);
+    }
+    let n = needle.len();
+    n == 0
+        || hay
+            .as_bytes()
+            .windows(n)
+            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
 /// Whether `needle` occurs in `hay` (both lower-case) with no letter, digit, `-` or `_`
 /// on either side, so that `validation` does not match inside `validation-profiles`.
 pub fn contains_word(hay: &str, needle: &str) -> bool {

@@ -69,19 +69,25 @@ pub(crate) struct Doc {
 }
 
 /// Line starts, and where the last look ended: the parser asks in document
-/// order, so most answers are a step or two past the last one.
-struct LineIndex(Vec<usize>, std::cell::Cell<usize>);
+/// order, so most answers are a step or two past the last one. (One per
+/// thread: the starts are shared, the cursor is not.)
+struct LineIndex<'a>(&'a [usize], std::cell::Cell<usize>);
 
-impl LineIndex {
-    fn new(src: &str) -> LineIndex {
-        let mut starts = vec![0];
-        starts.extend(memchr::memchr_iter(b'\n', src.as_bytes()).map(|i| i + 1));
+fn line_starts(src: &str) -> Vec<usize> {
+    let mut starts = Vec::with_capacity(src.len() / 32 + 1);
+    starts.push(0);
+    starts.extend(memchr::memchr_iter(b'\n', src.as_bytes()).map(|i| i + 1));
+    starts
+}
+
+impl LineIndex<'_> {
+    fn new(starts: &[usize]) -> LineIndex<'_> {
         LineIndex(starts, std::cell::Cell::new(0))
     }
 
     /// The 1-based line holding `offset`.
     fn line(&self, offset: usize) -> usize {
-        let starts = &self.0;
+        let starts = self.0;
         let mut i = self.1.get();
         if starts.get(i).is_some_and(|&s| s <= offset) {
             while starts.get(i + 1).is_some_and(|&s| s <= offset) {
@@ -111,15 +117,172 @@ struct ItemBuf {
 }
 
 pub(crate) fn parse(source: &str) -> Doc {
+    parse_in(source, super::parallel::threads_for(source.len()))
+}
+
+/// Reads the document in up to `pieces` parts on as many threads, when it can
+/// be cut where Markdown carries nothing across (see [`cut_points`]); the
+/// blocks are those of one reading.
+fn parse_in(source: &str, pieces: usize) -> Doc {
     let source = source
         .strip_prefix('\u{feff}')
         .unwrap_or(source)
         .to_string();
-    let index = LineIndex::new(&source);
+    let starts = line_starts(&source);
+    let cuts = cut_points(&source, &starts, pieces);
+    let read = |r: std::ops::Range<usize>| read_piece(&source, r, &starts);
+    let whole = || read(0..source.len());
+    let piece = if cuts.is_empty() {
+        whole()
+    } else {
+        let mut bounds = vec![0];
+        bounds.extend(&cuts);
+        bounds.push(source.len());
+        let ranges: Vec<_> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
+        let parts = super::parallel::map(&ranges, ranges.len(), |r| read(r.clone()));
+        // A part that ends inside a block (a code fence or an HTML block left
+        // open) would have read the next part's first lines differently.
+        if parts[..parts.len() - 1].iter().any(|p| p.open_at_end) {
+            whole()
+        } else {
+            let mut parts = parts.into_iter();
+            let mut all = parts.next().expect("one part at least");
+            for p in parts {
+                all.blocks.extend(p.blocks);
+                all.frontmatter.extend(p.frontmatter);
+            }
+            all
+        }
+    };
+    Doc {
+        blocks: piece.blocks,
+        frontmatter: piece.frontmatter,
+        source,
+    }
+}
+
+/// Where the document can be cut into `pieces` parts of about equal size: at
+/// the start of a `#` heading line at the left margin after a blank line,
+/// outside any code fence — a line every container (list, quote, table,
+/// paragraph) has ended before. None at all when a part could read something
+/// another part holds: a link reference definition (`]:` anywhere) or an HTML
+/// block (a line opening with `<`; one may run past blank lines). No cut
+/// either between a line ending in `---` over a non-blank line and the next
+/// `---` or `...` line: pulldown-cmark reads that as a metadata block, blank
+/// lines and all (unless the line after it is blank or ends it at once). A fence the scan lost track of (one opened in a list item)
+/// is caught after reading: see `Piece::open_at_end`.
+fn cut_points(src: &str, starts: &[usize], pieces: usize) -> Vec<usize> {
+    if pieces < 2 || memchr::memmem::find(src.as_bytes(), b"]:").is_some() {
+        return Vec::new();
+    }
+    let bytes = src.as_bytes();
+    let line_at = |i: usize| {
+        let end = starts.get(i + 1).map_or(bytes.len(), |&e| e);
+        &bytes[starts[i]..end]
+    };
+    let mut cuts = Vec::new();
+    let mut fence: Option<(u8, usize)> = None;
+    let mut in_metadata = false;
+    let mut metadata_from_start = false;
+    let mut blank_before = false;
+    let mut next_target = src.len() / pieces;
+    for (i, &start) in starts.iter().enumerate() {
+        let line = line_at(i);
+        let indent = line.iter().take_while(|&&c| c == b' ').count();
+        let body = &line[indent..];
+        let trimmed = body.trim_ascii_end();
+        if indent <= 3 && body.first() == Some(&b'<') {
+            return Vec::new();
+        }
+        let blank = trimmed.is_empty();
+        if in_metadata && !closes_metadata(line) {
+            continue;
+        }
+        // The line that ends a block the scan took for metadata may open the
+        // next (where the first was not one, say a setext underline) — unless
+        // the first opened the document, where it surely was one.
+        let closed_metadata = std::mem::take(&mut in_metadata);
+        if closed_metadata && metadata_from_start {
+            metadata_from_start = false;
+            blank_before = false;
+            continue;
+        }
+        if trimmed.ends_with(b"---")
+            && (trimmed.len() == 3 || matches!(trimmed[trimmed.len() - 4], b' ' | b'\t' | b'>'))
+            && starts.get(i + 1).is_some_and(|_| {
+                let next = line_at(i + 1);
+                !next.trim_ascii().is_empty() && !closes_metadata(next)
+            })
+        {
+            in_metadata = true;
+            metadata_from_start = i == 0;
+            blank_before = false;
+            continue;
+        }
+        if closed_metadata {
+            blank_before = false;
+            continue;
+        }
+        let run = |c: u8| body.iter().take_while(|&&b| b == c).count();
+        match fence {
+            Some((c, n)) => {
+                if indent <= 3 && run(c) >= n && trimmed.iter().all(|&b| b == c) {
+                    fence = None;
+                }
+            }
+            None => {
+                if indent <= 3 {
+                    for c in [b'`', b'~'] {
+                        let n = run(c);
+                        if n >= 3 && !(c == b'`' && trimmed[n..].contains(&b'`')) {
+                            fence = Some((c, n));
+                        }
+                    }
+                }
+                if fence.is_none()
+                    && blank_before
+                    && start >= next_target
+                    && line.first() == Some(&b'#')
+                {
+                    cuts.push(start);
+                    if cuts.len() + 1 == pieces {
+                        break;
+                    }
+                    next_target = start + (bytes.len() - start) / (pieces - cuts.len());
+                }
+            }
+        }
+        blank_before = fence.is_none() && blank;
+    }
+    cuts
+}
+
+/// `---` or `...` at the margin, then only spaces: what ends a metadata block.
+fn closes_metadata(line: &[u8]) -> bool {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let end = line.iter().rposition(|&c| c != b' ').map_or(0, |i| i + 1);
+    matches!(&line[..end], b"---" | b"...")
+}
+
+/// The blocks of one part of the document.
+struct Piece {
+    blocks: Vec<Block>,
+    frontmatter: Vec<(String, String)>,
+    /// A code block or an HTML block runs to the part's very end.
+    open_at_end: bool,
+}
+
+/// Reads `source[r]`; offsets and lines are the whole document's.
+fn read_piece(source: &str, r: std::ops::Range<usize>, starts: &[usize]) -> Piece {
+    let base = r.start;
+    let text = &source[r];
+    let index = LineIndex::new(starts);
     let opts = Options::ENABLE_TABLES
         | Options::ENABLE_TASKLISTS
         | Options::ENABLE_STRIKETHROUGH
         | Options::ENABLE_YAML_STYLE_METADATA_BLOCKS;
+    let mut open_at_end = false;
     let mut blocks = Vec::new();
     let mut frontmatter = Vec::new();
     let mut open: Option<Open> = None;
@@ -144,13 +307,19 @@ pub(crate) fn parse(source: &str) -> Doc {
         }
     }
 
-    for (event, range) in Parser::new_ext(&source, opts).into_offset_iter() {
+    for (event, range) in Parser::new_ext(text, opts).into_offset_iter() {
+        let range = range.start + base..range.end + base;
         // Only tags that open an element need their line; text events are many.
         let line = if matches!(event, Event::Start(_)) {
             index.line(range.start)
         } else {
             0
         };
+        if matches!(event, Event::Start(Tag::CodeBlock(_) | Tag::HtmlBlock))
+            && range.end >= base + text.len()
+        {
+            open_at_end = true;
+        }
         match event {
             Event::Start(Tag::Heading { level, .. }) => {
                 open = Some(Open::Heading(level as u8, range.start));
@@ -297,10 +466,10 @@ pub(crate) fn parse(source: &str) -> Doc {
             _ => {}
         }
     }
-    Doc {
+    Piece {
         blocks,
         frontmatter,
-        source,
+        open_at_end,
     }
 }
 
@@ -391,10 +560,80 @@ mod tests {
         }
     }
 
+    /// Lines that open, close or continue every kind of block, and the
+    /// headings a cut may fall before.
+    const LINES: &[&str] = &[
+        "## Sprint 1: A",
+        "# Title",
+        "### Task 2.1: B",
+        "#not a heading",
+        "",
+        "",
+        "text with `code` and **bold**",
+        "- [ ] `make test` passes",
+        "  - nested item",
+        "1. first",
+        "> quoted",
+        "```",
+        "````",
+        "```sh",
+        "~~~",
+        "    indented code",
+        "  ```",
+        "| a | b |",
+        "|---|---|",
+        "-->",
+        "see [ref] here",
+        "---",
+        "\t- tabbed",
+        // Either rules out every cut: last, so most documents go without.
+        "<!-- comment",
+        "[ref]: /url",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// However the document is cut (or not), its blocks are those of
+        /// one reading of the whole.
+        #[test]
+        fn reading_in_parts_reads_the_same(
+            picks in proptest::collection::vec(0..LINES.len(), 0..80),
+            pieces in 2usize..5,
+            uncuttable in proptest::bool::weighted(0.1),
+        ) {
+            let usable = if uncuttable { LINES.len() } else { LINES.len() - 2 };
+            let src: String = picks.iter().map(|&i| format!("{}\n", LINES[i % usable])).collect();
+            let whole = parse_in(&src, 1);
+            let parts = parse_in(&src, pieces);
+            proptest::prop_assert_eq!(parts.blocks, whole.blocks);
+            proptest::prop_assert_eq!(parts.frontmatter, whole.frontmatter);
+        }
+    }
+
+    #[test]
+    fn a_long_plan_is_cut_at_headings_and_read_the_same() {
+        let mut src = String::from("---\nfeature_name: x\n---\n# Plan\n\n");
+        for u in 0..40 {
+            src.push_str(&format!("## Unit {u}\n\n```sh\n## not a heading {u}\n```\n\n### Sprint 1: S\n- [ ] `cargo test` passes\n\n"));
+        }
+        let starts = line_starts(&src);
+        let cuts = cut_points(&src, &starts, 3);
+        assert_eq!(cuts.len(), 2, "{cuts:?}");
+        for c in &cuts {
+            assert!(src[*c..].starts_with("## Unit") || src[*c..].starts_with("### Sprint"));
+        }
+        assert_eq!(parse_in(&src, 3).blocks, parse_in(&src, 1).blocks);
+        assert_eq!(
+            parse_in(&src, 3).frontmatter,
+            vec![("feature_name".to_string(), "x".to_string())]
+        );
+    }
+
     #[test]
     fn line_numbers_are_the_same_asked_in_any_order() {
         let src = "a\nbb\n\nccc\nd";
-        let index = LineIndex::new(src);
+        let starts = line_starts(src);
+        let index = LineIndex::new(&starts);
         let expected = |offset: usize| src[..offset].matches('\n').count() + 1;
         let offsets: Vec<usize> = (0..src.len()).chain((0..src.len()).rev()).collect();
         for o in offsets {

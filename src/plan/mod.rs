@@ -8,6 +8,7 @@ mod blocks;
 mod detect;
 pub mod diff;
 mod model;
+mod parallel;
 pub mod template;
 pub mod tools;
 

@@ -264,14 +264,25 @@ impl Supervisor {
     pub fn handle(&mut self, input: Input) -> Result<Decided> {
         let span = tracing::info_span!("input", op = %self.op());
         let _g = span.enter();
-        finish_now(self.driver.submit(&mut self.ledger, &mut self.place, input))
-            .map_err(anyhow::Error::from)
+        let decided = finish_now(self.driver.submit(&mut self.ledger, &mut self.place, input))
+            .map_err(anyhow::Error::from)?;
+        self.after_effects()?;
+        Ok(decided)
     }
 
     /// Decides the queued inputs and carries out the outbox.
     fn drive(&mut self) -> Result<()> {
         finish_now(self.driver.drive(&mut self.ledger, &mut self.place, false))
-            .map_err(anyhow::Error::from)
+            .map_err(anyhow::Error::from)?;
+        self.after_effects()
+    }
+
+    /// See [`LocalPlace::after_effects`].
+    fn after_effects(&mut self) -> Result<()> {
+        match &self.driver.state {
+            Some(st) => self.place.after_effects(st),
+            None => Ok(()),
+        }
     }
 
     fn op(&self) -> String {

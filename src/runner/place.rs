@@ -55,6 +55,11 @@ pub(super) struct LocalPlace {
     integrated_head: Option<git2::Oid>,
     /// A wrapper started ahead of the next dispatch.
     standby: process::StandbyPool,
+    /// A decision asked for the reports to be rewritten. True at start: a
+    /// crash may have come between a decision and its reports.
+    status_due: bool,
+    /// Worktrees of merged sprints, to be removed once nothing waits on this process.
+    merged_worktrees: Vec<String>,
 }
 
 impl Executor for LocalPlace {
@@ -101,6 +106,8 @@ impl LocalPlace {
             lost_at_end: Vec::new(),
             integrated_head: None,
             standby: process::StandbyPool::default(),
+            status_due: true,
+            merged_worktrees: Vec::new(),
         }
     }
 
@@ -140,6 +147,8 @@ impl LocalPlace {
             Effect::Dispatch(order) => {
                 let dir = process::run_dir(&self.runs(), &order.dispatch.0);
                 let branch = branch_of(&order.unit, &order.sprint);
+                // A merged sprint dispatched again (its merge was lost) keeps its worktree.
+                self.merged_worktrees.retain(|b| *b != branch);
                 let checkout = match self.git.ensure_sprint_worktree(op, &branch) {
                     Ok(c) => c,
                     Err(e) => {
@@ -201,7 +210,9 @@ impl LocalPlace {
                 )?;
                 self.record_merged(&branch)?;
                 self.integrated_head = Some(self.git.integration_head(op)?);
-                self.git.remove_worktree(&branch);
+                // Removed after the decisions at hand: deleting a checkout
+                // takes as long as the checkout, and the next agent need not wait.
+                self.merged_worktrees.push(branch);
                 follow.push(Input::Integrated {
                     unit: unit.clone(),
                     sprint: sprint.clone(),
@@ -264,8 +275,10 @@ impl LocalPlace {
                     .notice(&format!("{}{text}", report::notice_prefix(*kind)));
                 Ok(Vec::new())
             }
+            // Written once the decisions at hand are carried out (see
+            // `after_effects`): a report is not worth an agent's wait.
             Effect::PublishStatus => {
-                self.publish(st)?;
+                self.status_due = true;
                 Ok(Vec::new())
             }
             // The files are rewritten by the PublishStatus of the same decision.
@@ -344,6 +357,20 @@ impl LocalPlace {
             Some(_) => &self.dir,
             None => &self.plan.root,
         }
+    }
+
+    /// What waits until the decisions at hand are carried out, the next
+    /// agents' launches first of all: the reports, if a decision asked for
+    /// them, and the removal of merged sprints' worktrees. (A crash before it
+    /// leaves a stale report, rewritten at the next start, and a worktree.)
+    pub(super) fn after_effects(&mut self, st: &OperationState) -> Result<()> {
+        if std::mem::take(&mut self.status_due) {
+            self.publish(st)?;
+        }
+        for branch in std::mem::take(&mut self.merged_worktrees) {
+            self.git.remove_worktree(&branch);
+        }
+        Ok(())
     }
 
     /// Rewrites SUPERVISOR_STATE.md and COMPLETE_<NAME>.md and refreshes the screen.

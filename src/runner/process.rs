@@ -322,7 +322,11 @@ impl Standby {
     /// of this run has started, and the caller starts a wrapper of its own; a
     /// wrapper that takes a run it finds taken leaves it alone).
     fn assign(mut self, dir: &Path) -> Option<Child> {
-        let mut line = dir.canonicalize().ok()?.into_os_string().into_encoded_bytes();
+        let mut line = dir
+            .canonicalize()
+            .ok()?
+            .into_os_string()
+            .into_encoded_bytes();
         line.push(b'\n');
         let mut input = self.input.take()?;
         input.write_all(&line).ok()?;

@@ -75,14 +75,13 @@ pub(super) fn label_of(text: &str) -> Option<Label> {
     }
     // Every heading and every paragraph that might open a list asks: one scan
     // over the text for all the words, not a search per word.
-    static WORDS: std::sync::LazyLock<(AhoCorasick, Vec<Label>)> =
-        std::sync::LazyLock::new(|| {
-            let (labels, words): (Vec<Label>, Vec<&str>) = LABEL_WORDS
-                .iter()
-                .flat_map(|(l, ws)| ws.iter().map(move |w| (*l, *w)))
-                .unzip();
-            (AhoCorasick::new(words).expect("fixed patterns"), labels)
-        });
+    static WORDS: std::sync::LazyLock<(AhoCorasick, Vec<Label>)> = std::sync::LazyLock::new(|| {
+        let (labels, words): (Vec<Label>, Vec<&str>) = LABEL_WORDS
+            .iter()
+            .flat_map(|(l, ws)| ws.iter().map(move |w| (*l, *w)))
+            .unzip();
+        (AhoCorasick::new(words).expect("fixed patterns"), labels)
+    });
     let (ac, labels) = &*WORDS;
     let found = ac
         .find_overlapping_iter(t)
@@ -255,7 +254,11 @@ pub(super) fn criterion(text: &str, line: usize, label: Label) -> Criterion {
     };
     let path = codes.iter().copied().find(|c| looks_like_path(c));
     if let (Some(path), true) = (path, lower.contains("contain") && codes.len() >= 2) {
-        let needle = codes.iter().find(|c| **c != path).copied().unwrap_or_default();
+        let needle = codes
+            .iter()
+            .find(|c| **c != path)
+            .copied()
+            .unwrap_or_default();
         c.kind = CriterionKind::Assertion;
         c.assertion = Some(Assertion::FileContains {
             path: path.to_string(),
@@ -289,16 +292,22 @@ pub(super) fn criterion(text: &str, line: usize, label: Label) -> Criterion {
 }
 
 /// §2d.3: a plan-wide "Entry Checks" or "Exit Checks" section (outside any
-/// sprint) holds checks for every sprint: its items and commands are added to
-/// each sprint's entry or exit criteria.
-pub(super) fn apply_plan_checks(doc: &Doc, o: &Outline, units: &mut [WorkUnit]) {
+/// sprint) holds checks for every sprint: its items and commands, by the
+/// list they join, in the order of the plan.
+pub(super) fn plan_checks(doc: &Doc, o: &Outline) -> Vec<(Label, Vec<Criterion>)> {
     let blocks = &doc.blocks;
     let sprint_heads: Vec<usize> = (0..blocks.len()).filter(|&i| o.defines_sprint(i)).collect();
+    let mut out = Vec::new();
     for (i, b) in blocks.iter().enumerate() {
         let Some((_, text)) = b.heading() else {
             continue;
         };
-        let t = plain(text).to_lowercase();
+        let t = plain(text);
+        // Most headings are no such section: one look before lowercasing.
+        if !crate::text::contains_lowercase(&t, "checks") {
+            continue;
+        }
+        let t = t.to_lowercase();
         let t = t.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == ' ');
         let label = match t.trim_end_matches(':').trim() {
             "entry checks" => Label::Entry,
@@ -323,6 +332,14 @@ pub(super) fn apply_plan_checks(doc: &Doc, o: &Outline, units: &mut [WorkUnit]) 
                 _ => {}
             }
         }
+        out.push((label, found));
+    }
+    out
+}
+
+/// Adds the plan-wide checks of [`plan_checks`] to every sprint.
+pub(super) fn apply_plan_checks(checks: Vec<(Label, Vec<Criterion>)>, units: &mut [WorkUnit]) {
+    for (label, found) in checks {
         for s in units.iter_mut().flat_map(|u| u.sprints.iter_mut()) {
             let list = if label == Label::Entry {
                 &mut s.entry_criteria

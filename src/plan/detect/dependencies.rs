@@ -94,11 +94,9 @@ pub(super) fn dependencies(
     for (idx, b) in doc.blocks.iter().enumerate() {
         let (text, arrows_ok) = match b {
             Block::Heading { text, .. } => {
-                let t = text.to_lowercase();
-                dep_section = t.contains("depend")
-                    || t.contains("order")
-                    || t.contains("graph")
-                    || t.contains("layer");
+                dep_section = ["depend", "order", "graph", "layer"]
+                    .iter()
+                    .any(|w| crate::text::contains_lowercase(text, w));
                 (text.as_str(), false)
             }
             Block::Paragraph { text, .. } | Block::Item { text, .. } => {

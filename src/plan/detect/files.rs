@@ -11,8 +11,10 @@ pub(super) fn dispatch_template(doc: &Doc, o: &Outline) -> Option<DispatchTempla
         let Some((_, text)) = b.heading() else {
             continue;
         };
-        let t = plain(text).to_lowercase();
-        let named = t.starts_with("appendix d")
+        let t = plain(text);
+        let named = t
+            .get(..10)
+            .is_some_and(|p| p.eq_ignore_ascii_case("appendix d"))
             || [
                 "dispatch template",
                 "sprint prompt template",
@@ -20,7 +22,7 @@ pub(super) fn dispatch_template(doc: &Doc, o: &Outline) -> Option<DispatchTempla
                 "prompt template",
             ]
             .iter()
-            .any(|k| t.contains(k));
+            .any(|k| crate::text::contains_lowercase(&t, k));
         if !named {
             continue;
         }
@@ -118,7 +120,7 @@ impl SectionNumbers {
 }
 
 /// §2f: progress, to-do, status and config files the plan mentions.
-pub(super) fn referenced_files(blocks: &[Block], units: &[WorkUnit]) -> Vec<ReferencedFile> {
+pub(super) fn referenced_files(blocks: &[Block], units: &[UnitDraft]) -> Vec<ReferencedFile> {
     let mut out: Vec<ReferencedFile> = Vec::new();
     let mut add = |path: String, role: FileRole, unit: Option<String>, line: usize| {
         if !out.iter().any(|f| f.path == path) {
@@ -131,7 +133,7 @@ pub(super) fn referenced_files(blocks: &[Block], units: &[WorkUnit]) -> Vec<Refe
             });
         }
     };
-    let with_dirs: Vec<&WorkUnit> = units
+    let with_dirs: Vec<&UnitDraft> = units
         .iter()
         .filter(|u| u.directory.as_deref().is_some_and(|d| d != "."))
         .collect();

@@ -42,7 +42,8 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
         .map(|t| unit_name_from_title(&t))
         .unwrap_or_else(|| fallback_name.to_string());
 
-    let o = Outline::new(blocks);
+    let threads = crate::plan::parallel::threads_for(doc.source.len());
+    let o = Outline::new(blocks, threads);
     let from_table = table_units(blocks);
     let tabled = from_table.is_some();
     let mut drafts = from_table
@@ -105,11 +106,32 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
     }
     let mut units = Vec::new();
     let numbers = SectionNumbers::of(blocks);
-    for d in &mut drafts {
-        let sprints = match &d.region {
-            Some(r) => find_sprints(doc, &o, r.clone()),
-            None => Vec::new(),
-        };
+    // Each unit's sprints are read from its own region, and the dependencies
+    // between units from the whole: in parallel for a large plan (they are
+    // most of the time of reading one).
+    let (found, (explicit, dependency_errors, dispatch_template, referenced_files, checks)) =
+        crate::plan::parallel::join(
+            threads > 1,
+            || {
+                crate::plan::parallel::map(&drafts, threads, |d| {
+                    let sprints = match &d.region {
+                        Some(r) => find_sprints(doc, &o, r.clone()),
+                        None => Vec::new(),
+                    };
+                    let (mut errors, mut warnings) = (Vec::new(), Vec::new());
+                    let sprints = order_sprints(sprints, &d.name, &mut errors, &mut warnings);
+                    (sprints, errors, warnings)
+                })
+            },
+            || {
+                let mut errors = Vec::new();
+                let edges = dependencies(doc, &drafts, &mut errors);
+                let template = dispatch_template(doc, &o);
+                let files = referenced_files(blocks, &drafts);
+                (edges, errors, template, files, plan_checks(doc, &o))
+            },
+        );
+    for (d, (sprints, order_errors, order_warnings)) in drafts.iter_mut().zip(found) {
         if sprints.is_empty() {
             errors.push(
                 Problem::new(d.line, format!("work unit `{}` has no sprints", d.name)).hint(
@@ -117,7 +139,8 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
                 ),
             );
         }
-        let sprints = order_sprints(sprints, &d.name, &mut errors, &mut warnings);
+        errors.extend(order_errors);
+        warnings.extend(order_warnings);
         if let Some(n) = d.declared_sprints {
             if !sprints.is_empty() && n != sprints.len() {
                 warnings.push(Problem::new(
@@ -142,17 +165,18 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
         });
     }
 
-    apply_plan_checks(doc, &o, &mut units);
+    apply_plan_checks(checks, &mut units);
 
     let has_layers = drafts.iter().any(|d| d.layer.is_some());
-    let explicit = dependencies(doc, &drafts, &mut errors);
+    errors.extend(dependency_errors);
     let has_edges = !explicit.is_empty();
+    // The edges are ordered by dependent: each unit's are one run of them.
+    let mut edges = explicit.iter().peekable();
     for (i, u) in units.iter_mut().enumerate() {
-        let mut deps: Vec<String> = explicit
-            .iter()
-            .filter(|(from, _)| *from == i)
-            .map(|(_, to)| drafts[*to].name.clone())
-            .collect();
+        let mut deps: Vec<String> = Vec::new();
+        while let Some((_, to)) = edges.next_if(|(from, _)| *from <= i) {
+            deps.push(drafts[*to].name.clone());
+        }
         // Explicit edges are few; unit names are unique, so only they need deduping.
         let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
         deps.retain(|d| seen.insert(d.clone()));
@@ -199,7 +223,6 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
     } else {
         DependencyStructure::None
     };
-    let dispatch_template = dispatch_template(doc, &o);
     if let Some(t) = &dispatch_template {
         // Every variable must be filled for every unit, or the agent reads it raw.
         let mut unfilled: BTreeMap<String, Vec<&str>> = BTreeMap::new();
@@ -223,7 +246,6 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
             );
         }
     }
-    let referenced_files = referenced_files(blocks, &units);
     Ok(Plan {
         title,
         feature_name: doc

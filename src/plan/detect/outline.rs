@@ -29,12 +29,18 @@ pub(super) enum HeadingKind {
 }
 
 impl Outline {
-    pub(super) fn new(blocks: &[Block]) -> Outline {
+    /// `threads`: how many to read the headings on.
+    pub(super) fn new(blocks: &[Block], threads: usize) -> Outline {
         let mut end = vec![blocks.len(); blocks.len()];
         let mut open: Vec<(usize, u8)> = Vec::new();
         let mut defs = Vec::with_capacity(blocks.len() + 1);
         defs.push(0u32);
-        let mut heads = Vec::with_capacity(blocks.len());
+        let heads = crate::plan::parallel::map(blocks, threads, |b| match b {
+            Block::Heading { text, .. } if sprint_heading(text).is_some() => HeadingKind::Sprint,
+            Block::Heading { text, .. } if task_heading(text).is_some() => HeadingKind::Task,
+            Block::Heading { .. } => HeadingKind::Other,
+            _ => HeadingKind::None,
+        });
         for (i, b) in blocks.iter().enumerate() {
             if let Some((level, _)) = b.heading() {
                 while open.last().is_some_and(|(_, l)| *l >= level) {
@@ -43,19 +49,10 @@ impl Outline {
                 }
                 open.push((i, level));
             }
-            let kind = match b {
-                Block::Heading { text, .. } if sprint_heading(text).is_some() => {
-                    HeadingKind::Sprint
-                }
-                Block::Heading { text, .. } if task_heading(text).is_some() => HeadingKind::Task,
-                Block::Heading { .. } => HeadingKind::Other,
-                _ => HeadingKind::None,
-            };
             let is_def = match b {
                 Block::Table { header, .. } => is_sprint_table(header),
-                _ => matches!(kind, HeadingKind::Sprint | HeadingKind::Task),
+                _ => matches!(heads[i], HeadingKind::Sprint | HeadingKind::Task),
             };
-            heads.push(kind);
             defs.push(defs[i] + u32::from(is_def));
         }
         Outline { end, defs, heads }
