@@ -116,6 +116,9 @@ pub fn show(path: Option<&Path>, json: bool) -> anyhow::Result<i32> {
     } else {
         print!("{}", render_tree(&loaded.plan));
     }
+    // The process ends here: freeing a large plan piece by piece would only
+    // keep the person waiting.
+    std::mem::forget(loaded);
     Ok(0)
 }
 

@@ -393,12 +393,13 @@ pub(super) fn body_text(doc: &Doc, head: usize, end: usize) -> String {
             _ => None,
         })
         .unwrap_or(doc.source.len());
-    doc.source
-        .get(start..stop.max(start))
-        .unwrap_or("")
-        .replace('\r', "")
-        .trim_end()
-        .to_string()
+    let body = doc.source.get(start..stop.max(start)).unwrap_or("");
+    // One copy: most plans have no carriage returns to drop.
+    if body.contains('\r') {
+        body.replace('\r', "").trim_end().to_string()
+    } else {
+        body.trim_end().to_string()
+    }
 }
 
 /// §2g: the sprint's type from its name (weighted) and its tasks.
