@@ -608,7 +608,10 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         began_at: None,
         answer: crate::contract::read_answer(&answer_file),
     };
-    write_atomic(
+    // Whole, but not waited for on disk: the supervisor records what it reads
+    // here durably before acting on it, and a result a power cut loses only
+    // makes the attempt count as failed (it is retried, never run twice).
+    write_whole(
         &dir.join("result.json"),
         &serde_json::to_vec_pretty(&result)?,
     )?;
