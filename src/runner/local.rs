@@ -21,11 +21,6 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-/// How long nothing must arrive before the reports are rewritten, and how
-/// long they wait at most (see `Supervisor::run_loop`).
-const QUIET: Duration = Duration::from_millis(20);
-const AFTER_EFFECTS_AT_MOST: Duration = Duration::from_millis(250);
-
 /// Messages from watcher and worker threads to the loop.
 pub(super) enum Msg {
     Finished(engine::DispatchId),
@@ -245,7 +240,6 @@ impl Supervisor {
     /// Carries out the outbox, then adopts every run in flight.
     fn reconcile(&mut self) -> Result<()> {
         self.drive()?;
-        self.after_effects()?;
         let active: Vec<engine::DispatchId> = self
             .driver
             .state
@@ -279,7 +273,8 @@ impl Supervisor {
     /// Decides the queued inputs and carries out the outbox.
     fn drive(&mut self) -> Result<()> {
         finish_now(self.driver.drive(&mut self.ledger, &mut self.place, false))
-            .map_err(anyhow::Error::from)
+            .map_err(anyhow::Error::from)?;
+        self.after_effects()
     }
 
     /// See [`LocalPlace::after_effects`].
@@ -343,19 +338,12 @@ impl Supervisor {
         loop {
             self.drive()?;
             if let Some(ending) = self.ending() {
-                self.place.ask_publish();
-                self.after_effects()?;
+                if let Some(st) = &self.driver.state {
+                    self.place.publish(st)?;
+                }
                 return Ok(ending);
             }
-            // The reports and worktree removals wait for a quiet moment: just
-            // after a launch, the new agent's start needs the cores more.
-            let due = self.place.after_effects_due();
-            if due.is_some_and(|t| t.elapsed() >= AFTER_EFFECTS_AT_MOST) {
-                self.after_effects()?;
-                continue;
-            }
             let wait = next_tick.saturating_duration_since(Instant::now());
-            let wait = if due.is_some() { wait.min(QUIET) } else { wait };
             let input = match self.rx.recv_timeout(wait) {
                 Ok(Msg::Finished(d)) => {
                     self.place.watching.remove(&d);
@@ -363,10 +351,6 @@ impl Supervisor {
                 }
                 Ok(Msg::Activity(d)) => Some(Input::AgentActivity { dispatch: d }),
                 Ok(Msg::Input(i)) => Some(*i),
-                Err(RecvTimeoutError::Timeout) if due.is_some() && Instant::now() < next_tick => {
-                    self.after_effects()?;
-                    continue;
-                }
                 Err(RecvTimeoutError::Timeout) => {
                     next_tick = Instant::now() + tick;
                     let requests = self.control_requests()?;

@@ -60,8 +60,6 @@ pub(super) struct LocalPlace {
     status_due: bool,
     /// Worktrees of merged sprints, to be removed once nothing waits on this process.
     merged_worktrees: Vec<String>,
-    /// Since when the reports or a removal have been waiting.
-    due_since: Option<std::time::Instant>,
 }
 
 impl Executor for LocalPlace {
@@ -110,7 +108,6 @@ impl LocalPlace {
             standby: process::StandbyPool::default(),
             status_due: true,
             merged_worktrees: Vec::new(),
-            due_since: Some(std::time::Instant::now()),
         }
     }
 
@@ -216,7 +213,6 @@ impl LocalPlace {
                 // Removed after the decisions at hand: deleting a checkout
                 // takes as long as the checkout, and the next agent need not wait.
                 self.merged_worktrees.push(branch);
-                self.due_since.get_or_insert_with(std::time::Instant::now);
                 follow.push(Input::Integrated {
                     unit: unit.clone(),
                     sprint: sprint.clone(),
@@ -283,7 +279,6 @@ impl LocalPlace {
             // `after_effects`): a report is not worth an agent's wait.
             Effect::PublishStatus => {
                 self.status_due = true;
-                self.due_since.get_or_insert_with(std::time::Instant::now);
                 Ok(Vec::new())
             }
             // The files are rewritten by the PublishStatus of the same decision.
@@ -364,22 +359,11 @@ impl LocalPlace {
         }
     }
 
-    /// Since when [`LocalPlace::after_effects`] has had something to do.
-    pub(super) fn after_effects_due(&self) -> Option<std::time::Instant> {
-        self.due_since
-    }
-
-    /// Asks the next [`LocalPlace::after_effects`] to rewrite the reports.
-    pub(super) fn ask_publish(&mut self) {
-        self.status_due = true;
-    }
-
     /// What waits until the decisions at hand are carried out, the next
     /// agents' launches first of all: the reports, if a decision asked for
     /// them, and the removal of merged sprints' worktrees. (A crash before it
     /// leaves a stale report, rewritten at the next start, and a worktree.)
     pub(super) fn after_effects(&mut self, st: &OperationState) -> Result<()> {
-        self.due_since = None;
         if std::mem::take(&mut self.status_due) {
             self.publish(st)?;
         }
