@@ -169,8 +169,9 @@ fn parse_in(source: &str, pieces: usize) -> Doc {
 /// block (a line opening with `<`; one may run past blank lines). No cut
 /// either between a line ending in `---` over a non-blank line and the next
 /// `---` or `...` line: pulldown-cmark reads that as a metadata block, blank
-/// lines and all (unless the line after it is blank or ends it at once). A fence the scan lost track of (one opened in a list item)
-/// is caught after reading: see `Piece::open_at_end`.
+/// lines and all (unless the line after it is blank or ends it at once). A
+/// fence the scan lost track of (one opened in a list item) is caught after
+/// reading: see `Piece::open_at_end`.
 fn cut_points(src: &str, starts: &[usize], pieces: usize) -> Vec<usize> {
     if pieces < 2 || memchr::memmem::find(src.as_bytes(), b"]:").is_some() {
         return Vec::new();
