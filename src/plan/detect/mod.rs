@@ -110,18 +110,17 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
     // between units from the whole: in parallel for a large plan (they are
     // most of the time of reading one).
     let (found, (explicit, dependency_errors, dispatch_template, referenced_files, checks)) =
-        crate::plan::parallel::join(
-            threads > 1,
-            || {
-                crate::plan::parallel::map(&drafts, threads, |d| {
-                    let sprints = match &d.region {
-                        Some(r) => find_sprints(doc, &o, r.clone()),
-                        None => Vec::new(),
-                    };
-                    let (mut errors, mut warnings) = (Vec::new(), Vec::new());
-                    let sprints = order_sprints(sprints, &d.name, &mut errors, &mut warnings);
-                    (sprints, errors, warnings)
-                })
+        crate::plan::parallel::map_beside(
+            &drafts,
+            threads,
+            |d| {
+                let sprints = match &d.region {
+                    Some(r) => find_sprints(doc, &o, r.clone()),
+                    None => Vec::new(),
+                };
+                let (mut errors, mut warnings) = (Vec::new(), Vec::new());
+                let sprints = order_sprints(sprints, &d.name, &mut errors, &mut warnings);
+                (sprints, errors, warnings)
             },
             || {
                 let mut errors = Vec::new();
