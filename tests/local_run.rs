@@ -787,3 +787,53 @@ fn resume_with_settings_for_a_running_supervisor_is_refused_with_the_fix() {
     repo.cmd(&["killall"]).output().unwrap();
     sup.wait().unwrap();
 }
+
+/// The processes waiting on standby as wrappers for the supervisor whose
+/// environment carries `tag`.
+fn standby_wrappers(tag: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let read = |f: &str| std::fs::read(format!("/proc/{pid}/{f}")).unwrap_or_default();
+            read("cmdline").ends_with(b"__run-agent\0-\0")
+                && read("environ")
+                    .split(|b| *b == 0)
+                    .any(|kv| kv == format!("STANDBY_TEST_TAG={tag}").as_bytes())
+                && pid_alive(*pid)
+        })
+        .collect()
+}
+
+/// The wrapper kept on standby for the next dispatch holds nothing and
+/// outlives nothing: a supervisor killed with -9 while an agent works leaves
+/// the agent (a restart adopts it) but no wrapper waiting.
+#[test]
+fn a_wrapper_on_standby_ends_with_its_supervisor_even_killed() {
+    let repo = Repo::new(PLAN, "api 1 hang\n");
+    let tag = format!("{}-{:?}", std::process::id(), Instant::now());
+    let mut sup = repo
+        .cmd(&["run", "--quiet"])
+        .env("STANDBY_TEST_TAG", &tag)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    repo.wait_for("a wrapper on standby", |_| {
+        !standby_wrappers(&tag).is_empty()
+    });
+    sup.kill().unwrap();
+    sup.wait().unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !standby_wrappers(&tag).is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = standby_wrappers(&tag);
+    // The hanging agent is the user's to end, as after any crash.
+    let out = repo.cmd(&["killall"]).output().unwrap();
+    assert!(left.is_empty(), "left waiting: {left:?}");
+    assert!(out.status.success(), "{}", text(&out));
+}
