@@ -837,3 +837,30 @@ fn a_wrapper_on_standby_ends_with_its_supervisor_even_killed() {
     assert!(left.is_empty(), "left waiting: {left:?}");
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// A repository may live anywhere, a directory named with a line break
+/// included: every sprint runs there, those launched by the wrapper kept on
+/// standby as much as the first.
+#[test]
+fn a_repository_in_a_directory_named_with_a_line_break_runs_every_sprint() {
+    let plan = "# lines\n\n## Sprint 1: A\n- [ ] `lines-sprint-1.txt` exists\n\n## Sprint 2: B\n- [ ] `lines-sprint-2.txt` exists\n\n## Sprint 3: C\n- [ ] `lines-sprint-3.txt` exists\n";
+    let repo = Repo(Checkout::new_in(
+        "re\npo",
+        &[("EXECUTION_PLAN.md", plan)],
+        "tests/agents/scripted.sh",
+        "",
+    ));
+    let out = repo.run(&["--quiet"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let files = repo.integration_files();
+    for f in [
+        "lines-sprint-1.txt",
+        "lines-sprint-2.txt",
+        "lines-sprint-3.txt",
+    ] {
+        assert!(
+            files.contains(f),
+            "{f} missing from the integration branch:\n{files}"
+        );
+    }
+}

@@ -15,32 +15,14 @@ pub(crate) fn threads_for(len: usize) -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
-/// `items.iter().map(f).collect()`, the items split into `parts` runs of
-/// about equal length, each on a thread of its own (this one takes the
-/// first). A panic in any run is the caller's.
+/// `items.iter().map(f).collect()` on up to `threads` threads (see
+/// [`map_beside`], here with nothing beside).
 pub(crate) fn map<T: Sync, R: Send>(
     items: &[T],
-    parts: usize,
+    threads: usize,
     f: impl Fn(&T) -> R + Sync,
 ) -> Vec<R> {
-    let parts = parts.clamp(1, items.len().max(1));
-    if parts == 1 {
-        return items.iter().map(&f).collect();
-    }
-    let size = items.len().div_ceil(parts);
-    let f = &f;
-    std::thread::scope(|scope| {
-        let mut runs = items.chunks(size);
-        let first = runs.next().unwrap_or_default();
-        let others: Vec<_> = runs
-            .map(|run| scope.spawn(move || run.iter().map(f).collect::<Vec<R>>()))
-            .collect();
-        let mut out: Vec<R> = first.iter().map(f).collect();
-        for h in others {
-            out.extend(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-        }
-        out
-    })
+    map_beside(items, threads, f, || ()).0
 }
 
 /// `(items.iter().map(f).collect(), side())` on `threads` threads that
@@ -59,6 +41,8 @@ pub(crate) fn map_beside<T: Sync, R: Send, S: Send>(
         return (items.iter().map(&f).collect(), side());
     }
     let runs: Vec<&[T]> = items.chunks((items.len() / (threads * 8)).max(1)).collect();
+    // No more threads than tasks.
+    let threads = threads.min(runs.len() + 1);
     // Task 0 is `side`; task i is run i - 1.
     let next = AtomicUsize::new(0);
     let side = Mutex::new(Some(side));
@@ -102,9 +86,9 @@ mod tests {
     #[test]
     fn results_keep_the_order_of_their_inputs() {
         let items: Vec<u32> = (0..1001).collect();
-        for parts in [0, 1, 2, 3, 7, 2000] {
+        for threads in [0, 1, 2, 3, 7, 2000] {
             assert_eq!(
-                super::map(&items, parts, |x| x * 2),
+                super::map(&items, threads, |x| x * 2),
                 items.iter().map(|x| x * 2).collect::<Vec<_>>()
             );
         }

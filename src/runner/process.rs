@@ -318,18 +318,20 @@ impl Standby {
         })
     }
 
-    /// Hands the wrapper its run directory. `None` if it is gone (then nothing
-    /// of this run has started, and the caller starts a wrapper of its own; a
-    /// wrapper that takes a run it finds taken leaves it alone).
+    /// Hands the wrapper its run directory, ended by a NUL (the one byte no
+    /// path holds: a repository may live in a directory named with a line
+    /// break). `None` if the wrapper is gone (then nothing of this run has
+    /// started, and the caller starts a wrapper of its own; a wrapper that
+    /// takes a run it finds taken leaves it alone).
     fn assign(mut self, dir: &Path) -> Option<Child> {
-        let mut line = dir
+        let mut path = dir
             .canonicalize()
             .ok()?
             .into_os_string()
             .into_encoded_bytes();
-        line.push(b'\n');
+        path.push(0);
         let mut input = self.input.take()?;
-        input.write_all(&line).ok()?;
+        input.write_all(&path).ok()?;
         self.child.take()
     }
 }
@@ -367,12 +369,17 @@ impl Default for StandbyPool {
 }
 
 impl StandbyPool {
-    /// The wrapper on standby, if one has started.
-    pub fn take(&mut self) -> Option<Standby> {
+    /// Takes in the wrapper the starting thread sent, if it has.
+    fn collect(&mut self) {
         if let Ok(s) = self.arrivals.try_recv() {
             self.starting = false;
             self.ready = Some(s);
         }
+    }
+
+    /// The wrapper on standby, if one has started.
+    pub fn take(&mut self) -> Option<Standby> {
+        self.collect();
         self.ready.take()
     }
 
@@ -380,10 +387,7 @@ impl StandbyPool {
     /// (One that cannot start is not tried again: dispatches then start
     /// their own, as they always may.)
     pub fn refill(&mut self) {
-        if let Ok(s) = self.arrivals.try_recv() {
-            self.starting = false;
-            self.ready = Some(s);
-        }
+        self.collect();
         if self.ready.is_some() || self.starting {
             return;
         }
@@ -398,8 +402,8 @@ impl StandbyPool {
     }
 }
 
-/// The run directory a wrapper on standby is handed (see [`Standby`]): one line
-/// on standard input. `None` when the input closes first: the supervisor went
+/// The run directory a wrapper on standby is handed (see [`Standby`]), ended
+/// by a NUL on standard input. `None` when the input closes first: the supervisor went
 /// away, and there is nothing to run. The wrapper's errors go to the run's
 /// `wrapper.log` from then on, as a wrapper started for the run would send them.
 pub fn await_assignment() -> Result<Option<PathBuf>> {
@@ -411,7 +415,7 @@ pub fn await_assignment() -> Result<Option<PathBuf>> {
     loop {
         match stdin.read(&mut byte) {
             Ok(0) => return Ok(None),
-            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) if byte[0] == 0 => break,
             Ok(_) => line.push(byte[0]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.into()),

@@ -157,8 +157,13 @@ pub struct Checkout {
 impl Checkout {
     /// `agent` is a script's path from the project's top.
     pub fn new(files: &[(&str, &str)], agent: &str, behaviour: &str) -> Checkout {
+        Checkout::new_in("repo", files, agent, behaviour)
+    }
+
+    /// As [`Checkout::new`], the repository in a directory named `dir`.
+    pub fn new_in(dir: &str, files: &[(&str, &str)], agent: &str, behaviour: &str) -> Checkout {
         let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("repo");
+        let root = tmp.path().join(dir);
         std::fs::create_dir_all(&root).unwrap();
         for (path, text) in files {
             let path = root.join(path);
