@@ -257,8 +257,9 @@ async fn main() {
         let fixed = load(port, 8, Some(500.0), dur, base).await;
         println!("{}", fixed.line(name, "500/s fixed, 8 conns"));
         base += 100_000;
-        let max = load(port, 16, None, dur, base).await;
-        println!("{}", max.line(name, "max, 16 conns"));
+        let conns: usize = std::env::var("BENCH_MAX_CONNS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+        let max = load(port, conns, None, dur, base).await;
+        println!("{}", max.line(name, &format!("max, {conns} conns")));
         base += 1_000_000;
     }
 }

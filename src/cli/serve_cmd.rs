@@ -101,22 +101,37 @@ fn secret_from_env(name: &str) -> Result<Option<String>> {
     }
 }
 
-/// SIGTERM (systemd, Docker, Kubernetes) or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await
-            }
+/// SIGTERM (systemd, Docker, Kubernetes) or SIGINT (Ctrl-C). The handlers
+/// are installed when this is called, not when the future is first polled:
+/// the port is open from the bind on, and a signal sent once it answers
+/// (while the database is still being opened, say) must stop the service
+/// cleanly rather than kill it with the signal's default action.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let listen = |kind: SignalKind, name: &'static str| match signal(kind) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for {name}");
+            None
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-        () = term => tracing::info!("SIGTERM received"),
+    let (mut term, mut int) = (
+        listen(SignalKind::terminate(), "SIGTERM"),
+        listen(SignalKind::interrupt(), "SIGINT"),
+    );
+    async fn next(s: Option<&mut tokio::signal::unix::Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+    async move {
+        tokio::select! {
+            () = next(int.as_mut()) => tracing::info!("SIGINT received"),
+            () = next(term.as_mut()) => tracing::info!("SIGTERM received"),
+        }
     }
 }
 
@@ -186,11 +201,12 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
                 .install_recorder()
                 .ok(),
         };
+        let shutdown = shutdown_signal();
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
         eprintln!("supervise serve listening on {}", listener.local_addr()?);
-        run::run(config, listener, shutdown_signal()).await?;
+        run::run(config, listener, shutdown).await?;
         eprintln!("supervise serve stopped");
         Ok::<_, anyhow::Error>(0)
     })

@@ -10,7 +10,7 @@ use super::signature;
 use crate::commands::handle::Handler;
 use crate::github::operation::{OpError, Operations};
 use crate::github::GitHub;
-use crate::store::sql::{Claimed, Intake, IntakeQueue, NewDelivery, SqlStore};
+use crate::store::sql::{Claimed, Handoff, Intake, IntakeQueue, NewDelivery, SqlStore};
 use crate::sync::LockExt;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
@@ -23,7 +23,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 
 pub const MAX_BODY: usize = 25 * 1024 * 1024;
 
@@ -32,13 +32,14 @@ pub struct Service {
     /// Where deliveries are stored and their ends recorded: writes arriving
     /// together share a commit (see `store::sql::intake`).
     intake: IntakeQueue,
+    /// Deliveries just stored, already claimed for this process's workers.
+    handoff: Arc<Handoff>,
     /// What a delivery's event is made to do (shared with the Action).
     pub handler: Handler,
     pub secrets: Vec<SecretString>,
     pub metrics: Option<PrometheusHandle>,
     pub per_installation: usize,
     pub lease: Duration,
-    work: Notify,
     limits: Mutex<HashMap<i64, Arc<Semaphore>>>,
     /// Deliveries in a row whose processing panicked: `/readyz` fails from
     /// [`FAILING_AFTER`] on, so an orchestrator takes the instance out.
@@ -66,6 +67,11 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a delivery waits for room in the unverified-body budget.
 const BUDGET_WAIT: Duration = Duration::from_secs(5);
 
+/// Deliveries stored already claimed, waiting in memory for a worker: enough
+/// to keep the workers busy between commits, few enough that a crash leaves
+/// little waiting out its lease.
+const HANDOFF_ROOM: usize = 64;
+
 /// Consecutive panicking deliveries after which the service says it is not ready.
 const FAILING_AFTER: u32 = 3;
 
@@ -81,8 +87,10 @@ impl Service {
         per_installation: usize,
         lease: Duration,
     ) -> Arc<Service> {
+        let handoff = Handoff::new(HANDOFF_ROOM, lease);
         Arc::new(Service {
-            intake: IntakeQueue::start(store.clone()),
+            intake: IntakeQueue::start_with(store.clone(), Some(handoff.clone())),
+            handoff,
             store: store.clone(),
             handler: Handler {
                 store,
@@ -94,7 +102,6 @@ impl Service {
             metrics,
             per_installation: per_installation.max(1),
             lease,
-            work: Notify::new(),
             limits: Mutex::new(HashMap::new()),
             panics_in_a_row: std::sync::atomic::AtomicU32::new(0),
             unverified_small: Semaphore::new(SMALL_BUDGET_KIB),
@@ -282,10 +289,7 @@ async fn intake(
                 })
                 .await;
             match stored {
-                Ok(Intake::Stored) => {
-                    svc.work.notify_one();
-                    outcome("stored", StatusCode::ACCEPTED, "stored\n")
-                }
+                Ok(Intake::Stored) => outcome("stored", StatusCode::ACCEPTED, "stored\n"),
                 Ok(Intake::Duplicate) => outcome("duplicate", StatusCode::OK, "duplicate\n"),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot store the delivery; GitHub will show it failed and it can be redelivered");
@@ -308,12 +312,13 @@ async fn intake(
 pub async fn shut_down(svc: &Service, grace: Duration) {
     svc.stopping
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    svc.work.notify_waiters();
+    svc.handoff.ready.notify_waiters();
     let until = Instant::now() + grace;
     while !svc.in_flight.locked().is_empty() && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let left: Vec<(String, i64)> = svc.in_flight.locked().iter().cloned().collect();
+    let mut left: Vec<(String, i64)> = svc.in_flight.locked().iter().cloned().collect();
+    left.extend(svc.handoff.take_all().into_iter().map(|d| (d.id, d.attempts)));
     for (id, attempts) in left {
         tracing::warn!(delivery = %id, "still in progress at shutdown; handing it back");
         if let Err(e) = svc
@@ -331,21 +336,24 @@ pub async fn shut_down(svc: &Service, grace: Duration) {
 /// is one write for several deliveries instead of one each.
 const CLAIM_BATCH: usize = 8;
 
-/// The worker's next delivery: the next one it holds — its lease renewed
-/// first if a third of it has passed while the ones before were processed (a
-/// lease still well within its time cannot have been taken over; one another
-/// worker took is left to that worker) — else a fresh claim.
+/// The worker's next delivery: the next one it holds, else the next one
+/// handed over at intake — either with its lease renewed first if a third of
+/// it has passed while it waited (a lease still well within its time cannot
+/// have been taken over; one another worker took is left to that worker) —
+/// else a fresh claim from the store.
 async fn next_claim(
     svc: &Service,
     held: &mut std::collections::VecDeque<(Instant, Claimed)>,
 ) -> Result<Option<Claimed>, crate::store::sql::SqlError> {
-    while let Some((at, d)) = held.pop_front() {
+    while let Some((at, d)) = held.pop_front().or_else(|| svc.handoff.take()) {
         if at.elapsed() < svc.lease / 3 || svc.store.renew(&d.id, d.attempts, svc.lease).await? {
             return Ok(Some(d));
         }
     }
+    let mark = svc.handoff.pending_mark();
     let mut fresh = svc.store.claim_many(svc.lease, CLAIM_BATCH).await?;
     if fresh.is_empty() {
+        svc.handoff.drained_at(mark);
         return Ok(None);
     }
     let first = fresh.remove(0);
@@ -356,111 +364,126 @@ async fn next_claim(
 
 pub fn spawn_workers(svc: Arc<Service>, n: usize) {
     for _ in 0..n.max(1) {
-        let svc = svc.clone();
+        tokio::spawn(worker(svc.clone()));
+    }
+}
+
+/// One worker: takes deliveries one at a time and processes each. The end of
+/// one is recorded in the next shared commit while the worker goes on to the
+/// next; the delivery stays in flight, so a shutdown waits for it, until its
+/// end is committed.
+async fn worker(svc: Arc<Service>) {
+    // Deliveries claimed together, taken one at a time.
+    let mut held: std::collections::VecDeque<(Instant, Claimed)> = Default::default();
+    while !svc.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        match next_claim(&svc, &mut held).await {
+            Ok(Some(d)) => {
+                svc.in_flight.locked().insert((d.id.clone(), d.attempts));
+                let result = process(&svc, &d).await;
+                let svc = svc.clone();
+                tokio::spawn(async move { record_end(&svc, d, result).await });
+            }
+            Ok(None) => {
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(500),
+                    svc.handoff.ready.notified(),
+                )
+                .await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot claim work; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+    // Stopping: what this worker claimed but did not start goes back
+    // now, rather than when its lease runs out.
+    for (_, d) in held {
+        let _ = svc
+            .store
+            .retry_later(&d.id, d.attempts, Duration::ZERO, "handed back at shutdown")
+            .await;
+    }
+}
+
+/// Carries a claimed delivery out, within its installation's limit, its
+/// lease renewed meanwhile.
+async fn process(svc: &Arc<Service>, d: &Claimed) -> Result<(), OpError> {
+    // One GitHub call may wait out a rate limit far longer than
+    // the lease: renew it while the work goes on, so no other
+    // worker takes the delivery over and answers it twice.
+    let renewer = {
+        let (svc, id, attempts) = (svc.clone(), d.id.clone(), d.attempts);
         tokio::spawn(async move {
-            // Deliveries claimed together, taken one at a time.
-            let mut held: std::collections::VecDeque<(Instant, Claimed)> = Default::default();
-            while !svc.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-                match next_claim(&svc, &mut held).await {
-                    Ok(Some(d)) => {
-                        svc.in_flight.locked().insert((d.id.clone(), d.attempts));
-                        // One GitHub call may wait out a rate limit far longer than
-                        // the lease: renew it while the work goes on, so no other
-                        // worker takes the delivery over and answers it twice.
-                        let renewer = {
-                            let (svc, id, attempts) = (svc.clone(), d.id.clone(), d.attempts);
-                            tokio::spawn(async move {
-                                let every = (svc.lease / 3).max(Duration::from_millis(100));
-                                loop {
-                                    tokio::time::sleep(every).await;
-                                    match svc.store.renew(&id, attempts, svc.lease).await {
-                                        Ok(true) => {}
-                                        Ok(false) => {
-                                            tracing::warn!(delivery = %id, "lost the lease to another worker");
-                                            return;
-                                        }
-                                        Err(e) => {
-                                            tracing::warn!(delivery = %id, error = %e, "cannot renew the lease; will try again")
-                                        }
-                                    }
-                                }
-                            })
-                        };
-                        let limit = svc.limit(d.installation.unwrap_or(0));
-                        let _permit = limit.acquire_owned().await;
-                        let span = tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
-                        let began = Instant::now();
-                        let work = {
-                            let (svc, event, payload) =
-                                (svc.clone(), d.event.clone(), d.payload.clone());
-                            async move { svc.handler.event(&event, &payload).await }
-                        };
-                        // Its own task: a panic in one delivery is caught here, the
-                        // delivery retried later, and the worker goes on.
-                        let result = match tokio::spawn(tracing::Instrument::instrument(
-                            work,
-                            span.clone(),
-                        ))
-                        .await
-                        {
-                            Ok(r) => {
-                                svc.panics_in_a_row
-                                    .store(0, std::sync::atomic::Ordering::Relaxed);
-                                r
-                            }
-                            Err(e) => {
-                                let n = svc
-                                    .panics_in_a_row
-                                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                                    + 1;
-                                metrics::counter!("supervise_processing_panics_total").increment(1);
-                                tracing::error!(delivery = %d.id, panics_in_a_row = n, error = %e, "processing panicked; the delivery will be retried");
-                                Err(OpError::Panicked)
-                            }
-                        };
-                        metrics::histogram!("supervise_processing_seconds", "outcome" => if result.is_ok() { "ok" } else { "error" }).record(began.elapsed().as_secs_f64());
-                        let r = match result {
-                            Ok(()) => svc.intake.finish(&d.id, d.attempts, None).await,
-                            Err(e) if e.is_transient() && d.attempts < 8 => {
-                                let delay =
-                                    Duration::from_secs(1u64 << d.attempts.clamp(0, 8) as u32);
-                                tracing::warn!(delivery = %d.id, error = %e, ?delay, "transient failure; will retry");
-                                svc.store
-                                    .retry_later(&d.id, d.attempts, delay, &e.to_string())
-                                    .await
-                            }
-                            Err(e) => {
-                                tracing::error!(delivery = %d.id, error = %e, "delivery failed for good");
-                                svc.intake
-                                    .finish(&d.id, d.attempts, Some(&e.to_string()))
-                                    .await
-                            }
-                        };
-                        if let Err(e) = r {
-                            tracing::error!(error = %e, "cannot record the delivery's outcome");
-                        }
-                        renewer.abort();
-                        svc.in_flight.locked().remove(&(d.id.clone(), d.attempts));
-                    }
-                    Ok(None) => {
-                        let _ =
-                            tokio::time::timeout(Duration::from_millis(500), svc.work.notified())
-                                .await;
+            let every = (svc.lease / 3).max(Duration::from_millis(100));
+            loop {
+                tokio::time::sleep(every).await;
+                match svc.store.renew(&id, attempts, svc.lease).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(delivery = %id, "lost the lease to another worker");
+                        return;
                     }
                     Err(e) => {
-                        tracing::error!(error = %e, "cannot claim work; retrying");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        tracing::warn!(delivery = %id, error = %e, "cannot renew the lease; will try again")
                     }
                 }
             }
-            // Stopping: what this worker claimed but did not start goes back
-            // now, rather than when its lease runs out.
-            for (_, d) in held {
-                let _ = svc
-                    .store
-                    .retry_later(&d.id, d.attempts, Duration::ZERO, "handed back at shutdown")
-                    .await;
-            }
-        });
+        })
+    };
+    let limit = svc.limit(d.installation.unwrap_or(0));
+    let permit = limit.acquire_owned().await;
+    let span = tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
+    let began = Instant::now();
+    let work = {
+        let (svc, event, payload) = (svc.clone(), d.event.clone(), d.payload.clone());
+        async move { svc.handler.event(&event, &payload).await }
+    };
+    // Its own task: a panic in one delivery is caught here, the
+    // delivery retried later, and the worker goes on.
+    let result = match tokio::spawn(tracing::Instrument::instrument(work, span)).await {
+        Ok(r) => {
+            svc.panics_in_a_row
+                .store(0, std::sync::atomic::Ordering::Relaxed);
+            r
+        }
+        Err(e) => {
+            let n = svc
+                .panics_in_a_row
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
+            metrics::counter!("supervise_processing_panics_total").increment(1);
+            tracing::error!(delivery = %d.id, panics_in_a_row = n, error = %e, "processing panicked; the delivery will be retried");
+            Err(OpError::Panicked)
+        }
+    };
+    drop(permit);
+    renewer.abort();
+    metrics::histogram!("supervise_processing_seconds", "outcome" => if result.is_ok() { "ok" } else { "error" }).record(began.elapsed().as_secs_f64());
+    result
+}
+
+/// Records how a delivery's processing ended: done, failed for good, or put
+/// back to be retried after a delay if the failure was transient.
+async fn record_end(svc: &Service, d: Claimed, result: Result<(), OpError>) {
+    let r = match result {
+        Ok(()) => svc.intake.finish(&d.id, d.attempts, None).await,
+        Err(e) if e.is_transient() && d.attempts < 8 => {
+            let delay = Duration::from_secs(1u64 << d.attempts.clamp(0, 8) as u32);
+            tracing::warn!(delivery = %d.id, error = %e, ?delay, "transient failure; will retry");
+            svc.store
+                .retry_later(&d.id, d.attempts, delay, &e.to_string())
+                .await
+        }
+        Err(e) => {
+            tracing::error!(delivery = %d.id, error = %e, "delivery failed for good");
+            svc.intake
+                .finish(&d.id, d.attempts, Some(&e.to_string()))
+                .await
+        }
+    };
+    if let Err(e) = r {
+        tracing::error!(delivery = %d.id, error = %e, "cannot record the delivery's outcome");
     }
+    svc.in_flight.locked().remove(&(d.id, d.attempts));
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 mod intake;
 mod spend;
-pub use intake::{IntakeQueue, NewDelivery};
+pub use intake::{Handoff, IntakeQueue, NewDelivery};
 pub use spend::{Admission, Admitted, Caps};
 
 /// Versioned schema steps, applied once each, in order, in a transaction.
@@ -222,6 +222,9 @@ pub struct UnitIssue {
 #[derive(Clone)]
 pub struct SqlStore {
     pool: AnyPool,
+    /// SQLite: one connection, whose statements each cross to its own thread
+    /// and back; a batch of writes is then sent as one script.
+    sqlite: bool,
 }
 
 /// What intake made of a delivery.
@@ -307,7 +310,7 @@ impl SqlStore {
             })
             .connect(url)
             .await?;
-        let store = SqlStore { pool };
+        let store = SqlStore { pool, sqlite };
         store.migrate(url.starts_with("postgres")).await?;
         Ok(store)
     }

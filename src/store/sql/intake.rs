@@ -1,14 +1,32 @@
-//! Group commit for the delivery queue's writes: deliveries being stored and
-//! deliveries whose processing ended, arriving while a commit is being made,
-//! wait for the next one and share it — one transaction and one fsync for all
-//! of them — so the rate at which deliveries can be taken in grows with the
-//! load instead of stopping at two commits per delivery. Nothing is answered
-//! before its commit: a delivery is still durable before its 2xx, and an end
-//! is recorded before the worker moves on. There is no added wait under light
-//! load: a write that finds no commit in progress is committed at once, alone.
+//! Group commit for the delivery queue's writes, and the hand-off of what it
+//! stores to this process's workers.
+//!
+//! Deliveries being stored and deliveries whose processing ended, arriving
+//! while a commit is being made, wait for the next one and share it — one
+//! transaction, a few multi-row statements and one fsync for all of them — so
+//! the rate at which deliveries can be taken in grows with the load instead of
+//! stopping at two commits per delivery. Nothing is answered before its commit:
+//! a delivery is still durable before its 2xx, and an end is recorded before
+//! the worker moves on. There is no added wait under light load: a write that
+//! finds no commit in progress is committed at once, alone.
+//!
+//! A delivery stored while this process's workers have room is stored already
+//! claimed by them (leased, first attempt) and handed over in memory, body and
+//! all: the claim and the body's read-back, two statements per delivery, are
+//! not made. The lease is what a claim from the store would have taken, so a
+//! crash hands such a delivery to the next worker after it, exactly as one
+//! claimed the usual way. When the workers have no room, deliveries are stored
+//! pending and claimed from the store in order; none is handed over directly
+//! until the workers have found the store drained, so a newer delivery does not
+//! overtake an older one still waiting there.
 
-use super::{now_ms, Intake, SqlError, SqlStore};
-use tokio::sync::{mpsc, oneshot};
+use super::{now_ms, Claimed, Intake, SqlError, SqlStore};
+use crate::sync::LockExt;
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 /// One delivery to store.
 #[derive(Debug, Clone)]
@@ -45,15 +63,86 @@ pub struct IntakeQueue {
 /// The most writes one commit takes (a burst larger than this is split).
 const MAX_BATCH: usize = 256;
 
+/// Deliveries stored already claimed, waiting in memory for this process's
+/// workers (see the module's documentation).
+pub struct Handoff {
+    waiting: Mutex<VecDeque<(Instant, Claimed)>>,
+    /// The most deliveries that wait here; beyond it they are stored pending.
+    room: usize,
+    lease: Duration,
+    /// Told once per delivery stored, handed over or pending.
+    pub ready: Notify,
+    /// Raised each time a delivery is stored pending (and once at the start:
+    /// the store may hold some from before).
+    pending_stored: AtomicU64,
+    /// The highest `pending_stored` a worker has seen followed by a claim that
+    /// found nothing: while it is behind, deliveries wait in the store.
+    drained: AtomicU64,
+}
+
+impl Handoff {
+    pub fn new(room: usize, lease: Duration) -> Arc<Handoff> {
+        Arc::new(Handoff {
+            waiting: Mutex::new(VecDeque::new()),
+            room,
+            lease,
+            ready: Notify::new(),
+            pending_stored: AtomicU64::new(1),
+            drained: AtomicU64::new(0),
+        })
+    }
+
+    /// The next delivery handed over, with when its lease was taken.
+    pub fn take(&self) -> Option<(Instant, Claimed)> {
+        self.waiting.locked().pop_front()
+    }
+
+    /// Everything still waiting, for a shutdown to hand back.
+    pub fn take_all(&self) -> Vec<Claimed> {
+        self.waiting.locked().drain(..).map(|(_, c)| c).collect()
+    }
+
+    /// To read before a claim from the store: if the claim finds nothing,
+    /// pass it to [`Handoff::drained_at`].
+    pub fn pending_mark(&self) -> u64 {
+        self.pending_stored.load(Ordering::SeqCst)
+    }
+
+    /// A claim begun at `mark` found the store with nothing to claim.
+    pub fn drained_at(&self, mark: u64) {
+        self.drained.fetch_max(mark, Ordering::SeqCst);
+    }
+
+    /// How many of the next stored deliveries can be handed over directly.
+    fn free(&self) -> usize {
+        if self.drained.load(Ordering::SeqCst) < self.pending_stored.load(Ordering::SeqCst) {
+            return 0;
+        }
+        self.room.saturating_sub(self.waiting.locked().len())
+    }
+}
+
 impl IntakeQueue {
     /// Starts the writer on the current runtime; it ends with the last queue.
+    /// Everything it stores is left pending for a claim.
     pub fn start(store: SqlStore) -> IntakeQueue {
+        Self::start_with(store, None)
+    }
+
+    /// As [`IntakeQueue::start`], handing what it stores to `handoff` while
+    /// it has room.
+    pub fn start_with(store: SqlStore, handoff: Option<Arc<Handoff>>) -> IntakeQueue {
         let (tx, mut rx) = mpsc::channel::<Waiting>(4 * MAX_BATCH);
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(MAX_BATCH);
             while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
                 metrics::histogram!("supervise_intake_batch").record(batch.len() as f64);
-                store.commit_batch(std::mem::take(&mut batch)).await;
+                let began = Instant::now();
+                store
+                    .commit_batch(std::mem::take(&mut batch), handoff.as_deref())
+                    .await;
+                metrics::histogram!("supervise_intake_commit_seconds")
+                    .record(began.elapsed().as_secs_f64());
             }
         });
         IntakeQueue { tx }
@@ -95,13 +184,164 @@ impl IntakeQueue {
     }
 }
 
-const INSERT: &str = "INSERT INTO deliveries (id, event, dedupe, installation, received_at, status) VALUES ($1, $2, $3, $4, $5, 'pending') ON CONFLICT DO NOTHING";
-/// The body of a delivery just stored (never of a duplicate, which is not).
-const INSERT_PAYLOAD: &str = "INSERT INTO delivery_payloads (id, payload) VALUES ($1, $2)";
 const FINISH: &str = "UPDATE deliveries SET status = $1, lease_until = NULL, error = $2 WHERE id = $3 AND attempts = $4";
 
+/// A value bound to a placeholder of a batch's statements.
+#[derive(Clone, Copy)]
+enum Bind<'a> {
+    Text(&'a str),
+    MaybeText(Option<&'a str>),
+    Int(i64),
+    MaybeInt(Option<i64>),
+}
+
+/// One statement of a batch, its placeholders numbered from `$first`.
+struct Statement<'a> {
+    sql: String,
+    binds: Vec<Bind<'a>>,
+}
+
+/// A batch's statements, built with placeholders numbered on from one
+/// statement to the next (`continued`: the statements are sent as one
+/// script) or from `$1` in each.
+struct Script<'a> {
+    statements: Vec<Statement<'a>>,
+    continued: bool,
+    next: usize,
+}
+
+impl<'a> Script<'a> {
+    fn new(continued: bool) -> Script<'a> {
+        Script {
+            statements: Vec::new(),
+            continued,
+            next: 1,
+        }
+    }
+
+    /// Adds a statement: `write` is given a function that binds a value and
+    /// returns its placeholder.
+    fn push(&mut self, write: impl FnOnce(&mut dyn FnMut(Bind<'a>) -> String) -> String) {
+        if !self.continued {
+            self.next = 1;
+        }
+        let mut binds = Vec::new();
+        let mut next = self.next;
+        let sql = write(&mut |b| {
+            binds.push(b);
+            next += 1;
+            format!("${}", next - 1)
+        });
+        self.next = next;
+        self.statements.push(Statement { sql, binds });
+    }
+}
+
+fn bound<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>,
+    binds: &[Bind<'q>],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
+    for b in binds {
+        q = match *b {
+            Bind::Text(v) => q.bind(v),
+            Bind::MaybeText(v) => q.bind(v),
+            Bind::Int(v) => q.bind(v),
+            Bind::MaybeInt(v) => q.bind(v),
+        };
+    }
+    q
+}
+
+/// What one batch writes: deliveries (the first `handed` of them stored
+/// claimed until `lease_until`), then plain ends, then ends with an error.
+struct BatchWrites<'a> {
+    deliveries: Vec<&'a NewDelivery>,
+    handed: usize,
+    now: i64,
+    lease_until: Option<i64>,
+    done: Vec<(&'a str, i64)>,
+    failed: Vec<(&'a str, i64, &'a str)>,
+}
+
+impl<'a> BatchWrites<'a> {
+    /// The statements, in order. The first, if there are deliveries, inserts
+    /// them and returns the ids it stored (`ON CONFLICT DO NOTHING`: a
+    /// delivery id or dedupe key already there is skipped, as is a second of
+    /// either in the same batch); the second stores the bodies of those it
+    /// stored, whichever they are, so it needs nothing back from the first.
+    fn script(&self, continued: bool) -> Script<'a> {
+        let mut script = Script::new(continued);
+        if !self.deliveries.is_empty() {
+            script.push(|bind| {
+                let mut sql = String::from("INSERT INTO deliveries (id, event, dedupe, installation, received_at, status, attempts, lease_until) VALUES ");
+                for (i, d) in self.deliveries.iter().enumerate() {
+                    let direct = i < self.handed;
+                    let row = [
+                        bind(Bind::Text(&d.id)),
+                        bind(Bind::Text(&d.event)),
+                        bind(Bind::MaybeText(d.dedupe.as_deref())),
+                        bind(Bind::MaybeInt(d.installation)),
+                        bind(Bind::Int(self.now)),
+                        bind(Bind::Text(if direct { "processing" } else { "pending" })),
+                        bind(Bind::Int(if direct { 1 } else { 0 })),
+                        bind(Bind::MaybeInt(if direct { self.lease_until } else { None })),
+                    ];
+                    sql.push_str(if i == 0 { "(" } else { ", (" });
+                    sql.push_str(&row.join(", "));
+                    sql.push(')');
+                }
+                sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
+                sql
+            });
+            // A body whose delivery is in the table now: stored just now, or
+            // stored before with its body (which stays as it is).
+            script.push(|bind| {
+                let mut sql = String::from("INSERT INTO delivery_payloads (id, payload) SELECT column1, column2 FROM (VALUES ");
+                for (i, d) in self.deliveries.iter().enumerate() {
+                    let (id, body) = (bind(Bind::Text(&d.id)), bind(Bind::Text(&d.payload)));
+                    sql.push_str(&format!("{}({id}, {body})", if i == 0 { "" } else { ", " }));
+                }
+                sql.push_str(") AS v WHERE column1 IN (SELECT id FROM deliveries) ON CONFLICT DO NOTHING");
+                sql
+            });
+        }
+        if !self.done.is_empty() {
+            script.push(|bind| {
+                let mut sql = String::from("UPDATE deliveries SET status = 'done', lease_until = NULL, error = NULL WHERE ");
+                for (i, (id, attempts)) in self.done.iter().enumerate() {
+                    let (id, attempts) = (bind(Bind::Text(id)), bind(Bind::Int(*attempts)));
+                    sql.push_str(&format!("{}(id = {id} AND attempts = {attempts})", if i == 0 { "" } else { " OR " }));
+                }
+                sql
+            });
+        }
+        for (id, attempts, error) in &self.failed {
+            script.push(|bind| {
+                format!(
+                    "UPDATE deliveries SET status = 'failed', lease_until = NULL, error = {} WHERE id = {} AND attempts = {}",
+                    bind(Bind::Text(error)),
+                    bind(Bind::Text(id)),
+                    bind(Bind::Int(*attempts))
+                )
+            })
+        }
+        script
+    }
+}
+
+/// A delivery stored by this batch, to hand over once it is committed.
+struct Stored<'a> {
+    delivery: &'a NewDelivery,
+    handed_over: bool,
+}
+
+/// Bodies larger than this are never held in memory waiting for a worker:
+/// such a delivery is stored pending, and the worker reads it when it comes
+/// to it (so the hand-off holds at most its room times this).
+const HANDOFF_MAX_BODY: usize = 256 * 1024;
+
 impl SqlStore {
-    /// Stores one delivery in its own transaction.
+    /// Stores one delivery in its own transaction, pending.
     pub async fn intake(
         &self,
         id: &str,
@@ -110,10 +350,26 @@ impl SqlStore {
         installation: Option<i64>,
         payload: &str,
     ) -> Result<Intake, SqlError> {
-        let mut tx = self.pool.begin().await?;
-        let r = store_one(&mut tx, id, event, dedupe, installation, payload, now_ms()).await?;
-        tx.commit().await?;
-        Ok(r)
+        let d = NewDelivery {
+            id: id.to_string(),
+            event: event.to_string(),
+            dedupe: dedupe.map(str::to_string),
+            installation,
+            payload: payload.to_string(),
+        };
+        let writes = BatchWrites {
+            deliveries: vec![&d],
+            handed: 0,
+            now: now_ms(),
+            lease_until: None,
+            done: Vec::new(),
+            failed: Vec::new(),
+        };
+        Ok(if self.write(&writes).await?.is_empty() {
+            Intake::Duplicate
+        } else {
+            Intake::Stored
+        })
     }
 
     /// Records a claimed delivery's end; fenced like [`SqlStore::renew`], so a
@@ -134,11 +390,65 @@ impl SqlStore {
         Ok(())
     }
 
+    /// Makes a batch's writes in one transaction; returns the ids of the
+    /// deliveries it stored. On SQLite the transaction is one script, sent to
+    /// the connection's thread at once (each statement sent alone would cross
+    /// to it and back); PostgreSQL takes no script with parameters, so there
+    /// the statements go one by one.
+    async fn write(&self, w: &BatchWrites<'_>) -> Result<HashSet<String>, SqlError> {
+        let script = w.script(self.sqlite);
+        let ids = |rows: Vec<sqlx::any::AnyRow>| -> Result<HashSet<String>, SqlError> {
+            Ok(rows
+                .iter()
+                .map(|r| sqlx::Row::try_get::<String, _>(r, "id"))
+                .collect::<Result<_, _>>()?)
+        };
+        if self.sqlite {
+            let mut sql = String::from("BEGIN IMMEDIATE;\n");
+            let mut binds = Vec::new();
+            for s in &script.statements {
+                sql.push_str(&s.sql);
+                sql.push_str(";\n");
+                binds.extend_from_slice(&s.binds);
+            }
+            sql.push_str("COMMIT");
+            let mut conn = self.pool.acquire().await?;
+            // Only placeholders are made here; the values are bound.
+            let q = bound(sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false), &binds);
+            return match q.fetch_all(&mut *conn).await {
+                Ok(rows) => ids(rows),
+                Err(e) => {
+                    // The script stopped part way, inside its transaction:
+                    // undo it, so the connection goes back to the pool clean
+                    // (or is closed if even that fails).
+                    if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+                        let _ = conn.close_on_drop();
+                    }
+                    Err(e.into())
+                }
+            };
+        }
+        let mut tx = self.pool.begin().await?;
+        let mut stored = HashSet::new();
+        for (i, s) in script.statements.iter().enumerate() {
+            // Only placeholders are made here; the values are bound.
+            let q = bound(sqlx::query(sqlx::AssertSqlSafe(s.sql.clone())).persistent(false), &s.binds);
+            if i == 0 && !w.deliveries.is_empty() {
+                stored = ids(q.fetch_all(&mut *tx).await?)?;
+            } else {
+                q.execute(&mut *tx).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(stored)
+    }
+
     /// One transaction for the batch; if it fails, each write is tried on
-    /// its own, so one that cannot be made never costs the others theirs.
-    async fn commit_batch(&self, batch: Vec<Waiting>) {
-        if batch.len() > 1 {
-            match self.write_all(&batch).await {
+    /// its own (pending, not handed over), so one that cannot be made never
+    /// costs the others theirs.
+    async fn commit_batch(&self, batch: Vec<Waiting>, handoff: Option<&Handoff>) {
+        if batch.len() > 1 || handoff.is_some() {
+            match self.write_all(&batch, handoff).await {
                 Ok(results) => {
                     for ((_, done), r) in batch.into_iter().zip(results) {
                         let _ = done.send(Ok(r));
@@ -171,83 +481,119 @@ impl SqlStore {
                     .await
                     .map(|_| None),
             };
+            if let (Ok(Some(Intake::Stored)), Some(h)) = (&r, handoff) {
+                h.pending_stored.fetch_add(1, Ordering::SeqCst);
+                h.ready.notify_one();
+            }
             let _ = done.send(r);
         }
     }
 
-    async fn write_all(&self, batch: &[Waiting]) -> Result<Vec<Option<Intake>>, SqlError> {
-        let mut tx = self.pool.begin().await?;
+    /// The batch in one transaction (see [`BatchWrites::script`]); then what
+    /// it stored claimed is handed over.
+    async fn write_all(
+        &self,
+        batch: &[Waiting],
+        handoff: Option<&Handoff>,
+    ) -> Result<Vec<Option<Intake>>, SqlError> {
         let now = now_ms();
-        let mut results = Vec::with_capacity(batch.len());
+        let deliveries: Vec<&NewDelivery> = batch
+            .iter()
+            .filter_map(|(w, _)| match w {
+                Write::Store(d) => Some(d),
+                Write::End { .. } => None,
+            })
+            .collect();
+        let lease_until = handoff.map(|h| now + h.lease.as_millis() as i64);
+        // Handed over: the leading deliveries while there is room, up to the
+        // first too large to hold (those after it wait behind it in the store).
+        let handed = match handoff {
+            Some(h) => deliveries
+                .iter()
+                .take(h.free())
+                .take_while(|d| d.payload.len() <= HANDOFF_MAX_BODY)
+                .count(),
+            None => 0,
+        };
+        let mut done = Vec::new();
+        let mut failed = Vec::new();
         for (w, _) in batch {
             match w {
-                Write::Store(d) => {
-                    let r = store_one(
-                        &mut tx,
-                        &d.id,
-                        &d.event,
-                        d.dedupe.as_deref(),
-                        d.installation,
-                        &d.payload,
-                        now,
-                    )
-                    .await?;
-                    results.push(Some(r));
-                }
                 Write::End {
                     id,
                     attempts,
-                    error,
-                } => {
-                    sqlx::query(FINISH)
-                        .bind(if error.is_some() { "failed" } else { "done" })
-                        .bind(error.as_deref())
-                        .bind(id)
-                        .bind(*attempts)
-                        .execute(&mut *tx)
-                        .await?;
-                    results.push(None);
-                }
+                    error: None,
+                } => done.push((id.as_str(), *attempts)),
+                Write::End {
+                    id,
+                    attempts,
+                    error: Some(e),
+                } => failed.push((id.as_str(), *attempts, e.as_str())),
+                Write::Store(_) => {}
             }
         }
-        tx.commit().await?;
-        Ok(results)
-    }
-}
-
-/// Stores a delivery and its body within the caller's transaction.
-async fn store_one(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    id: &str,
-    event: &str,
-    dedupe: Option<&str>,
-    installation: Option<i64>,
-    payload: &str,
-    now: i64,
-) -> Result<Intake, SqlError> {
-    let r = sqlx::query(INSERT)
-        .bind(id)
-        .bind(event)
-        .bind(dedupe)
-        .bind(installation)
-        .bind(now)
-        .execute(&mut **tx)
-        .await?;
-    let stored = stored_or_not(r.rows_affected());
-    if stored == Intake::Stored {
-        sqlx::query(INSERT_PAYLOAD)
-            .bind(id)
-            .bind(payload)
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(stored)
-}
-
-fn stored_or_not(rows: u64) -> Intake {
-    if rows == 1 {
-        Intake::Stored
-    } else {
-        Intake::Duplicate
+        let writes = BatchWrites {
+            deliveries,
+            handed,
+            now,
+            lease_until,
+            done,
+            failed,
+        };
+        let mut inserted = self.write(&writes).await?;
+        // The first write of an id stored is the one stored; another write
+        // of it in the same batch is its duplicate.
+        let stored: Vec<Stored> = writes
+            .deliveries
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| inserted.remove(d.id.as_str()))
+            .map(|(i, d)| Stored {
+                delivery: d,
+                handed_over: i < handed,
+            })
+            .collect();
+        // Committed: what was stored is durable, and now handed over.
+        if let Some(h) = handoff {
+            let taken = Instant::now();
+            let mut pending = false;
+            {
+                let mut waiting = h.waiting.locked();
+                for s in &stored {
+                    if s.handed_over {
+                        waiting.push_back((
+                            taken,
+                            Claimed {
+                                id: s.delivery.id.clone(),
+                                event: s.delivery.event.clone(),
+                                installation: s.delivery.installation,
+                                payload: s.delivery.payload.clone(),
+                                attempts: 1,
+                            },
+                        ));
+                    } else {
+                        pending = true;
+                    }
+                }
+            }
+            if pending {
+                h.pending_stored.fetch_add(1, Ordering::SeqCst);
+            }
+            for _ in &stored {
+                h.ready.notify_one();
+            }
+        }
+        let mut stored_ids: HashSet<&str> = stored.iter().map(|s| s.delivery.id.as_str()).collect();
+        Ok(batch
+            .iter()
+            .map(|(w, _)| match w {
+                Write::Store(d) => Some(if stored_ids.remove(d.id.as_str()) {
+                    Intake::Stored
+                } else {
+                    Intake::Duplicate
+                }),
+                Write::End { .. } => None,
+            })
+            .collect())
     }
 }
