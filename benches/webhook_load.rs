@@ -8,7 +8,9 @@
 //! scripts/test installs; `npm install --prefix target/npm @octokit/webhooks`).
 //! `BENCH_DATABASE_URL=postgres://…` stores in PostgreSQL instead of SQLite;
 //! `BENCH_WORKERS` sets the service's processing workers (default 4);
-//! `BENCH_PAYLOAD_KB=10` pads each delivery to GitHub's usual size.
+//! `BENCH_PAYLOAD_KB=10` pads each delivery to GitHub's usual size;
+//! `BENCH_MAX_CONNS=16,64` the connection counts of the maximum-rate runs;
+//! `BENCH_SUPERVISE=path` measures another build of `supervise`.
 
 use hmac::{Hmac, KeyInit, Mac};
 use std::path::Path;
@@ -149,6 +151,16 @@ async fn load(port: u16, conns: usize, rate: Option<f64>, dur: Duration, base: u
     }
 }
 
+/// `BENCH_MAX_CONNS`: the numbers of connections the maximum rate is
+/// measured at, comma-separated (default 16 and 64).
+fn max_conns() -> Vec<usize> {
+    std::env::var("BENCH_MAX_CONNS")
+        .unwrap_or_else(|_| "16,64".into())
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect()
+}
+
 /// Kills the servers however the benchmark ends.
 struct Servers(Vec<Child>);
 
@@ -174,7 +186,8 @@ async fn wait_port(port: u16) {
 
 fn start_serve(port: u16, db: &Path) -> Child {
     let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem");
-    Command::new(env!("CARGO_BIN_EXE_supervise"))
+    // `BENCH_SUPERVISE`: another build to measure (an older one, side by side).
+    Command::new(std::env::var("BENCH_SUPERVISE").unwrap_or(env!("CARGO_BIN_EXE_supervise").into()))
         .arg("serve")
         .env("SUPERVISE_LISTEN", format!("127.0.0.1:{port}"))
         .env("GITHUB_APP_ID", "1")
@@ -257,9 +270,13 @@ async fn main() {
         let fixed = load(port, 8, Some(500.0), dur, base).await;
         println!("{}", fixed.line(name, "500/s fixed, 8 conns"));
         base += 100_000;
-        let conns: usize = std::env::var("BENCH_MAX_CONNS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
-        let max = load(port, conns, None, dur, base).await;
-        println!("{}", max.line(name, &format!("max, {conns} conns")));
-        base += 1_000_000;
+        // A receiver's maximum rate is its best at any number of clients: a
+        // single-threaded one tops out with few, one that batches its
+        // commits needs more in flight to fill a batch.
+        for conns in max_conns() {
+            let max = load(port, conns, None, dur, base).await;
+            println!("{}", max.line(name, &format!("max, {conns} conns")));
+            base += 1_000_000;
+        }
     }
 }

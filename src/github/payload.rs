@@ -170,3 +170,269 @@ impl CheckSuiteEvent {
         })
     }
 }
+
+/// What intake reads of any delivery before storing it: the installation, the
+/// action, and the ids its dedupe key is made of. Each is `None` unless it is
+/// there with the expected type (`installation.id` an integer, say), as
+/// indexing a `serde_json::Value` would give; the rest of the body is skipped
+/// without being built, so a 10 KB payload costs a scan, not a tree.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DeliveryKeys {
+    pub action: Option<String>,
+    pub installation: Option<i64>,
+    pub workflow_run: Option<i64>,
+    pub comment: Option<i64>,
+}
+
+impl DeliveryKeys {
+    /// `Err` only when the body is not JSON.
+    pub fn read(body: &[u8]) -> Result<DeliveryKeys, serde_json::Error> {
+        serde_json::from_slice(body)
+    }
+}
+
+/// The deserializing side of [`DeliveryKeys`]: visitors that take what they
+/// look for and skip anything else, of any shape.
+mod keys {
+    use super::DeliveryKeys;
+    use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use std::fmt;
+
+    /// A value read for one type: `Some` if it is of that type, else `None`
+    /// (and the value skipped).
+    struct Lenient<T>(Option<T>);
+
+    /// Skips a sequence or map's contents.
+    fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+    fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+
+    /// Every visit that is not the one wanted: `None`.
+    macro_rules! otherwise_none {
+        () => {
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> { Ok(Lenient(None)) }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> { Ok(Lenient(None)) }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> { Ok(Lenient(None)) }
+            fn visit_none<E>(self) -> Result<Self::Value, E> { Ok(Lenient(None)) }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                drain_seq(seq).map(|_| Lenient(None))
+            }
+        };
+    }
+
+    impl<'de> Deserialize<'de> for Lenient<i64> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Lenient<i64>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+                    Ok(Lenient(Some(v)))
+                }
+                fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+                    Ok(Lenient(i64::try_from(v).ok()))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                    Ok(Lenient(None))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                    drain_map(map).map(|_| Lenient(None))
+                }
+                otherwise_none!();
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Lenient<String> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Lenient<String>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                    Ok(Lenient(Some(v.to_string())))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                    Ok(Lenient(None))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                    Ok(Lenient(None))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                    drain_map(map).map(|_| Lenient(None))
+                }
+                otherwise_none!();
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// An object's `id`, if it is an object with an integer `id`.
+    struct IdOf(Option<i64>);
+
+    impl<'de> Deserialize<'de> for IdOf {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let Lenient(id) = Lenient::<IdOfObject>::deserialize(d)?;
+            Ok(IdOf(id.and_then(|o| o.0)))
+        }
+    }
+
+    struct IdOfObject(Option<i64>);
+
+    impl<'de> Deserialize<'de> for Lenient<IdOfObject> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Lenient<IdOfObject>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                    let mut id = None;
+                    // A key given twice: the last one counts, as in a `Value`.
+                    while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                        if key == "id" {
+                            id = map.next_value::<Lenient<i64>>()?.0;
+                        } else {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                    Ok(Lenient(Some(IdOfObject(id))))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                    Ok(Lenient(None))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                    Ok(Lenient(None))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                    Ok(Lenient(None))
+                }
+                otherwise_none!();
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for DeliveryKeys {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = DeliveryKeys;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a JSON document")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DeliveryKeys, A::Error> {
+                    let mut k = DeliveryKeys::default();
+                    while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                        match &*key {
+                            "action" => k.action = map.next_value::<Lenient<String>>()?.0,
+                            "installation" => k.installation = map.next_value::<IdOf>()?.0,
+                            "workflow_run" => k.workflow_run = map.next_value::<IdOf>()?.0,
+                            "comment" => k.comment = map.next_value::<IdOf>()?.0,
+                            _ => {
+                                map.next_value::<IgnoredAny>()?;
+                            }
+                        }
+                    }
+                    Ok(k)
+                }
+                // Any other document is valid JSON with none of the keys.
+                fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<DeliveryKeys, A::Error> {
+                    drain_seq(seq).map(|_| DeliveryKeys::default())
+                }
+                fn visit_str<E>(self, _: &str) -> Result<DeliveryKeys, E> {
+                    Ok(DeliveryKeys::default())
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<DeliveryKeys, E> {
+                    Ok(DeliveryKeys::default())
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<DeliveryKeys, E> {
+                    Ok(DeliveryKeys::default())
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<DeliveryKeys, E> {
+                    Ok(DeliveryKeys::default())
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<DeliveryKeys, E> {
+                    Ok(DeliveryKeys::default())
+                }
+                fn visit_unit<E>(self) -> Result<DeliveryKeys, E> {
+                    Ok(DeliveryKeys::default())
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+}
+
+#[cfg(test)]
+mod delivery_keys_tests {
+    use super::DeliveryKeys;
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    /// What indexing a parsed `Value` gives: the reference the keys are held to.
+    fn by_value(v: &Value) -> DeliveryKeys {
+        DeliveryKeys {
+            action: v["action"].as_str().map(str::to_string),
+            installation: v["installation"]["id"].as_i64(),
+            workflow_run: v["workflow_run"]["id"].as_i64(),
+            comment: v["comment"]["id"].as_i64(),
+        }
+    }
+
+    fn json() -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            Just("id".to_string()),
+            Just("action".to_string()),
+            Just("installation".to_string()),
+            Just("workflow_run".to_string()),
+            Just("comment".to_string()),
+            "[a-z]{1,3}",
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(Value::from),
+            "[a-z\"\\\\é]{0,4}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 40, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((key.clone(), inner), 0..6)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn the_keys_are_what_indexing_the_parsed_value_gives(v in json()) {
+            let text = serde_json::to_vec(&v).unwrap();
+            prop_assert_eq!(DeliveryKeys::read(&text).unwrap(), by_value(&v));
+        }
+    }
+
+    #[test]
+    fn repeated_keys_count_as_their_last_and_bad_json_is_an_error() {
+        let text = br#"{"action":"a","action":"created","comment":{"id":1,"id":2},"installation":{"id":"7"}}"#;
+        let v: Value = serde_json::from_slice(text).unwrap();
+        assert_eq!(DeliveryKeys::read(text).unwrap(), by_value(&v));
+        assert_eq!(DeliveryKeys::read(text).unwrap().comment, Some(2));
+        assert!(DeliveryKeys::read(b"{\"action\":").is_err());
+        assert!(DeliveryKeys::read(b"{} trailing").is_err());
+    }
+}

@@ -19,7 +19,6 @@ use axum::routing::{get, post};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use secrecy::{ExposeSecret, SecretString};
-use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -265,19 +264,15 @@ async fn intake(
             if !HANDLED.contains(&event.as_str()) {
                 return outcome("ignored", StatusCode::ACCEPTED, "ignored\n");
             }
-            let Ok(payload) = serde_json::from_slice::<Value>(&body) else {
+            let Ok(keys) = crate::github::payload::DeliveryKeys::read(&body) else {
                 return outcome("bad_request", StatusCode::BAD_REQUEST, "body is not JSON\n");
             };
-            let installation = payload["installation"]["id"].as_i64();
-            let action = payload["action"].as_str().unwrap_or("");
+            let action = keys.action.as_deref().unwrap_or("");
             let dedupe = match event.as_str() {
-                "workflow_run" => payload["workflow_run"]["id"]
-                    .as_i64()
-                    .map(|r| format!("run:{r}:{action}")),
-                _ => payload["comment"]["id"]
-                    .as_i64()
-                    .map(|c| format!("comment:{c}:{action}")),
+                "workflow_run" => keys.workflow_run.map(|r| format!("run:{r}:{action}")),
+                _ => keys.comment.map(|c| format!("comment:{c}:{action}")),
             };
+            let installation = keys.installation;
             let stored = svc
                 .intake
                 .submit(NewDelivery {

@@ -113,6 +113,22 @@ impl Handoff {
         self.drained.fetch_max(mark, Ordering::SeqCst);
     }
 
+    /// Takes deliveries just committed claimed, and says whether others were
+    /// stored pending; the workers are told.
+    fn receive(&self, handed: Vec<Claimed>, pending: bool) {
+        let n = handed.len() + usize::from(pending);
+        let taken = Instant::now();
+        self.waiting
+            .locked()
+            .extend(handed.into_iter().map(|c| (taken, c)));
+        if pending {
+            self.pending_stored.fetch_add(1, Ordering::SeqCst);
+        }
+        for _ in 0..n {
+            self.ready.notify_one();
+        }
+    }
+
     /// How many of the next stored deliveries can be handed over directly.
     fn free(&self) -> usize {
         if self.drained.load(Ordering::SeqCst) < self.pending_stored.load(Ordering::SeqCst) {
@@ -329,10 +345,23 @@ impl<'a> BatchWrites<'a> {
     }
 }
 
-/// A delivery stored by this batch, to hand over once it is committed.
-struct Stored<'a> {
-    delivery: &'a NewDelivery,
-    handed_over: bool,
+/// What came of one write of a batch.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    /// Stored; `handed_over`: claimed for this process's workers.
+    Stored { handed_over: bool },
+    Duplicate,
+    Ended,
+}
+
+impl Outcome {
+    fn answer(self) -> Option<Intake> {
+        match self {
+            Outcome::Stored { .. } => Some(Intake::Stored),
+            Outcome::Duplicate => Some(Intake::Duplicate),
+            Outcome::Ended => None,
+        }
+    }
 }
 
 /// Bodies larger than this are never held in memory waiting for a worker:
@@ -449,9 +478,32 @@ impl SqlStore {
     async fn commit_batch(&self, batch: Vec<Waiting>, handoff: Option<&Handoff>) {
         if batch.len() > 1 || handoff.is_some() {
             match self.write_all(&batch, handoff).await {
-                Ok(results) => {
-                    for ((_, done), r) in batch.into_iter().zip(results) {
-                        let _ = done.send(Ok(r));
+                Ok(outcomes) => {
+                    // Committed: what was stored is durable, and now handed
+                    // over (the bodies moved, not copied), then answered.
+                    let (mut handed, mut pending) = (Vec::new(), false);
+                    let mut answers = Vec::with_capacity(outcomes.len());
+                    for ((w, done), o) in batch.into_iter().zip(outcomes) {
+                        answers.push((done, o.answer()));
+                        match (o, w) {
+                            (Outcome::Stored { handed_over: true }, Write::Store(d)) => {
+                                handed.push(Claimed {
+                                    id: d.id,
+                                    event: d.event,
+                                    installation: d.installation,
+                                    payload: d.payload,
+                                    attempts: 1,
+                                })
+                            }
+                            (Outcome::Stored { handed_over: false }, _) => pending = true,
+                            _ => {}
+                        }
+                    }
+                    if let Some(h) = handoff {
+                        h.receive(handed, pending);
+                    }
+                    for (done, answer) in answers {
+                        let _ = done.send(Ok(answer));
                     }
                     return;
                 }
@@ -482,20 +534,19 @@ impl SqlStore {
                     .map(|_| None),
             };
             if let (Ok(Some(Intake::Stored)), Some(h)) = (&r, handoff) {
-                h.pending_stored.fetch_add(1, Ordering::SeqCst);
-                h.ready.notify_one();
+                h.receive(Vec::new(), true);
             }
             let _ = done.send(r);
         }
     }
 
-    /// The batch in one transaction (see [`BatchWrites::script`]); then what
-    /// it stored claimed is handed over.
+    /// The batch in one transaction (see [`BatchWrites::script`]): what
+    /// came of each write.
     async fn write_all(
         &self,
         batch: &[Waiting],
         handoff: Option<&Handoff>,
-    ) -> Result<Vec<Option<Intake>>, SqlError> {
+    ) -> Result<Vec<Outcome>, SqlError> {
         let now = now_ms();
         let deliveries: Vec<&NewDelivery> = batch
             .iter()
@@ -543,56 +594,17 @@ impl SqlStore {
         let mut inserted = self.write(&writes).await?;
         // The first write of an id stored is the one stored; another write
         // of it in the same batch is its duplicate.
-        let stored: Vec<Stored> = writes
-            .deliveries
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| inserted.remove(d.id.as_str()))
-            .map(|(i, d)| Stored {
-                delivery: d,
-                handed_over: i < handed,
-            })
-            .collect();
-        // Committed: what was stored is durable, and now handed over.
-        if let Some(h) = handoff {
-            let taken = Instant::now();
-            let mut pending = false;
-            {
-                let mut waiting = h.waiting.locked();
-                for s in &stored {
-                    if s.handed_over {
-                        waiting.push_back((
-                            taken,
-                            Claimed {
-                                id: s.delivery.id.clone(),
-                                event: s.delivery.event.clone(),
-                                installation: s.delivery.installation,
-                                payload: s.delivery.payload.clone(),
-                                attempts: 1,
-                            },
-                        ));
-                    } else {
-                        pending = true;
-                    }
-                }
-            }
-            if pending {
-                h.pending_stored.fetch_add(1, Ordering::SeqCst);
-            }
-            for _ in &stored {
-                h.ready.notify_one();
-            }
-        }
-        let mut stored_ids: HashSet<&str> = stored.iter().map(|s| s.delivery.id.as_str()).collect();
+        let mut stored = writes.deliveries.iter().enumerate().map(|(i, d)| {
+            inserted.remove(d.id.as_str()).then_some(i < handed)
+        });
         Ok(batch
             .iter()
             .map(|(w, _)| match w {
-                Write::Store(d) => Some(if stored_ids.remove(d.id.as_str()) {
-                    Intake::Stored
-                } else {
-                    Intake::Duplicate
-                }),
-                Write::End { .. } => None,
+                Write::Store(_) => match stored.next().flatten() {
+                    Some(handed_over) => Outcome::Stored { handed_over },
+                    None => Outcome::Duplicate,
+                },
+                Write::End { .. } => Outcome::Ended,
             })
             .collect())
     }
