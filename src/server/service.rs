@@ -67,9 +67,9 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(20);
 const BUDGET_WAIT: Duration = Duration::from_secs(5);
 
 /// Deliveries stored already claimed, waiting in memory for a worker: enough
-/// to keep the workers busy between commits, few enough that a crash leaves
-/// little waiting out its lease.
-const HANDOFF_ROOM: usize = 64;
+/// for a few commits' worth under full load, few enough that a crash leaves
+/// little waiting out its lease (those it leaves are processed after it).
+const HANDOFF_ROOM: usize = 256;
 
 /// Consecutive panicking deliveries after which the service says it is not ready.
 const FAILING_AFTER: u32 = 3;
@@ -402,58 +402,65 @@ async fn worker(svc: Arc<Service>) {
 }
 
 /// Carries a claimed delivery out, within its installation's limit, its
-/// lease renewed meanwhile.
+/// lease renewed meanwhile. The work runs in the worker's own task (a
+/// delivery that needs nothing done — most comments — is over without a
+/// task or a timer being made); a panic in it is caught here, the delivery
+/// retried later, and the worker goes on.
 async fn process(svc: &Arc<Service>, d: &Claimed) -> Result<(), OpError> {
-    // One GitHub call may wait out a rate limit far longer than
-    // the lease: renew it while the work goes on, so no other
-    // worker takes the delivery over and answers it twice.
-    let renewer = {
-        let (svc, id, attempts) = (svc.clone(), d.id.clone(), d.attempts);
-        tokio::spawn(async move {
-            let every = (svc.lease / 3).max(Duration::from_millis(100));
-            loop {
-                tokio::time::sleep(every).await;
-                match svc.store.renew(&id, attempts, svc.lease).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        tracing::warn!(delivery = %id, "lost the lease to another worker");
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::warn!(delivery = %id, error = %e, "cannot renew the lease; will try again")
-                    }
-                }
-            }
-        })
-    };
+    use futures_util::FutureExt;
     let limit = svc.limit(d.installation.unwrap_or(0));
     let permit = limit.acquire_owned().await;
     let span = tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
     let began = Instant::now();
-    let work = {
-        let (svc, event, payload) = (svc.clone(), d.event.clone(), d.payload.clone());
-        async move { svc.handler.event(&event, &payload).await }
+    let work = std::panic::AssertUnwindSafe(tracing::Instrument::instrument(
+        svc.handler.event(&d.event, &d.payload),
+        span,
+    ))
+    .catch_unwind();
+    tokio::pin!(work);
+    // One GitHub call may wait out a rate limit far longer than the lease:
+    // renew it while the work goes on, so no other worker takes the
+    // delivery over and answers it twice.
+    let every = (svc.lease / 3).max(Duration::from_millis(100));
+    let mut leased = true;
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            outcome = &mut work => break outcome,
+            () = tokio::time::sleep(every), if leased => {
+                match svc.store.renew(&d.id, d.attempts, svc.lease).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(delivery = %d.id, "lost the lease to another worker");
+                        leased = false;
+                    }
+                    Err(e) => tracing::warn!(delivery = %d.id, error = %e, "cannot renew the lease; will try again"),
+                }
+            }
+        }
     };
-    // Its own task: a panic in one delivery is caught here, the
-    // delivery retried later, and the worker goes on.
-    let result = match tokio::spawn(tracing::Instrument::instrument(work, span)).await {
+    let result = match outcome {
         Ok(r) => {
             svc.panics_in_a_row
                 .store(0, std::sync::atomic::Ordering::Relaxed);
             r
         }
-        Err(e) => {
+        Err(panic) => {
             let n = svc
                 .panics_in_a_row
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                 + 1;
             metrics::counter!("supervise_processing_panics_total").increment(1);
-            tracing::error!(delivery = %d.id, panics_in_a_row = n, error = %e, "processing panicked; the delivery will be retried");
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(delivery = %d.id, panics_in_a_row = n, panic = %what, "processing panicked; the delivery will be retried");
             Err(OpError::Panicked)
         }
     };
     drop(permit);
-    renewer.abort();
     metrics::histogram!("supervise_processing_seconds", "outcome" => if result.is_ok() { "ok" } else { "error" }).record(began.elapsed().as_secs_f64());
     result
 }

@@ -367,7 +367,7 @@ impl Outcome {
 /// Bodies larger than this are never held in memory waiting for a worker:
 /// such a delivery is stored pending, and the worker reads it when it comes
 /// to it (so the hand-off holds at most its room times this).
-const HANDOFF_MAX_BODY: usize = 256 * 1024;
+const HANDOFF_MAX_BODY: usize = 64 * 1024;
 
 impl SqlStore {
     /// Stores one delivery in its own transaction, pending.
