@@ -211,26 +211,23 @@ enum Bind<'a> {
     MaybeInt(Option<i64>),
 }
 
-/// One statement of a batch, its placeholders numbered from `$first`.
+/// One statement of a batch.
 struct Statement<'a> {
     sql: String,
     binds: Vec<Bind<'a>>,
 }
 
-/// A batch's statements, built with placeholders numbered on from one
-/// statement to the next (`continued`: the statements are sent as one
-/// script) or from `$1` in each.
+/// A batch's statements, their placeholders numbered on from one statement
+/// to the next: they are sent together, as one script or one statement.
 struct Script<'a> {
     statements: Vec<Statement<'a>>,
-    continued: bool,
     next: usize,
 }
 
 impl<'a> Script<'a> {
-    fn new(continued: bool) -> Script<'a> {
+    fn new() -> Script<'a> {
         Script {
             statements: Vec::new(),
-            continued,
             next: 1,
         }
     }
@@ -238,9 +235,6 @@ impl<'a> Script<'a> {
     /// Adds a statement: `write` is given a function that binds a value and
     /// returns its placeholder.
     fn push(&mut self, write: impl FnOnce(&mut dyn FnMut(Bind<'a>) -> String) -> String) {
-        if !self.continued {
-            self.next = 1;
-        }
         let mut binds = Vec::new();
         let mut next = self.next;
         let sql = write(&mut |b| {
@@ -250,6 +244,10 @@ impl<'a> Script<'a> {
         });
         self.next = next;
         self.statements.push(Statement { sql, binds });
+    }
+
+    fn binds(&self) -> Vec<Bind<'a>> {
+        self.statements.iter().flat_map(|s| s.binds.iter().copied()).collect()
     }
 }
 
@@ -283,10 +281,12 @@ impl<'a> BatchWrites<'a> {
     /// The statements, in order. The first, if there are deliveries, inserts
     /// them and returns the ids it stored (`ON CONFLICT DO NOTHING`: a
     /// delivery id or dedupe key already there is skipped, as is a second of
-    /// either in the same batch); the second stores the bodies of those it
-    /// stored, whichever they are, so it needs nothing back from the first.
-    fn script(&self, continued: bool) -> Script<'a> {
-        let mut script = Script::new(continued);
+    /// either in the same batch); the second stores the bodies of those
+    /// stored, whichever they are, found in `stored_in` (the table, when the
+    /// statements run one after another; the first's result, when they are
+    /// parts of one statement), so it needs nothing back from the first.
+    fn script(&self, stored_in: &str) -> Script<'a> {
+        let mut script = Script::new();
         if !self.deliveries.is_empty() {
             script.push(|bind| {
                 let mut sql = String::from("INSERT INTO deliveries (id, event, dedupe, installation, received_at, status, attempts, lease_until) VALUES ");
@@ -317,7 +317,7 @@ impl<'a> BatchWrites<'a> {
                     let (id, body) = (bind(Bind::Text(&d.id)), bind(Bind::Text(&d.payload)));
                     sql.push_str(&format!("{}({id}, {body})", if i == 0 { "" } else { ", " }));
                 }
-                sql.push_str(") AS v WHERE column1 IN (SELECT id FROM deliveries) ON CONFLICT DO NOTHING");
+                sql.push_str(&format!(") AS v WHERE column1 IN (SELECT id FROM {stored_in}) ON CONFLICT DO NOTHING"));
                 sql
             });
         }
@@ -422,28 +422,27 @@ impl SqlStore {
     /// Makes a batch's writes in one transaction; returns the ids of the
     /// deliveries it stored. On SQLite the transaction is one script, sent to
     /// the connection's thread at once (each statement sent alone would cross
-    /// to it and back); PostgreSQL takes no script with parameters, so there
-    /// the statements go one by one.
+    /// to it and back); on PostgreSQL, which takes no script with parameters,
+    /// it is one statement, the writes its parts (`WITH`), so one round trip.
     async fn write(&self, w: &BatchWrites<'_>) -> Result<HashSet<String>, SqlError> {
-        let script = w.script(self.sqlite);
         let ids = |rows: Vec<sqlx::any::AnyRow>| -> Result<HashSet<String>, SqlError> {
             Ok(rows
                 .iter()
                 .map(|r| sqlx::Row::try_get::<String, _>(r, "id"))
                 .collect::<Result<_, _>>()?)
         };
+        let stored_first = !w.deliveries.is_empty();
         if self.sqlite {
+            let script = w.script("deliveries");
             let mut sql = String::from("BEGIN IMMEDIATE;\n");
-            let mut binds = Vec::new();
             for s in &script.statements {
                 sql.push_str(&s.sql);
                 sql.push_str(";\n");
-                binds.extend_from_slice(&s.binds);
             }
             sql.push_str("COMMIT");
             let mut conn = self.pool.acquire().await?;
             // Only placeholders are made here; the values are bound.
-            let q = bound(sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false), &binds);
+            let q = bound(sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false), &script.binds());
             return match q.fetch_all(&mut *conn).await {
                 Ok(rows) => ids(rows),
                 Err(e) => {
@@ -457,19 +456,24 @@ impl SqlStore {
                 }
             };
         }
-        let mut tx = self.pool.begin().await?;
-        let mut stored = HashSet::new();
-        for (i, s) in script.statements.iter().enumerate() {
-            // Only placeholders are made here; the values are bound.
-            let q = bound(sqlx::query(sqlx::AssertSqlSafe(s.sql.clone())).persistent(false), &s.binds);
-            if i == 0 && !w.deliveries.is_empty() {
-                stored = ids(q.fetch_all(&mut *tx).await?)?;
-            } else {
-                q.execute(&mut *tx).await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(stored)
+        let script = w.script("w0");
+        let parts: Vec<String> = script
+            .statements
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("w{i} AS ({})", s.sql))
+            .collect();
+        let sql = format!(
+            "WITH {} {}",
+            parts.join(", "),
+            if stored_first { "SELECT id FROM w0" } else { "SELECT '' AS id WHERE false" }
+        );
+        // Only placeholders are made here; the values are bound. Prepared
+        // and kept, as the statements of other queries are: batches of a
+        // few writes recur, and an unprepared statement costs PostgreSQL a
+        // round trip more (it is described before it is run).
+        let q = bound(sqlx::query(sqlx::AssertSqlSafe(sql)), &script.binds());
+        ids(q.fetch_all(&self.pool).await?)
     }
 
     /// One transaction for the batch; if it fails, each write is tried on
