@@ -191,136 +191,74 @@ impl DeliveryKeys {
     }
 }
 
-/// The deserializing side of [`DeliveryKeys`]: visitors that take what they
-/// look for and skip anything else, of any shape.
+/// The deserializing side of [`DeliveryKeys`]: one visitor that says what
+/// kind of value it met, reading only what the keys need of it.
 mod keys {
     use super::DeliveryKeys;
     use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use std::borrow::Cow;
     use std::fmt;
 
-    /// A value read for one type: `Some` if it is of that type, else `None`
-    /// (and the value skipped).
-    struct Lenient<T>(Option<T>);
-
-    /// Skips a sequence or map's contents.
-    fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(())
-    }
-    fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(())
+    /// A value as the keys see it.
+    enum Probe {
+        /// An integer that fits an `i64`.
+        Int(i64),
+        Str(String),
+        /// An object: its `id`, if that is such an integer (a key given twice
+        /// counts as its last, as in a `Value`).
+        Object { id: Option<i64> },
+        /// Anything else, skipped.
+        Other,
     }
 
-    /// Every visit that is not the one wanted: `None`.
-    macro_rules! otherwise_none {
-        () => {
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> { Ok(Lenient(None)) }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> { Ok(Lenient(None)) }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> { Ok(Lenient(None)) }
-            fn visit_none<E>(self) -> Result<Self::Value, E> { Ok(Lenient(None)) }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-                drain_seq(seq).map(|_| Lenient(None))
-            }
-        };
-    }
-
-    impl<'de> Deserialize<'de> for Lenient<i64> {
+    impl<'de> Deserialize<'de> for Probe {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = Lenient<i64>;
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("any value")
-                }
-                fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-                    Ok(Lenient(Some(v)))
-                }
-                fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-                    Ok(Lenient(i64::try_from(v).ok()))
-                }
-                fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                    Ok(Lenient(None))
-                }
-                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                    drain_map(map).map(|_| Lenient(None))
-                }
-                otherwise_none!();
-            }
-            d.deserialize_any(V)
+            d.deserialize_any(ProbeVisitor)
         }
     }
 
-    impl<'de> Deserialize<'de> for Lenient<String> {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = Lenient<String>;
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("any value")
-                }
-                fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                    Ok(Lenient(Some(v.to_string())))
-                }
-                fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                    Ok(Lenient(None))
-                }
-                fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                    Ok(Lenient(None))
-                }
-                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                    drain_map(map).map(|_| Lenient(None))
-                }
-                otherwise_none!();
-            }
-            d.deserialize_any(V)
+    struct ProbeVisitor;
+
+    impl<'de> Visitor<'de> for ProbeVisitor {
+        type Value = Probe;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON value")
         }
-    }
-
-    /// An object's `id`, if it is an object with an integer `id`.
-    struct IdOf(Option<i64>);
-
-    impl<'de> Deserialize<'de> for IdOf {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            let Lenient(id) = Lenient::<IdOfObject>::deserialize(d)?;
-            Ok(IdOf(id.and_then(|o| o.0)))
+        fn visit_i64<E>(self, v: i64) -> Result<Probe, E> {
+            Ok(Probe::Int(v))
         }
-    }
-
-    struct IdOfObject(Option<i64>);
-
-    impl<'de> Deserialize<'de> for Lenient<IdOfObject> {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = Lenient<IdOfObject>;
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("any value")
+        fn visit_u64<E>(self, v: u64) -> Result<Probe, E> {
+            Ok(i64::try_from(v).map_or(Probe::Other, Probe::Int))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Probe, E> {
+            Ok(Probe::Str(v.to_string()))
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Probe, E> {
+            Ok(Probe::Other)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Probe, E> {
+            Ok(Probe::Other)
+        }
+        fn visit_unit<E>(self) -> Result<Probe, E> {
+            Ok(Probe::Other)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Probe, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(Probe::Other)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Probe, A::Error> {
+            let mut id = None;
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                if key == "id" {
+                    id = match map.next_value::<Probe>()? {
+                        Probe::Int(v) => Some(v),
+                        _ => None,
+                    };
+                } else {
+                    map.next_value::<IgnoredAny>()?;
                 }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                    let mut id = None;
-                    // A key given twice: the last one counts, as in a `Value`.
-                    while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                        if key == "id" {
-                            id = map.next_value::<Lenient<i64>>()?.0;
-                        } else {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                    Ok(Lenient(Some(IdOfObject(id))))
-                }
-                fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                    Ok(Lenient(None))
-                }
-                fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                    Ok(Lenient(None))
-                }
-                fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                    Ok(Lenient(None))
-                }
-                otherwise_none!();
             }
-            d.deserialize_any(V)
+            Ok(Probe::Object { id })
         }
     }
 
@@ -334,12 +272,21 @@ mod keys {
                 }
                 fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DeliveryKeys, A::Error> {
                     let mut k = DeliveryKeys::default();
-                    while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    let id = |p: Probe| match p {
+                        Probe::Object { id } => id,
+                        _ => None,
+                    };
+                    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                         match &*key {
-                            "action" => k.action = map.next_value::<Lenient<String>>()?.0,
-                            "installation" => k.installation = map.next_value::<IdOf>()?.0,
-                            "workflow_run" => k.workflow_run = map.next_value::<IdOf>()?.0,
-                            "comment" => k.comment = map.next_value::<IdOf>()?.0,
+                            "action" => {
+                                k.action = match map.next_value::<Probe>()? {
+                                    Probe::Str(s) => Some(s),
+                                    _ => None,
+                                }
+                            }
+                            "installation" => k.installation = id(map.next_value()?),
+                            "workflow_run" => k.workflow_run = id(map.next_value()?),
+                            "comment" => k.comment = id(map.next_value()?),
                             _ => {
                                 map.next_value::<IgnoredAny>()?;
                             }
@@ -349,7 +296,7 @@ mod keys {
                 }
                 // Any other document is valid JSON with none of the keys.
                 fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<DeliveryKeys, A::Error> {
-                    drain_seq(seq).map(|_| DeliveryKeys::default())
+                    ProbeVisitor.visit_seq(seq).map(|_| DeliveryKeys::default())
                 }
                 fn visit_str<E>(self, _: &str) -> Result<DeliveryKeys, E> {
                     Ok(DeliveryKeys::default())
