@@ -45,7 +45,15 @@ pub async fn run(
 ) -> Result<()> {
     let store = SqlStore::connect(&config.database_url)
         .await
-        .context("opening the database (DATABASE_URL)")?;
+        .context("opening the database (DATABASE_URL)")?
+        .held_by(&config.replica_id);
+    let released = store
+        .release_held()
+        .await
+        .context("taking back the deliveries this replica held")?;
+    if released > 0 {
+        tracing::info!(released, "deliveries held when this replica last stopped are back in line");
+    }
     let github = Arc::new(GitHub::new(
         &config.api_url,
         config.app_id,

@@ -152,6 +152,12 @@ const MIGRATIONS: &[(i64, &str)] = &[
         "CREATE INDEX IF NOT EXISTS deliveries_queue ON deliveries (status, received_at, id);
     DROP INDEX IF EXISTS deliveries_pending",
     ),
+    (
+        9,
+        // The replica holding a delivery's lease, so a replica that starts
+        // again takes back at once what it held when it stopped.
+        "ALTER TABLE deliveries ADD COLUMN holder TEXT",
+    ),
 ];
 
 /// The last decision's sequence number of an operation (0: none yet).
@@ -234,6 +240,8 @@ pub struct SqlStore {
     /// SQLite: one connection, whose statements each cross to its own thread
     /// and back; a batch of writes is then sent as one script.
     sqlite: bool,
+    /// The replica whose claims these are (see [`SqlStore::held_by`]).
+    holder: Option<std::sync::Arc<str>>,
 }
 
 /// What intake made of a delivery.
@@ -319,7 +327,11 @@ impl SqlStore {
             })
             .connect(url)
             .await?;
-        let store = SqlStore { pool, sqlite };
+        let store = SqlStore {
+            pool,
+            sqlite,
+            holder: None,
+        };
         store.migrate(url.starts_with("postgres")).await?;
         Ok(store)
     }
@@ -372,6 +384,32 @@ impl SqlStore {
         Ok(())
     }
 
+    /// The store as replica `replica` uses it: the deliveries it claims, or
+    /// stores claimed, are recorded as its own.
+    pub fn held_by(mut self, replica: &str) -> SqlStore {
+        self.holder = Some(replica.into());
+        self
+    }
+
+    /// Puts back in line the deliveries this replica held when it last
+    /// stopped — a crash, or a kill — so they are taken now rather than when
+    /// their leases run out. Those waiting out a retry delay (they carry their
+    /// error) keep it. Replica ids must be unique, as for operation leases: a
+    /// second process under the same id would have its deliveries taken.
+    pub async fn release_held(&self) -> Result<u64, SqlError> {
+        let Some(holder) = &self.holder else {
+            return Ok(0);
+        };
+        let r = sqlx::query(
+            "UPDATE deliveries SET status = 'pending', lease_until = NULL
+             WHERE status = 'processing' AND holder = $1 AND error IS NULL",
+        )
+        .bind(&**holder)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
     pub async fn ping(&self) -> bool {
         sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
     }
@@ -390,7 +428,7 @@ impl SqlStore {
             // The first few pending and the first few whose lease ran out,
             // each read in order from the queue index, then the first few of
             // both.
-            "UPDATE deliveries SET status = 'processing', lease_until = $1, attempts = attempts + 1
+            "UPDATE deliveries SET status = 'processing', lease_until = $1, attempts = attempts + 1, holder = $4
              WHERE id IN (SELECT id FROM (
                  SELECT id, received_at FROM (SELECT id, received_at FROM deliveries WHERE status = 'pending' ORDER BY received_at, id LIMIT $3) AS p
                  UNION ALL
@@ -402,6 +440,7 @@ impl SqlStore {
         .bind(now + lease.as_millis() as i64)
         .bind(now)
         .bind(n.max(1) as i64)
+        .bind(self.holder.as_deref())
         .fetch_all(&self.pool)
         .await?;
         if rows.is_empty() {

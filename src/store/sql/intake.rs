@@ -270,6 +270,8 @@ fn bound<'q>(
 /// claimed until `lease_until`), then plain ends, then ends with an error.
 struct BatchWrites<'a> {
     deliveries: Vec<&'a NewDelivery>,
+    /// The replica the handed-over deliveries are claimed for.
+    holder: Option<&'a str>,
     handed: usize,
     now: i64,
     lease_until: Option<i64>,
@@ -289,7 +291,7 @@ impl<'a> BatchWrites<'a> {
         let mut script = Script::new();
         if !self.deliveries.is_empty() {
             script.push(|bind| {
-                let mut sql = String::from("INSERT INTO deliveries (id, event, dedupe, installation, received_at, status, attempts, lease_until) VALUES ");
+                let mut sql = String::from("INSERT INTO deliveries (id, event, dedupe, installation, received_at, status, attempts, lease_until, holder) VALUES ");
                 for (i, d) in self.deliveries.iter().enumerate() {
                     let direct = i < self.handed;
                     let row = [
@@ -301,6 +303,7 @@ impl<'a> BatchWrites<'a> {
                         bind(Bind::Text(if direct { "processing" } else { "pending" })),
                         bind(Bind::Int(if direct { 1 } else { 0 })),
                         bind(Bind::MaybeInt(if direct { self.lease_until } else { None })),
+                        bind(Bind::MaybeText(if direct { self.holder } else { None })),
                     ];
                     sql.push_str(if i == 0 { "(" } else { ", (" });
                     sql.push_str(&row.join(", "));
@@ -388,6 +391,7 @@ impl SqlStore {
         };
         let writes = BatchWrites {
             deliveries: vec![&d],
+            holder: None,
             handed: 0,
             now: now_ms(),
             lease_until: None,
@@ -589,6 +593,7 @@ impl SqlStore {
         }
         let writes = BatchWrites {
             deliveries,
+            holder: self.holder.as_deref(),
             handed,
             now,
             lease_until,
