@@ -217,18 +217,23 @@ struct Statement<'a> {
     binds: Vec<Bind<'a>>,
 }
 
-/// A batch's statements, their placeholders numbered on from one statement
-/// to the next: they are sent together, as one script or one statement.
+/// A batch's statements, sent together, as one script or one statement:
+/// their placeholders are numbered on from one statement to the next (`$n`),
+/// or `positional` (`?`, taken in order). SQLite gets the latter: it looks a
+/// numbered placeholder's name up by walking a list, once for each, which
+/// made binding a batch of a few hundred values take longer than running it.
 struct Script<'a> {
     statements: Vec<Statement<'a>>,
     next: usize,
+    positional: bool,
 }
 
 impl<'a> Script<'a> {
-    fn new() -> Script<'a> {
+    fn new(positional: bool) -> Script<'a> {
         Script {
             statements: Vec::new(),
             next: 1,
+            positional,
         }
     }
 
@@ -237,10 +242,17 @@ impl<'a> Script<'a> {
     fn push(&mut self, write: impl FnOnce(&mut dyn FnMut(Bind<'a>) -> String) -> String) {
         let mut binds = Vec::new();
         let mut next = self.next;
+        let positional = self.positional;
+        // Values are bound in the order `write` asks for placeholders, which
+        // must be the order they appear in its text.
         let sql = write(&mut |b| {
             binds.push(b);
             next += 1;
-            format!("${}", next - 1)
+            if positional {
+                "?".to_string()
+            } else {
+                format!("${}", next - 1)
+            }
         });
         self.next = next;
         self.statements.push(Statement { sql, binds });
@@ -287,8 +299,8 @@ impl<'a> BatchWrites<'a> {
     /// stored, whichever they are, found in `stored_in` (the table, when the
     /// statements run one after another; the first's result, when they are
     /// parts of one statement), so it needs nothing back from the first.
-    fn script(&self, stored_in: &str) -> Script<'a> {
-        let mut script = Script::new();
+    fn script(&self, stored_in: &str, positional: bool) -> Script<'a> {
+        let mut script = Script::new(positional);
         if !self.deliveries.is_empty() {
             script.push(|bind| {
                 let mut sql = String::from("INSERT INTO deliveries (id, event, dedupe, installation, received_at, status, attempts, lease_until, holder) VALUES ");
@@ -437,7 +449,7 @@ impl SqlStore {
         };
         let stored_first = !w.deliveries.is_empty();
         if self.sqlite {
-            let script = w.script("deliveries");
+            let script = w.script("deliveries", true);
             let mut sql = String::from("BEGIN IMMEDIATE;\n");
             for s in &script.statements {
                 sql.push_str(&s.sql);
@@ -460,7 +472,7 @@ impl SqlStore {
                 }
             };
         }
-        let script = w.script("w0");
+        let script = w.script("w0", false);
         let parts: Vec<String> = script
             .statements
             .iter()
