@@ -211,21 +211,49 @@ async fn sigterm_and_sigint_stop_the_service_cleanly() {
     }
 }
 
-/// One signed `issue_comment` delivery, as raw HTTP/1.1 on a kept-alive
-/// connection.
-fn signed_delivery(n: u64) -> Vec<u8> {
+/// A signed `issue_comment` delivery of `body`, as raw HTTP/1.1.
+fn signed(id: &str, body: &[u8]) -> Vec<u8> {
     use hmac::{Hmac, KeyInit, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(body);
+    let sig = hex::encode(mac.finalize().into_bytes());
+    let mut req = format!(
+        "POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: {id}\r\nX-Hub-Signature-256: sha256={sig}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(body);
+    req
+}
+
+/// One signed `issue_comment` delivery, numbered.
+fn signed_delivery(n: u64) -> Vec<u8> {
     let body = format!(
         r#"{{"action":"created","issue":{{"number":1}},"comment":{{"id":{n},"body":"Thanks!","user":{{"login":"mia","type":"User"}}}},"repository":{{"full_name":"{REPO}"}},"installation":{{"id":7}}}}"#
     );
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(body.as_bytes());
-    let sig = hex::encode(mac.finalize().into_bytes());
-    format!(
-        "POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: flood-{n}\r\nX-Hub-Signature-256: sha256={sig}\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
+    signed(&format!("flood-{n}"), body.as_bytes())
+}
+
+/// A signed body that is not JSON — broken, or not UTF-8 even where intake
+/// reads nothing of it — is refused with 400, not stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_bodies_that_are_not_json_are_refused() {
+    let s = start().await;
+    for (i, body) in [
+        &b"{\"action\":"[..],
+        &b"{\"action\":\"created\",\"comment\":{\"id\":1,\"body\":\"\xff\"}}"[..],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = TcpStream::connect(("127.0.0.1", s.port)).await.unwrap();
+        c.write_all(&signed(&format!("bad-{i}"), body)).await.unwrap();
+        let mut buf = vec![0u8; 1024];
+        let n = c.read(&mut buf).await.unwrap();
+        let answer = String::from_utf8_lossy(&buf[..n]);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(answer.contains("body is not JSON"), "{answer}");
+    }
 }
 
 /// Sends deliveries as fast as `conns` connections go until the service

@@ -380,6 +380,13 @@ mod delivery_keys_tests {
         assert_eq!(DeliveryKeys::read(text).unwrap(), by_value(&v));
         assert_eq!(DeliveryKeys::read(text).unwrap().comment, Some(2));
         assert!(DeliveryKeys::read(b"{\"action\":").is_err());
+        // What a parsed Value refuses, the keys refuse too, even where they
+        // skip: a raw control character in a string. (Invalid UTF-8 in a
+        // skipped string is not looked at: intake checks the whole body.)
+        for bad in [&b"{\"x\":\"a\x00b\"}"[..], &b"{\"x\":[\"\x01\"]}"[..]] {
+            assert!(serde_json::from_slice::<Value>(bad).is_err());
+            assert!(DeliveryKeys::read(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
         assert!(DeliveryKeys::read(b"{} trailing").is_err());
     }
 }

@@ -264,7 +264,12 @@ async fn intake(
             if !HANDLED.contains(&event.as_str()) {
                 return outcome("ignored", StatusCode::ACCEPTED, "ignored\n");
             }
-            let Ok(keys) = crate::github::payload::DeliveryKeys::read(&body) else {
+            // JSON is UTF-8 throughout: checked here for the whole body, as
+            // the keys below skip most of it unread.
+            let (Ok(text), Ok(keys)) = (
+                std::str::from_utf8(&body),
+                crate::github::payload::DeliveryKeys::read(&body),
+            ) else {
                 return outcome("bad_request", StatusCode::BAD_REQUEST, "body is not JSON\n");
             };
             let action = keys.action.as_deref().unwrap_or("");
@@ -280,7 +285,7 @@ async fn intake(
                     event: event.clone(),
                     dedupe,
                     installation,
-                    payload: String::from_utf8_lossy(&body).into_owned(),
+                    payload: text.to_owned(),
                 })
                 .await;
             match stored {

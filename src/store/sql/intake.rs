@@ -462,11 +462,16 @@ impl SqlStore {
             return match q.fetch_all(&mut *conn).await {
                 Ok(rows) => ids(rows),
                 Err(e) => {
-                    // The script stopped part way, inside its transaction:
-                    // undo it, so the connection goes back to the pool clean
-                    // (or is closed if even that fails).
-                    if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
-                        let _ = conn.close_on_drop();
+                    // The script stopped part way, inside its transaction
+                    // (or before it began): undo it, so the connection goes
+                    // back to the pool clean — or is closed if even that
+                    // fails for another reason than there being nothing to
+                    // undo (closing the one connection of an in-memory
+                    // database would lose it).
+                    if let Err(r) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+                        if !r.to_string().contains("no transaction is active") {
+                            let _ = conn.close_on_drop();
+                        }
                     }
                     Err(e.into())
                 }
