@@ -70,7 +70,8 @@ pub struct Handoff {
     /// The most deliveries that wait here; beyond it they are stored pending.
     room: usize,
     lease: Duration,
-    /// Told once per delivery stored, handed over or pending.
+    /// Told once for each delivery handed over, and once for each commit
+    /// that stored some pending.
     pub ready: Notify,
     /// Raised each time a delivery is stored pending (and once at the start:
     /// the store may hold some from before).
