@@ -198,8 +198,9 @@ impl Git {
 
     /// Removes git lock files a killed supervisor may have left on what it
     /// writes: the operation's refs and its worktrees' indexes. Only locks older
-    /// than `older_than` go: git holds a lock for milliseconds, so an old one is
-    /// stale, while a live agent's fresh one is left alone. Call it holding the
+    /// than `older_than` go — git holds a lock for milliseconds, so an old one is
+    /// stale, while a live agent's fresh one is left alone — except on the refs
+    /// of branches no agent works on, which go at any age (see below). Call it holding the
     /// supervisor lock. Only operation `op`'s refs and worktrees are looked at,
     /// and the worktrees and refs of `live` branches are skipped:
     /// an agent still works there.
@@ -255,12 +256,20 @@ impl Git {
         });
         let now = std::time::SystemTime::now();
         let mut removed = Vec::new();
+        // A branch ref of this operation with no agent on it is written by
+        // the supervisor alone, and we hold the supervisor lock: a lock on it
+        // is a killed supervisor's, however fresh. (A supervisor restarted at
+        // once found it under five seconds old, failed to cut the sprint's
+        // branch, and counted that as a failed attempt, restart after restart,
+        // until the sprint was BLOCKED.)
+        let our_refs = git_dir.join("refs/heads/supervise").join(op);
         for p in candidates {
-            let old = std::fs::metadata(&p)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| now.duration_since(t).ok())
-                .is_some_and(|age| age >= older_than);
+            let old = p.starts_with(&our_refs)
+                || std::fs::metadata(&p)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| now.duration_since(t).ok())
+                    .is_some_and(|age| age >= older_than);
             if old && std::fs::remove_file(&p).is_ok() {
                 tracing::warn!(path = %p.display(), "removed a stale git lock left by a crash");
                 removed.push(p);
