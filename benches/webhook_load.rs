@@ -267,8 +267,16 @@ async fn main() {
     // it stored when its runs end, and must not take the machine from the
     // next receiver's runs.
     let targets: [(&str, u16, Box<dyn Fn() -> Option<Child>>); 2] = [
-        (store, sp, Box::new(|| Some(start_serve(sp, &tmp.path().join("load.db"))))),
-        ("Node @octokit/webhooks (no storage)", np, Box::new(move || start_node(np))),
+        (
+            store,
+            sp,
+            Box::new(|| Some(start_serve(sp, &tmp.path().join("load.db")))),
+        ),
+        (
+            "Node @octokit/webhooks (no storage)",
+            np,
+            Box::new(move || start_node(np)),
+        ),
     ];
     for (name, port, start) in targets {
         let Some(server) = start() else { continue };
@@ -295,7 +303,10 @@ async fn main() {
             base += 1_000_000;
         }
         if port == sp {
-            println!("|  | processed by the end of its runs | {} |  |  |", processed(port).await);
+            println!(
+                "|  | processed by the end of its runs | {} |  |  |",
+                processed(port).await
+            );
         }
     }
 }

@@ -247,7 +247,9 @@ async fn signed_bodies_that_are_not_json_are_refused() {
     .enumerate()
     {
         let mut c = TcpStream::connect(("127.0.0.1", s.port)).await.unwrap();
-        c.write_all(&signed(&format!("bad-{i}"), body)).await.unwrap();
+        c.write_all(&signed(&format!("bad-{i}"), body))
+            .await
+            .unwrap();
         let mut buf = vec![0u8; 1024];
         let n = c.read(&mut buf).await.unwrap();
         let answer = String::from_utf8_lossy(&buf[..n]);
@@ -341,20 +343,29 @@ async fn acknowledged_deliveries_survive_kill_9(db_url: &str, rounds: u64) {
         let acked = flood(port, 16, round * 10_000_000, count).await;
         killer.await.unwrap();
         let _ = serve.wait();
-        assert!(acked.len() >= 200, "round {round}: only {} acknowledged in 60 s", acked.len());
+        assert!(
+            acked.len() >= 200,
+            "round {round}: only {} acknowledged in 60 s",
+            acked.len()
+        );
         let db = sqlx::AnyPool::connect(db_url).await.unwrap();
-        let kept: std::collections::HashSet<String> = sqlx::query(
-            "SELECT d.id FROM deliveries d JOIN delivery_payloads p ON p.id = d.id",
-        )
-        .fetch_all(&db)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| sqlx::Row::get::<String, _>(r, "id"))
-        .collect();
+        let kept: std::collections::HashSet<String> =
+            sqlx::query("SELECT d.id FROM deliveries d JOIN delivery_payloads p ON p.id = d.id")
+                .fetch_all(&db)
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| sqlx::Row::get::<String, _>(r, "id"))
+                .collect();
         db.close().await;
         let lost: Vec<&String> = acked.iter().filter(|id| !kept.contains(*id)).collect();
-        assert!(lost.is_empty(), "round {round}: {} of {} acknowledged deliveries lost, e.g. {:?}", lost.len(), acked.len(), &lost[..lost.len().min(5)]);
+        assert!(
+            lost.is_empty(),
+            "round {round}: {} of {} acknowledged deliveries lost, e.g. {:?}",
+            lost.len(),
+            acked.len(),
+            &lost[..lost.len().min(5)]
+        );
         all_acked.extend(acked);
     }
     // Back up once more: every acknowledged delivery is processed, in at
@@ -398,12 +409,18 @@ async fn acknowledged_deliveries_survive_kill_9(db_url: &str, rounds: u64) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let most: i64 = sqlx::Row::get(
-        &sqlx::query("SELECT MAX(attempts) AS most FROM deliveries").fetch_one(&db).await.unwrap(),
+        &sqlx::query("SELECT MAX(attempts) AS most FROM deliveries")
+            .fetch_one(&db)
+            .await
+            .unwrap(),
         "most",
     );
     assert!(most <= 1 + rounds as i64, "a delivery took {most} attempts");
     let stored: i64 = sqlx::Row::get(
-        &sqlx::query("SELECT COUNT(*) AS n FROM deliveries").fetch_one(&db).await.unwrap(),
+        &sqlx::query("SELECT COUNT(*) AS n FROM deliveries")
+            .fetch_one(&db)
+            .await
+            .unwrap(),
         "n",
     );
     assert!(stored as usize >= all_acked.len());

@@ -586,7 +586,10 @@ async fn handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s: SqlSto
     // At the start the store may hold deliveries from before: nothing is
     // handed over until a claim has found it empty.
     assert_eq!(submit(0).await, Intake::Stored);
-    assert!(h.take().is_none(), "handed over before the store was drained");
+    assert!(
+        h.take().is_none(),
+        "handed over before the store was drained"
+    );
     let mark = h.pending_mark();
     let c = s.claim_many(lease, 8).await.unwrap();
     assert_eq!(c.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["d0"]);
@@ -597,14 +600,24 @@ async fn handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s: SqlSto
     }
     let handed: Vec<_> = std::iter::from_fn(|| h.take()).map(|(_, c)| c).collect();
     assert_eq!(
-        handed.iter().map(|c| (c.id.as_str(), c.attempts, c.payload.as_str())).collect::<Vec<_>>(),
-        [("d1", 1, "{\"n\":1}"), ("d2", 1, "{\"n\":2}"), ("d3", 1, "{\"n\":3}")],
+        handed
+            .iter()
+            .map(|c| (c.id.as_str(), c.attempts, c.payload.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            ("d1", 1, "{\"n\":1}"),
+            ("d2", 1, "{\"n\":2}"),
+            ("d3", 1, "{\"n\":3}")
+        ],
         "the room's worth, in order, bodies and all"
     );
     // Those handed over are leased: no claim takes them; the rest are pending.
     let mark = h.pending_mark();
     let c = s.claim_many(lease, 8).await.unwrap();
-    assert_eq!(c.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["d4", "d5"]);
+    assert_eq!(
+        c.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["d4", "d5"]
+    );
     // Room again, but d6 comes while the store is not known to be drained.
     assert_eq!(submit(6).await, Intake::Stored);
     assert!(h.take().is_none(), "d6 overtook the store's line");
@@ -613,7 +626,10 @@ async fn handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s: SqlSto
     assert!(h.take().is_none(), "d7 overtook d6");
     let mark = h.pending_mark();
     let c = s.claim_many(lease, 8).await.unwrap();
-    assert_eq!(c.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["d6", "d7"]);
+    assert_eq!(
+        c.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["d6", "d7"]
+    );
     assert!(s.claim_many(lease, 8).await.unwrap().is_empty());
     h.drained_at(mark);
     assert_eq!(submit(8).await, Intake::Stored);

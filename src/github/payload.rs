@@ -206,7 +206,9 @@ mod keys {
         Str(String),
         /// An object: its `id`, if that is such an integer (a key given twice
         /// counts as its last, as in a `Value`).
-        Object { id: Option<i64> },
+        Object {
+            id: Option<i64>,
+        },
         /// Anything else, skipped.
         Other,
     }
@@ -270,7 +272,10 @@ mod keys {
                 fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                     f.write_str("a JSON document")
                 }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DeliveryKeys, A::Error> {
+                fn visit_map<A: MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<DeliveryKeys, A::Error> {
                     let mut k = DeliveryKeys::default();
                     let id = |p: Probe| match p {
                         Probe::Object { id } => id,
@@ -385,7 +390,11 @@ mod delivery_keys_tests {
         // skipped string is not looked at: intake checks the whole body.)
         for bad in [&b"{\"x\":\"a\x00b\"}"[..], &b"{\"x\":[\"\x01\"]}"[..]] {
             assert!(serde_json::from_slice::<Value>(bad).is_err());
-            assert!(DeliveryKeys::read(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(
+                DeliveryKeys::read(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
         assert!(DeliveryKeys::read(b"{} trailing").is_err());
     }

@@ -52,7 +52,10 @@ pub async fn run(
         .await
         .context("taking back the deliveries this replica held")?;
     if released > 0 {
-        tracing::info!(released, "deliveries held when this replica last stopped are back in line");
+        tracing::info!(
+            released,
+            "deliveries held when this replica last stopped are back in line"
+        );
     }
     let github = Arc::new(GitHub::new(
         &config.api_url,

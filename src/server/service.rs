@@ -318,7 +318,12 @@ pub async fn shut_down(svc: &Service, grace: Duration) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut left: Vec<(String, i64)> = svc.in_flight.locked().iter().cloned().collect();
-    left.extend(svc.handoff.take_all().into_iter().map(|d| (d.id, d.attempts)));
+    left.extend(
+        svc.handoff
+            .take_all()
+            .into_iter()
+            .map(|d| (d.id, d.attempts)),
+    );
     for (id, attempts) in left {
         tracing::warn!(delivery = %id, "still in progress at shutdown; handing it back");
         if let Err(e) = svc
@@ -384,11 +389,9 @@ async fn worker(svc: Arc<Service>) {
                 tokio::spawn(async move { record_end(&svc, d, result).await });
             }
             Ok(None) => {
-                let _ = tokio::time::timeout(
-                    Duration::from_millis(500),
-                    svc.handoff.ready.notified(),
-                )
-                .await;
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(500), svc.handoff.ready.notified())
+                        .await;
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot claim work; retrying");
@@ -415,7 +418,8 @@ async fn process(svc: &Arc<Service>, d: &Claimed) -> Result<(), OpError> {
     use futures_util::FutureExt;
     let limit = svc.limit(d.installation.unwrap_or(0));
     let permit = limit.acquire_owned().await;
-    let span = tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
+    let span =
+        tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
     let began = Instant::now();
     let work = std::panic::AssertUnwindSafe(tracing::Instrument::instrument(
         svc.handler.event(&d.event, &d.payload),

@@ -260,7 +260,10 @@ impl<'a> Script<'a> {
     }
 
     fn binds(&self) -> Vec<Bind<'a>> {
-        self.statements.iter().flat_map(|s| s.binds.iter().copied()).collect()
+        self.statements
+            .iter()
+            .flat_map(|s| s.binds.iter().copied())
+            .collect()
     }
 }
 
@@ -365,7 +368,9 @@ impl<'a> BatchWrites<'a> {
 #[derive(Debug, Clone, Copy)]
 enum Outcome {
     /// Stored; `handed_over`: claimed for this process's workers.
-    Stored { handed_over: bool },
+    Stored {
+        handed_over: bool,
+    },
     Duplicate,
     Ended,
 }
@@ -459,7 +464,10 @@ impl SqlStore {
             sql.push_str("COMMIT");
             let mut conn = self.pool.acquire().await?;
             // Only placeholders are made here; the values are bound.
-            let q = bound(sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false), &script.binds());
+            let q = bound(
+                sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false),
+                &script.binds(),
+            );
             return match q.fetch_all(&mut *conn).await {
                 Ok(rows) => ids(rows),
                 Err(e) => {
@@ -488,7 +496,11 @@ impl SqlStore {
         let sql = format!(
             "WITH {} {}",
             parts.join(", "),
-            if stored_first { "SELECT id FROM w0" } else { "SELECT '' AS id WHERE false" }
+            if stored_first {
+                "SELECT id FROM w0"
+            } else {
+                "SELECT '' AS id WHERE false"
+            }
         );
         // Only placeholders are made here; the values are bound. Prepared
         // and kept, as the statements of other queries are: batches of a
@@ -512,15 +524,14 @@ impl SqlStore {
                     for ((w, done), o) in batch.into_iter().zip(outcomes) {
                         answers.push((done, o.answer()));
                         match (o, w) {
-                            (Outcome::Stored { handed_over: true }, Write::Store(d)) => {
-                                handed.push(Claimed {
+                            (Outcome::Stored { handed_over: true }, Write::Store(d)) => handed
+                                .push(Claimed {
                                     id: d.id,
                                     event: d.event,
                                     installation: d.installation,
                                     payload: d.payload,
                                     attempts: 1,
-                                })
-                            }
+                                }),
                             (Outcome::Stored { handed_over: false }, _) => pending = true,
                             _ => {}
                         }
@@ -621,9 +632,11 @@ impl SqlStore {
         let mut inserted = self.write(&writes).await?;
         // The first write of an id stored is the one stored; another write
         // of it in the same batch is its duplicate.
-        let mut stored = writes.deliveries.iter().enumerate().map(|(i, d)| {
-            inserted.remove(d.id.as_str()).then_some(i < handed)
-        });
+        let mut stored = writes
+            .deliveries
+            .iter()
+            .enumerate()
+            .map(|(i, d)| inserted.remove(d.id.as_str()).then_some(i < handed));
         Ok(batch
             .iter()
             .map(|(w, _)| match w {
