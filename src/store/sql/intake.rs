@@ -400,15 +400,20 @@ impl SqlStore {
         installation: Option<i64>,
         payload: &str,
     ) -> Result<Intake, SqlError> {
-        let d = NewDelivery {
+        self.store_alone(&NewDelivery {
             id: id.to_string(),
             event: event.to_string(),
             dedupe: dedupe.map(str::to_string),
             installation,
             payload: payload.to_string(),
-        };
+        })
+        .await
+    }
+
+    /// Stores one delivery in a transaction of its own, pending.
+    async fn store_alone(&self, d: &NewDelivery) -> Result<Intake, SqlError> {
         let writes = BatchWrites {
-            deliveries: vec![&d],
+            deliveries: vec![d],
             holder: None,
             handed: 0,
             now: now_ms(),
@@ -551,16 +556,7 @@ impl SqlStore {
         }
         for (w, done) in batch {
             let r = match &w {
-                Write::Store(d) => self
-                    .intake(
-                        &d.id,
-                        &d.event,
-                        d.dedupe.as_deref(),
-                        d.installation,
-                        &d.payload,
-                    )
-                    .await
-                    .map(Some),
+                Write::Store(d) => self.store_alone(d).await.map(Some),
                 Write::End {
                     id,
                     attempts,
