@@ -415,17 +415,25 @@ async fn worker(svc: Arc<Service>) {
 /// task or a timer being made); a panic in it is caught here, the delivery
 /// retried later, and the worker goes on.
 async fn process(svc: &Arc<Service>, d: &Claimed) -> Result<(), OpError> {
+    carry_out(svc, d, svc.handler.event(&d.event, &d.payload)).await
+}
+
+/// [`process`] with the work given: the permit, the lease's renewal and the
+/// catching of a panic do not depend on what the work is (and a test can give
+/// work that panics).
+async fn carry_out(
+    svc: &Arc<Service>,
+    d: &Claimed,
+    work: impl std::future::Future<Output = Result<(), OpError>>,
+) -> Result<(), OpError> {
     use futures_util::FutureExt;
     let limit = svc.limit(d.installation.unwrap_or(0));
     let permit = limit.acquire_owned().await;
     let span =
         tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
     let began = Instant::now();
-    let work = std::panic::AssertUnwindSafe(tracing::Instrument::instrument(
-        svc.handler.event(&d.event, &d.payload),
-        span,
-    ))
-    .catch_unwind();
+    let work =
+        std::panic::AssertUnwindSafe(tracing::Instrument::instrument(work, span)).catch_unwind();
     tokio::pin!(work);
     // One GitHub call may wait out a rate limit far longer than the lease:
     // renew it while the work goes on, so no other worker takes the
@@ -497,4 +505,83 @@ async fn record_end(svc: &Service, d: Claimed, result: Result<(), OpError>) {
         tracing::error!(delivery = %d.id, error = %e, "cannot record the delivery's outcome");
     }
     svc.in_flight.locked().remove(&(d.id, d.attempts));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::github::operation::{InstallationLimits, OpTimings};
+
+    async fn service(lease: Duration) -> Arc<Service> {
+        let store = SqlStore::connect("sqlite::memory:").await.unwrap();
+        let key = SecretString::from(include_str!("../../tests/fixtures/app/test-app-key.pem"));
+        // Nothing listens there: the work under test makes no request.
+        let github = Arc::new(GitHub::new("http://127.0.0.1:9", 1, &key).unwrap());
+        let ops = Operations::new(
+            "test".into(),
+            github.clone(),
+            store.clone(),
+            OpTimings::default(),
+            InstallationLimits::default(),
+        );
+        Service::new(store, github, ops, Vec::new(), None, Vec::new(), 2, lease)
+    }
+
+    async fn ready(svc: &Arc<Service>) -> StatusCode {
+        readyz(State(svc.clone())).await.0
+    }
+
+    /// A panic in a delivery's work is caught: the delivery is put back to be
+    /// retried after a delay, its installation's permit is given back, the
+    /// worker's next delivery is processed, and `/readyz` fails only while
+    /// deliveries keep panicking in a row.
+    #[tokio::test]
+    async fn a_panic_in_processing_is_caught_and_the_delivery_retried_later() {
+        let svc = service(Duration::from_secs(60)).await;
+        for id in ["d1", "d2", "d3", "d4"] {
+            svc.store
+                .intake(id, "issue_comment", None, Some(7), "{}")
+                .await
+                .unwrap();
+        }
+        let claimed = svc.store.claim_many(svc.lease, 4).await.unwrap();
+        assert_eq!(claimed.len(), 4);
+        let mut claimed = claimed.into_iter();
+        for n in 1..=FAILING_AFTER {
+            let d = claimed.next().unwrap();
+            let r = carry_out(&svc, &d, async { panic!("injected for the test") }).await;
+            assert!(matches!(r, Err(OpError::Panicked)), "{r:?}");
+            assert_eq!(
+                svc.limit(7).available_permits(),
+                2,
+                "the permit is given back after a panic"
+            );
+            let expected = if n < FAILING_AFTER {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            assert_eq!(ready(&svc).await, expected, "after {n} panics in a row");
+            svc.in_flight.locked().insert((d.id.clone(), d.attempts));
+            record_end(&svc, d, r).await;
+        }
+        assert!(svc.in_flight.locked().is_empty());
+        // The three are waiting out their retry delay (2 s after a first
+        // attempt), not lost and not claimable at once.
+        assert!(svc.store.claim(svc.lease).await.unwrap().is_none());
+        assert_eq!(svc.store.counts().await.unwrap(), (4, 0));
+        // The next delivery's work runs as usual and the service is ready again.
+        let d = claimed.next().unwrap();
+        let r = carry_out(&svc, &d, async { Ok(()) }).await;
+        assert!(r.is_ok());
+        assert_eq!(ready(&svc).await, StatusCode::OK);
+        record_end(&svc, d, r).await;
+        assert_eq!(svc.store.counts().await.unwrap(), (4, 1));
+        // After the delay, a panicked delivery is claimed again, as its
+        // second attempt.
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let again = svc.store.claim(svc.lease).await.unwrap().expect("retried");
+        assert_eq!(again.attempts, 2);
+        assert!(["d1", "d2", "d3"].contains(&again.id.as_str()));
+    }
 }
