@@ -244,9 +244,28 @@ fn killing_solve_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
         let repo = Repo::new("research-1 slow\nresearch-2 slow\nresearch-3 slow\nplan slow\nlimiter slow\nconfig slow\nwiring slow\ntesting slow\ndebug slow\ndocs slow\n");
         let mut rng = XorShift::new(seed);
         let mut runs = 0;
+        // Each run's standard error, for the message if the story fails.
+        let logs = tempfile::tempdir().unwrap();
+        let last_words = |runs: usize| {
+            let log = logs.path().join(format!("{runs}.log"));
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            let events = repo.root.join(".supervise/solve/events.jsonl");
+            let events = std::fs::read_to_string(events).unwrap_or_default();
+            let last: Vec<&str> = events.lines().rev().take(8).collect();
+            format!(
+                "run {runs}'s standard error, last lines first:\n{}\nthe log's last events, last first:\n{}",
+                tail.join("\n"),
+                last.join("\n")
+            )
+        };
         loop {
             runs += 1;
-            assert!(runs < 60, "seed {seed}: the workflow never finished");
+            assert!(
+                runs < 60,
+                "seed {seed}: the workflow never finished; {}",
+                last_words(runs - 1)
+            );
             let args: &[&str] = if runs == 1 {
                 &["solve", "--quiet", "Add rate limiting to the API"]
             } else {
@@ -256,7 +275,7 @@ fn killing_solve_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
                 .cmd(args)
                 .env("AGENT_SLOW", "0.3")
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(std::fs::File::create(logs.path().join(format!("{runs}.log"))).unwrap())
                 .spawn()
                 .unwrap();
             // Later runs get longer before the kill, so that a loaded
@@ -265,14 +284,20 @@ fn killing_solve_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
             if let Some(s) = kill_after(&mut sup, delay) {
                 assert!(
                     s.code() == Some(0) || s.code() == Some(3),
-                    "seed {seed}: {s:?}"
+                    "seed {seed}: {s:?}; {}",
+                    last_words(runs)
                 );
                 if s.code() == Some(0) {
                     break;
                 }
             }
         }
-        assert_eq!(repo.state("solve")["status"], "COMPLETED", "seed {seed}");
+        assert_eq!(
+            repo.state("solve")["status"],
+            "COMPLETED",
+            "seed {seed}; {}",
+            last_words(runs)
+        );
         repo.assert_no_attempt_ran_twice(&format!("seed {seed}"));
         let files = repo.integration_files("solve");
         assert!(
