@@ -362,32 +362,64 @@ impl Git {
     pub fn ensure_sprint_worktree(&self, op: &str, branch: &str) -> Result<PathBuf> {
         let name = Self::worktree_name(branch);
         let path = self.worktrees.join(&name);
-        if !path.join(".git").exists() {
+        if !self.worktree_whole(&name) {
             let _held = self.lock()?;
             if self.branch_oid(branch)?.is_none() {
                 let base = self.repo.find_commit(self.integration_head(op)?)?;
                 self.repo.branch(branch, &base, false)?;
             }
-            std::fs::create_dir_all(&self.worktrees)?;
-            // A worktree record left by a crash between `add` and checkout is pruned first.
-            if let Ok(wt) = self.repo.find_worktree(&name) {
-                let _ = wt.prune(Some(
-                    git2::WorktreePruneOptions::new()
-                        .valid(true)
-                        .working_tree(true),
-                ));
-            }
-            let reference = self
-                .repo
-                .find_branch(branch, BranchType::Local)?
-                .into_reference();
-            let mut opts = WorktreeAddOptions::new();
-            opts.reference(Some(&reference));
-            self.repo
-                .worktree(&name, &path, Some(&opts))
-                .with_context(|| format!("creating the worktree for {branch}"))?;
+            self.make_worktree(&name, branch)?;
         }
         Ok(path.join(&self.plan_rel))
+    }
+
+    /// Where the making of worktree `name` is marked while it goes on.
+    fn making_mark(&self, name: &str) -> PathBuf {
+        self.worktrees.join(format!("{name}.making"))
+    }
+
+    /// Whether worktree `name` exists and its making finished.
+    fn worktree_whole(&self, name: &str) -> bool {
+        self.worktrees.join(name).join(".git").is_file() && !self.making_mark(name).exists()
+    }
+
+    /// Makes worktree `name` on `branch`, holding the repository lock. A
+    /// supervisor killed while making one leaves it half-made — a directory
+    /// without `.git` (which libgit2 refuses to make a worktree in), a `.git`
+    /// file cut short, git's record without its directory, or a checkout
+    /// missing files (whose removal an agent would commit) — and its mark
+    /// says so: what it left is removed and the worktree made again. The mark
+    /// goes only when the worktree is whole, so one made by an older version
+    /// (which had none) counts as whole.
+    fn make_worktree(&self, name: &str, branch: &str) -> Result<()> {
+        fn remove_all(p: &Path) -> Result<()> {
+            match std::fs::remove_dir_all(p) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(e).with_context(|| format!("removing {}", p.display()))
+                }
+                _ => Ok(()),
+            }
+        }
+        if self.worktree_whole(name) {
+            return Ok(()); // made while we waited for the lock
+        }
+        let path = self.worktrees.join(name);
+        let mark = self.making_mark(name);
+        std::fs::create_dir_all(&self.worktrees)?;
+        std::fs::write(&mark, branch).with_context(|| format!("writing {}", mark.display()))?;
+        remove_all(&path)?;
+        remove_all(&self.repo.commondir().join("worktrees").join(name))?;
+        let reference = self
+            .repo
+            .find_branch(branch, BranchType::Local)?
+            .into_reference();
+        let mut opts = WorktreeAddOptions::new();
+        opts.reference(Some(&reference));
+        self.repo
+            .worktree(name, &path, Some(&opts))
+            .with_context(|| format!("creating the worktree for {branch}"))?;
+        std::fs::remove_file(&mark).with_context(|| format!("removing {}", mark.display()))?;
+        Ok(())
     }
 
     /// Commits on the sprint branch not yet in the integration branch, uncommitted
@@ -405,9 +437,10 @@ impl Git {
             ev.commits
                 .push(crate::contract::short_id(&oid?.to_string()));
         }
-        let path = self.worktrees.join(Self::worktree_name(branch));
-        if path.join(".git").exists() {
-            let wt = Repository::open(&path)?;
+        let name = Self::worktree_name(branch);
+        // A worktree left half-made had no agent in it: nothing to report.
+        if self.worktree_whole(&name) {
+            let wt = Repository::open(self.worktrees.join(&name))?;
             let mut opts = StatusOptions::new();
             opts.include_untracked(true)
                 .recurse_untracked_dirs(true)
@@ -503,16 +536,9 @@ impl Git {
         self.repo.branch(&branch, &commit, true)?;
         let name = Self::worktree_name(&branch);
         let path = self.worktrees.join(&name);
-        if !path.join(".git").exists() {
+        if !self.worktree_whole(&name) {
             let _held = self.lock()?;
-            std::fs::create_dir_all(&self.worktrees)?;
-            let reference = self
-                .repo
-                .find_branch(&branch, BranchType::Local)?
-                .into_reference();
-            let mut opts = WorktreeAddOptions::new();
-            opts.reference(Some(&reference));
-            self.repo.worktree(&name, &path, Some(&opts))?;
+            self.make_worktree(&name, &branch)?;
         }
         let wt = Repository::open(&path)?;
         wt.reset(wt.find_commit(head)?.as_object(), ResetType::Hard, None)?;
@@ -582,5 +608,75 @@ mod tests {
             None
         );
         assert_eq!(agent_commits(tmp.path(), ""), None);
+    }
+
+    /// A supervisor killed while making a sprint's worktree leaves it in one
+    /// of several half-made states; the next one makes it whole again, while
+    /// a whole worktree (with an agent's uncommitted work) is left alone.
+    #[test]
+    fn a_half_made_worktree_is_made_again_and_a_whole_one_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path()).unwrap();
+        let sig = Signature::now("t", "t@x").unwrap();
+        let mut tb = repo.treebuilder(None).unwrap();
+        for (name, text) in [("a.txt", "a\n"), ("b.txt", "b\n")] {
+            let blob = repo.blob(text.as_bytes()).unwrap();
+            tb.insert(name, blob, 0o100644).unwrap();
+        }
+        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
+        let head = repo
+            .commit(Some("HEAD"), &sig, &sig, "start", &tree, &[])
+            .unwrap();
+        let state = tmp.path().join(".supervise");
+        std::fs::create_dir_all(&state).unwrap();
+        let git = Git::open(tmp.path(), &state).unwrap();
+        git.ensure_integration("op", head).unwrap();
+        let branch = "supervise/op/unit/sprint-1";
+        let name = Git::worktree_name(branch);
+        let dir = state.join("worktrees").join(&name);
+        let mark = state.join("worktrees").join(format!("{name}.making"));
+        let whole = |why: &str| {
+            let root = git.ensure_sprint_worktree("op", branch).unwrap();
+            assert_eq!(root, dir, "{why}");
+            let wt = Repository::open(&dir).unwrap_or_else(|e| panic!("{why}: {e}"));
+            assert!(wt.statuses(None).unwrap().is_empty(), "{why}");
+            assert!(
+                dir.join("a.txt").exists() && dir.join("b.txt").exists(),
+                "{why}"
+            );
+            assert!(!mark.exists(), "{why}");
+        };
+        whole("first made");
+        let half_made: [(&str, &dyn Fn()); 4] = [
+            ("a directory without .git", &|| {
+                std::fs::remove_dir_all(&dir).unwrap();
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(dir.join("a.txt"), "a\n").unwrap();
+            }),
+            ("a .git file cut short", &|| {
+                std::fs::write(&mark, branch).unwrap();
+                std::fs::write(dir.join(".git"), "").unwrap();
+            }),
+            ("a checkout missing a file", &|| {
+                std::fs::write(&mark, branch).unwrap();
+                std::fs::remove_file(dir.join("b.txt")).unwrap();
+            }),
+            ("git's record without its directory", &|| {
+                std::fs::remove_dir_all(&dir).unwrap();
+            }),
+        ];
+        for (why, leave) in half_made {
+            leave();
+            whole(why);
+        }
+        // A whole worktree with an agent's work in it is not made again.
+        std::fs::write(dir.join("new.txt"), "work").unwrap();
+        git.ensure_sprint_worktree("op", branch).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("new.txt")).unwrap(),
+            "work"
+        );
+        let ev = git.evidence("op", branch).unwrap();
+        assert_eq!(ev.uncommitted, vec!["new.txt".to_string()]);
     }
 }
