@@ -12,7 +12,9 @@
 //! `BENCH_MAX_CONNS=16,64` the connection counts of the maximum-rate runs;
 //! `BENCH_SUPERVISE=path` measures another build of `supervise`.
 
-use hmac::{Hmac, KeyInit, Mac};
+#[path = "../tests/support/signed_request.rs"]
+mod signed_request;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -46,14 +48,12 @@ fn request(n: u64) -> Vec<u8> {
     let body = format!(
         r#"{{"action":"created","issue":{{"number":1}},"comment":{{"id":{n},"body":"Looks good to me, thanks!","user":{{"login":"mia","type":"User"}}}},"repository":{{"full_name":"acme/shop","description":"{pad}"}},"installation":{{"id":7}}}}"#
     );
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(body.as_bytes());
-    let sig = hex::encode(mac.finalize().into_bytes());
-    format!(
-        "POST /webhook HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: load-{n}\r\nX-Hub-Signature-256: sha256={sig}\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
+    signed_request::signed_request(
+        SECRET,
+        "issue_comment",
+        &format!("load-{n}"),
+        body.as_bytes(),
     )
-    .into_bytes()
 }
 
 /// Sends one request on a keep-alive connection and reads the whole response.

@@ -211,19 +211,12 @@ async fn sigterm_and_sigint_stop_the_service_cleanly() {
     }
 }
 
+#[path = "support/signed_request.rs"]
+mod signed_request;
+
 /// A signed `issue_comment` delivery of `body`, as raw HTTP/1.1.
 fn signed(id: &str, body: &[u8]) -> Vec<u8> {
-    use hmac::{Hmac, KeyInit, Mac};
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(body);
-    let sig = hex::encode(mac.finalize().into_bytes());
-    let mut req = format!(
-        "POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: {id}\r\nX-Hub-Signature-256: sha256={sig}\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    req.extend_from_slice(body);
-    req
+    signed_request::signed_request(SECRET, "issue_comment", id, body)
 }
 
 /// One signed `issue_comment` delivery, numbered.
