@@ -449,6 +449,28 @@ pub fn parse_turns(output: &str) -> Option<u32> {
     })
 }
 
+/// The words of an agent command that a shell would run as they stand — no
+/// quoting, expansion, redirection, globbing, assignment or builtin — which
+/// are then run without one: `sh -c` costs a process start on the way from
+/// one agent to the next. `None` for anything else, which `sh -c` runs.
+fn plain_command(command: &str) -> Option<Vec<&str>> {
+    const SHELL_WORDS: &[&str] = &[
+        ".", ":", "[", "alias", "bg", "break", "case", "cd", "command", "continue", "do", "done",
+        "elif", "else", "esac", "eval", "exec", "exit", "export", "false", "fc", "fg", "fi", "for",
+        "function", "getopts", "hash", "if", "in", "jobs", "kill", "local", "printf", "pwd",
+        "read", "readonly", "return", "select", "set", "shift", "source", "test", "then", "time",
+        "times", "trap", "true", "type", "ulimit", "umask", "unalias", "unset", "until", "wait",
+        "while", "echo",
+    ];
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:,+@%=".contains(c);
+    if !command.chars().all(|c| c == ' ' || plain(c)) {
+        return None;
+    }
+    let words: Vec<&str> = command.split(' ').filter(|w| !w.is_empty()).collect();
+    let first = *words.first()?;
+    (!first.contains('=') && !SHELL_WORDS.contains(&first)).then_some(words)
+}
+
 /// Waits (polling, so a cancel is noticed) for the exclusive lock of the sprint's
 /// worktree: a retry never starts while a process of an earlier attempt lives.
 fn lock_worktree(path: &Path, dir: &Path) -> Result<Option<File>> {
@@ -528,21 +550,38 @@ pub fn run_agent(dir: &Path) -> Result<()> {
     if o.answer_file.is_none() {
         let _ = std::fs::remove_file(&answer_file);
     }
-    let spawned = Command::new("sh")
-        .arg("-c")
-        .arg(&spec.agent)
-        .current_dir(&spec.checkout)
-        .stdin(File::open(&prompt_file)?)
-        .stdout(writer.try_clone()?)
-        .stderr(writer)
-        // The agent's own group: signals reach everything it starts, never us.
-        .process_group(0)
-        .envs(crate::contract::agent_env(
-            o,
-            &prompt_file.to_string_lossy(),
-            &answer_file.to_string_lossy(),
-        ))
-        .spawn();
+    let spawn = |mut cmd: Command| -> std::io::Result<std::process::Child> {
+        cmd.current_dir(&spec.checkout)
+            .stdin(File::open(&prompt_file)?)
+            .stdout(writer.try_clone()?)
+            .stderr(writer.try_clone()?)
+            // The agent's own group: signals reach everything it starts, never us.
+            .process_group(0)
+            // What a shell started there would say, with or without one.
+            .env("PWD", &spec.checkout)
+            .envs(crate::contract::agent_env(
+                o,
+                &prompt_file.to_string_lossy(),
+                &answer_file.to_string_lossy(),
+            ))
+            .spawn()
+    };
+    let in_shell = || {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(&spec.agent);
+        cmd
+    };
+    let spawned = match plain_command(&spec.agent) {
+        // A program that cannot be started is left to the shell, whose
+        // message (`not found`, status 127) the agent's output then holds.
+        Some(words) => {
+            let mut cmd = Command::new(words[0]);
+            cmd.args(&words[1..]);
+            spawn(cmd).or_else(|_| spawn(in_shell()))
+        }
+        None => spawn(in_shell()),
+    };
+    drop(writer);
     let copier = {
         let dir = dir.to_path_buf();
         std::thread::spawn(move || copy_output(reader, dir))
@@ -726,6 +765,42 @@ pub fn watch<M: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_commands_a_shell_would_run_as_they_stand_skip_it() {
+        assert_eq!(
+            plain_command("bash /tmp/agent.sh --model opus-4"),
+            Some(vec!["bash", "/tmp/agent.sh", "--model", "opus-4"])
+        );
+        assert_eq!(
+            plain_command("  codex   exec  "),
+            Some(vec!["codex", "exec"])
+        );
+        for shell in [
+            "claude -p \"$(cat \"$SUPERVISE_PROMPT_FILE\")\"",
+            "agent --model $SUPERVISE_MODEL",
+            "agent > out.log",
+            "agent; other",
+            "agent && other",
+            "agent | tee log",
+            "agent *.md",
+            "agent ~/plan",
+            "agent 'quoted words'",
+            "agent a\\ b",
+            "agent # a comment",
+            "agent\tfile",
+            "agent\nother",
+            "MODEL=opus agent",
+            "cd sub",
+            ". ./env.sh",
+            "exec agent",
+            "echo hello",
+            "",
+            "   ",
+        ] {
+            assert_eq!(plain_command(shell), None, "{shell:?}");
+        }
+    }
 
     #[test]
     fn turns_are_read_from_the_output() {
