@@ -238,19 +238,26 @@ fn manage_runs_the_tasks_the_manager_names_and_retries_a_malformed_answer() {
     assert!(state_md.contains("- [x] tasks/2.md"), "{state_md}");
 }
 
-#[test]
-fn killing_solve_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
-    for seed in 0..3u64 {
-        let repo = Repo::new("research-1 slow\nresearch-2 slow\nresearch-3 slow\nplan slow\nlimiter slow\nconfig slow\nwiring slow\ntesting slow\ndebug slow\ndocs slow\n");
+impl Repo {
+    /// Runs workflow `kind` (`first` starts it; later runs resume it) to its
+    /// end, killing the supervisor after a random delay each time, and checks
+    /// that it ends COMPLETED with no attempt run twice. On failure, the
+    /// message holds the last run's standard error and the log's last events.
+    fn run_killed_at_random_points(
+        &self,
+        seed: u64,
+        kind: &str,
+        first: &[&str],
+        env: &[(&str, &str)],
+    ) {
         let mut rng = XorShift::new(seed);
         let mut runs = 0;
-        // Each run's standard error, for the message if the story fails.
         let logs = tempfile::tempdir().unwrap();
         let last_words = |runs: usize| {
             let log = logs.path().join(format!("{runs}.log"));
             let text = std::fs::read_to_string(log).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(30).collect();
-            let events = repo.root.join(".supervise/solve/events.jsonl");
+            let events = self.root.join(".supervise").join(kind).join("events.jsonl");
             let events = std::fs::read_to_string(events).unwrap_or_default();
             let last: Vec<&str> = events.lines().rev().take(8).collect();
             format!(
@@ -266,14 +273,14 @@ fn killing_solve_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
                 "seed {seed}: the workflow never finished; {}",
                 last_words(runs - 1)
             );
-            let args: &[&str] = if runs == 1 {
-                &["solve", "--quiet", "Add rate limiting to the API"]
+            let args: Vec<&str> = if runs == 1 {
+                first.to_vec()
             } else {
-                &["solve", "--quiet"]
+                vec![kind, "--quiet"]
             };
-            let mut sup = repo
-                .cmd(args)
-                .env("AGENT_SLOW", "0.3")
+            let mut sup = self
+                .cmd(&args)
+                .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(logs.path().join(format!("{runs}.log"))).unwrap())
                 .spawn()
@@ -293,16 +300,65 @@ fn killing_solve_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
             }
         }
         assert_eq!(
-            repo.state("solve")["status"],
+            self.state(kind)["status"],
             "COMPLETED",
             "seed {seed}; {}",
             last_words(runs)
         );
-        repo.assert_no_attempt_ran_twice(&format!("seed {seed}"));
+        self.assert_no_attempt_ran_twice(&format!("seed {seed}"));
+    }
+}
+
+#[test]
+fn killing_solve_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
+    for seed in 0..3u64 {
+        let repo = Repo::new("research-1 slow\nresearch-2 slow\nresearch-3 slow\nplan slow\nlimiter slow\nconfig slow\nwiring slow\ntesting slow\ndebug slow\ndocs slow\n");
+        repo.run_killed_at_random_points(
+            seed,
+            "solve",
+            &["solve", "--quiet", "Add rate limiting to the API"],
+            &[("AGENT_SLOW", "0.3")],
+        );
         let files = repo.integration_files("solve");
         assert!(
             files.contains("summaries/001_summary.md"),
             "seed {seed}: {files}"
         );
+    }
+}
+
+/// Seed 004's manager loop, killed the same way: every task the manager
+/// named is done once, and the manager asked once per task and once more.
+#[test]
+fn killing_manage_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
+    for seed in 0..3u64 {
+        let repo = Repo::new("manager-1 slow\nmanager-2 slow\nmanager-3 slow\nmanager-4 slow\ntask-1 slow\ntask-2 slow\ntask-3 slow\n");
+        repo.run_killed_at_random_points(
+            seed,
+            "manage",
+            &["manage", "--quiet", "Refactor the API layer"],
+            &[("AGENT_SLOW", "0.3"), ("AGENT_TASKS", "3")],
+        );
+        let names: Vec<String> = repo.units("manage").into_iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            [
+                "manager-1",
+                "task-1",
+                "manager-2",
+                "task-2",
+                "manager-3",
+                "task-3",
+                "manager-4"
+            ],
+            "seed {seed}"
+        );
+        let files = repo.integration_files("manage");
+        for t in 1..=3 {
+            assert!(
+                files.contains(&format!("tasks/{t}.md.log")),
+                "seed {seed}: {files}"
+            );
+        }
     }
 }
