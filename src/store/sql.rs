@@ -393,16 +393,18 @@ impl SqlStore {
 
     /// Puts back in line the deliveries this replica held when it last
     /// stopped — a crash, or a kill — so they are taken now rather than when
-    /// their leases run out. Those waiting out a retry delay (they carry their
-    /// error) keep it. Replica ids must be unique, as for operation leases: a
-    /// second process under the same id would have its deliveries taken.
+    /// their leases run out. Those waiting out a retry delay are held by no
+    /// one (see [`SqlStore::retry_later`]) and keep it; one claimed again
+    /// after its delay is held again, and is put back like any other.
+    /// Replica ids must be unique, as for operation leases: a second process
+    /// under the same id would have its deliveries taken.
     pub async fn release_held(&self) -> Result<u64, SqlError> {
         let Some(holder) = &self.holder else {
             return Ok(0);
         };
         let r = sqlx::query(
             "UPDATE deliveries SET status = 'pending', lease_until = NULL
-             WHERE status = 'processing' AND holder = $1 AND error IS NULL",
+             WHERE status = 'processing' AND holder = $1",
         )
         .bind(&**holder)
         .execute(&self.pool)
@@ -504,7 +506,8 @@ impl SqlStore {
         Ok(r.rows_affected() == 1)
     }
 
-    /// Puts a delivery back to be retried after `delay` (a transient failure).
+    /// Puts a delivery back to be retried after `delay` (a transient failure),
+    /// held by no replica while it waits: a restart does not cut the delay.
     pub async fn retry_later(
         &self,
         id: &str,
@@ -512,7 +515,7 @@ impl SqlStore {
         delay: Duration,
         error: &str,
     ) -> Result<(), SqlError> {
-        sqlx::query("UPDATE deliveries SET status = 'processing', lease_until = $1, error = $2 WHERE id = $3 AND attempts = $4")
+        sqlx::query("UPDATE deliveries SET status = 'processing', lease_until = $1, error = $2, holder = NULL WHERE id = $3 AND attempts = $4")
             .bind(now_ms() + delay.as_millis() as i64)
             .bind(error)
             .bind(id)
