@@ -125,8 +125,33 @@ fn text(o: &Output) -> String {
 #[test]
 fn success_partial_and_a_retry_on_a_stronger_model_all_reach_the_integration_branch() {
     let repo = Repo::new(PLAN, "api 1 partial,ok\ndocs 1 fail,ok\n");
-    let out = repo.run(&[]);
+    // A command with nothing for a shell to do is started without one; the
+    // agent (here a Perl program, which unlike a shell takes $PWD as it
+    // finds it, then the scripted agent) is told where it runs all the same.
+    let pwds = repo.root.with_file_name("pwds");
+    let agent = repo.root.with_file_name("agent.pl");
+    std::fs::write(
+        &agent,
+        format!(
+            "open(my $f, '>>', $ENV{{AGENT_PWD_LOG}}) or die;\nprint $f ($ENV{{PWD}} // '') . '|' . readlink('/proc/self/cwd') . \"\\n\";\nclose($f);\nexec({script:?}) or die;\n",
+            script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/agents/scripted.sh")
+        ),
+    )
+    .unwrap();
+    let out = repo
+        .cmd(&["run"])
+        .env("SUPERVISE_AGENT", format!("perl {}", agent.display()))
+        .env("AGENT_PWD_LOG", &pwds)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let pwds = std::fs::read_to_string(&pwds).unwrap();
+    assert_eq!(pwds.lines().count(), 6, "{pwds}");
+    for l in pwds.lines() {
+        let (said, is) = l.split_once('|').unwrap();
+        assert_eq!(said, is, "$PWD is where the agent runs");
+        assert!(is.contains("/.supervise/worktrees/"), "{is}");
+    }
     let st = repo.state();
     assert_eq!(st["status"], "COMPLETED");
     repo.assert_every_sprint_integrated();

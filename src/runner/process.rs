@@ -550,6 +550,11 @@ pub fn run_agent(dir: &Path) -> Result<()> {
     if o.answer_file.is_none() {
         let _ = std::fs::remove_file(&answer_file);
     }
+    // What a shell started there would say, with or without one.
+    let pwd = spec
+        .checkout
+        .canonicalize()
+        .unwrap_or_else(|_| spec.checkout.clone());
     let spawn = |mut cmd: Command| -> std::io::Result<std::process::Child> {
         cmd.current_dir(&spec.checkout)
             .stdin(File::open(&prompt_file)?)
@@ -557,8 +562,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
             .stderr(writer.try_clone()?)
             // The agent's own group: signals reach everything it starts, never us.
             .process_group(0)
-            // What a shell started there would say, with or without one.
-            .env("PWD", &spec.checkout)
+            .env("PWD", &pwd)
             .envs(crate::contract::agent_env(
                 o,
                 &prompt_file.to_string_lossy(),
