@@ -301,8 +301,9 @@ async fn flood(
 /// every delivery answered 2xx is in the store, row and body, when the
 /// service comes back — those a worker held, or that were handed to one as
 /// they were stored, included — and each is processed, in no more than one
-/// more attempt per kill. The leases are ten minutes long: the service takes
-/// back what it held when it starts, rather than waiting them out.
+/// more attempt per kill, as is every delivery stored, answered or not. The
+/// leases are ten minutes long: the service takes back what it held when it
+/// starts, rather than waiting them out.
 async fn acknowledged_deliveries_survive_kill_9(db_url: &str, rounds: u64) {
     let port = free_port();
     let fake = support::fake_github(Some(port), None).await;
@@ -361,14 +362,13 @@ async fn acknowledged_deliveries_survive_kill_9(db_url: &str, rounds: u64) {
         );
         all_acked.extend(acked);
     }
-    // Back up once more: every acknowledged delivery is processed, in at
-    // most one more attempt per kill. (A delivery whose commit the kill cut
-    // off, unanswered, may still be committed by PostgreSQL after the next
-    // start took back what it held: that one waits out its lease.)
+    // Back up once more: every delivery stored is processed, in at most one
+    // more attempt per kill — those whose commit the kill cut off, never
+    // answered, included: PostgreSQL may finish such a commit just after
+    // the next start took back what it held, and the service looks again.
     let mut serve = spawn_serve(port, &fake.url(), db_url, &env);
     wait_listening(port).await;
     let db = sqlx::AnyPool::connect(db_url).await.unwrap();
-    let acked: std::collections::HashSet<&String> = all_acked.iter().collect();
     let began = Instant::now();
     loop {
         let open: Vec<String> = sqlx::query(
@@ -378,7 +378,6 @@ async fn acknowledged_deliveries_survive_kill_9(db_url: &str, rounds: u64) {
         .await
         .unwrap()
         .iter()
-        .filter(|r| acked.contains(&sqlx::Row::get::<String, _>(*r, "id")))
         .map(|r| {
             format!(
                 "{} {} attempt {} held by {:?} error {:?}",
@@ -395,7 +394,7 @@ async fn acknowledged_deliveries_survive_kill_9(db_url: &str, rounds: u64) {
         }
         assert!(
             began.elapsed() < Duration::from_secs(60),
-            "{} acknowledged deliveries still open after 60 s, e.g. {:#?}",
+            "{} deliveries still open after 60 s, e.g. {:#?}",
             open.len(),
             &open[..open.len().min(5)]
         );

@@ -688,6 +688,9 @@ async fn a_restart_takes_back_what_this_replica_held(url: &str) {
     let again = mine.claim(lease).await.unwrap().unwrap();
     assert_eq!((again.id.as_str(), again.attempts), ("again", 2));
 
+    // A run never puts back what it holds itself.
+    assert_eq!(mine.release_held().await.unwrap(), 0);
+
     // Replica a restarts.
     let restarted = SqlStore::connect(url).await.unwrap().held_by("replica-a");
     assert_eq!(restarted.release_held().await.unwrap(), 2, "held and again");
@@ -704,6 +707,17 @@ async fn a_restart_takes_back_what_this_replica_held(url: &str) {
         [("again".to_string(), 3), ("held".to_string(), 2)],
         "`waiting` keeps its delay and `theirs` its holder"
     );
+    // A write of the last run that lands after the restart (a commit the
+    // kill cut off, finished by the server) is taken back by a second look,
+    // which leaves the new run's own claims alone.
+    mine.intake("late", "issue_comment", None, Some(1), "{}")
+        .await
+        .unwrap();
+    let late = mine.claim(lease).await.unwrap().unwrap();
+    assert_eq!(late.id, "late");
+    assert_eq!(restarted.release_held().await.unwrap(), 1, "only `late`");
+    let taken = restarted.claim(lease).await.unwrap().unwrap();
+    assert_eq!((taken.id.as_str(), taken.attempts), ("late", 2));
 }
 
 #[tokio::test]

@@ -14,6 +14,10 @@ use secrecy::SecretString;
 use std::future::Future;
 use std::sync::Arc;
 
+/// When a started service looks a second time for what its replica's last
+/// run held (see `SqlStore::release_held`).
+const RELEASE_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Everything the service needs, already read and checked by its caller.
 pub struct ServiceConfig {
     pub app_id: u64,
@@ -57,6 +61,21 @@ pub async fn run(
             "deliveries held when this replica last stopped are back in line"
         );
     }
+    // A write the last run's kill cut off may still be committed by
+    // PostgreSQL a moment after this start: look once more, a little later
+    // (what this run holds is never touched).
+    let again = store.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(RELEASE_AGAIN_AFTER).await;
+        match again.release_held().await {
+            Ok(0) => {}
+            Ok(released) => tracing::info!(
+                released,
+                "deliveries held by this replica's last run, committed after this start, are back in line"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot look again for deliveries held by this replica's last run"),
+        }
+    });
     let github = Arc::new(GitHub::new(
         &config.api_url,
         config.app_id,

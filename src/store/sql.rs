@@ -158,6 +158,13 @@ const MIGRATIONS: &[(i64, &str)] = &[
         // again takes back at once what it held when it stopped.
         "ALTER TABLE deliveries ADD COLUMN holder TEXT",
     ),
+    (
+        10,
+        // Which run of the holding replica holds a delivery: a replica can
+        // then take back what its earlier runs held at any time, without
+        // touching what it holds now (see `SqlStore::release_held`).
+        "ALTER TABLE deliveries ADD COLUMN incarnation TEXT",
+    ),
 ];
 
 /// The last decision's sequence number of an operation (0: none yet).
@@ -242,6 +249,8 @@ pub struct SqlStore {
     sqlite: bool,
     /// The replica whose claims these are (see [`SqlStore::held_by`]).
     holder: Option<std::sync::Arc<str>>,
+    /// This run of that replica: unique to the process.
+    incarnation: Option<std::sync::Arc<str>>,
 }
 
 /// What intake made of a delivery.
@@ -259,6 +268,16 @@ pub struct Claimed {
     pub installation: Option<i64>,
     pub payload: String,
     pub attempts: i64,
+}
+
+/// A name for this run of the process, unique among its runs: the time it
+/// was asked for and the process id.
+fn incarnation() -> String {
+    format!(
+        "{:x}-{:x}",
+        chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default(),
+        std::process::id()
+    )
 }
 
 fn now_ms() -> i64 {
@@ -331,6 +350,7 @@ impl SqlStore {
             pool,
             sqlite,
             holder: None,
+            incarnation: None,
         };
         store.migrate(url.starts_with("postgres")).await?;
         Ok(store)
@@ -388,25 +408,31 @@ impl SqlStore {
     /// stores claimed, are recorded as its own.
     pub fn held_by(mut self, replica: &str) -> SqlStore {
         self.holder = Some(replica.into());
+        self.incarnation = Some(incarnation().into());
         self
     }
 
-    /// Puts back in line the deliveries this replica held when it last
-    /// stopped — a crash, or a kill — so they are taken now rather than when
-    /// their leases run out. Those waiting out a retry delay are held by no
-    /// one (see [`SqlStore::retry_later`]) and keep it; one claimed again
-    /// after its delay is held again, and is put back like any other.
-    /// Replica ids must be unique, as for operation leases: a second process
-    /// under the same id would have its deliveries taken.
+    /// Puts back in line the deliveries this replica's earlier runs held
+    /// when they stopped — a crash, or a kill — so they are taken now rather
+    /// than when their leases run out; what this run holds stays as it is,
+    /// so it can be called again at any time (a write a kill cut off may be
+    /// committed by PostgreSQL a moment after the next run started). Those
+    /// waiting out a retry delay are held by no one (see
+    /// [`SqlStore::retry_later`]) and keep it; one claimed again after its
+    /// delay is held again, and is put back like any other. Replica ids must
+    /// be unique, as for operation leases: a second process under the same
+    /// id would have its deliveries taken.
     pub async fn release_held(&self) -> Result<u64, SqlError> {
-        let Some(holder) = &self.holder else {
+        let (Some(holder), Some(run)) = (&self.holder, &self.incarnation) else {
             return Ok(0);
         };
         let r = sqlx::query(
             "UPDATE deliveries SET status = 'pending', lease_until = NULL
-             WHERE status = 'processing' AND holder = $1",
+             WHERE status = 'processing' AND holder = $1
+               AND (incarnation IS NULL OR incarnation <> $2)",
         )
         .bind(&**holder)
+        .bind(&**run)
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected())
@@ -430,7 +456,7 @@ impl SqlStore {
             // The first few pending and the first few whose lease ran out,
             // each read in order from the queue index, then the first few of
             // both.
-            "UPDATE deliveries SET status = 'processing', lease_until = $1, attempts = attempts + 1, holder = $4
+            "UPDATE deliveries SET status = 'processing', lease_until = $1, attempts = attempts + 1, holder = $4, incarnation = $5
              WHERE id IN (SELECT id FROM (
                  SELECT id, received_at FROM (SELECT id, received_at FROM deliveries WHERE status = 'pending' ORDER BY received_at, id LIMIT $3) AS p
                  UNION ALL
@@ -443,6 +469,7 @@ impl SqlStore {
         .bind(now)
         .bind(n.max(1) as i64)
         .bind(self.holder.as_deref())
+        .bind(self.incarnation.as_deref())
         .fetch_all(&self.pool)
         .await?;
         if rows.is_empty() {
@@ -515,7 +542,7 @@ impl SqlStore {
         delay: Duration,
         error: &str,
     ) -> Result<(), SqlError> {
-        sqlx::query("UPDATE deliveries SET status = 'processing', lease_until = $1, error = $2, holder = NULL WHERE id = $3 AND attempts = $4")
+        sqlx::query("UPDATE deliveries SET status = 'processing', lease_until = $1, error = $2, holder = NULL, incarnation = NULL WHERE id = $3 AND attempts = $4")
             .bind(now_ms() + delay.as_millis() as i64)
             .bind(error)
             .bind(id)

@@ -286,8 +286,9 @@ fn bound<'q>(
 /// claimed until `lease_until`), then plain ends, then ends with an error.
 struct BatchWrites<'a> {
     deliveries: Vec<&'a NewDelivery>,
-    /// The replica the handed-over deliveries are claimed for.
+    /// The replica (and its run) the handed-over deliveries are claimed for.
     holder: Option<&'a str>,
+    incarnation: Option<&'a str>,
     handed: usize,
     now: i64,
     lease_until: Option<i64>,
@@ -307,7 +308,7 @@ impl<'a> BatchWrites<'a> {
         let mut script = Script::new(positional);
         if !self.deliveries.is_empty() {
             script.push(|bind| {
-                let mut sql = String::from("INSERT INTO deliveries (id, event, dedupe, installation, received_at, status, attempts, lease_until, holder) VALUES ");
+                let mut sql = String::from("INSERT INTO deliveries (id, event, dedupe, installation, received_at, status, attempts, lease_until, holder, incarnation) VALUES ");
                 for (i, d) in self.deliveries.iter().enumerate() {
                     let direct = i < self.handed;
                     let row = [
@@ -320,6 +321,7 @@ impl<'a> BatchWrites<'a> {
                         bind(Bind::Int(if direct { 1 } else { 0 })),
                         bind(Bind::MaybeInt(if direct { self.lease_until } else { None })),
                         bind(Bind::MaybeText(if direct { self.holder } else { None })),
+                        bind(Bind::MaybeText(if direct { self.incarnation } else { None })),
                     ];
                     sql.push_str(if i == 0 { "(" } else { ", (" });
                     sql.push_str(&row.join(", "));
@@ -415,6 +417,7 @@ impl SqlStore {
         let writes = BatchWrites {
             deliveries: vec![d],
             holder: None,
+            incarnation: None,
             handed: 0,
             now: now_ms(),
             lease_until: None,
@@ -619,6 +622,7 @@ impl SqlStore {
         let writes = BatchWrites {
             deliveries,
             holder: self.holder.as_deref(),
+            incarnation: self.incarnation.as_deref(),
             handed,
             now,
             lease_until,
