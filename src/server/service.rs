@@ -428,19 +428,27 @@ async fn carry_out(
 ) -> Result<(), OpError> {
     use futures_util::FutureExt;
     let limit = svc.limit(d.installation.unwrap_or(0));
-    let permit = limit.acquire_owned().await;
     let span =
         tracing::info_span!("process", delivery = %d.id, event = %d.event, attempt = d.attempts);
-    let began = Instant::now();
-    let work =
-        std::panic::AssertUnwindSafe(tracing::Instrument::instrument(work, span)).catch_unwind();
+    // The permit is waited for, the work done and the permit given back
+    // inside the one future the lease is renewed beside.
+    let work = async {
+        let permit = limit.acquire_owned().await;
+        let began = Instant::now();
+        let outcome = std::panic::AssertUnwindSafe(tracing::Instrument::instrument(work, span))
+            .catch_unwind()
+            .await;
+        drop(permit);
+        (outcome, began)
+    };
     tokio::pin!(work);
-    // One GitHub call may wait out a rate limit far longer than the lease:
-    // renew it while the work goes on, so no other worker takes the
-    // delivery over and answers it twice.
+    // One GitHub call may wait out a rate limit far longer than the lease,
+    // and a delivery may wait that long for its installation's permit:
+    // renew the lease all the while, so no other worker takes the delivery
+    // over and answers it twice.
     let every = (svc.lease / 3).max(Duration::from_millis(100));
     let mut leased = true;
-    let outcome = loop {
+    let (outcome, began) = loop {
         tokio::select! {
             biased;
             outcome = &mut work => break outcome,
@@ -477,7 +485,6 @@ async fn carry_out(
             Err(OpError::Panicked)
         }
     };
-    drop(permit);
     metrics::histogram!("supervise_processing_seconds", "outcome" => if result.is_ok() { "ok" } else { "error" }).record(began.elapsed().as_secs_f64());
     result
 }
@@ -583,5 +590,32 @@ mod tests {
         let again = svc.store.claim(svc.lease).await.unwrap().expect("retried");
         assert_eq!(again.attempts, 2);
         assert!(["d1", "d2", "d3"].contains(&again.id.as_str()));
+    }
+
+    /// A delivery waiting for its installation's permit — held by others
+    /// whose GitHub calls wait out a long rate limit — keeps its lease all
+    /// the while, so no other worker takes it over and answers it twice.
+    #[tokio::test]
+    async fn the_lease_is_renewed_while_a_delivery_waits_for_its_permit() {
+        let lease = Duration::from_millis(300);
+        let svc = service(lease).await;
+        svc.store
+            .intake("d1", "issue_comment", None, Some(7), "{}")
+            .await
+            .unwrap();
+        let d = svc.store.claim(lease).await.unwrap().unwrap();
+        let busy = svc.limit(7).acquire_many_owned(2).await.unwrap();
+        let waiting = {
+            let svc = svc.clone();
+            tokio::spawn(async move { carry_out(&svc, &d, async { Ok(()) }).await })
+        };
+        // Four leases' time later, the delivery is still its worker's.
+        tokio::time::sleep(lease * 4).await;
+        assert!(
+            svc.store.claim(lease).await.unwrap().is_none(),
+            "the lease ran out while the delivery waited for its permit"
+        );
+        drop(busy);
+        assert!(waiting.await.unwrap().is_ok());
     }
 }
