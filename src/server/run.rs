@@ -51,29 +51,28 @@ pub async fn run(
         .await
         .context("opening the database (DATABASE_URL)")?
         .held_by(&config.replica_id);
-    let released = store
-        .release_held()
+    // What this replica's last run held when it stopped goes back in line
+    // now, and once more a little later: a write the last run's kill cut off
+    // may still be committed by PostgreSQL a moment after this start. (What
+    // this run holds is never touched.)
+    let take_back = |store: SqlStore| async move {
+        let released = store.release_held().await?;
+        if released > 0 {
+            tracing::info!(
+                released,
+                "deliveries held by this replica's last run are back in line"
+            );
+        }
+        Ok::<_, crate::store::sql::SqlError>(())
+    };
+    take_back(store.clone())
         .await
         .context("taking back the deliveries this replica held")?;
-    if released > 0 {
-        tracing::info!(
-            released,
-            "deliveries held when this replica last stopped are back in line"
-        );
-    }
-    // A write the last run's kill cut off may still be committed by
-    // PostgreSQL a moment after this start: look once more, a little later
-    // (what this run holds is never touched).
     let again = store.clone();
     tokio::spawn(async move {
         tokio::time::sleep(RELEASE_AGAIN_AFTER).await;
-        match again.release_held().await {
-            Ok(0) => {}
-            Ok(released) => tracing::info!(
-                released,
-                "deliveries held by this replica's last run, committed after this start, are back in line"
-            ),
-            Err(e) => tracing::warn!(error = %e, "cannot look again for deliveries held by this replica's last run"),
+        if let Err(e) = take_back(again).await {
+            tracing::warn!(error = %e, "cannot look again for deliveries held by this replica's last run");
         }
     });
     let github = Arc::new(GitHub::new(

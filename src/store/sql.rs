@@ -247,10 +247,15 @@ pub struct SqlStore {
     /// SQLite: one connection, whose statements each cross to its own thread
     /// and back; a batch of writes is then sent as one script.
     sqlite: bool,
-    /// The replica whose claims these are (see [`SqlStore::held_by`]).
-    holder: Option<std::sync::Arc<str>>,
-    /// This run of that replica: unique to the process.
-    incarnation: Option<std::sync::Arc<str>>,
+    /// Whose claims these are (see [`SqlStore::held_by`]).
+    holder: Option<std::sync::Arc<Holder>>,
+}
+
+/// Who holds a delivery: a replica, and which of its runs.
+pub(crate) struct Holder {
+    pub(crate) replica: String,
+    /// Unique to the process: the time it was made and the process id.
+    pub(crate) run: String,
 }
 
 /// What intake made of a delivery.
@@ -268,16 +273,6 @@ pub struct Claimed {
     pub installation: Option<i64>,
     pub payload: String,
     pub attempts: i64,
-}
-
-/// A name for this run of the process, unique among its runs: the time it
-/// was asked for and the process id.
-fn incarnation() -> String {
-    format!(
-        "{:x}-{:x}",
-        chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default(),
-        std::process::id()
-    )
 }
 
 fn now_ms() -> i64 {
@@ -350,7 +345,6 @@ impl SqlStore {
             pool,
             sqlite,
             holder: None,
-            incarnation: None,
         };
         store.migrate(url.starts_with("postgres")).await?;
         Ok(store)
@@ -407,8 +401,14 @@ impl SqlStore {
     /// The store as replica `replica` uses it: the deliveries it claims, or
     /// stores claimed, are recorded as its own.
     pub fn held_by(mut self, replica: &str) -> SqlStore {
-        self.holder = Some(replica.into());
-        self.incarnation = Some(incarnation().into());
+        self.holder = Some(std::sync::Arc::new(Holder {
+            replica: replica.into(),
+            run: format!(
+                "{:x}-{:x}",
+                chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default(),
+                std::process::id()
+            ),
+        }));
         self
     }
 
@@ -423,7 +423,7 @@ impl SqlStore {
     /// be unique, as for operation leases: a second process under the same
     /// id would have its deliveries taken.
     pub async fn release_held(&self) -> Result<u64, SqlError> {
-        let (Some(holder), Some(run)) = (&self.holder, &self.incarnation) else {
+        let Some(holder) = &self.holder else {
             return Ok(0);
         };
         let r = sqlx::query(
@@ -431,8 +431,8 @@ impl SqlStore {
              WHERE status = 'processing' AND holder = $1
                AND (incarnation IS NULL OR incarnation <> $2)",
         )
-        .bind(&**holder)
-        .bind(&**run)
+        .bind(&holder.replica)
+        .bind(&holder.run)
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected())
@@ -468,8 +468,8 @@ impl SqlStore {
         .bind(now + lease.as_millis() as i64)
         .bind(now)
         .bind(n.max(1) as i64)
-        .bind(self.holder.as_deref())
-        .bind(self.incarnation.as_deref())
+        .bind(self.holder.as_ref().map(|h| h.replica.as_str()))
+        .bind(self.holder.as_ref().map(|h| h.run.as_str()))
         .fetch_all(&self.pool)
         .await?;
         if rows.is_empty() {

@@ -287,8 +287,7 @@ fn bound<'q>(
 struct BatchWrites<'a> {
     deliveries: Vec<&'a NewDelivery>,
     /// The replica (and its run) the handed-over deliveries are claimed for.
-    holder: Option<&'a str>,
-    incarnation: Option<&'a str>,
+    holder: Option<&'a super::Holder>,
     handed: usize,
     now: i64,
     lease_until: Option<i64>,
@@ -311,6 +310,7 @@ impl<'a> BatchWrites<'a> {
                 let mut sql = String::from("INSERT INTO deliveries (id, event, dedupe, installation, received_at, status, attempts, lease_until, holder, incarnation) VALUES ");
                 for (i, d) in self.deliveries.iter().enumerate() {
                     let direct = i < self.handed;
+                    let held = self.holder.filter(|_| direct);
                     let row = [
                         bind(Bind::Text(&d.id)),
                         bind(Bind::Text(&d.event)),
@@ -320,8 +320,8 @@ impl<'a> BatchWrites<'a> {
                         bind(Bind::Text(if direct { "processing" } else { "pending" })),
                         bind(Bind::Int(if direct { 1 } else { 0 })),
                         bind(Bind::MaybeInt(if direct { self.lease_until } else { None })),
-                        bind(Bind::MaybeText(if direct { self.holder } else { None })),
-                        bind(Bind::MaybeText(if direct { self.incarnation } else { None })),
+                        bind(Bind::MaybeText(held.map(|h| h.replica.as_str()))),
+                        bind(Bind::MaybeText(held.map(|h| h.run.as_str()))),
                     ];
                     sql.push_str(if i == 0 { "(" } else { ", (" });
                     sql.push_str(&row.join(", "));
@@ -417,7 +417,6 @@ impl SqlStore {
         let writes = BatchWrites {
             deliveries: vec![d],
             holder: None,
-            incarnation: None,
             handed: 0,
             now: now_ms(),
             lease_until: None,
@@ -622,7 +621,6 @@ impl SqlStore {
         let writes = BatchWrites {
             deliveries,
             holder: self.holder.as_deref(),
-            incarnation: self.incarnation.as_deref(),
             handed,
             now,
             lease_until,
