@@ -590,14 +590,22 @@ async fn handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s: SqlSto
         h.take().is_none(),
         "handed over before the store was drained"
     );
+    assert!(
+        h.worth_a_claim(),
+        "the store may hold deliveries from before"
+    );
     let mark = h.pending_mark();
     let c = s.claim_many(lease, 8).await.unwrap();
     assert_eq!(c.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["d0"]);
     assert!(s.claim_many(lease, 8).await.unwrap().is_empty());
     h.drained_at(mark);
+    // Idle workers leave the store (and SQLite's one connection) alone...
+    assert!(!h.worth_a_claim(), "a claim right after one found nothing");
     for n in 1..=5 {
         assert_eq!(submit(n).await, Intake::Stored);
     }
+    // ...until something is stored pending there.
+    assert!(h.worth_a_claim(), "d4 and d5 wait in the store");
     let handed: Vec<_> = std::iter::from_fn(|| h.take()).map(|(_, c)| c).collect();
     assert_eq!(
         handed
@@ -632,6 +640,11 @@ async fn handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s: SqlSto
     );
     assert!(s.claim_many(lease, 8).await.unwrap().is_empty());
     h.drained_at(mark);
+    assert!(!h.worth_a_claim());
+    // Deliveries also come due there unannounced (a lease run out, a
+    // retry's delay over): the workers look again after a while.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(h.worth_a_claim(), "never looking again would strand them");
     assert_eq!(submit(8).await, Intake::Stored);
     assert_eq!(h.take().map(|(_, c)| c.id), Some("d8".to_string()));
     // The same delivery again is a duplicate, and is not handed over twice.

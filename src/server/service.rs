@@ -355,6 +355,9 @@ async fn next_claim(
             return Ok(Some(d));
         }
     }
+    if !svc.handoff.worth_a_claim() {
+        return Ok(None);
+    }
     let mark = svc.handoff.pending_mark();
     let mut fresh = svc.store.claim_many(svc.lease, CLAIM_BATCH).await?;
     if fresh.is_empty() {

@@ -249,6 +249,11 @@ pub struct SqlStore {
     sqlite: bool,
     /// Whose claims these are (see [`SqlStore::held_by`]).
     holder: Option<std::sync::Arc<Holder>>,
+    /// Workers waiting for a connection to claim or renew: the intake's
+    /// writer, which keeps its connection from one commit to the next while
+    /// writes keep coming, gives it back at once when one is waiting (on
+    /// SQLite it is the only one).
+    workers_waiting: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Who holds a delivery: a replica, and which of its runs.
@@ -274,6 +279,9 @@ pub struct Claimed {
     pub payload: String,
     pub attempts: i64,
 }
+
+/// A PostgreSQL connection idle this long is pinged before it is used.
+const CHECK_IDLE_AFTER: Duration = Duration::from_secs(1);
 
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
@@ -326,6 +334,21 @@ impl SqlStore {
                 Some(Duration::from_secs(600))
             })
             .acquire_timeout(Duration::from_secs(10))
+            // sqlx pings a connection each time it is taken from the pool:
+            // on SQLite a trip to its thread and back, on PostgreSQL a round
+            // trip to the server, before every statement — a fifth of each
+            // intake commit under load. A file cannot hang up; a server
+            // connection is checked only once it has been idle a while
+            // (one that fails in use is answered as any failed statement).
+            .test_before_acquire(false)
+            .before_acquire(move |conn, meta| {
+                Box::pin(async move {
+                    if !sqlite && meta.idle_for >= CHECK_IDLE_AFTER {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if sqlite {
@@ -345,6 +368,7 @@ impl SqlStore {
             pool,
             sqlite,
             holder: None,
+            workers_waiting: Default::default(),
         };
         store.migrate(url.starts_with("postgres")).await?;
         Ok(store)
@@ -438,6 +462,28 @@ impl SqlStore {
         Ok(r.rows_affected())
     }
 
+    /// A connection for a worker's claim or renewal, counted as waited for
+    /// (see `workers_waiting`) until it is had.
+    async fn worker_connection(&self) -> Result<intake::Conn, SqlError> {
+        use std::sync::atomic::Ordering;
+        struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.workers_waiting.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(&self.workers_waiting);
+        Ok(self.pool.acquire().await?)
+    }
+
+    /// Whether a worker waits for a connection.
+    fn workers_wait(&self) -> bool {
+        self.workers_waiting
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0
+    }
+
     pub async fn ping(&self) -> bool {
         sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
     }
@@ -452,6 +498,7 @@ impl SqlStore {
     /// several renews each one's lease before it starts on it.
     pub async fn claim_many(&self, lease: Duration, n: usize) -> Result<Vec<Claimed>, SqlError> {
         let now = now_ms();
+        let mut conn = self.worker_connection().await?;
         let rows = sqlx::query(
             // The first few pending and the first few whose lease ran out,
             // each read in order from the queue index, then the first few of
@@ -470,7 +517,7 @@ impl SqlStore {
         .bind(n.max(1) as i64)
         .bind(self.holder.as_ref().map(|h| h.replica.as_str()))
         .bind(self.holder.as_ref().map(|h| h.run.as_str()))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         if rows.is_empty() {
             return Ok(Vec::new());
@@ -487,7 +534,7 @@ impl SqlStore {
             query = query.bind(r.get::<String, _>("id"));
         }
         let mut bodies: std::collections::HashMap<String, String> = query
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await?
             .iter()
             .map(|r| (r.get("id"), r.get("payload")))
@@ -528,7 +575,7 @@ impl SqlStore {
         .bind(now_ms() + lease.as_millis() as i64)
         .bind(id)
         .bind(attempts)
-        .execute(&self.pool)
+        .execute(&mut *self.worker_connection().await?)
         .await?;
         Ok(r.rows_affected() == 1)
     }

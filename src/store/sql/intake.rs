@@ -63,6 +63,12 @@ pub struct IntakeQueue {
 /// The most writes one commit takes (a burst larger than this is split).
 const MAX_BATCH: usize = 256;
 
+/// The longest the writer keeps a connection through consecutive commits.
+const HOLD_AT_MOST: Duration = Duration::from_millis(20);
+
+/// A connection of the store's pool.
+pub(super) type Conn = sqlx::pool::PoolConnection<sqlx::Any>;
+
 /// Deliveries stored already claimed, waiting in memory for this process's
 /// workers (see the module's documentation).
 pub struct Handoff {
@@ -79,7 +85,15 @@ pub struct Handoff {
     /// The highest `pending_stored` a worker has seen followed by a claim that
     /// found nothing: while it is behind, deliveries wait in the store.
     drained: AtomicU64,
+    /// When a claim last found the store with nothing to claim.
+    found_empty: Mutex<Option<Instant>>,
 }
+
+/// How long after a claim found the store empty the workers look again
+/// though told of nothing stored pending: deliveries also come due there
+/// without this process storing them — a lease run out, a retry's delay
+/// over, another replica's overflow.
+const LOOK_AGAIN: Duration = Duration::from_millis(250);
 
 impl Handoff {
     pub fn new(room: usize, lease: Duration) -> Arc<Handoff> {
@@ -90,6 +104,7 @@ impl Handoff {
             ready: Notify::new(),
             pending_stored: AtomicU64::new(1),
             drained: AtomicU64::new(0),
+            found_empty: Mutex::new(None),
         })
     }
 
@@ -112,6 +127,20 @@ impl Handoff {
     /// A claim begun at `mark` found the store with nothing to claim.
     pub fn drained_at(&self, mark: u64) {
         self.drained.fetch_max(mark, Ordering::SeqCst);
+        *self.found_empty.locked() = Some(Instant::now());
+    }
+
+    /// Whether a claim from the store may find something: deliveries were
+    /// stored pending since it was last found empty, or that was a while
+    /// ago (see [`LOOK_AGAIN`]). A worker with nothing handed over asks
+    /// first, so idle workers do not keep the store's one SQLite
+    /// connection from the intake's commits with claims that find nothing.
+    pub fn worth_a_claim(&self) -> bool {
+        self.drained.load(Ordering::SeqCst) < self.pending_stored.load(Ordering::SeqCst)
+            || self
+                .found_empty
+                .locked()
+                .is_none_or(|at| at.elapsed() >= LOOK_AGAIN)
     }
 
     /// Takes deliveries just committed claimed, and says whether others were
@@ -152,14 +181,29 @@ impl IntakeQueue {
         let (tx, mut rx) = mpsc::channel::<Waiting>(4 * MAX_BATCH);
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(MAX_BATCH);
+            // The connection is kept from one commit to the next while
+            // writes keep coming: taking it from the pool and giving it back
+            // costs a trip to the database each (sqlx checks a connection
+            // given back), which was a fifth of a commit under load.
+            let mut conn: Option<Conn> = None;
+            let mut taken = Instant::now();
             while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
                 metrics::histogram!("supervise_intake_batch").record(batch.len() as f64);
                 let began = Instant::now();
+                let had = conn.is_some();
                 store
-                    .commit_batch(std::mem::take(&mut batch), handoff.as_deref())
+                    .commit_batch(&mut conn, std::mem::take(&mut batch), handoff.as_deref())
                     .await;
+                if !had {
+                    taken = began;
+                }
                 metrics::histogram!("supervise_intake_commit_seconds")
                     .record(began.elapsed().as_secs_f64());
+                // On SQLite it is the store's one connection: claims,
+                // renewals and operations wait for it.
+                if rx.is_empty() || store.workers_wait() || taken.elapsed() >= HOLD_AT_MOST {
+                    conn = None;
+                }
             }
         });
         IntakeQueue { tx }
@@ -402,18 +446,25 @@ impl SqlStore {
         installation: Option<i64>,
         payload: &str,
     ) -> Result<Intake, SqlError> {
-        self.store_alone(&NewDelivery {
-            id: id.to_string(),
-            event: event.to_string(),
-            dedupe: dedupe.map(str::to_string),
-            installation,
-            payload: payload.to_string(),
-        })
+        self.store_alone(
+            &mut None,
+            &NewDelivery {
+                id: id.to_string(),
+                event: event.to_string(),
+                dedupe: dedupe.map(str::to_string),
+                installation,
+                payload: payload.to_string(),
+            },
+        )
         .await
     }
 
     /// Stores one delivery in a transaction of its own, pending.
-    async fn store_alone(&self, d: &NewDelivery) -> Result<Intake, SqlError> {
+    async fn store_alone(
+        &self,
+        conn: &mut Option<Conn>,
+        d: &NewDelivery,
+    ) -> Result<Intake, SqlError> {
         let writes = BatchWrites {
             deliveries: vec![d],
             holder: None,
@@ -423,7 +474,7 @@ impl SqlStore {
             done: Vec::new(),
             failed: Vec::new(),
         };
-        Ok(if self.write(&writes).await?.is_empty() {
+        Ok(if self.write(conn, &writes).await?.is_empty() {
             Intake::Duplicate
         } else {
             Intake::Stored
@@ -453,7 +504,17 @@ impl SqlStore {
     /// the connection's thread at once (each statement sent alone would cross
     /// to it and back); on PostgreSQL, which takes no script with parameters,
     /// it is one statement, the writes its parts (`WITH`), so one round trip.
-    async fn write(&self, w: &BatchWrites<'_>) -> Result<HashSet<String>, SqlError> {
+    /// Made on `conn`, or on one taken from the pool and left there;
+    /// a connection a write failed on is given back.
+    async fn write(
+        &self,
+        conn: &mut Option<Conn>,
+        w: &BatchWrites<'_>,
+    ) -> Result<HashSet<String>, SqlError> {
+        let c = match conn {
+            Some(c) => c,
+            None => conn.insert(self.pool.acquire().await?),
+        };
         let ids = |rows: Vec<sqlx::any::AnyRow>| -> Result<HashSet<String>, SqlError> {
             Ok(rows
                 .iter()
@@ -469,13 +530,13 @@ impl SqlStore {
                 sql.push_str(";\n");
             }
             sql.push_str("COMMIT");
-            let mut conn = self.pool.acquire().await?;
             // Only placeholders are made here; the values are bound.
             let q = bound(
                 sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false),
                 &script.binds(),
             );
-            return match q.fetch_all(&mut *conn).await {
+            let r = q.fetch_all(&mut **c).await;
+            return match r {
                 Ok(rows) => ids(rows),
                 Err(e) => {
                     // The script stopped part way, inside its transaction
@@ -484,11 +545,12 @@ impl SqlStore {
                     // fails for another reason than there being nothing to
                     // undo (closing the one connection of an in-memory
                     // database would lose it).
-                    if let Err(r) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+                    if let Err(r) = sqlx::query("ROLLBACK").execute(&mut **c).await {
                         if !r.to_string().contains("no transaction is active") {
-                            let _ = conn.close_on_drop();
+                            c.close_on_drop();
                         }
                     }
+                    *conn = None;
                     Err(e.into())
                 }
             };
@@ -514,15 +576,24 @@ impl SqlStore {
         // few writes recur, and an unprepared statement costs PostgreSQL a
         // round trip more (it is described before it is run).
         let q = bound(sqlx::query(sqlx::AssertSqlSafe(sql)), &script.binds());
-        ids(q.fetch_all(&self.pool).await?)
+        let rows = q.fetch_all(&mut **c).await;
+        if rows.is_err() {
+            *conn = None;
+        }
+        ids(rows?)
     }
 
     /// One transaction for the batch; if it fails, each write is tried on
     /// its own (pending, not handed over), so one that cannot be made never
     /// costs the others theirs.
-    async fn commit_batch(&self, batch: Vec<Waiting>, handoff: Option<&Handoff>) {
+    async fn commit_batch(
+        &self,
+        conn: &mut Option<Conn>,
+        batch: Vec<Waiting>,
+        handoff: Option<&Handoff>,
+    ) {
         if batch.len() > 1 || handoff.is_some() {
-            match self.write_all(&batch, handoff).await {
+            match self.write_all(conn, &batch, handoff).await {
                 Ok(outcomes) => {
                     // Committed: what was stored is durable, and now handed
                     // over (the bodies moved, not copied), then answered.
@@ -558,7 +629,7 @@ impl SqlStore {
         }
         for (w, done) in batch {
             let r = match &w {
-                Write::Store(d) => self.store_alone(d).await.map(Some),
+                Write::Store(d) => self.store_alone(conn, d).await.map(Some),
                 Write::End {
                     id,
                     attempts,
@@ -579,6 +650,7 @@ impl SqlStore {
     /// came of each write.
     async fn write_all(
         &self,
+        conn: &mut Option<Conn>,
         batch: &[Waiting],
         handoff: Option<&Handoff>,
     ) -> Result<Vec<Outcome>, SqlError> {
@@ -627,7 +699,7 @@ impl SqlStore {
             done,
             failed,
         };
-        let mut inserted = self.write(&writes).await?;
+        let mut inserted = self.write(conn, &writes).await?;
         // The first write of an id stored is the one stored; another write
         // of it in the same batch is its duplicate.
         let mut stored = writes
