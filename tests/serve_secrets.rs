@@ -136,3 +136,22 @@ fn the_sqlite_file_is_readable_by_its_owner_only() {
     let mode = std::fs::metadata(&db).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "{mode:o}");
 }
+
+#[test]
+fn a_retention_shorter_than_githubs_redelivery_window_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let said = serve(
+        &["--app-id", "1"],
+        &[
+            ("GITHUB_PRIVATE_KEY", CANARY_KEY),
+            ("GITHUB_WEBHOOK_SECRET", CANARY_SECRET),
+            ("SUPERVISE_DELIVERY_RETENTION_DAYS", "3"),
+        ],
+        dir.path(),
+    );
+    assert!(
+        said.contains("SUPERVISE_DELIVERY_RETENTION_DAYS is 3") && said.contains("use 7 or more"),
+        "{said}"
+    );
+    assert_clean(&said, "retention too short");
+}

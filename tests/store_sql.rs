@@ -744,3 +744,56 @@ async fn sqlite_a_restart_takes_back_what_this_replica_held() {
 async fn postgres_a_restart_takes_back_what_this_replica_held() {
     a_restart_takes_back_what_this_replica_held(&postgres_url().await).await;
 }
+
+/// Deliveries whose processing ended are forgotten once older than the
+/// retention — rows and bodies, a few at a time, oldest first — and those
+/// still to be processed are kept whatever their age.
+async fn finished_deliveries_are_forgotten_after_their_retention(s: SqlStore) {
+    let lease = Duration::from_secs(60);
+    for n in 0..5 {
+        let (id, body) = (format!("d{n}"), format!("{{\"n\":{n}}}"));
+        let stored = s.intake(&id, "issue_comment", None, Some(1), &body).await;
+        assert_eq!(stored.unwrap(), Intake::Stored);
+    }
+    let claimed = s.claim_many(lease, 4).await.unwrap();
+    assert_eq!(claimed.len(), 4);
+    for c in &claimed {
+        let error = (c.id == "d3").then_some("boom");
+        s.finish(&c.id, c.attempts, error).await.unwrap();
+    }
+    // None is older than the epoch.
+    assert_eq!(s.forget_finished(0, 10).await.unwrap(), 0);
+    let later = chrono::Utc::now().timestamp_millis() + 1_000;
+    assert_eq!(s.forget_finished(later, 3).await.unwrap(), 3);
+    assert_eq!(
+        s.forget_finished(later, 3).await.unwrap(),
+        1,
+        "the failed one too"
+    );
+    assert_eq!(s.forget_finished(later, 3).await.unwrap(), 0);
+    assert_eq!(s.counts().await.unwrap(), (1, 0), "d4 waits still");
+    // A forgotten delivery's body went with it: the same id is new again,
+    // with its new body (a body left behind would have been kept instead).
+    let again = s.intake("d0", "issue_comment", None, Some(1), "{\"again\":true}");
+    assert_eq!(again.await.unwrap(), Intake::Stored);
+    let next: Vec<_> = s.claim_many(lease, 4).await.unwrap();
+    assert_eq!(
+        next.iter()
+            .map(|c| (c.id.as_str(), c.payload.as_str()))
+            .collect::<Vec<_>>(),
+        [("d4", "{\"n\":4}"), ("d0", "{\"again\":true}")]
+    );
+}
+
+#[tokio::test]
+async fn sqlite_finished_deliveries_are_forgotten_after_their_retention() {
+    let (s, _d) = sqlite().await;
+    finished_deliveries_are_forgotten_after_their_retention(s).await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: scripts/test starts one"]
+async fn postgres_finished_deliveries_are_forgotten_after_their_retention() {
+    let s = SqlStore::connect(&postgres_url().await).await.unwrap();
+    finished_deliveries_are_forgotten_after_their_retention(s).await;
+}

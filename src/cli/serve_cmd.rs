@@ -81,6 +81,12 @@ pub struct ServeArgs {
     /// installation, shared fairly between them.
     #[arg(long, env = "SUPERVISE_INSTALLATION_AGENTS", default_value_t = 20)]
     pub installation_agents: u64,
+    /// Days a delivery is kept once processed (its row and body), then
+    /// forgotten; 0 keeps them for ever. At least 7: GitHub redelivers a
+    /// delivery under its own id up to 7 days on (3 on github.com), and one
+    /// forgotten sooner would be processed again.
+    #[arg(long, env = "SUPERVISE_DELIVERY_RETENTION_DAYS", default_value_t = 14)]
+    pub delivery_retention_days: u64,
     /// This replica's name in operation leases (default: the host name). Give
     /// each replica its own when several share a host.
     #[arg(long, env = "SUPERVISE_REPLICA_ID")]
@@ -164,6 +170,16 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
     if secrets.is_empty() {
         return Err(anyhow!("GITHUB_WEBHOOK_SECRET is empty"));
     }
+    let min_days = crate::store::sql::MIN_RETENTION.as_secs() / 86_400;
+    let delivery_retention = match args.delivery_retention_days {
+        0 => None,
+        days if days < min_days => {
+            return Err(anyhow!(
+                "SUPERVISE_DELIVERY_RETENTION_DAYS is {days}: GitHub can redeliver a delivery up to {min_days} days on, and one forgotten sooner would be processed again; use {min_days} or more (0 keeps them for ever)"
+            ))
+        }
+        days => Some(Duration::from_secs(days.saturating_mul(86_400))),
+    };
     let replica_id = args.replica_id.clone().unwrap_or_else(|| {
         std::fs::read_to_string("/etc/hostname")
             .map(|h| h.trim().to_string())
@@ -193,6 +209,7 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
                 force_cancel_after: Duration::from_secs(args.force_cancel_secs.max(1)),
                 lease: Duration::from_secs(args.lease_secs.max(1)),
             },
+            delivery_retention,
             limits: InstallationLimits {
                 daily_budget: args.installation_daily_budget,
                 agents: Some(args.installation_agents.max(1)),

@@ -3,6 +3,7 @@
 //! [`crate::commands::handle`].
 
 pub mod listen;
+pub mod retention;
 pub mod run;
 pub mod service;
 pub mod signature;

@@ -38,6 +38,8 @@ pub struct ServiceConfig {
     pub limits: InstallationLimits,
     /// Where `GET /metrics` reads from; `None` answers it empty.
     pub metrics: Option<PrometheusHandle>,
+    /// How long finished deliveries are kept; `None`: for ever.
+    pub delivery_retention: Option<std::time::Duration>,
 }
 
 /// Serves on `listener` until `shutdown` resolves, then stops the workers
@@ -75,6 +77,9 @@ pub async fn run(
             tracing::warn!(error = %e, "cannot look again for deliveries held by this replica's last run");
         }
     });
+    if let Some(retention) = config.delivery_retention {
+        tokio::spawn(super::retention::sweep_forever(store.clone(), retention));
+    }
     let github = Arc::new(GitHub::new(
         &config.api_url,
         config.app_id,

@@ -280,6 +280,11 @@ pub struct Claimed {
     pub attempts: i64,
 }
 
+/// The least time a finished delivery is kept. GitHub lets a delivery be
+/// redelivered, under its own id, for 3 days (GitHub Enterprise Server: 7);
+/// one forgotten sooner would be taken for new and processed again.
+pub const MIN_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// A PostgreSQL connection idle this long is pinged before it is used.
 const CHECK_IDLE_AFTER: Duration = Duration::from_secs(1);
 
@@ -900,6 +905,44 @@ impl SqlStore {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// Forgets up to `limit` of the oldest deliveries whose processing ended
+    /// (done or failed) and that were received before `before_ms`: their rows
+    /// and their bodies, in one transaction. Returns how many. Once forgotten,
+    /// a delivery of the same id is no longer a duplicate: see
+    /// [`MIN_RETENTION`] for how long they must be kept.
+    pub async fn forget_finished(&self, before_ms: i64, limit: usize) -> Result<u64, SqlError> {
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<String> = sqlx::query(
+            "DELETE FROM deliveries WHERE id IN (
+                 SELECT id FROM deliveries
+                 WHERE status IN ('done', 'failed') AND received_at < $1
+                 ORDER BY received_at, id LIMIT $2)
+             RETURNING id",
+        )
+        .bind(before_ms)
+        .bind(limit.max(1) as i64)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| r.try_get("id"))
+        .collect::<Result<_, _>>()?;
+        if !ids.is_empty() {
+            let marks: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+            let delete = format!(
+                "DELETE FROM delivery_payloads WHERE id IN ({})",
+                marks.join(", ")
+            );
+            // Only placeholders are made here; the ids are bound.
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(delete));
+            for id in &ids {
+                q = q.bind(id);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(ids.len() as u64)
     }
 
     pub async fn counts(&self) -> Result<(i64, i64), SqlError> {

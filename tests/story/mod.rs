@@ -544,5 +544,6 @@ fn in_process_config(
         timings: fast_timings(lease_secs, reconcile_secs),
         limits: Default::default(),
         metrics,
+        delivery_retention: Some(supervise::store::sql::MIN_RETENTION),
     }
 }
