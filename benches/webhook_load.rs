@@ -265,7 +265,8 @@ async fn main() {
     // One receiver at a time: the service may still be working through what
     // it stored when its runs end, and must not take the machine from the
     // next receiver's runs.
-    let targets: [(&str, u16, Box<dyn Fn() -> Option<Child>>); 2] = [
+    type Start<'a> = Box<dyn Fn() -> Option<Child> + 'a>;
+    let targets: [(&str, u16, Start); 2] = [
         (
             store,
             sp,
