@@ -590,8 +590,9 @@ async fn handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s: SqlSto
         h.take().is_none(),
         "handed over before the store was drained"
     );
+    let found_none = Some(std::time::Instant::now());
     assert!(
-        h.worth_a_claim(),
+        h.worth_a_claim(found_none),
         "the store may hold deliveries from before"
     );
     let mark = h.pending_mark();
@@ -600,12 +601,20 @@ async fn handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s: SqlSto
     assert!(s.claim_many(lease, 8).await.unwrap().is_empty());
     h.drained_at(mark);
     // Idle workers leave the store (and SQLite's one connection) alone...
-    assert!(!h.worth_a_claim(), "a claim right after one found nothing");
+    let found_none = Some(std::time::Instant::now());
+    assert!(
+        !h.worth_a_claim(found_none),
+        "a claim right after one found nothing"
+    );
+    assert!(
+        h.worth_a_claim(None),
+        "the last claim found some: maybe more"
+    );
     for n in 1..=5 {
         assert_eq!(submit(n).await, Intake::Stored);
     }
     // ...until something is stored pending there.
-    assert!(h.worth_a_claim(), "d4 and d5 wait in the store");
+    assert!(h.worth_a_claim(found_none), "d4 and d5 wait in the store");
     let handed: Vec<_> = std::iter::from_fn(|| h.take()).map(|(_, c)| c).collect();
     assert_eq!(
         handed
@@ -640,11 +649,15 @@ async fn handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s: SqlSto
     );
     assert!(s.claim_many(lease, 8).await.unwrap().is_empty());
     h.drained_at(mark);
-    assert!(!h.worth_a_claim());
+    let found_none = Some(std::time::Instant::now());
+    assert!(!h.worth_a_claim(found_none));
     // Deliveries also come due there unannounced (a lease run out, a
     // retry's delay over): the workers look again after a while.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(h.worth_a_claim(), "never looking again would strand them");
+    tokio::time::sleep(supervise::store::sql::LOOK_AGAIN).await;
+    assert!(
+        h.worth_a_claim(found_none),
+        "never looking again would strand them"
+    );
     assert_eq!(submit(8).await, Intake::Stored);
     assert_eq!(h.take().map(|(_, c)| c.id), Some("d8".to_string()));
     // The same delivery again is a duplicate, and is not handed over twice.

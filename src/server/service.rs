@@ -346,24 +346,31 @@ const CLAIM_BATCH: usize = 8;
 /// it has passed while it waited (a lease still well within its time cannot
 /// have been taken over; one another worker took is left to that worker) —
 /// else a fresh claim from the store.
+///
+/// `found_none`: when this worker's last claim from the store found nothing
+/// (`None` if it found some), which spares the store claims that would find
+/// nothing again (see `Handoff::worth_a_claim`).
 async fn next_claim(
     svc: &Service,
     held: &mut std::collections::VecDeque<(Instant, Claimed)>,
+    found_none: &mut Option<Instant>,
 ) -> Result<Option<Claimed>, crate::store::sql::SqlError> {
     while let Some((at, d)) = held.pop_front().or_else(|| svc.handoff.take()) {
         if at.elapsed() < svc.lease / 3 || svc.store.renew(&d.id, d.attempts, svc.lease).await? {
             return Ok(Some(d));
         }
     }
-    if !svc.handoff.worth_a_claim() {
+    if !svc.handoff.worth_a_claim(*found_none) {
         return Ok(None);
     }
     let mark = svc.handoff.pending_mark();
     let mut fresh = svc.store.claim_many(svc.lease, CLAIM_BATCH).await?;
     if fresh.is_empty() {
         svc.handoff.drained_at(mark);
+        *found_none = Some(Instant::now());
         return Ok(None);
     }
+    *found_none = None;
     let first = fresh.remove(0);
     let now = Instant::now();
     held.extend(fresh.into_iter().map(|d| (now, d)));
@@ -383,8 +390,9 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
 async fn worker(svc: Arc<Service>) {
     // Deliveries claimed together, taken one at a time.
     let mut held: std::collections::VecDeque<(Instant, Claimed)> = Default::default();
+    let mut found_none = None;
     while !svc.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-        match next_claim(&svc, &mut held).await {
+        match next_claim(&svc, &mut held, &mut found_none).await {
             Ok(Some(d)) => {
                 svc.in_flight.locked().insert((d.id.clone(), d.attempts));
                 let result = process(&svc, &d).await;
@@ -539,6 +547,50 @@ mod tests {
 
     async fn ready(svc: &Arc<Service>) -> StatusCode {
         readyz(State(svc.clone())).await.0
+    }
+
+    /// A worker whose claim found nothing leaves the store alone a while,
+    /// but holds no other worker back: on PostgreSQL two claims racing for
+    /// the same rows leave one with none though thousands wait, and a
+    /// restarted service's backlog was then claimed eight at a time per
+    /// look-again instead of at once. And one that found some claims again.
+    #[tokio::test]
+    async fn a_claim_that_found_nothing_holds_back_only_its_own_worker() {
+        let svc = service(Duration::from_secs(60)).await;
+        let mut held = Default::default();
+        // The store was found drained...
+        let mut first = None;
+        assert!(next_claim(&svc, &mut held, &mut first)
+            .await
+            .unwrap()
+            .is_none());
+        assert!(first.is_some());
+        // ...then a backlog appears there that this process was not told of
+        // (stored by another replica, or leases run out).
+        for n in 0..20 {
+            let id = format!("d{n}");
+            svc.store
+                .intake(&id, "ping", None, None, "{}")
+                .await
+                .unwrap();
+        }
+        assert!(
+            next_claim(&svc, &mut held, &mut first)
+                .await
+                .unwrap()
+                .is_none(),
+            "the worker that found nothing looks again only after a while"
+        );
+        let mut second = None;
+        let mut claimed = 0;
+        while let Some(_d) = next_claim(&svc, &mut held, &mut second).await.unwrap() {
+            claimed += 1;
+        }
+        assert_eq!(
+            claimed, 20,
+            "another worker takes the whole backlog at once"
+        );
+        assert!(second.is_some(), "and then found the store empty");
     }
 
     /// A panic in a delivery's work is caught: the delivery is put back to be

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 mod intake;
 mod spend;
-pub use intake::{Handoff, IntakeQueue, NewDelivery};
+pub use intake::{Handoff, IntakeQueue, NewDelivery, LOOK_AGAIN};
 pub use spend::{Admission, Admitted, Caps};
 
 /// Versioned schema steps, applied once each, in order, in a transaction.
@@ -288,6 +288,18 @@ pub const MIN_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// A PostgreSQL connection idle this long is pinged before it is used.
 const CHECK_IDLE_AFTER: Duration = Duration::from_secs(1);
 
+/// A statement on a list of delivery ids: `template`'s `{ids}` becomes one
+/// placeholder for each, and the ids are bound to them.
+fn on_ids(
+    template: &str,
+    ids: impl ExactSizeIterator<Item = String>,
+) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
+    let marks: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+    // Only placeholders are made here; the ids are bound.
+    let sql = template.replace("{ids}", &marks.join(", "));
+    ids.fold(sqlx::query(sqlx::AssertSqlSafe(sql)), |q, id| q.bind(id))
+}
+
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
@@ -528,22 +540,16 @@ impl SqlStore {
             return Ok(Vec::new());
         }
         // The bodies, in one statement (they never change once stored).
-        let marks: Vec<String> = (1..=rows.len()).map(|i| format!("${i}")).collect();
-        let select = format!(
-            "SELECT id, payload FROM delivery_payloads WHERE id IN ({})",
-            marks.join(", ")
-        );
-        // Only placeholders are made here; the ids are bound.
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(select));
-        for r in &rows {
-            query = query.bind(r.get::<String, _>("id"));
-        }
-        let mut bodies: std::collections::HashMap<String, String> = query
-            .fetch_all(&mut *conn)
-            .await?
-            .iter()
-            .map(|r| (r.get("id"), r.get("payload")))
-            .collect();
+        let ids = rows.iter().map(|r| r.get::<String, _>("id"));
+        let mut bodies: std::collections::HashMap<String, String> = on_ids(
+            "SELECT id, payload FROM delivery_payloads WHERE id IN ({ids})",
+            ids,
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| (r.get("id"), r.get("payload")))
+        .collect();
         let mut claimed: Vec<(i64, Claimed)> = rows
             .iter()
             .map(|r| {
@@ -929,17 +935,10 @@ impl SqlStore {
         .map(|r| r.try_get("id"))
         .collect::<Result<_, _>>()?;
         if !ids.is_empty() {
-            let marks: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
-            let delete = format!(
-                "DELETE FROM delivery_payloads WHERE id IN ({})",
-                marks.join(", ")
-            );
-            // Only placeholders are made here; the ids are bound.
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(delete));
-            for id in &ids {
-                q = q.bind(id);
-            }
-            q.execute(&mut *tx).await?;
+            let delete = "DELETE FROM delivery_payloads WHERE id IN ({ids})";
+            on_ids(delete, ids.iter().cloned())
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(ids.len() as u64)

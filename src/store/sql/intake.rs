@@ -85,15 +85,13 @@ pub struct Handoff {
     /// The highest `pending_stored` a worker has seen followed by a claim that
     /// found nothing: while it is behind, deliveries wait in the store.
     drained: AtomicU64,
-    /// When a claim last found the store with nothing to claim.
-    found_empty: Mutex<Option<Instant>>,
 }
 
-/// How long after a claim found the store empty the workers look again
+/// How long after its claim found the store empty a worker looks again
 /// though told of nothing stored pending: deliveries also come due there
 /// without this process storing them — a lease run out, a retry's delay
 /// over, another replica's overflow.
-const LOOK_AGAIN: Duration = Duration::from_millis(250);
+pub const LOOK_AGAIN: Duration = Duration::from_millis(250);
 
 impl Handoff {
     pub fn new(room: usize, lease: Duration) -> Arc<Handoff> {
@@ -104,7 +102,6 @@ impl Handoff {
             ready: Notify::new(),
             pending_stored: AtomicU64::new(1),
             drained: AtomicU64::new(0),
-            found_empty: Mutex::new(None),
         })
     }
 
@@ -127,20 +124,20 @@ impl Handoff {
     /// A claim begun at `mark` found the store with nothing to claim.
     pub fn drained_at(&self, mark: u64) {
         self.drained.fetch_max(mark, Ordering::SeqCst);
-        *self.found_empty.locked() = Some(Instant::now());
     }
 
-    /// Whether a claim from the store may find something: deliveries were
-    /// stored pending since it was last found empty, or that was a while
-    /// ago (see [`LOOK_AGAIN`]). A worker with nothing handed over asks
-    /// first, so idle workers do not keep the store's one SQLite
-    /// connection from the intake's commits with claims that find nothing.
-    pub fn worth_a_claim(&self) -> bool {
+    /// Whether a worker's claim from the store may find something, the
+    /// worker's last having found nothing at `found_none` (`None`: it found
+    /// some): deliveries were stored pending since the store was found
+    /// drained, or that last claim was a while ago (see [`LOOK_AGAIN`]). A
+    /// worker with nothing handed over asks first, so idle workers do not
+    /// keep the store's one SQLite connection from intake's commits with
+    /// claims that find nothing. Each worker asks for itself: on PostgreSQL
+    /// a claim racing another for the same rows finds none of them though
+    /// many more wait, and must not hold the other workers back.
+    pub fn worth_a_claim(&self, found_none: Option<Instant>) -> bool {
         self.drained.load(Ordering::SeqCst) < self.pending_stored.load(Ordering::SeqCst)
-            || self
-                .found_empty
-                .locked()
-                .is_none_or(|at| at.elapsed() >= LOOK_AGAIN)
+            || found_none.is_none_or(|at| at.elapsed() >= LOOK_AGAIN)
     }
 
     /// Takes deliveries just committed claimed, and says whether others were
