@@ -810,3 +810,37 @@ async fn postgres_finished_deliveries_are_forgotten_after_their_retention() {
     let s = SqlStore::connect(&postgres_url().await).await.unwrap();
     finished_deliveries_are_forgotten_after_their_retention(s).await;
 }
+
+/// On PostgreSQL a claim passes over the rows another claim is taking: with
+/// the first eight pending locked by a claim still under way, the next claim
+/// takes the eight after them at once — neither waits for the first nor
+/// comes back empty-handed once it ends, which held a restarted service's
+/// backlog to a few claims a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: scripts/test starts one"]
+async fn postgres_a_claim_passes_over_rows_another_claim_is_taking() {
+    let url = postgres_url().await;
+    let s = SqlStore::connect(&url).await.unwrap();
+    for n in 0..20 {
+        let id = format!("d{n:02}");
+        s.intake(&id, "ping", None, None, "{}").await.unwrap();
+    }
+    // Another claim, under way: it holds the first eight.
+    let other = sqlx::AnyPool::connect(&url).await.unwrap();
+    let mut taking = other.begin().await.unwrap();
+    sqlx::query("SELECT id FROM deliveries WHERE status = 'pending' ORDER BY received_at, id LIMIT 8 FOR UPDATE")
+        .fetch_all(&mut *taking)
+        .await
+        .unwrap();
+    let claim = s.claim_many(Duration::from_secs(60), 8);
+    let got = tokio::time::timeout(Duration::from_secs(5), claim)
+        .await
+        .expect("the claim waited for the other to end")
+        .unwrap();
+    let ids: Vec<&str> = got.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["d08", "d09", "d10", "d11", "d12", "d13", "d14", "d15"]
+    );
+    taking.rollback().await.unwrap();
+}

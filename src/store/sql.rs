@@ -288,6 +288,32 @@ pub const MIN_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// A PostgreSQL connection idle this long is pinged before it is used.
 const CHECK_IDLE_AFTER: Duration = Duration::from_secs(1);
 
+/// A claim: the first few pending and the first few whose lease ran out,
+/// each read in order from the queue index, then the first few of both.
+/// `{skip}`: on PostgreSQL, rows another claim is taking are passed over
+/// (without it, two claims racing for the same rows leave one with none of
+/// them though many more wait); SQLite runs one write at a time.
+macro_rules! claim {
+    ($skip:literal) => {
+        concat!(
+            "UPDATE deliveries SET status = 'processing', lease_until = $1, attempts = attempts + 1, holder = $4, incarnation = $5
+             WHERE id IN (SELECT id FROM (
+                 SELECT id, received_at FROM (SELECT id, received_at FROM deliveries WHERE status = 'pending' ORDER BY received_at, id LIMIT $3",
+            $skip,
+            ") AS p
+                 UNION ALL
+                 SELECT id, received_at FROM (SELECT id, received_at FROM deliveries WHERE status = 'processing' AND lease_until < $2 ORDER BY received_at, id LIMIT $3",
+            $skip,
+            ") AS e
+                 ORDER BY received_at, id LIMIT $3) AS due)
+               AND (status = 'pending' OR lease_until < $2)
+             RETURNING id, event, installation, attempts, received_at"
+        )
+    };
+}
+const CLAIM: &str = claim!("");
+const CLAIM_SKIPPING_LOCKED: &str = claim!(" FOR UPDATE SKIP LOCKED");
+
 /// A statement on a list of delivery ids: `template`'s `{ids}` becomes one
 /// placeholder for each, and the ids are bound to them.
 fn on_ids(
@@ -516,19 +542,11 @@ impl SqlStore {
     pub async fn claim_many(&self, lease: Duration, n: usize) -> Result<Vec<Claimed>, SqlError> {
         let now = now_ms();
         let mut conn = self.worker_connection().await?;
-        let rows = sqlx::query(
-            // The first few pending and the first few whose lease ran out,
-            // each read in order from the queue index, then the first few of
-            // both.
-            "UPDATE deliveries SET status = 'processing', lease_until = $1, attempts = attempts + 1, holder = $4, incarnation = $5
-             WHERE id IN (SELECT id FROM (
-                 SELECT id, received_at FROM (SELECT id, received_at FROM deliveries WHERE status = 'pending' ORDER BY received_at, id LIMIT $3) AS p
-                 UNION ALL
-                 SELECT id, received_at FROM (SELECT id, received_at FROM deliveries WHERE status = 'processing' AND lease_until < $2 ORDER BY received_at, id LIMIT $3) AS e
-                 ORDER BY received_at, id LIMIT $3) AS due)
-               AND (status = 'pending' OR lease_until < $2)
-             RETURNING id, event, installation, attempts, received_at",
-        )
+        let rows = sqlx::query(if self.sqlite {
+            CLAIM
+        } else {
+            CLAIM_SKIPPING_LOCKED
+        })
         .bind(now + lease.as_millis() as i64)
         .bind(now)
         .bind(n.max(1) as i64)
