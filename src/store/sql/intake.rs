@@ -344,29 +344,50 @@ impl<'a> BatchWrites<'a> {
     /// stored, whichever they are, found in `stored_in` (the table, when the
     /// statements run one after another; the first's result, when they are
     /// parts of one statement), so it needs nothing back from the first.
-    fn script(&self, stored_in: &str, positional: bool) -> Script<'a> {
+    ///
+    /// `padded`: each statement's rows are made up to the next power of two
+    /// with rows of NULLs that store and match nothing, so that a batch's
+    /// statement is one of a few shapes, each prepared once per connection
+    /// and kept (PostgreSQL: an unprepared shape costs a round trip more,
+    /// and planning).
+    fn script(&self, stored_in: &str, positional: bool, padded: bool) -> Script<'a> {
+        let rows = |n: usize| if padded { n.next_power_of_two() } else { n };
         let mut script = Script::new(positional);
         if !self.deliveries.is_empty() {
             script.push(|bind| {
-                let mut sql = String::from("INSERT INTO deliveries (id, event, dedupe, installation, received_at, status, attempts, lease_until, holder, incarnation) VALUES ");
-                for (i, d) in self.deliveries.iter().enumerate() {
-                    let direct = i < self.handed;
-                    let held = self.holder.filter(|_| direct);
-                    let row = [
-                        bind(Bind::Text(&d.id)),
-                        bind(Bind::Text(&d.event)),
-                        bind(Bind::MaybeText(d.dedupe.as_deref())),
-                        bind(Bind::MaybeInt(d.installation)),
-                        bind(Bind::Int(self.now)),
-                        bind(Bind::Text(if direct { "processing" } else { "pending" })),
-                        bind(Bind::Int(if direct { 1 } else { 0 })),
-                        bind(Bind::MaybeInt(if direct { self.lease_until } else { None })),
-                        bind(Bind::MaybeText(held.map(|h| h.replica.as_str()))),
-                        bind(Bind::MaybeText(held.map(|h| h.run.as_str()))),
-                    ];
+                let mut sql = String::from("INSERT INTO deliveries (id, event, dedupe, installation, received_at, status, attempts, lease_until, holder, incarnation) ");
+                sql.push_str(if padded { "SELECT * FROM (VALUES " } else { "VALUES " });
+                for i in 0..rows(self.deliveries.len()) {
+                    let row = match self.deliveries.get(i) {
+                        Some(d) => {
+                            let direct = i < self.handed;
+                            let held = self.holder.filter(|_| direct);
+                            [
+                                bind(Bind::Text(&d.id)),
+                                bind(Bind::Text(&d.event)),
+                                bind(Bind::MaybeText(d.dedupe.as_deref())),
+                                bind(Bind::MaybeInt(d.installation)),
+                                bind(Bind::Int(self.now)),
+                                bind(Bind::Text(if direct { "processing" } else { "pending" })),
+                                bind(Bind::Int(if direct { 1 } else { 0 })),
+                                bind(Bind::MaybeInt(if direct { self.lease_until } else { None })),
+                                bind(Bind::MaybeText(held.map(|h| h.replica.as_str()))),
+                                bind(Bind::MaybeText(held.map(|h| h.run.as_str()))),
+                            ]
+                        }
+                        // NULLs of each column's type (PostgreSQL types a
+                        // VALUES column from all its rows).
+                        None => {
+                            let (text, int) = (Bind::MaybeText(None), Bind::MaybeInt(None));
+                            [text, text, text, int, int, text, int, int, text, text].map(&mut *bind)
+                        }
+                    };
                     sql.push_str(if i == 0 { "(" } else { ", (" });
                     sql.push_str(&row.join(", "));
                     sql.push(')');
+                }
+                if padded {
+                    sql.push_str(") AS v WHERE column1 IS NOT NULL");
                 }
                 sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
                 sql
@@ -375,8 +396,10 @@ impl<'a> BatchWrites<'a> {
             // stored before with its body (which stays as it is).
             script.push(|bind| {
                 let mut sql = String::from("INSERT INTO delivery_payloads (id, payload) SELECT column1, column2 FROM (VALUES ");
-                for (i, d) in self.deliveries.iter().enumerate() {
-                    let (id, body) = (bind(Bind::Text(&d.id)), bind(Bind::Text(&d.payload)));
+                for i in 0..rows(self.deliveries.len()) {
+                    let d = self.deliveries.get(i);
+                    let id = bind(Bind::MaybeText(d.map(|d| d.id.as_str())));
+                    let body = bind(Bind::MaybeText(d.map(|d| d.payload.as_str())));
                     sql.push_str(&format!("{}({id}, {body})", if i == 0 { "" } else { ", " }));
                 }
                 sql.push_str(&format!(") AS v WHERE column1 IN (SELECT id FROM {stored_in}) ON CONFLICT DO NOTHING"));
@@ -386,8 +409,10 @@ impl<'a> BatchWrites<'a> {
         if !self.done.is_empty() {
             script.push(|bind| {
                 let mut sql = String::from("UPDATE deliveries SET status = 'done', lease_until = NULL, error = NULL WHERE ");
-                for (i, (id, attempts)) in self.done.iter().enumerate() {
-                    let (id, attempts) = (bind(Bind::Text(id)), bind(Bind::Int(*attempts)));
+                for i in 0..rows(self.done.len()) {
+                    let end = self.done.get(i);
+                    let id = bind(Bind::MaybeText(end.map(|e| e.0)));
+                    let attempts = bind(Bind::MaybeInt(end.map(|e| e.1)));
                     sql.push_str(&format!("{}(id = {id} AND attempts = {attempts})", if i == 0 { "" } else { " OR " }));
                 }
                 sql
@@ -520,7 +545,7 @@ impl SqlStore {
         };
         let stored_first = !w.deliveries.is_empty();
         if self.sqlite {
-            let script = w.script("deliveries", true);
+            let script = w.script("deliveries", true, false);
             let mut sql = String::from("BEGIN IMMEDIATE;\n");
             for s in &script.statements {
                 sql.push_str(&s.sql);
@@ -552,7 +577,7 @@ impl SqlStore {
                 }
             };
         }
-        let script = w.script("w0", false);
+        let script = w.script("w0", false, w.failed.is_empty());
         let parts: Vec<String> = script
             .statements
             .iter()
