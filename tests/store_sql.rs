@@ -856,12 +856,12 @@ async fn a_burst_is_stored_in_batches_and_all_handed_over(s: SqlStore) {
     let q = IntakeQueue::start_with(s.clone(), Some(h.clone()));
     // On one thread, every submission is queued before the writer runs:
     // they arrive together, as one batch (23 rows, padded to 32).
-    let burst = (0..23).map(|n| {
+    let burst = (0..23usize).map(|n| {
         q.submit(NewDelivery {
             id: format!("b{n:02}"),
             event: "issue_comment".into(),
             dedupe: Some(format!("comment:{}", n % 20)),
-            installation: (n % 2 == 0).then_some(7),
+            installation: n.is_multiple_of(2).then_some(7),
             payload: format!("{{\"n\":{n}}}"),
         })
     });
@@ -876,7 +876,7 @@ async fn a_burst_is_stored_in_batches_and_all_handed_over(s: SqlStore) {
     for c in &handed {
         let n: usize = c.id[1..].parse().unwrap();
         assert_eq!(c.payload, format!("{{\"n\":{n}}}"));
-        assert_eq!(c.installation, (n % 2 == 0).then_some(7));
+        assert_eq!(c.installation, n.is_multiple_of(2).then_some(7));
     }
     assert_eq!(
         s.counts().await.unwrap(),
