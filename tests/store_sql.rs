@@ -897,3 +897,47 @@ async fn postgres_a_burst_is_stored_in_batches_and_all_handed_over() {
     let s = SqlStore::connect(&postgres_url().await).await.unwrap();
     a_burst_is_stored_in_batches_and_all_handed_over(s).await;
 }
+
+/// After PostgreSQL has closed every connection — a restart, a failover,
+/// an administrator — deliveries are still stored: the pool checks a
+/// connection before handing it out, so none is refused for having met a
+/// dead one (without the check, four of the next five were).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: scripts/test starts one"]
+async fn postgres_deliveries_are_stored_after_the_server_closed_every_connection() {
+    use supervise::store::sql::{Handoff, IntakeQueue, NewDelivery};
+    let url = postgres_url().await;
+    let s = SqlStore::connect(&url).await.unwrap();
+    let q = IntakeQueue::start_with(s.clone(), Some(Handoff::new(64, Duration::from_secs(60))));
+    let submit = |n: usize| {
+        q.submit(NewDelivery {
+            id: format!("k{n}"),
+            event: "ping".into(),
+            dedupe: None,
+            installation: None,
+            payload: "{}".into(),
+        })
+    };
+    // Several connections open in the pool, then all closed by the server.
+    let stores: Vec<_> = (0..8).map(|_| s.clone()).collect();
+    futures_util::future::join_all(
+        stores
+            .iter()
+            .map(|s| s.claim_many(Duration::from_secs(1), 1)),
+    )
+    .await;
+    assert_eq!(submit(0).await.unwrap(), Intake::Stored);
+    let admin = sqlx::AnyPool::connect(&url).await.unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        .fetch_all(&admin)
+        .await
+        .unwrap();
+    for n in 1..=10 {
+        let stored = submit(n).await;
+        assert!(
+            matches!(stored, Ok(Intake::Stored)),
+            "delivery {n} after the server closed the connections: {stored:?}"
+        );
+    }
+    assert_eq!(s.counts().await.unwrap().0, 11);
+}

@@ -285,9 +285,6 @@ pub struct Claimed {
 /// one forgotten sooner would be taken for new and processed again.
 pub const MIN_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// A PostgreSQL connection idle this long is pinged before it is used.
-const CHECK_IDLE_AFTER: Duration = Duration::from_secs(1);
-
 /// A claim: the first few pending and the first few whose lease ran out,
 /// each read in order from the queue index, then the first few of both.
 /// `{skip}`: on PostgreSQL, rows another claim is taking are passed over
@@ -378,20 +375,15 @@ impl SqlStore {
             })
             .acquire_timeout(Duration::from_secs(10))
             // sqlx pings a connection each time it is taken from the pool:
-            // on SQLite a trip to its thread and back, on PostgreSQL a round
-            // trip to the server, before every statement — a fifth of each
-            // intake commit under load. A file cannot hang up; a server
-            // connection is checked only once it has been idle a while
-            // (one that fails in use is answered as any failed statement).
-            .test_before_acquire(false)
-            .before_acquire(move |conn, meta| {
-                Box::pin(async move {
-                    if !sqlite && meta.idle_for >= CHECK_IDLE_AFTER {
-                        sqlx::Connection::ping(conn).await?;
-                    }
-                    Ok(true)
-                })
-            })
+            // on SQLite a trip to its thread and back before every
+            // statement, a fifth of each intake commit under load, for a
+            // file that cannot hang up. A PostgreSQL connection is still
+            // checked: after a restart or a failover the server has closed
+            // them all, and each would fail one statement — a delivery
+            // refused — before the pool let it go. (Intake's writer keeps
+            // its connection from one commit to the next, so it is checked
+            // once per run of commits, not per commit.)
+            .test_before_acquire(!sqlite)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if sqlite {
@@ -939,10 +931,15 @@ impl SqlStore {
     pub async fn forget_finished(&self, before_ms: i64, limit: usize) -> Result<u64, SqlError> {
         let mut tx = self.pool.begin().await?;
         let ids: Vec<String> = sqlx::query(
-            "DELETE FROM deliveries WHERE id IN (
-                 SELECT id FROM deliveries
-                 WHERE status IN ('done', 'failed') AND received_at < $1
-                 ORDER BY received_at, id LIMIT $2)
+            // The oldest few done and the oldest few failed, each read in
+            // order from the queue index, then the oldest few of both: one
+            // ordering over both statuses would sort every old finished
+            // delivery for each chunk.
+            "DELETE FROM deliveries WHERE id IN (SELECT id FROM (
+                 SELECT id, received_at FROM (SELECT id, received_at FROM deliveries WHERE status = 'done' AND received_at < $1 ORDER BY received_at, id LIMIT $2) AS d
+                 UNION ALL
+                 SELECT id, received_at FROM (SELECT id, received_at FROM deliveries WHERE status = 'failed' AND received_at < $1 ORDER BY received_at, id LIMIT $2) AS f
+                 ORDER BY received_at, id LIMIT $2) AS old)
              RETURNING id",
         )
         .bind(before_ms)

@@ -557,8 +557,7 @@ impl SqlStore {
                 sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(false),
                 &script.binds(),
             );
-            let r = q.fetch_all(&mut **c).await;
-            return match r {
+            return match q.fetch_all(&mut **c).await {
                 Ok(rows) => ids(rows),
                 Err(e) => {
                     // The script stopped part way, inside its transaction
@@ -645,7 +644,10 @@ impl SqlStore {
                     return;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, n = batch.len(), "a batch of delivery writes failed; making each alone")
+                    tracing::warn!(error = %e, n = batch.len(), "a batch of delivery writes failed; making each alone");
+                    // An end alone goes through the pool: on SQLite the
+                    // connection held here is its only one.
+                    *conn = None;
                 }
             }
         }
