@@ -553,6 +553,14 @@ async fn sqlite_group_commit_stores_each_delivery_once() {
     group_commit_stores_each_delivery_once(s).await;
 }
 
+/// The same on an in-memory database, whose commits go through the pool's
+/// one connection (a file's go through intake's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_memory_sqlite_group_commit_stores_each_delivery_once() {
+    let s = SqlStore::connect("sqlite::memory:").await.unwrap();
+    group_commit_stores_each_delivery_once(s).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs PostgreSQL: scripts/test starts one"]
 async fn postgres_group_commit_stores_each_delivery_once() {
@@ -673,6 +681,14 @@ async fn handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s: SqlSto
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_handed_over_deliveries_are_claimed_and_the_rest_wait_in_order() {
     let (s, _d) = sqlite().await;
+    handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s).await;
+}
+
+/// The same on an in-memory database, whose commits go through the pool's
+/// one connection (a file's go through intake's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_sqlite_handed_over_deliveries_are_claimed_and_the_rest_wait_in_order() {
+    let s = SqlStore::connect("sqlite::memory:").await.unwrap();
     handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s).await;
 }
 
@@ -888,6 +904,14 @@ async fn a_burst_is_stored_in_batches_and_all_handed_over(s: SqlStore) {
 #[tokio::test]
 async fn sqlite_a_burst_is_stored_in_batches_and_all_handed_over() {
     let (s, _d) = sqlite().await;
+    a_burst_is_stored_in_batches_and_all_handed_over(s).await;
+}
+
+/// The same on an in-memory database, whose commits go through the pool's
+/// one connection (a file's go through intake's own).
+#[tokio::test]
+async fn in_memory_sqlite_a_burst_is_stored_in_batches_and_all_handed_over() {
+    let s = SqlStore::connect("sqlite::memory:").await.unwrap();
     a_burst_is_stored_in_batches_and_all_handed_over(s).await;
 }
 

@@ -10,6 +10,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use std::time::Duration;
 
+mod direct;
 mod intake;
 mod spend;
 pub use intake::{Handoff, IntakeQueue, NewDelivery, LOOK_AGAIN};
@@ -188,6 +189,8 @@ macro_rules! run_select {
 pub enum SqlError {
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("stored record is unreadable: {0}")]
     Json(#[from] serde_json::Error),
     /// The intake writer has stopped (the service is shutting down).
@@ -247,6 +250,9 @@ pub struct SqlStore {
     /// SQLite: one connection, whose statements each cross to its own thread
     /// and back; a batch of writes is then sent as one script.
     sqlite: bool,
+    /// On a SQLite file: intake's commits, on a connection of their own (see
+    /// `direct.rs`).
+    direct: Option<direct::DirectWriter>,
     /// Whose claims these are (see [`SqlStore::held_by`]).
     holder: Option<std::sync::Arc<Holder>>,
     /// Workers waiting for a connection to claim or renew: the intake's
@@ -327,16 +333,20 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
+/// The file of a `sqlite:` URL, as written in it.
+fn sqlite_path(url: &str) -> &str {
+    url.trim_start_matches("sqlite:")
+        .trim_start_matches("//")
+        .split('?')
+        .next()
+        .unwrap_or_default()
+}
+
 /// The database holds installation ids, comments and operation logs: created
 /// readable by its owner only (0600), and narrowed to that if it exists.
 fn restrict_sqlite_file(url: &str) {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let path = url
-        .trim_start_matches("sqlite:")
-        .trim_start_matches("//")
-        .split('?')
-        .next()
-        .unwrap_or_default();
+    let path = sqlite_path(url);
     if path.is_empty() {
         return;
     }
@@ -399,14 +409,43 @@ impl SqlStore {
             })
             .connect(url)
             .await?;
-        let store = SqlStore {
+        let mut store = SqlStore {
             pool,
             sqlite,
+            direct: None,
             holder: None,
             workers_waiting: Default::default(),
         };
         store.migrate(url.starts_with("postgres")).await?;
+        if sqlite && !memory {
+            store.direct = store.open_direct(sqlite_path(url)).await;
+        }
         Ok(store)
+    }
+
+    /// Intake's own connection to the SQLite file at `path`, if it opens
+    /// and is the very file the pool has open (a path the two read
+    /// differently, percent-escapes say, leaves intake on the pool's
+    /// connection, as it was before).
+    async fn open_direct(&self, path: &str) -> Option<direct::DirectWriter> {
+        let pool_file: String =
+            sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'")
+                .fetch_one(&self.pool)
+                .await
+                .ok()?;
+        let opened =
+            direct::DirectWriter::open(std::path::Path::new(path)).and_then(|w| Ok((w.file()?, w)));
+        match opened {
+            Ok((file, w)) if file == pool_file => Some(w),
+            Ok((file, _)) => {
+                tracing::warn!(%file, %pool_file, "intake's own connection opened another file; intake commits on the pool's connection");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot open intake's own connection; intake commits on the pool's connection");
+                None
+            }
+        }
     }
 
     /// Brings the schema up to date. Replicas starting together on one
@@ -1014,6 +1053,69 @@ impl Outbox for SqlOutbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Intake on a SQLite file commits on a connection of its own (the
+    /// service's path), in memory on the pool's one; either way each write
+    /// of the queue lands the same: stored once, duplicates by id and by
+    /// comment refused, bodies kept, ends done and failed recorded, and the
+    /// end of an attempt that is no longer the delivery's ignored.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn intake_on_a_sqlite_file_commits_on_its_own_connection() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = format!("sqlite://{}?mode=rwc", tmp.path().join("i.db").display());
+        for (url, own) in [(file.as_str(), true), ("sqlite::memory:", false)] {
+            let s = SqlStore::connect(url).await.unwrap();
+            assert_eq!(s.direct.is_some(), own, "{url}");
+            let q = IntakeQueue::start(s.clone());
+            let d = |id: &str, comment: &str| NewDelivery {
+                id: id.into(),
+                event: "issue_comment".into(),
+                dedupe: Some(format!("comment:{comment}:created")),
+                installation: Some(3),
+                payload: format!("{{\"id\":\"{id}\"}}"),
+            };
+            let answers = futures_util::future::join_all([
+                q.submit(d("a1", "1")),
+                q.submit(d("a1", "9")),
+                q.submit(d("a2", "1")),
+                q.submit(d("a3", "3")),
+            ])
+            .await;
+            let answers: Vec<Intake> = answers.into_iter().map(Result::unwrap).collect();
+            assert_eq!(
+                answers,
+                [
+                    Intake::Stored,
+                    Intake::Duplicate,
+                    Intake::Duplicate,
+                    Intake::Stored
+                ],
+                "{url}"
+            );
+            let claimed = s.claim_many(Duration::from_secs(60), 8).await.unwrap();
+            let bodies: Vec<(&str, &str)> = claimed
+                .iter()
+                .map(|c| (c.id.as_str(), c.payload.as_str()))
+                .collect();
+            assert_eq!(bodies, [("a1", r#"{"id":"a1"}"#), ("a3", r#"{"id":"a3"}"#)]);
+            q.finish("a1", 1, None).await.unwrap();
+            q.finish("a3", 1, Some("boom")).await.unwrap();
+            q.finish("a3", 2, None).await.unwrap();
+            let rows: Vec<(String, String, Option<String>)> =
+                sqlx::query_as("SELECT id, status, error FROM deliveries ORDER BY id")
+                    .fetch_all(&s.pool)
+                    .await
+                    .unwrap();
+            assert_eq!(
+                rows,
+                [
+                    ("a1".into(), "done".into(), None),
+                    ("a3".into(), "failed".into(), Some("boom".into()))
+                ],
+                "{url}"
+            );
+        }
+    }
 
     /// A database of the schema before bodies had their own table, with a
     /// delivery waiting: after the upgrade its body is claimed with it.

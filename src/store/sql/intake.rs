@@ -325,15 +325,15 @@ fn bound<'q>(
 
 /// What one batch writes: deliveries (the first `handed` of them stored
 /// claimed until `lease_until`), then plain ends, then ends with an error.
-struct BatchWrites<'a> {
-    deliveries: Vec<&'a NewDelivery>,
+pub(super) struct BatchWrites<'a> {
+    pub(super) deliveries: Vec<&'a NewDelivery>,
     /// The replica (and its run) the handed-over deliveries are claimed for.
-    holder: Option<&'a super::Holder>,
-    handed: usize,
-    now: i64,
-    lease_until: Option<i64>,
-    done: Vec<(&'a str, i64)>,
-    failed: Vec<(&'a str, i64, &'a str)>,
+    pub(super) holder: Option<&'a super::Holder>,
+    pub(super) handed: usize,
+    pub(super) now: i64,
+    pub(super) lease_until: Option<i64>,
+    pub(super) done: Vec<(&'a str, i64)>,
+    pub(super) failed: Vec<(&'a str, i64, &'a str)>,
 }
 
 impl<'a> BatchWrites<'a> {
@@ -429,6 +429,15 @@ impl<'a> BatchWrites<'a> {
             })
         }
         script
+    }
+}
+
+/// Runs `f`, which blocks, on this thread: out of the runtime's pool of
+/// workers first when it has others to take this one's tasks over.
+fn block_here<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 
@@ -544,6 +553,16 @@ impl SqlStore {
                 .collect::<Result<_, _>>()?)
         };
         let stored_first = !w.deliveries.is_empty();
+        if let Some(direct) = &self.direct {
+            // The pool's connection, held, keeps every other write (and
+            // transaction) off the file while this one writes.
+            let _ = c;
+            let r = block_here(|| direct.write(w));
+            if r.is_err() {
+                *conn = None;
+            }
+            return r;
+        }
         if self.sqlite {
             let script = w.script("deliveries", true, false);
             let mut sql = String::from("BEGIN IMMEDIATE;\n");
