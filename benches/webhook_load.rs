@@ -153,12 +153,7 @@ async fn load(port: u16, conns: usize, rate: Option<f64>, dur: Duration, base: u
 
 /// How much of what it stored the service has processed, from its metrics.
 async fn processed(port: u16) -> (f64, f64) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).await.unwrap();
+    let text = metrics_text(port).await;
     let sum = |prefix: &str| -> f64 {
         text.lines()
             .filter(|l| l.starts_with(prefix))
@@ -169,6 +164,83 @@ async fn processed(port: u16) -> (f64, f64) {
         sum("supervise_processing_seconds_count"),
         sum("supervise_deliveries_total{event=\"issue_comment\",outcome=\"stored\"}"),
     )
+}
+
+/// What the service did over one run, from its metrics and the CPU time of
+/// its process and of this one: what bounds intake (the writer's commits, or
+/// the processors).
+#[derive(Clone, Copy, Default)]
+struct Work {
+    /// CPU seconds the service's process has used (user and system).
+    cpu: f64,
+    /// The load generator's own (this process).
+    own_cpu: f64,
+    batch_sum: f64,
+    batches: f64,
+    commit_secs: f64,
+}
+
+/// CPU seconds a process has used (`None`: this one), from `/proc`.
+fn cpu_seconds(pid: Option<u32>) -> f64 {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/stat"),
+        None => "/proc/self/stat".into(),
+    };
+    let Ok(stat) = std::fs::read_to_string(path) else {
+        return 0.0;
+    };
+    // After the command's closing parenthesis, utime and stime are the
+    // 12th and 13th fields, in clock ticks (100 a second on Linux).
+    let fields: Vec<f64> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0.0))
+        .collect();
+    (fields.get(11).unwrap_or(&0.0) + fields.get(12).unwrap_or(&0.0)) / 100.0
+}
+
+/// The service's `/metrics` page.
+async fn metrics_text(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.unwrap();
+    text
+}
+
+async fn work(port: u16, pid: u32) -> Work {
+    let text = metrics_text(port).await;
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    Work {
+        cpu: cpu_seconds(Some(pid)),
+        own_cpu: cpu_seconds(None),
+        batch_sum: value("supervise_intake_batch_sum"),
+        batches: value("supervise_intake_batch_count"),
+        commit_secs: value("supervise_intake_commit_seconds_sum"),
+    }
+}
+
+impl Work {
+    /// What happened between `self` and `after`, `secs` apart.
+    fn line(&self, after: &Work, secs: f64) -> String {
+        let commits = after.batches - self.batches;
+        format!(
+            "|  | service CPU {:.2} cores, load generator {:.2}; {:.0} commits/s of {:.1} writes, the writer busy {:.0}% |  |  |",
+            (after.cpu - self.cpu) / secs,
+            (after.own_cpu - self.own_cpu) / secs,
+            commits / secs,
+            (after.batch_sum - self.batch_sum) / commits.max(1.0),
+            100.0 * (after.commit_secs - self.commit_secs) / secs,
+        )
+    }
 }
 
 /// `BENCH_MAX_CONNS`: the numbers of connections the maximum rate is
@@ -280,6 +352,7 @@ async fn main() {
     ];
     for (name, port, start) in targets {
         let Some(server) = start() else { continue };
+        let pid = server.id();
         let _server = Servers(vec![server]);
         wait_port(port).await;
         load(
@@ -298,8 +371,17 @@ async fn main() {
         // single-threaded one tops out with few, one that batches its
         // commits needs more in flight to fill a batch.
         for conns in max_conns() {
+            // The service's own figures, around its run.
+            let before = if port == sp {
+                Some(work(port, pid).await)
+            } else {
+                None
+            };
             let max = load(port, conns, None, dur, base).await;
             println!("{}", max.line(name, &format!("max, {conns} conns")));
+            if let Some(before) = before {
+                println!("{}", before.line(&work(port, pid).await, max.secs));
+            }
             base += 1_000_000;
         }
         if port == sp {
