@@ -66,6 +66,10 @@ const MAX_BATCH: usize = 256;
 /// The longest the writer keeps a connection through consecutive commits.
 const HOLD_AT_MOST: Duration = Duration::from_millis(20);
 
+/// How long the writer keeps its connection waiting for the next writes
+/// once none are queued.
+const LINGER: Duration = Duration::from_millis(1);
+
 /// A connection of the store's pool.
 pub(super) type Conn = sqlx::pool::PoolConnection<sqlx::Any>;
 
@@ -184,7 +188,30 @@ impl IntakeQueue {
             // given back), which was a fifth of a commit under load.
             let mut conn: Option<Conn> = None;
             let mut taken = Instant::now();
-            while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+            loop {
+                // Holding the connection, wait a moment for the next writes
+                // before giving it back: under load they follow within a
+                // fraction of a millisecond, and a connection given back is
+                // not free to take again until sqlx has checked it (a trip to
+                // the database, after a task of its own is scheduled) — about
+                // a sixth of each commit at 256 connections, in a probe.
+                let received = match conn {
+                    Some(_) => {
+                        match tokio::time::timeout(LINGER, rx.recv_many(&mut batch, MAX_BATCH))
+                            .await
+                        {
+                            Ok(n) => n,
+                            Err(_) => {
+                                conn = None;
+                                rx.recv_many(&mut batch, MAX_BATCH).await
+                            }
+                        }
+                    }
+                    None => rx.recv_many(&mut batch, MAX_BATCH).await,
+                };
+                if received == 0 {
+                    break;
+                }
                 metrics::histogram!("supervise_intake_batch").record(batch.len() as f64);
                 let began = Instant::now();
                 let had = conn.is_some();
@@ -198,7 +225,7 @@ impl IntakeQueue {
                     .record(began.elapsed().as_secs_f64());
                 // On SQLite it is the store's one connection: claims,
                 // renewals and operations wait for it.
-                if rx.is_empty() || store.workers_wait() || taken.elapsed() >= HOLD_AT_MOST {
+                if store.workers_wait() || taken.elapsed() >= HOLD_AT_MOST {
                     conn = None;
                 }
             }
