@@ -169,7 +169,6 @@ async fn processed(port: u16) -> (f64, f64) {
 /// What the service did over one run, from its metrics and the CPU time of
 /// its process and of this one: what bounds intake (the writer's commits, or
 /// the processors).
-#[derive(Clone, Copy, Default)]
 struct Work {
     /// CPU seconds the service's process has used (user and system).
     cpu: f64,

@@ -17,6 +17,12 @@ async fn sqlite() -> (SqlStore, tempfile::TempDir) {
     (SqlStore::connect(&url).await.unwrap(), dir)
 }
 
+/// A database in memory: intake commits on the pool's one connection there
+/// (on a file, on a connection of its own).
+async fn in_memory() -> SqlStore {
+    SqlStore::connect("sqlite::memory:").await.unwrap()
+}
+
 async fn postgres_url() -> String {
     support::postgres_database().await
 }
@@ -553,11 +559,10 @@ async fn sqlite_group_commit_stores_each_delivery_once() {
     group_commit_stores_each_delivery_once(s).await;
 }
 
-/// The same on an in-memory database, whose commits go through the pool's
-/// one connection (a file's go through intake's own).
+/// The same on a database in memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_memory_sqlite_group_commit_stores_each_delivery_once() {
-    let s = SqlStore::connect("sqlite::memory:").await.unwrap();
+    let s = in_memory().await;
     group_commit_stores_each_delivery_once(s).await;
 }
 
@@ -684,11 +689,10 @@ async fn sqlite_handed_over_deliveries_are_claimed_and_the_rest_wait_in_order() 
     handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s).await;
 }
 
-/// The same on an in-memory database, whose commits go through the pool's
-/// one connection (a file's go through intake's own).
+/// The same on a database in memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_memory_sqlite_handed_over_deliveries_are_claimed_and_the_rest_wait_in_order() {
-    let s = SqlStore::connect("sqlite::memory:").await.unwrap();
+    let s = in_memory().await;
     handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s).await;
 }
 
@@ -907,11 +911,10 @@ async fn sqlite_a_burst_is_stored_in_batches_and_all_handed_over() {
     a_burst_is_stored_in_batches_and_all_handed_over(s).await;
 }
 
-/// The same on an in-memory database, whose commits go through the pool's
-/// one connection (a file's go through intake's own).
+/// The same on a database in memory.
 #[tokio::test]
 async fn in_memory_sqlite_a_burst_is_stored_in_batches_and_all_handed_over() {
-    let s = SqlStore::connect("sqlite::memory:").await.unwrap();
+    let s = in_memory().await;
     a_burst_is_stored_in_batches_and_all_handed_over(s).await;
 }
 

@@ -195,19 +195,18 @@ impl IntakeQueue {
                 // not free to take again until sqlx has checked it (a trip to
                 // the database, after a task of its own is scheduled) — about
                 // a sixth of each commit at 256 connections, in a probe.
-                let received = match conn {
-                    Some(_) => {
-                        match tokio::time::timeout(LINGER, rx.recv_many(&mut batch, MAX_BATCH))
-                            .await
-                        {
-                            Ok(n) => n,
-                            Err(_) => {
-                                conn = None;
-                                rx.recv_many(&mut batch, MAX_BATCH).await
-                            }
-                        }
+                let lingered = match conn {
+                    Some(_) => tokio::time::timeout(LINGER, rx.recv_many(&mut batch, MAX_BATCH))
+                        .await
+                        .ok(),
+                    None => None,
+                };
+                let received = match lingered {
+                    Some(n) => n,
+                    None => {
+                        conn = None;
+                        rx.recv_many(&mut batch, MAX_BATCH).await
                     }
-                    None => rx.recv_many(&mut batch, MAX_BATCH).await,
                 };
                 if received == 0 {
                     break;
@@ -569,10 +568,16 @@ impl SqlStore {
         conn: &mut Option<Conn>,
         w: &BatchWrites<'_>,
     ) -> Result<HashSet<String>, SqlError> {
+        // On SQLite the pool's one connection, held, also keeps every other
+        // write (and transaction) off the file while intake's own
+        // connection writes.
         let c = match conn {
             Some(c) => c,
             None => conn.insert(self.pool.acquire().await?),
         };
+        if let Some(direct) = &self.direct {
+            return block_here(|| direct.write(w));
+        }
         let ids = |rows: Vec<sqlx::any::AnyRow>| -> Result<HashSet<String>, SqlError> {
             Ok(rows
                 .iter()
@@ -580,16 +585,6 @@ impl SqlStore {
                 .collect::<Result<_, _>>()?)
         };
         let stored_first = !w.deliveries.is_empty();
-        if let Some(direct) = &self.direct {
-            // The pool's connection, held, keeps every other write (and
-            // transaction) off the file while this one writes.
-            let _ = c;
-            let r = block_here(|| direct.write(w));
-            if r.is_err() {
-                *conn = None;
-            }
-            return r;
-        }
         if self.sqlite {
             let script = w.script("deliveries", true, false);
             let mut sql = String::from("BEGIN IMMEDIATE;\n");
@@ -704,10 +699,15 @@ impl SqlStore {
                     id,
                     attempts,
                     error,
-                } => self
-                    .finish(id, *attempts, error.as_deref())
-                    .await
-                    .map(|_| None),
+                } => {
+                    // Through the pool, whose one SQLite connection the
+                    // delivery stored alone before this end may have left
+                    // held here: kept, the end would wait for it in vain.
+                    *conn = None;
+                    self.finish(id, *attempts, error.as_deref())
+                        .await
+                        .map(|_| None)
+                }
             };
             if let (Ok(Some(Intake::Stored)), Some(h)) = (&r, handoff) {
                 h.receive(Vec::new(), true);
