@@ -1117,6 +1117,54 @@ mod tests {
         }
     }
 
+    /// A batch that cannot be made is made write by write: a delivery stored
+    /// alone, then an end in the same batch, which goes through the pool —
+    /// whose one SQLite connection the delivery alone must not leave held, or
+    /// the end waits out the pool's 10 s and fails. A trigger refuses the
+    /// batch (its delivery is handed over, stored claimed) but not the
+    /// delivery alone (stored pending).
+    #[tokio::test]
+    async fn an_end_after_a_delivery_stored_alone_is_recorded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = format!("sqlite://{}?mode=rwc", tmp.path().join("f.db").display());
+        for url in [file.as_str(), "sqlite::memory:"] {
+            let s = SqlStore::connect(url).await.unwrap();
+            s.intake("d0", "ping", None, None, "{}").await.unwrap();
+            let claimed = s.claim(Duration::from_secs(60)).await.unwrap().unwrap();
+            sqlx::query(
+                "CREATE TRIGGER no_claimed_intake BEFORE INSERT ON deliveries
+                 WHEN NEW.status = 'processing' BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            )
+            .execute(&s.pool)
+            .await
+            .unwrap();
+            let h = Handoff::new(8, Duration::from_secs(60));
+            h.drained_at(h.pending_mark());
+            let q = IntakeQueue::start_with(s.clone(), Some(h));
+            // On this one thread both are queued before the writer runs:
+            // one batch.
+            let (stored, ended) = futures_util::future::join(
+                q.submit(NewDelivery {
+                    id: "d1".into(),
+                    event: "ping".into(),
+                    dedupe: None,
+                    installation: None,
+                    payload: "{}".into(),
+                }),
+                q.finish("d0", claimed.attempts, None),
+            )
+            .await;
+            assert_eq!(stored.unwrap(), Intake::Stored, "{url}");
+            ended.expect("the end is recorded, not left waiting for the held connection");
+            let status: String =
+                sqlx::query_scalar("SELECT status FROM deliveries WHERE id = 'd0'")
+                    .fetch_one(&s.pool)
+                    .await
+                    .unwrap();
+            assert_eq!(status, "done", "{url}");
+        }
+    }
+
     /// A database of the schema before bodies had their own table, with a
     /// delivery waiting: after the upgrade its body is claimed with it.
     #[tokio::test]
