@@ -702,6 +702,73 @@ fn a_restart_leaves_the_git_locks_of_live_agents_alone() {
     );
 }
 
+/// A supervisor killed after an agent's wrapper began the run but before the
+/// dispatch was recorded done leaves a dispatch to replay. A `stop` opening the
+/// operation then — with no agent command, as a control command may be — adopts
+/// the live run: no failed attempt, no retry, the agent still there for
+/// `killall`. (Before, the replay asked for an agent command first, failed the
+/// attempt, and retried until the unit was BLOCKED, all inside `stop`.)
+#[test]
+fn a_replayed_dispatch_adopts_the_run_its_wrapper_began() {
+    let repo = Repo::new(PLAN, "");
+    let note = repo.root.parent().unwrap().join("api-started");
+    let agent = repo.agent_with_prelude(
+        "sleeping-agent.sh",
+        &format!(
+            "if [ \"$SUPERVISE_UNIT\" = api ]; then\n  touch {}\n  exec sleep 600\nfi",
+            note.display()
+        ),
+    );
+    let mut sup = repo
+        .cmd(&["run", "--quiet"])
+        .env("SUPERVISE_AGENT", agent)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    repo.wait_for("the api agent to start", |_| note.exists());
+    sup.kill().unwrap();
+    sup.wait().unwrap();
+    // The crash's window: the record that api's dispatch was carried out is lost.
+    let log = repo.root.join(".supervise/events.jsonl");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let api_dispatch = lines
+        .iter()
+        .filter(|l| l["record"] == "decision")
+        .flat_map(|l| l["effects"].as_array().unwrap())
+        .find(|e| e["effect"]["effect"] == "dispatch" && e["effect"]["unit"] == "api")
+        .map(|e| e["id"].clone())
+        .unwrap();
+    let kept: String = lines
+        .iter()
+        .filter(|l| !(l["record"] == "done" && l["effect"] == api_dispatch))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&log, kept).unwrap();
+    let out = repo
+        .cmd(&["stop"])
+        .env_remove("SUPERVISE_AGENT")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Still at work on its first attempt while the operation stops.
+    let api = repo.unit("api");
+    assert_eq!(api["status"], "STOPPING", "{api:#}");
+    assert_eq!(api["sprints"][0]["active"]["attempt"], 1, "{api:#}");
+    assert_eq!(api["sprints"][0]["failures"], 0, "{api:#}");
+    assert_eq!(api["sprints"][0]["history"].as_array().unwrap().len(), 0, "{api:#}");
+    let out = repo.cmd(&["killall"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let api = repo.unit("api");
+    assert_eq!(api["status"], "KILLED", "{api:#}");
+    assert_eq!(api["sprints"][0]["history"][0]["outcome"], "terminated");
+    assert_eq!(api["sprints"][0]["history"][0]["attempt"], 1);
+}
+
 /// Two plans in one repository, run at the same time by two supervisors: both
 /// finish without a lost attempt, and `git status` stays clean (both state
 /// directories are excluded — the shared exclude file loses no line).

@@ -388,7 +388,14 @@ pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
         }
         return Ok(exit::COMPLETED);
     }
-    let settings = settings_for(&plan, &RunFlags::default())?;
+    // No supervisor runs: this one opens the operation, and carries out what
+    // the last one decided but did not finish, with the agent command `run`
+    // would take from the environment.
+    let flags = RunFlags {
+        agent: std::env::var("SUPERVISE_AGENT").ok(),
+        ..RunFlags::default()
+    };
+    let settings = settings_for(&plan, &flags)?;
     let mut sup = Supervisor::open(plan, settings, Box::new(Terminal::new(OutputMode::Lines)))?;
     match sup.handle(input)?.refusal() {
         None => {}

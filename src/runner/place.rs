@@ -146,6 +146,15 @@ impl LocalPlace {
         match effect {
             Effect::Dispatch(order) => {
                 let dir = process::run_dir(&self.runs(), &order.dispatch.0);
+                // Replayed after a crash that came between the wrapper's start
+                // and the effect's record: the run is under way (or over) and
+                // is adopted as it is, whatever settings this process has (a
+                // `stop` after a crash has no agent command, and must not turn
+                // a live attempt into a failed one).
+                if process::has_started(&dir) {
+                    self.watch(order.dispatch.clone(), None);
+                    return Ok(Vec::new());
+                }
                 let branch = branch_of(&order.unit, &order.sprint);
                 // A merged sprint dispatched again (its merge was lost) keeps its worktree.
                 self.merged_worktrees.retain(|b| *b != branch);
@@ -158,7 +167,14 @@ impl LocalPlace {
                         }])
                     }
                 };
-                let agent = self.settings.agent.clone().ok_or_else(|| anyhow!("no agent command: pass --agent CMD or set `agent:` in .github/supervise.yml"))?;
+                // A replay prepared before the crash keeps the command it was
+                // prepared with when this process was given none.
+                let agent = self
+                    .settings
+                    .agent
+                    .clone()
+                    .or_else(|| process::read_spec(&dir).map(|s| s.agent))
+                    .ok_or_else(|| anyhow!("no agent command: pass --agent CMD or set `agent:` in .github/supervise.yml"))?;
                 let (unit, sprint) = plan_sprint(st, &order.unit, &order.sprint)?;
                 let spec = RunSpec {
                     order: order.clone(),

@@ -209,13 +209,19 @@ pub fn live_branches(runs: &Path) -> Vec<String> {
         .flatten()
         .map(|e| e.path())
         .filter(|d| is_alive(d))
-        .filter_map(|d| {
-            let spec: RunSpec =
-                serde_json::from_slice(&std::fs::read(d.join("run.json")).ok()?).ok()?;
-            Some(spec.branch)
-        })
+        .filter_map(|d| Some(read_spec(&d)?.branch))
         .filter(|b| !b.is_empty())
         .collect()
+}
+
+/// The spec a run was prepared with, if it got that far.
+pub fn read_spec(dir: &Path) -> Option<RunSpec> {
+    serde_json::from_slice(&std::fs::read(dir.join("run.json")).ok()?).ok()
+}
+
+/// Whether a wrapper took this run and began it (it may have ended since).
+pub fn has_started(dir: &Path) -> bool {
+    dir.join("started").exists()
 }
 
 pub fn started_pid(dir: &Path) -> Option<i32> {
@@ -257,7 +263,7 @@ fn replace_file(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()>
 /// ran or runs. A wrapper on standby, when one is given, takes the run; else one
 /// is started now. Returns the child when one was spawned.
 pub fn spawn(dir: &Path, spec: &RunSpec, standby: Option<Standby>) -> Result<Option<Child>> {
-    if dir.join("started").exists() {
+    if has_started(dir) {
         return Ok(None);
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -489,12 +495,31 @@ fn lock_worktree(path: &Path, dir: &Path) -> Result<Option<File>> {
     }
 }
 
+/// Takes a run's lock for its wrapper; `false` if another wrapper holds it.
+/// A supervisor asking whether the run is alive holds the lock for a moment
+/// (`is_alive`), and so does, until its `exec`, any process it forks
+/// meanwhile: a wrapper that gave up at once found its run taken by nobody,
+/// and the attempt was lost. So a refusal is believed only after half a
+/// second of them; a wrapper holds the lock for its whole run.
+fn take_run_lock(lock: &File) -> bool {
+    let until = Instant::now() + Duration::from_millis(500);
+    loop {
+        if try_lock(lock) {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The wrapper's body (`supervise __run-agent DIR`). Exit status 0 unless it could
 /// not even read its spec. It holds the run's lock until every process of the
 /// attempt is gone, so "not alive" really means nothing of this attempt runs.
 pub fn run_agent(dir: &Path) -> Result<()> {
     let lock = super::lockfile::open(&dir.join("lock"))?;
-    if !try_lock(&lock) || dir.join("started").exists() || dir.join("cancelled").exists() {
+    if !take_run_lock(&lock) || has_started(dir) || dir.join("cancelled").exists() {
         return Ok(()); // another wrapper has (or had) this dispatch
     }
     // SAFETY: the handler only stores to an atomic. Being the child subreaper,
@@ -722,7 +747,7 @@ pub fn watch<M: Send + 'static>(
             // only after writing its result, so the end is seen at once
             // rather than at the next look. (Never before `started`: the
             // wait would take the lock from a wrapper not yet holding it.)
-            if !waiting && dir.join("started").exists() {
+            if !waiting && has_started(&dir) {
                 waiting = true;
                 let (dir, tx, wrap, told) = (dir.clone(), tx.clone(), wrap.clone(), told.clone());
                 std::thread::spawn(move || {
@@ -741,8 +766,8 @@ pub fn watch<M: Send + 'static>(
                 let _ = c.try_wait(); // reap, so the wrapper leaves no zombie
             }
             let finished = dir.join("result.json").exists()
-                || (dir.join("started").exists() && !is_alive(&dir))
-                || (!dir.join("started").exists()
+                || (has_started(&dir) && !is_alive(&dir))
+                || (!has_started(&dir)
                     && spawned_at.elapsed() > Duration::from_secs(10)
                     && !is_alive(&dir));
             if finished {
