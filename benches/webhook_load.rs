@@ -51,8 +51,32 @@ fn request(n: u64) -> Vec<u8> {
     signed_request::signed_request(
         SECRET,
         "issue_comment",
-        &format!("load-{n}"),
+        &delivery_id(n),
         body.as_bytes(),
+    )
+}
+
+/// A delivery id shaped as GitHub's: a time-based (version 1) UUID, as in
+/// its API description's examples (`58474f00-b361-11eb-836d-0e4f3503ccbe`).
+/// Time comes first in one, so ids sent one after another sort in sending
+/// order (wrapping every seven minutes or so) and land near one another in
+/// the store's index — as the store's own probes found, random ids cost
+/// SQLite four to five times as much per delivery. `n` keeps each unique.
+fn delivery_id(n: u64) -> String {
+    // 100 ns ticks since 1582-10-15, the UUID epoch.
+    let ticks = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        / 100
+        + 0x01b2_1dd2_1381_4000;
+    format!(
+        "{:08x}-{:04x}-1{:03x}-{:04x}-{:012x}",
+        ticks as u32,
+        (ticks >> 32) as u16,
+        (ticks >> 48) & 0xfff,
+        0x8000 | ((n >> 48) & 0x3fff),
+        n & 0xffff_ffff_ffff
     )
 }
 
