@@ -48,12 +48,7 @@ fn request(n: u64) -> Vec<u8> {
     let body = format!(
         r#"{{"action":"created","issue":{{"number":1}},"comment":{{"id":{n},"body":"Looks good to me, thanks!","user":{{"login":"mia","type":"User"}}}},"repository":{{"full_name":"acme/shop","description":"{pad}"}},"installation":{{"id":7}}}}"#
     );
-    signed_request::signed_request(
-        SECRET,
-        "issue_comment",
-        &delivery_id(n),
-        body.as_bytes(),
-    )
+    signed_request::signed_request(SECRET, "issue_comment", &delivery_id(n), body.as_bytes())
 }
 
 /// A delivery id shaped as GitHub's: a time-based (version 1) UUID, as in

@@ -760,7 +760,11 @@ fn a_replayed_dispatch_adopts_the_run_its_wrapper_began() {
     assert_eq!(api["status"], "STOPPING", "{api:#}");
     assert_eq!(api["sprints"][0]["active"]["attempt"], 1, "{api:#}");
     assert_eq!(api["sprints"][0]["failures"], 0, "{api:#}");
-    assert_eq!(api["sprints"][0]["history"].as_array().unwrap().len(), 0, "{api:#}");
+    assert_eq!(
+        api["sprints"][0]["history"].as_array().unwrap().len(),
+        0,
+        "{api:#}"
+    );
     let out = repo.cmd(&["killall"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let api = repo.unit("api");

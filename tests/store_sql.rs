@@ -683,13 +683,69 @@ async fn handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s: SqlSto
     assert_eq!(s.counts().await.unwrap().1, 3, "three done");
 }
 
+/// On a SQLite file, intake's commits claim, in order, what waits in the
+/// store (see `Handoff::claim_room`): the same line is kept, without the
+/// workers' claims.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_handed_over_deliveries_are_claimed_and_the_rest_wait_in_order() {
+    use supervise::store::sql::{Handoff, IntakeQueue, NewDelivery};
     let (s, _d) = sqlite().await;
-    handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s).await;
+    let h = Handoff::new(3, Duration::from_secs(60));
+    let q = IntakeQueue::start_with(s.clone(), Some(h.clone()));
+    let submit = |n: u32| {
+        let q = q.clone();
+        async move {
+            q.submit(NewDelivery {
+                id: format!("d{n}"),
+                event: "issue_comment".into(),
+                dedupe: None,
+                installation: Some(1),
+                payload: format!("{{\"n\":{n}}}"),
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let take_all =
+        || -> Vec<String> { std::iter::from_fn(|| h.take()).map(|(_, c)| c.id).collect() };
+    // The store may hold deliveries from before: the commit reads it, and
+    // d0 is the oldest due there.
+    assert_eq!(submit(0).await, Intake::Stored);
+    assert_eq!(take_all(), ["d0"]);
+    // None left: handed over as stored, while there is room; then pending.
+    for n in 1..=5 {
+        assert_eq!(submit(n).await, Intake::Stored);
+    }
+    assert_eq!(take_all(), ["d1", "d2", "d3"]);
+    // Room again: d6's commit claims d4 and d5 first, then d6.
+    assert_eq!(submit(6).await, Intake::Stored);
+    assert_eq!(submit(7).await, Intake::Stored);
+    assert_eq!(take_all(), ["d4", "d5", "d6"]);
+    assert_eq!(submit(8).await, Intake::Stored);
+    assert_eq!(take_all(), ["d7", "d8"], "d8 overtook d7");
+    // Drained: handed over as stored again.
+    assert_eq!(submit(9).await, Intake::Stored);
+    assert_eq!(take_all(), ["d9"]);
+    assert_eq!(submit(9).await, Intake::Duplicate);
+    assert!(h.take().is_none(), "a duplicate handed over");
+    assert!(
+        s.claim_many(Duration::from_secs(60), 16)
+            .await
+            .unwrap()
+            .is_empty(),
+        "everything is claimed once"
+    );
+    for n in 0..=9 {
+        q.finish(&format!("d{n}"), 1, None).await.unwrap();
+    }
+    assert_eq!(
+        s.counts().await.unwrap().1,
+        10,
+        "every end recorded on attempt 1"
+    );
 }
 
-/// The same on a database in memory.
+/// The same on a database in memory, whose workers claim what waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_memory_sqlite_handed_over_deliveries_are_claimed_and_the_rest_wait_in_order() {
     let s = in_memory().await;

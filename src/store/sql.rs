@@ -1117,6 +1117,113 @@ mod tests {
         }
     }
 
+    /// While deliveries wait in the store (the workers fell behind), a commit
+    /// on intake's own SQLite connection claims those due first (pending, or
+    /// their lease run out) for the hand-over, in order, up to the room left — its own deliveries among
+    /// them — and direct hand-over begins again once none is left pending; it
+    /// stops before a body too large to wait in memory, which the workers'
+    /// own claims then take, in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_claims_what_waits_in_the_store_in_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let big = "x".repeat(intake::HANDOFF_MAX_BODY + 1);
+        for (case, olds) in [
+            ("small bodies", vec![("o1", "{}"), ("o2", "{}")]),
+            ("a large body", vec![("o1", "{}"), ("o2", big.as_str())]),
+        ] {
+            let file = tmp.path().join(format!("{case}.db"));
+            let s = SqlStore::connect(&format!("sqlite://{}?mode=rwc", file.display()))
+                .await
+                .unwrap();
+            assert!(s.direct.is_some());
+            for (id, body) in &olds {
+                assert_eq!(
+                    s.intake(id, "ping", None, None, body).await.unwrap(),
+                    Intake::Stored
+                );
+            }
+            // Made as the service makes it: deliveries may wait in the store.
+            let h = Handoff::new(8, Duration::from_secs(60));
+            let q = IntakeQueue::start_with(s.clone(), Some(h.clone()));
+            let new = |id: &str| NewDelivery {
+                id: id.into(),
+                event: "ping".into(),
+                dedupe: None,
+                installation: Some(5),
+                payload: format!("{{\"{id}\":1}}"),
+            };
+            assert_eq!(q.submit(new("n1")).await.unwrap(), Intake::Stored);
+            let taken: Vec<(String, String, i64)> = std::iter::from_fn(|| h.take())
+                .map(|(_, c)| (c.id, c.payload, c.attempts))
+                .collect();
+            let status = |id: &'static str| {
+                let pool = s.pool.clone();
+                async move {
+                    sqlx::query_scalar::<_, String>("SELECT status FROM deliveries WHERE id = $1")
+                        .bind(id)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap()
+                }
+            };
+            if case == "small bodies" {
+                assert_eq!(
+                    taken,
+                    [
+                        ("o1".into(), "{}".into(), 1),
+                        ("o2".into(), "{}".into(), 1),
+                        ("n1".into(), r#"{"n1":1}"#.into(), 1)
+                    ],
+                    "{case}"
+                );
+                for id in ["o1", "o2", "n1"] {
+                    assert_eq!(status(id).await, "processing", "{case}: {id}");
+                }
+                // None left pending: the next is handed over as it is stored.
+                assert_eq!(q.submit(new("n2")).await.unwrap(), Intake::Stored);
+                assert_eq!(h.take().map(|(_, c)| c.id).as_deref(), Some("n2"));
+                assert_eq!(status("n2").await, "processing");
+            } else {
+                assert_eq!(taken, [("o1".into(), "{}".into(), 1)], "{case}");
+                assert_eq!(status("o2").await, "pending", "{case}");
+                assert_eq!(status("n1").await, "pending", "{case}");
+                // The workers' claim takes the rest, the large one first.
+                let rest: Vec<String> = s
+                    .claim_many(Duration::from_secs(60), 8)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|c| c.id)
+                    .collect();
+                assert_eq!(rest, ["o2", "n1"], "{case}");
+            }
+        }
+        // A delivery whose lease ran out is due as a pending one is: its
+        // next attempt is claimed in line.
+        let file = tmp.path().join("lease.db");
+        let s = SqlStore::connect(&format!("sqlite://{}?mode=rwc", file.display()))
+            .await
+            .unwrap();
+        s.intake("o1", "ping", None, None, "{}").await.unwrap();
+        assert_eq!(s.claim_many(Duration::ZERO, 1).await.unwrap().len(), 1);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let h = Handoff::new(8, Duration::from_secs(60));
+        let q = IntakeQueue::start_with(s.clone(), Some(h.clone()));
+        q.submit(NewDelivery {
+            id: "n1".into(),
+            event: "ping".into(),
+            dedupe: None,
+            installation: None,
+            payload: "{}".into(),
+        })
+        .await
+        .unwrap();
+        let taken: Vec<(String, i64)> = std::iter::from_fn(|| h.take())
+            .map(|(_, c)| (c.id, c.attempts))
+            .collect();
+        assert_eq!(taken, [("o1".into(), 2), ("n1".into(), 1)]);
+    }
+
     /// A batch that cannot be made is made write by write: a delivery stored
     /// alone, then an end in the same batch, which goes through the pool —
     /// whose one SQLite connection the delivery alone must not leave held, or

@@ -15,8 +15,8 @@
 //! `SqlStore::write`), so neither ever waits in SQLite's busy handler, and a
 //! transaction on the pool's connection never overlaps one here.
 
-use super::intake::BatchWrites;
-use super::SqlError;
+use super::intake::{BatchWrites, Taken, HANDOFF_MAX_BODY};
+use super::{Claimed, SqlError};
 use crate::sync::LockExt;
 use rusqlite::{params, Connection, OpenFlags, TransactionBehavior};
 use std::collections::HashSet;
@@ -28,6 +28,16 @@ const INSERT_BODY: &str =
     "INSERT INTO delivery_payloads (id, payload) VALUES (?1, ?2) ON CONFLICT DO NOTHING";
 const END_DONE: &str = "UPDATE deliveries SET status = 'done', lease_until = NULL, error = NULL WHERE id = ?1 AND attempts = ?2";
 const END_FAILED: &str = "UPDATE deliveries SET status = 'failed', lease_until = NULL, error = ?1 WHERE id = ?2 AND attempts = ?3";
+/// The deliveries a claim takes first (as `SqlStore::claim_many` does: the
+/// pending and those whose lease ran out, in line), with their bodies' sizes.
+const OLDEST_DUE: &str = "SELECT due.id, octet_length(p.payload) FROM (
+        SELECT id, received_at FROM (SELECT id, received_at FROM deliveries WHERE status = 'pending' ORDER BY received_at, id LIMIT ?1)
+        UNION ALL
+        SELECT id, received_at FROM (SELECT id, received_at FROM deliveries WHERE status = 'processing' AND lease_until < ?2 ORDER BY received_at, id LIMIT ?1)
+    ) AS due JOIN delivery_payloads p ON p.id = due.id
+    ORDER BY due.received_at, due.id LIMIT ?1";
+const CLAIM_ONE: &str = "UPDATE deliveries SET status = 'processing', lease_until = ?1, attempts = attempts + 1, holder = ?2, incarnation = ?3 WHERE id = ?4 AND (status = 'pending' OR lease_until < ?5) RETURNING event, installation, attempts";
+const BODY: &str = "SELECT payload FROM delivery_payloads WHERE id = ?1";
 
 /// The intake's own connection to the store's SQLite file.
 #[derive(Clone)]
@@ -61,10 +71,10 @@ impl DirectWriter {
         )
     }
 
-    /// Makes `w`'s writes in one transaction; the ids of the deliveries it
-    /// stored. Blocks for the commit, its fsync included: call it where
-    /// blocking is allowed.
-    pub(super) fn write(&self, w: &BatchWrites<'_>) -> Result<HashSet<String>, SqlError> {
+    /// Makes `w`'s writes in one transaction, with its claim; the ids of the
+    /// deliveries it stored, and what it claimed. Blocks for the commit, its
+    /// fsync included: call it where blocking is allowed.
+    pub(super) fn write(&self, w: &BatchWrites<'_>) -> Result<(HashSet<String>, Taken), SqlError> {
         let mut conn = self.conn.locked();
         // Rolled back when dropped uncommitted, on an error or a panic.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -107,7 +117,72 @@ impl DirectWriter {
                 failed.execute(params![error, id, attempts])?;
             }
         }
+        let taken = if w.claim > 0 {
+            claim_oldest(&tx, w, &stored)?
+        } else {
+            Taken::default()
+        };
         tx.commit()?;
-        Ok(stored)
+        Ok((stored, taken))
     }
+}
+
+/// Claims up to `w.claim` of the deliveries due first — pending, or their
+/// lease run out — in order, for the hand-over, stopping before the first whose body is too large to wait
+/// in memory (it and those after it are left to the workers' claims, which
+/// take them in order). The bodies of deliveries this very commit `stored`
+/// are not read back (those of its duplicates are not theirs).
+fn claim_oldest(
+    tx: &rusqlite::Transaction<'_>,
+    w: &BatchWrites<'_>,
+    stored: &HashSet<String>,
+) -> Result<Taken, SqlError> {
+    let oldest: Vec<(String, i64)> = tx
+        .prepare_cached(OLDEST_DUE)?
+        .query_map(params![w.claim as i64, w.now], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    let whole = oldest.len() < w.claim;
+    let mut claim = tx.prepare_cached(CLAIM_ONE)?;
+    let mut body = tx.prepare_cached(BODY)?;
+    let mut claimed = Vec::with_capacity(oldest.len());
+    let mut here = std::collections::HashMap::new();
+    for d in w.deliveries.iter().filter(|d| stored.contains(&d.id)) {
+        // The first of an id is the one stored.
+        here.entry(d.id.as_str()).or_insert(d.payload.as_str());
+    }
+    for (id, size) in oldest {
+        if size as usize > HANDOFF_MAX_BODY {
+            return Ok(Taken {
+                claimed,
+                drained: false,
+            });
+        }
+        let (event, installation, attempts) = claim.query_row(
+            params![
+                w.lease_until,
+                w.holder.map(|h| h.replica.as_str()),
+                w.holder.map(|h| h.run.as_str()),
+                id,
+                w.now
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        let payload = match here.get(id.as_str()) {
+            Some(p) => p.to_string(),
+            None => body.query_row(params![id], |r| r.get(0))?,
+        };
+        claimed.push(Claimed {
+            id,
+            event,
+            installation,
+            payload,
+            attempts,
+        });
+    }
+    Ok(Taken {
+        claimed,
+        drained: whole,
+    })
 }
