@@ -496,6 +496,32 @@ fn units_whose_names_reduce_to_the_same_slug_each_run_their_own_sprints() {
 impl Repo {
     /// An agent command that runs `prelude` (shell) and then the scripted agent:
     /// for tests whose agents misbehave in ways the script's actions do not cover.
+    /// Runs the plan with an agent that, on unit api, runs `script` (which
+    /// must write the file `$NOTE`) and then sleeps; once the note is there,
+    /// kills the supervisor with SIGKILL, the api agent still at work.
+    /// Returns the note's path.
+    fn crash_while_api_works(&self, script: &str) -> PathBuf {
+        let note = self.root.parent().unwrap().join("api-note");
+        let agent = self.agent_with_prelude(
+            "api-working-agent.sh",
+            &format!(
+                "if [ \"$SUPERVISE_UNIT\" = api ]; then\n  NOTE='{}'\n  {script}\n  exec sleep 600\nfi",
+                note.display()
+            ),
+        );
+        let mut sup = self
+            .cmd(&["run", "--quiet"])
+            .env("SUPERVISE_AGENT", agent)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.wait_for("the api agent at work", |_| note.exists());
+        sup.kill().unwrap();
+        sup.wait().unwrap();
+        note
+    }
+
     fn agent_with_prelude(&self, name: &str, prelude: &str) -> String {
         let path = self.root.parent().unwrap().join(name);
         std::fs::write(
@@ -652,25 +678,10 @@ fn a_retry_never_starts_beside_a_live_process_of_the_cancelled_attempt() {
 #[test]
 fn a_restart_leaves_the_git_locks_of_live_agents_alone() {
     let repo = Repo::new(PLAN, "");
-    let note = repo.root.parent().unwrap().join("lock-path");
-    let agent = repo.agent_with_prelude(
-        "locking-agent.sh",
-        &format!(
-            "if [ \"$SUPERVISE_UNIT\" = api ]; then\n  gd=$(git rev-parse --absolute-git-dir)\n  touch -d '1 hour ago' \"$gd/index.lock\"\n  echo \"$gd/index.lock\" > {}\n  exec sleep 600\nfi",
-            note.display()
-        ),
+    let note = repo.crash_while_api_works(
+        "gd=$(git rev-parse --absolute-git-dir)\n  touch -d '1 hour ago' \"$gd/index.lock\"\n  echo \"$gd/index.lock\" > \"$NOTE.tmp\"\n  mv \"$NOTE.tmp\" \"$NOTE\"",
     );
-    let mut sup = repo
-        .cmd(&["run", "--quiet"])
-        .env("SUPERVISE_AGENT", agent)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    repo.wait_for("the api agent holding index.lock", |_| note.exists());
     let live_lock = PathBuf::from(std::fs::read_to_string(&note).unwrap().trim());
-    sup.kill().unwrap();
-    sup.wait().unwrap();
     // A lock the crash left where no agent works.
     let op = repo.state()["id"].as_str().unwrap().to_string();
     let stale = repo
@@ -711,24 +722,7 @@ fn a_restart_leaves_the_git_locks_of_live_agents_alone() {
 #[test]
 fn a_replayed_dispatch_adopts_the_run_its_wrapper_began() {
     let repo = Repo::new(PLAN, "");
-    let note = repo.root.parent().unwrap().join("api-started");
-    let agent = repo.agent_with_prelude(
-        "sleeping-agent.sh",
-        &format!(
-            "if [ \"$SUPERVISE_UNIT\" = api ]; then\n  touch {}\n  exec sleep 600\nfi",
-            note.display()
-        ),
-    );
-    let mut sup = repo
-        .cmd(&["run", "--quiet"])
-        .env("SUPERVISE_AGENT", agent)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    repo.wait_for("the api agent to start", |_| note.exists());
-    sup.kill().unwrap();
-    sup.wait().unwrap();
+    repo.crash_while_api_works("touch \"$NOTE\"");
     // The crash's window: the record that api's dispatch was carried out is lost.
     let log = repo.root.join(".supervise/events.jsonl");
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)

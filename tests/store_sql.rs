@@ -573,29 +573,29 @@ async fn postgres_group_commit_stores_each_delivery_once() {
     group_commit_stores_each_delivery_once(s).await;
 }
 
+/// Submits delivery `d{n}` (body `{"n":n}`) through `q`.
+async fn submit_numbered(q: supervise::store::sql::IntakeQueue, n: u32) -> Intake {
+    q.submit(supervise::store::sql::NewDelivery {
+        id: format!("d{n}"),
+        event: "issue_comment".into(),
+        dedupe: None,
+        installation: Some(1),
+        payload: format!("{{\"n\":{n}}}"),
+    })
+    .await
+    .unwrap()
+}
+
 /// Deliveries stored while the workers have room are stored claimed (first
 /// attempt, leased) and handed over in memory, in order; past the room they
 /// are stored pending, and none is handed over again until a claim finds the
 /// store drained, so a newer delivery never overtakes one waiting there.
 async fn handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s: SqlStore) {
-    use supervise::store::sql::{Handoff, IntakeQueue, NewDelivery};
+    use supervise::store::sql::{Handoff, IntakeQueue};
     let lease = Duration::from_secs(60);
     let h = Handoff::new(3, lease);
     let q = IntakeQueue::start_with(s.clone(), Some(h.clone()));
-    let submit = |n: u32| {
-        let q = q.clone();
-        async move {
-            q.submit(NewDelivery {
-                id: format!("d{n}"),
-                event: "issue_comment".into(),
-                dedupe: None,
-                installation: Some(1),
-                payload: format!("{{\"n\":{n}}}"),
-            })
-            .await
-            .unwrap()
-        }
-    };
+    let submit = |n: u32| submit_numbered(q.clone(), n);
     // At the start the store may hold deliveries from before: nothing is
     // handed over until a claim has found it empty.
     assert_eq!(submit(0).await, Intake::Stored);
@@ -688,24 +688,11 @@ async fn handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s: SqlSto
 /// workers' claims.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_handed_over_deliveries_are_claimed_and_the_rest_wait_in_order() {
-    use supervise::store::sql::{Handoff, IntakeQueue, NewDelivery};
+    use supervise::store::sql::{Handoff, IntakeQueue};
     let (s, _d) = sqlite().await;
     let h = Handoff::new(3, Duration::from_secs(60));
     let q = IntakeQueue::start_with(s.clone(), Some(h.clone()));
-    let submit = |n: u32| {
-        let q = q.clone();
-        async move {
-            q.submit(NewDelivery {
-                id: format!("d{n}"),
-                event: "issue_comment".into(),
-                dedupe: None,
-                installation: Some(1),
-                payload: format!("{{\"n\":{n}}}"),
-            })
-            .await
-            .unwrap()
-        }
-    };
+    let submit = |n: u32| submit_numbered(q.clone(), n);
     let take_all =
         || -> Vec<String> { std::iter::from_fn(|| h.take()).map(|(_, c)| c.id).collect() };
     // The store may hold deliveries from before: the commit reads it, and
