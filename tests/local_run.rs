@@ -494,8 +494,6 @@ fn units_whose_names_reduce_to_the_same_slug_each_run_their_own_sprints() {
 }
 
 impl Repo {
-    /// An agent command that runs `prelude` (shell) and then the scripted agent:
-    /// for tests whose agents misbehave in ways the script's actions do not cover.
     /// Runs the plan with an agent that, on unit api, runs `script` (which
     /// must write the file `$NOTE`) and then sleeps; once the note is there,
     /// kills the supervisor with SIGKILL, the api agent still at work.
@@ -522,6 +520,8 @@ impl Repo {
         note
     }
 
+    /// An agent command that runs `prelude` (shell) and then the scripted agent:
+    /// for tests whose agents misbehave in ways the script's actions do not cover.
     fn agent_with_prelude(&self, name: &str, prelude: &str) -> String {
         let path = self.root.parent().unwrap().join(name);
         std::fs::write(

@@ -392,7 +392,9 @@ pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
     // the last one decided but did not finish, with the agent command `run`
     // would take from the environment.
     let flags = RunFlags {
-        agent: std::env::var("SUPERVISE_AGENT").ok(),
+        agent: std::env::var("SUPERVISE_AGENT")
+            .ok()
+            .filter(|a| !a.trim().is_empty()),
         ..RunFlags::default()
     };
     let settings = settings_for(&plan, &flags)?;

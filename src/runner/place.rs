@@ -146,6 +146,9 @@ impl LocalPlace {
         match effect {
             Effect::Dispatch(order) => {
                 let dir = process::run_dir(&self.runs(), &order.dispatch.0);
+                let branch = branch_of(&order.unit, &order.sprint);
+                // A merged sprint dispatched again (its merge was lost) keeps its worktree.
+                self.merged_worktrees.retain(|b| *b != branch);
                 // Replayed after a crash that came between the wrapper's start
                 // and the effect's record: the run is under way (or over) and
                 // is adopted as it is, whatever settings this process has (a
@@ -155,9 +158,6 @@ impl LocalPlace {
                     self.watch(order.dispatch.clone(), None);
                     return Ok(Vec::new());
                 }
-                let branch = branch_of(&order.unit, &order.sprint);
-                // A merged sprint dispatched again (its merge was lost) keeps its worktree.
-                self.merged_worktrees.retain(|b| *b != branch);
                 let checkout = match self.git.ensure_sprint_worktree(op, &branch) {
                     Ok(c) => c,
                     Err(e) => {

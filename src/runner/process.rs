@@ -900,4 +900,23 @@ mod tests {
         drop(f);
         assert!(!is_alive(dir.path()));
     }
+
+    /// A wrapper takes its run from a moment's holder (a liveness probe, a
+    /// forked child before its exec), and leaves it to a wrapper that keeps it.
+    #[test]
+    fn a_wrapper_waits_out_a_moments_hold_on_its_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lock");
+        let probe = super::super::lockfile::open(&path).unwrap();
+        assert!(try_lock(&probe));
+        let released = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(probe);
+        });
+        let wrapper = super::super::lockfile::open(&path).unwrap();
+        assert!(take_run_lock(&wrapper), "gave up on a moment's hold");
+        released.join().unwrap();
+        let second = super::super::lockfile::open(&path).unwrap();
+        assert!(!take_run_lock(&second), "took a run another wrapper holds");
+    }
 }

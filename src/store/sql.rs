@@ -1119,10 +1119,10 @@ mod tests {
 
     /// While deliveries wait in the store (the workers fell behind), a commit
     /// on intake's own SQLite connection claims those due first (pending, or
-    /// their lease run out) for the hand-over, in order, up to the room left — its own deliveries among
-    /// them — and direct hand-over begins again once none is left pending; it
-    /// stops before a body too large to wait in memory, which the workers'
-    /// own claims then take, in order.
+    /// their lease run out) for the hand-over, in order, up to the room left
+    /// — its own deliveries among them — and direct hand-over begins again
+    /// once none is left pending; it stops before a body too large to wait in
+    /// memory, which the workers' own claims then take, in order.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_commit_claims_what_waits_in_the_store_in_order() {
         let tmp = tempfile::tempdir().unwrap();

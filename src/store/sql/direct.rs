@@ -128,9 +128,9 @@ impl DirectWriter {
 }
 
 /// Claims up to `w.claim` of the deliveries due first — pending, or their
-/// lease run out — in order, for the hand-over, stopping before the first whose body is too large to wait
-/// in memory (it and those after it are left to the workers' claims, which
-/// take them in order). The bodies of deliveries this very commit `stored`
+/// lease run out — in order, for the hand-over, stopping before the first
+/// whose body is too large to wait in memory (it and those after it are left
+/// to the workers' claims, which take them in order). The bodies of deliveries this very commit `stored`
 /// are not read back (those of its duplicates are not theirs).
 fn claim_oldest(
     tx: &rusqlite::Transaction<'_>,

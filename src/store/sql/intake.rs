@@ -140,8 +140,18 @@ impl Handoff {
     /// a claim racing another for the same rows finds none of them though
     /// many more wait, and must not hold the other workers back.
     pub fn worth_a_claim(&self, found_none: Option<Instant>) -> bool {
+        self.store_waits() || found_none.is_none_or(|at| at.elapsed() >= LOOK_AGAIN)
+    }
+
+    /// Whether deliveries may wait in the store: some were stored pending
+    /// since a claim last found it drained.
+    fn store_waits(&self) -> bool {
         self.drained.load(Ordering::SeqCst) < self.pending_stored.load(Ordering::SeqCst)
-            || found_none.is_none_or(|at| at.elapsed() >= LOOK_AGAIN)
+    }
+
+    /// The room left for deliveries waiting here.
+    fn room_left(&self) -> usize {
+        self.room.saturating_sub(self.waiting.locked().len())
     }
 
     /// Takes deliveries just committed claimed, and says whether others were
@@ -167,12 +177,12 @@ impl Handoff {
     /// pool's one SQLite connection — taking it from the writer between
     /// commits, and giving it back from a task of its own that waited behind
     /// every request's: in the bench's runs that fell into this, at 256
-    /// connections, most commits began by waiting 4-11 ms for it, and intake
+    /// connections, most commits began by waiting 9-12 ms for it, and intake
     /// ran at about two thirds of its rate. Claimed in the commit, in order,
     /// they cost a few statements on the writer's connection instead.
     fn claim_room(&self) -> usize {
-        if self.drained.load(Ordering::SeqCst) < self.pending_stored.load(Ordering::SeqCst) {
-            self.room.saturating_sub(self.waiting.locked().len())
+        if self.store_waits() {
+            self.room_left()
         } else {
             0
         }
@@ -180,10 +190,11 @@ impl Handoff {
 
     /// How many of the next stored deliveries can be handed over directly.
     fn free(&self) -> usize {
-        if self.drained.load(Ordering::SeqCst) < self.pending_stored.load(Ordering::SeqCst) {
-            return 0;
+        if self.store_waits() {
+            0
+        } else {
+            self.room_left()
         }
-        self.room.saturating_sub(self.waiting.locked().len())
     }
 }
 
@@ -710,9 +721,8 @@ impl SqlStore {
                         }
                     }
                     if let Some(h) = handoff {
-                        // Those claimed from the store are older than any
-                        // handed over directly (there are none of those while
-                        // deliveries wait there, but the order is kept anyway).
+                        // One or the other: none is handed over as it is
+                        // stored while deliveries wait in the store.
                         let mut all = taken.claimed;
                         all.append(&mut handed);
                         h.receive(all, pending);
@@ -804,7 +814,7 @@ impl SqlStore {
             }
         }
         let claim = match (handoff, &self.direct) {
-            (Some(h), Some(_)) => h.claim_room().saturating_sub(handed),
+            (Some(h), Some(_)) => h.claim_room(),
             _ => 0,
         };
         let writes = BatchWrites {
