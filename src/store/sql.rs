@@ -1142,6 +1142,9 @@ mod tests {
                     Intake::Stored
                 );
             }
+            // Deliveries are ordered by the millisecond they arrived in, then
+            // by id: "n1" must arrive a millisecond after "o2" to come after it.
+            tokio::time::sleep(Duration::from_millis(3)).await;
             // Made as the service makes it: deliveries may wait in the store.
             let h = Handoff::new(8, Duration::from_secs(60));
             let q = IntakeQueue::start_with(s.clone(), Some(h.clone()));
