@@ -1227,6 +1227,66 @@ mod tests {
         assert_eq!(taken, [("o1".into(), 2), ("n1".into(), 1)]);
     }
 
+    /// With nothing waiting in the store, a commit still looks in line for
+    /// what came due there without being stored — here a lease run out — once
+    /// `LOOK_AGAIN` has passed since a commit last found nothing due; the
+    /// workers, told the commit looked, have no look of their own to make
+    /// meanwhile.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_looks_in_line_for_what_came_due_and_spares_the_workers_a_look() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("look.db");
+        let s = SqlStore::connect(&format!("sqlite://{}?mode=rwc", file.display()))
+            .await
+            .unwrap();
+        let h = Handoff::new(8, Duration::from_secs(60));
+        let q = IntakeQueue::start_with(s.clone(), Some(h.clone()));
+        let submit = |id: &str| {
+            q.submit(NewDelivery {
+                id: id.into(),
+                event: "ping".into(),
+                dedupe: None,
+                installation: None,
+                payload: "{}".into(),
+            })
+        };
+        let take_all = || -> Vec<(String, i64)> {
+            std::iter::from_fn(|| h.take())
+                .map(|(_, c)| (c.id, c.attempts))
+                .collect()
+        };
+        // The first commit looks (the store may hold deliveries from
+        // before) and finds nothing else: n1 is handed over as stored.
+        assert_eq!(submit("n1").await.unwrap(), Intake::Stored);
+        assert_eq!(take_all(), [("n1".into(), 1)]);
+        let a_while_ago = Some(std::time::Instant::now() - 2 * LOOK_AGAIN);
+        assert!(
+            !h.worth_a_claim(a_while_ago),
+            "a worker looks though a commit just did"
+        );
+        // n1's worker is lost: its lease runs out.
+        sqlx::query("UPDATE deliveries SET lease_until = 0 WHERE id = 'n1'")
+            .execute(&s.pool)
+            .await
+            .unwrap();
+        // Within LOOK_AGAIN of the last look a commit does not look again.
+        assert_eq!(submit("n2").await.unwrap(), Intake::Stored);
+        assert_eq!(take_all(), [("n2".into(), 1)]);
+        tokio::time::sleep(LOOK_AGAIN + Duration::from_millis(10)).await;
+        assert!(h.worth_a_claim(a_while_ago), "no look for a while");
+        // Past it, the commit claims n1 again, before its own n3.
+        assert_eq!(submit("n3").await.unwrap(), Intake::Stored);
+        assert_eq!(take_all(), [("n1".into(), 2), ("n3".into(), 1)]);
+        assert!(!h.worth_a_claim(a_while_ago));
+        assert!(
+            s.claim_many(Duration::from_secs(60), 8)
+                .await
+                .unwrap()
+                .is_empty(),
+            "each is claimed once"
+        );
+    }
+
     /// A batch that cannot be made is made write by write: a delivery stored
     /// alone, then an end in the same batch, which goes through the pool —
     /// whose one SQLite connection the delivery alone must not leave held, or

@@ -96,6 +96,10 @@ pub struct Handoff {
     /// The highest `pending_stored` a worker has seen followed by a claim that
     /// found nothing: while it is behind, deliveries wait in the store.
     drained: AtomicU64,
+    /// When a commit last claimed in line and found nothing more due (see
+    /// [`Handoff::claim_room`]): the workers need not look again before
+    /// [`LOOK_AGAIN`] has passed since.
+    looked: Mutex<Option<Instant>>,
 }
 
 /// How long after its claim found the store empty a worker looks again
@@ -113,6 +117,7 @@ impl Handoff {
             ready: Notify::new(),
             pending_stored: AtomicU64::new(1),
             drained: AtomicU64::new(0),
+            looked: Mutex::new(None),
         })
     }
 
@@ -146,8 +151,26 @@ impl Handoff {
     /// claims that find nothing. Each worker asks for itself: on PostgreSQL
     /// a claim racing another for the same rows finds none of them though
     /// many more wait, and must not hold the other workers back.
+    ///
+    /// A commit's look in line counts as the workers' own (see
+    /// [`Handoff::claim_room`]).
     pub fn worth_a_claim(&self, found_none: Option<Instant>) -> bool {
-        self.store_waits() || found_none.is_none_or(|at| at.elapsed() >= LOOK_AGAIN)
+        self.store_waits()
+            || found_none.is_none_or(|at| at.elapsed() >= LOOK_AGAIN) && self.look_due()
+    }
+
+    /// Whether [`LOOK_AGAIN`] has passed since a commit last found nothing
+    /// more due in the store.
+    fn look_due(&self) -> bool {
+        self.looked
+            .locked()
+            .is_none_or(|at| at.elapsed() >= LOOK_AGAIN)
+    }
+
+    /// A commit's claim in line took everything due.
+    fn drained_in_line(&self) {
+        self.drained_at(self.pending_mark());
+        *self.looked.locked() = Some(Instant::now());
     }
 
     /// Whether deliveries may wait in the store: some were stored pending
@@ -187,9 +210,19 @@ impl Handoff {
     /// connections, most commits began by waiting 9-12 ms for it, and intake
     /// ran at about two thirds of its rate. Claimed in the commit, in order,
     /// they cost a few statements on the writer's connection instead.
-    fn claim_room(&self) -> usize {
+    ///
+    /// Otherwise, once [`LOOK_AGAIN`] has passed since a commit last looked,
+    /// the commit looks in line for what came due without being stored here
+    /// (a lease run out, a retry's delay over), with the room its own
+    /// `handed` deliveries leave: under load the workers then have no reason
+    /// to take the connection for a look of their own (in a probe at 256
+    /// connections, their looks made the writer give the connection up about
+    /// 15 times a second, about 3 ms each).
+    fn claim_room(&self, handed: usize) -> usize {
         if self.store_waits() {
             self.room_left()
+        } else if self.look_due() {
+            self.room_left().saturating_sub(handed)
         } else {
             0
         }
@@ -734,9 +767,9 @@ impl SqlStore {
                         all.append(&mut handed);
                         h.receive(all, pending);
                         if taken.drained {
-                            // Every delivery pending when the commit was made
-                            // is claimed: direct hand-over can begin again.
-                            h.drained_at(h.pending_mark());
+                            // Every delivery due when the commit was made is
+                            // claimed: direct hand-over can begin again.
+                            h.drained_in_line();
                         }
                     }
                     for (done, answer) in answers {
@@ -821,7 +854,7 @@ impl SqlStore {
             }
         }
         let claim = match (handoff, &self.direct) {
-            (Some(h), Some(_)) => h.claim_room(),
+            (Some(h), Some(_)) => h.claim_room(handed),
             _ => 0,
         };
         let writes = BatchWrites {
