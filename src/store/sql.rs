@@ -1255,13 +1255,19 @@ mod tests {
                 .map(|(_, c)| (c.id, c.attempts))
                 .collect()
         };
+        // What a test asserts "within LOOK_AGAIN of the last look" holds
+        // only if this machine did not pause longer than that since `before`
+        // (taken before the look): on a slow one it is not asserted.
+        let within = |before: std::time::Instant| before.elapsed() < LOOK_AGAIN;
         // The first commit looks (the store may hold deliveries from
         // before) and finds nothing else: n1 is handed over as stored.
+        let before = std::time::Instant::now();
         assert_eq!(submit("n1").await.unwrap(), Intake::Stored);
         assert_eq!(take_all(), [("n1".into(), 1)]);
         let a_while_ago = Some(std::time::Instant::now() - 2 * LOOK_AGAIN);
+        let spared = !h.worth_a_claim(a_while_ago);
         assert!(
-            !h.worth_a_claim(a_while_ago),
+            spared || !within(before),
             "a worker looks though a commit just did"
         );
         // n1's worker is lost: its lease runs out.
@@ -1271,13 +1277,26 @@ mod tests {
             .unwrap();
         // Within LOOK_AGAIN of the last look a commit does not look again.
         assert_eq!(submit("n2").await.unwrap(), Intake::Stored);
-        assert_eq!(take_all(), [("n2".into(), 1)]);
+        let taken = take_all();
+        if within(before) {
+            assert_eq!(taken, [("n2".into(), 1)]);
+        } else if taken.len() == 2 {
+            // A pause let the look come due: n1 is taken again already.
+            sqlx::query("UPDATE deliveries SET lease_until = 0 WHERE id = 'n1'")
+                .execute(&s.pool)
+                .await
+                .unwrap();
+        }
         tokio::time::sleep(LOOK_AGAIN + Duration::from_millis(10)).await;
         assert!(h.worth_a_claim(a_while_ago), "no look for a while");
         // Past it, the commit claims n1 again, before its own n3.
+        let before = std::time::Instant::now();
         assert_eq!(submit("n3").await.unwrap(), Intake::Stored);
-        assert_eq!(take_all(), [("n1".into(), 2), ("n3".into(), 1)]);
-        assert!(!h.worth_a_claim(a_while_ago));
+        let taken = take_all();
+        let ids: Vec<&str> = taken.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["n1", "n3"]);
+        assert!(taken[0].1 > 1 && taken[1].1 == 1, "attempts: {taken:?}");
+        assert!(!h.worth_a_claim(a_while_ago) || !within(before));
         assert!(
             s.claim_many(Duration::from_secs(60), 8)
                 .await
