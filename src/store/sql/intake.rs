@@ -217,7 +217,7 @@ impl Handoff {
     /// `handed` deliveries leave: under load the workers then have no reason
     /// to take the connection for a look of their own (in a probe at 256
     /// connections, their looks made the writer give the connection up about
-    /// 15 times a second, about 3 ms each).
+    /// 10 times a second, about 3 ms each).
     fn claim_room(&self, handed: usize) -> usize {
         if self.store_waits() {
             self.room_left()
@@ -429,14 +429,15 @@ pub(super) struct BatchWrites<'a> {
     pub(super) lease_until: Option<i64>,
     pub(super) done: Vec<(&'a str, i64)>,
     pub(super) failed: Vec<(&'a str, i64, &'a str)>,
-    /// How many of the oldest pending deliveries the commit may also claim
-    /// for the hand-over, until `lease_until` (see [`Taken`]).
+    /// How many of the deliveries due first in the store (pending, or their
+    /// lease run out) the commit may also claim for the hand-over, until
+    /// `lease_until` (see [`Taken`]).
     pub(super) claim: usize,
 }
 
 /// Deliveries a commit claimed from the store besides its writes, oldest
-/// first, for this process's workers, and whether it left none pending that
-/// it could have taken. Only intake's own SQLite connection claims so (see
+/// first, for this process's workers, and whether it left none due that it
+/// could have taken. Only intake's own SQLite connection claims so (see
 /// [`Handoff::claim_room`]); elsewhere nothing is taken.
 #[derive(Default)]
 pub(super) struct Taken {
@@ -761,8 +762,8 @@ impl SqlStore {
                         }
                     }
                     if let Some(h) = handoff {
-                        // One or the other: none is handed over as it is
-                        // stored while deliveries wait in the store.
+                        // What the commit claimed from the store came due
+                        // before anything it stored: it goes first.
                         let mut all = taken.claimed;
                         all.append(&mut handed);
                         h.receive(all, pending);
