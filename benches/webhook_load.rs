@@ -9,6 +9,9 @@
 //! `BENCH_DATABASE_URL=postgres://…` stores in PostgreSQL instead of SQLite;
 //! `BENCH_WORKERS` sets the service's processing workers (default 4);
 //! `BENCH_PAYLOAD_KB=10` pads each delivery to GitHub's usual size;
+//! `BENCH_EVENT=workflow_run` sends deliveries a worker must look at (a run
+//! the service did not start: one read of the store each) instead of comments
+//! without a command, which intake settles itself (stored done, not queued);
 //! `BENCH_MAX_CONNS=16,64` the connection counts of the maximum-rate runs;
 //! `BENCH_SUPERVISE=path` measures another build of `supervise`.
 
@@ -42,13 +45,28 @@ fn padding() -> String {
     "x".repeat(kb * 1024)
 }
 
+/// `BENCH_EVENT`: `workflow_run`, or (default) `issue_comment`.
+fn event() -> &'static str {
+    match std::env::var("BENCH_EVENT").as_deref() {
+        Ok("workflow_run") => "workflow_run",
+        _ => "issue_comment",
+    }
+}
+
 fn request(n: u64) -> Vec<u8> {
     static PAD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let pad = PAD.get_or_init(padding);
-    let body = format!(
-        r#"{{"action":"created","issue":{{"number":1}},"comment":{{"id":{n},"body":"Looks good to me, thanks!","user":{{"login":"mia","type":"User"}}}},"repository":{{"full_name":"acme/shop","description":"{pad}"}},"installation":{{"id":7}}}}"#
-    );
-    signed_request::signed_request(SECRET, "issue_comment", &delivery_id(n), body.as_bytes())
+    let body = match event() {
+        // Another workflow's run (the repository's CI, say): the worker
+        // looks it up among the service's runs and finds nothing to do.
+        "workflow_run" => format!(
+            r#"{{"action":"completed","workflow_run":{{"id":{n},"name":"CI","display_title":"CI on main","status":"completed","conclusion":"success","html_url":"https://github.com/acme/shop/actions/runs/{n}"}},"repository":{{"full_name":"acme/shop","description":"{pad}"}},"installation":{{"id":7}}}}"#
+        ),
+        _ => format!(
+            r#"{{"action":"created","issue":{{"number":1}},"comment":{{"id":{n},"body":"Looks good to me, thanks!","user":{{"login":"mia","type":"User"}}}},"repository":{{"full_name":"acme/shop","description":"{pad}"}},"installation":{{"id":7}}}}"#
+        ),
+    };
+    signed_request::signed_request(SECRET, event(), &delivery_id(n), body.as_bytes())
 }
 
 /// A delivery id shaped as GitHub's: a time-based (version 1) UUID, as in
@@ -170,7 +188,8 @@ async fn load(port: u16, conns: usize, rate: Option<f64>, dur: Duration, base: u
     }
 }
 
-/// How much of what it stored the service has processed, from its metrics.
+/// How much of what it stored the service has processed, from its metrics:
+/// by a worker, or settled at intake (stored done, needing nothing).
 async fn processed(port: u16) -> (f64, f64) {
     let text = metrics_text(port).await;
     let sum = |prefix: &str| -> f64 {
@@ -179,9 +198,16 @@ async fn processed(port: u16) -> (f64, f64) {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     };
+    let of = |outcome: &str| {
+        sum(&format!(
+            "supervise_deliveries_total{{event=\"{}\",outcome=\"{outcome}\"}}",
+            event()
+        ))
+    };
+    let settled = of("settled");
     (
-        sum("supervise_processing_seconds_count"),
-        sum("supervise_deliveries_total{event=\"issue_comment\",outcome=\"stored\"}"),
+        sum("supervise_processing_seconds_count") + settled,
+        of("stored") + settled,
     )
 }
 

@@ -93,6 +93,55 @@ async fn duplicates_code_blocks_edits_and_bots_do_not_act_twice_or_at_all() {
     assert!(!h.fake.reactions().iter().any(|(c, _, _)| *c == quoted));
 }
 
+/// A delivery's row in the service's store, found by its comment.
+async fn comment_row(h: &Story, comment: i64, action: &str) -> (String, i64) {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&h.db_url).await.unwrap();
+    let row: (String, i64) =
+        sqlx::query_as("SELECT status, CAST(attempts AS BIGINT) FROM deliveries WHERE dedupe = $1")
+            .bind(format!("comment:{comment}:{action}"))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    row
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_comment_that_needs_nothing_done_is_stored_done_at_intake_and_a_command_is_queued() {
+    let h = Story::start(Setup::commands_only()).await;
+    let (chat, statuses) = h
+        .fake
+        .comment(REPO, 1, "mia", "Looks good to me, thanks!", false)
+        .await;
+    assert_eq!(statuses, [202], "stored before it is answered");
+    let (quoted, _) = h
+        .fake
+        .comment(REPO, 1, "mia", "> /supervise stop\n\nShould we?", false)
+        .await;
+    assert_eq!(h.fake.edit(quoted, "/supervise help").await, 202);
+    let (command, _) = h
+        .fake
+        .comment(REPO, 1, "mia", "/supervise help", false)
+        .await;
+    h.replies_after(1, 1).await;
+    h.settle().await;
+    // Stored done with no attempt: no worker ever claimed them.
+    for (comment, action) in [(chat, "created"), (quoted, "created"), (quoted, "edited")] {
+        assert_eq!(
+            comment_row(&h, comment, action).await,
+            ("done".to_string(), 0),
+            "comment {comment} ({action}) needs nothing done"
+        );
+    }
+    // The command went through a worker, once.
+    assert_eq!(
+        comment_row(&h, command, "created").await,
+        ("done".to_string(), 1)
+    );
+    assert_eq!(h.bot_comments(1).len(), 1, "only the command is answered");
+}
+
 async fn raw_post(port: u16, head: &str, body: &[u8]) -> u16 {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await

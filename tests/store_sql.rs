@@ -533,6 +533,7 @@ async fn group_commit_stores_each_delivery_once(s: SqlStore) {
                 dedupe: Some(dedupe),
                 installation: Some(1),
                 payload: "{}".into(),
+                settled: false,
             })
             .await
             .unwrap()
@@ -581,6 +582,7 @@ async fn submit_numbered(q: supervise::store::sql::IntakeQueue, n: u32) -> Intak
         dedupe: None,
         installation: Some(1),
         payload: format!("{{\"n\":{n}}}"),
+        settled: false,
     })
     .await
     .unwrap()
@@ -744,6 +746,84 @@ async fn in_memory_sqlite_handed_over_deliveries_are_claimed_and_the_rest_wait_i
 async fn postgres_handed_over_deliveries_are_claimed_and_the_rest_wait_in_order() {
     let s = SqlStore::connect(&postgres_url().await).await.unwrap();
     handed_over_deliveries_are_claimed_and_the_rest_wait_in_order(s).await;
+}
+
+/// Deliveries that need nothing done (`settled`) are stored done, whatever
+/// batch they share: never handed over, never claimed, and they take no room
+/// from those that need a worker.
+async fn settled_deliveries_are_stored_done_and_never_handed_over(s: SqlStore) {
+    use supervise::store::sql::{Handoff, IntakeQueue, NewDelivery};
+    let lease = Duration::from_secs(60);
+    let h = Handoff::new(1, lease);
+    h.drained_at(h.pending_mark());
+    let q = IntakeQueue::start_with(s.clone(), Some(h.clone()));
+    let d = |id: &str, settled: bool| NewDelivery {
+        id: id.into(),
+        event: "issue_comment".into(),
+        dedupe: Some(format!("comment:{id}:created")),
+        installation: Some(1),
+        payload: "{}".into(),
+        settled,
+    };
+    let answers = futures_util::future::join_all(
+        [d("s1", true), d("w1", false), d("s2", true), d("w2", false)].map(|d| q.submit(d)),
+    )
+    .await;
+    assert!(
+        answers.iter().all(|a| matches!(a, Ok(Intake::Stored))),
+        "{answers:?}"
+    );
+    assert_eq!(
+        s.counts().await.unwrap(),
+        (4, 2),
+        "the settled two are done"
+    );
+    let mut handed: Vec<String> = std::iter::from_fn(|| h.take()).map(|(_, c)| c.id).collect();
+    assert_eq!(
+        handed.len(),
+        1,
+        "the room's one, given to one that needs a worker: {handed:?}"
+    );
+    handed.extend(
+        s.claim_many(lease, 8)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| c.id),
+    );
+    handed.sort();
+    assert_eq!(
+        handed,
+        ["w1", "w2"],
+        "each that needs a worker reaches one, once"
+    );
+    // Alone, with no hand-over, it is stored done too.
+    let alone = IntakeQueue::start(s.clone());
+    assert_eq!(alone.submit(d("s3", true)).await.unwrap(), Intake::Stored);
+    assert_eq!(
+        alone.submit(d("s3", true)).await.unwrap(),
+        Intake::Duplicate
+    );
+    assert!(s.claim_many(lease, 8).await.unwrap().is_empty());
+    assert_eq!(s.counts().await.unwrap(), (5, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_settled_deliveries_are_stored_done_and_never_handed_over() {
+    let (s, _d) = sqlite().await;
+    settled_deliveries_are_stored_done_and_never_handed_over(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_sqlite_settled_deliveries_are_stored_done_and_never_handed_over() {
+    settled_deliveries_are_stored_done_and_never_handed_over(in_memory().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: scripts/test starts one"]
+async fn postgres_settled_deliveries_are_stored_done_and_never_handed_over() {
+    let s = SqlStore::connect(&postgres_url().await).await.unwrap();
+    settled_deliveries_are_stored_done_and_never_handed_over(s).await;
 }
 
 /// A restarted replica takes back at once what it held when it stopped —
@@ -926,6 +1006,7 @@ async fn a_burst_is_stored_in_batches_and_all_handed_over(s: SqlStore) {
             dedupe: Some(format!("comment:{}", n % 20)),
             installation: n.is_multiple_of(2).then_some(7),
             payload: format!("{{\"n\":{n}}}"),
+            settled: false,
         })
     });
     let stored = futures_util::future::join_all(burst)
@@ -986,6 +1067,7 @@ async fn postgres_deliveries_are_stored_after_the_server_closed_every_connection
             dedupe: None,
             installation: None,
             payload: "{}".into(),
+            settled: false,
         })
     };
     // Several connections open in the pool, then all closed by the server.

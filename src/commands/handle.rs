@@ -6,7 +6,7 @@
 //! that changes a plan gets the `supervise: plan` check run.
 
 use super::auth::{self, Actor, Permission, Policy, Verdict};
-use super::{help_text, parse_comment, Command};
+use super::{help_text, parse_comment, Command, ParseError};
 use crate::engine::naming;
 use crate::engine::Input;
 use crate::github::answers;
@@ -88,19 +88,42 @@ impl Handler {
             .await
     }
 
-    /// Acts on one stored delivery.
-    pub async fn comment(&self, payload: &str) -> Result<(), OpError> {
+    /// What of an `issue_comment` payload is acted on: the comment, its
+    /// installation and its commands — `None` when there is nothing to act
+    /// on (an unusable payload, an edit or a deletion, no command).
+    fn comment_to_act_on(
+        &self,
+        payload: &str,
+    ) -> Option<(CommentEvent, u64, Vec<Result<Command, ParseError>>)> {
         let ev = match CommentEvent::parse(payload) {
             Ok(ev) => ev,
             Err(e) => {
                 tracing::warn!(error = %e, "unusable payload; dropped");
-                return Ok(());
+                return None;
             }
         };
         // Only new comments act: edits and deletions never do.
         // With a token (the Action), events carry no installation and need none.
         let installation = ev.installation.or(self.github.is_token().then_some(0));
-        let Some(installation) = installation.filter(|_| ev.action == "created") else {
+        let installation = installation.filter(|_| ev.action == "created")?;
+        let commands = parse_comment(&ev.body);
+        (!commands.is_empty()).then_some((ev, installation, commands))
+    }
+
+    /// Whether [`Handler::event`] may do anything with this delivery:
+    /// `false` only when it certainly does nothing, decided by the reading
+    /// it starts with — so the service can store such a delivery as done
+    /// instead of queueing it for a worker (most comments carry no command).
+    pub fn may_act(&self, name: &str, payload: &str) -> bool {
+        match name {
+            "issue_comment" => self.comment_to_act_on(payload).is_some(),
+            _ => true,
+        }
+    }
+
+    /// Acts on one stored delivery.
+    pub async fn comment(&self, payload: &str) -> Result<(), OpError> {
+        let Some((ev, installation, commands)) = self.comment_to_act_on(payload) else {
             return Ok(());
         };
         let place = Origin {
@@ -110,15 +133,11 @@ impl Handler {
             comment: ev.comment_id,
             created_at: ev.created_at.clone(),
         };
-        let (body, login) = (ev.body.as_str(), ev.login.as_str());
+        let login = ev.login.as_str();
         let actor = Actor {
             login,
             kind: &ev.kind,
         };
-        let commands = parse_comment(body);
-        if commands.is_empty() {
-            return Ok(());
-        }
         let policy = self.repo_policy(&place).await?;
         let perm = self.permission(&place, login).await?;
         // A person who cannot even read the repository is not answered at all:

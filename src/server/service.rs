@@ -278,6 +278,9 @@ async fn intake(
                 _ => keys.comment.map(|c| format!("comment:{c}:{action}")),
             };
             let installation = keys.installation;
+            // Read as the worker would read it: a delivery that needs nothing
+            // done is stored done in the same commit, not queued.
+            let settled = !svc.handler.may_act(&event, text);
             let stored = svc
                 .intake
                 .submit(NewDelivery {
@@ -286,9 +289,11 @@ async fn intake(
                     dedupe,
                     installation,
                     payload: text.to_owned(),
+                    settled,
                 })
                 .await;
             match stored {
+                Ok(Intake::Stored) if settled => outcome("settled", StatusCode::ACCEPTED, "stored\n"),
                 Ok(Intake::Stored) => outcome("stored", StatusCode::ACCEPTED, "stored\n"),
                 Ok(Intake::Duplicate) => outcome("duplicate", StatusCode::OK, "duplicate\n"),
                 Err(e) => {

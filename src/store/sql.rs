@@ -255,11 +255,15 @@ pub struct SqlStore {
     direct: Option<direct::DirectWriter>,
     /// Whose claims these are (see [`SqlStore::held_by`]).
     holder: Option<std::sync::Arc<Holder>>,
-    /// Workers waiting for a connection to claim or renew: the intake's
-    /// writer, which keeps its connection from one commit to the next while
-    /// writes keep coming, gives it back at once when one is waiting (on
-    /// SQLite it is the only one).
-    workers_waiting: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Tasks waiting for one of the pool's connections — every query but
+    /// intake's goes through [`SqlStore::connection`]: the intake's writer,
+    /// which keeps its connection from one commit to the next while writes
+    /// keep coming, gives it back at once when one is waiting (on SQLite it
+    /// is the only one). Counting only the workers' claims and renewals, a
+    /// worker's reads while processing — a `workflow_run` looked up among
+    /// the service's runs — each waited out the writer's hold: under load,
+    /// processing fell to about 75 deliveries a second and stayed there.
+    waiting_for_pool: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Who holds a delivery: a replica, and which of its runs.
@@ -414,7 +418,7 @@ impl SqlStore {
             sqlite,
             direct: None,
             holder: None,
-            workers_waiting: Default::default(),
+            waiting_for_pool: Default::default(),
         };
         store.migrate(url.starts_with("postgres")).await?;
         if sqlite && !memory {
@@ -531,14 +535,14 @@ impl SqlStore {
         )
         .bind(&holder.replica)
         .bind(&holder.run)
-        .execute(&self.pool)
+        .execute(&mut *self.connection().await?)
         .await?;
         Ok(r.rows_affected())
     }
 
-    /// A connection for a worker's claim or renewal, counted as waited for
-    /// (see `workers_waiting`) until it is had.
-    async fn worker_connection(&self) -> Result<intake::Conn, SqlError> {
+    /// A connection of the pool, counted as waited for (see
+    /// `waiting_for_pool`) until it is had.
+    async fn connection(&self) -> Result<intake::Conn, SqlError> {
         use std::sync::atomic::Ordering;
         struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
         impl Drop for Waiting<'_> {
@@ -546,20 +550,23 @@ impl SqlStore {
                 self.0.fetch_sub(1, Ordering::SeqCst);
             }
         }
-        self.workers_waiting.fetch_add(1, Ordering::SeqCst);
-        let _waiting = Waiting(&self.workers_waiting);
+        self.waiting_for_pool.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(&self.waiting_for_pool);
         Ok(self.pool.acquire().await?)
     }
 
-    /// Whether a worker waits for a connection.
-    fn workers_wait(&self) -> bool {
-        self.workers_waiting
+    /// Whether anyone but intake's writer waits for a connection.
+    fn others_wait(&self) -> bool {
+        self.waiting_for_pool
             .load(std::sync::atomic::Ordering::SeqCst)
             > 0
     }
 
     pub async fn ping(&self) -> bool {
-        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+        match self.connection().await {
+            Ok(mut c) => sqlx::query("SELECT 1").execute(&mut *c).await.is_ok(),
+            Err(_) => false,
+        }
     }
 
     /// Takes the oldest delivery that is pending, or whose lease ran out.
@@ -572,7 +579,7 @@ impl SqlStore {
     /// several renews each one's lease before it starts on it.
     pub async fn claim_many(&self, lease: Duration, n: usize) -> Result<Vec<Claimed>, SqlError> {
         let now = now_ms();
-        let mut conn = self.worker_connection().await?;
+        let mut conn = self.connection().await?;
         let rows = sqlx::query(if self.sqlite {
             CLAIM
         } else {
@@ -635,7 +642,7 @@ impl SqlStore {
         .bind(now_ms() + lease.as_millis() as i64)
         .bind(id)
         .bind(attempts)
-        .execute(&mut *self.worker_connection().await?)
+        .execute(&mut *self.connection().await?)
         .await?;
         Ok(r.rows_affected() == 1)
     }
@@ -654,7 +661,7 @@ impl SqlStore {
             .bind(error)
             .bind(id)
             .bind(attempts)
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         Ok(())
     }
@@ -677,7 +684,7 @@ impl SqlStore {
             .bind(command)
             .bind(argument)
             .bind(now_ms())
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         Ok(r.rows_affected() == 1)
     }
@@ -685,7 +692,7 @@ impl SqlStore {
     pub async fn commands(&self) -> Result<Vec<(String, String, Option<String>)>, SqlError> {
         let rows =
             sqlx::query("SELECT login, command, argument FROM commands ORDER BY received_at, id")
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.connection().await?)
                 .await?;
         Ok(rows
             .iter()
@@ -702,7 +709,7 @@ impl SqlStore {
             .bind(op.installation)
             .bind(&op.context)
             .bind(now_ms())
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         Ok(r.rows_affected() == 1)
     }
@@ -729,7 +736,7 @@ impl SqlStore {
             " WHERE active = 1 OR $1 = 0 ORDER BY created_at, id"
         ))
         .bind(active_only as i32)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await?;
         Ok(rows.iter().map(Self::operation_row).collect())
     }
@@ -737,7 +744,7 @@ impl SqlStore {
     pub async fn operation(&self, id: &str) -> Result<Option<OperationRow>, SqlError> {
         let row = sqlx::query(concat!(operation_select!(), " WHERE id = $1"))
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.connection().await?)
             .await?;
         Ok(row.as_ref().map(Self::operation_row))
     }
@@ -754,7 +761,7 @@ impl SqlStore {
         ))
         .bind(repo)
         .bind(issue)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.connection().await?)
         .await?;
         Ok(row.as_ref().map(Self::operation_row))
     }
@@ -763,7 +770,7 @@ impl SqlStore {
         sqlx::query("UPDATE operations SET active = $1 WHERE id = $2")
             .bind(active as i32)
             .bind(op)
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         Ok(())
     }
@@ -772,7 +779,7 @@ impl SqlStore {
         sqlx::query("UPDATE operations SET status_comment = $1 WHERE id = $2")
             .bind(comment)
             .bind(op)
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         Ok(())
     }
@@ -786,7 +793,8 @@ impl SqlStore {
         events: &[Event],
         effects: &[Effect],
     ) -> Result<(i64, Vec<Entry>), SqlError> {
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.connection().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let row = sqlx::query(LAST_SEQ).bind(op).fetch_one(&mut *tx).await?;
         let seq: i64 = row.try_get::<i64, _>("last").unwrap_or(0) + 1;
         sqlx::query("INSERT INTO op_log (op, seq, events) VALUES ($1, $2, $3)")
@@ -830,14 +838,17 @@ impl SqlStore {
             .bind(now + lease.as_millis() as i64)
             .bind(op)
             .bind(now)
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         Ok(r.rows_affected() == 1)
     }
 
     /// The sequence number of the operation's last decision (0: none).
     pub async fn last_seq(&self, op: &str) -> Result<i64, SqlError> {
-        let row = sqlx::query(LAST_SEQ).bind(op).fetch_one(&self.pool).await?;
+        let row = sqlx::query(LAST_SEQ)
+            .bind(op)
+            .fetch_one(&mut *self.connection().await?)
+            .await?;
         Ok(row.try_get::<i64, _>("last").unwrap_or(0))
     }
 
@@ -846,7 +857,7 @@ impl SqlStore {
     pub async fn load_operation(&self, op: &str) -> Result<LoadedOperation, SqlError> {
         let rows = sqlx::query("SELECT seq, events FROM op_log WHERE op = $1 ORDER BY seq")
             .bind(op)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.connection().await?)
             .await?;
         let mut loaded = LoadedOperation::default();
         for r in rows {
@@ -858,7 +869,7 @@ impl SqlStore {
             "SELECT seq, idx, effect FROM op_effects WHERE op = $1 AND done = 0 ORDER BY seq, idx",
         )
         .bind(op)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.connection().await?)
         .await?;
         for r in rows {
             loaded.pending.push(Entry {
@@ -877,7 +888,7 @@ impl SqlStore {
             .bind(op)
             .bind(key.seq as i64)
             .bind(key.index as i64)
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         Ok(())
     }
@@ -893,7 +904,7 @@ impl SqlStore {
             .bind(&r.base_sha)
             .bind(&r.verified_sha)
             .bind(r.pull)
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         Ok(())
     }
@@ -913,7 +924,7 @@ impl SqlStore {
     pub async fn run(&self, dispatch: &str) -> Result<Option<RunRow>, SqlError> {
         let row = sqlx::query(concat!(run_select!(), " WHERE dispatch = $1"))
             .bind(dispatch)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.connection().await?)
             .await?;
         Ok(row.as_ref().map(Self::run_row))
     }
@@ -921,7 +932,7 @@ impl SqlStore {
     pub async fn run_by_id(&self, run_id: i64) -> Result<Option<RunRow>, SqlError> {
         let row = sqlx::query(concat!(run_select!(), " WHERE run_id = $1"))
             .bind(run_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.connection().await?)
             .await?;
         Ok(row.as_ref().map(Self::run_row))
     }
@@ -929,7 +940,7 @@ impl SqlStore {
     pub async fn runs_of(&self, op: &str) -> Result<Vec<RunRow>, SqlError> {
         let rows = sqlx::query(concat!(run_select!(), " WHERE op = $1"))
             .bind(op)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.connection().await?)
             .await?;
         Ok(rows.iter().map(Self::run_row).collect())
     }
@@ -937,7 +948,7 @@ impl SqlStore {
     pub async fn unit_issues(&self, op: &str) -> Result<Vec<UnitIssue>, SqlError> {
         let rows = sqlx::query("SELECT unit, number, issue_id, flags FROM op_units WHERE op = $1")
             .bind(op)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.connection().await?)
             .await?;
         Ok(rows
             .iter()
@@ -957,7 +968,7 @@ impl SqlStore {
             .bind(u.number)
             .bind(u.issue_id)
             .bind(&u.flags)
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         Ok(())
     }
@@ -968,7 +979,8 @@ impl SqlStore {
     /// a delivery of the same id is no longer a duplicate: see
     /// [`MIN_RETENTION`] for how long they must be kept.
     pub async fn forget_finished(&self, before_ms: i64, limit: usize) -> Result<u64, SqlError> {
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.connection().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let ids: Vec<String> = sqlx::query(
             // The oldest few done and the oldest few failed, each read in
             // order from the queue index, then the oldest few of both: one
@@ -999,7 +1011,7 @@ impl SqlStore {
     }
 
     pub async fn counts(&self) -> Result<(i64, i64), SqlError> {
-        let r = sqlx::query("SELECT COUNT(*) AS total, SUM(CASE WHEN status = 'done' THEN 1 ELSE 0 END) AS done FROM deliveries").fetch_one(&self.pool).await?;
+        let r = sqlx::query("SELECT COUNT(*) AS total, SUM(CASE WHEN status = 'done' THEN 1 ELSE 0 END) AS done FROM deliveries").fetch_one(&mut *self.connection().await?).await?;
         Ok((
             r.try_get("total").unwrap_or(0),
             r.try_get("done").unwrap_or(0),
@@ -1054,6 +1066,31 @@ impl Outbox for SqlOutbox {
 mod tests {
     use super::*;
 
+    /// Intake's writer keeps the pool's one SQLite connection while writes
+    /// keep coming and gives it back when anyone waits for it: a worker's
+    /// read while processing must be seen waiting, not only its claims.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn any_query_waiting_for_the_pool_is_seen_by_intakes_writer() {
+        let tmp = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", tmp.path().join("w.db").display());
+        let s = SqlStore::connect(&url).await.unwrap();
+        // As intake's writer holds it between commits.
+        let held = s.pool.acquire().await.unwrap();
+        let reader = s.clone();
+        let read = tokio::spawn(async move { reader.run_by_id(7).await });
+        let since = std::time::Instant::now();
+        while !s.others_wait() {
+            assert!(
+                since.elapsed() < Duration::from_secs(10),
+                "a read waiting for the pool is not seen"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        drop(held);
+        assert!(read.await.unwrap().unwrap().is_none());
+        assert!(!s.others_wait(), "no one waits once it has its connection");
+    }
+
     /// Intake on a SQLite file commits on a connection of its own (the
     /// service's path), in memory on the pool's one; either way each write
     /// of the queue lands the same: stored once, duplicates by id and by
@@ -1073,6 +1110,7 @@ mod tests {
                 dedupe: Some(format!("comment:{comment}:created")),
                 installation: Some(3),
                 payload: format!("{{\"id\":\"{id}\"}}"),
+                settled: false,
             };
             let answers = futures_util::future::join_all([
                 q.submit(d("a1", "1")),
@@ -1154,6 +1192,7 @@ mod tests {
                 dedupe: None,
                 installation: Some(5),
                 payload: format!("{{\"{id}\":1}}"),
+                settled: false,
             };
             assert_eq!(q.submit(new("n1")).await.unwrap(), Intake::Stored);
             let taken: Vec<(String, String, i64)> = std::iter::from_fn(|| h.take())
@@ -1218,6 +1257,7 @@ mod tests {
             dedupe: None,
             installation: None,
             payload: "{}".into(),
+            settled: false,
         })
         .await
         .unwrap();
@@ -1248,6 +1288,7 @@ mod tests {
                 dedupe: None,
                 installation: None,
                 payload: "{}".into(),
+                settled: false,
             })
         };
         let take_all = || -> Vec<(String, i64)> {
@@ -1339,6 +1380,7 @@ mod tests {
                     dedupe: None,
                     installation: None,
                     payload: "{}".into(),
+                    settled: false,
                 }),
                 q.finish("d0", claimed.attempts, None),
             )

@@ -15,7 +15,7 @@
 //! `SqlStore::write`), so neither ever waits in SQLite's busy handler, and a
 //! transaction on the pool's connection never overlaps one here.
 
-use super::intake::{BatchWrites, Taken, HANDOFF_MAX_BODY};
+use super::intake::{BatchWrites, Row, Taken, HANDOFF_MAX_BODY};
 use super::{Claimed, SqlError};
 use crate::sync::LockExt;
 use rusqlite::{params, Connection, OpenFlags, TransactionBehavior};
@@ -82,8 +82,8 @@ impl DirectWriter {
         {
             let mut insert = tx.prepare_cached(INSERT_DELIVERY)?;
             let mut body = tx.prepare_cached(INSERT_BODY)?;
-            for (i, d) in w.deliveries.iter().enumerate() {
-                let direct = i < w.handed;
+            for (d, &how) in w.deliveries.iter().zip(&w.rows) {
+                let direct = how == Row::Handed;
                 let held = w.holder.filter(|_| direct);
                 let n = insert.execute(params![
                     d.id,
@@ -91,8 +91,8 @@ impl DirectWriter {
                     d.dedupe,
                     d.installation,
                     w.now,
-                    if direct { "processing" } else { "pending" },
-                    i64::from(direct),
+                    how.status(),
+                    how.attempts(),
                     if direct { w.lease_until } else { None },
                     held.map(|h| h.replica.as_str()),
                     held.map(|h| h.run.as_str()),

@@ -36,6 +36,58 @@ pub struct NewDelivery {
     pub dedupe: Option<String>,
     pub installation: Option<i64>,
     pub payload: String,
+    /// Processing it would do nothing — a comment without a command, say
+    /// (see `Handler::may_act`): it is stored done, in the same commit, and
+    /// never queued for a worker.
+    pub settled: bool,
+}
+
+/// How a delivery is stored: the row a commit writes for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Row {
+    /// Claimed for this process's workers (leased, first attempt) and handed
+    /// over in memory.
+    Handed,
+    /// In line for a claim.
+    Pending,
+    /// Needing nothing done ([`NewDelivery::settled`]): done already.
+    Done,
+}
+
+impl Row {
+    pub(super) fn status(self) -> &'static str {
+        match self {
+            Row::Handed => "processing",
+            Row::Pending => "pending",
+            Row::Done => "done",
+        }
+    }
+
+    /// Attempts made at it: the hand-over is the first.
+    pub(super) fn attempts(self) -> i64 {
+        i64::from(self == Row::Handed)
+    }
+
+    /// How the deliveries of a batch are stored, in order: settled ones
+    /// done; the others handed over while `room` lasts, up to the first
+    /// too large to hold — it and those after it wait in the store, behind
+    /// which nothing newer may be handed over.
+    fn assign(deliveries: &[&NewDelivery], mut room: usize) -> Vec<Row> {
+        deliveries
+            .iter()
+            .map(|d| {
+                if d.settled {
+                    Row::Done
+                } else if room > 0 && d.payload.len() <= HANDOFF_MAX_BODY {
+                    room -= 1;
+                    Row::Handed
+                } else {
+                    room = 0;
+                    Row::Pending
+                }
+            })
+            .collect()
+    }
 }
 
 /// One write the queue carries.
@@ -63,10 +115,9 @@ pub struct IntakeQueue {
 /// The most writes one commit takes (a burst larger than this is split).
 const MAX_BATCH: usize = 256;
 
-/// The longest the writer keeps a connection through consecutive commits,
-/// unless a worker waits for it (then it is given back at once). Others who
-/// need the store's one SQLite connection — operations, `/readyz` — wait at
-/// most this long under full load. Each give-back costs the writer about
+/// The longest the writer keeps a connection through consecutive commits
+/// while nobody else waits for one (when anyone does — a worker, an
+/// operation, `/readyz` — it is given back at once). Each give-back costs the writer about
 /// 3 ms (sqlx checks the connection, from a task of its own, before it can be
 /// taken again): every 20 ms that was about a seventh of the writer's time,
 /// and intake ran about 16% faster at 256 connections with 100 ms (four
@@ -292,8 +343,8 @@ impl IntakeQueue {
                 metrics::histogram!("supervise_intake_commit_seconds")
                     .record(began.elapsed().as_secs_f64());
                 // On SQLite it is the store's one connection: claims,
-                // renewals and operations wait for it.
-                if store.workers_wait() || taken.elapsed() >= HOLD_AT_MOST {
+                // processing and operations wait for it.
+                if store.others_wait() || taken.elapsed() >= HOLD_AT_MOST {
                     conn = None;
                 }
             }
@@ -418,13 +469,15 @@ fn bound<'q>(
     q
 }
 
-/// What one batch writes: deliveries (the first `handed` of them stored
-/// claimed until `lease_until`), then plain ends, then ends with an error.
+/// What one batch writes: deliveries, each stored as its [`Row`] says (the
+/// handed-over ones claimed until `lease_until`), then plain ends, then ends
+/// with an error.
 pub(super) struct BatchWrites<'a> {
     pub(super) deliveries: Vec<&'a NewDelivery>,
+    /// One for each of `deliveries`.
+    pub(super) rows: Vec<Row>,
     /// The replica (and its run) the handed-over deliveries are claimed for.
     pub(super) holder: Option<&'a super::Holder>,
-    pub(super) handed: usize,
     pub(super) now: i64,
     pub(super) lease_until: Option<i64>,
     pub(super) done: Vec<(&'a str, i64)>,
@@ -467,9 +520,9 @@ impl<'a> BatchWrites<'a> {
                 let mut sql = String::from("INSERT INTO deliveries (id, event, dedupe, installation, received_at, status, attempts, lease_until, holder, incarnation) ");
                 sql.push_str(if padded { "SELECT * FROM (VALUES " } else { "VALUES " });
                 for i in 0..rows(self.deliveries.len()) {
-                    let row = match self.deliveries.get(i) {
-                        Some(d) => {
-                            let direct = i < self.handed;
+                    let row = match self.deliveries.get(i).zip(self.rows.get(i)) {
+                        Some((d, &how)) => {
+                            let direct = how == Row::Handed;
                             let held = self.holder.filter(|_| direct);
                             [
                                 bind(Bind::Text(&d.id)),
@@ -477,8 +530,8 @@ impl<'a> BatchWrites<'a> {
                                 bind(Bind::MaybeText(d.dedupe.as_deref())),
                                 bind(Bind::MaybeInt(d.installation)),
                                 bind(Bind::Int(self.now)),
-                                bind(Bind::Text(if direct { "processing" } else { "pending" })),
-                                bind(Bind::Int(if direct { 1 } else { 0 })),
+                                bind(Bind::Text(how.status())),
+                                bind(Bind::Int(how.attempts())),
                                 bind(Bind::MaybeInt(if direct { self.lease_until } else { None })),
                                 bind(Bind::MaybeText(held.map(|h| h.replica.as_str()))),
                                 bind(Bind::MaybeText(held.map(|h| h.run.as_str()))),
@@ -553,10 +606,8 @@ fn block_here<T>(f: impl FnOnce() -> T) -> T {
 /// What came of one write of a batch.
 #[derive(Debug, Clone, Copy)]
 enum Outcome {
-    /// Stored; `handed_over`: claimed for this process's workers.
-    Stored {
-        handed_over: bool,
-    },
+    /// Stored, as its row says.
+    Stored(Row),
     Duplicate,
     Ended,
 }
@@ -564,7 +615,7 @@ enum Outcome {
 impl Outcome {
     fn answer(self) -> Option<Intake> {
         match self {
-            Outcome::Stored { .. } => Some(Intake::Stored),
+            Outcome::Stored(_) => Some(Intake::Stored),
             Outcome::Duplicate => Some(Intake::Duplicate),
             Outcome::Ended => None,
         }
@@ -594,12 +645,14 @@ impl SqlStore {
                 dedupe: dedupe.map(str::to_string),
                 installation,
                 payload: payload.to_string(),
+                settled: false,
             },
         )
         .await
     }
 
-    /// Stores one delivery in a transaction of its own, pending.
+    /// Stores one delivery in a transaction of its own, pending (or done,
+    /// if settled).
     async fn store_alone(
         &self,
         conn: &mut Option<Conn>,
@@ -607,8 +660,8 @@ impl SqlStore {
     ) -> Result<Intake, SqlError> {
         let writes = BatchWrites {
             deliveries: vec![d],
+            rows: Row::assign(&[d], 0),
             holder: None,
-            handed: 0,
             now: now_ms(),
             lease_until: None,
             done: Vec::new(),
@@ -635,7 +688,7 @@ impl SqlStore {
             .bind(error)
             .bind(id)
             .bind(attempts)
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         Ok(())
     }
@@ -749,15 +802,16 @@ impl SqlStore {
                     for ((w, done), o) in batch.into_iter().zip(outcomes) {
                         answers.push((done, o.answer()));
                         match (o, w) {
-                            (Outcome::Stored { handed_over: true }, Write::Store(d)) => handed
-                                .push(Claimed {
+                            (Outcome::Stored(Row::Handed), Write::Store(d)) => {
+                                handed.push(Claimed {
                                     id: d.id,
                                     event: d.event,
                                     installation: d.installation,
                                     payload: d.payload,
                                     attempts: 1,
-                                }),
-                            (Outcome::Stored { handed_over: false }, _) => pending = true,
+                                })
+                            }
+                            (Outcome::Stored(Row::Pending), _) => pending = true,
                             _ => {}
                         }
                     }
@@ -803,7 +857,8 @@ impl SqlStore {
                         .map(|_| None)
                 }
             };
-            if let (Ok(Some(Intake::Stored)), Some(h)) = (&r, handoff) {
+            let settled = matches!(&w, Write::Store(d) if d.settled);
+            if let (Ok(Some(Intake::Stored)), Some(h), false) = (&r, handoff, settled) {
                 h.receive(Vec::new(), true);
             }
             let _ = done.send(r);
@@ -827,16 +882,8 @@ impl SqlStore {
             })
             .collect();
         let lease_until = handoff.map(|h| now + h.lease.as_millis() as i64);
-        // Handed over: the leading deliveries while there is room, up to the
-        // first too large to hold (those after it wait behind it in the store).
-        let handed = match handoff {
-            Some(h) => deliveries
-                .iter()
-                .take(h.free())
-                .take_while(|d| d.payload.len() <= HANDOFF_MAX_BODY)
-                .count(),
-            None => 0,
-        };
+        let rows = Row::assign(&deliveries, handoff.map_or(0, Handoff::free));
+        let handed = rows.iter().filter(|r| **r == Row::Handed).count();
         let mut done = Vec::new();
         let mut failed = Vec::new();
         for (w, _) in batch {
@@ -860,8 +907,8 @@ impl SqlStore {
         };
         let writes = BatchWrites {
             deliveries,
+            rows,
             holder: self.holder.as_deref(),
-            handed,
             now,
             lease_until,
             done,
@@ -874,13 +921,13 @@ impl SqlStore {
         let mut stored = writes
             .deliveries
             .iter()
-            .enumerate()
-            .map(|(i, d)| inserted.remove(d.id.as_str()).then_some(i < handed));
+            .zip(&writes.rows)
+            .map(|(d, &how)| inserted.remove(d.id.as_str()).then_some(how));
         let outcomes = batch
             .iter()
             .map(|(w, _)| match w {
                 Write::Store(_) => match stored.next().flatten() {
-                    Some(handed_over) => Outcome::Stored { handed_over },
+                    Some(how) => Outcome::Stored(how),
                     None => Outcome::Duplicate,
                 },
                 Write::End { .. } => Outcome::Ended,

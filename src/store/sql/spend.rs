@@ -88,10 +88,11 @@ impl SqlStore {
             "INSERT INTO spend_scopes (installation, version) VALUES ($1, 0) ON CONFLICT DO NOTHING",
         )
         .bind(a.installation)
-        .execute(&self.pool)
+        .execute(&mut *self.connection().await?)
         .await?;
         let now = now_ms();
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.connection().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         // The lock: one admission per installation at a time, on every replica.
         sqlx::query("UPDATE spend_scopes SET version = version + 1 WHERE installation = $1")
             .bind(a.installation)
@@ -258,7 +259,7 @@ impl SqlStore {
         Ok(
             sqlx::query("SELECT dispatch FROM spend WHERE dispatch = $1")
                 .bind(dispatch)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.connection().await?)
                 .await?
                 .is_some(),
         )
@@ -269,7 +270,7 @@ impl SqlStore {
         sqlx::query("UPDATE spend SET ended_ms = $1 WHERE dispatch = $2 AND ended_ms IS NULL")
             .bind(now_ms())
             .bind(dispatch)
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         Ok(())
     }
@@ -280,11 +281,11 @@ impl SqlStore {
         sqlx::query("UPDATE spend SET cost = 0, ended_ms = $1 WHERE dispatch = $2")
             .bind(now_ms())
             .bind(dispatch)
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         sqlx::query("DELETE FROM spend_waiting WHERE dispatch = $1")
             .bind(dispatch)
-            .execute(&self.pool)
+            .execute(&mut *self.connection().await?)
             .await?;
         Ok(())
     }
@@ -298,7 +299,7 @@ impl SqlStore {
         let rows = sqlx::query("SELECT repo, op, model, cost, at_ms, ended_ms FROM spend WHERE installation = $1 AND at_ms > $2 ORDER BY at_ms, dispatch")
             .bind(installation)
             .bind(since.timestamp_millis())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.connection().await?)
             .await?;
         Ok(rows
             .iter()
