@@ -30,6 +30,13 @@ pub struct Handler {
     pub bot_allow_list: Vec<String>,
 }
 
+/// A comment with commands to act on, and the installation to act in.
+struct ToActOn {
+    ev: CommentEvent,
+    installation: u64,
+    commands: Vec<Result<Command, ParseError>>,
+}
+
 impl Handler {
     /// The person's role; a stranger (404) has none. Any other error is returned, so
     /// the delivery is retried later — nothing acts without an answer.
@@ -88,13 +95,10 @@ impl Handler {
             .await
     }
 
-    /// What of an `issue_comment` payload is acted on: the comment, its
-    /// installation and its commands — `None` when there is nothing to act
-    /// on (an unusable payload, an edit or a deletion, no command).
-    fn comment_to_act_on(
-        &self,
-        payload: &str,
-    ) -> Option<(CommentEvent, u64, Vec<Result<Command, ParseError>>)> {
+    /// What of an `issue_comment` payload is acted on — `None` when there
+    /// is nothing to act on (an unusable payload, an edit or a deletion, no
+    /// command).
+    fn comment_to_act_on(&self, payload: &str) -> Option<ToActOn> {
         let ev = match CommentEvent::parse(payload) {
             Ok(ev) => ev,
             Err(e) => {
@@ -107,7 +111,11 @@ impl Handler {
         let installation = ev.installation.or(self.github.is_token().then_some(0));
         let installation = installation.filter(|_| ev.action == "created")?;
         let commands = parse_comment(&ev.body);
-        (!commands.is_empty()).then_some((ev, installation, commands))
+        (!commands.is_empty()).then_some(ToActOn {
+            ev,
+            installation,
+            commands,
+        })
     }
 
     /// Whether [`Handler::event`] may do anything with this delivery:
@@ -123,7 +131,12 @@ impl Handler {
 
     /// Acts on one stored delivery.
     pub async fn comment(&self, payload: &str) -> Result<(), OpError> {
-        let Some((ev, installation, commands)) = self.comment_to_act_on(payload) else {
+        let Some(ToActOn {
+            ev,
+            installation,
+            commands,
+        }) = self.comment_to_act_on(payload)
+        else {
             return Ok(());
         };
         let place = Origin {
