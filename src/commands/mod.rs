@@ -421,7 +421,9 @@ fn parse_line(rest: &str) -> Result<Command, ParseError> {
 
 /// Every `/supervise` line of a comment, in order, parsed or with its mistake.
 pub fn parse_comment(body: &str) -> Vec<Result<Command, ParseError>> {
-    let ignored = ignored_ranges(body);
+    // Code and quotes are found by reading the Markdown, which most comments
+    // (no command line at all) are spared.
+    let mut ignored = None;
     let mut out = Vec::new();
     let mut offset = 0;
     for line in body.split_inclusive('\n') {
@@ -436,7 +438,11 @@ pub fn parse_comment(body: &str) -> Vec<Result<Command, ParseError>> {
         if rest.chars().next().is_some_and(|c| !c.is_whitespace()) {
             continue;
         }
-        if ignored.iter().any(|r| r.contains(&at)) {
+        if ignored
+            .get_or_insert_with(|| ignored_ranges(body))
+            .iter()
+            .any(|r| r.contains(&at))
+        {
             continue;
         }
         out.push(parse_line(rest.trim_end()));
