@@ -93,22 +93,24 @@ async fn duplicates_code_blocks_edits_and_bots_do_not_act_twice_or_at_all() {
     assert!(!h.fake.reactions().iter().any(|(c, _, _)| *c == quoted));
 }
 
-/// A delivery's row in the service's store, found by its comment.
-async fn comment_row(h: &Story, comment: i64, action: &str) -> (String, i64) {
+/// A delivery's status and attempts in the service's store, found by its
+/// id or its dedupe key.
+async fn delivery_row(h: &Story, id_or_dedupe: &str) -> (String, i64) {
     sqlx::any::install_default_drivers();
     let pool = sqlx::AnyPool::connect(&h.db_url).await.unwrap();
-    let row: (String, i64) =
-        sqlx::query_as("SELECT status, CAST(attempts AS BIGINT) FROM deliveries WHERE dedupe = $1")
-            .bind(format!("comment:{comment}:{action}"))
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let row: (String, i64) = sqlx::query_as(
+        "SELECT status, CAST(attempts AS BIGINT) FROM deliveries WHERE id = $1 OR dedupe = $1",
+    )
+    .bind(id_or_dedupe)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
     pool.close().await;
     row
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_comment_that_needs_nothing_done_is_stored_done_at_intake_and_a_command_is_queued() {
+async fn a_delivery_that_needs_nothing_done_is_stored_done_at_intake_and_the_rest_are_queued() {
     let h = Story::start(Setup::commands_only()).await;
     let (chat, statuses) = h
         .fake
@@ -124,21 +126,58 @@ async fn a_comment_that_needs_nothing_done_is_stored_done_at_intake_and_a_comman
         .fake
         .comment(REPO, 1, "mia", "/supervise help", false)
         .await;
+    // A pull request closed, and one pushed to (it may change the plan); a
+    // suite requested, and one completed (it may say how CI went).
+    let url = format!("http://127.0.0.1:{}/webhook", h.port);
+    let pull = |action: &str| {
+        format!(
+            r#"{{"action":"{action}","pull_request":{{"number":5,"head":{{"sha":"abc","ref":"feature"}}}},"repository":{{"full_name":"{REPO}"}},"installation":{{"id":1}}}}"#
+        )
+    };
+    let suite = |action: &str| {
+        format!(
+            r#"{{"action":"{action}","check_suite":{{"head_sha":"abc"}},"repository":{{"full_name":"{REPO}"}},"installation":{{"id":1}}}}"#
+        )
+    };
+    for (event, id, body) in [
+        ("pull_request", "pr-closed", pull("closed")),
+        ("pull_request", "pr-pushed", pull("synchronize")),
+        ("check_suite", "suite-requested", suite("requested")),
+        ("check_suite", "suite-completed", suite("completed")),
+    ] {
+        assert_eq!(
+            send_webhook(&url, event, id, SECRET, body.as_bytes()).await,
+            202
+        );
+    }
     h.replies_after(1, 1).await;
     h.settle().await;
     // Stored done with no attempt: no worker ever claimed them.
-    for (comment, action) in [(chat, "created"), (quoted, "created"), (quoted, "edited")] {
+    let settled = [
+        format!("comment:{chat}:created"),
+        format!("comment:{quoted}:created"),
+        format!("comment:{quoted}:edited"),
+        "pr-closed".into(),
+        "suite-requested".into(),
+    ];
+    for key in settled {
         assert_eq!(
-            comment_row(&h, comment, action).await,
+            delivery_row(&h, &key).await,
             ("done".to_string(), 0),
-            "comment {comment} ({action}) needs nothing done"
+            "{key} needs nothing done"
         );
     }
-    // The command went through a worker, once.
-    assert_eq!(
-        comment_row(&h, command, "created").await,
-        ("done".to_string(), 1)
-    );
+    // Those that may need something went through a worker, once (pull
+    // request 5 is not on the fake GitHub: that one failed for good).
+    for key in [
+        format!("comment:{command}:created"),
+        "pr-pushed".into(),
+        "suite-completed".into(),
+    ] {
+        let (status, attempts) = delivery_row(&h, &key).await;
+        assert_eq!(attempts, 1, "{key}");
+        assert!(status == "done" || status == "failed", "{key}: {status}");
+    }
     assert_eq!(h.bot_comments(1).len(), 1, "only the command is answered");
 }
 

@@ -118,6 +118,23 @@ impl Handler {
         })
     }
 
+    /// The pull request of a `pull_request` payload and the installation to
+    /// check it in — `None` when it is not worth checking (see
+    /// [`PullRequestEvent::worth_checking`]) or the payload is unusable.
+    fn pull_to_check(&self, payload: &str) -> Option<(PullRequestEvent, u64)> {
+        let ev = match PullRequestEvent::parse(payload) {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(error = %e, "unusable payload; dropped");
+                return None;
+            }
+        };
+        let installation = ev.installation.or(self.github.is_token().then_some(0));
+        installation
+            .filter(|_| ev.worth_checking())
+            .map(|i| (ev, i))
+    }
+
     /// Whether [`Handler::event`] may do anything with this delivery:
     /// `false` only when it certainly does nothing, decided by the reading
     /// it starts with — so the service can store such a delivery as done
@@ -125,6 +142,14 @@ impl Handler {
     pub fn may_act(&self, name: &str, payload: &str) -> bool {
         match name {
             "issue_comment" => self.comment_to_act_on(payload).is_some(),
+            "pull_request" => self.pull_to_check(payload).is_some(),
+            "check_suite" => match crate::github::payload::CheckSuiteEvent::parse(payload) {
+                Ok(ev) => ev.may_matter(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "an unusable check_suite event; dropped");
+                    false
+                }
+            },
             _ => true,
         }
     }
@@ -256,15 +281,7 @@ impl Handler {
     /// check run `supervise: plan`, with annotations on the plan's lines.
     pub async fn pull_request(&self, payload: &str) -> Result<(), OpError> {
         use crate::report::plan_check;
-        let ev = match PullRequestEvent::parse(payload) {
-            Ok(ev) => ev,
-            Err(e) => {
-                tracing::warn!(error = %e, "unusable payload; dropped");
-                return Ok(());
-            }
-        };
-        let installation = ev.installation.or(self.github.is_token().then_some(0));
-        let Some(installation) = installation.filter(|_| ev.worth_checking()) else {
+        let Some((ev, installation)) = self.pull_to_check(payload) else {
             return Ok(());
         };
         let repo = crate::github::repo::Repo {

@@ -159,6 +159,12 @@ struct RawSuite {
 }
 
 impl CheckSuiteEvent {
+    /// Whether an operation can learn anything from it: only a finished
+    /// suite says how CI went.
+    pub fn may_matter(&self) -> bool {
+        self.action == "completed"
+    }
+
     /// A `check_suite` payload; the error says which field is missing.
     pub fn parse(payload: &str) -> Result<CheckSuiteEvent, String> {
         let r: RawCheckSuiteEvent =

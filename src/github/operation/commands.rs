@@ -443,7 +443,7 @@ impl Operations {
                 return Ok(());
             }
         };
-        if ev.action != "completed" {
+        if !ev.may_matter() {
             return Ok(());
         }
         let (repo, head) = (ev.repo.as_str(), ev.head_sha.as_str());
