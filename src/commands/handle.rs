@@ -30,6 +30,13 @@ pub struct Handler {
     pub bot_allow_list: Vec<String>,
 }
 
+/// A payload read, or `None` when it cannot be (said in the log: GitHub
+/// signed it, so it is not ours to answer).
+fn usable<T>(read: Result<T, String>) -> Option<T> {
+    read.map_err(|e| tracing::warn!(error = %e, "unusable payload; dropped"))
+        .ok()
+}
+
 /// A comment with commands to act on, and the installation to act in.
 struct ToActOn {
     ev: CommentEvent,
@@ -99,17 +106,11 @@ impl Handler {
     /// is nothing to act on (an unusable payload, an edit or a deletion, no
     /// command).
     fn comment_to_act_on(&self, payload: &str) -> Option<ToActOn> {
-        let ev = match CommentEvent::parse(payload) {
-            Ok(ev) => ev,
-            Err(e) => {
-                tracing::warn!(error = %e, "unusable payload; dropped");
-                return None;
-            }
-        };
+        let ev = usable(CommentEvent::parse(payload))?;
         // Only new comments act: edits and deletions never do.
-        // With a token (the Action), events carry no installation and need none.
-        let installation = ev.installation.or(self.github.is_token().then_some(0));
-        let installation = installation.filter(|_| ev.action == "created")?;
+        let installation = self
+            .installation(ev.installation)
+            .filter(|_| ev.action == "created")?;
         let commands = parse_comment(&ev.body);
         (!commands.is_empty()).then_some(ToActOn {
             ev,
@@ -122,17 +123,16 @@ impl Handler {
     /// check it in — `None` when it is not worth checking (see
     /// [`PullRequestEvent::worth_checking`]) or the payload is unusable.
     fn pull_to_check(&self, payload: &str) -> Option<(PullRequestEvent, u64)> {
-        let ev = match PullRequestEvent::parse(payload) {
-            Ok(ev) => ev,
-            Err(e) => {
-                tracing::warn!(error = %e, "unusable payload; dropped");
-                return None;
-            }
-        };
-        let installation = ev.installation.or(self.github.is_token().then_some(0));
-        installation
+        let ev = usable(PullRequestEvent::parse(payload))?;
+        self.installation(ev.installation)
             .filter(|_| ev.worth_checking())
             .map(|i| (ev, i))
+    }
+
+    /// The installation a delivery acts in: its own; with a token (the
+    /// Action), events carry none and need none.
+    fn installation(&self, given: Option<u64>) -> Option<u64> {
+        given.or(self.github.is_token().then_some(0))
     }
 
     /// Whether [`Handler::event`] may do anything with this delivery:
