@@ -143,13 +143,8 @@ impl Handler {
         match name {
             "issue_comment" => self.comment_to_act_on(payload).is_some(),
             "pull_request" => self.pull_to_check(payload).is_some(),
-            "check_suite" => match crate::github::payload::CheckSuiteEvent::parse(payload) {
-                Ok(ev) => ev.may_matter(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "an unusable check_suite event; dropped");
-                    false
-                }
-            },
+            "check_suite" => usable(crate::github::payload::CheckSuiteEvent::parse(payload))
+                .is_some_and(|ev| ev.may_matter()),
             _ => true,
         }
     }
