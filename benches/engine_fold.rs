@@ -1,5 +1,6 @@
 //! Engine throughput: 1,000 operations driven to completion through `decide`
-//! and `apply`, counting every event produced (criterion, one sample ≈ 1M events).
+//! and `apply`, counting every event produced (criterion, one sample ≈ 1M events);
+//! and what one dispatch's model choice costs in a plan of 1,000 units.
 
 use chrono::{Duration, TimeZone, Utc};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -137,6 +138,29 @@ fn bench(c: &mut Criterion) {
     c.bench_function("replay_one_operation_log", |b| {
         b.iter(|| OperationState::replay(&log))
     });
+    // The model choice of a sprint in the lowest of ten layers of 1,000
+    // units: every unit above waits on it (about 450,000 edges to walk).
+    let layered = supervise::plan::parse(&layered_text(1000), "layers").unwrap();
+    c.bench_function("complexity_lowest_layer_of_1000_units", |b| {
+        b.iter(|| select::complexity(&layered, 0, 0).dependents)
+    });
+}
+
+/// `units` units of 2 sprints in layers of 100.
+fn layered_text(units: usize) -> String {
+    let mut s = String::from("# Layers\n\n| Work Unit | Layer |\n|---|---|\n");
+    for u in 0..units {
+        s.push_str(&format!("| u{u} | {} |\n", u / 100));
+    }
+    for u in 0..units {
+        s.push_str(&format!("\n## u{u}\n"));
+        for n in 1..=2 {
+            s.push_str(&format!(
+                "### Sprint {n}: Implement part {n}\n- [ ] `make u{u}-{n}` passes\n"
+            ));
+        }
+    }
+    s
 }
 
 criterion_group!(benches, bench);

@@ -1417,3 +1417,34 @@ fn the_stored_log_replays_to_the_same_state_and_the_same_prompts() {
         retry.prompt
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// `Plan::dependents_of` is the transitive closure of "waits for": a unit
+    /// is in it exactly when one of its dependencies is the unit itself or is
+    /// in it — checked against that definition, iterated to its fixpoint.
+    #[test]
+    fn dependents_are_exactly_the_units_that_wait_directly_or_not(src in random_plan()) {
+        let plan = supervise::plan::parse(&src, "random").expect("a valid plan");
+        let units = &plan.work_units;
+        for start in 0..units.len() {
+            let mut waits = vec![false; units.len()];
+            loop {
+                let mut changed = false;
+                for (v, u) in units.iter().enumerate() {
+                    let on_it = u.depends_on.iter().any(|d| {
+                        let i = units.iter().position(|x| &x.name == d).expect("a known unit");
+                        i == start || waits[i]
+                    });
+                    if on_it && !waits[v] {
+                        waits[v] = true;
+                        changed = true;
+                    }
+                }
+                if !changed { break; }
+            }
+            let expected: Vec<usize> = (0..units.len()).filter(|&v| waits[v]).collect();
+            prop_assert_eq!(plan.dependents_of(start), expected, "dependents of {}", units[start].name);
+        }
+    }
+}

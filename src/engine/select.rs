@@ -84,10 +84,9 @@ pub fn complexity(plan: &Plan, unit: usize, sprint: usize) -> Complexity {
     let later_in_unit = u.sprints.len() - sprint - 1;
     let dependents = later_in_unit
         + plan
-            .dependents_of(&u.name)
-            .iter()
-            .filter_map(|n| plan.unit(n))
-            .map(|d| d.sprints.len())
+            .dependents_of(unit)
+            .into_iter()
+            .map(|d| plan.work_units[d].sprints.len())
             .sum::<usize>();
     let foundation = dependents >= 2 && FOUNDATION_WORDS.found_in(&text);
     parts.push(("foundation", if foundation { 5 } else { 0 }));

@@ -296,19 +296,38 @@ impl Plan {
         self.work_units.iter().find(|u| u.name == name)
     }
 
-    /// Units that (transitively) wait for `name`.
-    pub fn dependents_of(&self, name: &str) -> Vec<&str> {
-        let mut out: Vec<&str> = Vec::new();
-        let mut frontier = vec![name];
-        while let Some(n) = frontier.pop() {
-            for u in &self.work_units {
-                if u.depends_on.iter().any(|d| d == n) && !out.contains(&u.name.as_str()) {
-                    out.push(&u.name);
-                    frontier.push(&u.name);
+    /// The units that wait, directly or not, for the unit at `unit`, by
+    /// index, in plan order. One pass over the dependency edges, then a walk
+    /// that visits each unit once: rescanning every unit's dependencies for
+    /// each one reached took 3 s for a unit of the lowest layer of a plan of
+    /// 1,000 units in ten layers (~450,000 edges), once per dispatch.
+    pub fn dependents_of(&self, unit: usize) -> Vec<usize> {
+        let n = self.work_units.len();
+        let index: std::collections::HashMap<&str, usize> = self
+            .work_units
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (u.name.as_str(), i))
+            .collect();
+        let mut waiting_on: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (v, u) in self.work_units.iter().enumerate() {
+            for d in &u.depends_on {
+                if let Some(&i) = index.get(d.as_str()) {
+                    waiting_on[i].push(v);
                 }
             }
         }
-        out
+        let mut reached = vec![false; n];
+        let mut todo = vec![unit];
+        while let Some(i) = todo.pop() {
+            for &v in waiting_on.get(i).into_iter().flatten() {
+                if !reached[v] {
+                    reached[v] = true;
+                    todo.push(v);
+                }
+            }
+        }
+        (0..n).filter(|&v| reached[v]).collect()
     }
 }
 
