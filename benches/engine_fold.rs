@@ -138,6 +138,10 @@ fn bench(c: &mut Criterion) {
     c.bench_function("replay_one_operation_log", |b| {
         b.iter(|| OperationState::replay(&log))
     });
+    // The model choice of one sprint of this plan (once per dispatch).
+    c.bench_function("complexity_in_10_units", |b| {
+        b.iter(|| select::complexity(&plan, 0, 0).dependents)
+    });
     // The model choice of a sprint in the lowest of ten layers of 1,000
     // units: every unit above waits on it (about 450,000 edges to walk).
     let layered = supervise::plan::parse(&layered_text(1000), "layers").unwrap();
