@@ -326,14 +326,27 @@ impl OperationState {
         self.units.iter().position(|u| u.name == name)
     }
 
-    /// §7: a NOT_STARTED unit whose every dependency is COMPLETED may start.
-    pub fn ready_to_start(&self, u: usize) -> bool {
-        self.units[u].status == UnitStatus::NotStarted
-            && self.plan.work_units[u].depends_on.iter().all(|d| {
-                self.units
-                    .iter()
-                    .any(|x| &x.name == d && x.status == UnitStatus::Completed)
+    /// §7: the NOT_STARTED units whose every dependency is COMPLETED, which
+    /// may start, in plan order. The completed units are gathered once:
+    /// looking each dependency up among all the units, for every unit, made
+    /// each decision quadratic in the plan's size (an operation on 400 units
+    /// in four layers took 21 s, most of it here).
+    pub fn ready_to_start(&self) -> Vec<usize> {
+        let completed: std::collections::HashSet<&str> = self
+            .units
+            .iter()
+            .filter(|x| x.status == UnitStatus::Completed)
+            .map(|x| x.name.as_str())
+            .collect();
+        (0..self.units.len())
+            .filter(|&u| {
+                self.units[u].status == UnitStatus::NotStarted
+                    && self.plan.work_units[u]
+                        .depends_on
+                        .iter()
+                        .all(|d| completed.contains(d.as_str()))
             })
+            .collect()
     }
 
     /// Attempts the unit's sprints get before FATAL: the workflow's number

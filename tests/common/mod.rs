@@ -155,9 +155,18 @@ pub fn check_liveness(st: &OperationState) {
         return;
     }
     if st.active_count() == 0 {
+        // §7 by its words, not through the engine's own lookup.
+        let ready = |u: usize| {
+            st.units[u].status == UnitStatus::NotStarted
+                && st.plan.work_units[u].depends_on.iter().all(|d| {
+                    st.units
+                        .iter()
+                        .any(|x| &x.name == d && x.status == UnitStatus::Completed)
+                })
+        };
         for u in 0..st.units.len() {
             assert!(
-                !st.ready_to_start(u),
+                !ready(u),
                 "{} is ready (dependencies COMPLETED) but NOT_STARTED with nothing in flight; status {}",
                 st.units[u].name,
                 st.status

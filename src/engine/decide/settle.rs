@@ -26,20 +26,16 @@ impl Decider<'_> {
         if self.st().status != OverallStatus::Running {
             return;
         }
-        for u in 0..self.st().units.len() {
-            if self.st().units[u].status != UnitStatus::NotStarted {
-                continue;
-            }
-            if self.st().ready_to_start(u) {
-                let deps = self.st().plan.work_units[u].depends_on.clone();
-                self.unit_to(u, UnitStatus::Running, "dependencies complete");
-                let why = if deps.is_empty() {
-                    "no dependencies".to_string()
-                } else {
-                    format!("dependencies COMPLETED: {}", deps.join(", "))
-                };
-                self.log(Some(u), None, "Work unit started".into(), why);
-            }
+        // Starting a unit changes no other unit's readiness.
+        for u in self.st().ready_to_start() {
+            let deps = self.st().plan.work_units[u].depends_on.clone();
+            self.unit_to(u, UnitStatus::Running, "dependencies complete");
+            let why = if deps.is_empty() {
+                "no dependencies".to_string()
+            } else {
+                format!("dependencies COMPLETED: {}", deps.join(", "))
+            };
+            self.log(Some(u), None, "Work unit started".into(), why);
         }
     }
 
@@ -293,7 +289,7 @@ impl Decider<'_> {
                 if st.active_count() == 0
                     && !any(|s| s == UnitStatus::Running)
                     && any(|s| s == UnitStatus::Blocked)
-                    && !(0..st.units.len()).any(|u| st.ready_to_start(u)) =>
+                    && st.ready_to_start().is_empty() =>
             {
                 self.overall(
                     OverallStatus::Blocked,
@@ -329,7 +325,7 @@ impl Decider<'_> {
                 .units
                 .iter()
                 .any(|u| matches!(u.status, UnitStatus::Running | UnitStatus::Stopping))
-            && !(0..st.units.len()).any(|u| st.ready_to_start(u));
+            && st.ready_to_start().is_empty();
         if !idle {
             return false;
         }
