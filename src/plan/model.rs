@@ -296,6 +296,26 @@ impl Plan {
         self.work_units.iter().find(|u| u.name == name)
     }
 
+    /// For each unit, by index, the units that name it among their
+    /// dependencies: who waits on whom, read from the names once.
+    pub fn waiting_on(&self) -> Vec<Vec<usize>> {
+        let index: std::collections::HashMap<&str, usize> = self
+            .work_units
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (u.name.as_str(), i))
+            .collect();
+        let mut waiting_on: Vec<Vec<usize>> = vec![Vec::new(); self.work_units.len()];
+        for (v, unit) in self.work_units.iter().enumerate() {
+            for d in &unit.depends_on {
+                if let Some(&u) = index.get(d.as_str()) {
+                    waiting_on[u].push(v);
+                }
+            }
+        }
+        waiting_on
+    }
+
     /// The units that wait, directly or not, for the unit at `unit`, by
     /// index, in plan order. One pass over the dependency edges, then a walk
     /// that visits each unit once: rescanning every unit's dependencies for
@@ -303,20 +323,7 @@ impl Plan {
     /// 1,000 units in ten layers (~450,000 edges), once per dispatch.
     pub fn dependents_of(&self, unit: usize) -> Vec<usize> {
         let n = self.work_units.len();
-        let index: std::collections::HashMap<&str, usize> = self
-            .work_units
-            .iter()
-            .enumerate()
-            .map(|(i, u)| (u.name.as_str(), i))
-            .collect();
-        let mut waiting_on: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for (v, u) in self.work_units.iter().enumerate() {
-            for d in &u.depends_on {
-                if let Some(&i) = index.get(d.as_str()) {
-                    waiting_on[i].push(v);
-                }
-            }
-        }
+        let waiting_on = self.waiting_on();
         let mut reached = vec![false; n];
         let mut todo = vec![unit];
         while let Some(i) = todo.pop() {

@@ -403,20 +403,7 @@ impl Decider<'_> {
 /// sprints in units that wait (directly or not) on it.
 fn remaining_paths(st: &OperationState) -> Vec<usize> {
     let n = st.units.len();
-    let index: std::collections::HashMap<&str, usize> = st
-        .units
-        .iter()
-        .enumerate()
-        .map(|(i, u)| (u.name.as_str(), i))
-        .collect();
-    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (v, unit) in st.plan.work_units.iter().enumerate() {
-        for d in &unit.depends_on {
-            if let Some(&u) = index.get(d.as_str()) {
-                dependents[u].push(v);
-            }
-        }
-    }
+    let dependents = st.plan.waiting_on();
     let own: Vec<usize> = st
         .units
         .iter()
