@@ -8,19 +8,7 @@ use supervise::engine::*;
 
 /// A plan of 10 units × 10 sprints in two layers: about 1,000 events per operation.
 fn plan_text() -> String {
-    let mut s = String::from("# Ops\n\n| Work Unit | Layer |\n|---|---|\n");
-    for u in 0..10 {
-        s.push_str(&format!("| u{u} | {} |\n", u / 5));
-    }
-    for u in 0..10 {
-        s.push_str(&format!("\n## u{u}\n"));
-        for n in 1..=10 {
-            s.push_str(&format!(
-                "### Sprint {n}: Implement part {n}\n- [ ] `make u{u}-{n}` passes\n"
-            ));
-        }
-    }
-    s
+    layered_text("Ops", 10, 5, 10)
 }
 
 fn report(ok: bool) -> AgentReport {
@@ -144,21 +132,21 @@ fn bench(c: &mut Criterion) {
     });
     // The model choice of a sprint in the lowest of ten layers of 1,000
     // units: every unit above waits on it (about 450,000 edges to walk).
-    let layered = supervise::plan::parse(&layered_text(1000), "layers").unwrap();
+    let layered = supervise::plan::parse(&layered_text("Layers", 1000, 100, 2), "layers").unwrap();
     c.bench_function("complexity_lowest_layer_of_1000_units", |b| {
         b.iter(|| select::complexity(&layered, 0, 0).dependents)
     });
 }
 
-/// `units` units of 2 sprints in layers of 100.
-fn layered_text(units: usize) -> String {
-    let mut s = String::from("# Layers\n\n| Work Unit | Layer |\n|---|---|\n");
+/// `units` units of `sprints` sprints each, in layers of `per_layer`.
+fn layered_text(title: &str, units: usize, per_layer: usize, sprints: usize) -> String {
+    let mut s = format!("# {title}\n\n| Work Unit | Layer |\n|---|---|\n");
     for u in 0..units {
-        s.push_str(&format!("| u{u} | {} |\n", u / 100));
+        s.push_str(&format!("| u{u} | {} |\n", u / per_layer));
     }
     for u in 0..units {
         s.push_str(&format!("\n## u{u}\n"));
-        for n in 1..=2 {
+        for n in 1..=sprints {
             s.push_str(&format!(
                 "### Sprint {n}: Implement part {n}\n- [ ] `make u{u}-{n}` passes\n"
             ));

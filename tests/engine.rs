@@ -1420,7 +1420,7 @@ fn the_stored_log_replays_to_the_same_state_and_the_same_prompts() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
-    /// `Plan::dependents_of` is the transitive closure of "waits for": a unit
+    /// `UnitGraph::dependents_of` is the transitive closure of "waits for": a unit
     /// is in it exactly when one of its dependencies is the unit itself or is
     /// in it — checked against that definition, iterated to its fixpoint.
     #[test]
@@ -1444,7 +1444,7 @@ proptest! {
                 if !changed { break; }
             }
             let expected: Vec<usize> = (0..units.len()).filter(|&v| waits[v]).collect();
-            prop_assert_eq!(plan.dependents_of(start), expected, "dependents of {}", units[start].name);
+            prop_assert_eq!(plan.graph().dependents_of(start), expected, "dependents of {}", units[start].name);
         }
     }
 }

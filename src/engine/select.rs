@@ -82,12 +82,7 @@ pub fn complexity(plan: &Plan, unit: usize, sprint: usize) -> Complexity {
     ));
 
     let later_in_unit = u.sprints.len() - sprint - 1;
-    let dependents = later_in_unit
-        + plan
-            .dependents_of(unit)
-            .into_iter()
-            .map(|d| plan.work_units[d].sprints.len())
-            .sum::<usize>();
+    let dependents = later_in_unit + plan.graph().dependent_sprints(&plan.work_units, unit);
     let foundation = dependents >= 2 && FOUNDATION_WORDS.found_in(&text);
     parts.push(("foundation", if foundation { 5 } else { 0 }));
     parts.push((

@@ -296,38 +296,57 @@ impl Plan {
         self.work_units.iter().find(|u| u.name == name)
     }
 
-    /// For each unit, by index, the units that name it among their
-    /// dependencies: who waits on whom, read from the names once.
-    pub fn waiting_on(&self) -> Vec<Vec<usize>> {
-        let index: std::collections::HashMap<&str, usize> = self
-            .work_units
+    /// The units' dependency edges by index, both ways.
+    pub fn graph(&self) -> UnitGraph {
+        UnitGraph::of(&self.work_units)
+    }
+}
+
+/// Work units' dependency edges by index, both ways, read from the names
+/// once (a name that is not a unit's is left out: the reader refuses such
+/// plans).
+pub struct UnitGraph {
+    /// For each unit, the units it waits for.
+    pub deps: Vec<Vec<usize>>,
+    /// For each unit, the units that wait for it.
+    pub dependents: Vec<Vec<usize>>,
+}
+
+impl UnitGraph {
+    pub fn of(units: &[WorkUnit]) -> UnitGraph {
+        let index: std::collections::HashMap<&str, usize> = units
             .iter()
             .enumerate()
             .map(|(i, u)| (u.name.as_str(), i))
             .collect();
-        let mut waiting_on: Vec<Vec<usize>> = vec![Vec::new(); self.work_units.len()];
-        for (v, unit) in self.work_units.iter().enumerate() {
-            for d in &unit.depends_on {
-                if let Some(&u) = index.get(d.as_str()) {
-                    waiting_on[u].push(v);
-                }
+        let deps: Vec<Vec<usize>> = units
+            .iter()
+            .map(|u| {
+                u.depends_on
+                    .iter()
+                    .filter_map(|d| index.get(d.as_str()).copied())
+                    .collect()
+            })
+            .collect();
+        let mut dependents = vec![Vec::new(); units.len()];
+        for (v, ds) in deps.iter().enumerate() {
+            for &d in ds {
+                dependents[d].push(v);
             }
         }
-        waiting_on
+        UnitGraph { deps, dependents }
     }
 
-    /// The units that wait, directly or not, for the unit at `unit`, by
-    /// index, in plan order. One pass over the dependency edges, then a walk
-    /// that visits each unit once: rescanning every unit's dependencies for
-    /// each one reached took 3 s for a unit of the lowest layer of a plan of
-    /// 1,000 units in ten layers (~450,000 edges), once per dispatch.
+    /// The units that wait, directly or not, for unit `unit`, in plan
+    /// order; each unit is visited once (rescanning every unit's
+    /// dependencies for each one reached took 3 s for a unit of the lowest
+    /// layer of a plan of 1,000 units in ten layers, once per dispatch).
     pub fn dependents_of(&self, unit: usize) -> Vec<usize> {
-        let n = self.work_units.len();
-        let waiting_on = self.waiting_on();
+        let n = self.dependents.len();
         let mut reached = vec![false; n];
         let mut todo = vec![unit];
         while let Some(i) = todo.pop() {
-            for &v in waiting_on.get(i).into_iter().flatten() {
+            for &v in self.dependents.get(i).into_iter().flatten() {
                 if !reached[v] {
                     reached[v] = true;
                     todo.push(v);
@@ -335,6 +354,14 @@ impl Plan {
             }
         }
         (0..n).filter(|&v| reached[v]).collect()
+    }
+
+    /// Sprints of every unit that waits, directly or not, on unit `unit`.
+    pub fn dependent_sprints(&self, units: &[WorkUnit], unit: usize) -> usize {
+        self.dependents_of(unit)
+            .into_iter()
+            .map(|v| units[v].sprints.len())
+            .sum()
     }
 }
 

@@ -403,7 +403,7 @@ impl Decider<'_> {
 /// sprints in units that wait (directly or not) on it.
 fn remaining_paths(st: &OperationState) -> Vec<usize> {
     let n = st.units.len();
-    let dependents = st.plan.waiting_on();
+    let dependents = st.plan.graph().dependents;
     let own: Vec<usize> = st
         .units
         .iter()

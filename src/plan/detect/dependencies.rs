@@ -370,26 +370,8 @@ pub(super) fn mermaid_edges(text: &str, names: &[String], edges: &mut BTreeSet<(
     }
 }
 
-/// Dependencies as unit indices (names are unique and known by now).
-pub(super) fn dep_indices(units: &[WorkUnit]) -> Vec<Vec<usize>> {
-    let at: HashMap<&str, usize> = units
-        .iter()
-        .enumerate()
-        .map(|(i, u)| (u.name.as_str(), i))
-        .collect();
-    units
-        .iter()
-        .map(|u| {
-            u.depends_on
-                .iter()
-                .filter_map(|d| at.get(d.as_str()).copied())
-                .collect()
-        })
-        .collect()
-}
-
 pub(super) fn find_cycle(units: &[WorkUnit]) -> Option<Vec<String>> {
-    let deps = dep_indices(units);
+    let deps = UnitGraph::of(units).deps;
     // Iterative depth-first search: 0 unseen, 1 on the stack, 2 done.
     let mut state = vec![0u8; units.len()];
     for root in 0..units.len() {
@@ -428,7 +410,7 @@ pub(super) fn find_cycle(units: &[WorkUnit]) -> Option<Vec<String>> {
 
 /// Without declared layers, a unit's layer is its depth in the dependency graph.
 pub(super) fn assign_depths(units: &mut [WorkUnit]) {
-    let deps = dep_indices(units);
+    let deps = UnitGraph::of(units).deps;
     let mut depth: Vec<Option<u32>> = vec![None; units.len()];
     fn visit(i: usize, deps: &[Vec<usize>], depth: &mut Vec<Option<u32>>) -> u32 {
         if let Some(d) = depth[i] {

@@ -273,26 +273,7 @@ fn problem_of(c: &super::evaluate::SprintCheck, fix: &str) -> String {
 fn graph(plan: &Plan) -> ((Vec<String>, usize), Vec<Vec<String>>) {
     let units = &plan.work_units;
     let n = units.len();
-    let index: std::collections::HashMap<&str, usize> = units
-        .iter()
-        .enumerate()
-        .map(|(i, u)| (u.name.as_str(), i))
-        .collect();
-    let deps: Vec<Vec<usize>> = units
-        .iter()
-        .map(|u| {
-            u.depends_on
-                .iter()
-                .filter_map(|d| index.get(d.as_str()).copied())
-                .collect()
-        })
-        .collect();
-    let mut dependents = vec![Vec::new(); n];
-    for (v, ds) in deps.iter().enumerate() {
-        for &d in ds {
-            dependents[d].push(v);
-        }
-    }
+    let crate::plan::UnitGraph { deps, dependents } = plan.graph();
     // Kahn's order (the reader refuses cycles, so every unit is reached).
     let mut waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
     let mut order: Vec<usize> = (0..n).filter(|&u| waiting[u] == 0).collect();

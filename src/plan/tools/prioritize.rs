@@ -30,9 +30,9 @@ pub struct SprintPriority {
 /// §16b–§16d for every sprint, in plan order.
 pub fn prioritize(plan: &Plan) -> Vec<SprintPriority> {
     let mut out = Vec::new();
-    let graph = Graph::of(plan);
+    let graph = plan.graph();
     for (u, unit) in plan.work_units.iter().enumerate() {
-        let dependents = graph.dependent_sprints(plan, u);
+        let dependents = graph.dependent_sprints(&plan.work_units, u);
         for (i, s) in unit.sprints.iter().enumerate() {
             let depth = unit.sprints.len() - i - 1 + dependents;
             let text = text_of(s);
@@ -106,57 +106,13 @@ pub fn prioritize(plan: &Plan) -> Vec<SprintPriority> {
     out
 }
 
-/// The units' dependency edges by index, both ways.
-struct Graph {
-    deps: Vec<Vec<usize>>,
-    dependents: Vec<Vec<usize>>,
-}
-
-impl Graph {
-    fn of(plan: &Plan) -> Graph {
-        let index: std::collections::HashMap<&str, usize> = plan
-            .work_units
-            .iter()
-            .enumerate()
-            .map(|(i, u)| (u.name.as_str(), i))
-            .collect();
-        let n = plan.work_units.len();
-        let mut deps = vec![Vec::new(); n];
-        let mut dependents = vec![Vec::new(); n];
-        for (v, unit) in plan.work_units.iter().enumerate() {
-            for d in unit.depends_on.iter().filter_map(|d| index.get(d.as_str())) {
-                deps[v].push(*d);
-                dependents[*d].push(v);
-            }
-        }
-        Graph { deps, dependents }
-    }
-
-    /// Sprints of every unit that waits, directly or not, on unit `u`.
-    fn dependent_sprints(&self, plan: &Plan, u: usize) -> usize {
-        let mut seen = vec![false; self.deps.len()];
-        let mut stack = vec![u];
-        let mut total = 0;
-        while let Some(x) = stack.pop() {
-            for &v in &self.dependents[x] {
-                if !seen[v] {
-                    seen[v] = true;
-                    total += plan.work_units[v].sprints.len();
-                    stack.push(v);
-                }
-            }
-        }
-        total
-    }
-}
-
 /// §16d: repeatedly take, among the sprints whose predecessors are all taken
 /// (the sprint before it in its unit, every sprint of the units it depends on,
 /// every unit of a lower layer), the one of highest priority. Only a unit's
 /// next sprint can be ready, so each step looks at one sprint per unit, and
 /// counts kept as units finish say which units are free to start.
 fn recommend_order(plan: &Plan, ps: &mut [SprintPriority]) {
-    let graph = Graph::of(plan);
+    let graph = plan.graph();
     let units = &plan.work_units;
     let n = units.len();
     let mut first = Vec::with_capacity(n);
