@@ -128,14 +128,26 @@ fn bench(c: &mut Criterion) {
     });
     // The model choice of one sprint of this plan (once per dispatch).
     c.bench_function("complexity_in_10_units", |b| {
-        b.iter(|| select::complexity(&plan, 0, 0).dependents)
+        let graph = plan.graph();
+        b.iter(|| select::complexity(&plan, &graph, 0, 0).dependents)
     });
     // The model choice of a sprint in the lowest of ten layers of 1,000
     // units: every unit above waits on it (about 450,000 edges to walk).
     let layered = supervise::plan::parse(&layered_text("Layers", 1000, 100, 2), "layers").unwrap();
     c.bench_function("complexity_lowest_layer_of_1000_units", |b| {
-        b.iter(|| select::complexity(&layered, 0, 0).dependents)
+        let graph = layered.graph();
+        b.iter(|| select::complexity(&layered, &graph, 0, 0).dependents)
     });
+    // A whole operation over a large plan: 400 units of 2 sprints in four
+    // layers, the cap binding all along (each decision orders the waiting
+    // units by their longest remaining path).
+    let large = supervise::plan::parse(&layered_text("Layers", 400, 100, 2), "layers").unwrap();
+    let mut g = c.benchmark_group("large_plan");
+    g.sample_size(10);
+    g.bench_function("operation_over_400_units", |b| {
+        b.iter(|| operation(&large, 0, None))
+    });
+    g.finish();
 }
 
 /// `units` units of `sprints` sprints each, in layers of `per_layer`.

@@ -6,7 +6,7 @@ use crate::plan::tools::measure::{
     estimated_turns, is_vague, named_files, risk, text_of, Keywords, Risk, FOUNDATION_WORDS,
     OPEN_QUESTION_WORDS,
 };
-use crate::plan::{CriterionKind, Plan, SprintType};
+use crate::plan::{CriterionKind, Plan, SprintType, UnitGraph};
 
 /// A scored sprint: the total, each dimension, and the facts the overrides need.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +25,9 @@ static OPEN_ENDED: Keywords = Keywords::new(&[
     "improve", "optimize", "optimise", "enhance", "clean up", "polish", "refine",
 ]);
 
-pub fn complexity(plan: &Plan, unit: usize, sprint: usize) -> Complexity {
+/// `graph` is `plan`'s (the operation keeps it, so each dispatch does not
+/// read the dependency names again).
+pub fn complexity(plan: &Plan, graph: &UnitGraph, unit: usize, sprint: usize) -> Complexity {
     let u = &plan.work_units[unit];
     let s = &u.sprints[sprint];
     let text = text_of(s);
@@ -82,7 +84,7 @@ pub fn complexity(plan: &Plan, unit: usize, sprint: usize) -> Complexity {
     ));
 
     let later_in_unit = u.sprints.len() - sprint - 1;
-    let dependents = later_in_unit + plan.graph().dependent_sprints(&plan.work_units, unit);
+    let dependents = later_in_unit + graph.dependent_sprints(&plan.work_units, unit);
     let foundation = dependents >= 2 && FOUNDATION_WORDS.found_in(&text);
     parts.push(("foundation", if foundation { 5 } else { 0 }));
     parts.push((

@@ -3,7 +3,7 @@
 
 use super::events::*;
 use super::EngineConfig;
-use crate::plan::{Plan, SprintId};
+use crate::plan::{Plan, SprintId, UnitGraph};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -319,6 +319,30 @@ pub struct OperationState {
     pub stop_ticks: u32,
     /// Events applied so far (a replay check and a cheap change counter).
     pub version: u64,
+    /// The plan's dependency edges by index, read once and kept until work
+    /// is added: rebuilding them from the names at each dispatch and each
+    /// decision was three quarters of driving an operation over 400 units.
+    #[serde(skip)]
+    graph: GraphCache,
+}
+
+/// A cache of [`UnitGraph`] that takes no part in a state's equality or its
+/// serialized form: a replayed or deserialized state builds it again.
+#[derive(Clone, Default)]
+struct GraphCache(std::sync::OnceLock<std::sync::Arc<UnitGraph>>);
+
+impl PartialEq for GraphCache {
+    fn eq(&self, _: &GraphCache) -> bool {
+        true
+    }
+}
+
+impl Eq for GraphCache {}
+
+impl fmt::Debug for GraphCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("GraphCache")
+    }
 }
 
 impl OperationState {
@@ -326,25 +350,30 @@ impl OperationState {
         self.units.iter().position(|u| u.name == name)
     }
 
+    /// The units' dependency edges by index (built on first use after the
+    /// operation starts or work is added).
+    pub fn graph(&self) -> &UnitGraph {
+        let graph = self
+            .graph
+            .0
+            .get_or_init(|| std::sync::Arc::new(self.plan.graph()));
+        debug_assert_eq!(graph.deps.len(), self.plan.work_units.len());
+        graph
+    }
+
     /// §7: the NOT_STARTED units whose every dependency is COMPLETED, which
-    /// may start, in plan order. The completed units are gathered once:
-    /// looking each dependency up among all the units, for every unit, made
-    /// each decision quadratic in the plan's size (an operation on 400 units
-    /// in four layers took 21 s, most of it here).
+    /// may start, in plan order. Dependencies are followed by index: looking
+    /// each one up by name among all the units, for every unit, made each
+    /// decision quadratic in the plan's size (an operation on 400 units in
+    /// four layers took 21 s, most of it here).
     pub fn ready_to_start(&self) -> Vec<usize> {
-        let completed: std::collections::HashSet<&str> = self
-            .units
-            .iter()
-            .filter(|x| x.status == UnitStatus::Completed)
-            .map(|x| x.name.as_str())
-            .collect();
+        let deps = &self.graph().deps;
         (0..self.units.len())
             .filter(|&u| {
                 self.units[u].status == UnitStatus::NotStarted
-                    && self.plan.work_units[u]
-                        .depends_on
+                    && deps[u]
                         .iter()
-                        .all(|d| completed.contains(d.as_str()))
+                        .all(|&d| self.units[d].status == UnitStatus::Completed)
             })
             .collect()
     }
@@ -495,6 +524,7 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                 })
                 .collect(),
             plan: (**plan).clone(),
+            graph: GraphCache::default(),
             config: config.clone(),
             workflow: workflow.as_deref().cloned(),
             status: OverallStatus::Running,
@@ -727,6 +757,7 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                 });
                 st.plan.work_units.push(u.clone());
             }
+            st.graph = GraphCache::default();
             if st.status == OverallStatus::Completed {
                 st.status = OverallStatus::Running;
                 st.finished_at = None;

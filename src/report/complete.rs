@@ -776,7 +776,7 @@ fn time_distribution(st: &OperationState, done: &[Done]) -> String {
                 .exit_criteria
                 .iter()
                 .any(|c| c.text.to_lowercase().contains("test"));
-        let kind = if crate::engine::select::complexity(&st.plan, u, s).foundation {
+        let kind = if crate::engine::select::complexity(&st.plan, st.graph(), u, s).foundation {
             0
         } else if testing {
             2

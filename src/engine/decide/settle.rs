@@ -142,7 +142,7 @@ impl Decider<'_> {
             if sp.deferred_waiting || active >= st.config.max_parallel.max(1) as usize {
                 continue;
             }
-            let complexity = select::complexity(&st.plan, u, s);
+            let complexity = select::complexity(&st.plan, st.graph(), u, s);
             let ctx = select::SelectionContext {
                 failures: sp.failures,
                 partial: kind == DispatchKind::Continuation,
@@ -388,13 +388,17 @@ impl Decider<'_> {
         let mut order = plan_order.clone();
         // Stable: plan order among equals.
         order.sort_by(|a, b| path[*b].cmp(&path[*a]));
-        // Moved ahead: a unit earlier in the plan now comes after it.
-        let moved = order
-            .iter()
-            .enumerate()
-            .filter(|(i, u)| order[i + 1..].iter().any(|x| x < u))
-            .map(|(_, u)| (*u, path[*u]))
-            .collect();
+        // Moved ahead: a unit earlier in the plan now comes after it, that is,
+        // the least unit after it is less than it (a suffix minimum: asking
+        // each unit about all those after it was quadratic in the units).
+        let mut least_after = usize::MAX;
+        let mut moved = std::collections::HashMap::new();
+        for &u in order.iter().rev() {
+            if least_after < u {
+                moved.insert(u, path[u]);
+            }
+            least_after = least_after.min(u);
+        }
         (order, moved)
     }
 }
@@ -403,7 +407,7 @@ impl Decider<'_> {
 /// sprints in units that wait (directly or not) on it.
 fn remaining_paths(st: &OperationState) -> Vec<usize> {
     let n = st.units.len();
-    let dependents = st.plan.graph().dependents;
+    let dependents = &st.graph().dependents;
     let own: Vec<usize> = st
         .units
         .iter()
@@ -424,6 +428,6 @@ fn remaining_paths(st: &OperationState) -> Vec<usize> {
     }
     let mut memo = vec![None; n];
     (0..n)
-        .map(|u| walk(u, &own, &dependents, &mut memo))
+        .map(|u| walk(u, &own, dependents, &mut memo))
         .collect()
 }
