@@ -117,11 +117,17 @@ impl Decider<'_> {
     /// longest chain of sprints waiting on it) goes first: the end of the
     /// operation is set by that path, and plan order would leave it waiting.
     pub(super) fn dispatch_ready(&mut self) {
-        let (order, reordered) = self.dispatch_order();
         // Agents in flight, counted once and kept up to date below (each
         // dispatch makes one more), rather than recounted over every sprint
         // for every unit.
         let mut active = self.st().active_count();
+        let cap = self.st().config.max_parallel.max(1) as usize;
+        // With every place taken nothing below can be dispatched: most
+        // decisions of a busy operation end here.
+        if active >= cap {
+            return;
+        }
+        let (order, reordered) = self.dispatch_order(active);
         for u in order {
             let st = self.st();
             let unit = &st.units[u];
@@ -139,7 +145,7 @@ impl Decider<'_> {
                 SprintStatus::Backoff => DispatchKind::Retry,
                 _ => continue,
             };
-            if sp.deferred_waiting || active >= st.config.max_parallel.max(1) as usize {
+            if sp.deferred_waiting || active >= cap {
                 continue;
             }
             let complexity = select::complexity(&st.plan, st.graph(), u, s);
@@ -285,10 +291,12 @@ impl Decider<'_> {
             // Blocked only when nothing can move: no agent in flight, no unit
             // running, and no unit whose dependencies have all completed (a unit
             // that became ready in this very pass starts on the next one).
+            // (Cheapest first: this guard is asked at every pass of every
+            // decision.)
             OverallStatus::Running
-                if st.active_count() == 0
-                    && !any(|s| s == UnitStatus::Running)
+                if !any(|s| s == UnitStatus::Running)
                     && any(|s| s == UnitStatus::Blocked)
+                    && st.active_count() == 0
                     && st.ready_to_start().is_empty() =>
             {
                 self.overall(
@@ -320,11 +328,11 @@ impl Decider<'_> {
             return false;
         };
         let idle = st.status == OverallStatus::Running
-            && st.active_count() == 0
             && !st
                 .units
                 .iter()
                 .any(|u| matches!(u.status, UnitStatus::Running | UnitStatus::Stopping))
+            && st.active_count() == 0
             && st.ready_to_start().is_empty();
         if !idle {
             return false;
@@ -367,7 +375,10 @@ impl Decider<'_> {
 
     /// The order units are offered places in, and for units moved ahead of
     /// plan order, the length (in sprints) of their remaining path.
-    fn dispatch_order(&self) -> (Vec<usize>, std::collections::HashMap<usize, usize>) {
+    fn dispatch_order(
+        &self,
+        active: usize,
+    ) -> (Vec<usize>, std::collections::HashMap<usize, usize>) {
         let st = self.st();
         let n = st.units.len();
         let plan_order: Vec<usize> = (0..n).collect();
@@ -380,7 +391,7 @@ impl Decider<'_> {
                     && unit.current().is_some()
             })
             .count();
-        let free = (st.config.max_parallel.max(1) as usize).saturating_sub(st.active_count());
+        let free = (st.config.max_parallel.max(1) as usize).saturating_sub(active);
         if waiting <= free || free == 0 {
             return (plan_order, Default::default());
         }
