@@ -395,7 +395,7 @@ impl Decider<'_> {
         if waiting <= free || free == 0 {
             return (plan_order, Default::default());
         }
-        let path = remaining_paths(st);
+        let path = st.remaining_paths();
         let mut order = plan_order.clone();
         // Stable: plan order among equals.
         order.sort_by(|a, b| path[*b].cmp(&path[*a]));
@@ -412,33 +412,4 @@ impl Decider<'_> {
         }
         (order, moved)
     }
-}
-
-/// For each unit: its sprints not yet completed plus the longest chain of
-/// sprints in units that wait (directly or not) on it.
-fn remaining_paths(st: &OperationState) -> Vec<usize> {
-    let n = st.units.len();
-    let dependents = &st.graph().dependents;
-    let own: Vec<usize> = st
-        .units
-        .iter()
-        .map(|u| u.sprints.len() - u.completed_count())
-        .collect();
-    // The plan reader refuses cycles, so the memoised walk ends.
-    fn walk(u: usize, own: &[usize], deps: &[Vec<usize>], memo: &mut [Option<usize>]) -> usize {
-        if let Some(p) = memo[u] {
-            return p;
-        }
-        let tail = deps[u]
-            .iter()
-            .map(|&v| walk(v, own, deps, memo))
-            .max()
-            .unwrap_or(0);
-        memo[u] = Some(own[u] + tail);
-        own[u] + tail
-    }
-    let mut memo = vec![None; n];
-    (0..n)
-        .map(|u| walk(u, &own, dependents, &mut memo))
-        .collect()
 }
