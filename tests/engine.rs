@@ -873,6 +873,13 @@ proptest! {
                 prop_assert!(u.sprints.iter().filter(|s| s.active.is_some()).count() <= 1);
             }
             prop_assert!(sim.st().active_count() <= cap as usize + 2, "cap respected (killed agents may linger until they report)");
+            // What the state keeps between decisions (the graph, the
+            // remaining paths) is what a state without it, as read back
+            // from the store, finds afresh.
+            let fresh: OperationState = serde_json::from_value(serde_json::to_value(sim.st()).unwrap()).unwrap();
+            prop_assert_eq!(&sim.st().graph().deps, &fresh.graph().deps);
+            prop_assert_eq!(sim.st().remaining_paths(), fresh.remaining_paths());
+            prop_assert_eq!(sim.st().ready_to_start(), fresh.ready_to_start());
         }
     }
 }
