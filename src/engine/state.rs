@@ -4,12 +4,12 @@
 use super::events::*;
 use super::EngineConfig;
 use crate::plan::{Plan, SprintId, UnitGraph};
+use crate::sync::LockExt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use crate::sync::LockExt;
 
 /// An operation: one run of one plan. Also names its branches and runs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

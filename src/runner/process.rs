@@ -942,7 +942,10 @@ mod tests {
             v.sort();
             v
         };
-        assert_eq!(sorted(descendants_by_children(me)), sorted(descendants_by_scan(me)));
+        assert_eq!(
+            sorted(descendants_by_children(me)),
+            sorted(descendants_by_scan(me))
+        );
         for p in &found {
             unsafe { libc::kill(*p, libc::SIGKILL) };
         }
