@@ -1455,3 +1455,72 @@ proptest! {
         }
     }
 }
+
+/// The longest-path order over a long chain of units is found without
+/// recursion: two chains of 3,000 units with a cap of one (so both heads
+/// wait for one place) are ordered on a thread with a 128 KiB stack, which
+/// the recursive walk overflowed (an abort, not a panic: a crafted plan
+/// took the service down). The reader runs on an ordinary thread first.
+#[test]
+fn a_long_chain_is_ordered_without_overflowing_a_small_stack() {
+    let n = 3000;
+    let mut src = String::from("# Chains\n\n| Work Unit | Dependencies |\n|---|---|\n");
+    for c in ["a", "b"] {
+        src.push_str(&format!("| {c}0 | — |\n"));
+        for i in 1..n {
+            src.push_str(&format!("| {c}{i} | {c}{} |\n", i - 1));
+        }
+    }
+    for c in ["a", "b"] {
+        for i in 0..n {
+            src.push_str(&format!(
+                "\n## {c}{i}\n### Sprint 1: Implement part\n- [ ] `make {c}{i}` passes\n"
+            ));
+        }
+    }
+    let plan = supervise::plan::parse(&src, "chains").expect("a valid plan");
+    let dispatched = std::thread::Builder::new()
+        .stack_size(128 << 10)
+        .spawn(move || {
+            let mut state = None;
+            let d = decide_mut(
+                &mut state,
+                Input::Start {
+                    operation: OperationId("op".into()),
+                    plan: Box::new(plan),
+                    config: EngineConfig {
+                        max_parallel: 1,
+                        ..Default::default()
+                    },
+                    seed: 1,
+                    workflow: None,
+                    already_done: Vec::new(),
+                },
+                Utc::now(),
+            )
+            .expect("started");
+            let paths = state.as_ref().unwrap().remaining_paths();
+            let units: Vec<String> = d
+                .effects
+                .iter()
+                .filter_map(|e| match e {
+                    Effect::Dispatch(o) => Some(o.unit.clone()),
+                    _ => None,
+                })
+                .collect();
+            (units, paths[0], paths[n])
+        })
+        .unwrap()
+        .join()
+        .expect("no overflow");
+    assert_eq!(
+        dispatched.0,
+        vec!["a0".to_string()],
+        "one place, plan order among equals"
+    );
+    assert_eq!(
+        (dispatched.1, dispatched.2),
+        (n, n),
+        "each head carries its whole chain"
+    );
+}

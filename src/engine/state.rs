@@ -399,26 +399,29 @@ impl OperationState {
         if let Some(k) = kept.as_ref().filter(|k| k.from == own) {
             return k.paths.clone();
         }
-        // The plan reader refuses cycles, so the memoised walk ends.
-        fn walk(u: usize, own: &[usize], deps: &[Vec<usize>], memo: &mut [Option<usize>]) -> usize {
-            if let Some(p) = memo[u] {
-                return p;
-            }
-            let tail = deps[u]
+        // From the units nothing waits on down, each unit once all that
+        // wait on it are done: a loop, not a recursion, as a chain of
+        // 50,000 units overflowed a 2 MiB stack. (The plan reader refuses
+        // cycles; a unit in one would keep a path of 0.)
+        let graph = self.graph();
+        let mut left: Vec<usize> = graph.dependents.iter().map(Vec::len).collect();
+        let mut ready: Vec<usize> = (0..own.len()).filter(|&u| left[u] == 0).collect();
+        let mut found = vec![0; own.len()];
+        while let Some(u) = ready.pop() {
+            let tail = graph.dependents[u]
                 .iter()
-                .map(|&v| walk(v, own, deps, memo))
+                .map(|&v| found[v])
                 .max()
                 .unwrap_or(0);
-            memo[u] = Some(own[u] + tail);
-            own[u] + tail
+            found[u] = own[u] + tail;
+            for &d in &graph.deps[u] {
+                left[d] -= 1;
+                if left[d] == 0 {
+                    ready.push(d);
+                }
+            }
         }
-        let dependents = &self.graph().dependents;
-        let mut memo = vec![None; own.len()];
-        let paths: Arc<Vec<usize>> = Arc::new(
-            (0..own.len())
-                .map(|u| walk(u, &own, dependents, &mut memo))
-                .collect(),
-        );
+        let paths = Arc::new(found);
         *kept = Some(KeptPaths {
             from: own,
             paths: paths.clone(),
