@@ -1456,21 +1456,24 @@ proptest! {
     }
 }
 
-/// The longest-path order over a long chain of units is found without
-/// recursion: two chains of 3,000 units with a cap of one (so both heads
-/// wait for one place) are ordered on a thread with a 128 KiB stack, which
-/// the recursive walk overflowed (an abort, not a panic: a crafted plan
-/// took the service down). The reader runs on an ordinary thread first.
+/// A long chain of units is read (its layers) and ordered (the longest-path
+/// order) without recursion: two chains of 3,000 units with a cap of one
+/// (so both heads wait for one place) are read and started on a thread with
+/// a 128 KiB stack, which each recursive walk overflowed (an abort, not a
+/// panic: a crafted plan took the service down). Chain `a` runs down the
+/// plan and chain `b` up it: each walk went deep on one of the two orders.
 #[test]
 fn a_long_chain_is_ordered_without_overflowing_a_small_stack() {
     let n = 3000;
     let mut src = String::from("# Chains\n\n| Work Unit | Dependencies |\n|---|---|\n");
-    for c in ["a", "b"] {
-        src.push_str(&format!("| {c}0 | — |\n"));
-        for i in 1..n {
-            src.push_str(&format!("| {c}{i} | {c}{} |\n", i - 1));
-        }
+    src.push_str("| a0 | — |\n");
+    for i in 1..n {
+        src.push_str(&format!("| a{i} | a{} |\n", i - 1));
     }
+    for i in 0..n - 1 {
+        src.push_str(&format!("| b{i} | b{} |\n", i + 1));
+    }
+    src.push_str(&format!("| b{} | — |\n", n - 1));
     for c in ["a", "b"] {
         for i in 0..n {
             src.push_str(&format!(
@@ -1478,10 +1481,12 @@ fn a_long_chain_is_ordered_without_overflowing_a_small_stack() {
             ));
         }
     }
-    let plan = supervise::plan::parse(&src, "chains").expect("a valid plan");
     let dispatched = std::thread::Builder::new()
         .stack_size(128 << 10)
         .spawn(move || {
+            let plan = supervise::plan::parse(&src, "chains").expect("a valid plan");
+            assert_eq!(plan.work_units[n - 1].layer as usize, n - 1, "a's last");
+            assert_eq!(plan.work_units[n].layer as usize, n - 1, "b's first");
             let mut state = None;
             let d = decide_mut(
                 &mut state,
@@ -1508,7 +1513,7 @@ fn a_long_chain_is_ordered_without_overflowing_a_small_stack() {
                     _ => None,
                 })
                 .collect();
-            (units, paths[0], paths[n])
+            (units, paths[0], paths[2 * n - 1])
         })
         .unwrap()
         .join()

@@ -409,23 +409,24 @@ pub(super) fn find_cycle(units: &[WorkUnit]) -> Option<Vec<String>> {
 }
 
 /// Without declared layers, a unit's layer is its depth in the dependency graph.
+/// From the units without dependencies up, each unit once all it waits on
+/// are placed: a loop, not a recursion, so a long chain cannot overflow the
+/// stack. (Acyclic by now; a unit in a cycle would stay at layer 0.)
 pub(super) fn assign_depths(units: &mut [WorkUnit]) {
-    let deps = UnitGraph::of(units).deps;
-    let mut depth: Vec<Option<u32>> = vec![None; units.len()];
-    fn visit(i: usize, deps: &[Vec<usize>], depth: &mut Vec<Option<u32>>) -> u32 {
-        if let Some(d) = depth[i] {
-            return d;
+    let UnitGraph { deps, dependents } = UnitGraph::of(units);
+    let mut left: Vec<usize> = deps.iter().map(Vec::len).collect();
+    let mut ready: Vec<usize> = (0..units.len()).filter(|&i| left[i] == 0).collect();
+    let mut depth = vec![0u32; units.len()];
+    while let Some(i) = ready.pop() {
+        depth[i] = deps[i].iter().map(|&j| depth[j] + 1).max().unwrap_or(0);
+        for &v in &dependents[i] {
+            left[v] -= 1;
+            if left[v] == 0 {
+                ready.push(v);
+            }
         }
-        depth[i] = Some(0); // acyclic by now; this only guards against surprises
-        let d = deps[i]
-            .iter()
-            .map(|&j| visit(j, deps, depth) + 1)
-            .max()
-            .unwrap_or(0);
-        depth[i] = Some(d);
-        d
     }
-    for (i, unit) in units.iter_mut().enumerate() {
-        unit.layer = visit(i, &deps, &mut depth);
+    for (unit, d) in units.iter_mut().zip(depth) {
+        unit.layer = d;
     }
 }
