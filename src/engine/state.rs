@@ -399,27 +399,17 @@ impl OperationState {
         if let Some(k) = kept.as_ref().filter(|k| k.from == own) {
             return k.paths.clone();
         }
-        // From the units nothing waits on down, each unit once all that
-        // wait on it are done: a loop, not a recursion, as a chain of
-        // 50,000 units overflowed a 2 MiB stack. (The plan reader refuses
-        // cycles; a unit in one would keep a path of 0.)
+        // From the units nothing waits on down: the plan's topological
+        // order backwards (a loop; see `UnitGraph::topological_order`).
         let graph = self.graph();
-        let mut left: Vec<usize> = graph.dependents.iter().map(Vec::len).collect();
-        let mut ready: Vec<usize> = (0..own.len()).filter(|&u| left[u] == 0).collect();
         let mut found = vec![0; own.len()];
-        while let Some(u) = ready.pop() {
+        for u in graph.topological_order().into_iter().rev() {
             let tail = graph.dependents[u]
                 .iter()
                 .map(|&v| found[v])
                 .max()
                 .unwrap_or(0);
             found[u] = own[u] + tail;
-            for &d in &graph.deps[u] {
-                left[d] -= 1;
-                if left[d] == 0 {
-                    ready.push(d);
-                }
-            }
         }
         let paths = Arc::new(found);
         *kept = Some(KeptPaths {

@@ -408,23 +408,18 @@ pub(super) fn find_cycle(units: &[WorkUnit]) -> Option<Vec<String>> {
     None
 }
 
-/// Without declared layers, a unit's layer is its depth in the dependency graph.
-/// From the units without dependencies up, each unit once all it waits on
-/// are placed: a loop, not a recursion, so a long chain cannot overflow the
-/// stack. (Acyclic by now; a unit in a cycle would stay at layer 0.)
+/// Without declared layers, a unit's layer is its depth in the dependency
+/// graph, found in topological order so that a long chain cannot overflow
+/// the stack. (Acyclic by now; a unit in a cycle would stay at layer 0.)
 pub(super) fn assign_depths(units: &mut [WorkUnit]) {
-    let UnitGraph { deps, dependents } = UnitGraph::of(units);
-    let mut left: Vec<usize> = deps.iter().map(Vec::len).collect();
-    let mut ready: Vec<usize> = (0..units.len()).filter(|&i| left[i] == 0).collect();
+    let graph = UnitGraph::of(units);
     let mut depth = vec![0u32; units.len()];
-    while let Some(i) = ready.pop() {
-        depth[i] = deps[i].iter().map(|&j| depth[j] + 1).max().unwrap_or(0);
-        for &v in &dependents[i] {
-            left[v] -= 1;
-            if left[v] == 0 {
-                ready.push(v);
-            }
-        }
+    for i in graph.topological_order() {
+        depth[i] = graph.deps[i]
+            .iter()
+            .map(|&j| depth[j] + 1)
+            .max()
+            .unwrap_or(0);
     }
     for (unit, d) in units.iter_mut().zip(depth) {
         unit.layer = d;
