@@ -12,9 +12,10 @@ use crate::github::operation::{OpError, Operations};
 use crate::github::GitHub;
 use crate::store::sql::{Claimed, Handoff, Intake, IntakeQueue, NewDelivery, SqlStore};
 use crate::sync::LockExt;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
+use axum::extract::Request;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -168,10 +169,13 @@ fn event_label(event: &str) -> &'static str {
 
 async fn intake(
     State(svc): State<Arc<Service>>,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> (StatusCode, &'static str) {
     let started = Instant::now();
+    // The request taken whole, not its headers by extractor: that one
+    // copies the header map, an allocation for each custom header's name.
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
     let event = headers
         .get("x-github-event")
         .and_then(|v| v.to_str().ok())
