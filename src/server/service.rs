@@ -167,10 +167,7 @@ fn event_label(event: &str) -> &'static str {
         .unwrap_or("other")
 }
 
-async fn intake(
-    State(svc): State<Arc<Service>>,
-    request: Request,
-) -> (StatusCode, &'static str) {
+async fn intake(State(svc): State<Arc<Service>>, request: Request) -> (StatusCode, &'static str) {
     let started = Instant::now();
     // The request taken whole, not its headers by extractor: that one
     // copies the header map, an allocation for each custom header's name.
