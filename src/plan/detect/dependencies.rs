@@ -370,8 +370,8 @@ pub(super) fn mermaid_edges(text: &str, names: &[String], edges: &mut BTreeSet<(
     }
 }
 
-pub(super) fn find_cycle(units: &[WorkUnit]) -> Option<Vec<String>> {
-    let deps = UnitGraph::of(units).deps;
+pub(super) fn find_cycle(units: &[WorkUnit], graph: &UnitGraph) -> Option<Vec<String>> {
+    let deps = &graph.deps;
     // Iterative depth-first search: 0 unseen, 1 on the stack, 2 done.
     let mut state = vec![0u8; units.len()];
     for root in 0..units.len() {
@@ -411,8 +411,7 @@ pub(super) fn find_cycle(units: &[WorkUnit]) -> Option<Vec<String>> {
 /// Without declared layers, a unit's layer is its depth in the dependency
 /// graph, found in topological order so that a long chain cannot overflow
 /// the stack. (Acyclic by now; a unit in a cycle would stay at layer 0.)
-pub(super) fn assign_depths(units: &mut [WorkUnit]) {
-    let graph = UnitGraph::of(units);
+pub(super) fn assign_depths(units: &mut [WorkUnit], graph: &UnitGraph) {
     let mut depth = vec![0u32; units.len()];
     for i in graph.topological_order() {
         depth[i] = graph.deps[i]

@@ -186,7 +186,9 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
         }
         u.depends_on = deps;
     }
-    if let Some(cycle) = find_cycle(&units) {
+    // Read from the names once, for the cycle check and the depths.
+    let graph = UnitGraph::of(&units);
+    if let Some(cycle) = find_cycle(&units, &graph) {
         let line = units
             .iter()
             .find(|u| u.name == cycle[0])
@@ -196,7 +198,7 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
                 .hint("a unit cannot wait for itself; remove one of these dependencies"),
         );
     } else if !has_layers {
-        assign_depths(&mut units);
+        assign_depths(&mut units, &graph);
     }
 
     if units.iter().all(|u| u.sprints.is_empty())
@@ -285,6 +287,7 @@ fn unit_name_from_title(title: &str) -> String {
     }
     t.to_string()
 }
+
 /// Block ranges, asked whether any of them overlaps a given one: sorted by
 /// start, with the furthest end reached so far, so that a range overlaps one
 /// iff among those starting before its end the furthest end passes its
