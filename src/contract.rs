@@ -30,6 +30,14 @@ pub fn sprint_branch(op: &str, unit_slug: &str, sprint: &str) -> String {
     format!("supervise/{op}/{unit_slug}/sprint-{sprint}")
 }
 
+/// The operation and unit slug of a branch [`sprint_branch`] made (slugs and
+/// operation ids hold no `/`); `None` for any other branch.
+pub fn sprint_branch_unit(branch: &str) -> Option<(&str, &str)> {
+    let (op, rest) = branch.strip_prefix("supervise/")?.split_once('/')?;
+    let (unit, sprint) = rest.split_once('/')?;
+    sprint.starts_with("sprint-").then_some((op, unit))
+}
+
 /// Where a dispatch's recorded results live in the repository: one file per
 /// dispatch, so sprints of different units never touch the same path.
 pub fn results_path(dispatch: &str) -> String {
@@ -162,4 +170,41 @@ pub fn agent_env(
         ("SUPERVISE_MODEL", order.model_id.clone()),
         ("SUPERVISE_MAX_TURNS", order.max_turns.to_string()),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever the plan's title, unit name and sprint id, a sprint's
+        /// branch gives back its operation and unit (the runner keys a
+        /// unit's worktree on them).
+        #[test]
+        fn a_sprint_branch_names_its_operation_and_unit(
+            title in "\\PC{0,40}",
+            unit in "\\PC{0,60}",
+            sprint in "\\PC{1,12}",
+            unique in any::<u32>(),
+        ) {
+            let op = operation_id(&title, u64::from(unique));
+            let slug = crate::text::slug(&unit);
+            let branch = sprint_branch(&op, &slug, &sprint);
+            prop_assert_eq!(sprint_branch_unit(&branch), Some((op.as_str(), slug.as_str())));
+        }
+    }
+
+    #[test]
+    fn other_branches_name_no_unit() {
+        for b in [
+            integration_branch("op-1"),
+            "supervise/op-1/gate".to_string(),
+            "supervise/op-1/unit/notes".to_string(),
+            "main".to_string(),
+            "supervise/op-1".to_string(),
+        ] {
+            assert_eq!(sprint_branch_unit(&b), None, "{b}");
+        }
+    }
 }

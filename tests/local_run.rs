@@ -133,7 +133,7 @@ fn success_partial_and_a_retry_on_a_stronger_model_all_reach_the_integration_bra
     std::fs::write(
         &agent,
         format!(
-            "open(my $f, '>>', $ENV{{AGENT_PWD_LOG}}) or die;\nprint $f ($ENV{{PWD}} // '') . '|' . readlink('/proc/self/cwd') . \"\\n\";\nclose($f);\nexec({script:?}) or die;\n",
+            "open(my $f, '>>', $ENV{{AGENT_PWD_LOG}}) or die;\nprint $f $ENV{{SUPERVISE_UNIT}} . '|' . ($ENV{{PWD}} // '') . '|' . readlink('/proc/self/cwd') . \"\\n\";\nclose($f);\nexec({script:?}) or die;\n",
             script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/agents/scripted.sh")
         ),
     )
@@ -147,11 +147,37 @@ fn success_partial_and_a_retry_on_a_stronger_model_all_reach_the_integration_bra
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let pwds = std::fs::read_to_string(&pwds).unwrap();
     assert_eq!(pwds.lines().count(), 6, "{pwds}");
+    let mut worktrees = std::collections::BTreeMap::<&str, Vec<&str>>::new();
     for l in pwds.lines() {
-        let (said, is) = l.split_once('|').unwrap();
+        let mut parts = l.split('|');
+        let (unit, said, is) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
         assert_eq!(said, is, "$PWD is where the agent runs");
         assert!(is.contains("/.supervise/worktrees/"), "{is}");
+        worktrees.entry(unit).or_default().push(is);
     }
+    // Each unit's sprints and attempts ran in one worktree, the unit's own
+    // (api's two sprints, three attempts, among them).
+    assert_eq!(worktrees["api"].len(), 3, "{pwds}");
+    for (unit, dirs) in &worktrees {
+        assert!(dirs.iter().all(|d| d == &dirs[0]), "{unit}: {dirs:?}");
+        assert!(
+            dirs[0].ends_with(&format!("-{unit}-sprints")),
+            "{unit}: {dirs:?}"
+        );
+    }
+    let distinct: std::collections::BTreeSet<&str> = worktrees.values().map(|d| d[0]).collect();
+    assert_eq!(distinct.len(), 3, "{worktrees:?}");
+    // Every unit completed, so every worktree went with its last sprint.
+    let left: Vec<_> = std::fs::read_dir(repo.root.join(".supervise/worktrees"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     let st = repo.state();
     assert_eq!(st["status"], "COMPLETED");
     repo.assert_every_sprint_integrated();

@@ -1,5 +1,7 @@
-//! Git for local runs: the operation's integration branch, a branch and worktree per
-//! sprint, the evidence the cascade needs, and merges into the integration branch.
+//! Git for local runs: the operation's integration branch, a branch per sprint
+//! and a worktree per unit (its sprints run one after another, each moving the
+//! unit's worktree on to its own branch), the evidence the cascade needs, and
+//! merges into the integration branch.
 //! Only refs and worktrees under `.supervise/` are touched: the person's own
 //! checkout and branch never change.
 
@@ -69,28 +71,86 @@ fn signature(repo: &Repository) -> Signature<'static> {
         .expect("a fixed signature is valid")
 }
 
-/// Puts a sprint worktree back on its branch when an earlier attempt left it on
-/// another (`git checkout -b …`): every attempt starts on the sprint's branch.
-/// A safe checkout: uncommitted work that would be overwritten stops it.
-pub fn check_out_branch(checkout: &Path, branch: &str) -> Result<bool> {
+/// The file in a worktree's git directory naming the sprint branch the
+/// worktree was last given (see [`enter_branch`]).
+const GIVEN_TO: &str = "supervise-branch";
+
+/// Records, durably, that the worktree whose git directory is `git_dir` is
+/// `branch`'s now: an attempt's uncommitted work must never be taken for a
+/// sprint before it (which [`enter_branch`] would clear away).
+fn record_given(git_dir: &Path, branch: &str) -> Result<()> {
+    let path = git_dir.join(GIVEN_TO);
+    let mut f =
+        std::fs::File::create(&path).with_context(|| format!("writing {}", path.display()))?;
+    std::io::Write::write_all(&mut f, branch.as_bytes())?;
+    f.sync_all()
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// How a worktree came to be on the attempt's branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entered {
+    /// It was there.
+    Already,
+    /// An earlier attempt of the sprint left it on another branch (`git
+    /// checkout -b …`), and it is back.
+    Returned,
+    /// As `Returned`, but the way back would overwrite uncommitted work: it
+    /// stays where the earlier attempt left it (git's reason).
+    Stayed(String),
+    /// It held the unit's sprint before, and moved on to this one.
+    Moved,
+}
+
+/// Puts the worktree at `checkout` on `branch` for an attempt. Hold the
+/// worktree's lock: nothing else may run in it meanwhile.
+///
+/// The worktree's record says which sprint it was last given. Given to this
+/// one, every attempt starts on the sprint's branch: one an earlier attempt
+/// left elsewhere is put back with a safe checkout, so uncommitted work is
+/// never overwritten. Given to the unit's sprint before (merged by now), it
+/// moves on, forced: every file the new branch does not hold goes, ignored
+/// ones too, so the worktree is what a fresh checkout would be while only
+/// the files that differ are written. A move cut off by a crash is made
+/// again: the record changes only once it is complete.
+pub fn enter_branch(checkout: &Path, branch: &str) -> Result<Entered> {
     let repo = Repository::discover(checkout)
         .with_context(|| format!("opening the worktree at {}", checkout.display()))?;
     let refname = format!("refs/heads/{branch}");
+    let given = std::fs::read_to_string(repo.path().join(GIVEN_TO)).unwrap_or_default();
+    let commit =
+        || -> Result<git2::Commit<'_>> { Ok(repo.find_reference(&refname)?.peel_to_commit()?) };
+    // No record: a worktree made by an earlier version, one per sprint.
+    if !given.is_empty() && given != branch {
+        let mut fresh = git2::build::CheckoutBuilder::new();
+        fresh.force().remove_untracked(true).remove_ignored(true);
+        repo.checkout_tree(commit()?.as_object(), Some(&mut fresh))
+            .with_context(|| {
+                format!(
+                    "moving the worktree at {} on to {branch}",
+                    checkout.display()
+                )
+            })?;
+        repo.set_head(&refname)?;
+        record_given(repo.path(), branch)?;
+        return Ok(Entered::Moved);
+    }
     let on_branch = repo
         .head()
         .ok()
         .is_some_and(|h| h.name().ok() == Some(refname.as_str()));
     if on_branch {
-        return Ok(false);
+        return Ok(Entered::Already);
     }
-    let commit = repo.find_reference(&refname)?.peel_to_commit()?;
-    repo.checkout_tree(
-        commit.as_object(),
+    let back = repo.checkout_tree(
+        commit()?.as_object(),
         Some(git2::build::CheckoutBuilder::new().safe()),
-    )
-    .with_context(|| format!("checking out {branch} in {}", checkout.display()))?;
+    );
+    if let Err(e) = back {
+        return Ok(Entered::Stayed(e.message().to_string()));
+    }
     repo.set_head(&refname)?;
-    Ok(true)
+    Ok(Entered::Returned)
 }
 
 /// Serialises what supervisors sharing one repository (two plans) write in common:
@@ -231,7 +291,7 @@ impl Git {
             &git_dir.join("refs/heads/supervise").join(op),
             &mut candidates,
         );
-        let ours = Self::worktree_name(&format!("supervise/{op}/"));
+        let ours = format!("supervise-{op}-");
         if let Ok(entries) = std::fs::read_dir(git_dir.join("worktrees")) {
             for e in entries.flatten() {
                 if e.file_name().to_string_lossy().starts_with(&ours) {
@@ -244,7 +304,7 @@ impl Git {
             .iter()
             .flat_map(|b| {
                 [
-                    git_dir.join("worktrees").join(Self::worktree_name(b)),
+                    git_dir.join("worktrees").join(self.worktree_of(b)),
                     git_dir.join("refs/heads").join(b),
                 ]
             })
@@ -353,16 +413,32 @@ impl Git {
         })
     }
 
-    fn worktree_name(branch: &str) -> String {
-        branch.replace('/', "-")
+    /// The worktree `branch` is worked on in. A unit's sprints run one after
+    /// another, so its sprint branches share one, `supervise-OP-UNIT-sprints`,
+    /// which each sprint's first attempt moves on to its branch (see
+    /// [`enter_branch`]): a checkout of the whole tree for every sprint cost
+    /// a repository of thousands of files all of them each time. Other
+    /// branches (the build gate's) have their own, named after the branch —
+    /// as has a sprint whose worktree an earlier version made, which keeps it.
+    pub fn worktree_of(&self, branch: &str) -> String {
+        let own = branch.replace('/', "-");
+        match crate::contract::sprint_branch_unit(branch) {
+            Some((op, unit)) if !self.worktree_whole(&own) => {
+                format!("supervise-{op}-{unit}-sprints")
+            }
+            _ => own,
+        }
     }
 
-    /// The checkout of `branch`, created from the integration head at first use.
-    /// Returns the project root inside the worktree (where the agent runs).
+    /// The worktree for `branch` (see [`Git::worktree_of`]), made at first
+    /// use, and the branch, cut from the integration head if it is new.
+    /// Returns the project root inside the worktree (where the agent runs);
+    /// the worktree may still be on the unit's sprint before, until the
+    /// attempt's wrapper moves it on.
     pub fn ensure_sprint_worktree(&self, op: &str, branch: &str) -> Result<PathBuf> {
-        let name = Self::worktree_name(branch);
+        let name = self.worktree_of(branch);
         let path = self.worktrees.join(&name);
-        if !self.worktree_whole(&name) {
+        if self.branch_oid(branch)?.is_none() || !self.worktree_whole(&name) {
             let _held = self.lock()?;
             if self.branch_oid(branch)?.is_none() {
                 let base = self.repo.find_commit(self.integration_head(op)?)?;
@@ -390,7 +466,8 @@ impl Git {
     /// missing files (whose removal an agent would commit) — and its mark
     /// says so: what it left is removed and the worktree made again. The mark
     /// goes only when the worktree is whole, so one made by an older version
-    /// (which had none) counts as whole.
+    /// (which had none) counts as whole. A worktree is made given to `branch`
+    /// (see [`enter_branch`]).
     fn make_worktree(&self, name: &str, branch: &str) -> Result<()> {
         fn remove_all(p: &Path) -> Result<()> {
             match std::fs::remove_dir_all(p) {
@@ -418,6 +495,7 @@ impl Git {
         self.repo
             .worktree(name, &path, Some(&opts))
             .with_context(|| format!("creating the worktree for {branch}"))?;
+        record_given(&self.repo.commondir().join("worktrees").join(name), branch)?;
         std::fs::remove_file(&mark).with_context(|| format!("removing {}", mark.display()))?;
         Ok(())
     }
@@ -437,7 +515,7 @@ impl Git {
             ev.commits
                 .push(crate::contract::short_id(&oid?.to_string()));
         }
-        let name = Self::worktree_name(branch);
+        let name = self.worktree_of(branch);
         // A worktree left half-made had no agent in it: nothing to report.
         if self.worktree_whole(&name) {
             let wt = Repository::open(self.worktrees.join(&name))?;
@@ -534,7 +612,7 @@ impl Git {
         let head = self.integration_head(op)?;
         let commit = self.repo.find_commit(head)?;
         self.repo.branch(&branch, &commit, true)?;
-        let name = Self::worktree_name(&branch);
+        let name = self.worktree_of(&branch);
         let path = self.worktrees.join(&name);
         if !self.worktree_whole(&name) {
             let _held = self.lock()?;
@@ -545,9 +623,10 @@ impl Git {
         Ok(path.join(&self.plan_rel))
     }
 
-    /// Removes a finished sprint's worktree (its branch stays).
+    /// Removes the worktree `branch` is worked on in (its branch stays): a
+    /// unit's, once its last sprint is merged.
     pub fn remove_worktree(&self, branch: &str) {
-        let name = Self::worktree_name(branch);
+        let name = self.worktree_of(branch);
         let path = self.worktrees.join(&name);
         let _held = self.lock();
         let _ = std::fs::remove_dir_all(&path);
@@ -632,7 +711,7 @@ mod tests {
         let git = Git::open(tmp.path(), &state).unwrap();
         git.ensure_integration("op", head).unwrap();
         let branch = "supervise/op/unit/sprint-1";
-        let name = Git::worktree_name(branch);
+        let name = git.worktree_of(branch);
         let dir = state.join("worktrees").join(&name);
         let mark = state.join("worktrees").join(format!("{name}.making"));
         let whole = |why: &str| {
@@ -678,5 +757,179 @@ mod tests {
         );
         let ev = git.evidence("op", branch).unwrap();
         assert_eq!(ev.uncommitted, vec!["new.txt".to_string()]);
+    }
+
+    /// Commits what the worktree at `dir` holds, on its HEAD.
+    fn commit_all(dir: &Path, message: &str) -> Oid {
+        let wt = Repository::open(dir).unwrap();
+        let mut index = wt.index().unwrap();
+        index
+            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
+            .unwrap();
+        index.write().unwrap();
+        let tree = wt.find_tree(index.write_tree().unwrap()).unwrap();
+        let parent = wt.head().unwrap().peel_to_commit().unwrap();
+        let sig = Signature::now("t", "t@x").unwrap();
+        wt.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&parent])
+            .unwrap()
+    }
+
+    fn head_of(dir: &Path) -> String {
+        let wt = Repository::open(dir).unwrap();
+        let head = wt.head().unwrap();
+        head.shorthand().unwrap().to_string()
+    }
+
+    /// A unit's sprints share one worktree. Each sprint's first attempt moves
+    /// it on to the sprint's branch and leaves it as a fresh checkout would
+    /// be — the sprint before's leftovers gone, ignored files too — while a
+    /// later attempt of the same sprint never loses uncommitted work, and a
+    /// move cut off part way is made again.
+    #[test]
+    fn a_units_sprints_share_a_worktree_each_moving_it_on() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path()).unwrap();
+        let sig = Signature::now("t", "t@x").unwrap();
+        let mut tb = repo.treebuilder(None).unwrap();
+        for (name, text) in [("a.txt", "a\n"), (".gitignore", "build/\n")] {
+            let blob = repo.blob(text.as_bytes()).unwrap();
+            tb.insert(name, blob, 0o100644).unwrap();
+        }
+        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
+        let head = repo
+            .commit(Some("HEAD"), &sig, &sig, "start", &tree, &[])
+            .unwrap();
+        let state = tmp.path().join(".supervise");
+        std::fs::create_dir_all(&state).unwrap();
+        let git = Git::open(tmp.path(), &state).unwrap();
+        git.ensure_integration("op", head).unwrap();
+        let sprint = |n: u32| format!("supervise/op/unit/sprint-{n}");
+        let first = git.ensure_sprint_worktree("op", &sprint(1)).unwrap();
+        assert_eq!(first, state.join("worktrees/supervise-op-unit-sprints"));
+        assert_eq!(enter_branch(&first, &sprint(1)).unwrap(), Entered::Already);
+        // Sprint 1's agent commits one file and leaves three things behind.
+        std::fs::write(first.join("one.txt"), "1\n").unwrap();
+        commit_all(&first, "agent: one");
+        std::fs::write(first.join("a.txt"), "changed\n").unwrap();
+        std::fs::write(first.join("stray.txt"), "x").unwrap();
+        std::fs::create_dir_all(first.join("build")).unwrap();
+        std::fs::write(first.join("build/out"), "x").unwrap();
+        git.integrate("op", &sprint(1), "merge 1").unwrap();
+
+        let second = git.ensure_sprint_worktree("op", &sprint(2)).unwrap();
+        assert_eq!(second, first, "one worktree for the unit");
+        assert_eq!(
+            head_of(&second),
+            sprint(1),
+            "moved by the attempt, not before"
+        );
+        assert_eq!(enter_branch(&second, &sprint(2)).unwrap(), Entered::Moved);
+        assert_eq!(head_of(&second), sprint(2));
+        assert_eq!(
+            std::fs::read_to_string(second.join("one.txt")).unwrap(),
+            "1\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(second.join("a.txt")).unwrap(),
+            "a\n"
+        );
+        assert!(!second.join("stray.txt").exists());
+        assert!(!second.join("build").exists(), "ignored files go too");
+        let wt = Repository::open(&second).unwrap();
+        assert!(wt.statuses(None).unwrap().is_empty());
+
+        // Sprint 2's agent switches to a branch of its own and leaves
+        // uncommitted work that the way back would overwrite: it stays.
+        let at = wt.head().unwrap().peel_to_commit().unwrap();
+        wt.branch("mine", &at, false).unwrap();
+        wt.set_head("refs/heads/mine").unwrap();
+        std::fs::write(second.join("a.txt"), "mine\n").unwrap();
+        commit_all(&second, "agent: mine");
+        std::fs::write(second.join("a.txt"), "unsaved\n").unwrap();
+        assert!(matches!(
+            enter_branch(&second, &sprint(2)).unwrap(),
+            Entered::Stayed(_)
+        ));
+        assert_eq!(
+            std::fs::read_to_string(second.join("a.txt")).unwrap(),
+            "unsaved\n"
+        );
+        // Saved, the next attempt is put back on the sprint's branch.
+        commit_all(&second, "agent: saved");
+        assert_eq!(
+            enter_branch(&second, &sprint(2)).unwrap(),
+            Entered::Returned
+        );
+        assert_eq!(head_of(&second), sprint(2));
+        assert_eq!(
+            std::fs::read_to_string(second.join("a.txt")).unwrap(),
+            "a\n"
+        );
+
+        // A move to sprint 3 cut off part way: HEAD moved, files half
+        // written, the record not yet changed. The next attempt makes it again.
+        git.integrate("op", &sprint(2), "merge 2").unwrap();
+        let third = git.ensure_sprint_worktree("op", &sprint(3)).unwrap();
+        Repository::open(&third)
+            .unwrap()
+            .set_head(&format!("refs/heads/{}", sprint(3)))
+            .unwrap();
+        std::fs::write(third.join("a.txt"), "half").unwrap();
+        std::fs::write(third.join("stray.txt"), "x").unwrap();
+        assert_eq!(enter_branch(&third, &sprint(3)).unwrap(), Entered::Moved);
+        assert_eq!(std::fs::read_to_string(third.join("a.txt")).unwrap(), "a\n");
+        assert!(!third.join("stray.txt").exists());
+        assert_eq!(enter_branch(&third, &sprint(3)).unwrap(), Entered::Already);
+
+        // The unit's worktree goes with its last sprint; the branches stay.
+        git.remove_worktree(&sprint(3));
+        assert!(!third.exists());
+        assert!(git.branch_oid(&sprint(3)).unwrap().is_some());
+    }
+
+    /// A sprint whose worktree an earlier version made (one per sprint, with
+    /// no record of whose it is) keeps it, and an attempt there is only ever
+    /// put back on its branch safely.
+    #[test]
+    fn a_sprint_worktree_made_by_an_earlier_version_is_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path()).unwrap();
+        let sig = Signature::now("t", "t@x").unwrap();
+        let blob = repo.blob(b"a\n").unwrap();
+        let mut tb = repo.treebuilder(None).unwrap();
+        tb.insert("a.txt", blob, 0o100644).unwrap();
+        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
+        let head = repo
+            .commit(Some("HEAD"), &sig, &sig, "start", &tree, &[])
+            .unwrap();
+        let state = tmp.path().join(".supervise");
+        std::fs::create_dir_all(&state).unwrap();
+        let git = Git::open(tmp.path(), &state).unwrap();
+        git.ensure_integration("op", head).unwrap();
+        let branch = "supervise/op/unit/sprint-4";
+        repo.branch(branch, &repo.find_commit(head).unwrap(), false)
+            .unwrap();
+        let legacy = "supervise-op-unit-sprint-4";
+        git.make_worktree(legacy, branch).unwrap();
+        std::fs::remove_file(repo.path().join("worktrees").join(legacy).join(GIVEN_TO)).unwrap();
+        assert_eq!(git.worktree_of(branch), legacy);
+        let dir = git.ensure_sprint_worktree("op", branch).unwrap();
+        assert_eq!(dir, state.join("worktrees").join(legacy));
+        // Its agent left it elsewhere, with a file of its own.
+        let wt = Repository::open(&dir).unwrap();
+        let at = wt.head().unwrap().peel_to_commit().unwrap();
+        wt.branch("mine", &at, false).unwrap();
+        wt.set_head("refs/heads/mine").unwrap();
+        std::fs::write(dir.join("notes.txt"), "keep").unwrap();
+        assert_eq!(enter_branch(&dir, branch).unwrap(), Entered::Returned);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
+            "keep"
+        );
+        // Other sprints of the unit get the unit's worktree.
+        assert_eq!(
+            git.worktree_of("supervise/op/unit/sprint-5"),
+            "supervise-op-unit-sprints"
+        );
     }
 }

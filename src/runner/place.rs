@@ -115,11 +115,12 @@ impl LocalPlace {
         self.dir.join("runs")
     }
 
-    /// The lock a sprint worktree's current attempt holds (see `process::run_agent`).
+    /// The lock the current attempt on `branch` holds on its worktree (see
+    /// `process::run_agent`): a unit's sprints share one, and so its lock.
     fn worktree_lock(&self, branch: &str) -> PathBuf {
         self.dir
             .join("locks")
-            .join(format!("{}.lock", branch.replace('/', "__")))
+            .join(format!("{}.lock", self.git.worktree_of(branch)))
     }
 
     /// Watches a run (launched now, or adopted after a restart) for its end.
@@ -147,8 +148,11 @@ impl LocalPlace {
             Effect::Dispatch(order) => {
                 let dir = process::run_dir(&self.runs(), &order.dispatch.0);
                 let branch = branch_of(&order.unit, &order.sprint);
-                // A merged sprint dispatched again (its merge was lost) keeps its worktree.
-                self.merged_worktrees.retain(|b| *b != branch);
+                // A unit whose last sprint was merged, dispatched again (a
+                // merge was lost), keeps its worktree.
+                let worktree = self.git.worktree_of(&branch);
+                self.merged_worktrees
+                    .retain(|b| self.git.worktree_of(b) != worktree);
                 // Replayed after a crash that came between the wrapper's start
                 // and the effect's record: the run is under way (or over) and
                 // is adopted as it is, whatever settings this process has (a
@@ -226,9 +230,14 @@ impl LocalPlace {
                 )?;
                 self.record_merged(&branch)?;
                 self.integrated_head = Some(self.git.integration_head(op)?);
-                // Removed after the decisions at hand: deleting a checkout
-                // takes as long as the checkout, and the next agent need not wait.
-                self.merged_worktrees.push(branch);
+                // The unit's worktree goes with its last sprint (the others
+                // move it on). Removed after the decisions at hand: deleting a
+                // checkout takes as long as the checkout, and the next agent
+                // need not wait.
+                let last = st.plan.unit(unit).and_then(|u| u.sprints.last());
+                if last.is_some_and(|s| s.id == *sprint) {
+                    self.merged_worktrees.push(branch);
+                }
                 follow.push(Input::Integrated {
                     unit: unit.clone(),
                     sprint: sprint.clone(),
@@ -258,9 +267,9 @@ impl LocalPlace {
                 Ok(Vec::new())
             }
             Effect::PollCondition { unit, sprint } => {
-                let checkout = self
-                    .git
-                    .ensure_sprint_worktree(op, &branch_of(unit, sprint))?;
+                let branch = branch_of(unit, sprint);
+                let checkout = self.git.ensure_sprint_worktree(op, &branch)?;
+                let lock = self.worktree_lock(&branch);
                 let (u, s) = plan_sprint(st, unit, sprint)?;
                 let (tx, unit, sprint, timeout) = (
                     self.tx.clone(),
@@ -269,6 +278,24 @@ impl LocalPlace {
                     self.timeout(),
                 );
                 std::thread::spawn(move || {
+                    // On the sprint's branch, as an attempt would be: the
+                    // unit's worktree may still hold the sprint before.
+                    let entered = process::lock_worktree_now(&lock).and_then(|held| {
+                        super::git::enter_branch(&checkout, &branch).map(|_| held)
+                    });
+                    let _held = match entered {
+                        Ok(held) => held,
+                        Err(e) => {
+                            let _ = tx.send(Msg::Input(Box::new(Input::ConditionPolled {
+                                unit,
+                                sprint,
+                                met: false,
+                                error: Some(format!("{e:#}")),
+                                criteria: Vec::new(),
+                            })));
+                            return;
+                        }
+                    };
                     let results = criteria::verify_sprint(&u, &s, &checkout, timeout);
                     let met = results
                         .iter()

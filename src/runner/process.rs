@@ -533,10 +533,7 @@ fn plain_command(command: &str) -> Option<Vec<&str>> {
 /// Waits (polling, so a cancel is noticed) for the exclusive lock of the sprint's
 /// worktree: a retry never starts while a process of an earlier attempt lives.
 fn lock_worktree(path: &Path, dir: &Path) -> Result<Option<File>> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let f = super::lockfile::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let f = open_worktree_lock(path)?;
     loop {
         if try_lock(&f) {
             return Ok(Some(f));
@@ -546,6 +543,21 @@ fn lock_worktree(path: &Path, dir: &Path) -> Result<Option<File>> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Waits for a worktree's lock, for the supervisor's own work there (a
+/// condition's check), which no attempt may share.
+pub fn lock_worktree_now(path: &Path) -> Result<File> {
+    let f = open_worktree_lock(path)?;
+    super::lockfile::lock(&f).with_context(|| format!("locking {}", path.display()))?;
+    Ok(f)
+}
+
+fn open_worktree_lock(path: &Path) -> Result<File> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    super::lockfile::open(path).with_context(|| format!("opening {}", path.display()))
 }
 
 /// Takes a run's lock for its wrapper; `false` if another wrapper holds it.
@@ -585,32 +597,42 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
     let spec: RunSpec = serde_json::from_slice(&std::fs::read(dir.join("run.json"))?)?;
+    // Ends the attempt before its agent: nothing ran, nothing to verify.
+    let unstarted = |why: String| -> Result<()> {
+        let result = RunResult {
+            output_tail: why,
+            ..Default::default()
+        };
+        Ok(write_atomic(
+            &dir.join("result.json"),
+            &serde_json::to_vec_pretty(&result)?,
+        )?)
+    };
     let _worktree = match &spec.worktree_lock {
         Some(p) => match lock_worktree(p, dir)? {
             Some(f) => Some(f),
-            None => {
-                // Cancelled before it started: nothing ran, nothing to verify.
-                let result = RunResult {
-                    output_tail: "cancelled before the agent started".into(),
-                    ..Default::default()
-                };
-                write_atomic(
-                    &dir.join("result.json"),
-                    &serde_json::to_vec_pretty(&result)?,
-                )?;
-                return Ok(());
-            }
+            None => return unstarted("cancelled before the agent started".into()),
         },
         None => None,
     };
     if !spec.branch.is_empty() {
-        match super::git::check_out_branch(&spec.checkout, &spec.branch) {
-            Ok(true) => eprintln!(
+        use super::git::Entered;
+        match super::git::enter_branch(&spec.checkout, &spec.branch) {
+            Ok(Entered::Already | Entered::Moved) => {}
+            Ok(Entered::Returned) => eprintln!(
                 "the worktree was on another branch; checked out {}",
                 spec.branch
             ),
-            Ok(false) => {}
-            Err(e) => eprintln!("could not return the worktree to {}: {e:#}", spec.branch),
+            Ok(Entered::Stayed(why)) => {
+                eprintln!("could not return the worktree to {}: {why}", spec.branch)
+            }
+            // An agent started anyway would work on the sprint before's branch.
+            Err(e) => {
+                return unstarted(format!(
+                    "could not put the worktree on {}: {e:#}",
+                    spec.branch
+                ))
+            }
         }
     }
     write_atomic(
