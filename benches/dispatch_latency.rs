@@ -2,7 +2,9 @@
 //! agent start, on a one-unit plan of 30 sprints. The agent stamps the clock when
 //! it starts and just before it exits; the gap covers verification, git evidence,
 //! the decision, the fsynced log write, the merge, the next worktree and the spawn.
-//! (The seeds' supervisor polled every 5 s.) Run: `cargo bench --bench dispatch_latency`.
+//! (The seeds' supervisor polled every 5 s.) Run: `cargo bench --bench dispatch_latency`;
+//! `BENCH_REPO_FILES=N` adds N files of about 1 KB to the repository, as a real
+//! project's would be (default: none, the plan alone).
 
 use std::process::Command;
 
@@ -30,6 +32,16 @@ fn main() {
         ));
     }
     std::fs::write(root.join("EXECUTION_PLAN.md"), plan).unwrap();
+    let files: usize = std::env::var("BENCH_REPO_FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    for n in 0..files {
+        // A hundred to a directory, as source trees spread them.
+        let dir = root.join(format!("src/m{}", n / 100));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{n}.rs")), format!("// {n}\n").repeat(128)).unwrap();
+    }
     let stamps = tmp.path().join("stamps");
     let agent = tmp.path().join("agent.sh");
     std::fs::write(
@@ -81,5 +93,5 @@ fn main() {
         .collect();
     gaps.sort_by(f64::total_cmp);
     let pct = |p: f64| gaps[((gaps.len() - 1) as f64 * p).round() as usize];
-    println!("agent exit -> next agent start over {} transitions: p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms", gaps.len(), pct(0.5), pct(0.9), gaps[gaps.len() - 1]);
+    println!("agent exit -> next agent start over {} transitions ({files} files besides the plan): p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms", gaps.len(), pct(0.5), pct(0.9), gaps[gaps.len() - 1]);
 }
