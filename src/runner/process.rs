@@ -530,10 +530,13 @@ fn plain_command(command: &str) -> Option<Vec<&str>> {
     (!first.contains('=') && !SHELL_WORDS.contains(&first)).then_some(words)
 }
 
-/// Waits (polling, so a cancel is noticed) for the exclusive lock of the sprint's
-/// worktree: a retry never starts while a process of an earlier attempt lives.
+/// Waits (polling, so a cancel is noticed) for the exclusive lock of the unit's
+/// worktree: an attempt never starts while a process of an earlier one (of its
+/// sprint, or the sprint before) lives. Looked at often at first: the wrapper
+/// before may be a moment from letting go (its result is written just before).
 fn lock_worktree(path: &Path, dir: &Path) -> Result<Option<File>> {
     let f = open_worktree_lock(path)?;
+    let since = Instant::now();
     loop {
         if try_lock(&f) {
             return Ok(Some(f));
@@ -541,7 +544,8 @@ fn lock_worktree(path: &Path, dir: &Path) -> Result<Option<File>> {
         if dir.join("cancelled").exists() || TERMINATE.load(Ordering::SeqCst) {
             return Ok(None);
         }
-        std::thread::sleep(Duration::from_millis(50));
+        let soon = since.elapsed() < Duration::from_millis(200);
+        std::thread::sleep(Duration::from_millis(if soon { 2 } else { 50 }));
     }
 }
 
