@@ -280,6 +280,6 @@ pub fn kill_summary(st: &OperationState) -> String {
             if dirty { "yes" } else { "no" }
         );
     }
-    out.push_str("\nTo resume: supervise resume\nUncommitted work stays in each sprint's worktree; inspect it there, or discard it with `git checkout -- . && git clean -fd` inside that worktree before resuming.\n");
+    out.push_str("\nTo resume: supervise resume\nUncommitted work stays in each unit's worktree (under `.supervise/worktrees/`); inspect it there, or discard it with `git checkout -- . && git clean -fd` inside that worktree before resuming.\n");
     out
 }
