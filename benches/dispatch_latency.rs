@@ -40,7 +40,11 @@ fn main() {
         // A hundred to a directory, as source trees spread them.
         let dir = root.join(format!("src/m{}", n / 100));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(format!("f{n}.rs")), format!("// {n}\n").repeat(128)).unwrap();
+        std::fs::write(
+            dir.join(format!("f{n}.rs")),
+            format!("// {n}\n").repeat(128),
+        )
+        .unwrap();
     }
     let stamps = tmp.path().join("stamps");
     let agent = tmp.path().join("agent.sh");
