@@ -689,27 +689,35 @@ mod tests {
         assert_eq!(agent_commits(tmp.path(), ""), None);
     }
 
+    /// A repository holding `files` in one commit, and the supervisor's
+    /// view of it: its state directory, and operation `op` begun there.
+    fn repository(files: &[(&str, &str)]) -> (tempfile::TempDir, Repository, Git, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path()).unwrap();
+        let head = {
+            let sig = Signature::now("t", "t@x").unwrap();
+            let mut tb = repo.treebuilder(None).unwrap();
+            for (name, text) in files {
+                let blob = repo.blob(text.as_bytes()).unwrap();
+                tb.insert(name, blob, 0o100644).unwrap();
+            }
+            let tree = repo.find_tree(tb.write().unwrap()).unwrap();
+            repo.commit(Some("HEAD"), &sig, &sig, "start", &tree, &[])
+                .unwrap()
+        };
+        let state = tmp.path().join(".supervise");
+        std::fs::create_dir_all(&state).unwrap();
+        let git = Git::open(tmp.path(), &state).unwrap();
+        git.ensure_integration("op", head).unwrap();
+        (tmp, repo, git, state)
+    }
+
     /// A supervisor killed while making a sprint's worktree leaves it in one
     /// of several half-made states; the next one makes it whole again, while
     /// a whole worktree (with an agent's uncommitted work) is left alone.
     #[test]
     fn a_half_made_worktree_is_made_again_and_a_whole_one_kept() {
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = Repository::init(tmp.path()).unwrap();
-        let sig = Signature::now("t", "t@x").unwrap();
-        let mut tb = repo.treebuilder(None).unwrap();
-        for (name, text) in [("a.txt", "a\n"), ("b.txt", "b\n")] {
-            let blob = repo.blob(text.as_bytes()).unwrap();
-            tb.insert(name, blob, 0o100644).unwrap();
-        }
-        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
-        let head = repo
-            .commit(Some("HEAD"), &sig, &sig, "start", &tree, &[])
-            .unwrap();
-        let state = tmp.path().join(".supervise");
-        std::fs::create_dir_all(&state).unwrap();
-        let git = Git::open(tmp.path(), &state).unwrap();
-        git.ensure_integration("op", head).unwrap();
+        let (_tmp, _repo, git, state) = repository(&[("a.txt", "a\n"), ("b.txt", "b\n")]);
         let branch = "supervise/op/unit/sprint-1";
         let name = git.worktree_of(branch);
         let dir = state.join("worktrees").join(&name);
@@ -787,22 +795,7 @@ mod tests {
     /// move cut off part way is made again.
     #[test]
     fn a_units_sprints_share_a_worktree_each_moving_it_on() {
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = Repository::init(tmp.path()).unwrap();
-        let sig = Signature::now("t", "t@x").unwrap();
-        let mut tb = repo.treebuilder(None).unwrap();
-        for (name, text) in [("a.txt", "a\n"), (".gitignore", "build/\n")] {
-            let blob = repo.blob(text.as_bytes()).unwrap();
-            tb.insert(name, blob, 0o100644).unwrap();
-        }
-        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
-        let head = repo
-            .commit(Some("HEAD"), &sig, &sig, "start", &tree, &[])
-            .unwrap();
-        let state = tmp.path().join(".supervise");
-        std::fs::create_dir_all(&state).unwrap();
-        let git = Git::open(tmp.path(), &state).unwrap();
-        git.ensure_integration("op", head).unwrap();
+        let (_tmp, _repo, git, state) = repository(&[("a.txt", "a\n"), (".gitignore", "build/\n")]);
         let sprint = |n: u32| format!("supervise/op/unit/sprint-{n}");
         let first = git.ensure_sprint_worktree("op", &sprint(1)).unwrap();
         assert_eq!(first, state.join("worktrees/supervise-op-unit-sprints"));
@@ -892,23 +885,10 @@ mod tests {
     /// put back on its branch safely.
     #[test]
     fn a_sprint_worktree_made_by_an_earlier_version_is_kept() {
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = Repository::init(tmp.path()).unwrap();
-        let sig = Signature::now("t", "t@x").unwrap();
-        let blob = repo.blob(b"a\n").unwrap();
-        let mut tb = repo.treebuilder(None).unwrap();
-        tb.insert("a.txt", blob, 0o100644).unwrap();
-        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
-        let head = repo
-            .commit(Some("HEAD"), &sig, &sig, "start", &tree, &[])
-            .unwrap();
-        let state = tmp.path().join(".supervise");
-        std::fs::create_dir_all(&state).unwrap();
-        let git = Git::open(tmp.path(), &state).unwrap();
-        git.ensure_integration("op", head).unwrap();
+        let (_tmp, repo, git, state) = repository(&[("a.txt", "a\n")]);
         let branch = "supervise/op/unit/sprint-4";
-        repo.branch(branch, &repo.find_commit(head).unwrap(), false)
-            .unwrap();
+        let head = repo.head().unwrap().peel_to_commit().unwrap();
+        repo.branch(branch, &head, false).unwrap();
         let legacy = "supervise-op-unit-sprint-4";
         git.make_worktree(legacy, branch).unwrap();
         std::fs::remove_file(repo.path().join("worktrees").join(legacy).join(GIVEN_TO)).unwrap();
