@@ -120,7 +120,8 @@ pub fn enter_branch(checkout: &Path, branch: &str) -> Result<Entered> {
     let given = std::fs::read_to_string(repo.path().join(GIVEN_TO)).unwrap_or_default();
     let commit =
         || -> Result<git2::Commit<'_>> { Ok(repo.find_reference(&refname)?.peel_to_commit()?) };
-    // No record: a worktree made by an earlier version, one per sprint.
+    // Another sprint's: the one before. (No record at all: a worktree an
+    // earlier version made for this very sprint, one per sprint.)
     if !given.is_empty() && given != branch {
         let mut fresh = git2::build::CheckoutBuilder::new();
         fresh.force().remove_untracked(true).remove_ignored(true);
