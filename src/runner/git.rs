@@ -624,14 +624,13 @@ impl Git {
         Ok(path.join(&self.plan_rel))
     }
 
-    /// Removes the worktree `branch` is worked on in (its branch stays): a
-    /// unit's, once its last sprint is merged.
-    pub fn remove_worktree(&self, branch: &str) {
-        let name = self.worktree_of(branch);
-        let path = self.worktrees.join(&name);
+    /// Removes worktree `name` (see [`Git::worktree_of`]); its branches
+    /// stay. A unit's goes once its last sprint is merged.
+    pub fn remove_worktree(&self, name: &str) {
+        let path = self.worktrees.join(name);
         let _held = self.lock();
         let _ = std::fs::remove_dir_all(&path);
-        if let Ok(wt) = self.repo.find_worktree(&name) {
+        if let Ok(wt) = self.repo.find_worktree(name) {
             let _ = wt.prune(Some(git2::WorktreePruneOptions::new().valid(true)));
         }
     }
@@ -876,7 +875,7 @@ mod tests {
         assert_eq!(enter_branch(&third, &sprint(3)).unwrap(), Entered::Already);
 
         // The unit's worktree goes with its last sprint; the branches stay.
-        git.remove_worktree(&sprint(3));
+        git.remove_worktree(&git.worktree_of(&sprint(3)));
         assert!(!third.exists());
         assert!(git.branch_oid(&sprint(3)).unwrap().is_some());
     }
@@ -912,5 +911,31 @@ mod tests {
             git.worktree_of("supervise/op/unit/sprint-5"),
             "supervise-op-unit-sprints"
         );
+    }
+
+    /// An agent that leaves links to directories outside its worktree —
+    /// untracked, and inside an ignored directory — loses the links when
+    /// the worktree moves on, never what they point to.
+    #[test]
+    fn a_move_removes_an_agents_links_not_what_they_point_to() {
+        let (tmp, _repo, git, _state) = repository(&[("a.txt", "a\n"), (".gitignore", "build/\n")]);
+        let outside = tmp.path().with_extension("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("keep.txt"), "precious").unwrap();
+        let sprint = |n: u32| format!("supervise/op/unit/sprint-{n}");
+        let dir = git.ensure_sprint_worktree("op", &sprint(1)).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("linked")).unwrap();
+        std::fs::create_dir_all(dir.join("build")).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("build/linked")).unwrap();
+        git.integrate("op", &sprint(1), "merge 1").unwrap();
+        git.ensure_sprint_worktree("op", &sprint(2)).unwrap();
+        assert_eq!(enter_branch(&dir, &sprint(2)).unwrap(), Entered::Moved);
+        assert!(std::fs::symlink_metadata(dir.join("linked")).is_err());
+        assert!(!dir.join("build").exists());
+        assert_eq!(
+            std::fs::read_to_string(outside.join("keep.txt")).unwrap(),
+            "precious"
+        );
+        std::fs::remove_dir_all(&outside).unwrap();
     }
 }

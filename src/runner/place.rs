@@ -58,7 +58,8 @@ pub(super) struct LocalPlace {
     /// A decision asked for the reports to be rewritten. True at start: a
     /// crash may have come between a decision and its reports.
     status_due: bool,
-    /// Worktrees of merged sprints, to be removed once nothing waits on this process.
+    /// Worktrees (by name) of units whose last sprint is merged, to be
+    /// removed once nothing waits on this process.
     merged_worktrees: Vec<String>,
 }
 
@@ -115,12 +116,10 @@ impl LocalPlace {
         self.dir.join("runs")
     }
 
-    /// The lock the current attempt on `branch` holds on its worktree (see
+    /// The lock the current attempt in worktree `worktree` holds (see
     /// `process::run_agent`): a unit's sprints share one, and so its lock.
-    fn worktree_lock(&self, branch: &str) -> PathBuf {
-        self.dir
-            .join("locks")
-            .join(format!("{}.lock", self.git.worktree_of(branch)))
+    fn worktree_lock(&self, worktree: &str) -> PathBuf {
+        self.dir.join("locks").join(format!("{worktree}.lock"))
     }
 
     /// Watches a run (launched now, or adopted after a restart) for its end.
@@ -151,8 +150,7 @@ impl LocalPlace {
                 // A unit whose last sprint was merged, dispatched again (a
                 // merge was lost), keeps its worktree.
                 let worktree = self.git.worktree_of(&branch);
-                self.merged_worktrees
-                    .retain(|b| self.git.worktree_of(b) != worktree);
+                self.merged_worktrees.retain(|w| *w != worktree);
                 // Replayed after a crash that came between the wrapper's start
                 // and the effect's record: the run is under way (or over) and
                 // is adopted as it is, whatever settings this process has (a
@@ -187,7 +185,7 @@ impl LocalPlace {
                     unit,
                     sprint,
                     verify_timeout_secs: self.settings.verify_timeout_secs,
-                    worktree_lock: Some(self.worktree_lock(&branch)),
+                    worktree_lock: Some(self.worktree_lock(&worktree)),
                     branch,
                 };
                 let child = process::spawn(&dir, &spec, self.standby.take())?;
@@ -236,7 +234,7 @@ impl LocalPlace {
                 // need not wait.
                 let last = st.plan.unit(unit).and_then(|u| u.sprints.last());
                 if last.is_some_and(|s| s.id == *sprint) {
-                    self.merged_worktrees.push(branch);
+                    self.merged_worktrees.push(self.git.worktree_of(&branch));
                 }
                 follow.push(Input::Integrated {
                     unit: unit.clone(),
@@ -269,7 +267,7 @@ impl LocalPlace {
             Effect::PollCondition { unit, sprint } => {
                 let branch = branch_of(unit, sprint);
                 let checkout = self.git.ensure_sprint_worktree(op, &branch)?;
-                let lock = self.worktree_lock(&branch);
+                let lock = self.worktree_lock(&self.git.worktree_of(&branch));
                 let (u, s) = plan_sprint(st, unit, sprint)?;
                 let (tx, unit, sprint, timeout) = (
                     self.tx.clone(),
@@ -410,8 +408,8 @@ impl LocalPlace {
         if std::mem::take(&mut self.status_due) {
             self.publish(st)?;
         }
-        for branch in std::mem::take(&mut self.merged_worktrees) {
-            self.git.remove_worktree(&branch);
+        for worktree in std::mem::take(&mut self.merged_worktrees) {
+            self.git.remove_worktree(&worktree);
         }
         Ok(())
     }
