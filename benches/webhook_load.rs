@@ -230,14 +230,42 @@ async fn processed(port: u16) -> (f64, f64) {
     )
 }
 
-/// What the service did over one run, from its metrics and the CPU time of
-/// its process and of this one: what bounds intake (the writer's commits, or
-/// the processors).
+/// CPU seconds (user and system) a receiver's process and this one (the
+/// load generator) have used: what a delivery costs each, and how much of
+/// the machine's two cores was left.
+#[derive(Clone, Copy)]
+struct Cpu {
+    receiver: f64,
+    generator: f64,
+}
+
+impl Cpu {
+    fn now(pid: u32) -> Cpu {
+        Cpu {
+            receiver: cpu_seconds(Some(pid)),
+            generator: cpu_seconds(None),
+        }
+    }
+
+    /// Cores used between `self` and `after`, `secs` apart, and CPU time
+    /// per delivery over the `sent` deliveries answered in between.
+    fn line(&self, after: &Cpu, secs: f64, sent: usize) -> String {
+        let (r, g) = (after.receiver - self.receiver, after.generator - self.generator);
+        let per = |c: f64| 1e6 * c / (sent.max(1) as f64);
+        format!(
+            "receiver CPU {:.2} cores ({:.1} µs a delivery), load generator {:.2} ({:.1} µs)",
+            r / secs,
+            per(r),
+            g / secs,
+            per(g)
+        )
+    }
+}
+
+/// What the service did over one run, from its metrics: what bounds intake
+/// (the writer's commits, or the processors).
 struct Work {
-    /// CPU seconds the service's process has used (user and system).
-    cpu: f64,
-    /// The load generator's own (this process).
-    own_cpu: f64,
+    cpu: Cpu,
     batch_sum: f64,
     batches: f64,
     commit_secs: f64,
@@ -283,8 +311,7 @@ async fn work(port: u16, pid: u32) -> Work {
             .unwrap_or(0.0)
     };
     Work {
-        cpu: cpu_seconds(Some(pid)),
-        own_cpu: cpu_seconds(None),
+        cpu: Cpu::now(pid),
         batch_sum: value("supervise_intake_batch_sum"),
         batches: value("supervise_intake_batch_count"),
         commit_secs: value("supervise_intake_commit_seconds_sum"),
@@ -292,13 +319,13 @@ async fn work(port: u16, pid: u32) -> Work {
 }
 
 impl Work {
-    /// What happened between `self` and `after`, `secs` apart.
-    fn line(&self, after: &Work, secs: f64) -> String {
+    /// What happened between `self` and `after`, `secs` apart, over `sent`
+    /// deliveries.
+    fn line(&self, after: &Work, secs: f64, sent: usize) -> String {
         let commits = after.batches - self.batches;
         format!(
-            "|  | service CPU {:.2} cores, load generator {:.2}; {:.0} commits/s of {:.1} writes, the writer busy {:.0}% |  |  |",
-            (after.cpu - self.cpu) / secs,
-            (after.own_cpu - self.own_cpu) / secs,
+            "|  | {}; {:.0} commits/s of {:.1} writes, the writer busy {:.0}% |  |  |",
+            self.cpu.line(&after.cpu, secs, sent),
             commits / secs,
             (after.batch_sum - self.batch_sum) / commits.max(1.0),
             100.0 * (after.commit_secs - self.commit_secs) / secs,
@@ -440,10 +467,18 @@ async fn main() {
             } else {
                 None
             };
+            let cpu = Cpu::now(pid);
             let max = load(port, conns, None, dur, base).await;
             println!("{}", max.line(name, &format!("max, {conns} conns")));
-            if let Some(before) = before {
-                println!("{}", before.line(&work(port, pid).await, max.secs));
+            match before {
+                Some(before) => println!(
+                    "{}",
+                    before.line(&work(port, pid).await, max.secs, max.sent)
+                ),
+                None => println!(
+                    "|  | {} |  |  |",
+                    cpu.line(&Cpu::now(pid), max.secs, max.sent)
+                ),
             }
             base += 1_000_000;
         }
