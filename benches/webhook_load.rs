@@ -250,7 +250,10 @@ impl Cpu {
     /// Cores used between `self` and `after`, `secs` apart, and CPU time
     /// per delivery over the `sent` deliveries answered in between.
     fn line(&self, after: &Cpu, secs: f64, sent: usize) -> String {
-        let (r, g) = (after.receiver - self.receiver, after.generator - self.generator);
+        let (r, g) = (
+            after.receiver - self.receiver,
+            after.generator - self.generator,
+        );
         let per = |c: f64| 1e6 * c / (sent.max(1) as f64);
         format!(
             "receiver CPU {:.2} cores ({:.1} µs a delivery), load generator {:.2} ({:.1} µs)",

@@ -44,12 +44,26 @@ pub fn contains_lowercase(hay: &str, needle: &str) -> bool {
     if !hay.is_ascii() {
         return hay.to_lowercase().contains(needle);
     }
-    let n = needle.len();
-    n == 0
-        || hay
-            .as_bytes()
-            .windows(n)
-            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+    let (hay, needle) = (hay.as_bytes(), needle.as_bytes());
+    let Some((&first, rest)) = needle.split_first() else {
+        return true;
+    };
+    let Some(last_start) = hay.len().checked_sub(needle.len()) else {
+        return false;
+    };
+    // Plan reading asks this of every heading, for several words: jump
+    // from one place the needle's first letter (either case) could start
+    // to the next, instead of comparing at every byte.
+    let mut from = 0;
+    while let Some(i) = memchr::memchr2(first, first.to_ascii_uppercase(), &hay[from..=last_start])
+    {
+        let at = from + i;
+        if hay[at + 1..at + needle.len()].eq_ignore_ascii_case(rest) {
+            return true;
+        }
+        from = at + 1;
+    }
+    false
 }
 
 /// Whether `needle` occurs in `hay` (both lower-case) with no letter, digit, `-` or `_`
@@ -266,6 +280,23 @@ mod tests {
                 _ => None,
             }).collect();
             proptest::prop_assert_eq!(text, "Echo:  done");
+        }
+    }
+
+    proptest::proptest! {
+        /// The jumping search says what lowercasing the text and looking
+        /// for the needle says, for needles opening with a letter or not,
+        /// and for text that is not ASCII.
+        #[test]
+        fn contains_lowercase_is_lowercasing_then_searching(
+            hay in "[aAbB K\u{212a}é-]{0,24}",
+            needle in "[ab k-]{0,4}",
+        ) {
+            proptest::prop_assert_eq!(
+                contains_lowercase(&hay, &needle),
+                hay.to_lowercase().contains(needle.as_str()),
+                "{:?} in {:?}", needle, hay
+            );
         }
     }
 }
