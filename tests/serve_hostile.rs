@@ -219,12 +219,28 @@ fn signed(id: &str, body: &[u8]) -> Vec<u8> {
     signed_request::signed_request(SECRET, "issue_comment", id, body)
 }
 
-/// One signed `issue_comment` delivery, numbered.
+/// One signed delivery, numbered: an odd one a worker must look at (a run
+/// of a workflow the service did not start, looked up in the store), an even
+/// one a comment without a command, which intake stores done.
 fn signed_delivery(n: u64) -> Vec<u8> {
+    let id = format!("flood-{n}");
+    if needs_a_worker(&id) {
+        let body = format!(
+            r#"{{"action":"completed","workflow_run":{{"id":{n},"name":"CI","display_title":"CI on main","status":"completed","conclusion":"success","html_url":"https://github.com/{REPO}/actions/runs/{n}"}},"repository":{{"full_name":"{REPO}"}},"installation":{{"id":7}}}}"#
+        );
+        return signed_request::signed_request(SECRET, "workflow_run", &id, body.as_bytes());
+    }
     let body = format!(
         r#"{{"action":"created","issue":{{"number":1}},"comment":{{"id":{n},"body":"Thanks!","user":{{"login":"mia","type":"User"}}}},"repository":{{"full_name":"{REPO}"}},"installation":{{"id":7}}}}"#
     );
-    signed(&format!("flood-{n}"), body.as_bytes())
+    signed(&id, body.as_bytes())
+}
+
+/// Whether [`signed_delivery`] made this one for a worker.
+fn needs_a_worker(id: &str) -> bool {
+    id.strip_prefix("flood-")
+        .and_then(|n| n.parse::<u64>().ok())
+        .is_some_and(|n| n % 2 == 1)
 }
 
 /// A signed body that is not JSON — broken, or not UTF-8 even where intake
@@ -298,9 +314,9 @@ async fn flood(
 }
 
 /// The group commit under full load, killed with -9 at a random moment:
-/// every delivery answered 2xx is in the store, row and body, when the
-/// service comes back — those a worker held, or that were handed to one as
-/// they were stored, included — and each is processed, in no more than one
+/// every delivery answered 2xx is in the store when the service comes back,
+/// and with its body if a worker needs it — those a worker held, or that
+/// were handed to one as they were stored, included — and each is processed, in no more than one
 /// more attempt per kill, as is every delivery stored, answered or not. The
 /// leases are ten minutes long: the service takes back what it held when it
 /// starts, rather than waiting them out.
@@ -343,22 +359,37 @@ async fn acknowledged_deliveries_survive_kill_9(db_url: &str, rounds: u64) {
             acked.len()
         );
         let db = sqlx::AnyPool::connect(db_url).await.unwrap();
-        let kept: std::collections::HashSet<String> =
-            sqlx::query("SELECT d.id FROM deliveries d JOIN delivery_payloads p ON p.id = d.id")
-                .fetch_all(&db)
-                .await
-                .unwrap()
-                .iter()
-                .map(|r| sqlx::Row::get::<String, _>(r, "id"))
-                .collect();
+        // Each delivery stored, and whether its body is.
+        let kept: std::collections::HashMap<String, bool> = sqlx::query(
+            "SELECT d.id, p.id AS body FROM deliveries d LEFT JOIN delivery_payloads p ON p.id = d.id",
+        )
+        .fetch_all(&db)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let body: Option<String> = sqlx::Row::get(r, "body");
+            (sqlx::Row::get::<String, _>(r, "id"), body.is_some())
+        })
+        .collect();
         db.close().await;
-        let lost: Vec<&String> = acked.iter().filter(|id| !kept.contains(*id)).collect();
+        let lost: Vec<&String> = acked.iter().filter(|id| !kept.contains_key(*id)).collect();
         assert!(
             lost.is_empty(),
             "round {round}: {} of {} acknowledged deliveries lost, e.g. {:?}",
             lost.len(),
             acked.len(),
             &lost[..lost.len().min(5)]
+        );
+        let bodiless: Vec<&String> = acked
+            .iter()
+            .filter(|id| needs_a_worker(id) && kept.get(*id) != Some(&true))
+            .collect();
+        assert!(
+            bodiless.is_empty() && acked.iter().any(|id| needs_a_worker(id)),
+            "round {round}: {} acknowledged deliveries for a worker without their bodies, e.g. {:?}",
+            bodiless.len(),
+            &bodiless[..bodiless.len().min(5)]
         );
         all_acked.extend(acked);
     }

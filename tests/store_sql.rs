@@ -778,6 +778,14 @@ async fn settled_deliveries_are_stored_done_and_never_handed_over(s: SqlStore) {
         (4, 2),
         "the settled two are done"
     );
+    // Only the bodies a worker will read are kept.
+    for (id, kept) in [("s1", false), ("w1", true), ("s2", false), ("w2", true)] {
+        assert_eq!(
+            s.body(id).await.unwrap().is_some(),
+            kept,
+            "{id}'s body kept: {kept}"
+        );
+    }
     let mut handed: Vec<String> = std::iter::from_fn(|| h.take()).map(|(_, c)| c.id).collect();
     assert_eq!(
         handed.len(),
@@ -806,6 +814,7 @@ async fn settled_deliveries_are_stored_done_and_never_handed_over(s: SqlStore) {
     );
     assert!(s.claim_many(lease, 8).await.unwrap().is_empty());
     assert_eq!(s.counts().await.unwrap(), (5, 3));
+    assert_eq!(s.body("s3").await.unwrap(), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

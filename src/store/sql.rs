@@ -1010,6 +1010,17 @@ impl SqlStore {
         Ok(ids.len() as u64)
     }
 
+    /// The body kept for a delivery: `None` for one stored done, whose body
+    /// no worker will read (see intake), and for an unknown id.
+    pub async fn body(&self, id: &str) -> Result<Option<String>, SqlError> {
+        Ok(
+            sqlx::query_scalar("SELECT payload FROM delivery_payloads WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *self.connection().await?)
+                .await?,
+        )
+    }
+
     pub async fn counts(&self) -> Result<(i64, i64), SqlError> {
         let r = sqlx::query("SELECT COUNT(*) AS total, SUM(CASE WHEN status = 'done' THEN 1 ELSE 0 END) AS done FROM deliveries").fetch_one(&mut *self.connection().await?).await?;
         Ok((

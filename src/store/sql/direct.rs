@@ -100,7 +100,9 @@ impl DirectWriter {
                 // Not stored: its id or its dedupe key is there already (its
                 // body with it, from the commit that stored it).
                 if n == 1 {
-                    body.execute(params![d.id, d.payload])?;
+                    if how.keeps_body() {
+                        body.execute(params![d.id, d.payload])?;
+                    }
                     stored.insert(d.id.clone());
                 }
             }

@@ -68,6 +68,14 @@ impl Row {
         i64::from(self == Row::Handed)
     }
 
+    /// Whether its body is stored: only a worker reads a body, and none
+    /// ever takes a delivery stored done. Most deliveries are such (a
+    /// comment without a command), and their bodies — GitHub's are 8–12 KB
+    /// — were most of what intake wrote to the disk.
+    pub(super) fn keeps_body(self) -> bool {
+        self != Row::Done
+    }
+
     /// How the deliveries of a batch are stored, in order: settled ones
     /// done; the others handed over while `room` lasts, up to the first
     /// too large to hold — it and those after it wait in the store, behind
@@ -502,10 +510,11 @@ impl<'a> BatchWrites<'a> {
     /// The statements, in order. The first, if there are deliveries, inserts
     /// them and returns the ids it stored (`ON CONFLICT DO NOTHING`: a
     /// delivery id or dedupe key already there is skipped, as is a second of
-    /// either in the same batch); the second stores the bodies of those
-    /// stored, whichever they are, found in `stored_in` (the table, when the
-    /// statements run one after another; the first's result, when they are
-    /// parts of one statement), so it needs nothing back from the first.
+    /// either in the same batch); the second, if any body is to be kept (see
+    /// `Row::keeps_body`), stores the bodies of those stored, found in
+    /// `stored_in` (the table, when the statements run one after another;
+    /// the first's result, when they are parts of one statement), so it
+    /// needs nothing back from the first.
     ///
     /// `padded`: each statement's rows are made up to the next power of two
     /// with rows of NULLs that store and match nothing, so that a batch's
@@ -554,12 +563,22 @@ impl<'a> BatchWrites<'a> {
                 sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
                 sql
             });
-            // A body whose delivery is in the table now: stored just now, or
-            // stored before with its body (which stays as it is).
+        }
+        // The bodies a worker will read (see `Row::keeps_body`), each whose
+        // delivery is in the table now: stored just now, or stored before
+        // with its body (which stays as it is).
+        let bodies: Vec<&NewDelivery> = self
+            .deliveries
+            .iter()
+            .zip(&self.rows)
+            .filter(|(_, how)| how.keeps_body())
+            .map(|(d, _)| *d)
+            .collect();
+        if !bodies.is_empty() {
             script.push(|bind| {
                 let mut sql = String::from("INSERT INTO delivery_payloads (id, payload) SELECT column1, column2 FROM (VALUES ");
-                for i in 0..rows(self.deliveries.len()) {
-                    let d = self.deliveries.get(i);
+                for i in 0..rows(bodies.len()) {
+                    let d = bodies.get(i);
                     let id = bind(Bind::MaybeText(d.map(|d| d.id.as_str())));
                     let body = bind(Bind::MaybeText(d.map(|d| d.payload.as_str())));
                     sql.push_str(&format!("{}({id}, {body})", if i == 0 { "" } else { ", " }));
