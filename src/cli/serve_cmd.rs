@@ -81,10 +81,11 @@ pub struct ServeArgs {
     /// installation, shared fairly between them.
     #[arg(long, env = "SUPERVISE_INSTALLATION_AGENTS", default_value_t = 20)]
     pub installation_agents: u64,
-    /// Days a delivery is kept once processed (its row and body), then
-    /// forgotten; 0 keeps them for ever. At least 7: GitHub redelivers a
-    /// delivery under its own id up to 7 days on (3 on github.com), and one
-    /// forgotten sooner would be processed again.
+    /// Days a delivery is kept once processed (its row, and its body if a
+    /// worker processed it), then forgotten; 0 keeps them for ever. At
+    /// least 7: GitHub redelivers a delivery under its own id up to 7 days
+    /// on (3 on github.com), and one forgotten sooner would be processed
+    /// again.
     #[arg(long, env = "SUPERVISE_DELIVERY_RETENTION_DAYS", default_value_t = 14)]
     pub delivery_retention_days: u64,
     /// This replica's name in operation leases (default: the host name). Give
