@@ -847,6 +847,10 @@ async fn a_restart_takes_back_what_this_replica_held(url: &str) {
         mine.intake(id, "issue_comment", None, Some(1), "{}")
             .await
             .unwrap();
+        // Claims take the oldest by arrival, in milliseconds, then by id:
+        // two stored in one millisecond would be taken in the order of
+        // their ids ("theirs" before "waiting"), not of their arrival.
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let mut claimed = mine.claim_many(lease, 3).await.unwrap();
     claimed.sort_by(|a, b| a.id.cmp(&b.id));
