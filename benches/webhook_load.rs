@@ -268,7 +268,6 @@ impl Cpu {
 /// What the service did over one run, from its metrics: what bounds intake
 /// (the writer's commits, or the processors).
 struct Work {
-    cpu: Cpu,
     batch_sum: f64,
     batches: f64,
     commit_secs: f64,
@@ -306,7 +305,7 @@ async fn metrics_text(port: u16) -> String {
     text
 }
 
-async fn work(port: u16, pid: u32) -> Work {
+async fn work(port: u16) -> Work {
     let text = metrics_text(port).await;
     let value = |name: &str| -> f64 {
         text.lines()
@@ -314,7 +313,6 @@ async fn work(port: u16, pid: u32) -> Work {
             .unwrap_or(0.0)
     };
     Work {
-        cpu: Cpu::now(pid),
         batch_sum: value("supervise_intake_batch_sum"),
         batches: value("supervise_intake_batch_count"),
         commit_secs: value("supervise_intake_commit_seconds_sum"),
@@ -322,13 +320,11 @@ async fn work(port: u16, pid: u32) -> Work {
 }
 
 impl Work {
-    /// What happened between `self` and `after`, `secs` apart, over `sent`
-    /// deliveries.
-    fn line(&self, after: &Work, secs: f64, sent: usize) -> String {
+    /// What happened between `self` and `after`, `secs` apart.
+    fn line(&self, after: &Work, secs: f64) -> String {
         let commits = after.batches - self.batches;
         format!(
-            "|  | {}; {:.0} commits/s of {:.1} writes, the writer busy {:.0}% |  |  |",
-            self.cpu.line(&after.cpu, secs, sent),
+            "{:.0} commits/s of {:.1} writes, the writer busy {:.0}%",
             commits / secs,
             (after.batch_sum - self.batch_sum) / commits.max(1.0),
             100.0 * (after.commit_secs - self.commit_secs) / secs,
@@ -466,23 +462,18 @@ async fn main() {
         for conns in max_conns() {
             // The service's own figures, around its run.
             let before = if port == sp {
-                Some(work(port, pid).await)
+                Some(work(port).await)
             } else {
                 None
             };
             let cpu = Cpu::now(pid);
             let max = load(port, conns, None, dur, base).await;
             println!("{}", max.line(name, &format!("max, {conns} conns")));
-            match before {
-                Some(before) => println!(
-                    "{}",
-                    before.line(&work(port, pid).await, max.secs, max.sent)
-                ),
-                None => println!(
-                    "|  | {} |  |  |",
-                    cpu.line(&Cpu::now(pid), max.secs, max.sent)
-                ),
+            let mut said = cpu.line(&Cpu::now(pid), max.secs, max.sent);
+            if let Some(before) = before {
+                said = format!("{said}; {}", before.line(&work(port).await, max.secs));
             }
+            println!("|  | {said} |  |  |");
             base += 1_000_000;
         }
         if port == sp {

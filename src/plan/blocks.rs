@@ -148,6 +148,7 @@ fn parse_in(source: &str, pieces: usize) -> Doc {
             let total: usize = parts.iter().map(|p| p.blocks.len()).sum();
             let mut parts = parts.into_iter();
             let mut all = parts.next().expect("one part at least");
+            // Grown once to the whole, not once per part appended.
             all.blocks.reserve(total - all.blocks.len());
             for p in parts {
                 all.blocks.extend(p.blocks);
@@ -286,10 +287,7 @@ fn read_piece(source: &str, r: std::ops::Range<usize>, starts: &[usize]) -> Piec
         | Options::ENABLE_STRIKETHROUGH
         | Options::ENABLE_YAML_STYLE_METADATA_BLOCKS;
     let mut open_at_end = false;
-    // About one block for every 32 bytes of a plan (a sprint's heading,
-    // labels and items): reserved at once, the list is not copied as it
-    // grows (those copies were a tenth of reading a large plan).
-    let mut blocks = Vec::with_capacity(text.len() / 32 + 8);
+    let mut blocks = Vec::new();
     let mut frontmatter = Vec::new();
     let mut open: Option<Open> = None;
     let mut buf = String::new();
