@@ -14,9 +14,22 @@ use std::path::{Path, PathBuf};
 pub fn operation_id(plan_title: &str, unique: u64) -> String {
     let title = crate::text::slug(plan_title);
     format!(
-        "{}-{unique:06x}",
-        title[..title.len().min(24)].trim_end_matches('-')
+        "{}{}",
+        title[..title.len().min(24)].trim_end_matches('-'),
+        operation_suffix(unique)
     )
+}
+
+/// How every operation id made from `unique` ends.
+fn operation_suffix(unique: u64) -> String {
+    format!("-{unique:06x}")
+}
+
+/// Whether operation `op` is the one that `unique` (a command comment's id)
+/// started: a command processed again finds its own operation this way, so
+/// the look-up and [`operation_id`] share one spelling of the id's end.
+pub fn started_by(op: &str, unique: u64) -> bool {
+    op.ends_with(&operation_suffix(unique))
 }
 
 /// `supervise/<op>/integration`: git cannot hold a branch `supervise/<op>` next to
@@ -192,6 +205,21 @@ mod tests {
             let slug = crate::text::slug(&unit);
             let branch = sprint_branch(&op, &slug, &sprint);
             prop_assert_eq!(sprint_branch_unit(&branch), Some((op.as_str(), slug.as_str())));
+        }
+
+        /// The operation a comment started is found again from the comment,
+        /// for every comment id: small ones (young GitHub Enterprise
+        /// instances) are padded in the id, and the look-up must see that;
+        /// another comment's operation is not taken for it.
+        #[test]
+        fn a_comment_finds_the_operation_it_started_and_no_other(
+            title in "\\PC{0,40}",
+            unique in prop_oneof![0u64..0x10_0000, any::<u64>()],
+            other in prop_oneof![0u64..0x10_0000, any::<u64>()],
+        ) {
+            let op = operation_id(&title, unique);
+            prop_assert!(started_by(&op, unique), "{}", op);
+            prop_assert_eq!(started_by(&op, other), other == unique);
         }
     }
 

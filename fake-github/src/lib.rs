@@ -92,6 +92,17 @@ pub(crate) struct Inner {
     deliver_twice: bool,
     /// `workflow_run` webhooks as sent: (seconds since start, action, run name).
     run_deliveries: Vec<(f64, String, String)>,
+    /// The primary rate limit (see `quota.rs`) and each installation's window.
+    limit: quota::Limit,
+    windows: HashMap<u64, quota::Window>,
+    /// Calls refused because their installation's window was spent.
+    refused_for_rate: u64,
+    /// The last request's number, and where the log line of each request in
+    /// flight is: a 304 is known only once the handler has answered.
+    next_seq: u64,
+    log_of_seq: HashMap<u64, usize>,
+    /// Requests per endpoint answered 304 Not Modified (not charged).
+    not_modified: BTreeMap<String, u64>,
 }
 
 pub struct FakeGitHub {
@@ -155,6 +166,7 @@ impl Drop for StateGuard<'_> {
 mod api;
 pub mod git;
 mod paging;
+mod quota;
 mod record;
 mod shapes;
 pub use api::{CheckRun, Issue, Pull, Run};
@@ -203,9 +215,39 @@ impl FakeGitHub {
         self.inner.lock().reactions.clone()
     }
 
-    /// Requests per endpoint (method and route pattern).
+    /// Requests per endpoint (method and route pattern), charged or not.
     pub fn counts(&self) -> BTreeMap<String, u64> {
         self.inner.lock().counts.clone()
+    }
+
+    /// Requests per endpoint answered 304 Not Modified: GitHub does not
+    /// charge them against the rate limit.
+    pub fn not_modified(&self) -> BTreeMap<String, u64> {
+        self.inner.lock().not_modified.clone()
+    }
+
+    /// Requests per endpoint that GitHub charges: all but the 304s.
+    pub fn charged(&self) -> BTreeMap<String, u64> {
+        let s = self.inner.lock();
+        s.counts
+            .iter()
+            .map(|(k, n)| (k.clone(), n - s.not_modified.get(k).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    /// The primary rate limit from now on: `per_window` charged requests per
+    /// installation in each `window` (GitHub: 5,000 an hour). Windows already
+    /// open start again.
+    pub fn set_rate_limit(&self, per_window: u64, window: Duration) {
+        let mut s = self.inner.lock();
+        s.limit = quota::Limit { per_window, window };
+        s.windows.clear();
+    }
+
+    /// Calls refused because their installation's rate-limit window was spent.
+    pub fn refused_for_rate(&self) -> u64 {
+        self.inner.lock().refused_for_rate
     }
 
     /// API calls made while a rate-limit window the fake announced was still open.
@@ -453,6 +495,10 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
         .route("/_fake/faults", post(control_faults))
         .layer(axum::middleware::from_fn(shapes::complete))
         .layer(axum::middleware::from_fn(paging::paginate))
+        .layer(axum::middleware::from_fn_with_state(
+            fake.clone(),
+            quota::layer,
+        ))
         .layer(axum::middleware::from_fn_with_state(fake.clone(), busy));
     let app = match record::Recorder::from_env(addr.port()) {
         Some(r) => app.layer(axum::middleware::from_fn(move |req, next| {
@@ -521,10 +567,18 @@ pub(crate) async fn gate(
             }
         }
     };
+    let seq: Option<u64> = headers
+        .get(quota::SEQ)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
     let record = |status: u16| {
         let mut s = f.inner.lock();
         let at = f.started.elapsed().as_secs_f64();
         s.log.push((at, endpoint.to_string(), status));
+        if let Some(seq) = seq {
+            let i = s.log.len() - 1;
+            s.log_of_seq.insert(seq, i);
+        }
     };
     if let Some(fl) = fault {
         if fl.latency_ms > 0 {
@@ -745,23 +799,7 @@ async fn list_comments(
     }
     let repo = format!("{o}/{r}");
     let list: Vec<Value> = f.comments(&repo, n).iter().map(comment_json).collect();
-    let body = serde_json::to_string(&list).unwrap();
-    let etag = format!(
-        "\"{:x}\"",
-        body.len() as u64 * 1_000_003 + list.len() as u64
-    );
-    if headers.get("if-none-match").and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
-        return (StatusCode::NOT_MODIFIED, [("etag", etag)]).into_response();
-    }
-    (
-        StatusCode::OK,
-        [
-            ("etag", etag),
-            ("content-type", "application/json".to_string()),
-        ],
-        body,
-    )
-        .into_response()
+    Json(list).into_response()
 }
 
 #[derive(Deserialize)]

@@ -2,8 +2,8 @@
 //! (default 30, at most 100) and `page` (from 1) slice a JSON array — or the one
 //! array of a `{ "total_count": …, "<items>": [...] }` object — and a `Link`
 //! header names the `next`, `last`, `prev` and `first` pages, as GitHub does.
-//! An ETag is computed per page, so a conditional request for a page answers
-//! 304 only when that page is unchanged.
+//! The ETag is computed afterwards (see `quota.rs`), per page: a conditional
+//! request for a page answers 304 only when that page is unchanged.
 
 use axum::body::{to_bytes, Body};
 use axum::extract::Request;
@@ -41,7 +41,6 @@ pub async fn paginate(req: Request, next: Next) -> Response {
         .to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
-    let if_none_match = req.headers().get(header::IF_NONE_MATCH).cloned();
     let res = next.run(req).await;
     if res.status() != StatusCode::OK {
         return res;
@@ -82,19 +81,6 @@ pub async fn paginate(req: Request, next: Next) -> Response {
     }
     let body = serde_json::to_vec(&value).unwrap_or_default();
     parts.headers.remove(header::CONTENT_LENGTH);
-    if parts.headers.contains_key(header::ETAG) {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in &body {
-            h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
-        }
-        let etag = format!("\"{h:016x}\"");
-        if if_none_match.as_ref().and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
-            return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
-        }
-        if let Ok(v) = HeaderValue::from_str(&etag) {
-            parts.headers.insert(header::ETAG, v);
-        }
-    }
     if !links.is_empty() {
         if let Ok(v) = HeaderValue::from_str(&links.join(", ")) {
             parts.headers.insert(header::LINK, v);

@@ -92,10 +92,33 @@ impl Reply {
     }
 }
 
-/// A GET answer kept for conditional requests: (ETag, body, next page).
-type Cached = (String, String, Option<String>);
+/// What GitHub last said of an installation's primary rate limit (the
+/// `x-ratelimit-*` headers of its latest answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub limit: u64,
+    pub remaining: u64,
+    /// When the window starts again (Unix seconds).
+    pub reset_unix: i64,
+}
+
+impl Budget {
+    /// Whether the installation is near its limit: less than a tenth of the
+    /// window left before the reset. Then the service slows what can wait
+    /// (reconciliation, status edits) so that what cannot (dispatches,
+    /// merges, replies) still finds requests left, and GitHub never has to
+    /// refuse it.
+    pub fn is_short(&self, now_unix: i64) -> bool {
+        now_unix < self.reset_unix && self.remaining < self.limit / 10
+    }
+}
+
+/// The most GET answers kept for conditional requests, and their bytes.
+const ETAG_ENTRIES: usize = 4096;
+const ETAG_BYTES: usize = 32 << 20;
 
 pub mod answers;
+pub mod etags;
 pub mod operation;
 pub mod payload;
 pub mod repo;
@@ -109,7 +132,8 @@ pub struct GitHub {
     /// survive a clone, so a clone per call would fetch a new token every time.
     installations: Mutex<HashMap<u64, std::sync::Arc<Octocrab>>>,
     paused_until: Mutex<HashMap<u64, Instant>>,
-    etags: Mutex<HashMap<String, Cached>>,
+    etags: Mutex<etags::EtagCache>,
+    budgets: Mutex<HashMap<u64, Budget>>,
     /// See [`base_path`].
     base_path: String,
     /// The longest pause one call accepts before giving the work back to the queue.
@@ -195,7 +219,8 @@ impl GitHub {
             token_client: None,
             installations: Mutex::new(HashMap::new()),
             paused_until: Mutex::new(HashMap::new()),
-            etags: Mutex::new(HashMap::new()),
+            etags: Mutex::new(etags::EtagCache::new(ETAG_ENTRIES, ETAG_BYTES)),
+            budgets: Mutex::new(HashMap::new()),
             base_path: base_path(api_url),
             max_wait: Duration::from_secs(15 * 60),
             backoff: Duration::from_millis(250),
@@ -217,11 +242,65 @@ impl GitHub {
             token_client: Some(Arc::new(client)),
             installations: Mutex::new(HashMap::new()),
             paused_until: Mutex::new(HashMap::new()),
-            etags: Mutex::new(HashMap::new()),
+            etags: Mutex::new(etags::EtagCache::new(ETAG_ENTRIES, ETAG_BYTES)),
+            budgets: Mutex::new(HashMap::new()),
             base_path: base_path(api_url),
             max_wait: Duration::from_secs(15 * 60),
             backoff: Duration::from_millis(250),
         })
+    }
+
+    /// What GitHub last said of the installation's rate limit, if it has.
+    pub fn budget(&self, installation: u64) -> Option<Budget> {
+        self.budgets.locked().get(&installation).copied()
+    }
+
+    /// Whether the installation is near its rate limit (see [`Budget::is_short`]).
+    pub fn is_short(&self, installation: u64) -> bool {
+        self.budget(installation)
+            .is_some_and(|b| b.is_short(chrono::Utc::now().timestamp()))
+    }
+
+    /// Installations paused by a rate-limit answer, and how long each waits.
+    pub fn paused(&self) -> Vec<(u64, Duration)> {
+        let now = Instant::now();
+        self.paused_until
+            .locked()
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(id, until)| (*id, *until - now))
+            .collect()
+    }
+
+    /// GET answers kept for conditional requests: entries and bytes.
+    pub fn etag_cache_size(&self) -> (usize, usize) {
+        self.etags.locked().size()
+    }
+
+    /// Notes the rate-limit headers of an answer.
+    fn note_budget(&self, installation: u64, headers: &http::HeaderMap) {
+        let (Some(limit), Some(remaining), Some(reset_unix)) = (
+            header_num::<u64>(headers, "x-ratelimit-limit"),
+            header_num::<u64>(headers, "x-ratelimit-remaining"),
+            header_num::<i64>(headers, "x-ratelimit-reset"),
+        ) else {
+            return;
+        };
+        let b = Budget {
+            limit,
+            remaining,
+            reset_unix,
+        };
+        let id = installation.to_string();
+        metrics::gauge!("supervise_github_ratelimit_remaining", "installation" => id.clone())
+            .set(remaining as f64);
+        let short = b.is_short(chrono::Utc::now().timestamp());
+        metrics::gauge!("supervise_github_slowed", "installation" => id).set(if short {
+            1.0
+        } else {
+            0.0
+        });
+        self.budgets.locked().insert(installation, b);
     }
 
     /// Whether this client uses a plain token (installation ids do not matter).
@@ -340,13 +419,13 @@ impl GitHub {
                 tokio::time::sleep(wait).await;
             }
             let cached = matches!(method, Method::Get)
-                .then(|| self.etags.locked().get(path).cloned())
+                .then(|| self.etags.locked().get(installation, path))
                 .flatten();
             let res = match method {
                 Method::Get => {
                     let mut h = http::HeaderMap::new();
-                    if let Some((etag, _, _)) = &cached {
-                        if let Ok(v) = http::HeaderValue::from_str(etag) {
+                    if let Some(kept) = &cached {
+                        if let Ok(v) = http::HeaderValue::from_str(&kept.etag) {
                             h.insert(http::header::IF_NONE_MATCH, v);
                         }
                     }
@@ -374,9 +453,7 @@ impl GitHub {
             metrics::counter!("supervise_github_requests_total", "status" => status.to_string())
                 .increment(1);
             let remaining = header_num::<i64>(&headers, "x-ratelimit-remaining");
-            if let Some(r) = remaining {
-                metrics::gauge!("supervise_github_ratelimit_remaining").set(r as f64);
-            }
+            self.note_budget(installation, &headers);
             let text = client.body_to_string(res).await.unwrap_or_default();
             match status {
                 200..=299 => {
@@ -394,9 +471,14 @@ impl GitHub {
                             .get(http::header::ETAG)
                             .and_then(|v| v.to_str().ok()),
                     ) {
-                        self.etags.locked().insert(
-                            path.to_string(),
-                            (etag.to_string(), text.clone(), next.clone()),
+                        self.etags.locked().put(
+                            installation,
+                            path,
+                            etags::Kept {
+                                etag: etag.to_string(),
+                                body: text.clone(),
+                                next: next.clone(),
+                            },
                         );
                     }
                     return Ok(Reply {
@@ -406,11 +488,11 @@ impl GitHub {
                     });
                 }
                 304 => {
-                    if let Some((_, body, next)) = cached {
+                    if let Some(kept) = cached {
                         return Ok(Reply {
                             status: 200,
-                            body,
-                            next,
+                            body: kept.body,
+                            next: kept.next,
                         });
                     }
                     return Err(GitHubError::Http {

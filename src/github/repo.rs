@@ -679,6 +679,32 @@ impl Repo<'_> {
         Ok(v.into_iter().map(WorkflowRun::from).collect())
     }
 
+    /// The newest runs a dispatch made of a workflow: one page of 100, newest
+    /// first. Its address never changes, so it is asked conditionally, and
+    /// while no run of the repository changed GitHub answers 304, which costs
+    /// nothing against the rate limit — one look answers for every run in
+    /// flight of every operation of the repository.
+    pub async fn recent_runs(&self, workflow: &str) -> Result<Vec<WorkflowRun>, GitHubError> {
+        let path = self.path(&format!(
+            "/actions/workflows/{}/runs?event=workflow_dispatch&per_page=100",
+            enc(workflow)
+        ));
+        let mut v = self.gh.get(self.installation, &path).await?.json();
+        let runs: Vec<answers::Run> = read_all(
+            &format!("GET {path}"),
+            match v["workflow_runs"].take() {
+                Value::Array(a) => a,
+                _ => {
+                    return Err(GitHubError::Unexpected {
+                        what: format!("GET {path}"),
+                        message: "no `workflow_runs` list".into(),
+                    })
+                }
+            },
+        )?;
+        Ok(runs.into_iter().map(WorkflowRun::from).collect())
+    }
+
     pub async fn run(&self, id: i64) -> Result<Option<WorkflowRun>, GitHubError> {
         match self
             .get::<answers::Run>(&format!("/actions/runs/{id}"))

@@ -77,6 +77,17 @@ pub fn status_comment(
     out
 }
 
+/// The status comment's line while the installation is near GitHub's rate
+/// limit: what is slowed, and until when.
+pub fn slowed_line(remaining: u64, limit: u64, reset_unix: i64) -> String {
+    let reset = DateTime::<Utc>::from_timestamp(reset_unix, 0)
+        .map(|t| t.format("%H:%M UTC").to_string())
+        .unwrap_or_else(|| "the reset".into());
+    format!(
+        "⏳ This installation is near GitHub's rate limit ({remaining} of {limit} requests left until {reset}): checks on runs in flight and edits of this comment are slowed until then; webhooks still move the operation at once."
+    )
+}
+
 fn criterion_line(c: &crate::plan::Criterion) -> String {
     match &c.command {
         Some(cmd) if cmd.trim() != c.text.trim() => format!("{} — `{}`", c.text, cmd.trim()),

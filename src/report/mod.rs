@@ -10,7 +10,9 @@ mod state_md;
 mod status;
 
 pub use complete::{complete_file_name, complete_md, final_summary, verification, Verification};
-pub use spend::{day_line, spend, spend_comment, spend_table, DailyCaps, SpendRecord, SpendRow};
+pub use spend::{
+    day_line, spend, spend_comment, spend_table, DailyCaps, DayTotals, SpendRecord, SpendRow,
+};
 pub use state_md::supervisor_state_md;
 pub use status::{
     blocked_notices, completion_summary, kill_summary, status_table, status_table_linked,

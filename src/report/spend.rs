@@ -115,30 +115,30 @@ fn of_cap(spent: u64, cap: Option<u64>) -> String {
 pub fn day_line(
     repo: &str,
     installation: Option<u64>,
-    records: &[SpendRecord],
+    spent: DayTotals,
     caps: DailyCaps,
-    now: DateTime<Utc>,
 ) -> String {
-    let day = |r: &&SpendRecord| now - r.at <= Duration::days(1);
-    let repo_day: u64 = records
-        .iter()
-        .filter(day)
-        .filter(|r| r.repo == repo)
-        .map(|r| r.cost)
-        .sum();
     let mut line = format!(
         "Spent in the last 24 h: {repo} {}",
-        of_cap(repo_day, caps.repo)
+        of_cap(spent.repo, caps.repo)
     );
     if let Some(id) = installation {
-        let all: u64 = records.iter().filter(day).map(|r| r.cost).sum();
         let _ = write!(
             line,
             " · installation {id} {}",
-            of_cap(all, caps.installation)
+            of_cap(spent.installation, caps.installation)
         );
     }
     line
+}
+
+/// What was dispatched in the last 24 hours, summed by the store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DayTotals {
+    /// By the repository's operations.
+    pub repo: u64,
+    /// By all the installation's operations.
+    pub installation: u64,
 }
 
 /// `/supervise spend`: this repository's operations over the last day and

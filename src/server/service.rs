@@ -9,7 +9,7 @@
 use super::signature;
 use crate::commands::handle::Handler;
 use crate::github::operation::{OpError, Operations};
-use crate::github::GitHub;
+use crate::github::{GitHub, GitHubError};
 use crate::store::sql::{Claimed, Handoff, Intake, IntakeQueue, NewDelivery, SqlStore};
 use crate::sync::LockExt;
 use axum::body::Bytes;
@@ -71,6 +71,10 @@ const BUDGET_WAIT: Duration = Duration::from_secs(5);
 /// little waiting out its lease (those it leaves are processed after it).
 const HANDOFF_ROOM: usize = 256;
 
+/// Tries of a delivery whose installation GitHub keeps pausing: each waits
+/// out a pause of up to an hour, so this is days, not seconds.
+const MAX_RATE_LIMITED_TRIES: i64 = 64;
+
 /// Consecutive panicking deliveries after which the service says it is not ready.
 const FAILING_AFTER: u32 = 3;
 
@@ -130,7 +134,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .with_state(svc)
 }
 
-async fn readyz(State(svc): State<Arc<Service>>) -> (StatusCode, &'static str) {
+async fn readyz(State(svc): State<Arc<Service>>) -> (StatusCode, String) {
     if svc
         .panics_in_a_row
         .load(std::sync::atomic::Ordering::Relaxed)
@@ -138,17 +142,39 @@ async fn readyz(State(svc): State<Arc<Service>>) -> (StatusCode, &'static str) {
     {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            "workers failing: the last deliveries all panicked",
+            "workers failing: the last deliveries all panicked".into(),
         );
     }
-    if svc.store.ping().await {
-        (StatusCode::OK, "ready")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "database unreachable")
+    if !svc.store.ping().await {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database unreachable".into(),
+        );
     }
+    // Ready, and saying which installations GitHub has paused: the service
+    // can still take deliveries, but their work waits.
+    let mut text = String::from("ready");
+    let mut paused = svc.handler.github.paused();
+    paused.sort();
+    for (id, wait) in paused {
+        text.push_str(&format!(
+            "\ninstallation {id}: paused by GitHub's rate limit for {} s more",
+            wait.as_secs()
+        ));
+    }
+    (StatusCode::OK, text)
 }
 
 async fn metrics(State(svc): State<Arc<Service>>) -> String {
+    // Gauges read at the scrape, so they are never stale.
+    for (id, wait) in svc.handler.github.paused() {
+        metrics::gauge!("supervise_github_paused_seconds", "installation" => id.to_string())
+            .set(wait.as_secs_f64());
+    }
+    metrics::gauge!("supervise_operations_loaded").set(svc.handler.ops.loaded() as f64);
+    let (entries, bytes) = svc.handler.github.etag_cache_size();
+    metrics::gauge!("supervise_github_etag_cache_entries").set(entries as f64);
+    metrics::gauge!("supervise_github_etag_cache_bytes").set(bytes as f64);
     svc.metrics.as_ref().map(|h| h.render()).unwrap_or_default()
 }
 
@@ -510,6 +536,23 @@ async fn carry_out(
 async fn record_end(svc: &Service, d: Claimed, result: Result<(), OpError>) {
     let r = match result {
         Ok(()) => svc.intake.finish(&d.id, d.attempts, None).await,
+        // GitHub paused the installation for longer than a call may wait:
+        // the delivery waits out the pause itself, without spending one of
+        // its tries on it (a bound remains, far beyond any real pause).
+        Err(OpError::GitHub(GitHubError::RateLimited { wait_secs, .. }))
+            if d.attempts < MAX_RATE_LIMITED_TRIES =>
+        {
+            let delay = Duration::from_secs(wait_secs + 1);
+            tracing::warn!(delivery = %d.id, ?delay, "the installation is paused by GitHub's rate limit; the delivery waits for the pause");
+            svc.store
+                .retry_later(
+                    &d.id,
+                    d.attempts,
+                    delay,
+                    "waiting for GitHub's rate limit to reset",
+                )
+                .await
+        }
         Err(e) if e.is_transient() && d.attempts < 8 => {
             let delay = Duration::from_secs(1u64 << d.attempts.clamp(0, 8) as u32);
             tracing::warn!(delivery = %d.id, error = %e, ?delay, "transient failure; will retry");

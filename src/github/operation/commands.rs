@@ -179,12 +179,11 @@ impl Operations {
     /// command processed again finds its own and answers as the first time)
     /// is under way on the issue.
     async fn started_elsewhere(&self, o: &Origin) -> Result<Option<String>, OpError> {
-        let own = format!("-{:x}", o.comment);
         let Some(row) = self
             .store
             .operation_on(&o.repo, o.issue)
             .await?
-            .filter(|r| !r.id.ends_with(&own))
+            .filter(|r| !crate::contract::started_by(&r.id, o.comment as u64))
         else {
             return Ok(None);
         };

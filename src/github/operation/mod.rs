@@ -132,6 +132,36 @@ struct Live {
     place: GhPlace,
 }
 
+impl Live {
+    /// Whether nothing can happen to the operation without a person or a
+    /// webhook: it is over (completed, stopped, killed or blocked), no agent
+    /// is in flight, nothing waits in the outbox or on GitHub, and GitHub
+    /// shows its latest state.
+    fn is_idle(&self) -> bool {
+        let Some(st) = &self.driver.state else {
+            return self.driver.pending.is_empty() && !self.place.dirty;
+        };
+        let over = matches!(
+            st.status,
+            OverallStatus::Completed
+                | OverallStatus::Stopped
+                | OverallStatus::Killed
+                | OverallStatus::Blocked
+        );
+        let none_in_flight = st
+            .units
+            .iter()
+            .flat_map(|u| u.sprints.iter())
+            .all(|s| s.active.is_none());
+        over && none_in_flight
+            && self.driver.pending.is_empty()
+            && self.driver.queue.is_empty()
+            && !self.place.dirty
+            && self.place.cancels.is_empty()
+            && self.place.awaiting_ci.is_empty()
+    }
+}
+
 /// What an operation on GitHub keeps besides its state: its fixed context, the
 /// status comment, and what is due.
 struct GhPlace {
@@ -325,6 +355,24 @@ impl Operations {
             .clone())
     }
 
+    /// Lets an idle operation go from memory, unless someone besides its
+    /// caller (who holds its lock) and the map holds it: a handler about to
+    /// act on it takes it from the map under the same lock, so it is never
+    /// let go between that handler's look and its act.
+    fn evict(&self, op: &str) {
+        let mut map = self.live.locked();
+        if map.get(op).is_some_and(|l| Arc::strong_count(&l.live) <= 2) {
+            map.remove(op);
+            tracing::debug!(op, "idle: let go from memory");
+        }
+        metrics::gauge!("supervise_operations_loaded").set(map.len() as f64);
+    }
+
+    /// How many operations are in memory now.
+    pub fn loaded(&self) -> usize {
+        self.live.locked().len()
+    }
+
     /// Loads every active operation: the start-up half of crash recovery.
     pub async fn load_all(&self) -> Result<usize, OpError> {
         let rows = self.store.operations(true).await?;
@@ -405,13 +453,12 @@ impl Operations {
     }
 
     async fn tick(&self, live: &mut Live) -> Result<(), OpError> {
-        // Nothing can happen to a finished operation without a person.
-        let finished = live
-            .driver
-            .state
-            .as_ref()
-            .is_none_or(|st| st.status == OverallStatus::Completed);
-        if finished && live.driver.pending.is_empty() && !live.place.dirty {
+        // Nothing can happen to an idle operation without a person or a
+        // webhook, and either loads it again from the store: it leaves
+        // memory, so the service's work and size follow the operations in
+        // flight, not every operation it ever ran.
+        if live.is_idle() {
+            self.evict(&live.place.ctx.op);
             return Ok(());
         }
         match self.acquire(live).await {
@@ -420,10 +467,11 @@ impl Operations {
         }
         live.driver.queue.push_back(Input::Tick);
         self.drive(live).await?;
+        let every = self.reconcile_every(live);
         if live
             .place
             .last_reconcile
-            .is_none_or(|t| t.elapsed() >= self.timings.reconcile)
+            .is_none_or(|t| t.elapsed() >= every)
         {
             live.place.last_reconcile = Some(Instant::now());
             self.reconcile(live).await?;

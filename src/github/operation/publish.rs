@@ -13,11 +13,16 @@ impl Operations {
         if !live.place.dirty {
             return Ok(());
         }
+        // Near the rate limit, edits are a minute apart at least.
+        let interval = match self.gh.is_short(live.place.ctx.installation) {
+            true => self.timings.status_interval.max(Duration::from_secs(60)),
+            false => self.timings.status_interval,
+        };
         if !now
             && live
                 .place
                 .last_flush
-                .is_some_and(|t| t.elapsed() < self.timings.status_interval)
+                .is_some_and(|t| t.elapsed() < interval)
         {
             return Ok(());
         }
@@ -29,19 +34,30 @@ impl Operations {
         let now = chrono::Utc::now();
         let spent = self
             .store
-            .spend_since(ctx.installation as i64, now - chrono::Duration::days(1))
+            .spent_today(ctx.installation as i64, &ctx.repo)
             .await?;
-        let spend = report::day_line(
+        let mut footer = report::day_line(
             &ctx.repo,
             (ctx.installation != 0).then_some(ctx.installation),
-            &spent,
+            spent,
             report::DailyCaps {
                 installation: self.limits.daily_budget,
                 repo: ctx.daily_budget,
             },
-            now,
         );
-        let text = report::github::status_comment(&st, now, &link, Some(&spend));
+        if let Some(b) = self
+            .gh
+            .budget(ctx.installation)
+            .filter(|b| b.is_short(now.timestamp()))
+        {
+            footer.push_str("\n\n");
+            footer.push_str(&report::github::slowed_line(
+                b.remaining,
+                b.limit,
+                b.reset_unix,
+            ));
+        }
+        let text = report::github::status_comment(&st, now, &link, Some(&footer));
         if text != live.place.last_text {
             let marker = report::github::status_marker(&ctx.op);
             let id = match live.place.status_comment {

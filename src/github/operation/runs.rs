@@ -6,6 +6,11 @@ use super::*;
 impl Operations {
     /// Compares every dispatch in flight with its run on GitHub: a finished run
     /// whose webhook was missed is finished now.
+    ///
+    /// Webhooks are the normal path; this is the safety net, and it must cost
+    /// next to nothing: one conditional look at the workflow's newest runs
+    /// answers for every run in flight (GitHub answers 304, free, while none
+    /// changed), and a run is read on its own only when it is not among them.
     pub(super) async fn reconcile(&self, live: &mut Live) -> Result<(), OpError> {
         let Some(st) = &live.driver.state else {
             return Ok(());
@@ -27,8 +32,27 @@ impl Operations {
             .collect();
         let ctx = live.place.ctx.clone();
         let repo = self.repo(&ctx);
+        // Runs whose state GitHub is asked for: a dispatch still in the
+        // outbox has none yet, and a finished one waiting for CI is done.
+        let watched: Vec<DispatchId> = active
+            .into_iter()
+            .filter(|d| !dispatching.contains(&d.0))
+            .collect();
+        let asks_runs = !live.place.cancels.is_empty()
+            || watched
+                .iter()
+                .any(|d| !live.place.awaiting_ci.contains_key(d));
+        let recent = match asks_runs {
+            true => repo.recent_runs(&ctx.workflow).await?,
+            false => Vec::new(),
+        };
+        let by_id = |id: i64| recent.iter().find(|r| r.id == id).cloned();
         for (id, (at, forced)) in live.place.cancels.clone() {
-            match repo.run(id).await? {
+            let run = match by_id(id) {
+                Some(r) => Some(r),
+                None => repo.run(id).await?,
+            };
+            match run {
                 Some(r) if r.status != "completed" => {
                     if !forced && Instant::now() >= at {
                         tracing::warn!(run = id, "the run ignored its cancel; force-cancelling");
@@ -41,10 +65,7 @@ impl Operations {
                 }
             }
         }
-        for d in active {
-            if dispatching.contains(&d.0) {
-                continue; // its dispatch is still in the outbox
-            }
+        for d in watched {
             // Finished, and its verification waits for CI: only CI is read.
             if let Some(w) = live.place.awaiting_ci.get(&d).cloned() {
                 self.finish(live, &d, w.conclusion.as_deref(), &w.url)
@@ -53,11 +74,17 @@ impl Operations {
             }
             let row = self.store.run(&d.0).await?;
             let run = match row.as_ref().and_then(|r| r.run_id) {
-                Some(id) => repo.run(id).await?,
-                None => {
-                    self.find_run(&live.place.ctx, live.driver.state.as_ref(), &d)
-                        .await?
-                }
+                Some(id) => match by_id(id) {
+                    Some(r) => Some(r),
+                    None => repo.run(id).await?,
+                },
+                None => match recent.iter().find(|r| r.carries(&d.0)) {
+                    Some(r) => Some(r.clone()),
+                    None => {
+                        self.find_run(&live.place.ctx, live.driver.state.as_ref(), &d)
+                            .await?
+                    }
+                },
             };
             match run {
                 Some(run) if run.status == "completed" => {
@@ -82,6 +109,41 @@ impl Operations {
             }
         }
         Ok(())
+    }
+
+    /// How long until the operation is next reconciled. Something waiting on
+    /// GitHub besides runs (CI, a review, a cancel) is looked at every
+    /// `reconcile`; runs alone are looked at less often the longer the
+    /// youngest has been in flight (a quarter of its age, up to sixteen
+    /// times the base), since their webhooks tell the news; near the rate
+    /// limit, at the longest.
+    pub(super) fn reconcile_every(&self, live: &Live) -> Duration {
+        let base = self.timings.reconcile;
+        let longest = base * 16;
+        if self.gh.is_short(live.place.ctx.installation) {
+            return longest;
+        }
+        let Some(st) = &live.driver.state else {
+            return base;
+        };
+        if !live.place.awaiting_ci.is_empty()
+            || !live.place.cancels.is_empty()
+            || !live.driver.pending.is_empty()
+        {
+            return base;
+        }
+        let now = chrono::Utc::now();
+        let youngest = st
+            .units
+            .iter()
+            .flat_map(|u| u.sprints.iter())
+            .filter_map(|s| s.active.as_ref())
+            .map(|a| (now - a.dispatched_at).to_std().unwrap_or_default())
+            .min();
+        match youngest {
+            Some(age) => (age / 4).clamp(base, longest),
+            None => base,
+        }
     }
 
     /// Gathers the evidence of a finished run and hands it to the engine; then

@@ -10,7 +10,7 @@
 //! replayed effect never spends twice.
 
 use super::{now_ms, SqlError, SqlStore};
-use crate::report::SpendRecord;
+use crate::report::{DayTotals, SpendRecord};
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::Row;
 
@@ -107,36 +107,27 @@ impl SqlStore {
             tx.commit().await?;
             return Ok(Admitted::Before);
         }
-        let rows = sqlx::query(
-            "SELECT repo, at_ms, cost FROM spend WHERE installation = $1 AND at_ms > $2 ORDER BY at_ms",
-        )
-        .bind(a.installation)
-        .bind(now - DAY_MS)
-        .fetch_all(&mut *tx)
-        .await?;
-        let window: Vec<(String, i64, u64)> = rows
-            .iter()
-            .map(|r| {
-                (
-                    r.get::<String, _>("repo"),
-                    r.get::<i64, _>("at_ms"),
-                    r.get::<i64, _>("cost").max(0) as u64,
-                )
-            })
-            .collect();
         let daily = [
             (a.caps.installation_daily, None, "the installation's"),
             (a.caps.repo_daily, Some(a.repo), "this repository's"),
         ];
+        // Sums, not rows: an installation dispatching all day must not make
+        // every admission read the whole day. The rows are read only to say
+        // when a held dispatch will fit.
+        let sums = match daily.iter().any(|(cap, _, _)| cap.is_some()) {
+            true => Some(Self::day_sums(&mut tx, a.installation, a.repo, now).await?),
+            false => None,
+        };
         for (cap, repo, whose) in daily {
-            let Some(cap) = cap else { continue };
-            let mine: Vec<(i64, u64)> = window
-                .iter()
-                .filter(|(r, _, _)| repo.is_none_or(|x| x == r))
-                .map(|(_, t, c)| (*t, *c))
-                .collect();
-            let spent: u64 = mine.iter().map(|(_, c)| c).sum();
+            let (Some(cap), Some(sums)) = (cap, sums) else {
+                continue;
+            };
+            let spent = match repo {
+                Some(_) => sums.repo,
+                None => sums.installation,
+            };
             if spent + a.cost > cap {
+                let mine = Self::day_window(&mut tx, a.installation, repo, now).await?;
                 self.leave_line(&mut tx, a.dispatch).await?;
                 tx.commit().await?;
                 let reason = if a.cost > cap {
@@ -195,17 +186,17 @@ impl SqlStore {
             .execute(&mut **tx)
             .await?;
         let flying = sqlx::query(
-            "SELECT op FROM spend WHERE installation = $1 AND ended_ms IS NULL AND at_ms > $2",
+            "SELECT op, COUNT(*) AS n FROM spend WHERE installation = $1 AND ended_ms IS NULL AND at_ms > $2 GROUP BY op",
         )
         .bind(a.installation)
         .bind(now - IN_FLIGHT_AT_MOST_MS)
         .fetch_all(&mut **tx)
         .await?;
-        let mut per_op: std::collections::HashMap<String, u64> = Default::default();
-        for r in &flying {
-            *per_op.entry(r.get::<String, _>("op")).or_default() += 1;
-        }
-        let in_flight = flying.len() as u64;
+        let per_op: std::collections::HashMap<String, u64> = flying
+            .iter()
+            .map(|r| (r.get::<String, _>("op"), r.get::<i64, _>("n").max(0) as u64))
+            .collect();
+        let in_flight: u64 = per_op.values().sum();
         let line = sqlx::query(
             "SELECT dispatch, op, since_ms FROM spend_waiting WHERE installation = $1 AND seen_ms > $2",
         )
@@ -241,6 +232,67 @@ impl SqlStore {
             ),
             until: None,
         }))
+    }
+
+    /// The last 24 hours' dispatches of the installation and of one of its
+    /// repositories, summed.
+    async fn day_sums(
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        installation: i64,
+        repo: &str,
+        now: i64,
+    ) -> Result<DayTotals, SqlError> {
+        let row = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(cost), 0) AS BIGINT) AS all_cost, \
+             CAST(COALESCE(SUM(CASE WHEN repo = $2 THEN cost ELSE 0 END), 0) AS BIGINT) AS repo_cost \
+             FROM spend WHERE installation = $1 AND at_ms > $3",
+        )
+        .bind(installation)
+        .bind(repo)
+        .bind(now - DAY_MS)
+        .fetch_one(&mut **tx)
+        .await?;
+        Ok(DayTotals {
+            installation: row.get::<i64, _>("all_cost").max(0) as u64,
+            repo: row.get::<i64, _>("repo_cost").max(0) as u64,
+        })
+    }
+
+    /// The last 24 hours' dispatches of the installation (or of one
+    /// repository of it), oldest first: (when, cost).
+    async fn day_window(
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        installation: i64,
+        repo: Option<&str>,
+        now: i64,
+    ) -> Result<Vec<(i64, u64)>, SqlError> {
+        let rows = sqlx::query(
+            "SELECT at_ms, cost FROM spend WHERE installation = $1 AND at_ms > $2 AND ($3 = '' OR repo = $3) ORDER BY at_ms",
+        )
+        .bind(installation)
+        .bind(now - DAY_MS)
+        .bind(repo.unwrap_or(""))
+        .fetch_all(&mut **tx)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<i64, _>("at_ms"),
+                    r.get::<i64, _>("cost").max(0) as u64,
+                )
+            })
+            .collect())
+    }
+
+    /// What the installation and one of its repositories dispatched in the
+    /// last 24 hours, for the status comment.
+    pub async fn spent_today(&self, installation: i64, repo: &str) -> Result<DayTotals, SqlError> {
+        let mut conn = self.connection().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let sums = Self::day_sums(&mut tx, installation, repo, now_ms()).await?;
+        tx.commit().await?;
+        Ok(sums)
     }
 
     async fn leave_line(
