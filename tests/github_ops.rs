@@ -1048,8 +1048,14 @@ async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
     s.add_repo(BLOG, PLAN, &format!("{SETTINGS}{tens}daily_budget: 20\n"));
     let second = s.fake.open_issue(REPO, "Ship the shop again");
     let blog = s.fake.open_issue(BLOG, "Ship the blog");
-    let (mut r1, mut r2, db) =
-        two_replicas(&s, &[("SUPERVISE_INSTALLATION_DAILY_BUDGET", "50")]).await;
+    let (mut r1, mut r2, db) = two_replicas(
+        &s,
+        &[
+            ("SUPERVISE_INSTALLATION_DAILY_BUDGET", "50"),
+            ("SUPERVISE_COSTS", "10,10,10"),
+        ],
+    )
+    .await;
     let start = |repo: &'static str, issue: i64| {
         let fake = s.fake.clone();
         async move {

@@ -95,15 +95,11 @@ fn no_way_of_failing_to_start_prints_a_secret() {
         ),
         (
             "unreachable database",
-            vec![
-                "--app-id",
-                "1",
-                "--database-url",
-                "postgres://u:p@127.0.0.1:1/x",
-            ],
+            vec!["--app-id", "1"],
             vec![
                 ("GITHUB_PRIVATE_KEY", CANARY_KEY),
                 ("GITHUB_WEBHOOK_SECRET", CANARY_SECRET),
+                ("DATABASE_URL", "postgres://u:p@127.0.0.1:1/x"),
             ],
         ),
         (
@@ -154,4 +150,25 @@ fn a_retention_shorter_than_githubs_redelivery_window_is_refused() {
         "{said}"
     );
     assert_clean(&said, "retention too short");
+}
+
+/// A secret on the command line is readable by any user of the machine (`ps`,
+/// `/proc/<pid>/cmdline`): the database URL (it may hold a password) and the
+/// Action's token are taken from the environment or a file only, and the
+/// flags that took them once are refused, saying where they go now.
+#[test]
+fn secrets_are_never_taken_as_flags() {
+    for (args, secret) in [
+        (["serve", "--database-url"], "postgres://u:PASSWORD@db/x"),
+        (["action", "--token"], "ghs_canary"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_supervise"))
+            .args(args)
+            .arg(secret)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} refused: {err}");
+        assert!(err.contains("unexpected argument"), "{err}");
+    }
 }

@@ -245,6 +245,29 @@ impl FakeGitHub {
         s.windows.clear();
     }
 
+    /// Marks `used` requests of the installation's current window as spent
+    /// (another App's work, say), opening the window if none is open.
+    pub fn use_rate_limit(&self, installation: u64, used: u64) {
+        let mut s = self.inner.lock();
+        let limit = s.limit;
+        let w = s
+            .windows
+            .entry(installation)
+            .or_insert_with(|| quota::fresh(limit, Instant::now()));
+        w.used = used;
+    }
+
+    /// What is left of the installation's current window.
+    pub fn rate_limit_remaining(&self, installation: u64) -> u64 {
+        let s = self.inner.lock();
+        let used = s
+            .windows
+            .get(&installation)
+            .filter(|w| Instant::now() < w.reset)
+            .map_or(0, |w| w.used);
+        s.limit.per_window.saturating_sub(used)
+    }
+
     /// Calls refused because their installation's rate-limit window was spent.
     pub fn refused_for_rate(&self) -> u64 {
         self.inner.lock().refused_for_rate

@@ -193,7 +193,7 @@ pub(crate) async fn layer(State(f): State<Shared>, mut req: Request, next: Next)
     res
 }
 
-fn fresh(limit: Limit, now: Instant) -> Window {
+pub(crate) fn fresh(limit: Limit, now: Instant) -> Window {
     Window {
         used: 0,
         reset: now + limit.window,

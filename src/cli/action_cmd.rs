@@ -18,14 +18,6 @@ use std::time::Duration;
 
 #[derive(Debug, Clone, Args)]
 pub struct ActionArgs {
-    /// The store: a SQLite file the Action keeps on its state branch.
-    #[arg(
-        long,
-        env = "SUPERVISE_DATABASE_URL",
-        default_value = "sqlite://.supervise-state/supervise.db?mode=rwc",
-        hide_env_values = true
-    )]
-    pub database_url: String,
     /// The event's name (set by GitHub Actions).
     #[arg(long, env = "GITHUB_EVENT_NAME")]
     pub event_name: String,
@@ -35,9 +27,6 @@ pub struct ActionArgs {
     /// The REST API base (set by Actions; GitHub Enterprise, or the fake GitHub in tests).
     #[arg(long, env = "GITHUB_API_URL", default_value = "https://api.github.com")]
     pub api_url: String,
-    /// The token the Action acts with (`GITHUB_TOKEN` or an App installation token).
-    #[arg(long, env = "SUPERVISE_TOKEN", hide_env_values = true)]
-    pub token: String,
     /// Bot logins whose commands are acted on (exact match).
     #[arg(long, env = "SUPERVISE_BOT_ALLOW_LIST", value_delimiter = ',')]
     pub bot_allow_list: Vec<String>,
@@ -124,15 +113,21 @@ async fn dispatch_as_comment(
 }
 
 pub fn run(args: ActionArgs) -> Result<i32> {
-    if args.token.trim().is_empty() {
+    // Secrets come from the environment (or a file it names), never from
+    // flags, which any user of the machine can read in `ps`.
+    let token = super::secret_from_env("SUPERVISE_TOKEN", None)?;
+    if token.trim().is_empty() {
         return Err(anyhow!(
             "SUPERVISE_TOKEN is empty: pass `token: ${{{{ github.token }}}}` (or an App token) to the action"
         ));
     }
+    let database_url = super::secret_from_env(
+        "SUPERVISE_DATABASE_URL",
+        Some("sqlite://.supervise-state/supervise.db?mode=rwc"),
+    )?;
     let payload = std::fs::read_to_string(&args.event_path)
         .with_context(|| format!("reading the event payload {}", args.event_path.display()))?;
-    if let Some(dir) = args
-        .database_url
+    if let Some(dir) = database_url
         .strip_prefix("sqlite://")
         .and_then(|p| p.split('?').next())
         .and_then(|p| std::path::Path::new(p).parent())
@@ -144,12 +139,12 @@ pub fn run(args: ActionArgs) -> Result<i32> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let store = SqlStore::connect(&args.database_url)
+        let store = SqlStore::connect(&database_url)
             .await
             .context("opening the Action's store")?;
         let github = Arc::new(GitHub::with_token(
             &args.api_url,
-            &SecretString::from(args.token.clone()),
+            &SecretString::from(token),
         )?);
         let ops = Operations::new(
             "github-action".into(),

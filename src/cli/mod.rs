@@ -249,6 +249,27 @@ pub struct PlanToolFlags {
     pub json: bool,
 }
 
+/// A secret the process is given by its environment: `NAME`, or the file
+/// `NAME_FILE` names (for secret stores that mount files). Never a flag:
+/// any user of the machine can read a process's arguments in `ps`.
+pub(crate) fn secret_from_env(name: &str, default: Option<&str>) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    if let Some(value) = std::env::var_os(name) {
+        return value
+            .into_string()
+            .map_err(|_| anyhow::anyhow!("{name} is not valid UTF-8"));
+    }
+    let file = format!("{name}_FILE");
+    if let Some(path) = std::env::var_os(&file) {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {file} ({})", PathBuf::from(&path).display()))?;
+        return Ok(text.trim_end_matches(['\n', '\r']).to_string());
+    }
+    default
+        .map(str::to_string)
+        .ok_or_else(|| anyhow::anyhow!("{name} is not set: give it in the environment, or the path of a file holding it in {file}"))
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Run { plan, flags } => run_cmd::run(plan.as_deref(), &flags, Mode::Run),

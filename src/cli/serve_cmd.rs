@@ -33,14 +33,6 @@ pub struct ServeArgs {
     /// The REST API base (GitHub Enterprise, or the fake GitHub in tests).
     #[arg(long, env = "GITHUB_API_URL", default_value = "https://api.github.com")]
     pub api_url: String,
-    /// `sqlite://supervise.db?mode=rwc` (default) or `postgres://…`.
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "sqlite://supervise.db?mode=rwc",
-        hide_env_values = true
-    )]
-    pub database_url: String,
     /// Bot logins whose commands are acted on (exact match); other bots are ignored.
     #[arg(long, env = "SUPERVISE_BOT_ALLOW_LIST", value_delimiter = ',')]
     pub bot_allow_list: Vec<String>,
@@ -77,6 +69,12 @@ pub struct ServeArgs {
     /// default). A dispatch that would pass it waits until the window allows.
     #[arg(long, env = "SUPERVISE_INSTALLATION_DAILY_BUDGET")]
     pub installation_daily_budget: Option<u64>,
+    /// What one dispatch of each tier costs against the caps above one
+    /// operation, as `haiku,sonnet,opus`. The operator's prices: a
+    /// repository's `costs:` in its settings shapes only its own operations'
+    /// `budget`, never what the installation's cap is charged.
+    #[arg(long, env = "SUPERVISE_COSTS", value_parser = parse_costs, default_value = "1,10,30")]
+    pub costs: [u64; 3],
     /// Agents in flight at once across all the operations of one
     /// installation, shared fairly between them.
     #[arg(long, env = "SUPERVISE_INSTALLATION_AGENTS", default_value_t = 20)]
@@ -197,7 +195,10 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
             private_key: SecretString::from(key),
             webhook_secrets: secrets,
             api_url: args.api_url,
-            database_url: args.database_url,
+            database_url: super::secret_from_env(
+                "DATABASE_URL",
+                Some("sqlite://supervise.db?mode=rwc"),
+            )?,
             bot_allow_list: args.bot_allow_list,
             workers: args.workers,
             per_installation: args.per_installation,
@@ -213,6 +214,7 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
             delivery_retention,
             limits: InstallationLimits {
                 daily_budget: args.installation_daily_budget,
+                costs: args.costs,
                 agents: Some(args.installation_agents.max(1)),
             },
             metrics: metrics_exporter_prometheus::PrometheusBuilder::new()
@@ -228,4 +230,38 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
         eprintln!("supervise serve stopped");
         Ok::<_, anyhow::Error>(0)
     })
+}
+
+/// `haiku,sonnet,opus`: three whole numbers, each at least 1 (a dispatch
+/// free of charge would let any number past a cap).
+fn parse_costs(text: &str) -> Result<[u64; 3], String> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    let [h, s, o] = parts.as_slice() else {
+        return Err(format!(
+            "`{text}`: give three costs, haiku,sonnet,opus (for example 1,10,30)"
+        ));
+    };
+    let one = |v: &str, tier: &str| -> Result<u64, String> {
+        match v.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(format!(
+                "`{v}` for {tier}: a cost is a whole number of at least 1"
+            )),
+        }
+    };
+    Ok([one(h, "haiku")?, one(s, "sonnet")?, one(o, "opus")?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_costs;
+
+    #[test]
+    fn operator_costs_are_three_whole_numbers_of_at_least_one() {
+        assert_eq!(parse_costs("1, 10,30"), Ok([1, 10, 30]));
+        for bad in ["", "1,10", "1,10,30,4", "0,10,30", "1,x,30", "-1,2,3"] {
+            let e = parse_costs(bad).unwrap_err();
+            assert!(e.contains('`'), "{bad}: {e}");
+        }
+    }
 }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use supervise::github::operation::OpTimings;
+use supervise::github::operation::{InstallationLimits, OpTimings};
 use supervise::server::run::{self, ServiceConfig};
 
 pub const REPO: &str = "acme/shop";
@@ -61,6 +61,8 @@ pub struct Setup {
     /// fake's disk writes (clones, pushes of every run) from delaying the
     /// service's fsyncs on a shared disk.
     pub github_dir: Option<std::sync::Arc<tempfile::TempDir>>,
+    /// The operator's caps above one operation (in-process door only).
+    pub limits: InstallationLimits,
 }
 
 impl Setup {
@@ -74,6 +76,7 @@ impl Setup {
             reconcile_secs: 1,
             without_plan: None,
             github_dir: None,
+            limits: InstallationLimits::default(),
         }
     }
 
@@ -89,6 +92,7 @@ impl Setup {
             reconcile_secs: 1,
             without_plan: Some((settings.into(), issue_body.into())),
             github_dir: None,
+            limits: InstallationLimits::default(),
         }
     }
 
@@ -102,6 +106,7 @@ impl Setup {
             reconcile_secs: 1,
             without_plan: None,
             github_dir: None,
+            limits: InstallationLimits::default(),
         }
     }
 
@@ -113,6 +118,12 @@ impl Setup {
     /// Seconds between reconciliations with GitHub (1 unless said).
     pub fn reconcile_secs(mut self, secs: u64) -> Setup {
         self.reconcile_secs = secs;
+        self
+    }
+
+    /// The operator's caps (the service's settings, not the repository's).
+    pub fn limits(mut self, limits: InstallationLimits) -> Setup {
+        self.limits = limits;
         self
     }
 
@@ -141,6 +152,7 @@ pub struct Story {
     pub tmp: tempfile::TempDir,
     pub issue: i64,
     _github_dir: Option<Arc<tempfile::TempDir>>,
+    limits: InstallationLimits,
 }
 
 impl Story {
@@ -196,6 +208,7 @@ impl Story {
             tmp,
             issue,
             _github_dir: setup.github_dir.clone(),
+            limits: setup.limits,
         };
         story.serve_up().await;
         story
@@ -228,12 +241,15 @@ impl Story {
                     .await
                     .unwrap();
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-                let config = in_process_config(
-                    &self.fake.url(),
-                    &self.db_url,
-                    self.lease_secs,
-                    self.reconcile_secs,
-                );
+                let config = ServiceConfig {
+                    limits: self.limits,
+                    ..in_process_config(
+                        &self.fake.url(),
+                        &self.db_url,
+                        self.lease_secs,
+                        self.reconcile_secs,
+                    )
+                };
                 let task = tokio::spawn(run::run(config, listener, async {
                     let _ = stopped.await;
                 }));

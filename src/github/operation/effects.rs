@@ -220,7 +220,9 @@ impl GitHubExecutor<'_> {
                 error: "cancelled before it was launched".into(),
             }]));
         }
-        let cost = state.map_or(0, |st| st.config.cost(order.tier));
+        // Charged at the operator's prices: a repository whose settings made
+        // every model free would otherwise pass the installation's cap.
+        let cost = ops.limits.cost(order.tier);
         let admitted = ops
             .store
             .admit(&Admission {

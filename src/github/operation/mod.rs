@@ -171,6 +171,9 @@ struct GhPlace {
     last_flush: Option<Instant>,
     last_text: String,
     last_reconcile: Option<Instant>,
+    /// Whether the status comment says the installation is near GitHub's
+    /// rate limit: a change either way is an edit to make.
+    slowed: bool,
     /// Heads waiting for the repository's CI to report at all (a gate's
     /// integration head, a finished run's sprint head): since when.
     ci_first_seen: HashMap<String, Instant>,
@@ -219,12 +222,32 @@ impl Failure for OpError {
 
 /// Caps above one operation, set by whoever runs the service (never by a
 /// repository, which could raise them): see `store::sql::spend`.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct InstallationLimits {
     /// What an installation's operations may dispatch in any 24 hours.
     pub daily_budget: Option<u64>,
     /// Agents in flight at once across an installation's operations.
     pub agents: Option<u64>,
+    /// What a dispatch of each tier (haiku, sonnet, opus) costs against
+    /// these caps: the operator's prices, whatever a repository's settings say.
+    pub costs: [u64; 3],
+}
+
+impl Default for InstallationLimits {
+    fn default() -> Self {
+        InstallationLimits {
+            daily_budget: None,
+            agents: None,
+            costs: crate::engine::EngineConfig::default().costs,
+        }
+    }
+}
+
+impl InstallationLimits {
+    /// What one dispatch of `tier` is charged against the caps.
+    pub fn cost(&self, tier: crate::engine::ModelTier) -> u64 {
+        self.costs[tier as usize]
+    }
 }
 
 pub struct Operations {
@@ -334,6 +357,7 @@ impl Operations {
                 last_flush: None,
                 last_text: String::new(),
                 last_reconcile: None,
+                slowed: false,
                 ci_first_seen: HashMap::new(),
                 awaiting_ci: HashMap::new(),
                 cancels: HashMap::new(),
@@ -465,6 +489,13 @@ impl Operations {
             Err(OpError::Busy(_)) => return Ok(()),
             r => r?,
         }
+        // Slowing down (or back up) is said at once, not a minute later.
+        let slowed = self.gh.is_short(live.place.ctx.installation);
+        let announce = slowed != live.place.slowed;
+        if announce {
+            live.place.slowed = slowed;
+            live.place.dirty = true;
+        }
         live.driver.queue.push_back(Input::Tick);
         self.drive(live).await?;
         let every = self.reconcile_every(live);
@@ -477,7 +508,7 @@ impl Operations {
             self.reconcile(live).await?;
             self.drive_with(live, true).await?;
         }
-        self.flush(live, false).await
+        self.flush(live, announce).await
     }
 
     /// Decides one input and carries out what follows; a refusal changes
