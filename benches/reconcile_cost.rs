@@ -11,7 +11,6 @@
 //! operations in flight per run (per installation); `BENCH_WINDOW_SECS=180`.
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::collections::BTreeMap;
