@@ -67,7 +67,14 @@ async fn one(ops: usize, window: Duration) -> String {
         "sqlite://{}?mode=rwc",
         tmp.path().join("supervise.db").display()
     );
-    let mut serve = support::spawn_serve(port, &fake.url(), &db, &[]);
+    // Every agent in flight at once: the installation's default cap of 20
+    // would hold the rest (and their runs would never be in progress).
+    let mut serve = support::spawn_serve(
+        port,
+        &fake.url(),
+        &db,
+        &[("SUPERVISE_INSTALLATION_AGENTS", "100000".to_string())],
+    );
     support::wait_listening(port).await;
     let issues: Vec<i64> = (0..ops)
         .map(|i| fake.open_issue(REPO, &format!("Operation {i}")))

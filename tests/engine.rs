@@ -705,6 +705,7 @@ fn a_held_dispatch_waits_with_its_clocks_stopped_and_killall_ends_it_without_a_f
         dispatch: docs.clone(),
         reason: "at most 2 agents".into(),
         until: None,
+        kind: HoldKind::Agents,
     })
     .unwrap();
     let d = sim
@@ -712,6 +713,7 @@ fn a_held_dispatch_waits_with_its_clocks_stopped_and_killall_ends_it_without_a_f
             dispatch: api.clone(),
             reason: "the installation's daily budget is 100×".into(),
             until: None,
+            kind: HoldKind::Budget,
         })
         .unwrap();
     let notices: Vec<_> = d
@@ -734,9 +736,16 @@ fn a_held_dispatch_waits_with_its_clocks_stopped_and_killall_ends_it_without_a_f
             dispatch: api.clone(),
             reason: "the installation's daily budget is 100×".into(),
             until: None,
+            kind: HoldKind::Budget,
         })
         .unwrap();
     assert!(again.events.is_empty() && again.effects.is_empty());
+    // Held, nothing runs and nothing is spent: the status says so.
+    assert_eq!(sim.st().cost_spent, 0, "held dispatches are not spent");
+    assert!(sim.st().cost_held > 0);
+    let table = report::status_table(sim.st(), sim.now);
+    assert!(table.contains("Active agents: 0"), "{table}");
+    assert!(table.contains("cost so far 0×"), "{table}");
     // Hours pass: neither the stall timeout nor the wall-clock cap fires on it.
     for _ in 0..12 {
         sim.advance(1800);
@@ -753,6 +762,8 @@ fn a_held_dispatch_waits_with_its_clocks_stopped_and_killall_ends_it_without_a_f
         dispatch: api.clone(),
     })
     .unwrap();
+    let api_cost = sim.st().cost_spent;
+    assert!(api_cost > 0, "launched: spent");
     sim.advance(590);
     sim.send(Input::AgentActivity {
         dispatch: api.clone(),
@@ -774,6 +785,68 @@ fn a_held_dispatch_waits_with_its_clocks_stopped_and_killall_ends_it_without_a_f
     let sp = &sim.unit("docs").sprints[0];
     assert_eq!(sp.failures, 0, "cancelled before launch is no failure");
     assert_eq!(sp.history.last().unwrap().outcome, "terminated");
+    assert_eq!(sim.st().cost_held, 0);
+    assert_eq!(
+        sim.st().cost_spent,
+        api_cost,
+        "the one never launched costs nothing"
+    );
+}
+
+/// However many sprints wait for the same cap, people are told once; a
+/// sprint that moves from waiting for a slot to waiting for the daily budget
+/// (hours, not minutes) is news, told once more.
+#[test]
+fn one_notice_per_cap_however_many_sprints_wait() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    let api = sim.order_for("api").dispatch;
+    let docs = sim.order_for("docs").dispatch;
+    let notices = |d: &Decision| {
+        d.effects
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Effect::Notify {
+                        kind: NoticeKind::Held,
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    let hold = |sim: &mut Sim, d: &DispatchId, reason: &str, kind| {
+        sim.send(Input::DispatchHeld {
+            dispatch: d.clone(),
+            reason: reason.into(),
+            until: None,
+            kind,
+        })
+        .unwrap()
+    };
+    let first = hold(
+        &mut sim,
+        &api,
+        "20 agents in flight; 0 waiting ahead",
+        HoldKind::Agents,
+    );
+    assert_eq!(notices(&first), 1);
+    let second = hold(
+        &mut sim,
+        &docs,
+        "20 agents in flight; 1 waiting ahead",
+        HoldKind::Agents,
+    );
+    assert_eq!(notices(&second), 0, "the same cap: already said");
+    let moved = hold(&mut sim, &docs, "the daily budget is 50×", HoldKind::Budget);
+    assert_eq!(notices(&moved), 1, "a longer wait is news");
+    let follows = hold(
+        &mut sim,
+        &api,
+        "the daily budget is 50×; 50× spent",
+        HoldKind::Budget,
+    );
+    assert_eq!(notices(&follows), 0);
 }
 
 // ---- property tests ------------------------------------------------------------
@@ -837,7 +910,7 @@ proptest! {
                 Step::Hold(i) => {
                         let out = sim.out();
                         if let Some(o) = out.get(i % out.len().max(1)) {
-                            let _ = sim.send(Input::DispatchHeld { dispatch: o.dispatch.clone(), reason: "the daily budget".into(), until: None });
+                            let _ = sim.send(Input::DispatchHeld { dispatch: o.dispatch.clone(), reason: "the daily budget".into(), until: None, kind: HoldKind::Budget });
                         }
                 }
                 Step::AddWork(dep, n) => {
@@ -872,6 +945,9 @@ proptest! {
                 }
                 prop_assert!(u.sprints.iter().filter(|s| s.active.is_some()).count() <= 1);
             }
+            // What held dispatches would cost is exactly what is set apart.
+            let held_now: u64 = sim.st().units.iter().flat_map(|u| &u.sprints).filter_map(|s| s.active.as_ref()).filter(|a| a.held.is_some()).map(|a| a.cost).sum();
+            prop_assert_eq!(sim.st().cost_held, held_now);
             prop_assert!(sim.st().active_count() <= cap as usize + 2, "cap respected (killed agents may linger until they report)");
             // What the state keeps between decisions (the graph, the
             // remaining paths) is what a state without it, as read back

@@ -234,3 +234,27 @@ async fn a_repository_cannot_make_dispatches_free_against_the_operators_cap() {
         "two dispatches of a 2× cap at haiku's 1×, whatever the repository says"
     );
 }
+
+/// Three sprints held by the installation's agent cap: one notice on the
+/// issue says that agents wait, not one per sprint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sprints_held_by_a_cap_make_one_notice_not_one_each() {
+    let limits = InstallationLimits {
+        agents: Some(1),
+        ..Default::default()
+    };
+    let s = Story::start(Setup::operation(FOUR, "").limits(limits)).await;
+    s.fake.add_file(REPO, ".github/supervise.yml", SETTINGS);
+    s.say("/supervise start").await;
+    s.until("every sprint done", 120, |s| {
+        s.status_comment().contains("status: completed")
+    })
+    .await;
+    let waits: Vec<String> = s
+        .bot_comments(s.issue)
+        .into_iter()
+        .filter(|c| c.contains("wait to be launched"))
+        .collect();
+    assert_eq!(waits.len(), 1, "{waits:#?}");
+    assert_eq!(s.fake.runs(REPO).len(), 4);
+}

@@ -5,6 +5,7 @@
 mod support;
 
 use std::time::Duration;
+use supervise::engine::HoldKind;
 use supervise::store::sql::{Intake, SqlStore};
 
 fn sqlite_url(dir: &tempfile::TempDir) -> String {
@@ -484,7 +485,11 @@ async fn a_held_dispatch_is_told_when_the_window_allows_it() {
         .await
         .unwrap()[0]
         .at;
-    let Admitted::Held { reason, until } = s
+    let Admitted::Held {
+        reason,
+        until,
+        kind: HoldKind::Budget,
+    } = s
         .admit(&ask("x4", "acme/shop", "x", 10, caps))
         .await
         .unwrap()
@@ -496,7 +501,11 @@ async fn a_held_dispatch_is_told_when_the_window_allows_it() {
         "{reason}"
     );
     assert_eq!(until, Some(first + chrono::Duration::days(1)));
-    let Admitted::Held { reason, until } = s
+    let Admitted::Held {
+        reason,
+        until,
+        kind: HoldKind::Budget,
+    } = s
         .admit(&ask("x5", "acme/shop", "x", 40, caps))
         .await
         .unwrap()

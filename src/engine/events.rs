@@ -154,6 +154,8 @@ pub enum Input {
         reason: String,
         /// When the cap should allow it, if known.
         until: Option<DateTime<Utc>>,
+        /// Which cap.
+        kind: HoldKind,
     },
     /// A held dispatch was launched after all: its clocks start now.
     DispatchReleased {
@@ -218,6 +220,20 @@ pub enum Input {
 pub struct Hold {
     pub reason: String,
     pub until: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub kind: HoldKind,
+}
+
+/// Which cap above the operation holds a dispatch: people are told once per
+/// operation and cap, however many sprints it holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldKind {
+    /// Agents in flight across the installation's operations.
+    #[default]
+    Agents,
+    /// A daily budget (the installation's or the repository's).
+    Budget,
 }
 
 /// A record of one finished dispatch, kept for reports.

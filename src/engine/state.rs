@@ -155,6 +155,9 @@ pub struct ActiveDispatch {
     /// Not launched yet: a cap above the operation holds it (its clocks wait).
     #[serde(default)]
     pub held: Option<Hold>,
+    /// What it costs: spent once it is launched, not while it is held.
+    #[serde(default)]
+    pub cost: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -316,7 +319,13 @@ pub struct OperationState {
     pub finished_at: Option<DateTime<Utc>>,
     pub units: Vec<UnitRun>,
     pub decisions: Vec<DecisionEntry>,
+    /// What launched dispatches cost.
     pub cost_spent: u64,
+    /// What dispatches decided but held by a cap above the operation would
+    /// cost: not spent (nothing runs), but promised, so the operation's own
+    /// budget counts it.
+    #[serde(default)]
+    pub cost_held: u64,
     pub gates: Vec<Gate>,
     pub stop_ticks: u32,
     /// Events applied so far (a replay check and a cheap change counter).
@@ -453,11 +462,27 @@ impl OperationState {
             .map_or_else(|| crate::text::slug(name), |u| u.slug.clone())
     }
 
+    /// Dispatches out, launched or held: each takes a place under `max_parallel`.
     pub fn active_count(&self) -> usize {
         self.units
             .iter()
             .map(|u| u.sprints.iter().filter(|s| s.active.is_some()).count())
             .sum()
+    }
+
+    /// Agents launched and not finished: what people call active agents (a
+    /// held dispatch runs nothing yet).
+    pub fn launched_count(&self) -> usize {
+        self.units
+            .iter()
+            .flat_map(|u| u.sprints.iter())
+            .filter(|s| s.active.as_ref().is_some_and(|a| a.held.is_none()))
+            .count()
+    }
+
+    /// What the operation has spent and promised: its budget counts both.
+    pub fn cost_committed(&self) -> u64 {
+        self.cost_spent + self.cost_held
     }
 
     pub fn find_dispatch(&self, id: &DispatchId) -> Option<(usize, usize)> {
@@ -592,6 +617,7 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
             finished_at: None,
             decisions: Vec::new(),
             cost_spent: 0,
+            cost_held: 0,
             gates: Vec::new(),
             stop_ticks: 0,
             version: 1,
@@ -660,6 +686,7 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                     stall_warned: false,
                     cancel: None,
                     held: None,
+                    cost: *cost,
                 });
             }
         }
@@ -672,17 +699,29 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
         Event::DispatchHeld {
             unit, sprint, hold, ..
         } => {
+            let mut moved = 0;
             if let Some(a) = sprint_mut(st, *unit, *sprint).and_then(|s| s.active.as_mut()) {
+                if a.held.is_none() {
+                    moved = a.cost;
+                }
                 a.held = Some(hold.clone());
             }
+            st.cost_spent = st.cost_spent.saturating_sub(moved);
+            st.cost_held += moved;
         }
         Event::DispatchReleased { unit, sprint, at } => {
+            let mut moved = 0;
             if let Some(a) = sprint_mut(st, *unit, *sprint).and_then(|s| s.active.as_mut()) {
+                if a.held.is_some() {
+                    moved = a.cost;
+                }
                 a.held = None;
                 a.dispatched_at = *at;
                 a.last_activity = *at;
                 a.stall_warned = false;
             }
+            st.cost_held = st.cost_held.saturating_sub(moved);
+            st.cost_spent += moved;
         }
         Event::StallWarned { unit, sprint, .. } => {
             if let Some(a) = sprint_mut(st, *unit, *sprint).and_then(|s| s.active.as_mut()) {
@@ -704,13 +743,19 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
             sprint,
             record,
         } => {
+            let mut never_launched = 0;
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                // Closed while held (cancelled before launch): never spent.
+                if let Some(a) = s.active.as_ref().filter(|a| a.held.is_some()) {
+                    never_launched = a.cost;
+                }
                 s.active = None;
                 s.history.push(record.clone());
                 if !record.uncommitted.is_empty() {
                     s.uncommitted = record.uncommitted.clone();
                 }
             }
+            st.cost_held = st.cost_held.saturating_sub(never_launched);
             st.stop_ticks = 0;
         }
         Event::FailureCounted {

@@ -634,6 +634,28 @@ impl Repo<'_> {
             .map(|_| ())
     }
 
+    /// The comment carrying `marker`, edited to say `body` (unless it does
+    /// already), or made if there is none.
+    pub async fn upsert_comment(
+        &self,
+        issue: i64,
+        since: Option<&str>,
+        marker: &str,
+        body: &str,
+    ) -> Result<(), GitHubError> {
+        let text = format!("{body}\n\n{marker}");
+        match self
+            .comments(issue, since)
+            .await?
+            .into_iter()
+            .find(|(_, b)| b.contains(marker))
+        {
+            Some((_, old)) if old == text => Ok(()),
+            Some((id, _)) => self.edit_comment(id, &text).await,
+            None => self.comment(issue, &text).await.map(|_| ()),
+        }
+    }
+
     pub async fn edit_comment(&self, id: i64, body: &str) -> Result<(), GitHubError> {
         self.gh
             .patch(

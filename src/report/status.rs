@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use std::fmt::Write as _;
 
 fn next_event(st: &OperationState) -> String {
-    let active = st.active_count();
+    let active = st.launched_count();
     match st.status {
         OverallStatus::Completed => "operation complete".into(),
         OverallStatus::Blocked => "waiting for intervention (resume a BLOCKED unit)".into(),
@@ -61,9 +61,13 @@ pub fn status_table_linked(
         ),
         None => String::new(),
     };
+    let held = match st.cost_held {
+        0 => String::new(),
+        h => format!(" · {h}× more waiting to launch"),
+    };
     let _ = writeln!(
         out,
-        "{} · status: {} · running {running} · cost so far {}×{budget}\n",
+        "{} · status: {} · running {running} · cost so far {}×{held}{budget}\n",
         st.name, st.status, st.cost_spent
     );
     if let Some(w) = &st.workflow {
@@ -123,7 +127,7 @@ pub fn status_table_linked(
         );
     }
     let blocked = st.blocked_units().count();
-    let _ = writeln!(out, "\nActive agents: {}", st.active_count());
+    let _ = writeln!(out, "\nActive agents: {}", st.launched_count());
     for u in &st.units {
         for s in &u.sprints {
             if let Some(a) = &s.active {

@@ -5,19 +5,16 @@
 use super::*;
 
 impl Decider<'_> {
-    /// A dispatch waits for a cap above the operation: said once when the hold
-    /// begins (and again if its reason changes), never per retry.
-    pub(super) fn held(
-        &mut self,
-        dispatch: &DispatchId,
-        reason: String,
-        until: Option<DateTime<Utc>>,
-    ) -> Result<(), Refusal> {
+    /// A dispatch waits for a cap above the operation. People are told once
+    /// per operation and cap — when the first sprint starts waiting for it,
+    /// or a sprint moves from one cap to another (from an agent slot to the
+    /// daily budget, whose wait is hours) — never once per held sprint or
+    /// per retry; the decision log has every sprint.
+    pub(super) fn held(&mut self, dispatch: &DispatchId, hold: Hold) -> Result<(), Refusal> {
         let (u, s) = self.find(dispatch)?;
         let Some(active) = self.sprint(u, s).active.clone() else {
             return Ok(());
         };
-        let hold = Hold { reason, until };
         if active.cancel.is_some()
             || active
                 .held
@@ -26,7 +23,15 @@ impl Decider<'_> {
         {
             return Ok(());
         }
-        let first = active.held.is_none();
+        let new_cap = active.held.as_ref().map(|h| h.kind) != Some(hold.kind);
+        let others_wait_for_it = self
+            .st()
+            .units
+            .iter()
+            .flat_map(|unit| unit.sprints.iter())
+            .filter_map(|sp| sp.active.as_ref())
+            .filter(|a| a.id != *dispatch)
+            .any(|a| a.held.as_ref().is_some_and(|h| h.kind == hold.kind));
         self.emit(Event::DispatchHeld {
             unit: u,
             sprint: s,
@@ -44,13 +49,13 @@ impl Decider<'_> {
             format!("Sprint {id} agent waits to be launched"),
             format!("{}; resumes by itself {when}", hold.reason),
         );
-        if first {
+        if new_cap && !others_wait_for_it {
             let unit = self.st().units[u].name.clone();
             self.effects.push(Effect::Notify {
                 kind: NoticeKind::Held,
                 unit: None,
                 text: format!(
-                    "{unit} Sprint {id} waits to be launched: {}. It resumes by itself {when}; nothing is spent meanwhile.",
+                    "Agents wait to be launched, {unit} Sprint {id} first: {}. They resume by themselves {when}; nothing is spent meanwhile. The status table lists every sprint that waits.",
                     hold.reason
                 ),
             });
@@ -409,6 +414,7 @@ impl Decider<'_> {
             stall_warned: false,
             cancel: None,
             held: None,
+            cost: 0,
         };
         let report = AgentReport {
             turns_used: last.turns,

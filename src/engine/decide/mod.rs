@@ -140,7 +140,15 @@ pub fn decide_mut(
             dispatch,
             reason,
             until,
-        } => c.held(&dispatch, reason, until)?,
+            kind,
+        } => c.held(
+            &dispatch,
+            Hold {
+                reason,
+                until,
+                kind,
+            },
+        )?,
         Input::DispatchReleased { dispatch } => {
             let (u, s) = c.find(&dispatch)?;
             if c.sprint(u, s)

@@ -163,7 +163,7 @@ impl Decider<'_> {
             }
             let cost = st.config.cost(tier);
             if let Some(budget) = st.config.budget {
-                if st.cost_spent + cost > budget {
+                if st.cost_committed() + cost > budget {
                     self.drain_for_budget(budget, cost);
                     return;
                 }
@@ -242,7 +242,7 @@ impl Decider<'_> {
     }
 
     pub(super) fn drain_for_budget(&mut self, budget: u64, next: u64) {
-        let spent = self.st().cost_spent;
+        let spent = self.st().cost_committed();
         for u in 0..self.st().units.len() {
             if self.st().units[u].status == UnitStatus::Running {
                 self.unit_to(u, UnitStatus::Stopping, "budget reached");

@@ -138,12 +138,20 @@ impl GitHubExecutor<'_> {
                 }]))
             }
             Effect::Notify { kind, unit, text } => {
-                let marker = report::github::notice_marker(op, &p.key.to_string());
                 let body = format!(
                     "{}{}",
                     report::notice_prefix(*kind),
                     report::github::as_comment_commands(text)
                 );
+                // One notice per operation says that agents wait: edited
+                // when the reason changes, never a comment per held sprint.
+                if *kind == NoticeKind::Held {
+                    let marker = report::github::notice_marker(op, "held");
+                    repo.upsert_comment(ctx.issue, Some(&ctx.started_at), &marker, &body)
+                        .await?;
+                    return Ok(Outcome::Done(vec![]));
+                }
+                let marker = report::github::notice_marker(op, &p.key.to_string());
                 repo.comment_once(ctx.issue, Some(&ctx.started_at), &marker, &body)
                     .await?;
                 if let (NoticeKind::Blocked, Some(u)) = (kind, unit) {
@@ -242,11 +250,17 @@ impl GitHubExecutor<'_> {
                     .saturating_add(30_000),
             })
             .await?;
-        if let Admitted::Held { reason, until } = admitted {
+        if let Admitted::Held {
+            reason,
+            until,
+            kind,
+        } = admitted
+        {
             return Ok(Outcome::Wait(vec![Input::DispatchHeld {
                 dispatch: d.clone(),
                 reason,
                 until,
+                kind,
             }]));
         }
         let first_of_sprint = state

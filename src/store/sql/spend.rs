@@ -10,6 +10,7 @@
 //! replayed effect never spends twice.
 
 use super::{now_ms, SqlError, SqlStore};
+use crate::engine::HoldKind;
 use crate::report::{DayTotals, SpendRecord};
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::Row;
@@ -55,6 +56,7 @@ pub enum Admitted {
     Held {
         reason: String,
         until: Option<DateTime<Utc>>,
+        kind: HoldKind,
     },
 }
 
@@ -144,6 +146,7 @@ impl SqlStore {
                 return Ok(Admitted::Held {
                     reason,
                     until: fits_at(&mine, spent, a.cost, cap),
+                    kind: HoldKind::Budget,
                 });
             }
         }
@@ -231,6 +234,7 @@ impl SqlStore {
                 place.saturating_sub(free)
             ),
             until: None,
+            kind: HoldKind::Agents,
         }))
     }
 
