@@ -1,4 +1,5 @@
-//! Small text helpers shared by the plan reader and the command parsers.
+//! Small text helpers shared by the plan reader, the command parsers and
+//! what is published.
 
 /// Edit distance between two short strings (for "did you mean …" answers), with
 /// a swap of two neighbouring letters counted as one edit — the commonest typo.
@@ -298,5 +299,108 @@ mod tests {
                 "{:?} in {:?}", needle, hay
             );
         }
+    }
+}
+
+/// `text` with every `@name` outside code made inert: a word joiner after
+/// the `@` keeps GitHub from notifying `name` (or a team), while the text
+/// reads the same. Every body and title the App writes passes through it:
+/// a plan's unit names, an agent's output or an issue's words must never
+/// ping people. Code (fenced blocks, inline spans) is left as it is — GitHub
+/// does not notify from code, and code is shown verbatim.
+pub fn inert_mentions(text: &str) -> String {
+    use pulldown_cmark::{Event, Parser, Tag, TagEnd};
+    if !text.contains('@') {
+        return text.to_string();
+    }
+    // Where the text is prose, as GitHub's Markdown reader sees it: code
+    // spans and code blocks are not, and a hand-made scanner of backticks
+    // gets CommonMark's rules for them wrong.
+    let mut at = Vec::new();
+    let mut in_block = false;
+    for (e, range) in Parser::new(text).into_offset_iter() {
+        match e {
+            Event::Start(Tag::CodeBlock(_)) => in_block = true,
+            Event::End(TagEnd::CodeBlock) => in_block = false,
+            Event::Text(_) if !in_block => {
+                let prose = &text[range.clone()];
+                let mut prev: Option<char> = text[..range.start].chars().next_back();
+                let mut chars = prose.char_indices().peekable();
+                while let Some((i, c)) = chars.next() {
+                    if c == '@'
+                        && !prev.is_some_and(char::is_alphanumeric)
+                        && chars.peek().is_some_and(|(_, n)| n.is_alphanumeric())
+                    {
+                        at.push(range.start + i + 1);
+                    }
+                    prev = Some(c);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = String::with_capacity(text.len() + 3 * at.len());
+    let mut from = 0;
+    for i in at {
+        out.push_str(&text[from..i]);
+        out.push('\u{2060}');
+        from = i;
+    }
+    out.push_str(&text[from..]);
+    out
+}
+
+#[cfg(test)]
+mod mention_tests {
+    use super::inert_mentions;
+    use proptest::prelude::*;
+
+    /// A mention GitHub would notify: `@` then a letter or digit, in text
+    /// outside code, not part of a word (an e-mail address is not one).
+    fn live_mentions(markdown: &str) -> Vec<String> {
+        use pulldown_cmark::{Event, Tag, TagEnd};
+        let mut found = Vec::new();
+        let mut in_block = false;
+        for e in pulldown_cmark::Parser::new(markdown) {
+            match &e {
+                Event::Start(Tag::CodeBlock(_)) => in_block = true,
+                Event::End(TagEnd::CodeBlock) => in_block = false,
+                _ => {}
+            }
+            if let (Event::Text(t), false) = (e, in_block) {
+                let chars: Vec<char> = t.chars().collect();
+                for (i, c) in chars.iter().enumerate() {
+                    let before_ok = i == 0 || !chars[i - 1].is_alphanumeric();
+                    if *c == '@'
+                        && before_ok
+                        && chars.get(i + 1).is_some_and(|n| n.is_alphanumeric())
+                    {
+                        found.push(t.to_string());
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    proptest! {
+        /// Whatever the text, nothing in it can notify anyone afterwards, and
+        /// it reads the same (only word joiners were added).
+        #[test]
+        fn no_mention_survives_and_nothing_else_changes(
+            text in "(@[a-z]{1,6}|`[^`\n]{0,6}`|\n```\n|[ a-z.@|\n-]{0,5}){0,12}"
+        ) {
+            let out = inert_mentions(&text);
+            prop_assert!(live_mentions(&out).is_empty(), "{:?} → {:?}", text, out);
+            prop_assert_eq!(out.replace('\u{2060}', ""), text);
+        }
+    }
+
+    #[test]
+    fn unit_names_and_agent_words_ping_nobody_but_code_is_kept() {
+        let out =
+            inert_mentions("| @alice's unit | @org/team | `@keep` | mail a@b.c\n```\n@fenced\n```");
+        assert!(live_mentions(&out).is_empty(), "{out}");
+        assert!(out.contains("`@keep`") && out.contains("\n@fenced\n") && out.contains("a@b.c"));
     }
 }

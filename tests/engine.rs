@@ -1132,9 +1132,25 @@ fn failure_words_count_only_in_the_agents_own_unnegated_words() {
         "The log said:\n> error: old message\nThat is fixed now.",
         "```\nerror[E0425]: cannot find value\n```\nFixed it and committed.",
         "Nothing remaining; the guide is done.",
+        "Done. I also improved the error handling.",
+        "Done; the failed login attempts are now logged and the error messages say why.",
     ] {
         assert_eq!(said(fine), Outcome::Completed, "{fine:?}");
     }
+    // A failure word naming a kind of thing is what the agent worked on, for
+    // each such noun; alone at the end of a sentence it still fails.
+    for noun in [
+        "handling",
+        "messages",
+        "paths",
+        "types",
+        "reporting",
+        "codes",
+    ] {
+        let text = format!("Done. I reworked the error {noun}.");
+        assert_eq!(said(&text), Outcome::Completed, "{text:?}");
+    }
+    assert!(matches!(said("Done, then an error."), Outcome::Partial(_)));
     assert!(matches!(
         said("The build failed twice and I could not fix it."),
         Outcome::Partial(_)

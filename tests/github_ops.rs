@@ -882,7 +882,7 @@ async fn an_operation_starts_from_a_workflow_dispatch() {
     s.until("the reader's refusal", 60, |s| {
         s.bot_comments(s.issue)
             .iter()
-            .any(|c| c.contains("Sorry @rex"))
+            .any(|c| c.contains("Sorry rex"))
     })
     .await;
     fake_github::send_webhook(

@@ -35,7 +35,7 @@ async fn a_maintainers_status_is_answered_and_a_readers_start_is_refused() {
         .comment(REPO, 2, "rex", "/supervise start", false)
         .await;
     let replies = h.replies_after(2, 1).await;
-    assert_eq!(replies[0].lines().next().unwrap(), "Sorry @rex, `/supervise start` needs **write** access to this repository or more; you have **read**.");
+    assert_eq!(replies[0].lines().next().unwrap(), "Sorry rex, `/supervise start` needs **write** access to this repository or more; you have **read**.");
 
     h.fake
         .comment(REPO, 3, "mia", "Let's go.\n/supervise start\n", false)
@@ -306,7 +306,7 @@ async fn a_repository_sets_its_own_permissions_and_bots() {
         .await;
     let r = h.replies_after(1, 1).await;
     assert!(
-        r[0].starts_with("Sorry @rex, `/supervise status` needs **write** access"),
+        r[0].starts_with("Sorry rex, `/supervise status` needs **write** access"),
         "{r:?}"
     );
     h.fake

@@ -138,7 +138,7 @@ pub fn authorise(
     match permission {
         Ok(p) if p >= need => Verdict::Allowed,
         Ok(p) => Verdict::Refused(format!(
-            "Sorry @{}, `/supervise {}` needs **{}** access to this repository or more; you have **{}**.",
+            "Sorry {}, `/supervise {}` needs **{}** access to this repository or more; you have **{}**.",
             actor.login,
             cmd.name(),
             need,
@@ -146,7 +146,7 @@ pub fn authorise(
         )),
         Err(e) => {
             tracing::warn!(login = actor.login, error = %e, "permission check failed; refusing");
-            Verdict::Refused(format!("Sorry @{}, I could not check your permission on this repository just now, so I did not act. Please try again in a minute.", actor.login))
+            Verdict::Refused(format!("Sorry {}, I could not check your permission on this repository just now, so I did not act. Please try again in a minute.", actor.login))
         }
     }
 }

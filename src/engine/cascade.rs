@@ -85,8 +85,65 @@ fn prose_words(text: &str) -> Vec<String> {
     words
 }
 
+/// Nouns a failure word can name the kind of, as in "the error handling" or
+/// "failed login attempts": then it says what the agent worked on, not that
+/// its work failed.
+const NAMED_BY_FAILURE: &[&str] = &[
+    "handling",
+    "handler",
+    "handlers",
+    "message",
+    "messages",
+    "case",
+    "cases",
+    "path",
+    "paths",
+    "type",
+    "types",
+    "code",
+    "codes",
+    "reporting",
+    "report",
+    "reports",
+    "page",
+    "pages",
+    "state",
+    "states",
+    "log",
+    "logs",
+    "logging",
+    "check",
+    "checks",
+    "branch",
+    "branches",
+    "recovery",
+    "output",
+    "variant",
+    "variants",
+    "enum",
+    "class",
+    "classes",
+    "attempt",
+    "attempts",
+    "login",
+    "logins",
+    "request",
+    "requests",
+    "job",
+    "jobs",
+    "text",
+    "tests",
+    "test",
+    "response",
+    "responses",
+    "status",
+    "boundary",
+    "boundaries",
+];
+
 /// §5a: the last signal in the agent's own words wins; a negated one ("no
-/// errors") is no signal at all.
+/// errors") is no signal at all, and neither is a failure word naming a kind
+/// of thing ("improved the error handling").
 fn output_signal(text: &str) -> Option<Signal> {
     let words = prose_words(text);
     let negated = |at: usize| {
@@ -94,18 +151,27 @@ fn output_signal(text: &str) -> Option<Signal> {
             .iter()
             .any(|w| NEGATIONS.contains(&w.as_str()) || w.ends_with("n't"))
     };
+    let attributive = |at: usize, sig: Signal, len: usize| {
+        sig == Signal::Failure
+            && len == 1
+            && words
+                .get(at + 1)
+                .is_some_and(|w| NAMED_BY_FAILURE.contains(&w.as_str()))
+    };
     let mut last = None;
     for i in 0..words.len() {
         for (sig, phrases) in SIGNALS {
-            let hit = phrases.iter().any(|p| {
+            let hit = phrases.iter().find(|p| {
                 let mut n = 0;
                 p.split(' ').all(|w| {
                     n += 1;
                     words.get(i + n - 1).is_some_and(|x| x == w)
                 })
             });
-            if hit && !negated(i) {
-                last = Some(sig);
+            if let Some(p) = hit {
+                if !negated(i) && !attributive(i, sig, p.split(' ').count()) {
+                    last = Some(sig);
+                }
             }
         }
     }

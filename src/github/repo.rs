@@ -36,7 +36,12 @@ pub const MAX_CHECK_CHARS: usize = 65_535;
 /// `text` cut to at most `max` characters (GitHub counts characters) with a
 /// note saying so; a trailing `<!-- … -->` marker line is kept, since replies
 /// and status comments are found again by it.
+///
+/// Every body the App writes passes through here, so it is also where
+/// mentions are made inert ([`crate::text::inert_mentions`]).
 pub fn fit(text: &str, max: usize) -> String {
+    let inert = crate::text::inert_mentions(text);
+    let text = inert.as_str();
     if text.chars().count() <= max {
         return text.to_string();
     }
@@ -360,7 +365,7 @@ impl Repo<'_> {
         let made = self
             .post::<answers::Pull>(
                 "/pulls",
-                json!({ "title": title, "head": head, "base": base, "body": fit(body, MAX_BODY_CHARS) }),
+                json!({ "title": crate::text::inert_mentions(title), "head": head, "base": base, "body": fit(body, MAX_BODY_CHARS) }),
             )
             .await;
         match made {
@@ -384,7 +389,7 @@ impl Repo<'_> {
         let made: answers::Pull = self
             .post(
                 "/pulls",
-                json!({ "title": title, "head": head, "base": base, "body": fit(body, MAX_BODY_CHARS) }),
+                json!({ "title": crate::text::inert_mentions(title), "head": head, "base": base, "body": fit(body, MAX_BODY_CHARS) }),
             )
             .await?;
         Ok(made.number)
@@ -511,7 +516,7 @@ impl Repo<'_> {
         let made: answers::Issue = self
             .post(
                 "/issues",
-                json!({ "title": title, "body": fit(body, MAX_BODY_CHARS), "labels": labels }),
+                json!({ "title": crate::text::inert_mentions(title), "body": fit(body, MAX_BODY_CHARS), "labels": labels }),
             )
             .await?;
         Ok((made.number, made.id))
