@@ -945,6 +945,11 @@ proptest! {
                 }
                 prop_assert!(u.sprints.iter().filter(|s| s.active.is_some()).count() <= 1);
             }
+            // The table's count of blocked units is the rows it shows BLOCKED.
+            let table = report::status_table(sim.st(), sim.now);
+            let rows = table.lines().filter(|l| l.split('|').nth(3).is_some_and(|c| c.trim() == "BLOCKED")).count();
+            let said = table.lines().find_map(|l| l.strip_prefix("Blocked work units: ")).and_then(|n| n.trim().parse::<usize>().ok());
+            prop_assert_eq!(said, Some(rows), "{}", table);
             // What held dispatches would cost is exactly what is set apart.
             let held_now: u64 = sim.st().units.iter().flat_map(|u| &u.sprints).filter_map(|s| s.active.as_ref()).filter(|a| a.held.is_some()).map(|a| a.cost).sum();
             prop_assert_eq!(sim.st().cost_held, held_now);

@@ -291,6 +291,11 @@ async fn a_flaky_sprint_is_retried_stronger_and_a_doomed_one_blocks_until_resume
     )
     .await;
     assert_eq!(s.runs_of("/web/").len(), 1);
+    let resumed = s.unit_issue("api").unwrap();
+    assert!(
+        !resumed.labels.contains(&"blocked".to_string()),
+        "resumed and completed, the unit is no longer labelled blocked: {resumed:#?}"
+    );
     s.assert_no_double_dispatch();
 }
 

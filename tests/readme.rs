@@ -99,3 +99,66 @@ fn the_shell_splitter_keeps_quoted_commands_whole() {
         ]
     );
 }
+
+/// Every `supervise …` command a prompt tells an agent to run is one the
+/// program accepts: a prompt naming a command that does not exist (once
+/// `supervise plan <path>`) sends every planning agent into an error. The
+/// prompts are built in the engine, so its sources are read for backticked
+/// commands; `{placeholders}` stand for a path.
+#[test]
+fn commands_named_in_agent_prompts_parse() {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine"),
+        &mut files,
+    );
+    let mut seen = 0;
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        // Prompts are string literals: comments name commands to readers.
+        let code = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for piece in code.split('`').skip(1).step_by(2) {
+            let Some(rest) = piece.strip_prefix("supervise ") else {
+                continue;
+            };
+            if rest.contains('\n') {
+                continue;
+            }
+            let mut line = String::from("supervise ");
+            let mut in_brace = false;
+            for c in rest.chars() {
+                match c {
+                    '{' => {
+                        in_brace = true;
+                        line.push_str("PLAN.md");
+                    }
+                    '}' => in_brace = false,
+                    c if !in_brace => line.push(c),
+                    _ => {}
+                }
+            }
+            seen += 1;
+            if let Err(e) = Cli::try_parse_from(words(&line)) {
+                panic!(
+                    "{}: `{line}` is not a command the program accepts:\n{e}",
+                    f.display()
+                );
+            }
+        }
+    }
+    assert!(seen > 0, "the planning prompt names a command");
+}

@@ -37,6 +37,7 @@ ENDPOINTS = [
     ("get", "/repos/{owner}/{repo}/issues"),
     ("post", "/repos/{owner}/{repo}/issues"),
     ("get", "/repos/{owner}/{repo}/issues/{issue_number}"),
+    ("delete", "/repos/{owner}/{repo}/issues/{issue_number}/labels/{name}"),
     ("patch", "/repos/{owner}/{repo}/issues/{issue_number}"),
     ("post", "/repos/{owner}/{repo}/issues/{issue_number}/labels"),
     ("get", "/repos/{owner}/{repo}/issues/{issue_number}/sub_issues"),

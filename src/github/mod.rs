@@ -148,6 +148,7 @@ enum Method {
     Post,
     Put,
     Patch,
+    Delete,
 }
 
 impl Method {
@@ -157,6 +158,7 @@ impl Method {
             Method::Post => "POST",
             Method::Put => "PUT",
             Method::Patch => "PATCH",
+            Method::Delete => "DELETE",
         }
     }
 }
@@ -395,6 +397,10 @@ impl GitHub {
             .await
     }
 
+    pub async fn delete(&self, installation: u64, path: &str) -> Result<Reply, GitHubError> {
+        self.send(installation, Method::Delete, path, None).await
+    }
+
     async fn send(
         &self,
         installation: u64,
@@ -434,6 +440,7 @@ impl GitHub {
                 Method::Post => client._post(path, body).await,
                 Method::Put => client._put(path, body).await,
                 Method::Patch => client._patch(path, body).await,
+                Method::Delete => client._delete(path, body).await,
             };
             let res = match res {
                 Ok(r) => r,

@@ -588,6 +588,15 @@ impl Repo<'_> {
         .await
     }
 
+    /// Takes a label off an issue; one it does not carry is fine.
+    pub async fn remove_label(&self, number: i64, label: &str) -> Result<(), GitHubError> {
+        let path = self.path(&format!("/issues/{number}/labels/{}", enc(label)));
+        match self.gh.delete(self.installation, &path).await {
+            Ok(_) | Err(GitHubError::Http { status: 404, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Comments on an issue as (id, body), optionally only since a time.
     pub async fn comments(
         &self,

@@ -118,12 +118,17 @@ pub fn status_table_linked(
                 )
             }
         };
+        // A unit the workflow went on without is not waiting for anyone:
+        // its row says so, and it is not counted among the blocked.
+        let status = match (u.status, st.superseded(&u.name)) {
+            (UnitStatus::Blocked, true) => format!("{} (handed on)", u.status),
+            (s, _) => s.to_string(),
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {row} |",
+            "| {} | {} | {status} | {row} |",
             cell(&u.name),
             cell(&deps),
-            u.status
         );
     }
     let blocked = st.blocked_units().count();

@@ -131,6 +131,28 @@ pub(super) async fn add_labels(
     ))
 }
 
+/// `DELETE /issues/{n}/labels/{name}`: the labels left; 404 when the issue
+/// does not carry it, as GitHub answers.
+pub(super) async fn remove_label(
+    State(f): State<Shared>,
+    Path((o, r, n, label)): Path<(String, String, i64, String)>,
+    h: HeaderMap,
+) -> Response {
+    let (name, _) = enter!(f, "DELETE /repos/{o}/{r}/issues/{n}/labels/{name}", h, o, r);
+    let mut s = f.inner.lock();
+    let Some(i) = s.api.issue_mut(&name, n) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    let before = i.labels.len();
+    i.labels.retain(|l| *l != label);
+    if i.labels.len() == before {
+        return error(StatusCode::NOT_FOUND, "Label does not exist");
+    }
+    ok(Value::Array(
+        i.labels.iter().map(|l| json!({ "name": l })).collect(),
+    ))
+}
+
 #[derive(Deserialize)]
 pub(super) struct SubIssueBody {
     sub_issue_id: i64,

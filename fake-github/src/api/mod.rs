@@ -365,6 +365,10 @@ pub(crate) fn routes(r: Router<Shared>) -> Router<Shared> {
         )
         .route("/repos/{o}/{r}/issues/{n}/labels", post(add_labels))
         .route(
+            "/repos/{o}/{r}/issues/{n}/labels/{name}",
+            axum::routing::delete(remove_label),
+        )
+        .route(
             "/repos/{o}/{r}/issues/{n}/sub_issues",
             get(list_sub_issues).post(add_sub_issue),
         )

@@ -228,7 +228,7 @@ impl Phases {
         let list: String = reports.iter().map(|(_, p)| format!("- {p}\n")).collect();
         let path = self.plan_path();
         let body = format!(
-            "You are the planning agent for this request:\n\n{desc}\n\nRead the research reports:\n{list}\nWrite an implementation plan to `{path}` in the EXECUTION_PLAN.md format Sprint Supervisor reads: a `#` title, one `##` section per work unit (a Dependencies line naming the units it needs), and under it `### Sprint N: name` headings, each with its tasks and exit criteria as `- [ ]` items whose commands are in backticks. Keep units independent where you can: they run in parallel. Validate it with `supervise plan {path}` if the command is available. Commit it; change nothing else. End with: PLAN_CREATED: {path}",
+            "You are the planning agent for this request:\n\n{desc}\n\nRead the research reports:\n{list}\nWrite an implementation plan to `{path}` in the EXECUTION_PLAN.md format Sprint Supervisor reads: a `#` title, one `##` section per work unit (a Dependencies line naming the units it needs), and under it `### Sprint N: name` headings, each with its tasks and exit criteria as `- [ ]` items whose commands are in backticks. Exit criteria commands run in the unit's directory (its `Directory:` line; the repository root if none), so write them for there. Keep units independent where you can: they run in parallel. Validate it with `supervise plan show {path}` if the command is available. Commit it; change nothing else. End with: PLAN_CREATED: {path}",
             desc = quoted(&self.description),
         );
         unit(

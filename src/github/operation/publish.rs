@@ -137,15 +137,20 @@ impl Operations {
             let want = match unit.status {
                 UnitStatus::Completed => "closed",
                 UnitStatus::Blocked => "blocked",
-                _ => continue,
+                _ => "none",
             };
             if ui.flags == want || ui.flags == "closed" {
                 continue;
             }
-            if want == "closed" {
-                repo.close_issue(ui.number).await?;
-            } else {
-                repo.add_labels(ui.number, &["blocked"]).await?;
+            // A unit resumed after BLOCKED loses the label, whether it runs
+            // again or completes at once.
+            if ui.flags == "blocked" {
+                repo.remove_label(ui.number, "blocked").await?;
+            }
+            match want {
+                "closed" => repo.close_issue(ui.number).await?,
+                "blocked" => repo.add_labels(ui.number, &["blocked"]).await?,
+                _ => {}
             }
             self.store
                 .put_unit_issue(
