@@ -28,6 +28,10 @@ pub fn enc(s: &str) -> String {
     out
 }
 
+/// The most pages of a workflow's runs one reconciliation looks through
+/// (100 runs each); a run in flight older than those is read on its own.
+pub const RUN_PAGES: usize = 5;
+
 /// The longest body GitHub takes for an issue, comment or pull request.
 pub const MAX_BODY_CHARS: usize = 65_536;
 /// The longest check-run `output.summary` or `output.text`.
@@ -715,30 +719,40 @@ impl Repo<'_> {
         Ok(v.into_iter().map(WorkflowRun::from).collect())
     }
 
-    /// The newest runs a dispatch made of a workflow: one page of 100, newest
-    /// first. Its address never changes, so it is asked conditionally, and
-    /// while no run of the repository changed GitHub answers 304, which costs
-    /// nothing against the rate limit — one look answers for every run in
-    /// flight of every operation of the repository.
-    pub async fn recent_runs(&self, workflow: &str) -> Result<Vec<WorkflowRun>, GitHubError> {
-        let path = self.path(&format!(
+    /// The newest runs a dispatch made of a workflow, newest first, a page
+    /// of 100 at a time until every run in `wanted` is among them (at most
+    /// [`RUN_PAGES`] pages). The pages' addresses never change, so each is
+    /// asked conditionally, and while no run of the repository changed GitHub
+    /// answers 304, which costs nothing against the rate limit: one look
+    /// answers for every run in flight of every operation of the repository.
+    pub async fn recent_runs(
+        &self,
+        workflow: &str,
+        wanted: &[i64],
+    ) -> Result<Vec<WorkflowRun>, GitHubError> {
+        let mut next = Some(self.path(&format!(
             "/actions/workflows/{}/runs?event=workflow_dispatch&per_page=100",
             enc(workflow)
-        ));
-        let mut v = self.gh.get(self.installation, &path).await?.json();
-        let runs: Vec<answers::Run> = read_all(
-            &format!("GET {path}"),
-            match v["workflow_runs"].take() {
-                Value::Array(a) => a,
-                _ => {
-                    return Err(GitHubError::Unexpected {
-                        what: format!("GET {path}"),
-                        message: "no `workflow_runs` list".into(),
-                    })
-                }
-            },
-        )?;
-        Ok(runs.into_iter().map(WorkflowRun::from).collect())
+        )));
+        let mut runs: Vec<WorkflowRun> = Vec::new();
+        for _ in 0..RUN_PAGES {
+            let Some(path) = next.take() else { break };
+            let reply = self.gh.get(self.installation, &path).await?;
+            let mut v = reply.json();
+            let Value::Array(items) = v["workflow_runs"].take() else {
+                return Err(GitHubError::Unexpected {
+                    what: format!("GET {path}"),
+                    message: "no `workflow_runs` list".into(),
+                });
+            };
+            let page: Vec<answers::Run> = read_all(&format!("GET {path}"), items)?;
+            runs.extend(page.into_iter().map(WorkflowRun::from));
+            if wanted.iter().all(|id| runs.iter().any(|r| r.id == *id)) {
+                break;
+            }
+            next = reply.next;
+        }
+        Ok(runs)
     }
 
     pub async fn run(&self, id: i64) -> Result<Option<WorkflowRun>, GitHubError> {

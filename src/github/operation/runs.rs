@@ -42,8 +42,21 @@ impl Operations {
             || watched
                 .iter()
                 .any(|d| !live.place.awaiting_ci.contains_key(d));
+        // The runs GitHub is asked about, by id where their dispatch's
+        // answer gave it (most); the rest are found by their names.
+        let mut rows = HashMap::new();
+        for d in &watched {
+            if !live.place.awaiting_ci.contains_key(d) {
+                rows.insert(d.clone(), self.store.run(&d.0).await?);
+            }
+        }
+        let wanted: Vec<i64> = rows
+            .values()
+            .filter_map(|r| r.as_ref().and_then(|r| r.run_id))
+            .chain(live.place.cancels.keys().copied())
+            .collect();
         let recent = match asks_runs {
-            true => repo.recent_runs(&ctx.workflow).await?,
+            true => repo.recent_runs(&ctx.workflow, &wanted).await?,
             false => Vec::new(),
         };
         let by_id = |id: i64| recent.iter().find(|r| r.id == id).cloned();
@@ -72,7 +85,7 @@ impl Operations {
                     .await?;
                 continue;
             }
-            let row = self.store.run(&d.0).await?;
+            let row = rows.remove(&d).flatten();
             let run = match row.as_ref().and_then(|r| r.run_id) {
                 Some(id) => match by_id(id) {
                     Some(r) => Some(r),
