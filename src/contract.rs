@@ -150,15 +150,54 @@ pub fn answer_path(order: &DispatchOrder, checkout: &Path, own: &Path) -> PathBu
 
 /// Reads an answer the agent left, if it left one.
 pub fn read_answer(path: &Path) -> Option<String> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(ANSWER_LIMIT as u64)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
+    read_untrusted(path, ANSWER_LIMIT).map(|b| String::from_utf8_lossy(&b).into_owned())
 }
+
+/// Reads a file an agent (or repository code it touched) could have made:
+/// at most `limit` bytes, and only a regular file reached without following
+/// a last symbolic link. A FIFO would block the reader for ever, a device
+/// never end, and a link lead outside the worktree: each reads as absent.
+/// The file is opened without blocking and checked on the open descriptor,
+/// so it cannot be swapped between the check and the read.
+pub fn read_untrusted(path: &Path, limit: usize) -> Option<Vec<u8>> {
+    read_untrusted_part(path, limit, false)
+}
+
+/// [`read_untrusted`], keeping the last `limit` bytes (an agent's output,
+/// whose end says how it ended).
+pub fn read_untrusted_tail(path: &Path, limit: usize) -> Option<Vec<u8>> {
+    read_untrusted_part(path, limit, true)
+}
+
+fn read_untrusted_part(path: &Path, limit: usize, tail: bool) -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    #[cfg(unix)]
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(path)
+            .ok()?
+    };
+    #[cfg(not(unix))]
+    let file = std::fs::File::open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let mut file = file;
+    if tail && meta.len() > limit as u64 {
+        file.seek(SeekFrom::Start(meta.len() - limit as u64)).ok()?;
+    }
+    let mut bytes = Vec::new();
+    file.take(limit as u64).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// The most bytes of a text file in the worktree read for evidence (a
+/// progress file, a file an exit criterion looks into).
+pub const EVIDENCE_FILE_LIMIT: usize = 4 << 20;
 
 /// The environment an agent is started with (documented in the README's
 /// "agent contract"); `prompt_file` is where the prompt was written and
@@ -221,6 +260,26 @@ mod tests {
             prop_assert!(started_by(&op, unique), "{}", op);
             prop_assert_eq!(started_by(&op, other), other == unique);
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_a_device_or_a_link_reads_as_absent_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("answer");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // No writer: a plain open would block here for ever.
+        assert_eq!(read_answer(&fifo), None);
+        assert_eq!(read_untrusted(Path::new("/dev/zero"), 10), None);
+        let real = dir.path().join("real");
+        std::fs::write(&real, "x".repeat(100)).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(read_untrusted(&link, 10), None);
+        assert_eq!(read_untrusted(&real, 10).map(|b| b.len()), Some(10));
+        std::fs::write(&real, "head...tail").unwrap();
+        assert_eq!(read_untrusted_tail(&real, 4), Some(b"tail".to_vec()));
     }
 
     #[test]

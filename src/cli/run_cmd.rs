@@ -490,7 +490,9 @@ pub struct VerifyArgs {
 fn committed_spec(dir: &Path, dispatch: &str) -> Option<crate::contract::SprintSpec> {
     let rel = crate::contract::sprint_spec_path(dispatch);
     dir.ancestors()
-        .find_map(|d| std::fs::read(d.join(&rel)).ok())
+        .find_map(|d| {
+            crate::contract::read_untrusted(&d.join(&rel), crate::contract::EVIDENCE_FILE_LIMIT)
+        })
         .and_then(|b| serde_json::from_slice(&b).ok())
 }
 
@@ -545,7 +547,10 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
         let output = a
             .agent_output
             .as_ref()
-            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .and_then(|p| {
+                crate::contract::read_untrusted_tail(p, crate::contract::EVIDENCE_FILE_LIMIT)
+            })
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
         let since = a.since.clone().or_else(|| std::env::var("GITHUB_SHA").ok());
         let run = since

@@ -97,7 +97,8 @@ fn check(c: &Criterion, dir: &Path, root: &Path, timeout: Duration) -> (Criterio
             None => (CriterionOutcome::Failed, format!("{path} does not exist")),
         },
         Some(Assertion::FileContains { path, text }) => match find(path)
-            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|p| crate::contract::read_untrusted(&p, crate::contract::EVIDENCE_FILE_LIMIT))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
         {
             Some(body) if body.contains(text.as_str()) => (CriterionOutcome::Passed, String::new()),
             Some(_) => (
@@ -145,7 +146,11 @@ pub fn progress_marker(
         f.role == crate::plan::FileRole::Progress
             && f.unit.as_deref().is_none_or(|u| u == unit.name)
     }) {
-        let Ok(text) = std::fs::read_to_string(root.join(&f.path)) else {
+        let Some(text) = crate::contract::read_untrusted(
+            &root.join(&f.path),
+            crate::contract::EVIDENCE_FILE_LIMIT,
+        )
+        .map(|b| String::from_utf8_lossy(&b).into_owned()) else {
             continue;
         };
         for line in text.lines().rev() {
