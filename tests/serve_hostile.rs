@@ -469,3 +469,113 @@ async fn acknowledged_deliveries_survive_kill_9_on_postgres() {
     let url = support::postgres_database().await;
     acknowledged_deliveries_survive_kill_9(&url, 3).await;
 }
+
+/// Forty unsigned connections each declare a 1 MiB body and send a byte a
+/// second — 40 MiB declared against a 32 MiB pool for bodies not yet
+/// verified. Memory is taken as bytes arrive and a body below the rate
+/// floor is cut off, so every real delivery meanwhile is acknowledged (6 of
+/// 8 were refused 503 when the declared length was reserved up front).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_unsigned_bodies_cannot_starve_real_deliveries() {
+    let s = start().await;
+    let port = s.port;
+    let slow: Vec<_> = (0..40)
+        .map(|i| {
+            tokio::spawn(async move {
+                let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)).await else {
+                    return 0u16;
+                };
+                let head = format!("POST /webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: issue_comment\r\nX-GitHub-Delivery: slow-{i}\r\nContent-Length: {}\r\n\r\n", 1024 * 1024);
+                if c.write_all(head.as_bytes()).await.is_err() {
+                    return 0;
+                }
+                let mut buf = [0u8; 64];
+                for _ in 0..30 {
+                    if c.write_all(b"x").await.is_err() {
+                        break;
+                    }
+                    if let Ok(Ok(n)) =
+                        tokio::time::timeout(Duration::from_secs(1), c.read(&mut buf)).await
+                    {
+                        return String::from_utf8_lossy(&buf[..n])
+                            .split_whitespace()
+                            .nth(1)
+                            .and_then(|c| c.parse().ok())
+                            .unwrap_or(0);
+                    }
+                }
+                0
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut acked = Vec::new();
+    for _ in 0..8 {
+        let (_, statuses) = s
+            .fake
+            .comment(REPO, 1, "mia", "/supervise status", false)
+            .await;
+        acked.extend(statuses);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        acked.iter().all(|c| *c == 202),
+        "real deliveries: {acked:?}"
+    );
+    let mut cut = Vec::new();
+    for t in slow {
+        cut.push(t.await.unwrap());
+    }
+    assert!(
+        cut.iter().all(|c| *c == 408),
+        "slow bodies are cut off: {cut:?}"
+    );
+}
+
+/// With few descriptors (a soft limit of 320: a cap of 64 connections) and
+/// 300 idle sockets holding every place, a real delivery is still answered:
+/// at the cap the connection idle longest gives way to the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sockets_at_the_connection_cap_give_way_to_a_real_delivery() {
+    use std::os::unix::process::CommandExt;
+    let port = free_port();
+    let fake = support::fake_github(Some(port), None).await;
+    fake.ensure_repo(REPO);
+    fake.add_user("mia", "maintain", "User");
+    let db = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", db.path().join("s.db").display());
+    let mut cmd = support::serve_command(port, &fake.url(), &url, &[]);
+    // SAFETY: setrlimit only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 320,
+                rlim_max: 320,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut serve = cmd.spawn().unwrap();
+    wait_listening(port).await;
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        if let Ok(c) = TcpStream::connect(("127.0.0.1", port)).await {
+            idle.push(c);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let began = Instant::now();
+    let (_, statuses) = fake
+        .comment(REPO, 1, "mia", "/supervise status", false)
+        .await;
+    let took = began.elapsed();
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert_eq!(statuses, [202], "after {took:?}");
+    // GitHub gives up after 10 s; this is far inside it (not a speed target).
+    assert!(took < Duration::from_secs(8), "acknowledged after {took:?}");
+    drop(idle);
+}

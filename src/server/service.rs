@@ -43,9 +43,10 @@ pub struct Service {
     /// Deliveries in a row whose processing panicked: `/readyz` fails from
     /// [`FAILING_AFTER`] on, so an orchestrator takes the instance out.
     panics_in_a_row: std::sync::atomic::AtomicU32,
-    /// Memory for bodies not yet verified, in KiB: a body's declared length is
-    /// reserved before it is read, so slow or huge unsigned bodies cannot hold
-    /// more than the budget between them. Bodies up to [`SMALL_BODY`] (nearly
+    /// Memory for bodies not yet verified, in KiB, taken as their bytes
+    /// arrive (see [`read_unverified`]): slow or huge unsigned bodies cannot
+    /// hold more than the budget between them, and a slow one holds only
+    /// what it sent, for a few seconds. Bodies up to [`SMALL_BODY`] (nearly
     /// every real delivery) have their own pool, so they never queue behind
     /// large ones (the semaphore is fair: a large waiter would block them).
     unverified_small: Semaphore,
@@ -63,6 +64,12 @@ const SMALL_BUDGET_KIB: usize = 32 * 1024;
 const LARGE_BUDGET_KIB: usize = 64 * 1024;
 /// A delivery's body must arrive within this.
 const BODY_TIMEOUT: Duration = Duration::from_secs(20);
+/// After this grace, a body must have kept up with [`BODY_RATE_FLOOR`].
+const BODY_GRACE: Duration = Duration::from_secs(2);
+/// The slowest a body may arrive, on average, in bytes a second: a 25 MB
+/// payload at this rate takes longer than [`BODY_TIMEOUT`] anyway, and
+/// GitHub's arrive at many times it.
+const BODY_RATE_FLOOR: u64 = 16 * 1024;
 /// How long a delivery waits for room in the unverified-body budget.
 const BUDGET_WAIT: Duration = Duration::from_secs(5);
 
@@ -230,26 +237,19 @@ async fn intake(State(svc): State<Arc<Service>>, request: Request) -> (StatusCod
             if declared > MAX_BODY as u64 {
                 return unverified("too_large", StatusCode::PAYLOAD_TOO_LARGE, "body over 25 MiB\n");
             }
-            let kib = (declared.div_ceil(1024) as u32).max(1);
             let pool = if declared <= SMALL_BODY {
                 &svc.unverified_small
             } else {
                 &svc.unverified_large
             };
-            let Ok(Ok(_reserved)) = tokio::time::timeout(BUDGET_WAIT, pool.acquire_many(kib)).await
-            else {
-                tracing::warn!(declared, "unverified-body budget exhausted; refusing for now");
-                return unverified("busy", StatusCode::SERVICE_UNAVAILABLE, "busy; try again\n");
-            };
-            let body: Bytes = match tokio::time::timeout(
-                BODY_TIMEOUT,
-                axum::body::to_bytes(body, declared as usize),
-            )
-            .await
-            {
-                Ok(Ok(b)) => b,
-                Ok(Err(_)) => return unverified("bad_body", StatusCode::BAD_REQUEST, "body does not match its length\n"),
-                Err(_) => return unverified("slow_body", StatusCode::REQUEST_TIMEOUT, "body too slow\n"),
+            let body = match read_unverified(body, declared, pool).await {
+                Ok(b) => b,
+                Err(BodyRefused::Busy) => {
+                    tracing::warn!(declared, "unverified-body budget exhausted; refusing for now");
+                    return unverified("busy", StatusCode::SERVICE_UNAVAILABLE, "busy; try again\n");
+                }
+                Err(BodyRefused::Bad) => return unverified("bad_body", StatusCode::BAD_REQUEST, "body does not match its length\n"),
+                Err(BodyRefused::Slow) => return unverified("slow_body", StatusCode::REQUEST_TIMEOUT, "body too slow\n"),
             };
             let sig = headers
                 .get("x-hub-signature-256")
@@ -335,6 +335,68 @@ async fn intake(State(svc): State<Arc<Service>>, request: Request) -> (StatusCod
         span,
     )
     .await
+}
+
+/// Why a body was not read whole.
+enum BodyRefused {
+    /// The memory for unverified bodies is taken.
+    Busy,
+    /// More or less than its declared length, or broken off.
+    Bad,
+    /// Below the rate floor, or over [`BODY_TIMEOUT`].
+    Slow,
+}
+
+/// Reads a body not yet verified, holding memory from `pool` (in KiB) only
+/// for the bytes that have arrived — a client that declares a large body and
+/// sends it a byte at a time holds almost nothing — and refusing one that
+/// falls below [`BODY_RATE_FLOOR`] after [`BODY_GRACE`]: GitHub sends its
+/// payloads (at most 25 MB) at once, so only an attacker is that slow, and
+/// it is cut off within seconds instead of holding its place for
+/// [`BODY_TIMEOUT`].
+async fn read_unverified(
+    body: axum::body::Body,
+    declared: u64,
+    pool: &Semaphore,
+) -> Result<Bytes, BodyRefused> {
+    use futures_util::StreamExt;
+    let started = tokio::time::Instant::now();
+    let mut stream = body.into_data_stream();
+    let mut buf = Vec::with_capacity(declared.min(64 * 1024) as usize);
+    let mut held: Vec<tokio::sync::SemaphorePermit<'_>> = Vec::new();
+    let mut held_kib: u64 = 0;
+    loop {
+        // The next bytes are due by when those received so far stop
+        // keeping up with the floor.
+        let due = started
+            + BODY_GRACE
+            + Duration::from_secs_f64((buf.len() + 1) as f64 / BODY_RATE_FLOOR as f64);
+        let due = due.min(started + BODY_TIMEOUT);
+        let chunk = match tokio::time::timeout_at(due, stream.next()).await {
+            Err(_) => return Err(BodyRefused::Slow),
+            Ok(None) => break,
+            Ok(Some(Err(_))) => return Err(BodyRefused::Bad),
+            Ok(Some(Ok(c))) => c,
+        };
+        let total = buf.len() as u64 + chunk.len() as u64;
+        if total > declared {
+            return Err(BodyRefused::Bad);
+        }
+        let need = total.div_ceil(1024).saturating_sub(held_kib);
+        if need > 0 {
+            let waited = tokio::time::timeout(BUDGET_WAIT, pool.acquire_many(need as u32)).await;
+            let Ok(Ok(permit)) = waited else {
+                return Err(BodyRefused::Busy);
+            };
+            held.push(permit);
+            held_kib += need;
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    if buf.len() as u64 != declared {
+        return Err(BodyRefused::Bad);
+    }
+    Ok(Bytes::from(buf))
 }
 
 /// Stops the workers: nothing new is claimed; deliveries in progress get

@@ -19,6 +19,12 @@ pub fn free_port() -> u16 {
 
 /// Starts `supervise serve` as the test App (id 42) with `env` added.
 pub fn spawn_serve(port: u16, api: &str, db_url: &str, env: &[(&str, String)]) -> Child {
+    serve_command(port, api, db_url, env).spawn().unwrap()
+}
+
+/// The `supervise serve` command [`spawn_serve`] starts, for a test that
+/// changes how it is started (its limits, say).
+pub fn serve_command(port: u16, api: &str, db_url: &str, env: &[(&str, String)]) -> Command {
     let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_supervise"));
     cmd.arg("serve")
@@ -38,7 +44,7 @@ pub fn spawn_serve(port: u16, api: &str, db_url: &str, env: &[(&str, String)]) -
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.spawn().unwrap()
+    cmd
 }
 
 pub async fn wait_listening(port: u16) {
