@@ -199,6 +199,22 @@ fn read_untrusted_part(path: &Path, limit: usize, tail: bool) -> Option<Vec<u8>>
 /// progress file, a file an exit criterion looks into).
 pub const EVIDENCE_FILE_LIMIT: usize = 4 << 20;
 
+/// The names of the variables every agent is given, wherever it runs:
+/// locally by [`agent_env`], on Actions by the agent workflow (a test holds
+/// `.github/workflows/supervise-agent.yml` and the fake's runner to it).
+pub const AGENT_VARIABLES: [&str; 10] = [
+    "SUPERVISE_PROMPT_FILE",
+    "SUPERVISE_RESULT_FILE",
+    "SUPERVISE_DISPATCH_ID",
+    "SUPERVISE_UNIT",
+    "SUPERVISE_UNIT_DIR",
+    "SUPERVISE_SPRINT",
+    "SUPERVISE_SPRINT_NAME",
+    "SUPERVISE_ATTEMPT",
+    "SUPERVISE_MODEL",
+    "SUPERVISE_MAX_TURNS",
+];
+
 /// The environment an agent is started with (documented in the README's
 /// "agent contract"); `prompt_file` is where the prompt was written and
 /// `answer_file` where a structured answer goes (see [`answer_path`]).
@@ -207,21 +223,19 @@ pub fn agent_env(
     prompt_file: &str,
     answer_file: &str,
 ) -> Vec<(&'static str, String)> {
-    vec![
-        ("SUPERVISE_PROMPT_FILE", prompt_file.to_string()),
-        ("SUPERVISE_RESULT_FILE", answer_file.to_string()),
-        ("SUPERVISE_DISPATCH_ID", order.dispatch.0.clone()),
-        ("SUPERVISE_UNIT", order.unit.clone()),
-        (
-            "SUPERVISE_UNIT_DIR",
-            order.directory.clone().unwrap_or_else(|| ".".into()),
-        ),
-        ("SUPERVISE_SPRINT", order.sprint.as_str().to_string()),
-        ("SUPERVISE_SPRINT_NAME", order.sprint_name.clone()),
-        ("SUPERVISE_ATTEMPT", order.attempt.to_string()),
-        ("SUPERVISE_MODEL", order.model_id.clone()),
-        ("SUPERVISE_MAX_TURNS", order.max_turns.to_string()),
-    ]
+    let values = [
+        prompt_file.to_string(),
+        answer_file.to_string(),
+        order.dispatch.0.clone(),
+        order.unit.clone(),
+        order.directory.clone().unwrap_or_else(|| ".".into()),
+        order.sprint.as_str().to_string(),
+        order.sprint_name.clone(),
+        order.attempt.to_string(),
+        order.model_id.clone(),
+        order.max_turns.to_string(),
+    ];
+    AGENT_VARIABLES.into_iter().zip(values).collect()
 }
 
 #[cfg(test)]

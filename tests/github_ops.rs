@@ -1078,7 +1078,7 @@ async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
                 s.fake
                     .comments(repo, *i)
                     .iter()
-                    .any(|c| c.body.contains("waits to be launched"))
+                    .any(|c| c.body.contains("wait to be launched"))
             })
             .count()
             >= 2
@@ -1102,10 +1102,10 @@ async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
         .chain(s.fake.comments(REPO, second))
         .chain(s.fake.comments(BLOG, blog))
         .map(|c| c.body)
-        .find(|b| b.contains("waits to be launched"))
+        .find(|b| b.contains("wait to be launched"))
         .unwrap();
     assert!(
-        held.contains("daily budget") && held.contains("resumes by itself about"),
+        held.contains("daily budget") && held.contains("resume by themselves about"),
         "{held}"
     );
     s.until(

@@ -362,3 +362,34 @@ fn killing_manage_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
         }
     }
 }
+
+/// `supervise killall` in a repository where `supervise solve` runs and no
+/// plan is: it finds the workflow's supervisor (its state is under
+/// `.supervise/solve/`), which ends its agents and stops, killed.
+#[test]
+fn killall_finds_a_running_solve_where_there_is_no_plan() {
+    let repo = Repo::new("research-1 slow\nresearch-2 slow\nresearch-3 slow\n");
+    let mut solve = repo
+        .cmd(&["solve", "Research how retries are done elsewhere"])
+        .env("AGENT_SLOW", "120")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let dir = repo.root.join(".supervise").join("solve");
+    let began = std::time::Instant::now();
+    while supervise::runner::local::running_supervisor(&dir).is_none() {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "solve never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let out = repo.run(&["killall"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("supervise solve"), "{}", text(&out));
+    let ended = kill_after(&mut solve, Duration::from_secs(60));
+    assert!(ended.is_some(), "solve ended by itself after killall");
+    assert_eq!(repo.state("solve")["status"], "KILLED");
+}

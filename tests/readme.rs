@@ -162,3 +162,27 @@ fn commands_named_in_agent_prompts_parse() {
     }
     assert!(seen > 0, "the planning prompt names a command");
 }
+
+/// An agent finds the same variables on Actions as locally: the shipped
+/// agent workflow and the fake GitHub's runner of it set every name of the
+/// contract (the Actions workflow once lacked `SUPERVISE_SPRINT_NAME`, and
+/// the bundled toy agent died there).
+#[test]
+fn the_agent_workflow_sets_every_variable_of_the_contract() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workflow =
+        std::fs::read_to_string(root.join(".github/workflows/supervise-agent.yml")).unwrap();
+    let yaml: serde_yaml::Value = serde_yaml::from_str(&workflow).unwrap();
+    let env = &yaml["jobs"]["agent"]["env"];
+    let runner = std::fs::read_to_string(root.join("tests/agents/gh-workflow.sh")).unwrap();
+    for name in supervise::contract::AGENT_VARIABLES {
+        assert!(
+            env.get(name).is_some(),
+            "the agent workflow's job does not set {name}"
+        );
+        assert!(
+            runner.contains(&format!("export {name}=")),
+            "the fake's runner does not set {name}"
+        );
+    }
+}

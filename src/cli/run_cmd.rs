@@ -359,6 +359,14 @@ pub fn preflight_agent(command: &str, dir: &Path) -> Result<(), String> {
 /// `stop`, `killall` and `name-feature`: sent to a running supervisor, or applied
 /// to the recorded state when none runs.
 pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
+    // Work without a plan has no plan to find its state by: with no plan
+    // named and none here, a running `solve` or `manage` is the one meant.
+    let no_plan_here = path.is_none() && plan::locate(None, &std::env::current_dir()?).is_err();
+    if no_plan_here {
+        if let Some(code) = super::workflow_cmd::send_to_running(word)? {
+            return Ok(code);
+        }
+    }
     let plan = match load(path)? {
         Ok(p) => p,
         Err(code) => return Ok(code),

@@ -188,6 +188,24 @@ where
     Ok(terminal::exit_code(ending))
 }
 
+/// Sends `word` (stop, killall) to a `supervise solve` or `supervise manage`
+/// running in this repository, if one is: those keep their state under
+/// `.supervise/<kind>/`, beside no plan. `None` when none runs here.
+pub fn send_to_running(word: &str) -> Result<Option<i32>> {
+    let Ok(root) = repo_top(&std::env::current_dir()?) else {
+        return Ok(None);
+    };
+    for kind in ["solve", "manage"] {
+        let dir = root.join(".supervise").join(kind);
+        if let Some(pid) = crate::runner::local::running_supervisor(&dir) {
+            crate::runner::local::send_control(&dir, word)?;
+            println!("Sent `{word}` to the running `supervise {kind}` (pid {pid}).");
+            return Ok(Some(exit::COMPLETED));
+        }
+    }
+    Ok(None)
+}
+
 fn repo_top(dir: &Path) -> Result<PathBuf> {
     let repo = git2::Repository::discover(dir).map_err(|_| {
         anyhow!(

@@ -187,7 +187,7 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!(text, "Sorry @ana, `/supervise killall` needs **maintain** access to this repository or more; you have **write**.");
+        assert_eq!(text, "Sorry ana, `/supervise killall` needs **maintain** access to this repository or more; you have **write**.");
     }
 
     #[test]

@@ -44,6 +44,20 @@ pub enum TaskState {
     Todo,
 }
 
+/// Whether `path` names a file inside the repository: relative, no `..`, no
+/// `.git`, no control characters.
+fn inside_repository(path: &str) -> bool {
+    let p = std::path::Path::new(path);
+    !path.chars().any(char::is_control)
+        && p.is_relative()
+        && !path.starts_with('~')
+        && p.components().all(|c| match c {
+            std::path::Component::Normal(n) => n != ".git",
+            std::path::Component::CurDir => true,
+            _ => false,
+        })
+}
+
 impl ManagerAnswer {
     /// Reads and checks an answer; the error is what the manager's retry is
     /// told (seed 004's message, plus what exactly is wrong).
@@ -76,6 +90,15 @@ impl ManagerAnswer {
         }
         if let Some(t) = answer.tasks.iter().find(|t| t.file.trim().is_empty()) {
             return Err(invalid(format!("a task has an empty file ({:?})", t.state)));
+        }
+        // A task file is handed to the task agent as a path in the
+        // repository: one that leaves it (`../../.git/config`, `/etc/passwd`)
+        // is refused, whatever the manager was talked into.
+        if let Some(t) = answer.tasks.iter().find(|t| !inside_repository(&t.file)) {
+            return Err(invalid(format!(
+                "task file `{}` is not a relative path inside the repository",
+                t.file.chars().take(100).collect::<String>()
+            )));
         }
         Ok(answer)
     }
@@ -268,6 +291,18 @@ mod tests {
                 "not a task marked todo",
             ),
             (r#"[1, 2]"#, "missing field `next_task`"),
+            (
+                r#"{"next_task": "../../.git/config", "tasks": [{"state": "todo", "file": "../../.git/config"}]}"#,
+                "not a relative path inside the repository",
+            ),
+            (
+                r#"{"next_task": null, "tasks": [{"state": "done", "file": "/etc/passwd"}]}"#,
+                "not a relative path inside the repository",
+            ),
+            (
+                r#"{"next_task": "a/.git/hooks/x", "tasks": [{"state": "todo", "file": "a/.git/hooks/x"}]}"#,
+                "not a relative path inside the repository",
+            ),
         ] {
             let e = ManagerAnswer::parse(bad).unwrap_err();
             assert!(

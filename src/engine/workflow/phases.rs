@@ -585,8 +585,11 @@ impl Phases {
 }
 
 /// Untrusted text (an issue's body) set apart from the instructions around it.
+/// Untrusted text as a quotation in a prompt: cleaned of what a reader
+/// cannot see, every line quoted (see [`crate::text::clean_untrusted`]).
 pub(super) fn quoted(text: &str) -> String {
-    text.lines()
+    crate::text::clean_untrusted(text)
+        .lines()
         .map(|l| format!("> {l}"))
         .collect::<Vec<_>>()
         .join("\n")

@@ -346,6 +346,7 @@ impl GitHubExecutor<'_> {
             "unit": order.unit,
             "directory": order.directory.as_deref().unwrap_or("."),
             "sprint": order.sprint.as_str(),
+            "sprint_name": order.sprint_name,
             "attempt": order.attempt.to_string(),
             "model": order.model_id,
             "max_turns": order.max_turns.to_string(),
