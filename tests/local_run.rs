@@ -980,3 +980,35 @@ fn a_repository_in_a_directory_named_with_a_line_break_runs_every_sprint() {
         );
     }
 }
+
+/// The supervisor's exclusion is the lock on its state directory, not the
+/// presence of a file: deleting `.supervise/supervisor.lock` while one runs
+/// does not let a second start beside it (it did, and they doubled events).
+#[test]
+fn deleting_the_lock_file_does_not_let_a_second_supervisor_start() {
+    let repo = Repo::new(PLAN, "api 1 slow\ndocs 1 slow\n");
+    let mut first = repo
+        .cmd(&["run", "--quiet"])
+        .env("AGENT_SLOW", "30")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let dir = repo.root.join(".supervise");
+    let began = std::time::Instant::now();
+    while supervise::runner::local::running_supervisor(&dir).is_none() {
+        assert!(began.elapsed() < Duration::from_secs(30), "never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::remove_file(dir.join("supervisor.lock")).unwrap();
+    let second = repo.cmd(&["run", "--quiet"]).output().unwrap();
+    assert_eq!(second.status.code(), Some(1), "{}", text(&second));
+    assert!(
+        text(&second).contains("already running"),
+        "{}",
+        text(&second)
+    );
+    let out = repo.cmd(&["killall"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(kill_after(&mut first, Duration::from_secs(60)).is_some());
+}

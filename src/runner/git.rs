@@ -317,6 +317,9 @@ impl Git {
         });
         let now = std::time::SystemTime::now();
         let mut removed = Vec::new();
+        // However old, a lock some process has open is in use (a long `git
+        // gc` packing refs, a hook): only a lock nobody holds is stale.
+        let open = open_files();
         // A branch ref of this operation with no agent on it is written by
         // the supervisor alone, and we hold the supervisor lock: a lock on it
         // is a killed supervisor's, however fresh. (A supervisor restarted at
@@ -331,7 +334,7 @@ impl Git {
                     .ok()
                     .and_then(|t| now.duration_since(t).ok())
                     .is_some_and(|age| age >= older_than);
-            if old && std::fs::remove_file(&p).is_ok() {
+            if old && !open.contains(&p) && std::fs::remove_file(&p).is_ok() {
                 tracing::warn!(path = %p.display(), "removed a stale git lock left by a crash");
                 removed.push(p);
             }
@@ -636,6 +639,35 @@ impl Git {
     }
 }
 
+/// Every file some process on this machine has open, as the kernel names
+/// it (`/proc/<pid>/fd/*`); empty where there is no `/proc`, or for
+/// processes this one may not look into.
+fn open_files() -> std::collections::HashSet<PathBuf> {
+    let mut open = std::collections::HashSet::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return open;
+    };
+    for p in procs.flatten() {
+        if !p
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                open.insert(target);
+            }
+        }
+    }
+    open
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -710,6 +742,25 @@ mod tests {
         let git = Git::open(tmp.path(), &state).unwrap();
         git.ensure_integration("op", head).unwrap();
         (tmp, repo, git, state)
+    }
+
+    /// An old `packed-refs.lock` is left alone while a process holds it open
+    /// (a long `git gc`, say) and goes once nobody does.
+    #[test]
+    fn a_git_lock_a_process_holds_open_is_never_removed() {
+        let (tmp, repo, git, _state) = repository(&[("a.txt", "a\n")]);
+        let lock = repo.commondir().join("packed-refs.lock");
+        let held = std::fs::File::create(&lock).unwrap();
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        held.set_modified(hour_ago).unwrap();
+        assert!(git
+            .clear_stale_locks(std::time::Duration::from_secs(5), "op", &[])
+            .is_empty());
+        assert!(lock.exists(), "held open: in use");
+        drop(held);
+        let removed = git.clear_stale_locks(std::time::Duration::from_secs(5), "op", &[]);
+        assert_eq!(removed, [lock.clone()]);
+        drop(tmp);
     }
 
     /// A supervisor killed while making a sprint's worktree leaves it in one

@@ -15,8 +15,7 @@ use crate::report;
 use crate::settings::Settings;
 use crate::store::FileLedger;
 use anyhow::{anyhow, Context, Result};
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -68,24 +67,24 @@ pub fn state_dir(plan: &LoadedPlan) -> PathBuf {
     plan.root.join(".supervise")
 }
 
+/// One supervisor per state directory: the lock is held on the directory
+/// itself, opened — not on a file in it, which anyone could delete (a
+/// second supervisor would then lock a new file of the same name and run
+/// beside the first). `supervisor.lock` only says which process holds it.
 fn supervisor_lock(dir: &Path) -> Result<Option<File>> {
     std::fs::create_dir_all(dir)?;
-    let f = super::lockfile::open(&dir.join("supervisor.lock"))?;
-    if !super::lockfile::try_lock(&f) {
+    let held = File::open(dir)?;
+    if !super::lockfile::try_lock(&held) {
         return Ok(None);
     }
-    f.set_len(0)?;
-    write!(&f, "{}", std::process::id())?;
-    Ok(Some(f))
+    std::fs::write(dir.join("supervisor.lock"), std::process::id().to_string())?;
+    Ok(Some(held))
 }
 
-/// The pid of the supervisor running for this plan, if one is.
+/// The pid of the supervisor running for this plan, if one is ("" when its
+/// pid file is gone).
 pub fn running_supervisor(dir: &Path) -> Option<String> {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dir.join("supervisor.lock"))
-        .ok()?;
+    let f = File::open(dir).ok()?;
     // A lock we get is released when `f` drops.
     let free = super::lockfile::try_lock(&f);
     (!free).then(|| std::fs::read_to_string(dir.join("supervisor.lock")).unwrap_or_default())
