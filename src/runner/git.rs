@@ -759,7 +759,7 @@ mod tests {
         assert!(lock.exists(), "held open: in use");
         drop(held);
         let removed = git.clear_stale_locks(std::time::Duration::from_secs(5), "op", &[]);
-        assert_eq!(removed, [lock.clone()]);
+        assert_eq!(removed, std::slice::from_ref(&lock));
         drop(tmp);
     }
 
