@@ -15,6 +15,7 @@ pub mod github;
 pub mod plan;
 pub mod report;
 pub mod runner;
+pub mod scrub;
 pub mod server;
 pub mod settings;
 pub mod store;

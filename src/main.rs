@@ -21,13 +21,16 @@ fn main() {
         // SAFETY: resetting a signal disposition before any thread starts.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
+    // Every secret the environment holds is known to the scrubber before
+    // anything is written anywhere.
+    supervise::scrub::register_environment();
     // SUPERVISE_LOG, else the RUST_LOG every Rust service honours, else warnings.
     let filter = tracing_subscriber::EnvFilter::try_from_env("SUPERVISE_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))
         .unwrap_or_else(|_| "warn".into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(|| supervise::scrub::ScrubbedStderr);
     if cli.log_json {
         builder.json().init();
     } else {

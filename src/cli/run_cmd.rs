@@ -567,8 +567,17 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
         let result = crate::contract::RunResult {
             exit_code: a.agent_exit,
             turns_used: process::parse_turns(&output),
-            output_tail: criteria::tail(&output, 4000),
-            criteria: results.clone(),
+            // Committed to the repository: nothing secret the agent printed
+            // goes with it.
+            output_tail: crate::scrub::scrub(&criteria::tail(&output, 4000)).into_owned(),
+            criteria: results
+                .iter()
+                .cloned()
+                .map(|mut c| {
+                    c.detail = crate::scrub::scrub(&c.detail).into_owned();
+                    c
+                })
+                .collect(),
             progress: criteria::progress_marker(&plan.plan, u, s, &root),
             commits: run.as_ref().map(|r| r.commits.clone()),
             began_at: run.and_then(|r| r.began_at),

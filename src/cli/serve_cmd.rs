@@ -6,7 +6,7 @@ use crate::github::operation::{InstallationLimits, OpTimings};
 use crate::server::run::{self, ServiceConfig};
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -168,6 +168,12 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
         .collect();
     if secrets.is_empty() {
         return Err(anyhow!("GITHUB_WEBHOOK_SECRET is empty"));
+    }
+    // Secrets read from files are not in the environment: made known to the
+    // scrubber here, so no text that leaves can carry them.
+    crate::scrub::register(&key);
+    for s in &secrets {
+        crate::scrub::register(s.expose_secret());
     }
     let min_days = crate::store::sql::MIN_RETENTION.as_secs() / 86_400;
     let delivery_retention = match args.delivery_retention_days {

@@ -42,9 +42,10 @@ pub const MAX_CHECK_CHARS: usize = 65_535;
 /// and status comments are found again by it.
 ///
 /// Every body the App writes passes through here, so it is also where
-/// mentions are made inert ([`crate::text::inert_mentions`]).
+/// secrets are masked ([`crate::scrub`]) and mentions made inert
+/// ([`crate::text::inert_mentions`]).
 pub fn fit(text: &str, max: usize) -> String {
-    let inert = crate::text::inert_mentions(text);
+    let inert = crate::text::inert_mentions(&crate::scrub::scrub(text));
     let text = inert.as_str();
     if text.chars().count() <= max {
         return text.to_string();

@@ -457,13 +457,16 @@ impl LocalPlace {
         let sprint = &unit.sprints[s];
         let branch = sprint_branch(&st.id.0, &st.units[u].slug, sprint.id.as_str());
         let dir = process::run_dir(&self.runs(), &d.0);
-        let result = process::read_result(&dir).unwrap_or_else(|| RunResult {
+        let mut result = process::read_result(&dir).unwrap_or_else(|| RunResult {
             output_tail: criteria::tail(
                 &std::fs::read_to_string(dir.join("output.log")).unwrap_or_default(),
                 4000,
             ),
             ..Default::default()
         });
+        // What the agent printed goes into the log, the reports and the
+        // terminal: never a secret of this machine's environment.
+        result.output_tail = crate::scrub::scrub(&result.output_tail).into_owned();
         let git = self.git.evidence(&st.id.0, &branch)?;
         let checkout = self.git.ensure_sprint_worktree(&st.id.0, &branch).ok();
         let progress = checkout

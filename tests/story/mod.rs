@@ -21,6 +21,10 @@ use supervise::github::operation::{InstallationLimits, OpTimings};
 use supervise::server::run::{self, ServiceConfig};
 
 pub const REPO: &str = "acme/shop";
+
+/// The agent runner's model-provider key in every story (see
+/// `set_agent_workflow`): found nowhere afterwards.
+pub const CANARY_KEY: &str = "canary-model-key-5e1f0c9a7b3d2f8e";
 pub const ISSUE_TITLE: &str = "Ship the shop";
 
 /// Three units in two layers: `web` needs `api` and `docs`.
@@ -472,6 +476,9 @@ fn set_agent_workflow(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str) {
             PathBuf::from(env!("CARGO_BIN_EXE_supervise")),
         ),
         ("AGENT_SLOW", PathBuf::from("1")),
+        // A secret the runner holds, as a real agent's API key: a canary
+        // that must never reach anything the service or the runner publishes.
+        ("ANTHROPIC_API_KEY", PathBuf::from(CANARY_KEY)),
     ];
     let env: Vec<(String, String)> = env
         .iter()
