@@ -26,13 +26,36 @@ impl Drop for Served {
 }
 
 async fn start() -> Served {
+    start_with_files(None).await
+}
+
+/// The service, with at most `open_files` descriptors when given (its soft
+/// and hard limit, as `ulimit -n` sets them).
+async fn start_with_files(open_files: Option<u64>) -> Served {
+    use std::os::unix::process::CommandExt;
     let port = free_port();
     let fake = support::fake_github(Some(port), None).await;
     fake.ensure_repo(REPO);
     fake.add_user("mia", "maintain", "User");
     let db = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}?mode=rwc", db.path().join("s.db").display());
-    let serve = spawn_serve(port, &fake.url(), &url, &[]);
+    let mut cmd = support::serve_command(port, &fake.url(), &url, &[]);
+    if let Some(n) = open_files {
+        // SAFETY: setrlimit only, between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit {
+                    rlim_cur: n,
+                    rlim_max: n,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let serve = cmd.spawn().unwrap();
     wait_listening(port).await;
     Served {
         fake,
@@ -537,29 +560,8 @@ async fn slow_unsigned_bodies_cannot_starve_real_deliveries() {
 /// at the cap the connection idle longest gives way to the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_sockets_at_the_connection_cap_give_way_to_a_real_delivery() {
-    use std::os::unix::process::CommandExt;
-    let port = free_port();
-    let fake = support::fake_github(Some(port), None).await;
-    fake.ensure_repo(REPO);
-    fake.add_user("mia", "maintain", "User");
-    let db = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}?mode=rwc", db.path().join("s.db").display());
-    let mut cmd = support::serve_command(port, &fake.url(), &url, &[]);
-    // SAFETY: setrlimit only, between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: 320,
-                rlim_max: 320,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut serve = cmd.spawn().unwrap();
-    wait_listening(port).await;
+    let s = start_with_files(Some(320)).await;
+    let port = s.port;
     let mut idle = Vec::new();
     for _ in 0..300 {
         if let Ok(c) = TcpStream::connect(("127.0.0.1", port)).await {
@@ -568,12 +570,11 @@ async fn idle_sockets_at_the_connection_cap_give_way_to_a_real_delivery() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let began = Instant::now();
-    let (_, statuses) = fake
+    let (_, statuses) = s
+        .fake
         .comment(REPO, 1, "mia", "/supervise status", false)
         .await;
     let took = began.elapsed();
-    let _ = serve.kill();
-    let _ = serve.wait();
     assert_eq!(statuses, [202], "after {took:?}");
     // GitHub gives up after 10 s; this is far inside it (not a speed target).
     assert!(took < Duration::from_secs(8), "acknowledged after {took:?}");
