@@ -9,7 +9,6 @@ use super::auth::{self, Actor, Permission, Policy, Verdict};
 use super::{help_text, parse_comment, Command, ParseError};
 use crate::engine::naming;
 use crate::engine::Input;
-use crate::github::answers;
 use crate::github::operation::{OpError, Operations, Origin, WorkflowKind};
 use crate::github::payload::{CommentEvent, PullRequestEvent};
 use crate::github::{GitHub, GitHubError};
@@ -55,20 +54,10 @@ impl Handler {
         p: &Origin,
         login: &str,
     ) -> Result<Result<Permission, String>, GitHubError> {
-        let path = format!("/repos/{}/collaborators/{}/permission", p.repo, login);
-        match self.github.get(p.installation, &path).await {
-            Ok(r) => Ok(answers::read::<answers::CollaboratorPermission>(
-                &format!("GET {path}"),
-                r.json(),
-            )
-            .map(|a| Permission::parse(&a.role_name))
-            .map_err(|e| e.to_string())),
-            Err(GitHubError::Http { status: 404, .. }) => Ok(Ok(Permission::None)),
-            Err(GitHubError::Http { status, body, .. }) if (400..500).contains(&status) => {
-                Ok(Err(format!("GitHub answered {status}: {body}")))
-            }
-            Err(e) => Err(e),
-        }
+        Ok(p.repo(&self.github)
+            .role(login)
+            .await?
+            .map(|role| Permission::parse(&role)))
     }
 
     /// The repository's rules from `.github/supervise.yml` (defaults when there is

@@ -135,6 +135,15 @@ pub struct Issue {
     pub title: String,
     #[serde(default)]
     pub body: Option<String>,
+    /// Who opened it (GitHub always says; absent only for a ghost).
+    #[serde(default)]
+    pub user: Option<Login>,
+}
+
+/// A user as GitHub names one in an answer.
+#[derive(Debug, Deserialize)]
+pub struct Login {
+    pub login: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -508,6 +508,24 @@ impl Repo<'_> {
     }
 
     /// One issue: its number, id, title and body.
+    /// A person's role on the repository (`role_name`: admin, maintain,
+    /// write, triage, read or a custom role's name; `none` for a stranger,
+    /// whom GitHub answers 404). An answer that is not a clear grant (a 422,
+    /// another 4xx, an unreadable body) is `Ok(Err(why))`; server errors and
+    /// rate limits are `Err`, to be tried again.
+    pub async fn role(&self, login: &str) -> Result<Result<String, String>, GitHubError> {
+        let rest = format!("/collaborators/{}/permission", enc(login));
+        match self.get::<answers::CollaboratorPermission>(&rest).await {
+            Ok(a) => Ok(Ok(a.role_name)),
+            Err(GitHubError::Http { status: 404, .. }) => Ok(Ok("none".into())),
+            Err(GitHubError::Http { status, body, .. }) if (400..500).contains(&status) => {
+                Ok(Err(format!("GitHub answered {status}: {body}")))
+            }
+            Err(e @ GitHubError::Unexpected { .. }) => Ok(Err(e.to_string())),
+            Err(e) => Err(e),
+        }
+    }
+
     pub async fn issue(&self, number: i64) -> Result<answers::Issue, GitHubError> {
         self.get(&format!("/issues/{number}")).await
     }

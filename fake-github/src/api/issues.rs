@@ -8,6 +8,7 @@ pub(super) fn issue_json(i: &Issue) -> Value {
         "id": i.id, "number": i.number, "title": i.title, "body": i.body, "state": i.state,
         "labels": i.labels.iter().map(|l| json!({ "name": l })).collect::<Vec<_>>(),
         "html_url": format!("https://github.com/{}/issues/{}", i.repo, i.number),
+        "user": { "login": i.user },
     })
 }
 
@@ -61,6 +62,7 @@ pub(super) async fn create_issue(
         body: b.body.unwrap_or_default(),
         state: "open".into(),
         labels: b.labels.unwrap_or_default(),
+        user: "supervise[bot]".into(),
         sub_issues: vec![],
     };
     s.api.issues.push(i.clone());

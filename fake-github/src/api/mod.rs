@@ -25,6 +25,8 @@ pub struct Issue {
     pub body: String,
     pub state: String,
     pub labels: Vec<String>,
+    /// Who opened it.
+    pub user: String,
     /// Ids (not numbers) of sub-issues, as GitHub's sub-issues API takes them.
     pub sub_issues: Vec<i64>,
 }
@@ -170,6 +172,11 @@ impl FakeGitHub {
 
     /// Opens an issue with a description; returns its number.
     pub fn open_issue_with(&self, repo: &str, title: &str, body: &str) -> i64 {
+        self.open_issue_by(repo, title, body, "mia")
+    }
+
+    /// Opens an issue as `login`; returns its number.
+    pub fn open_issue_by(&self, repo: &str, title: &str, body: &str, login: &str) -> i64 {
         let mut s = self.inner.lock();
         let (id, number) = (s.api.id(), s.api.number(repo));
         s.api.issues.push(Issue {
@@ -180,6 +187,7 @@ impl FakeGitHub {
             body: body.into(),
             state: "open".into(),
             labels: vec![],
+            user: login.into(),
             sub_issues: vec![],
         });
         number

@@ -107,18 +107,49 @@ impl Operations {
             Err(reply) => return Ok(reply),
         };
         let issue = repo.issue(o.issue).await?;
-        let description = [
+        // The issue's text instructs agents only if its author may write to
+        // the repository: anyone can open an issue, and an agent follows
+        // what its prompt says. The command's own words come from someone
+        // allowed to say it.
+        let author = issue.user.as_ref().map(|u| u.login.clone());
+        let author_writes = match &author {
+            Some(login) => matches!(
+                repo.role(login).await?,
+                Ok(role) if crate::commands::auth::Permission::parse(&role)
+                    >= crate::commands::auth::Permission::Write
+            ),
+            None => false,
+        };
+        let from_issue = [
             issue.title.trim(),
             issue.body.as_deref().unwrap_or("").trim(),
-            extra.trim(),
         ]
         .into_iter()
         .filter(|t| !t.is_empty())
         .collect::<Vec<_>>()
         .join("\n\n");
+        let who = author.as_deref().unwrap_or("a deleted account");
+        let set_aside = (!author_writes && !from_issue.is_empty()).then(|| {
+            format!(
+                "This issue was opened by {who}, who cannot write to this repository, so its text is not used as instructions for agents. "
+            )
+        });
+        let description = [
+            (author_writes && !from_issue.is_empty()).then(|| {
+                format!("{from_issue}\n\n(Written by {who}, who can write to this repository.)")
+            }),
+            (!extra.trim().is_empty()).then(|| extra.trim().to_string()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("\n\n");
         if description.is_empty() {
             return Ok(format!(
-                "This issue says nothing to work on. Give it a title and a description, or say what to do after the command: `/supervise {word} add rate limiting to the API`."
+                "{}This issue says nothing to work on{}. Say what to do after the command: `/supervise {word} add rate limiting to the API`{}.",
+                set_aside.as_deref().unwrap_or(""),
+                if set_aside.is_some() { " that I may follow" } else { "" },
+                if set_aside.is_some() { "" } else { ", or give the issue a title and a description" },
             ));
         }
         let mut wf = Settings::merge(file_settings.clone(), Default::default()).without_plan;
@@ -167,7 +198,8 @@ impl Operations {
                     })
                     .unwrap_or_default();
                 format!(
-                    "Started operation `{op}` without a plan.\n\n{announcement}{scopes}\n\nAgents run through `.github/workflows/{agent_workflow}` on branches from `{}`. The status comment below is kept up to date.",
+                    "{}Started operation `{op}` without a plan.\n\n{announcement}{scopes}\n\nAgents run through `.github/workflows/{agent_workflow}` on branches from `{}`. The status comment below is kept up to date.",
+                    set_aside.as_deref().map(|s| format!("{s}Only the words after the command are.\n\n")).unwrap_or_default(),
                     integration_branch(&op)
                 )
             }
