@@ -26,7 +26,7 @@ commit() { git add -A && git commit -qm "$SUPERVISE_UNIT: $1"; }
 case "$SUPERVISE_UNIT" in
   research-*)
     p=$(path_of /reports/); mkdir -p "$(dirname "$p")"
-    printf '# Findings\n\nThe API lives in src/api.rs.\n' > "$p"; commit "report"
+    printf '# Findings\n\nThe API lives in src/api.rs; its handlers share one client, so a limit belongs in\nthe middleware before them. Two approaches fit: a token bucket per client key, or a fixed\nwindow counter. The bucket smooths bursts and is what the clients expect.\n\n## Recommendation\n\nA token bucket in the middleware.\n' > "$p"; commit "report"
     echo "REPORT_CREATED: $p" ;;
   plan)
     p=$(path_of /plans/); mkdir -p "$(dirname "$p")"

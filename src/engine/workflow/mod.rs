@@ -329,6 +329,16 @@ fn file_written(path: &str) -> Criterion {
     )
 }
 
+/// A research report as seed 002 asks for one: there, over 200 bytes, and
+/// with a Markdown title (a `# ` line) — a stub or a bare line is no report.
+fn report_written(path: &str) -> Criterion {
+    let p = shell_quote(path);
+    command(
+        &format!("`{path}` is a report: over 200 bytes, with a `#` title"),
+        &format!("test \"$(wc -c < {p})\" -gt 200 && grep -q '^# ' {p}"),
+    )
+}
+
 fn shell_quote(s: &str) -> String {
     if s.chars()
         .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))

@@ -8,7 +8,7 @@
 //! settled; each phase's checkpoint is an exit criterion of its sprint.
 
 use super::scope::Scope;
-use super::{answer_of, command, file_written, status_of, unit, Next};
+use super::{answer_of, command, file_written, report_written, status_of, unit, Next};
 use crate::engine::state::{OperationState, UnitStatus};
 use crate::plan::{SprintType, WorkUnit};
 use serde::{Deserialize, Serialize};
@@ -187,7 +187,7 @@ impl Phases {
                     &format!("Research {} of {}", i + 1, self.research.len()),
                     SprintType::Code,
                     body,
-                    vec![file_written(&path)],
+                    vec![report_written(&path)],
                 )
             })
             .collect()
@@ -598,6 +598,33 @@ pub(super) fn quoted(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Seed 002's checkpoint for research: a report over 200 bytes with a
+    /// Markdown title. A stub, or text without a title, does not pass.
+    #[test]
+    fn a_research_report_must_be_a_report_not_a_stub() {
+        let p = Phases::new("Add a flag", None, &WorkflowSettings::default(), 1);
+        let unit = &p.initial_units()[0];
+        let cmd = unit.sprints[0].exit_criteria[0].command.clone().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(p.report_path(0));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let passes = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            std::process::Command::new("sh")
+                .args(["-c", &cmd])
+                .current_dir(dir.path())
+                .status()
+                .unwrap()
+                .success()
+        };
+        assert!(!passes("# Findings\n\nShort.\n"), "a stub");
+        assert!(!passes(&"no title here. ".repeat(30)), "no title");
+        assert!(passes(&format!(
+            "# Findings\n\n{}\n",
+            "a finding. ".repeat(30)
+        )));
+    }
 
     #[test]
     fn research_agents_grow_with_complexity_within_the_settings() {
