@@ -650,6 +650,20 @@ impl Repo<'_> {
         Ok(made.id)
     }
 
+    /// The comment on `issue` (since `since`) carrying `marker`: (id, body).
+    async fn marked(
+        &self,
+        issue: i64,
+        since: Option<&str>,
+        marker: &str,
+    ) -> Result<Option<(i64, String)>, GitHubError> {
+        Ok(self
+            .comments(issue, since)
+            .await?
+            .into_iter()
+            .find(|(_, b)| b.contains(marker)))
+    }
+
     /// Posts a comment unless one carrying `marker` is already on the issue.
     pub async fn comment_once(
         &self,
@@ -658,12 +672,7 @@ impl Repo<'_> {
         marker: &str,
         body: &str,
     ) -> Result<(), GitHubError> {
-        if self
-            .comments(issue, since)
-            .await?
-            .iter()
-            .any(|(_, b)| b.contains(marker))
-        {
+        if self.marked(issue, since, marker).await?.is_some() {
             return Ok(());
         }
         self.comment(issue, &format!("{body}\n\n{marker}"))
@@ -681,13 +690,9 @@ impl Repo<'_> {
         body: &str,
     ) -> Result<(), GitHubError> {
         let text = format!("{body}\n\n{marker}");
-        match self
-            .comments(issue, since)
-            .await?
-            .into_iter()
-            .find(|(_, b)| b.contains(marker))
-        {
-            Some((_, old)) if old == text => Ok(()),
+        match self.marked(issue, since, marker).await? {
+            // Compared as GitHub holds it: the body as `fit` publishes it.
+            Some((_, old)) if old == fit(&text, MAX_BODY_CHARS) => Ok(()),
             Some((id, _)) => self.edit_comment(id, &text).await,
             None => self.comment(issue, &text).await.map(|_| ()),
         }
