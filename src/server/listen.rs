@@ -10,6 +10,7 @@
 //! listener stops accepting, lets requests in progress finish within a grace
 //! period, and returns.
 
+use crate::sync::LockExt;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -88,7 +89,7 @@ struct Conns {
 impl Conns {
     /// Tells the connection idle longest to close; false if every one is busy.
     fn close_idlest(&self) -> bool {
-        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let open = self.open.locked();
         let idlest = open
             .values()
             .filter(|c| c.busy.load(Ordering::SeqCst) == 0)
@@ -164,11 +165,7 @@ pub async fn serve(
             idle_since: AtomicU64::new(now_ms(epoch)),
             close: Notify::new(),
         });
-        conns
-            .open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, state.clone());
+        conns.open.locked().insert(id, state.clone());
         let service = TrackIdle {
             inner: app.clone(),
             state: state.clone(),
@@ -197,11 +194,7 @@ pub async fn serve(
             if let Err(e) = result {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
-            conns
-                .open
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
+            conns.open.locked().remove(&id);
             drop(slot);
         });
     }
