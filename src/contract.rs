@@ -73,6 +73,22 @@ pub struct SprintSpec {
     pub answer_file: Option<String>,
 }
 
+impl SprintSpec {
+    /// The one-unit plan the sprint is checked against.
+    pub fn plan(&self) -> crate::plan::Plan {
+        crate::plan::Plan {
+            title: self.unit.name.clone(),
+            feature_name: None,
+            dependency_structure: crate::plan::DependencyStructure::Sequential,
+            dispatch_mode: crate::plan::DispatchMode::Dynamic,
+            dispatch_template: None,
+            work_units: vec![self.unit.clone()],
+            referenced_files: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+}
+
 /// What the commits the supervisor and `supervise verify --record` make
 /// begin with: they are not the agent's work when its commits are counted.
 pub const COMMIT_PREFIX: &str = "supervise:";
@@ -133,7 +149,35 @@ pub struct RunResult {
     /// such as the manager's JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// Why the trusted step refused the agent's work unchecked (see
+    /// [`crate::engine::trust`]); its criteria were then not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
+
+/// The check run the trusted step that commits a results record puts on that
+/// commit. It carries the record's digest, and GitHub names who made it: an
+/// agent's job holds no credential that can make check runs, so a record
+/// without a matching one did not come from the trusted step.
+pub const RECORD_CHECK: &str = "supervise: results record";
+
+/// How a record's digest is written in its check run's summary.
+pub fn record_digest_line(record: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(record)))
+}
+
+/// Whether the check-run summary `summary` vouches for `record` (the bytes of
+/// the results file as committed).
+pub fn vouches_for(summary: &str, record: &[u8]) -> bool {
+    let line = record_digest_line(record);
+    summary.split_whitespace().any(|w| w == line)
+}
+
+/// GitHub's own App that workflow tokens (`GITHUB_TOKEN`) act as: a record
+/// check made with the agent workflow's `GITHUB_TOKEN`, in its trusted job,
+/// names it. The agent's job is given a token that cannot make check runs.
+pub const GITHUB_ACTIONS_APP: &str = "github-actions";
 
 /// The most of an answer the supervisor keeps; an answer is a decision's
 /// input, not a place for logs.

@@ -50,6 +50,9 @@ pub struct FileSettings {
     /// Work without a written plan (`solve`, `manage`): research agents,
     /// the research success share, debug rounds, the test command, max tasks.
     pub without_plan: Option<crate::engine::workflow::WorkflowSettings>,
+    /// On GitHub: whether an agent's commits may change `.github/workflows/`
+    /// (refused by default: a workflow runs with the repository's credentials).
+    pub agent_may_change_workflows: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
@@ -124,6 +127,7 @@ pub const KEYS: &[&str] = &[
     "workflow",
     "merge",
     "without_plan",
+    "agent_may_change_workflows",
 ];
 
 /// Parses settings text; the error names `origin`, the line and column, and the

@@ -1,6 +1,6 @@
 //! Whole operations on GitHub, end to end: the real `supervise serve` binary
 //! against the fake GitHub over HTTP, real bare repositories, and the agent
-//! workflow "run" by the fake as a real process (tests/agents/gh-workflow.sh
+//! workflow "run" by the fake as a real process (tests/agents/gh-agent-job.sh
 //! around the scripted agent). Each test reads as a story: seed a repository,
 //! say `/supervise start`, let the agents run, read what GitHub shows.
 
@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use story::{Door, Setup, Story, PLAN, REPO, SETTINGS};
+use supervise::contract::RECORD_CHECK;
 use support::{free_port, spawn_serve, wait_listening, SECRET};
 
 /// Masks what changes from run to run: times, durations, the op id's suffix.
@@ -130,9 +131,17 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
         .fake
         .check_runs(REPO)
         .into_iter()
-        .filter(|c| c.app == "supervise")
+        .filter(|c| c.app == "supervise" && c.name != RECORD_CHECK)
         .collect();
     assert_eq!(checks.len(), 4, "{checks:#?}");
+    // Each result the service took, vouched for by the workflow's trusted job.
+    let records = s
+        .fake
+        .check_runs(REPO)
+        .into_iter()
+        .filter(|c| c.name == RECORD_CHECK)
+        .count();
+    assert_eq!(records, 4, "one record per attempt");
     for c in &checks {
         assert_eq!(c.conclusion.as_deref(), Some("success"), "{c:#?}");
         assert!(c.summary.contains("✓ passed"), "{}", c.summary);
@@ -734,6 +743,8 @@ async fn run_action(s_url: &str, state: &Path, event: &str, payload: &[u8]) {
         .env("GITHUB_EVENT_PATH", &file)
         .env("GITHUB_API_URL", s_url)
         .env("SUPERVISE_TOKEN", "ghs_workflow_token")
+        // The App whose key the agent workflow holds (the fake's).
+        .env("SUPERVISE_APP_ID", "42")
         .output()
         .await
         .unwrap();

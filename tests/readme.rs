@@ -174,7 +174,7 @@ fn the_agent_workflow_sets_every_variable_of_the_contract() {
         std::fs::read_to_string(root.join(".github/workflows/supervise-agent.yml")).unwrap();
     let yaml: serde_yaml::Value = serde_yaml::from_str(&workflow).unwrap();
     let env = &yaml["jobs"]["agent"]["env"];
-    let runner = std::fs::read_to_string(root.join("tests/agents/gh-workflow.sh")).unwrap();
+    let runner = std::fs::read_to_string(root.join("tests/agents/gh-agent-job.sh")).unwrap();
     for name in supervise::contract::AGENT_VARIABLES {
         assert!(
             env.get(name).is_some(),

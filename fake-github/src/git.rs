@@ -254,6 +254,23 @@ impl Repo {
         Some(git(&self.path, &["merge-tree", "--write-tree", &b, &h]).is_ok())
     }
 
+    /// Every branch and its head.
+    pub fn branches(&self) -> Vec<(String, String)> {
+        git(
+            &self.path,
+            &[
+                "for-each-ref",
+                "--format=%(refname:short) %(objectname)",
+                "refs/heads",
+            ],
+        )
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(b, s)| (b.to_string(), s.to_string()))
+        .collect()
+    }
+
     /// A throw-away checkout of `rev` for a workflow or CI run.
     pub fn checkout(&self, rev: &str, into: &Path) -> Result<(), String> {
         let parent = into.parent().unwrap_or(Path::new("/"));

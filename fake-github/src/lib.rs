@@ -71,9 +71,11 @@ pub(crate) struct Inner {
     pub(crate) comments: Vec<Comment>,
     pub(crate) api: api::ApiState,
     reactions: Vec<(i64, String, String)>,
-    tokens: HashMap<String, u64>,
+    tokens: HashMap<String, Token>,
     counts: BTreeMap<String, u64>,
     log: Vec<(f64, String, u16)>,
+    /// The calls of the jobs the fake ran (their tokens'), apart from `log`.
+    runner_log: Vec<(f64, String, u16)>,
     /// When the fake was busy answering an API call (seconds since start,
     /// from the request's arrival to its answer's): GitHub's own latency in a
     /// measurement of the service's.
@@ -169,7 +171,7 @@ mod paging;
 mod quota;
 mod record;
 mod shapes;
-pub use api::{CheckRun, Issue, Pull, Run};
+pub use api::{Access, CheckRun, Issue, Job, Pull, Run, RunsIf};
 
 impl FakeGitHub {
     /// Changes to the fake's state, as a counter that goes up with each: a
@@ -278,12 +280,63 @@ impl FakeGitHub {
         self.inner.lock().early_calls
     }
 
-    /// Accepts `token` as an installation token (as a workflow's `GITHUB_TOKEN`).
+    /// Accepts `token` as a workflow's `GITHUB_TOKEN` that may write (what
+    /// the calls it makes are attributed to: GitHub Actions).
     pub fn add_token(&self, token: &str) {
-        self.inner
-            .lock()
-            .tokens
-            .insert(token.to_string(), self.config.installation_id);
+        self.inner.lock().tokens.insert(
+            token.to_string(),
+            Token {
+                installation: self.config.installation_id,
+                kind: TokenKind::Workflow { write: true },
+                runner: false,
+            },
+        );
+    }
+
+    /// A new installation token of the App, as `actions/create-github-app-token`
+    /// makes one in a workflow that holds the App's key.
+    pub fn mint_installation_token(&self) -> String {
+        let mut s = self.inner.lock();
+        let t = format!(
+            "ghs_fake_{}_{}",
+            self.config.installation_id,
+            s.tokens.len() + 1
+        );
+        s.tokens.insert(
+            t.clone(),
+            Token {
+                installation: self.config.installation_id,
+                kind: TokenKind::Installation,
+                runner: true,
+            },
+        );
+        t
+    }
+
+    /// A workflow `GITHUB_TOKEN` with `permissions: contents: read`: it reads,
+    /// and every write is refused as GitHub refuses it.
+    pub fn mint_read_token(&self) -> String {
+        let mut s = self.inner.lock();
+        let t = format!(
+            "ghs_read_{}_{}",
+            self.config.installation_id,
+            s.tokens.len() + 1
+        );
+        s.tokens.insert(
+            t.clone(),
+            Token {
+                installation: self.config.installation_id,
+                kind: TokenKind::Workflow { write: false },
+                runner: true,
+            },
+        );
+        t
+    }
+
+    /// What the token a request carries is, if the fake issued it.
+    pub(crate) fn token_of(&self, headers: &HeaderMap) -> Option<Token> {
+        let token = bearer(headers);
+        self.inner.lock().tokens.get(token).copied()
     }
 
     /// From now on every `n`-th installation API call answers 502 (0 stops it).
@@ -306,6 +359,12 @@ impl FakeGitHub {
     /// The request log: seconds since start, endpoint, status.
     pub fn request_log(&self) -> Vec<(f64, String, u16)> {
         self.inner.lock().log.clone()
+    }
+
+    /// The calls the workflows' jobs made (with the tokens the fake gave
+    /// them), as [`FakeGitHub::request_log`] has the others'.
+    pub fn runner_log(&self) -> Vec<(f64, String, u16)> {
+        self.inner.lock().runner_log.clone()
     }
 
     /// Seconds within `[from, to]` (since the fake started) during which the
@@ -553,6 +612,30 @@ pub(crate) async fn gate(
     headers: &HeaderMap,
     needs_token: bool,
 ) -> Result<(), Response> {
+    // A workflow's own calls (a job's token) are the runner's, not the
+    // service's: logged apart, never given a fault meant for the service.
+    if let Some(token) = needs_token
+        .then(|| f.inner.lock().tokens.get(bearer(headers)).copied())
+        .flatten()
+        .filter(|t| t.runner)
+    {
+        let writes = !endpoint.starts_with("GET ");
+        let refused = writes && token.kind == (TokenKind::Workflow { write: false });
+        let status = if refused { 403 } else { 200 };
+        let at = f.started.elapsed().as_secs_f64();
+        f.inner
+            .lock()
+            .runner_log
+            .push((at, endpoint.to_string(), status));
+        return if refused {
+            Err(error(
+                StatusCode::FORBIDDEN,
+                "Resource not accessible by integration",
+            ))
+        } else {
+            Ok(())
+        };
+    }
     let fault = {
         let mut s = f.inner.lock();
         *s.counts.entry(endpoint.to_string()).or_default() += 1;
@@ -629,18 +712,48 @@ pub(crate) async fn gate(
         }
     }
     if needs_token {
-        let token = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or(v.strip_prefix("token ")))
-            .unwrap_or("");
-        if !f.inner.lock().tokens.contains_key(token) {
+        let token = f.inner.lock().tokens.get(bearer(headers)).copied();
+        let Some(token) = token else {
             record(401);
             return Err(error(StatusCode::UNAUTHORIZED, "Bad credentials"));
+        };
+        let writes = !endpoint.starts_with("GET ");
+        if writes && token.kind == (TokenKind::Workflow { write: false }) {
+            record(403);
+            return Err(error(
+                StatusCode::FORBIDDEN,
+                "Resource not accessible by integration",
+            ));
         }
     }
     record(200);
     Ok(())
+}
+
+/// A token the fake issued: whose, and what it may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Token {
+    pub installation: u64,
+    pub kind: TokenKind,
+    /// Issued to a job the fake runs (not to the service or a test).
+    pub runner: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenKind {
+    /// The App's installation token: what it makes is the App's.
+    Installation,
+    /// A workflow's `GITHUB_TOKEN`: what it makes is GitHub Actions'.
+    Workflow { write: bool },
+}
+
+/// The token in a request's `Authorization` header ("" without one).
+fn bearer(headers: &HeaderMap) -> &str {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or(v.strip_prefix("token ")))
+        .unwrap_or("")
 }
 
 #[derive(Deserialize)]
@@ -715,7 +828,14 @@ async fn access_token(
     let token = {
         let mut s = f.inner.lock();
         let t = format!("ghs_fake_{id}_{}", s.tokens.len() + 1);
-        s.tokens.insert(t.clone(), id);
+        s.tokens.insert(
+            t.clone(),
+            Token {
+                installation: id,
+                kind: TokenKind::Installation,
+                runner: false,
+            },
+        );
         t
     };
     let expires = (chrono::Utc::now() + chrono::Duration::hours(1))

@@ -82,7 +82,7 @@ fn installation_of(f: &Shared, headers: &HeaderMap) -> Option<u64> {
                 .strip_prefix("token ")
         })?
         .to_string();
-    f.inner.lock().tokens.get(&token).copied()
+    f.inner.lock().tokens.get(&token).map(|t| t.installation)
 }
 
 fn rate_headers(h: &mut HeaderMap, limit: u64, w: &Window) {

@@ -27,8 +27,13 @@ pub struct ActionArgs {
     /// The REST API base (set by Actions; GitHub Enterprise, or the fake GitHub in tests).
     #[arg(long, env = "GITHUB_API_URL", default_value = "https://api.github.com")]
     pub api_url: String,
+    /// The App whose key the agent workflow's publishing job holds
+    /// (`secrets.SUPERVISE_APP_ID`): results records it vouches for are taken,
+    /// as are those the workflow's own token vouches for. Without it, only the
+    /// latter.
+    #[arg(long, env = "SUPERVISE_APP_ID")]
+    pub app_id: Option<u64>,
     /// Bot logins whose commands are acted on (exact match).
-    #[arg(long, env = "SUPERVISE_BOT_ALLOW_LIST", value_delimiter = ',')]
     pub bot_allow_list: Vec<String>,
     /// Seconds to wait for the repository's CI to report; each Action run is a
     /// new process, so the default is not to wait (CI's own events run it again).
@@ -142,10 +147,10 @@ pub fn run(args: ActionArgs) -> Result<i32> {
         let store = SqlStore::connect(&database_url)
             .await
             .context("opening the Action's store")?;
-        let github = Arc::new(GitHub::with_token(
-            &args.api_url,
-            &SecretString::from(token),
-        )?);
+        let github = Arc::new(
+            GitHub::with_token(&args.api_url, &SecretString::from(token))?
+                .acting_for_app(args.app_id),
+        );
         let ops = Operations::new(
             "github-action".into(),
             github.clone(),

@@ -3,6 +3,7 @@
 
 pub mod action_cmd;
 pub mod plan_cmd;
+pub mod publish_cmd;
 pub mod run_cmd;
 pub mod serve_cmd;
 pub mod terminal;
@@ -134,6 +135,12 @@ pub enum Command {
         after_help = "Examples:\n  supervise verify --unit api --sprint 2\n  supervise verify --unit api --sprint 2 --dir ../checkout --json"
     )]
     Verify(run_cmd::VerifyArgs),
+    /// The agent workflow's last job: push the work the verifying job checked,
+    /// with its results record, and vouch for the record with a check run.
+    #[command(
+        after_help = "Examples (in the agent workflow's publish job):\n  GITHUB_TOKEN=… supervise publish --handoff handoff --verdict verdict --record \"$DISPATCH_ID\" --branch \"$BRANCH\""
+    )]
+    Publish(publish_cmd::PublishArgs),
     /// The GitHub App service: hears `/supervise` commands in comments.
     #[command(
         after_help = "Examples:\n  GITHUB_APP_ID=123 GITHUB_PRIVATE_KEY_PATH=app.pem GITHUB_WEBHOOK_SECRET=… supervise serve\n  DATABASE_URL=postgres://… supervise serve --listen 0.0.0.0:8080"
@@ -287,6 +294,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             run_cmd::command(plan.as_deref(), Input::NameFeature, "name-feature")
         }
         Command::Verify(args) => run_cmd::verify_cmd(&args),
+        Command::Publish(args) => publish_cmd::publish(&args),
         Command::Plan(PlanCommand::Show { path, json }) => plan_cmd::show(path.as_deref(), json),
         Command::Plan(PlanCommand::Breakdown {
             doc,

@@ -7,7 +7,7 @@ use crate::report;
 use crate::runner::local::{self, Supervisor};
 use crate::runner::{criteria, process};
 use crate::settings::{self, FileSettings, ModelIdsFile, Settings};
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -491,6 +491,19 @@ pub struct VerifyArgs {
     /// it are recorded.
     #[arg(long, env = "SUPERVISE_BASE", hide_env_values = true)]
     pub since: Option<String>,
+    /// The trusted check of an agent's job on GitHub: the directory the
+    /// agent's job handed on (its work as a git bundle, exit status, output).
+    /// The checkout is the commit dispatched on; the sprint's definition is
+    /// read from it before any of the work is taken. With `--record`,
+    /// `--branch` and `--out`.
+    #[arg(long, requires_all = ["record", "branch", "out"])]
+    pub handoff: Option<PathBuf>,
+    /// The sprint branch the work goes to (with `--handoff`).
+    #[arg(long)]
+    pub branch: Option<String>,
+    /// Where the verdict is written for `supervise publish` (with `--handoff`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// The sprint definition committed for a dispatch whose work no plan file
@@ -506,6 +519,11 @@ fn committed_spec(dir: &Path, dispatch: &str) -> Option<crate::contract::SprintS
 
 pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
     let here = std::env::current_dir()?;
+    if let (Some(handoff), Some(dispatch), Some(branch), Some(out)) =
+        (&a.handoff, &a.record, &a.branch, &a.out)
+    {
+        return verify_handoff(a, &here, handoff, dispatch, branch, out);
+    }
     let spec = a
         .record
         .as_deref()
@@ -515,16 +533,7 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
         Some(spec) => {
             let root = a.dir.clone().unwrap_or(here);
             LoadedPlan {
-                plan: crate::plan::Plan {
-                    title: spec.unit.name.clone(),
-                    feature_name: None,
-                    dependency_structure: crate::plan::DependencyStructure::Sequential,
-                    dispatch_mode: crate::plan::DispatchMode::Dynamic,
-                    dispatch_template: None,
-                    work_units: vec![spec.unit.clone()],
-                    referenced_files: Vec::new(),
-                    warnings: Vec::new(),
-                },
+                plan: spec.plan(),
                 path: root.join(crate::contract::sprint_spec_path(
                     a.record.as_deref().unwrap_or(""),
                 )),
@@ -586,6 +595,7 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
                 None => std::env::var_os("SUPERVISE_RESULT_FILE")
                     .and_then(|p| crate::contract::read_answer(Path::new(&p))),
             },
+            refused: None,
         };
         let path = criteria::record_result(&root, dispatch, &result)?;
         eprintln!("recorded {} criteria in {}", results.len(), path.display());
@@ -615,6 +625,49 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
         .iter()
         .any(|r| r.outcome == crate::engine::CriterionOutcome::Failed);
     Ok(if failed { 1 } else { 0 })
+}
+
+/// `supervise verify --handoff`: the trusted job's check of what an agent's
+/// job handed on. Exits 0 whatever the verdict (it is in the record), 1 when
+/// no verdict could be written.
+fn verify_handoff(
+    a: &VerifyArgs,
+    here: &Path,
+    handoff: &Path,
+    dispatch: &str,
+    branch: &str,
+    out: &Path,
+) -> Result<i32> {
+    let root = a.dir.clone().unwrap_or_else(|| here.to_path_buf());
+    let plan = a
+        .plan
+        .as_deref()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "EXECUTION_PLAN.md".into());
+    let attempt = crate::runner::handoff::Attempt {
+        plan: &plan,
+        unit: &a.unit,
+        sprint: &a.sprint,
+        dispatch,
+        branch,
+    };
+    let verdict = crate::runner::handoff::verify(
+        &root,
+        &attempt,
+        handoff,
+        out,
+        Duration::from_secs(a.timeout),
+    )
+    .context("verifying the agent's work")?;
+    match &verdict.record.refused {
+        Some(why) => eprintln!("refused: {why}"),
+        None => eprintln!(
+            "checked {} criteria on {}",
+            verdict.record.criteria.len(),
+            crate::contract::short_id(&verdict.head)
+        ),
+    }
+    Ok(0)
 }
 
 /// `supervise __run-agent DIR`, or `-`: on standby, the directory arrives on

@@ -205,6 +205,9 @@ pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome 
         || signal == Some(Signal::Partial);
     let exhausted = report.turns_used.is_some_and(|t| t >= max_turns);
 
+    if let Some(why) = &ev.refused {
+        return Outcome::Failed(format!("the work was refused: {why}"));
+    }
     if let Some(conflict) = &ev.merge_conflict {
         return Outcome::Failed(format!(
             "the sprint branch does not merge into the integration branch: {conflict}"

@@ -100,6 +100,11 @@ pub struct Evidence {
     /// workflow names): a workflow reads its next step from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// Why the trusted step refused the agent's work without checking it
+    /// (it changed the exit criteria, the supervisor's records or the
+    /// workflows): the attempt fails, whatever the agent said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,6 +11,7 @@ pub mod naming;
 pub mod prompt;
 pub mod select;
 mod state;
+pub mod trust;
 pub mod workflow;
 
 pub use decide::{decide, decide_mut, Decision, AGENT_COMMAND_FAILED};

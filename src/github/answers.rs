@@ -121,11 +121,23 @@ pub struct CheckRun {
     pub conclusion: Option<String>,
     /// The app that reported it (nullable in GitHub's description).
     pub app: Option<App>,
+    #[serde(default)]
+    pub external_id: Option<String>,
+    #[serde(default)]
+    pub output: Option<CheckOutput>,
 }
 
 #[derive(Debug, Deserialize)]
 pub struct App {
+    #[serde(default)]
+    pub id: Option<u64>,
     pub slug: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CheckOutput {
+    #[serde(default)]
+    pub summary: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -125,6 +125,9 @@ pub mod repo;
 
 pub struct GitHub {
     app: Octocrab,
+    /// The App this client acts as (none with a plain token): what it makes
+    /// on GitHub names it.
+    app_id: Option<u64>,
     /// With a plain token (the GitHub Action), every call uses this client and
     /// installation ids are ignored.
     token_client: Option<Arc<Octocrab>>,
@@ -218,6 +221,7 @@ impl GitHub {
             .map_err(|e| GitHubError::Config(e.to_string()))?;
         Ok(GitHub {
             app,
+            app_id: Some(app_id),
             token_client: None,
             installations: Mutex::new(HashMap::new()),
             paused_until: Mutex::new(HashMap::new()),
@@ -241,6 +245,7 @@ impl GitHub {
             .map_err(|e| GitHubError::Config(e.to_string()))?;
         Ok(GitHub {
             app: client.clone(),
+            app_id: None,
             token_client: Some(Arc::new(client)),
             installations: Mutex::new(HashMap::new()),
             paused_until: Mutex::new(HashMap::new()),
@@ -303,6 +308,18 @@ impl GitHub {
             0.0
         });
         self.budgets.locked().insert(installation, b);
+    }
+
+    /// A token client that stands for App `app` (the Action, whose agent
+    /// workflow holds that App's key): what that App made counts as its own.
+    pub fn acting_for_app(mut self, app: Option<u64>) -> GitHub {
+        self.app_id = app;
+        self
+    }
+
+    /// The App this client acts as, if it is an App's.
+    pub fn app_id(&self) -> Option<u64> {
+        self.app_id
     }
 
     /// Whether this client uses a plain token (installation ids do not matter).

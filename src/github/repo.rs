@@ -142,12 +142,27 @@ impl WorkflowRun {
 #[derive(Debug, Clone)]
 pub struct Check {
     pub name: String,
+    /// Who made it: the App's slug and id as GitHub names them.
     pub app: String,
+    pub app_id: Option<u64>,
     pub completed: bool,
     pub conclusion: Option<String>,
+    pub external_id: String,
+    pub summary: String,
 }
 
 impl Check {
+    /// Whether this is the supervisor's own (its verdicts and the trusted
+    /// step's results records), not the repository's CI: named so, and made
+    /// by the App itself (`app`, when the client knows which it is) or by a
+    /// workflow's token (the GitHub Action, and the agent workflow's trusted
+    /// job without the App's key).
+    pub fn is_supervisors(&self, app: Option<u64>) -> bool {
+        self.name.starts_with("supervise:")
+            && (app.is_some() && self.app_id == app
+                || self.app == crate::contract::GITHUB_ACTIONS_APP)
+    }
+
     pub fn green(&self) -> bool {
         matches!(
             self.conclusion.as_deref(),
@@ -491,9 +506,12 @@ impl Repo<'_> {
         Ok(v.into_iter()
             .map(|c| Check {
                 name: c.name,
+                app_id: c.app.as_ref().and_then(|a| a.id),
                 app: c.app.and_then(|a| a.slug).unwrap_or_default(),
                 completed: c.status == "completed",
                 conclusion: c.conclusion,
+                external_id: c.external_id.unwrap_or_default(),
+                summary: c.output.and_then(|o| o.summary).unwrap_or_default(),
             })
             .collect())
     }

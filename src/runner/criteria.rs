@@ -30,15 +30,26 @@ pub fn run_shell(cmd: &str, dir: &Path, timeout: Duration) -> (bool, String) {
         (Ok(a), Ok(b)) => (a, b),
         _ => return (false, "cannot open the output file".into()),
     };
-    let child = Command::new("sh")
+    let mut command = Command::new("sh");
+    command
         .arg("-c")
         .arg(cmd)
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
-        .process_group(0)
-        .spawn();
+        .process_group(0);
+    // A criterion is repository code the agent may have written: it gets no
+    // secret and no token of the process that checks it.
+    for (name, _) in std::env::vars_os() {
+        if name
+            .to_str()
+            .is_none_or(|n| crate::scrub::secret_name(n) || n.starts_with("ACTIONS_"))
+        {
+            command.env_remove(name);
+        }
+    }
+    let child = command.spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => return (false, format!("cannot start `sh`: {e}")),
@@ -46,7 +57,14 @@ pub fn run_shell(cmd: &str, dir: &Path, timeout: Duration) -> (bool, String) {
     let start = Instant::now();
     let status = loop {
         match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
+            Ok(Some(s)) => {
+                // What it left running in its group ends with it: nothing
+                // the criterion started outlives the check (to rewrite the
+                // verdict, say).
+                // SAFETY: signalling a process group we created; no memory is involved.
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                break Some(s);
+            }
             Ok(None) if start.elapsed() >= timeout => {
                 // SAFETY: signalling a process group we created; no memory is involved.
                 unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };

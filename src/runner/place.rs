@@ -484,6 +484,7 @@ impl LocalPlace {
                 ci_passed: None,
                 merge_conflict: git.merge_conflict,
                 answer: result.answer,
+                refused: result.refused,
             },
         };
         Ok(Some(Input::AgentFinished {

@@ -758,6 +758,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         commits: None,
         began_at: None,
         answer: crate::contract::read_answer(&answer_file),
+        refused: None,
     };
     // Whole, but not waited for on disk: the supervisor records what it reads
     // here durably before acting on it, and a result a power cut loses only

@@ -10,10 +10,10 @@
 //! the real `supervise serve` binary, for stories that kill it with SIGKILL.
 
 use crate::support::{self, free_port, spawn_serve, wait_listening, SECRET};
-use fake_github::FakeGitHub;
+use fake_github::{Access, FakeGitHub, Job, RunsIf};
 use secrecy::SecretString;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Child;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -463,36 +463,60 @@ const SCRIPTED_AGENT: &str = "tests/agents/scripted.sh";
 /// The agent of work without a plan: every role, by the unit's name.
 const WORKFLOW_AGENT: &str = "examples/agents/workflow-agent.sh";
 
-/// The agent workflow: the fake runs tests/agents/gh-workflow.sh around
-/// `agent`, reading its behaviour from the story's file.
+/// The agent workflow, in the shipped workflow's three jobs: the agent's
+/// (read-only, holding the model's key) runs `agent`, reading its behaviour
+/// from the story's file; the verifying job (no credential) and the
+/// publishing job (the App's token) run the trusted binary.
 fn set_agent_workflow(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let env = [
-        ("AGENT", manifest.join(agent)),
-        ("AGENT_LOG", tmp.join("agent.log")),
-        ("AGENT_BEHAVIOUR", tmp.join("behaviour")),
+    let bin = env!("CARGO_BIN_EXE_supervise").to_string();
+    let vars = |pairs: &[(&str, String)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    };
+    let script = |name: &str| format!("sh {}", manifest.join("tests/agents").join(name).display());
+    let agent_env = vars(&[
+        ("AGENT", manifest.join(agent).display().to_string()),
+        ("AGENT_LOG", tmp.join("agent.log").display().to_string()),
         (
-            "SUPERVISE_BIN",
-            PathBuf::from(env!("CARGO_BIN_EXE_supervise")),
+            "AGENT_BEHAVIOUR",
+            tmp.join("behaviour").display().to_string(),
         ),
-        ("AGENT_SLOW", PathBuf::from("1")),
-        // A secret the runner holds, as a real agent's API key: a canary
-        // that must never reach anything the service or the runner publishes.
-        ("ANTHROPIC_API_KEY", PathBuf::from(CANARY_KEY)),
-    ];
-    let env: Vec<(String, String)> = env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.display().to_string()))
-        .collect();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    fake.set_workflow(
+        ("AGENT_SLOW", "1".into()),
+        ("SUPERVISE_INSTALL_FROM", bin.clone()),
+        // A secret the agent's runner holds, as a real agent's API key: a
+        // canary that must never reach anything published.
+        ("ANTHROPIC_API_KEY", CANARY_KEY.into()),
+    ]);
+    let trusted_env = vars(&[("SUPERVISE_BIN", bin)]);
+    fake.set_workflow_jobs(
         repo,
         "supervise-agent.yml",
-        &format!(
-            "sh {}",
-            manifest.join("tests/agents/gh-workflow.sh").display()
-        ),
-        &env,
+        vec![
+            Job {
+                name: "agent".into(),
+                command: script("gh-agent-job.sh"),
+                env: agent_env,
+                access: Access::Read,
+                runs_if: RunsIf::NotCancelled,
+            },
+            Job {
+                name: "verify".into(),
+                command: script("gh-verify-job.sh"),
+                env: trusted_env.clone(),
+                access: Access::Read,
+                runs_if: RunsIf::NotCancelled,
+            },
+            Job {
+                name: "publish".into(),
+                command: script("gh-publish-job.sh"),
+                env: trusted_env,
+                access: Access::Write,
+                runs_if: RunsIf::PreviousSucceeded,
+            },
+        ],
     );
 }
 

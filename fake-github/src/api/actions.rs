@@ -161,7 +161,8 @@ pub(super) async fn deliver_run(f: &FakeGitHub, action: &str, run: &Run) {
     f.deliver("workflow_run", &payload).await;
 }
 
-/// Runs a dispatched workflow: checkout, command, push, conclusion, webhooks.
+/// Runs a dispatched workflow: its jobs in order, each on a "runner" of its
+/// own, then the conclusion and the webhooks.
 pub(super) async fn execute(
     f: Shared,
     run: Run,
@@ -169,48 +170,161 @@ pub(super) async fn execute(
     workflow: Workflow,
     inputs: Vec<(String, String)>,
 ) {
-    let dir = f.data_dir.join("runs").join(run.id.to_string());
-    let (command, env) = workflow;
-    // As `actions/checkout` at `github.sha`: the commit dispatched on, even
-    // if the branch has moved since. A workflow that names another branch in
-    // its `branch` input (Sprint Supervisor's does) pushes there.
-    let checkout = repo.checkout(&run.head_sha, &dir);
-    let push_to = inputs
-        .iter()
-        .find(|(k, _)| k == "branch")
-        .map_or_else(|| run.head_branch.clone(), |(_, v)| v.clone());
+    // Runners share nothing but artifacts: each job's directory is made
+    // apart from the fake's own (where the repositories are), and a job that
+    // may not push is not told where the repository is.
+    let runner =
+        std::env::temp_dir().join(format!("fake-runner-{}-{}", std::process::id(), run.id));
+    let success = match std::fs::create_dir_all(&runner) {
+        Ok(()) => {
+            let mut ok = true;
+            let mut started = false;
+            for job in &workflow.jobs {
+                let cancelled = f
+                    .runs(&run.repo)
+                    .iter()
+                    .any(|r| r.id == run.id && r.cancel_requested);
+                let runs = match job.runs_if {
+                    RunsIf::NotCancelled => !cancelled,
+                    RunsIf::PreviousSucceeded => !cancelled && ok,
+                };
+                if !runs {
+                    continue;
+                }
+                let ran = run_job(
+                    &f,
+                    &run,
+                    &repo,
+                    job,
+                    &inputs,
+                    &runner,
+                    workflow.push_after,
+                    &mut started,
+                )
+                .await;
+                ok = ok && ran;
+            }
+            let _ = std::fs::remove_dir_all(&runner);
+            ok
+        }
+        Err(e) => {
+            eprintln!("fake-github: run {} has no runner: {e}", run.id);
+            false
+        }
+    };
+    let done = set_run(&f, run.id, |r| {
+        r.status = "completed".into();
+        r.pgid = None;
+        r.conclusion = Some(
+            if r.cancel_requested {
+                "cancelled"
+            } else if success {
+                "success"
+            } else {
+                "failure"
+            }
+            .into(),
+        );
+    });
+    if let Some(r) = done {
+        deliver_run(&f, "completed", &r).await;
+    }
+}
+
+/// One job: a fresh checkout of the commit dispatched on (as
+/// `actions/checkout` at `github.sha`), its command, and what it leaves.
+/// `started`: whether the run was said to be in progress yet.
+#[allow(clippy::too_many_arguments)]
+async fn run_job(
+    f: &Shared,
+    run: &Run,
+    repo: &Repo,
+    job: &Job,
+    inputs: &[(String, String)],
+    runner: &std::path::Path,
+    push_after: bool,
+    started: &mut bool,
+) -> bool {
+    let home = runner.join(&job.name);
+    let dir = home.join("checkout");
+    let temp = home.join("temp");
+    let artifacts_in = home.join("artifacts-in");
+    let artifacts_out = home.join("artifacts-out");
+    let shared = runner.join("artifacts");
+    let setup = (|| -> Result<(), String> {
+        for d in [&temp, &artifacts_out, &shared] {
+            std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
+        }
+        // A copy: a job reads what the jobs before it uploaded, and changes
+        // nothing of it for the jobs after.
+        copy_dir(&shared, &artifacts_in).map_err(|e| e.to_string())?;
+        repo.checkout(&run.head_sha, &dir)?;
+        if job.access == Access::Read {
+            // `persist-credentials: false`: the remote's branches are known,
+            // but nothing can be pushed there.
+            let (o, r) = run.repo.split_once('/').unwrap_or(("o", "r"));
+            crate::git::git(
+                &dir,
+                &[
+                    "remote",
+                    "set-url",
+                    "origin",
+                    &format!("https://fake-github.invalid/{o}/{r}.git"),
+                ],
+            )?;
+        }
+        Ok(())
+    })();
+    let token = match job.access {
+        Access::Read => f.mint_read_token(),
+        Access::Write => f.mint_installation_token(),
+    };
+    let before = repo.branches();
     let mut cmd = tokio::process::Command::new("sh");
     cmd.arg("-c")
-        .arg(&command)
+        .arg(&job.command)
         .current_dir(&dir)
         .env("GITHUB_RUN_ID", run.id.to_string())
         .env("GITHUB_REF_NAME", &run.head_branch)
         .env("GITHUB_SHA", &run.head_sha)
         .env("GITHUB_REPOSITORY", &run.repo)
+        .env("GITHUB_API_URL", f.url())
+        .env("GITHUB_TOKEN", &token)
+        .env("RUNNER_TEMP", &temp)
+        .env("FAKE_ARTIFACTS_IN", &artifacts_in)
+        .env("FAKE_ARTIFACTS_OUT", &artifacts_out)
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::from(
-            std::fs::File::create(dir.with_extension("log")).expect("run log"),
-        ))
         .stderr(std::process::Stdio::inherit())
         .process_group(0);
+    match std::fs::File::create(home.join("log")) {
+        Ok(log) => {
+            cmd.stdout(std::process::Stdio::from(log));
+        }
+        Err(_) => {
+            cmd.stdout(std::process::Stdio::null());
+        }
+    }
     for (k, v) in inputs {
         cmd.env(format!("INPUT_{}", k.to_uppercase()), v);
     }
-    for (k, v) in env {
+    for (k, v) in &job.env {
         cmd.env(k, v);
     }
-    let child = match checkout {
+    let child = match setup {
         Ok(()) => cmd.spawn().map_err(|e| e.to_string()),
         Err(e) => Err(e),
     };
-    let success = match child {
+    let ok = match child {
         Ok(mut child) => {
             let pgid = child.id();
-            if let Some(r) = set_run(&f, run.id, |r| {
+            if let Some(r) = set_run(f, run.id, |r| {
                 r.status = "in_progress".into();
                 r.pgid = pgid;
             }) {
-                deliver_run(&f, "in_progress", &r).await;
+                if !*started {
+                    *started = true;
+                    deliver_run(f, "in_progress", &r).await;
+                }
             }
             // A cancel that arrived while the run was queued.
             if f.runs(&run.repo)
@@ -230,46 +344,64 @@ pub(super) async fn execute(
             {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
-            // Push what the workflow committed, as `actions/checkout` credentials would.
-            let pushed = crate::git::git(
-                &dir,
-                &[
-                    "push",
-                    "-q",
-                    "origin",
-                    &format!("HEAD:refs/heads/{push_to}"),
-                ],
-            );
-            if pushed.is_ok() {
-                if let Some(sha) = repo.branch_sha(&push_to) {
-                    f.on_push(&run.repo, &sha);
-                }
+            // The runner goes away with the job: nothing it started lives on
+            // into the next job.
+            signal(pgid, libc::SIGKILL);
+            if push_after {
+                // What the job committed goes where its `branch` input says,
+                // as its checkout's credentials would push it.
+                let push_to = inputs
+                    .iter()
+                    .find(|(k, _)| k == "branch")
+                    .map_or_else(|| run.head_branch.clone(), |(_, v)| v.clone());
+                let _ = crate::git::git(
+                    &dir,
+                    &[
+                        "push",
+                        "-q",
+                        "origin",
+                        &format!("HEAD:refs/heads/{push_to}"),
+                    ],
+                );
             }
             ok
         }
         Err(e) => {
-            eprintln!("fake-github: run {} could not start: {e}", run.id);
+            eprintln!(
+                "fake-github: run {} job {} could not start: {e}",
+                run.id, job.name
+            );
             false
         }
     };
-    let _ = std::fs::remove_dir_all(&dir);
-    let done = set_run(&f, run.id, |r| {
-        r.status = "completed".into();
-        r.pgid = None;
-        r.conclusion = Some(
-            if r.cancel_requested {
-                "cancelled"
-            } else if success {
-                "success"
-            } else {
-                "failure"
-            }
-            .into(),
-        );
-    });
-    if let Some(r) = done {
-        deliver_run(&f, "completed", &r).await;
+    // Every branch the job moved, as pushes: CI starts on each.
+    let after = repo.branches();
+    for (branch, sha) in &after {
+        if !before.iter().any(|(b, s)| b == branch && s == sha) {
+            f.on_push(&run.repo, sha);
+        }
     }
+    // Its artifacts, under its name, for the jobs after it.
+    let _ = std::fs::rename(&artifacts_out, shared.join(&job.name));
+    let _ = std::fs::remove_dir_all(&home);
+    ok
+}
+
+/// Copies a directory tree (regular files and directories; links are not
+/// followed, nor copied).
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether any process of the group is still running, read from /proc (zombies,

@@ -7,7 +7,7 @@ pub(super) fn check_json(c: &CheckRun) -> Value {
     json!({
         "id": c.id, "name": c.name, "head_sha": c.head_sha, "status": c.status,
         "conclusion": c.conclusion, "external_id": c.external_id,
-        "app": { "slug": c.app },
+        "app": { "id": c.app_id, "slug": c.app },
         "output": { "title": c.title, "summary": c.summary },
     })
 }
@@ -62,6 +62,11 @@ pub(super) async fn create_check_run(
     Json(b): Json<CheckBody>,
 ) -> Response {
     let (name, repo) = enter!(f, "POST /repos/{o}/{r}/check-runs", h, o, r);
+    // GitHub names who made it from the token: the App, or GitHub Actions.
+    let (app, app_id) = match f.token_of(&h).map(|t| t.kind) {
+        Some(crate::TokenKind::Workflow { .. }) => ("github-actions", GITHUB_ACTIONS_APP_ID),
+        _ => ("supervise", f.config.app_id),
+    };
     let (Some(check), Some(sha)) = (b.name, b.head_sha) else {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -97,7 +102,8 @@ pub(super) async fn create_check_run(
         repo: name,
         head_sha: sha,
         name: check,
-        app: "supervise".into(),
+        app: app.into(),
+        app_id,
         status: if b.conclusion.is_some() {
             "completed".into()
         } else {

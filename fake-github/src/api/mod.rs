@@ -64,8 +64,12 @@ pub struct CheckRun {
     pub repo: String,
     pub head_sha: String,
     pub name: String,
-    /// `supervise` for the product's own, `github-actions` for the fake's CI.
+    /// Who made it: `supervise` (the App, id [`crate::Config::app_id`]) for
+    /// what an installation token made, `github-actions` (id
+    /// [`GITHUB_ACTIONS_APP_ID`]) for what a workflow's `GITHUB_TOKEN` made
+    /// and for the fake's CI.
     pub app: String,
+    pub app_id: u64,
     pub status: String,
     pub conclusion: Option<String>,
     pub title: String,
@@ -92,8 +96,50 @@ pub struct Run {
     pub cancel_requested: bool,
 }
 
-/// A workflow's command and the environment it runs with.
-type Workflow = (String, Vec<(String, String)>);
+/// GitHub Actions' App id on github.com: what a workflow token makes names it.
+pub const GITHUB_ACTIONS_APP_ID: u64 = 15368;
+
+/// A workflow: its jobs, run one after another, each on a runner of its own
+/// (a fresh checkout in a directory of its own, nothing else shared but the
+/// artifacts it leaves). `push_after`: the fake pushes the last job's HEAD to
+/// the `branch` input, as a one-job workflow whose checkout holds the write
+/// credential does (see [`FakeGitHub::set_workflow`]).
+#[derive(Clone)]
+pub(crate) struct Workflow {
+    jobs: Vec<Job>,
+    push_after: bool,
+}
+
+/// One job of a workflow the fake runs.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub name: String,
+    /// Run through `sh -c` in the job's checkout.
+    pub command: String,
+    pub env: Vec<(String, String)>,
+    pub access: Access,
+    pub runs_if: RunsIf,
+}
+
+/// What a job's credentials let it do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// `permissions: contents: read` and `persist-credentials: false`: its
+    /// `GITHUB_TOKEN` reads, and its checkout's `origin` takes no push.
+    Read,
+    /// The App's credentials: `GITHUB_TOKEN` is an installation token, and
+    /// its checkout's `origin` takes pushes.
+    Write,
+}
+
+/// When a job runs, given the jobs before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunsIf {
+    /// `if: ${{ !cancelled() }}`: unless the run was cancelled.
+    NotCancelled,
+    /// `if: needs.<previous>.result == 'success'`.
+    PreviousSucceeded,
+}
 
 #[derive(Default)]
 pub(crate) struct ApiState {
@@ -195,15 +241,40 @@ impl FakeGitHub {
 
     /// The Actions workflow `file` runs `command` (through `sh -c`) in a checkout
     /// of the dispatched ref, with `INPUT_<NAME>` for each input and `env` added.
+    /// Its checkout holds the write credential, and what it committed is
+    /// pushed to its `branch` input (or the dispatched branch) when it ends.
     pub fn set_workflow(&self, repo: &str, file: &str, command: &str, env: &[(&str, &str)]) {
+        let job = Job {
+            name: "run".into(),
+            command: command.into(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            access: Access::Write,
+            runs_if: RunsIf::NotCancelled,
+        };
         self.inner.lock().api.workflows.insert(
             (repo.into(), file.into()),
-            (
-                command.into(),
-                env.iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
+            Workflow {
+                jobs: vec![job],
+                push_after: true,
+            },
+        );
+    }
+
+    /// The Actions workflow `file` runs `jobs` in order, each on a runner of
+    /// its own, with `INPUT_<NAME>` for each input, `FAKE_ARTIFACTS_IN` (what
+    /// the jobs before it left, a directory each, by job name) and
+    /// `FAKE_ARTIFACTS_OUT` (what it leaves). Nothing is pushed for it: a
+    /// [`Access::Write`] job pushes itself.
+    pub fn set_workflow_jobs(&self, repo: &str, file: &str, jobs: Vec<Job>) {
+        self.inner.lock().api.workflows.insert(
+            (repo.into(), file.into()),
+            Workflow {
+                jobs,
+                push_after: false,
+            },
         );
     }
 
@@ -284,6 +355,7 @@ impl FakeGitHub {
                 head_sha: sha.into(),
                 name: "ci".into(),
                 app: "github-actions".into(),
+                app_id: GITHUB_ACTIONS_APP_ID,
                 status: "in_progress".into(),
                 conclusion: None,
                 title: String::new(),

@@ -103,6 +103,7 @@ impl GitHubExecutor<'_> {
                 let Some(checks) = ops
                     .ci_on(&mut self.place.ci_first_seen, &repo, &head)
                     .await?
+                    .map(|c| c.ci)
                 else {
                     return Ok(Outcome::Wait(vec![]));
                 };

@@ -224,10 +224,25 @@ impl Operations {
             (None, None) => repo.branch_sha(&branch).await?,
         };
         let Some(head) = head else {
-            live.driver.queue.push_back(Input::DispatchFailed {
-                dispatch: d.clone(),
-                error: format!("the run left no sprint branch {branch} (see {url})"),
-            });
+            // The agent's job ran (or was stopped) but the trusted jobs
+            // published nothing: an attempt that left no work, whose end
+            // (a cap's cancel, say) the engine knows the reason for.
+            let report = AgentReport {
+                exit_code: conclusion_exit(conclusion).map(|c| c.max(1)),
+                output_tail: format!(
+                    "The workflow run ended `{}` and published nothing on {branch} (its trusted jobs did not finish). See {url}",
+                    conclusion.unwrap_or("unknown")
+                ),
+                ..Default::default()
+            };
+            self.decide(
+                live,
+                Input::AgentFinished {
+                    dispatch: d.clone(),
+                    report,
+                },
+            )
+            .await?;
             return Ok(());
         };
         // The repository's own CI on the head must have reported first; the
@@ -247,11 +262,16 @@ impl Operations {
             );
             return Ok(());
         };
+        let HeadChecks { ci, own } = ci;
         let ci_passed = (!ci.is_empty()).then(|| ci.iter().all(|c| c.green()));
-        let recorded: Option<RunResult> = repo
+        let file = repo
             .file(&results_path(&d.0), Some(&head))
             .await?
-            .and_then(|(t, _)| serde_json::from_str(&t).ok());
+            .map(|(t, _)| t);
+        let (recorded, forged) = match vouched_record(&d.0, file, &own) {
+            Ok(r) => (r, None),
+            Err(why) => (None, Some(why)),
+        };
         let base = row.as_ref().and_then(|r| r.base_sha.clone());
         // The runner lists the agent's commits when it knows where the run
         // began; an older agent workflow's results do not, and GitHub is asked.
@@ -317,19 +337,24 @@ impl Operations {
                     ci_passed,
                     merge_conflict,
                     answer: r.answer,
+                    refused: r.refused,
                 },
             },
             None => AgentReport {
                 exit_code: conclusion_exit(conclusion).map(|c| c.max(1)),
-                output_tail: format!(
-                    "The workflow run ended `{}` without recording results (no `supervise verify --record` step ran). See {url}",
-                    conclusion.unwrap_or("unknown")
-                ),
+                output_tail: match &forged {
+                    Some(_) => format!("See {url}"),
+                    None => format!(
+                        "The workflow run ended `{}` without recording results (its trusted jobs did not finish). See {url}",
+                        conclusion.unwrap_or("unknown")
+                    ),
+                },
                 turns_used: None,
                 evidence: Evidence {
                     commits,
                     ci_passed,
                     merge_conflict,
+                    refused: forged,
                     ..Default::default()
                 },
             },
@@ -376,13 +401,13 @@ impl Operations {
         first_seen: &mut HashMap<String, Instant>,
         repo: &Repo<'_>,
         head: &str,
-    ) -> Result<Option<Vec<Check>>, OpError> {
-        let ci: Vec<Check> = repo
+    ) -> Result<Option<HeadChecks>, OpError> {
+        let app = repo.gh.app_id();
+        let (own, ci): (Vec<Check>, Vec<Check>) = repo
             .checks(head)
             .await?
             .into_iter()
-            .filter(|c| c.app != "supervise")
-            .collect();
+            .partition(|c| c.is_supervisors(app));
         if ci.iter().any(|c| !c.completed) {
             return Ok(None);
         }
@@ -393,6 +418,44 @@ impl Operations {
             return Ok(None);
         }
         first_seen.remove(head);
-        Ok(Some(ci))
+        Ok(Some(HeadChecks { ci, own }))
     }
+}
+
+/// The check runs on a head, once its CI has finished.
+pub(super) struct HeadChecks {
+    /// The repository's own CI.
+    pub ci: Vec<Check>,
+    /// The supervisor's: its verdicts, and the trusted step's results records.
+    pub own: Vec<Check>,
+}
+
+/// The results record at the head of a run's sprint branch, if the trusted
+/// step vouched for it: a record check run for this dispatch on that head
+/// whose digest is the file's. `Err` says why a record that is there is not
+/// taken (it did not come from the trusted step).
+pub(super) fn vouched_record(
+    dispatch: &str,
+    file: Option<String>,
+    own: &[Check],
+) -> Result<Option<RunResult>, String> {
+    let Some(text) = file else { return Ok(None) };
+    let vouched = own.iter().any(|c| {
+        c.name == crate::contract::RECORD_CHECK
+            && c.external_id == dispatch
+            && crate::contract::vouches_for(&c.summary, text.as_bytes())
+    });
+    if !vouched {
+        return Err(format!(
+            "the results record `{}` was not made by the agent workflow's trusted job (no `{}` check run vouches for it): an agent's job cannot write its own verdict. If the repository's agent workflow is an older copy, copy Sprint Supervisor's `.github/workflows/supervise-agent.yml` over it",
+            results_path(dispatch),
+            crate::contract::RECORD_CHECK
+        ));
+    }
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        format!(
+            "the results record `{}` does not read: {e}",
+            results_path(dispatch)
+        )
+    })
 }

@@ -1,0 +1,179 @@
+//! What an agent's work may not touch. The trusted step that checks an
+//! attempt (in the runner, after the agent's job has ended) refuses work that
+//! changes the supervisor's own records, the repository's workflows, or the
+//! criteria the work is judged by — before any of it is run. Pure: it is given
+//! the paths the work changes and the plan before and after it.
+
+use crate::plan::{Criterion, Plan};
+
+/// Where the supervisor keeps what it commits itself: results records,
+/// prompts, sprint definitions. An agent writing there forges the record.
+pub const SUPERVISOR_DIR: &str = ".supervise/";
+
+/// Workflows run with the repository's credentials: a workflow an agent wrote
+/// is a privilege it gave itself.
+pub const WORKFLOWS_DIR: &str = ".github/workflows/";
+
+/// What the work is checked against.
+pub struct Rules<'a> {
+    /// The plan as the trusted commit holds it; `None` for work no plan file
+    /// holds (its definition is under [`SUPERVISOR_DIR`], already guarded).
+    pub plan: Option<&'a Plan>,
+    /// The plan file's path in the repository, `/`-separated.
+    pub plan_path: Option<&'a str>,
+    /// The repository's settings allow agents to change workflows.
+    pub workflows_allowed: bool,
+}
+
+/// Why the work is refused, if it is: `changed` are the paths the agent's
+/// commits change (repository-relative), `plan_after` the plan read from the
+/// work (`Err` with the reader's complaint when it no longer reads).
+pub fn refusal(
+    rules: &Rules<'_>,
+    changed: &[String],
+    plan_after: Option<Result<&Plan, String>>,
+) -> Option<String> {
+    let listed = |prefix: &str| -> Vec<&str> {
+        changed
+            .iter()
+            .map(String::as_str)
+            .filter(|p| p.starts_with(prefix))
+            .take(3)
+            .collect()
+    };
+    let records = listed(SUPERVISOR_DIR);
+    if !records.is_empty() {
+        return Some(format!(
+            "the agent's commits change the supervisor's own records ({}); only the trusted step writes under `{SUPERVISOR_DIR}`",
+            records.join(", ")
+        ));
+    }
+    let workflows = listed(WORKFLOWS_DIR);
+    if !workflows.is_empty() && !rules.workflows_allowed {
+        return Some(format!(
+            "the agent's commits change workflows ({}), which run with the repository's credentials; set `agent_may_change_workflows: true` in .github/supervise.yml to allow it",
+            workflows.join(", ")
+        ));
+    }
+    let (Some(before), Some(path)) = (rules.plan, rules.plan_path) else {
+        return None;
+    };
+    if !changed.iter().any(|p| p == path) {
+        return None;
+    }
+    match plan_after {
+        None => Some(format!("the agent's commits delete the plan `{path}`")),
+        Some(Err(why)) => Some(format!(
+            "the agent's commits leave the plan `{path}` unreadable: {why}"
+        )),
+        Some(Ok(after)) => criteria_change(before, after).map(|what| {
+            format!("the agent's commits change the exit or entry criteria in `{path}` ({what}); criteria are the plan's authors' to change")
+        }),
+    }
+}
+
+/// The first sprint whose criteria differ between the plans, named; the
+/// criteria's lines may move (text above them changed), nothing else.
+fn criteria_change(before: &Plan, after: &Plan) -> Option<String> {
+    let same = |a: &[Criterion], b: &[Criterion]| {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| {
+                x.kind == y.kind
+                    && x.text == y.text
+                    && x.command == y.command
+                    && x.expected == y.expected
+                    && x.assertion == y.assertion
+            })
+    };
+    for unit in &before.work_units {
+        let Some(other) = after.unit(&unit.name) else {
+            return Some(format!("work unit {} is gone", unit.name));
+        };
+        for sprint in &unit.sprints {
+            let Some(o) = other.sprints.iter().find(|s| s.id == sprint.id) else {
+                return Some(format!("{} Sprint {} is gone", unit.name, sprint.id));
+            };
+            if !same(&sprint.exit_criteria, &o.exit_criteria)
+                || !same(&sprint.entry_criteria, &o.entry_criteria)
+            {
+                return Some(format!("{} Sprint {}", unit.name, sprint.id));
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{refusal, Rules};
+    use crate::plan::Plan;
+
+    const PLAN: &str = "# Plan\n\n## Work Unit: api\n\n### Sprint 1: Base\n\nTasks:\n- build it\n\nExit criteria:\n- `test -f done.txt`\n";
+
+    fn plan(text: &str) -> Plan {
+        crate::plan::parse(text, "plan").expect("the plan reads")
+    }
+
+    fn rules(p: &Plan) -> Rules<'_> {
+        Rules {
+            plan: Some(p),
+            plan_path: Some("EXECUTION_PLAN.md"),
+            workflows_allowed: false,
+        }
+    }
+
+    fn changed(paths: &[&str]) -> Vec<String> {
+        paths.iter().map(|p| p.to_string()).collect()
+    }
+
+    #[test]
+    fn work_that_only_touches_the_code_is_not_refused() {
+        let p = plan(PLAN);
+        assert_eq!(
+            refusal(&rules(&p), &changed(&["src/lib.rs", "done.txt"]), None),
+            None
+        );
+    }
+
+    #[test]
+    fn a_record_written_by_the_agent_is_refused() {
+        let p = plan(PLAN);
+        let why = refusal(
+            &rules(&p),
+            &changed(&["src/lib.rs", ".supervise/results/op__api__1__1.json"]),
+            None,
+        )
+        .expect("refused");
+        assert!(
+            why.contains(".supervise/results/op__api__1__1.json"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_workflow_change_is_refused_unless_the_repository_allows_it() {
+        let p = plan(PLAN);
+        let paths = changed(&[".github/workflows/ci.yml"]);
+        let why = refusal(&rules(&p), &paths, None).expect("refused");
+        assert!(why.contains("agent_may_change_workflows"), "{why}");
+        let allowed = Rules {
+            workflows_allowed: true,
+            ..rules(&p)
+        };
+        assert_eq!(refusal(&allowed, &paths, None), None);
+    }
+
+    #[test]
+    fn weakened_criteria_are_refused_and_moved_ones_are_not() {
+        let p = plan(PLAN);
+        let paths = changed(&["EXECUTION_PLAN.md"]);
+        let weakened = plan(&PLAN.replace("`test -f done.txt`", "`true`"));
+        let why = refusal(&rules(&p), &paths, Some(Ok(&weakened))).expect("refused");
+        assert!(why.contains("api Sprint 1"), "{why}");
+        // A note added above the sprint moves every line; the criteria stand.
+        let moved = plan(&PLAN.replace("# Plan\n", "# Plan\n\nSome context.\n"));
+        assert_eq!(refusal(&rules(&p), &paths, Some(Ok(&moved))), None);
+        assert!(refusal(&rules(&p), &paths, Some(Err("no units".into()))).is_some());
+        assert!(refusal(&rules(&p), &paths, None).is_some());
+    }
+}

@@ -1,0 +1,353 @@
+//! The trusted half of an attempt on GitHub. The agent's job runs with a
+//! read-only token and no credential that can write; it hands its work on as
+//! a git bundle with its exit status, output and answer (the *handoff*). Then,
+//! in jobs the agent never ran in:
+//!
+//! - [`verify`] (no credential at all) reads the sprint's definition from the
+//!   trusted commit, refuses work that changes what judges it
+//!   ([`crate::engine::trust`]), runs the exit criteria on the work, and
+//!   writes the *verdict*: the results record and the commit to publish.
+//! - [`publish`] (the only step with a write credential, running no
+//!   repository code) pushes that commit with the record on top, and vouches
+//!   for the record with a check run carrying its digest
+//!   ([`crate::contract::RECORD_CHECK`]), which the supervisor requires.
+//!
+//! Everything read from the handoff is the agent's and is read as such:
+//! bounded, regular files only, never followed through a link.
+
+use crate::contract::{
+    read_untrusted, read_untrusted_tail, results_path, sprint_spec_path, RunResult, SprintSpec,
+    EVIDENCE_FILE_LIMIT,
+};
+use crate::engine::trust::{refusal, Rules};
+use crate::plan::{Plan, SprintId};
+use crate::runner::{criteria, process};
+use anyhow::{anyhow, bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// The files of a handoff, as the agent's job writes them.
+pub mod files {
+    /// `git bundle` of the agent's commits since the sprint branch's head
+    /// (absent when it made none).
+    pub const BUNDLE: &str = "work.bundle";
+    /// The agent's exit status, in decimal.
+    pub const AGENT_EXIT: &str = "agent-exit";
+    /// The agent's output.
+    pub const AGENT_OUTPUT: &str = "agent-output.txt";
+    /// What the agent wrote to `$SUPERVISE_RESULT_FILE`.
+    pub const ANSWER: &str = "answer";
+    /// The verdict: the results record.
+    pub const RECORD: &str = "record.json";
+    /// The verdict: the commit to publish on the sprint branch.
+    pub const HEAD: &str = "head";
+}
+
+/// What the verifying job is told (the dispatch's inputs).
+pub struct Attempt<'a> {
+    /// The plan's path in the repository, or the sprint definition's
+    /// ([`sprint_spec_path`]) for work no plan file holds.
+    pub plan: &'a str,
+    pub unit: &'a str,
+    pub sprint: &'a str,
+    pub dispatch: &'a str,
+    /// The sprint branch the work goes to.
+    pub branch: &'a str,
+}
+
+/// Runs git in `dir`, returning its standard output; the error says which
+/// command failed and what git said.
+fn git(dir: &Path, args: &[&str]) -> Result<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .with_context(|| format!("running git {}", args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
+}
+
+/// The head of `branch` on the remote, if the branch is there.
+fn remote_head(root: &Path, branch: &str) -> Option<String> {
+    git(
+        root,
+        &[
+            "rev-parse",
+            "-q",
+            "--verify",
+            &format!("refs/remotes/origin/{branch}^{{commit}}"),
+        ],
+    )
+    .ok()
+}
+
+/// Where the work starts: the sprint branch as the remote has it (only the
+/// trusted step pushes there), else the trusted commit checked out.
+fn base_of(root: &Path, branch: &str) -> Result<String> {
+    match remote_head(root, branch) {
+        Some(sha) => Ok(sha),
+        None => git(root, &["rev-parse", "HEAD"]),
+    }
+}
+
+/// The sprint's unit and definition, read before any of the work is in the
+/// checkout: the plan from the trusted commit, or the definition the
+/// supervisor committed at the base.
+struct Definition {
+    plan: Plan,
+    /// The plan file's repository path, when there is one.
+    plan_path: Option<String>,
+    /// Where criteria run from: the plan's directory, or the top.
+    root: PathBuf,
+    answer_file: Option<String>,
+}
+
+fn definition(root: &Path, a: &Attempt<'_>, base: &str) -> Result<Definition> {
+    if a.plan == sprint_spec_path(a.dispatch) {
+        let text = git(root, &["show", &format!("{base}:{}", a.plan)])
+            .with_context(|| format!("reading the sprint's definition {}", a.plan))?;
+        let spec: SprintSpec = serde_json::from_str(&text)
+            .with_context(|| format!("reading the sprint's definition {}", a.plan))?;
+        return Ok(Definition {
+            plan: spec.plan(),
+            plan_path: None,
+            root: root.to_path_buf(),
+            answer_file: spec.answer_file,
+        });
+    }
+    let loaded = crate::plan::load(&root.join(a.plan))
+        .map_err(|e| anyhow!("{}: {e}", a.plan))
+        .context("reading the plan at the trusted commit")?;
+    Ok(Definition {
+        plan: loaded.plan,
+        plan_path: Some(a.plan.trim_start_matches("./").to_string()),
+        root: loaded.root,
+        answer_file: None,
+    })
+}
+
+/// Whether the repository lets agents change workflows (its settings at the
+/// trusted commit; unreadable settings do not).
+fn workflows_allowed(root: &Path) -> bool {
+    crate::settings::read_file(&root.join(".github/supervise.yml"))
+        .ok()
+        .and_then(|s| s.agent_may_change_workflows)
+        .unwrap_or(false)
+}
+
+/// The commit the agent's bundle leads to, fetched into the checkout; `Err`
+/// says why the work cannot be taken (the attempt fails with it).
+fn fetch_work(root: &Path, handoff: &Path, base: &str) -> std::result::Result<String, String> {
+    let bundle = handoff.join(files::BUNDLE);
+    match std::fs::symlink_metadata(&bundle) {
+        Err(_) => return Ok(base.to_string()),
+        Ok(m) if !m.is_file() => return Err("the work handed on is not a file".into()),
+        Ok(_) => {}
+    }
+    let bundle = bundle.to_string_lossy();
+    git(root, &["fetch", "-q", "--no-tags", &bundle, "HEAD"])
+        .map_err(|e| format!("the work handed on could not be read: {e}"))?;
+    let head = git(root, &["rev-parse", "FETCH_HEAD^{commit}"]).map_err(|e| e.to_string())?;
+    if git(root, &["merge-base", "--is-ancestor", base, &head]).is_err() {
+        return Err(format!(
+            "the work handed on does not build on the sprint branch's head {}",
+            crate::contract::short_id(base)
+        ));
+    }
+    Ok(head)
+}
+
+/// What the trusted verifying job decides: the record, and the commit that
+/// goes on the sprint branch (the base itself when the work was refused).
+pub struct Verdict {
+    pub record: RunResult,
+    pub head: String,
+}
+
+/// Checks an attempt's handoff in the trusted checkout at `root` (the commit
+/// dispatched on, with the remote's branches), and writes the verdict's
+/// files into `out`.
+pub fn verify(
+    root: &Path,
+    a: &Attempt<'_>,
+    handoff: &Path,
+    out: &Path,
+    timeout: Duration,
+) -> Result<Verdict> {
+    let base = base_of(root, a.branch)?;
+    let def = definition(root, a, &base)?;
+    let unit = def
+        .plan
+        .unit(a.unit)
+        .ok_or_else(|| anyhow!("there is no work unit `{}` in the plan", a.unit))?
+        .clone();
+    let id = SprintId::parse(a.sprint)
+        .ok_or_else(|| anyhow!("`{}` is not a sprint id (like 2 or 2a)", a.sprint))?;
+    let sprint = unit
+        .sprints
+        .iter()
+        .find(|s| s.id == id)
+        .ok_or_else(|| anyhow!("work unit `{}` has no sprint {}", a.unit, a.sprint))?
+        .clone();
+    let rules = Rules {
+        plan: def.plan_path.as_ref().map(|_| &def.plan),
+        plan_path: def.plan_path.as_deref(),
+        workflows_allowed: workflows_allowed(root),
+    };
+    let fetched = fetch_work(root, handoff, &base);
+    let refused = match &fetched {
+        Err(why) => Some(why.clone()),
+        Ok(head) => {
+            let changed: Vec<String> = git(
+                root,
+                &["diff", "--name-only", "--no-renames", "-z", &base, head],
+            )?
+            .split('\0')
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+            let after = rules.plan_path.map(|p| {
+                git(root, &["show", &format!("{head}:{p}")])
+                    .ok()
+                    .map(|text| crate::plan::parse(&text, "plan"))
+            });
+            let after = after.flatten();
+            let after_ref = after.as_ref().map(|r| {
+                r.as_ref().map_err(|problems| {
+                    problems
+                        .iter()
+                        .take(3)
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+            });
+            refusal(&rules, &changed, after_ref)
+        }
+    };
+    let head = match (&fetched, &refused) {
+        (Ok(h), None) => h.clone(),
+        _ => base.clone(),
+    };
+    git(root, &["checkout", "-q", "-f", "--detach", &head])?;
+    let results = if refused.is_none() {
+        criteria::verify_sprint(&unit, &sprint, &def.root, timeout)
+    } else {
+        Vec::new()
+    };
+    let output = read_untrusted_tail(&handoff.join(files::AGENT_OUTPUT), EVIDENCE_FILE_LIMIT)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let exit_code = read_untrusted(&handoff.join(files::AGENT_EXIT), 32)
+        .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<i32>().ok());
+    let run = crate::runner::git::agent_commits(root, &base);
+    let answer = match &def.answer_file {
+        Some(rel) => crate::contract::read_answer(&root.join(rel)),
+        None => crate::contract::read_answer(&handoff.join(files::ANSWER)),
+    };
+    let record = RunResult {
+        exit_code,
+        turns_used: process::parse_turns(&output),
+        output_tail: crate::scrub::scrub(&criteria::tail(&output, 4000)).into_owned(),
+        criteria: results
+            .into_iter()
+            .map(|mut c| {
+                c.detail = crate::scrub::scrub(&c.detail).into_owned();
+                c
+            })
+            .collect(),
+        progress: criteria::progress_marker(&def.plan, &unit, &sprint, &def.root),
+        commits: run.as_ref().map(|r| r.commits.clone()),
+        began_at: run.and_then(|r| r.began_at),
+        answer,
+        refused,
+    };
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    std::fs::write(out.join(files::RECORD), serde_json::to_vec_pretty(&record)?)?;
+    std::fs::write(out.join(files::HEAD), &head)?;
+    Ok(Verdict { record, head })
+}
+
+/// Whether an attempt's verdict counts as a success for the run's conclusion
+/// (the supervisor decides from the record; this colours the run).
+pub fn passed(record: &RunResult) -> bool {
+    record.refused.is_none()
+        && record.exit_code == Some(0)
+        && record
+            .criteria
+            .iter()
+            .all(|c| c.outcome != crate::engine::CriterionOutcome::Failed)
+}
+
+/// What [`publish`] leaves: the commit it pushed and the record's bytes.
+pub struct Published {
+    pub commit: String,
+    pub record: Vec<u8>,
+}
+
+/// In the publishing job's checkout (whose `origin` takes pushes): takes the
+/// verdict's commit from the handoff (nothing else of it), commits the record
+/// on it and pushes the sprint branch. Returns what the record check must
+/// vouch for.
+pub fn publish(root: &Path, a: &Attempt<'_>, handoff: &Path, verdict: &Path) -> Result<Published> {
+    let record = std::fs::read(verdict.join(files::RECORD))
+        .with_context(|| format!("reading the verdict in {}", verdict.display()))?;
+    let parsed: RunResult =
+        serde_json::from_slice(&record).context("reading the verdict's record")?;
+    let head = std::fs::read_to_string(verdict.join(files::HEAD))
+        .context("reading the verdict's commit")?
+        .trim()
+        .to_string();
+    let base = base_of(root, a.branch)?;
+    let target = if head == base {
+        base.clone()
+    } else {
+        // Only the commit the verifying job checked is taken.
+        let fetched = fetch_work(root, handoff, &base).map_err(|e| anyhow!(e))?;
+        if fetched != head || parsed.refused.is_some() {
+            bail!(
+                "the work handed on ({}) is not the commit the verifying job checked ({})",
+                crate::contract::short_id(&fetched),
+                crate::contract::short_id(&head)
+            );
+        }
+        head
+    };
+    git(root, &["checkout", "-q", "-f", "-B", a.branch, &target])?;
+    let rel = results_path(a.dispatch);
+    let path = root.join(&rel);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&path, &record)?;
+    git(root, &["add", "-f", "--", &rel])?;
+    git(
+        root,
+        &[
+            "commit",
+            "-q",
+            "-m",
+            &format!("supervise: results of {}", a.dispatch),
+            "--",
+            &rel,
+        ],
+    )?;
+    git(
+        root,
+        &[
+            "push",
+            "-q",
+            "origin",
+            &format!("HEAD:refs/heads/{}", a.branch),
+        ],
+    )?;
+    let commit = git(root, &["rev-parse", "HEAD"])?;
+    Ok(Published { commit, record })
+}
