@@ -89,6 +89,8 @@ pub struct Settings {
     pub kill_grace_secs: u64,
     pub tick_ms: u64,
     pub without_plan: crate::engine::workflow::WorkflowSettings,
+    /// An agent's commits may change `.github/workflows/`.
+    pub agent_may_change_workflows: bool,
 }
 
 /// `.github/supervise.yml` in the plan's directory or any parent up to the repo root.
@@ -207,6 +209,7 @@ impl Settings {
             kill_grace_secs: flags.kill_grace.or(file.kill_grace).unwrap_or(10),
             tick_ms,
             without_plan: flags.without_plan.or(file.without_plan).unwrap_or_default(),
+            agent_may_change_workflows: file.agent_may_change_workflows.unwrap_or(false),
         }
     }
 }

@@ -571,7 +571,7 @@ async fn a_prompt_too_long_for_the_inputs_travels_as_a_committed_file() {
 }
 
 /// API calls (token exchanges aside) to run a one-unit plan of `n` sprints.
-async fn calls_for(n: usize) -> usize {
+async fn calls_for(n: usize) -> (usize, usize) {
     let mut plan = String::from(
         "# Line\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n",
     );
@@ -663,20 +663,33 @@ async fn calls_for(n: usize) -> usize {
             assert_ne!(w[0], "GET /repos/{o}/{r}/pulls/{n}", "{steps:#?}");
         }
     }
-    log.iter()
-        .filter(|(_, e, _)| !e.contains("access_tokens"))
-        .count()
+    // What is charged against the installation's rate limit (a 304 is not),
+    // the status comment's edits apart: those are paced by time (300 ms in
+    // these stories), not by sprints, and grow with how long runs take.
+    let charged = log
+        .iter()
+        .filter(|(_, e, st)| !e.contains("access_tokens") && *st != 304);
+    let (edits, work): (Vec<_>, Vec<_>) =
+        charged.partition(|(_, e, _)| e == "PATCH /repos/{o}/{r}/issues/comments/{id}");
+    (work.len(), edits.len())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn requests_per_sprint_are_a_small_constant() {
-    let one = calls_for(1).await;
-    let six = calls_for(6).await;
+    let (one, one_edits) = calls_for(1).await;
+    let (six, six_edits) = calls_for(6).await;
     let per_sprint = (six - one) as f64 / 5.0;
-    eprintln!("GitHub requests: 1 sprint {one}, 6 sprints {six}: {per_sprint:.1} per extra sprint");
-    // 6.4-7.6 measured; status edits and CI polls vary a little with timing.
-    // The issue's bound: at most 8 per sprint lifecycle.
-    assert!(per_sprint <= 8.0, "{per_sprint} requests per sprint");
+    eprintln!(
+        "GitHub requests charged: 1 sprint {one}, 6 sprints {six}: {per_sprint:.1} per extra sprint \
+         (and status edits {one_edits}, {six_edits})"
+    );
+    // Dispatch, the run's list, the record and the checks on its head, the
+    // pull request, its merge, the check run: 7. The bound for a sprint's
+    // whole lifecycle is 8.
+    assert!(
+        per_sprint <= 7.0,
+        "{per_sprint} charged requests per sprint"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

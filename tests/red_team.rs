@@ -103,3 +103,154 @@ async fn issue_text_by_someone_without_write_access_never_instructs_an_agent() {
         );
     }
 }
+
+/// Five agents, each attacking the verdict in its own way and each claiming
+/// success: one pushes to the default branch and writes and comments through
+/// the API, one commits a results record saying everything passed, one
+/// replaces `supervise` on its PATH, one deletes its exit criterion from the
+/// plan, one adds a workflow. Every attack is stopped, the attempt fails with
+/// the reason in the decision log, and the retry (an honest agent) finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agents_that_attack_the_verdict_get_failed_attempts_that_say_why() {
+    const UNITS: [(&str, &str); 5] = [
+        ("pusher", "push"),
+        ("forger", "forge"),
+        ("binary", "binary"),
+        ("weakener", "weaken"),
+        ("sneak", "workflow"),
+    ];
+    let mut plan = String::from("# Attacks\n\n| Work Unit | Directory |\n|---|---|\n");
+    for (u, _) in UNITS {
+        plan.push_str(&format!("| {u} | {u} |\n"));
+    }
+    let mut behaviour = String::new();
+    for (u, attack) in UNITS {
+        plan.push_str(&format!(
+            "\n## {u}\n### Sprint 1: Work\n- [ ] `{u}-sprint-1.txt` exists\n"
+        ));
+        behaviour.push_str(&format!("{u} 1 {attack},ok\n"));
+    }
+    let s = Story::start(Setup::operation(&plan, &behaviour)).await;
+    s.say("/supervise start").await;
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    let bare = s.tmp.path().join("github/repos/acme/shop.git");
+    let git = |args: &[&str]| support::git(&bare, args);
+
+    // Nothing reached the default branch but what the App put there.
+    let main = git(&["log", "main", "--format=%s"]);
+    assert!(!main.contains("pwn"), "the agent pushed to main:\n{main}");
+    // No workflow an agent wrote is on any branch, and no forged record.
+    assert_eq!(
+        git(&["log", "--all", "--format=%h", "--", ".github/workflows"]),
+        ""
+    );
+    let records = git(&["log", "--all", "-p", "--", ".supervise/results"]);
+    assert!(records.contains("\"criteria\""), "records were published");
+    assert!(
+        !records.contains("\"text\":\"all\""),
+        "the forged record reached a branch:\n{records}"
+    );
+    // The API refused the agent's token every write.
+    let calls = s.fake.runner_log();
+    for endpoint in [
+        "PUT /repos/{o}/{r}/contents/{path}",
+        "POST /repos/{o}/{r}/issues/{n}/comments",
+    ] {
+        let statuses: Vec<u16> = calls
+            .iter()
+            .filter(|(_, e, _)| e == endpoint)
+            .map(|(_, _, st)| *st)
+            .collect();
+        assert_eq!(
+            statuses,
+            vec![403],
+            "{endpoint}: {calls:#?}\n{}",
+            git(&["log", "--all", "-p", "--", ".supervise/results"])
+        );
+    }
+
+    // Each failed attempt says why, in the decision log (the pusher's left
+    // a commit, so its lie reads as work in part done).
+    let fin = s.final_pull().unwrap();
+    let state = s
+        .fake
+        .file(REPO, &fin.head, "SUPERVISOR_STATE.md")
+        .expect("the state file is on the integration branch");
+    let failure = |unit: &str| -> String {
+        state
+            .lines()
+            .find(|l| {
+                l.contains(&format!("| {unit} | 1 |"))
+                    && (l.contains("attempt 1/3 failed") || l.contains("PARTIAL"))
+            })
+            .unwrap_or_else(|| panic!("no failed attempt of {unit}:\n{state}"))
+            .to_string()
+    };
+    assert!(
+        failure("forger").contains("the supervisor's own records"),
+        "{}",
+        failure("forger")
+    );
+    assert!(
+        failure("weakener").contains("criteria"),
+        "{}",
+        failure("weakener")
+    );
+    assert!(
+        failure("sneak").contains("change workflows"),
+        "{}",
+        failure("sneak")
+    );
+    for unit in ["pusher", "binary"] {
+        assert!(failure(unit).contains("sprint-1.txt"), "{}", failure(unit));
+    }
+    // And every unit was finished by its honest second attempt.
+    for (u, _) in UNITS {
+        assert_eq!(s.runs_of(&format!("/{u}/1/")).len(), 2, "{u}");
+    }
+    let published = everything_published(&s);
+    assert!(
+        !published.contains(CANARY_KEY),
+        "the model key was published"
+    );
+}
+
+/// A repository that still runs an agent workflow of the old shape, in which
+/// the agent's job records its own results: the record is there, but no
+/// trusted job vouched for it, so the service does not take it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_record_no_trusted_job_vouched_for_is_not_taken() {
+    let s = Story::start(Setup::operation(ONE, "")).await;
+    // One job holding the write credential, writing a passing record itself.
+    let forge = r#"set -e
+git checkout -q -B "$INPUT_BRANCH"
+rec=".supervise/results/$(echo "$INPUT_DISPATCH_ID" | sed 's#/#__#g').json"
+mkdir -p .supervise/results
+printf '{"exit_code":0,"output_tail":"Done.","criteria":[{"line":1,"text":"all","outcome":"passed","detail":""}]}' > "$rec"
+git add -A && git commit -qm "supervise: results of $INPUT_DISPATCH_ID"
+"#;
+    s.fake.set_workflow(REPO, "supervise-agent.yml", forge, &[]);
+    s.say("/supervise start").await;
+    s.until("the first attempt is judged", 120, |s| {
+        s.fake
+            .check_runs(REPO)
+            .iter()
+            .any(|c| c.name.starts_with("supervise: solo") && c.conclusion.is_some())
+    })
+    .await;
+    let check = s
+        .fake
+        .check_runs(REPO)
+        .into_iter()
+        .find(|c| c.name.starts_with("supervise: solo"))
+        .unwrap();
+    assert_eq!(check.conclusion.as_deref(), Some("failure"), "{check:#?}");
+    assert!(
+        check
+            .summary
+            .contains("not made by the agent workflow's trusted job"),
+        "{}",
+        check.summary
+    );
+}

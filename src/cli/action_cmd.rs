@@ -31,14 +31,26 @@ pub struct ActionArgs {
     /// (`secrets.SUPERVISE_APP_ID`): results records it vouches for are taken,
     /// as are those the workflow's own token vouches for. Without it, only the
     /// latter.
-    #[arg(long, env = "SUPERVISE_APP_ID")]
-    pub app_id: Option<u64>,
+    /// (Empty: none, as the action passes an unset input.)
+    #[arg(long, env = "SUPERVISE_APP_ID", value_parser = app_id)]
+    pub app_id: Option<Option<u64>>,
     /// Bot logins whose commands are acted on (exact match).
     pub bot_allow_list: Vec<String>,
     /// Seconds to wait for the repository's CI to report; each Action run is a
     /// new process, so the default is not to wait (CI's own events run it again).
     #[arg(long, env = "SUPERVISE_CI_GRACE_SECS", default_value_t = 0)]
     pub ci_grace_secs: u64,
+}
+
+/// An App id, or nothing for an empty value.
+fn app_id(text: &str) -> Result<Option<u64>, String> {
+    match text.trim() {
+        "" => Ok(None),
+        t => t
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("`{t}` is not an App id (a number)")),
+    }
 }
 
 /// A `workflow_dispatch` with inputs `command`, `issue` and `plan` is a command
@@ -149,7 +161,7 @@ pub fn run(args: ActionArgs) -> Result<i32> {
             .context("opening the Action's store")?;
         let github = Arc::new(
             GitHub::with_token(&args.api_url, &SecretString::from(token))?
-                .acting_for_app(args.app_id),
+                .acting_for_app(args.app_id.flatten()),
         );
         let ops = Operations::new(
             "github-action".into(),

@@ -165,6 +165,12 @@ pub enum Command {
         )]
         url: String,
     },
+    /// Copies standard input to standard output with every secret of this
+    /// environment (variables named KEY, TOKEN, SECRET, PASSWORD) and every
+    /// well-known secret shape masked: the agent workflow's hand-on step,
+    /// before the agent's output leaves the runner that holds its keys.
+    #[command(hide = true)]
+    Scrub,
     /// Internal: the detached wrapper that runs one agent (`-`: a wrapper on
     /// standby, handed its run directory on standard input).
     #[command(name = "__run-agent", hide = true)]
@@ -295,6 +301,15 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Verify(args) => run_cmd::verify_cmd(&args),
         Command::Publish(args) => publish_cmd::publish(&args),
+        Command::Scrub => {
+            use std::io::{Read, Write};
+            crate::scrub::register_environment();
+            let mut input = Vec::new();
+            std::io::stdin().read_to_end(&mut input)?;
+            let text = String::from_utf8_lossy(&input);
+            std::io::stdout().write_all(crate::scrub::scrub(&text).as_bytes())?;
+            Ok(0)
+        }
         Command::Plan(PlanCommand::Show { path, json }) => plan_cmd::show(path.as_deref(), json),
         Command::Plan(PlanCommand::Breakdown {
             doc,

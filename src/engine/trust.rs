@@ -108,7 +108,7 @@ mod tests {
     use super::{refusal, Rules};
     use crate::plan::Plan;
 
-    const PLAN: &str = "# Plan\n\n## Work Unit: api\n\n### Sprint 1: Base\n\nTasks:\n- build it\n\nExit criteria:\n- `test -f done.txt`\n";
+    const PLAN: &str = "# Plan\n\n| Work Unit | Directory |\n|---|---|\n| api | api |\n\n## api\n### Sprint 1: Base\n- [ ] `done.txt` exists\n";
 
     fn plan(text: &str) -> Plan {
         crate::plan::parse(text, "plan").expect("the plan reads")
@@ -167,7 +167,7 @@ mod tests {
     fn weakened_criteria_are_refused_and_moved_ones_are_not() {
         let p = plan(PLAN);
         let paths = changed(&["EXECUTION_PLAN.md"]);
-        let weakened = plan(&PLAN.replace("`test -f done.txt`", "`true`"));
+        let weakened = plan(&PLAN.replace("`done.txt` exists", "`README.md` exists"));
         let why = refusal(&rules(&p), &paths, Some(Ok(&weakened))).expect("refused");
         assert!(why.contains("api Sprint 1"), "{why}");
         // A note added above the sprint moves every line; the criteria stand.

@@ -190,6 +190,9 @@ pub fn sprint_check(
     if criteria.is_empty() {
         s.push_str("| — | (no machine-checkable criteria) | — | — |\n");
     }
+    if let Some(why) = &report.evidence.refused {
+        let _ = writeln!(s, "\n**Refused:** {why}");
+    }
     if let Some(conflict) = &report.evidence.merge_conflict {
         let _ = writeln!(
             s,

@@ -506,6 +506,50 @@ impl Git {
 
     /// Commits on the sprint branch not yet in the integration branch, uncommitted
     /// paths in its worktree, and whether it would merge cleanly.
+    /// What the sprint branch's own commits change (repository paths, since
+    /// it left the integration branch), and the plan file as its head has it
+    /// (`plan_file`: the plan's file name in its directory; `None` when the
+    /// head has none): what [`crate::engine::trust::refusal`] judges.
+    pub fn branch_changes(
+        &self,
+        op: &str,
+        branch: &str,
+        plan_file: &str,
+    ) -> Result<(Vec<String>, String, Option<String>)> {
+        let plan_path = self
+            .plan_rel
+            .join(plan_file)
+            .to_string_lossy()
+            .replace('\\', "/");
+        let integ = self.integration_head(op)?;
+        let Some(head) = self.branch_oid(branch)? else {
+            return Ok((Vec::new(), plan_path, None));
+        };
+        let base = self.repo.merge_base(integ, head)?;
+        let old = self.repo.find_commit(base)?.tree()?;
+        let new = self.repo.find_commit(head)?.tree()?;
+        let diff = self.repo.diff_tree_to_tree(Some(&old), Some(&new), None)?;
+        let mut changed = Vec::new();
+        for d in diff.deltas() {
+            for f in [d.old_file(), d.new_file()] {
+                if let Some(p) = f.path().and_then(|p| p.to_str()) {
+                    if !changed.iter().any(|c: &String| c == p) {
+                        changed.push(p.to_string());
+                    }
+                }
+            }
+        }
+        let plan = new
+            .get_path(Path::new(&plan_path))
+            .ok()
+            .and_then(|e| e.to_object(&self.repo).ok())
+            .and_then(|o| {
+                o.as_blob()
+                    .map(|b| String::from_utf8_lossy(b.content()).into_owned())
+            });
+        Ok((changed, plan_path, plan))
+    }
+
     pub fn evidence(&self, op: &str, branch: &str) -> Result<BranchEvidence> {
         let mut ev = BranchEvidence::default();
         let integ = self.integration_head(op)?;

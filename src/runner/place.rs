@@ -443,6 +443,34 @@ impl LocalPlace {
         Ok(())
     }
 
+    /// Why the sprint branch's work is refused unchecked, if it is.
+    fn refusal(&self, st: &OperationState, branch: &str) -> Result<Option<String>> {
+        let file = self
+            .plan
+            .path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (changed, plan_path, text) = self.git.branch_changes(&st.id.0, branch, &file)?;
+        let after = text.map(|t| crate::plan::parse(&t, "plan"));
+        let after = after.as_ref().map(|r| {
+            r.as_ref().map_err(|problems| {
+                problems
+                    .iter()
+                    .take(3)
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })
+        });
+        let rules = crate::engine::trust::Rules {
+            plan: Some(&st.plan),
+            plan_path: Some(&plan_path),
+            workflows_allowed: self.settings.agent_may_change_workflows,
+        };
+        Ok(crate::engine::trust::refusal(&rules, &changed, after))
+    }
+
     /// Turns a finished run into the engine's input: the wrapper's result plus the
     /// git evidence, read now (after any earlier merges) so a conflict is current.
     pub(super) fn finished_input(
@@ -468,6 +496,11 @@ impl LocalPlace {
         // terminal: never a secret of this machine's environment.
         result.output_tail = crate::scrub::scrub(&result.output_tail).into_owned();
         let git = self.git.evidence(&st.id.0, &branch)?;
+        // The same rule as on GitHub: work that changes what judges it (the
+        // plan's criteria, the supervisor's records, the workflows) is refused.
+        if result.refused.is_none() {
+            result.refused = self.refusal(st, &branch)?;
+        }
         let checkout = self.git.ensure_sprint_worktree(&st.id.0, &branch).ok();
         let progress = checkout
             .as_deref()

@@ -36,11 +36,12 @@ export PATH="$RUNNER_TEMP/bin:$PATH"
 out="$RUNNER_TEMP/agent-output.txt"
 sh -c "$AGENT" < "$SUPERVISE_PROMPT_FILE" > "$out" 2>&1
 code=$?
-# Hand the work on.
+# Hand the work on, its output and answer scrubbed of this runner's secrets
+# (the jobs after it do not hold them, so cannot know what to mask).
 handoff="$FAKE_ARTIFACTS_OUT"
 printf '%s' "$code" > "$handoff/agent-exit"
-cp "$out" "$handoff/agent-output.txt"
-[ -f "$SUPERVISE_RESULT_FILE" ] && cp "$SUPERVISE_RESULT_FILE" "$handoff/answer"
+supervise scrub < "$out" > "$handoff/agent-output.txt"
+[ -f "$SUPERVISE_RESULT_FILE" ] && supervise scrub < "$SUPERVISE_RESULT_FILE" > "$handoff/answer"
 if [ "$(git rev-parse HEAD)" != "$SUPERVISE_BASE" ]; then
   git bundle create "$handoff/work.bundle" "$SUPERVISE_BASE..HEAD" 2> /dev/null
 fi
