@@ -58,8 +58,8 @@ pub fn results_path(dispatch: &str) -> String {
 }
 
 /// Where a dispatch's sprint definition is committed when no plan file in the
-/// repository holds it (work a workflow added): `supervise verify --record`
-/// checks the exit criteria it names.
+/// repository holds it (work a workflow added): the agent workflow's
+/// verifying job (`supervise verify --handoff`) checks the criteria it names.
 pub fn sprint_spec_path(dispatch: &str) -> String {
     format!(".supervise/sprints/{}.json", dispatch.replace('/', "__"))
 }
@@ -89,7 +89,7 @@ impl SprintSpec {
     }
 }
 
-/// What the commits the supervisor and `supervise verify --record` make
+/// What the commits the supervisor and the agent workflow's trusted jobs make
 /// begin with: they are not the agent's work when its commits are counted.
 pub const COMMIT_PREFIX: &str = "supervise:";
 
@@ -130,7 +130,7 @@ pub struct RunResult {
     pub turns_used: Option<u32>,
     pub output_tail: String,
     pub criteria: Vec<CriterionResult>,
-    /// What the plan's progress files say (recorded by `supervise verify --record`).
+    /// What the plan's progress files say (recorded by the step that ran the criteria).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressMarker>,
     /// The agent's commits since the run began (short ids, the supervisor's

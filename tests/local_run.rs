@@ -226,6 +226,31 @@ fn a_doomed_sprint_blocks_its_unit_and_dependents_while_others_finish_then_resum
     assert_eq!(repo.state()["status"], "COMPLETED");
 }
 
+/// Locally too, an agent that deletes its sprint's exit criterion from the
+/// plan, or adds a workflow, gets a failed attempt that says why; the retry
+/// (an honest agent) finishes, and neither change reaches the integration
+/// branch.
+#[test]
+fn work_that_changes_what_judges_it_is_refused_locally_too() {
+    let repo = Repo::new(PLAN, "api 1 weaken,ok\ndocs 1 workflow,ok\n");
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let state = std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap();
+    for (unit, why) in [("api", "criteria"), ("docs", "change workflows")] {
+        let line = state
+            .lines()
+            .find(|l| l.contains(&format!("| {unit} | 1 |")) && l.contains("attempt 1/3 failed"))
+            .unwrap_or_else(|| panic!("no failed attempt of {unit}:\n{state}"));
+        assert!(line.contains("the work was refused") && line.contains(why), "{line}");
+    }
+    let integration = git(&repo.root, &["branch", "--list", "supervise/*/integration"]);
+    let branch = integration.trim().trim_start_matches("* ").to_string();
+    let plan = git(&repo.root, &["show", &format!("{branch}:EXECUTION_PLAN.md")]);
+    assert!(plan.contains("`api-sprint-1.txt` exists"), "{plan}");
+    let workflows = git(&repo.root, &["log", &branch, "--format=%h", "--", ".github/workflows"]);
+    assert_eq!(workflows.trim(), "", "a workflow reached {branch}");
+}
+
 #[test]
 fn a_hanging_agent_is_cancelled_by_the_stall_timeout_and_retried() {
     let repo = Repo::new(

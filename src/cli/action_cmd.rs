@@ -32,8 +32,8 @@ pub struct ActionArgs {
     /// as are those the workflow's own token vouches for. Without it, only the
     /// latter.
     /// (Empty: none, as the action passes an unset input.)
-    #[arg(long, env = "SUPERVISE_APP_ID", value_parser = app_id)]
-    pub app_id: Option<Option<u64>>,
+    #[arg(long, env = "SUPERVISE_APP_ID")]
+    pub app_id: Option<String>,
     /// Bot logins whose commands are acted on (exact match).
     pub bot_allow_list: Vec<String>,
     /// Seconds to wait for the repository's CI to report; each Action run is a
@@ -142,6 +142,10 @@ pub fn run(args: ActionArgs) -> Result<i32> {
         "SUPERVISE_DATABASE_URL",
         Some("sqlite://.supervise-state/supervise.db?mode=rwc"),
     )?;
+    let app_id = match args.app_id.as_deref() {
+        Some(text) => app_id(text).map_err(|e| anyhow!("SUPERVISE_APP_ID: {e}"))?,
+        None => None,
+    };
     let payload = std::fs::read_to_string(&args.event_path)
         .with_context(|| format!("reading the event payload {}", args.event_path.display()))?;
     if let Some(dir) = database_url
@@ -161,7 +165,7 @@ pub fn run(args: ActionArgs) -> Result<i32> {
             .context("opening the Action's store")?;
         let github = Arc::new(
             GitHub::with_token(&args.api_url, &SecretString::from(token))?
-                .acting_for_app(args.app_id.flatten()),
+                .acting_for_app(app_id),
         );
         let ops = Operations::new(
             "github-action".into(),

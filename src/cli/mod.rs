@@ -130,9 +130,10 @@ pub enum Command {
         plan: Option<PathBuf>,
     },
     /// Run a sprint's exit criteria in a checkout and print each result; with
-    /// `--record`, also commit them for the supervisor (the agent workflow's last step).
+    /// `--handoff`, judge what an agent's job handed on (the agent workflow's
+    /// verifying job); with `--record` alone, commit the results in the checkout.
     #[command(
-        after_help = "Examples:\n  supervise verify --unit api --sprint 2\n  supervise verify --unit api --sprint 2 --dir ../checkout --json"
+        after_help = "Examples:\n  supervise verify --unit api --sprint 2\n  supervise verify --unit api --sprint 2 --dir ../checkout --json\n  supervise verify --unit api --sprint 2 --record \"$DISPATCH_ID\" --branch \"$BRANCH\" --handoff handoff --out verdict"
     )]
     Verify(run_cmd::VerifyArgs),
     /// The agent workflow's last job: push the work the verifying job checked,

@@ -358,6 +358,52 @@ impl Git {
         }
     }
 
+    /// The head of branch `name`, if it exists.
+    pub fn branch_head(&self, name: &str) -> Option<String> {
+        self.branch_oid(name).ok().flatten().map(|o| o.to_string())
+    }
+
+    /// Sets refused work aside: the sprint branch goes back to `base` (where
+    /// the attempt began; its worktree too, when it is on the branch), and
+    /// what the agent left is kept at `refs/supervise/refused/<dispatch>` for
+    /// a person to look at. The next attempt starts from work that was not
+    /// refused.
+    pub fn set_aside(&self, branch: &str, base: &str, dispatch: &str) -> Result<()> {
+        let Some(head) = self.branch_oid(branch)? else {
+            return Ok(());
+        };
+        let base = Oid::from_str(base)?;
+        if head == base {
+            return Ok(());
+        }
+        let _held = self.lock()?;
+        self.repo.reference(
+            &format!("refs/supervise/refused/{}", dispatch.replace('/', "__")),
+            head,
+            true,
+            "supervise: refused work set aside",
+        )?;
+        let name = self.worktree_of(branch);
+        let on_branch = self.worktree_whole(&name)
+            && Repository::open(self.worktrees.join(&name))
+                .ok()
+                .and_then(|wt| wt.head().ok().and_then(|h| h.name().ok().map(str::to_string)))
+                .is_some_and(|h| h == format!("refs/heads/{branch}"));
+        if on_branch {
+            let wt = Repository::open(self.worktrees.join(&name))?;
+            let commit = wt.find_object(base, None)?;
+            wt.reset(&commit, git2::ResetType::Hard, None)?;
+        } else {
+            self.repo.reference(
+                &format!("refs/heads/{branch}"),
+                base,
+                true,
+                "supervise: refused work set aside",
+            )?;
+        }
+        Ok(())
+    }
+
     /// Creates the integration branch from `start` unless it exists (idempotent).
     pub fn ensure_integration(&self, op: &str, start: Oid) -> Result<Oid> {
         let name = integration_branch(op);

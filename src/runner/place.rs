@@ -178,6 +178,11 @@ impl LocalPlace {
                     .or_else(|| process::read_spec(&dir).map(|s| s.agent))
                     .ok_or_else(|| anyhow!("no agent command: pass --agent CMD or set `agent:` in .github/supervise.yml"))?;
                 let (unit, sprint) = plan_sprint(st, &order.unit, &order.sprint)?;
+                // A replay keeps the base the first preparation saw: the
+                // agent may have committed since.
+                let base = process::read_spec(&dir)
+                    .and_then(|s| s.base)
+                    .or_else(|| self.git.branch_head(&branch));
                 let spec = RunSpec {
                     order: order.clone(),
                     agent,
@@ -187,6 +192,7 @@ impl LocalPlace {
                     verify_timeout_secs: self.settings.verify_timeout_secs,
                     worktree_lock: Some(self.worktree_lock(&worktree)),
                     branch,
+                    base,
                 };
                 let child = process::spawn(&dir, &spec, self.standby.take())?;
                 self.watch(order.dispatch.clone(), child);
@@ -500,6 +506,14 @@ impl LocalPlace {
         // plan's criteria, the supervisor's records, the workflows) is refused.
         if result.refused.is_none() {
             result.refused = self.refusal(st, &branch)?;
+            // Refused work is not built on: set aside, as on GitHub, where
+            // it is never pushed.
+            if let (Some(_), Some(base)) = (
+                &result.refused,
+                process::read_spec(&dir).and_then(|s| s.base),
+            ) {
+                self.git.set_aside(&branch, &base, &d.0)?;
+            }
         }
         let checkout = self.git.ensure_sprint_worktree(&st.id.0, &branch).ok();
         let progress = checkout

@@ -41,6 +41,10 @@ pub struct RunSpec {
     /// The sprint branch (its locks are left alone while the attempt lives).
     #[serde(default)]
     pub branch: String,
+    /// The sprint branch's head when the attempt was dispatched: where the
+    /// branch goes back to if the attempt's work is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
 }
 
 /// The most agent output kept on disk: `output.log` is rotated to `output.log.1`

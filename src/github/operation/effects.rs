@@ -274,7 +274,7 @@ impl GitHubExecutor<'_> {
         let branch = sprint_branch(&ctx.op, &unit_slug, order.sprint.as_str());
         let integration = integration_branch(&ctx.op);
         // Work a workflow added is in no plan file: its definition goes on
-        // the sprint branch, for `supervise verify --record` in the runner.
+        // the sprint branch, for the agent workflow's verifying job.
         let spec = state
             .filter(|st| st.workflow.is_some())
             .and_then(|st| st.plan.unit(&order.unit))
