@@ -683,12 +683,16 @@ async fn requests_per_sprint_are_a_small_constant() {
         "GitHub requests charged: 1 sprint {one}, 6 sprints {six}: {per_sprint:.1} per extra sprint \
          (and status edits {one_edits}, {six_edits})"
     );
-    // Dispatch, the run's list, the record and the checks on its head, the
-    // pull request, its merge, the check run: 7. The bound for a sprint's
-    // whole lifecycle is 8.
+    // Dispatch, the record and the checks on its head, the pull request, its
+    // merge, the check run, and a look at the runs now and then: 6.4-6.6
+    // measured alone, more when the machine is loaded (runs take longer, so
+    // more looks find a run changed). The bound for a sprint's whole
+    // lifecycle is 8; the status edits are paced by time, at most two a
+    // sprint here.
+    assert!(per_sprint <= 8.0, "{per_sprint} charged requests per sprint");
     assert!(
-        per_sprint <= 7.0,
-        "{per_sprint} charged requests per sprint"
+        six_edits.saturating_sub(one_edits) <= 2 * 5,
+        "{six_edits} status edits for 6 sprints, {one_edits} for one"
     );
 }
 
