@@ -57,10 +57,7 @@ async fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let agent = root.join("tests/agents/scripted.sh").display().to_string();
     let bin = env!("CARGO_BIN_EXE_supervise");
-    let agent_env = vars(&[
-        ("AGENT", &agent),
-        ("SUPERVISE_INSTALL_FROM", bin),
-    ]);
+    let agent_env = vars(&[("AGENT", &agent), ("SUPERVISE_INSTALL_FROM", bin)]);
     let trusted_env = vars(&[("SUPERVISE_BIN", bin)]);
     fake.set_workflow_jobs(
         REPO,
@@ -151,5 +148,7 @@ async fn main() {
         println!("  {workflow:<15} p50 {p50:>8.0?}  max {max:>8.0?}");
     }
     let added = report[1].1 .0.saturating_sub(report[0].1 .0);
-    println!("  the three-job layout adds {added:.0?} at the median, and two runner starts on GitHub");
+    println!(
+        "  the three-job layout adds {added:.0?} at the median, and two runner starts on GitHub"
+    );
 }

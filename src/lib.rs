@@ -2,9 +2,10 @@
 //!
 //! Layers (see the README's architecture part): [`plan`] reads the plan,
 //! [`engine`] decides, [`report`] renders text; [`drive`] is the one loop that
-//! feeds the engine and carries its effects out through a place's adapters
-//! ([`runner`] for local processes, [`github`] for Actions runs, [`store`] for
-//! the log); the front doors ([`cli`], [`server`]) are thin.
+//! feeds the engine; a [`place`] carries its effects out (`place::local` for
+//! processes on this machine, `place::github` for Actions runs) through the
+//! adapters ([`github`] for GitHub's REST API, [`store`] for the log); the
+//! front doors ([`cli`], [`server`]) are thin.
 
 pub mod cli;
 pub mod commands;
@@ -12,9 +13,9 @@ pub mod contract;
 pub mod drive;
 pub mod engine;
 pub mod github;
+pub mod place;
 pub mod plan;
 pub mod report;
-pub mod runner;
 pub mod scrub;
 pub mod server;
 pub mod settings;

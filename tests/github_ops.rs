@@ -689,7 +689,10 @@ async fn requests_per_sprint_are_a_small_constant() {
     // more looks find a run changed). The bound for a sprint's whole
     // lifecycle is 8; the status edits are paced by time, at most two a
     // sprint here.
-    assert!(per_sprint <= 8.0, "{per_sprint} charged requests per sprint");
+    assert!(
+        per_sprint <= 8.0,
+        "{per_sprint} charged requests per sprint"
+    );
     assert!(
         six_edits.saturating_sub(one_edits) <= 2 * 5,
         "{six_edits} status edits for 6 sprints, {one_edits} for one"

@@ -241,13 +241,22 @@ fn work_that_changes_what_judges_it_is_refused_locally_too() {
             .lines()
             .find(|l| l.contains(&format!("| {unit} | 1 |")) && l.contains("attempt 1/3 failed"))
             .unwrap_or_else(|| panic!("no failed attempt of {unit}:\n{state}"));
-        assert!(line.contains("the work was refused") && line.contains(why), "{line}");
+        assert!(
+            line.contains("the work was refused") && line.contains(why),
+            "{line}"
+        );
     }
     let integration = git(&repo.root, &["branch", "--list", "supervise/*/integration"]);
     let branch = integration.trim().trim_start_matches("* ").to_string();
-    let plan = git(&repo.root, &["show", &format!("{branch}:EXECUTION_PLAN.md")]);
+    let plan = git(
+        &repo.root,
+        &["show", &format!("{branch}:EXECUTION_PLAN.md")],
+    );
     assert!(plan.contains("`api-sprint-1.txt` exists"), "{plan}");
-    let workflows = git(&repo.root, &["log", &branch, "--format=%h", "--", ".github/workflows"]);
+    let workflows = git(
+        &repo.root,
+        &["log", &branch, "--format=%h", "--", ".github/workflows"],
+    );
     assert_eq!(workflows.trim(), "", "a workflow reached {branch}");
 }
 
@@ -363,7 +372,7 @@ fn killall_terminates_agents_and_keeps_their_work_for_inspection() {
     let runs = repo.root.join(".supervise/runs");
     for entry in std::fs::read_dir(runs).unwrap() {
         assert!(
-            !supervise::runner::process::is_alive(&entry.unwrap().path()),
+            !supervise::place::local::process::is_alive(&entry.unwrap().path()),
             "an agent outlived killall"
         );
     }
@@ -1021,7 +1030,7 @@ fn deleting_the_lock_file_does_not_let_a_second_supervisor_start() {
         .unwrap();
     let dir = repo.root.join(".supervise");
     let began = std::time::Instant::now();
-    while supervise::runner::local::running_supervisor(&dir).is_none() {
+    while supervise::place::local::supervisor::running_supervisor(&dir).is_none() {
         assert!(began.elapsed() < Duration::from_secs(30), "never started");
         std::thread::sleep(Duration::from_millis(50));
     }

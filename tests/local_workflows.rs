@@ -378,7 +378,7 @@ fn killall_finds_a_running_solve_where_there_is_no_plan() {
         .unwrap();
     let dir = repo.root.join(".supervise").join("solve");
     let began = std::time::Instant::now();
-    while supervise::runner::local::running_supervisor(&dir).is_none() {
+    while supervise::place::local::supervisor::running_supervisor(&dir).is_none() {
         assert!(
             began.elapsed() < Duration::from_secs(30),
             "solve never started"

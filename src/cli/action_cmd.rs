@@ -5,9 +5,9 @@
 //! handles the event through the same handler as `supervise serve`, makes
 //! one pass over every operation, and exits; the Action then saves the store.
 
-use crate::commands::handle::Handler;
-use crate::github::operation::{InstallationLimits, OpTimings, Operations};
 use crate::github::GitHub;
+use crate::place::github::handle::Handler;
+use crate::place::github::{InstallationLimits, OpTimings, Operations};
 use crate::store::sql::SqlStore;
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
@@ -164,8 +164,7 @@ pub fn run(args: ActionArgs) -> Result<i32> {
             .await
             .context("opening the Action's store")?;
         let github = Arc::new(
-            GitHub::with_token(&args.api_url, &SecretString::from(token))?
-                .acting_for_app(app_id),
+            GitHub::with_token(&args.api_url, &SecretString::from(token))?.acting_for_app(app_id),
         );
         let ops = Operations::new(
             "github-action".into(),

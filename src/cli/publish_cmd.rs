@@ -6,7 +6,7 @@
 use crate::contract::{record_digest_line, RECORD_CHECK};
 use crate::github::repo::Repo;
 use crate::github::GitHub;
-use crate::runner::handoff::{self, files, Attempt};
+use crate::place::github::handoff::{self, files, Attempt};
 use anyhow::{Context, Result};
 use clap::Args;
 use secrecy::SecretString;

@@ -2,10 +2,10 @@
 
 use super::terminal::{self, default_output, exit, OutputMode, Terminal};
 use crate::engine::{Input, OverallStatus, Refusal};
+use crate::place::local::supervisor::{self, Supervisor};
+use crate::place::local::{criteria, process};
 use crate::plan::{self, LoadedPlan};
 use crate::report;
-use crate::runner::local::{self, Supervisor};
-use crate::runner::{criteria, process};
 use crate::settings::{self, FileSettings, ModelIdsFile, Settings};
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
@@ -177,8 +177,8 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let dir = local::state_dir(&plan);
-    if let Some(pid) = local::running_supervisor(&dir) {
+    let dir = supervisor::state_dir(&plan);
+    if let Some(pid) = supervisor::running_supervisor(&dir) {
         if let Mode::Resume(unit) = &mode {
             // The running supervisor keeps the settings it started with; a flag
             // sent along would be silently dropped, so it is refused instead.
@@ -191,7 +191,7 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
                 );
                 return Ok(exit::USAGE);
             }
-            local::send_control(
+            supervisor::send_control(
                 &dir,
                 &format!("resume {}", unit.clone().unwrap_or_default()),
             )?;
@@ -214,7 +214,8 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
     }
     // Checked before anything is created. Agents work from the committed plan:
     // a run from an edited working copy would do other than what the person reads.
-    if let Err(why) = crate::runner::git::check_checkout(&plan.path, &shown_path(&plan.path)) {
+    if let Err(why) = crate::place::local::git::check_checkout(&plan.path, &shown_path(&plan.path))
+    {
         eprintln!("{why}");
         return Ok(exit::USAGE);
     }
@@ -371,9 +372,9 @@ pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let dir = local::state_dir(&plan);
-    if let Some(pid) = local::running_supervisor(&dir) {
-        local::send_control(&dir, word)?;
+    let dir = supervisor::state_dir(&plan);
+    if let Some(pid) = supervisor::running_supervisor(&dir) {
+        supervisor::send_control(&dir, word)?;
         println!("Sent `{word}` to the running supervisor (pid {pid}).");
         if word == "killall" {
             // The summary counts what ended: wait (bounded) for the supervisor
@@ -381,7 +382,7 @@ pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
             let until = std::time::Instant::now() + Duration::from_secs(20);
             let mut last = None;
             while std::time::Instant::now() < until {
-                last = local::read_state(&plan)?;
+                last = supervisor::read_state(&plan)?;
                 if last
                     .as_ref()
                     .is_some_and(|st| st.status == OverallStatus::Killed && st.active_count() == 0)
@@ -435,7 +436,7 @@ pub fn status(path: Option<&Path>, json: bool) -> Result<i32> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let Some(st) = local::read_state(&plan)? else {
+    let Some(st) = supervisor::read_state(&plan)? else {
         eprintln!(
             "No operation has been started for {}; run `supervise run`.",
             plan.path.display()
@@ -446,7 +447,7 @@ pub fn status(path: Option<&Path>, json: bool) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&st)?);
     } else {
         print!("{}", report::status_table(&st, chrono::Utc::now()));
-        if local::running_supervisor(&local::state_dir(&plan)).is_none()
+        if supervisor::running_supervisor(&supervisor::state_dir(&plan)).is_none()
             && matches!(st.status, OverallStatus::Running | OverallStatus::Stopping)
         {
             println!("(no supervisor is running for this plan; `supervise run` picks it up)");
@@ -572,7 +573,7 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
         let since = a.since.clone().or_else(|| std::env::var("GITHUB_SHA").ok());
         let run = since
             .as_deref()
-            .and_then(|since| crate::runner::git::agent_commits(&root, since));
+            .and_then(|since| crate::place::local::git::agent_commits(&root, since));
         let result = crate::contract::RunResult {
             exit_code: a.agent_exit,
             turns_used: process::parse_turns(&output),
@@ -644,14 +645,14 @@ fn verify_handoff(
         .as_deref()
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|| "EXECUTION_PLAN.md".into());
-    let attempt = crate::runner::handoff::Attempt {
+    let attempt = crate::place::github::handoff::Attempt {
         plan: &plan,
         unit: &a.unit,
         sprint: &a.sprint,
         dispatch,
         branch,
     };
-    let verdict = crate::runner::handoff::verify(
+    let verdict = crate::place::github::handoff::verify(
         &root,
         &attempt,
         handoff,
@@ -690,7 +691,7 @@ pub fn spend(path: Option<&Path>, json: bool) -> Result<i32> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let dir = local::state_dir(&plan);
+    let dir = supervisor::state_dir(&plan);
     let mut logs = vec![dir.join("events.jsonl")];
     if let Ok(entries) = std::fs::read_dir(dir.join("finished")) {
         let mut finished: Vec<PathBuf> = entries

@@ -2,7 +2,7 @@
 //! service. Secrets are held as `SecretString` and never printed (clap hides
 //! their environment values from `--help`).
 
-use crate::github::operation::{InstallationLimits, OpTimings};
+use crate::place::github::{InstallationLimits, OpTimings};
 use crate::server::run::{self, ServiceConfig};
 use anyhow::{anyhow, Context, Result};
 use clap::Args;

@@ -4,8 +4,9 @@
 //! everything about how it looks lives here.
 
 use crate::engine::{self, OperationState, OverallStatus};
+use crate::place::local::screen::Screen;
+use crate::place::local::supervisor::Ending;
 use crate::report;
-use crate::runner::local::{Ending, Screen};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 

@@ -7,8 +7,8 @@ use super::run_cmd::{preflight_agent, RunFlags};
 use super::terminal::{self, exit, OutputMode, Terminal};
 use crate::engine::workflow::{Manager, Phases, Scope, Workflow, WorkflowSettings};
 use crate::engine::{Input, OverallStatus};
+use crate::place::local::supervisor::Supervisor;
 use crate::plan::LoadedPlan;
-use crate::runner::local::Supervisor;
 use crate::settings::{self, FileSettings, Settings};
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
@@ -115,7 +115,7 @@ where
         return Ok(exit::USAGE);
     }
     let dir = root.join(".supervise").join(kind);
-    if let Some(pid) = crate::runner::local::running_supervisor(&dir) {
+    if let Some(pid) = crate::place::local::supervisor::running_supervisor(&dir) {
         eprintln!("A `supervise {kind}` is already running here (pid {pid}).");
         return Ok(exit::USAGE);
     }
@@ -197,8 +197,8 @@ pub fn send_to_running(word: &str) -> Result<Option<i32>> {
     };
     for kind in ["solve", "manage"] {
         let dir = root.join(".supervise").join(kind);
-        if let Some(pid) = crate::runner::local::running_supervisor(&dir) {
-            crate::runner::local::send_control(&dir, word)?;
+        if let Some(pid) = crate::place::local::supervisor::running_supervisor(&dir) {
+            crate::place::local::supervisor::send_control(&dir, word)?;
             println!("Sent `{word}` to the running `supervise {kind}` (pid {pid}).");
             return Ok(Some(exit::COMPLETED));
         }

@@ -6,7 +6,6 @@
 //! a mistake is answered with the nearest valid command.
 
 pub mod auth;
-pub mod handle;
 
 use crate::text::code_span;
 use auth::Permission;
@@ -415,7 +414,15 @@ fn parse_line(rest: &str) -> Result<Command, ParseError> {
         "evaluate" => Command::Evaluate,
         "version" => Command::Version,
         "spend" => Command::Spend,
-        _ => Command::Help,
+        "help" => Command::Help,
+        // A word in the table without its arm here: never silently `help`
+        // (the table test below catches it before it ships).
+        _ => {
+            return Err(ParseError::Unknown {
+                word: name.to_string(),
+                suggestion: None,
+            })
+        }
     })
 }
 
@@ -453,6 +460,26 @@ pub fn parse_comment(body: &str) -> Vec<Result<Command, ParseError>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every word of the table parses to its own command, with and without
+    /// its argument: a word added to `COMMANDS` but not to the parser's match
+    /// is caught here, not answered with help.
+    #[test]
+    fn every_word_of_the_table_parses_to_its_own_command() {
+        for spec in COMMANDS {
+            let mut lines = vec![format!("{PREFIX} {}", spec.name)];
+            if spec.argument.is_some() {
+                lines.push(format!("{PREFIX} {} some-arg.md", spec.name));
+            }
+            for line in lines {
+                let parsed = parse_comment(&line).remove(0);
+                match parsed {
+                    Ok(c) => assert_eq!(c.name(), spec.name, "{line}"),
+                    Err(e) => panic!("{line}: {e:?}"),
+                }
+            }
+        }
+    }
 
     #[test]
     fn solve_and_manage_take_the_rest_of_their_line_as_text() {

@@ -119,7 +119,6 @@ const ETAG_BYTES: usize = 32 << 20;
 
 pub mod answers;
 pub mod etags;
-pub mod operation;
 pub mod payload;
 pub mod repo;
 

@@ -1,6 +1,6 @@
 //! `supervise serve`: the GitHub App front door. Signature checks, intake over
 //! HTTP, the store-backed queue of deliveries and the workers that hand each to
-//! [`crate::commands::handle`].
+//! [`crate::place::github::handle`].
 
 pub mod listen;
 pub mod retention;

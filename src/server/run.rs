@@ -5,8 +5,8 @@
 
 use super::listen;
 use super::service::{self, Service};
-use crate::github::operation::{InstallationLimits, OpTimings, Operations};
 use crate::github::GitHub;
+use crate::place::github::{InstallationLimits, OpTimings, Operations};
 use crate::store::sql::SqlStore;
 use anyhow::{Context, Result};
 use metrics_exporter_prometheus::PrometheusHandle;

@@ -7,9 +7,9 @@
 //! installation.
 
 use super::signature;
-use crate::commands::handle::Handler;
-use crate::github::operation::{OpError, Operations};
 use crate::github::{GitHub, GitHubError};
+use crate::place::github::handle::Handler;
+use crate::place::github::{OpError, Operations};
 use crate::store::sql::{Claimed, Handoff, Intake, IntakeQueue, NewDelivery, SqlStore};
 use crate::sync::LockExt;
 use axum::body::Bytes;
@@ -638,7 +638,7 @@ async fn record_end(svc: &Service, d: Claimed, result: Result<(), OpError>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::github::operation::{InstallationLimits, OpTimings};
+    use crate::place::github::{InstallationLimits, OpTimings};
 
     async fn service(lease: Duration) -> Arc<Service> {
         let store = SqlStore::connect("sqlite::memory:").await.unwrap();

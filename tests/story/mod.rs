@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Child;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use supervise::github::operation::{InstallationLimits, OpTimings};
+use supervise::place::github::{InstallationLimits, OpTimings};
 use supervise::server::run::{self, ServiceConfig};
 
 pub const REPO: &str = "acme/shop";

@@ -20,8 +20,8 @@ use crate::contract::{
     EVIDENCE_FILE_LIMIT,
 };
 use crate::engine::trust::{refusal, Rules};
+use crate::place::local::{criteria, process};
 use crate::plan::{Plan, SprintId};
-use crate::runner::{criteria, process};
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -247,7 +247,7 @@ pub fn verify(
         .unwrap_or_default();
     let exit_code = read_untrusted(&handoff.join(files::AGENT_EXIT), 32)
         .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<i32>().ok());
-    let run = crate::runner::git::agent_commits(root, &base);
+    let run = crate::place::local::git::agent_commits(root, &base);
     let answer = match &def.answer_file {
         Some(rel) => crate::contract::read_answer(&root.join(rel)),
         None => crate::contract::read_answer(&handoff.join(files::ANSWER)),

@@ -11,8 +11,6 @@
 //! requests, sub-issues and comments are looked for (by name or hidden marker)
 //! before they are made.
 
-use super::repo::{Check, Repo, WorkflowRun};
-use super::{GitHub, GitHubError};
 use crate::contract::{integration_branch, prompt_path, results_path, sprint_branch, RunResult};
 use crate::drive::{Decided, Driver, Entry, Executor, Failure, Loaded, Outbox, Outcome};
 use crate::engine::workflow::Workflow;
@@ -20,6 +18,8 @@ use crate::engine::{
     self, AgentReport, DispatchId, Effect, Evidence, Input, NoticeKind, OperationId,
     OperationState, OverallStatus, Refusal, UnitStatus,
 };
+use crate::github::repo::{Check, Repo, WorkflowRun};
+use crate::github::{GitHub, GitHubError};
 use crate::report;
 use crate::settings::{self, MergeMode, Settings};
 use crate::store::sql::{OperationRow, RunRow, SqlError, SqlOutbox, SqlStore, UnitIssue};
@@ -299,10 +299,12 @@ fn conclusion_exit(c: Option<&str>) -> Option<i32> {
     }
 }
 
-mod commands;
 mod effects;
+pub mod handle;
+pub mod handoff;
 mod publish;
 mod runs;
+mod told;
 
 impl Operations {
     /// `owner` names this replica (a restarted replica with the same name takes

@@ -5,8 +5,8 @@
 
 use super::criteria;
 use super::git::Git;
-use super::local::{Msg, Screen};
 use super::process::{self, RunSpec, Watched};
+use super::screen::{Msg, Screen};
 use crate::contract::{integration_branch, sprint_branch, RunResult};
 use crate::drive::{Entry, Executor, Failure, Outcome};
 use crate::engine::{self, AgentReport, Effect, Evidence, Input, OperationState};

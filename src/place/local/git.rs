@@ -387,7 +387,11 @@ impl Git {
         let on_branch = self.worktree_whole(&name)
             && Repository::open(self.worktrees.join(&name))
                 .ok()
-                .and_then(|wt| wt.head().ok().and_then(|h| h.name().ok().map(str::to_string)))
+                .and_then(|wt| {
+                    wt.head()
+                        .ok()
+                        .and_then(|h| h.name().ok().map(str::to_string))
+                })
                 .is_some_and(|h| h == format!("refs/heads/{branch}"));
         if on_branch {
             let wt = Repository::open(self.worktrees.join(&name))?;

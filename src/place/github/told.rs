@@ -1,5 +1,6 @@
-//! What people and GitHub say to an operation: `start` and the other commands,
-//! `status`, and the `workflow_run` webhook.
+//! What an operation is told: by people, `start` and the other commands
+//! (parsed and authorised by `handle`), `status`; by GitHub, the
+//! `workflow_run` webhook.
 
 use super::*;
 

@@ -5,13 +5,13 @@
 //! one reply; a `workflow_run` event goes to its operation; a `pull_request`
 //! that changes a plan gets the `supervise: plan` check run.
 
-use super::auth::{self, Actor, Permission, Policy, Verdict};
-use super::{help_text, parse_comment, Command, ParseError};
+use crate::commands::auth::{self, Actor, Permission, Policy, Verdict};
+use crate::commands::{help_text, parse_comment, Command, ParseError};
 use crate::engine::naming;
 use crate::engine::Input;
-use crate::github::operation::{OpError, Operations, Origin, WorkflowKind};
 use crate::github::payload::{CommentEvent, PullRequestEvent};
 use crate::github::{GitHub, GitHubError};
+use crate::place::github::{OpError, Operations, Origin, WorkflowKind};
 use crate::settings;
 use crate::store::sql::SqlStore;
 use serde_json::{json, Value};

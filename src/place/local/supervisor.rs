@@ -4,9 +4,10 @@
 //! control files other commands leave for it, the watchers' channel, and when a
 //! run is over.
 
+use super::executor::LocalPlace;
 use super::git::Git;
-use super::place::LocalPlace;
 use super::process;
+use super::screen::{Msg, Screen};
 use crate::commands::Command;
 use crate::drive::{finish_now, Decided, Driver};
 use crate::engine::{self, Input, OperationId, OperationState, OverallStatus};
@@ -19,24 +20,6 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
-
-/// Messages from watcher and worker threads to the loop.
-pub(super) enum Msg {
-    Finished(engine::DispatchId),
-    Activity(engine::DispatchId),
-    // Boxed: an input is large and the other messages are an id.
-    Input(Box<Input>),
-}
-
-/// What the person at the terminal is shown; the front door supplies it.
-pub trait Screen: Send {
-    /// The events of one recorded decision.
-    fn events(&mut self, events: &[engine::Event]);
-    /// A notice, a build gate starting, an error the person should know of.
-    fn notice(&mut self, text: &str);
-    /// The status changed.
-    fn status(&mut self, st: &OperationState);
-}
 
 /// How a run ended, for the front door to turn into an exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

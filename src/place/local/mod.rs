@@ -1,0 +1,16 @@
+//! The local place: agents as processes on this machine, each in a git
+//! worktree of its sprint's branch, with the agent contract's environment.
+//! [`supervisor`] is the drive loop's home here (the plan's lock, control
+//! files, when a run is over); [`executor`] carries the engine's effects out
+//! (worktrees, merges, agent processes, build gates); [`process`] is the
+//! detached wrapper around one agent; [`criteria`] runs exit criteria (also
+//! in the agent workflow's verifying job on GitHub); [`git`] is the
+//! repository; [`screen`] what the loop shows and hears.
+
+pub mod criteria;
+pub mod executor;
+pub mod git;
+pub mod lockfile;
+pub mod process;
+pub mod screen;
+pub mod supervisor;
