@@ -57,6 +57,26 @@ fn now_on_fake(s: &Story) -> f64 {
         .unwrap_or_default()
 }
 
+/// Waits (at most `secs`) until the service has made no charged request for
+/// `for_secs` on the fake's clock.
+async fn quiet(s: &Story, for_secs: f64, secs: u64) {
+    let start = std::time::Instant::now();
+    loop {
+        let log = s.fake.request_log();
+        let now = s.fake.now();
+        let last_charged = log
+            .iter()
+            .rev()
+            .find(|(_, _, st)| *st != 304)
+            .map(|(t, _, _)| *t)
+            .unwrap_or_default();
+        if now - last_charged >= for_secs || start.elapsed().as_secs() >= secs {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn in_progress(s: &Story, n: usize) {
     s.until("the runs in progress", 60, |s| {
         s.fake
@@ -85,9 +105,11 @@ async fn reconciling_runs_in_flight_reads_one_free_list_per_operation_whatever_i
     s.say_on(second, "/supervise start").await;
     s.say_on(third, "/supervise start ONE.md").await;
     in_progress(&s, 9).await;
-    // Let the dispatches' own reads pass, then watch for several
-    // reconciliation periods (1 s at the start, longer as the runs age).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Let the dispatches' own reads and edits pass (on a loaded machine they
+    // take longer than the runs to start): until nothing charged for 2 s,
+    // then watch for several reconciliation periods (1 s at the start,
+    // longer as the runs age).
+    quiet(&s, 2.0, 30).await;
     let from = now_on_fake(&s);
     tokio::time::sleep(Duration::from_secs(8)).await;
     let window = since(&s, from);

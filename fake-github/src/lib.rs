@@ -361,6 +361,11 @@ impl FakeGitHub {
         self.inner.lock().log.clone()
     }
 
+    /// Seconds since the fake started: the clock of its request log.
+    pub fn now(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
     /// The calls the workflows' jobs made (with the tokens the fake gave
     /// them), as [`FakeGitHub::request_log`] has the others'.
     pub fn runner_log(&self) -> Vec<(f64, String, u16)> {
