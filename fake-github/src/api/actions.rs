@@ -1,8 +1,13 @@
 //! Actions: workflow dispatches that run a local command, runs, cancels,
 //! and the `workflow_run` webhooks they deliver.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    enter, error, now, ok, Access, FakeGitHub, HashMap, HeaderMap, Job, Json, Path, Query, Repo,
+    Response, Run, RunsIf, Shared, State, StatusCode, Value, Workflow,
+};
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::json;
 
 pub(super) fn run_json(run: &Run) -> Value {
     json!({

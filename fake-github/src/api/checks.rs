@@ -1,7 +1,11 @@
 //! Check runs.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    created, enter, error, ok, CheckRun, HeaderMap, Json, Path, Response, Shared, State,
+    StatusCode, Value, GITHUB_ACTIONS_APP_ID,
+};
+use serde::Deserialize;
+use serde_json::json;
 
 pub(super) fn check_json(c: &CheckRun) -> Value {
     json!({

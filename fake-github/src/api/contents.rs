@@ -1,7 +1,12 @@
 //! Repositories, git refs, file contents and comparisons.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    base64_encode, created, enter, error, ok, HashMap, HeaderMap, Json, Path, Query, Response,
+    Shared, State, StatusCode,
+};
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::json;
 
 pub(super) async fn get_repo(
     State(f): State<Shared>,

@@ -1,7 +1,11 @@
 //! Issues, labels, sub-issues and comment edits.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    created, enter, error, ok, HashMap, HeaderMap, Issue, Json, Path, Query, Response, Shared,
+    State, StatusCode, Value,
+};
+use serde::Deserialize;
+use serde_json::json;
 
 pub(super) fn issue_json(i: &Issue) -> Value {
     json!({

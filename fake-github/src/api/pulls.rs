@@ -1,7 +1,11 @@
 //! Pull requests, merges and reviews.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    created, enter, error, ok, FakeGitHub, HashMap, HeaderMap, Json, Path, Pull, PullShape, Query,
+    Repo, Response, Shared, State, StatusCode, Value,
+};
+use serde::Deserialize;
+use serde_json::json;
 
 pub(super) fn pull_json(p: &Pull, repo: &Repo, shape: PullShape) -> Value {
     // An open pull request's head exists; a look-up that fails under load (a

@@ -1,8 +1,11 @@
 //! What agents' ends come to (§5, §9): attempts closed, sprints completed,
 //! merged or failed, deferred conditions and manual confirmations.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    cascade, ActiveDispatch, AgentReport, AlreadyDone, AttemptRecord, CancelReason, Completion,
+    CriterionResult, Decider, DispatchId, Effect, Event, Evidence, Hold, ModelTier, NoticeKind,
+    Refusal, SprintStatus, UnitStatus, AGENT_COMMAND_FAILED,
+};
 
 impl Decider<'_> {
     /// A dispatch waits for a cap above the operation. People are told once

@@ -1,7 +1,9 @@
 //! The commands people give: resume, stop, killall.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    CancelReason, Decider, Effect, Event, NoticeKind, OverallStatus, Refusal, SprintStatus,
+    UnitStatus,
+};
 
 impl Decider<'_> {
     /// Units that appear while the operation runs: checked as the reader

@@ -1,8 +1,7 @@
 //! The clock and the build gates (§3.5, §9, §10): stall checks, the stop
 //! drain's timeout, deferred polls, and gate results charged to units.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{CancelReason, Decider, Effect, Event, NoticeKind, OverallStatus, Refusal, UnitStatus};
 
 impl Decider<'_> {
     pub(super) fn tick(&mut self) {

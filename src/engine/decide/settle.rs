@@ -2,8 +2,10 @@
 //! finish or wait at a gate, ready sprints are dispatched, the operation
 //! concludes.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    prompt, select, workflow, Decider, DispatchId, DispatchKind, DispatchOrder, Effect, Event,
+    NoticeKind, OverallStatus, SprintStatus, UnitStatus,
+};
 
 impl Decider<'_> {
     pub(super) fn settle(&mut self) {

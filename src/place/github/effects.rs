@@ -2,9 +2,14 @@
 //! (adopting a run that already carries the id), cancels, merges, build gates,
 //! notices, and the final report.
 
-use super::*;
+use super::{
+    engine, integration_branch, prompt_path, report, sprint_branch, DispatchId, Effect, Entry,
+    GitHubError, GitHubExecutor, Input, Instant, MergeMode, NoticeKind, OpContext, OpError,
+    OperationState, Operations, Outcome, Repo, RunRow, SqlError, WorkflowRun,
+};
 use crate::github::repo::Merge;
 use crate::store::sql::{Admission, Admitted, Caps};
+use serde_json::json;
 
 impl GitHubExecutor<'_> {
     pub(super) async fn effect(

@@ -25,7 +25,6 @@ use crate::settings::{self, MergeMode, Settings};
 use crate::store::sql::{OperationRow, RunRow, SqlError, SqlOutbox, SqlStore, UnitIssue};
 use crate::sync::LockExt;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -1,7 +1,10 @@
 //! What people see on GitHub: the sticky status comment (coalesced) and the
 //! units' sub-issues (created, closed, labelled).
 
-use super::*;
+use super::{
+    report, DispatchId, Duration, HashMap, Instant, Live, OpContext, OpError, OperationState,
+    Operations, OverallStatus, UnitIssue, UnitStatus,
+};
 
 impl Operations {
     /// Brings GitHub's view up to date: the status comment (at most once per

@@ -1,7 +1,12 @@
 //! Runs in flight against GitHub's ground truth: reconciliation, and turning a
 //! finished run into the engine's `AgentFinished` with its evidence (§5).
 
-use super::*;
+use super::{
+    conclusion_exit, integration_branch, report, results_path, sprint_branch, AgentReport,
+    AwaitingCi, Check, Decided, DispatchId, Duration, Effect, Evidence, HashMap, HashSet, Input,
+    Instant, Live, OpError, Operations, Repo, RunResult, RunRow,
+};
+use serde_json::json;
 
 impl Operations {
     /// Compares every dispatch in flight with its run on GitHub: a finished run

@@ -2,7 +2,12 @@
 //! (parsed and authorised by `handle`), `status`; by GitHub, the
 //! `workflow_run` webhook.
 
-use super::*;
+use super::{
+    integration_branch, report, settings, AwaitingCi, Decided, DispatchId, GitHubError, Input,
+    OpContext, OpError, OperationId, OperationRow, Operations, Origin, OverallStatus, Refusal,
+    Repo, RunRow, Settings, SqlError, Workflow, WorkflowKind, WorkflowRun, DEFAULT_WORKFLOW,
+};
+use crate::sync::LockExt;
 
 impl Operations {
     /// `/supervise spend`: this repository's operations over the last day and

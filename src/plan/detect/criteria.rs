@@ -1,8 +1,10 @@
 //! §2d: entry and exit criteria — which lines are criteria, which are
 //! commands, files or assertions — and the plan-wide checks every sprint gets.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    first_line, plain, AhoCorasick, Assertion, Block, Criterion, CriterionKind, Doc, Outline,
+    Sprint, WorkUnit,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Label {

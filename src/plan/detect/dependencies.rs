@@ -1,8 +1,10 @@
 //! §2c: dependencies between units — columns, prose, arrows, Mermaid graphs,
 //! shortened names — the cycle check, and layers from depth.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    contains_word, nearest, AhoCorasick, BTreeMap, BTreeSet, Block, Doc, HashMap, Problem,
+    UnitDraft, UnitGraph, WorkUnit,
+};
 
 /// Explicit dependency edges `(dependent, dependency)` as unit indices (§2c.2).
 pub(super) fn dependencies(

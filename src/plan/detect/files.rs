@@ -1,8 +1,10 @@
 //! §2e and §2f: the plan's own dispatch template and the progress, to-do,
 //! status and config files it mentions.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    body_text, plain, AhoCorasick, Block, DispatchTemplate, Doc, FileRole, Outline, ReferencedFile,
+    UnitDraft,
+};
 
 /// §2e: the plan's own prompt template, if it has one.
 pub(super) fn dispatch_template(doc: &Doc, o: &Outline) -> Option<DispatchTemplate> {

@@ -1,7 +1,6 @@
 //! The document's outline: where sections end and where sprint definitions are.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{is_sprint_table, sprint_heading, task_heading, Block, Range};
 
 /// Where every section ends and where sprint definitions are, computed once so
 /// that no heuristic rescans the document (plans with thousands of units).

@@ -1,8 +1,11 @@
 //! §2b and §2g: a unit's sprints — headings, `Task N.M` items or a table —
 //! their parts, their order, and their type.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    column, command_criterion, criterion, is_none_word, label_of, paragraph_label, plain,
+    push_criterion, AhoCorasick, BTreeMap, Block, CriterionKind, Doc, Label, Outline, Problem,
+    Range, Sprint, SprintId, SprintType,
+};
 
 /// `Sprint 2a: Name` → (`2a`, `Name`).
 pub(crate) fn sprint_heading(text: &str) -> Option<(SprintId, String)> {

@@ -1,8 +1,7 @@
 //! §2a: which units a plan has — a table that lists them, or same-level
 //! sections that each hold sprints — and the section each unit's sprints are in.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{contains_word, plain, Block, HashMap, HeadingKind, Outline, Range, UnitDraft};
 
 pub(super) fn norm_header(h: &str) -> String {
     plain(h)
