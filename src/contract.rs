@@ -239,6 +239,15 @@ fn read_untrusted_part(path: &Path, limit: usize, tail: bool) -> Option<Vec<u8>>
     Some(bytes)
 }
 
+/// What an agent printed, from a file it could have made: its end, at most
+/// [`EVIDENCE_FILE_LIMIT`] bytes, invalid UTF-8 replaced; empty when there is
+/// no such file.
+pub fn read_output(path: &Path) -> String {
+    read_untrusted_tail(path, EVIDENCE_FILE_LIMIT)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
 /// The most bytes of a text file in the worktree read for evidence (a
 /// progress file, a file an exit criterion looks into).
 pub const EVIDENCE_FILE_LIMIT: usize = 4 << 20;

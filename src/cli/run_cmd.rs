@@ -564,40 +564,27 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
     if let Some(dispatch) = &a.record {
         let output = a
             .agent_output
-            .as_ref()
-            .and_then(|p| {
-                crate::contract::read_untrusted_tail(p, crate::contract::EVIDENCE_FILE_LIMIT)
-            })
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .as_deref()
+            .map(crate::contract::read_output)
             .unwrap_or_default();
         let since = a.since.clone().or_else(|| std::env::var("GITHUB_SHA").ok());
         let run = since
             .as_deref()
             .and_then(|since| crate::place::local::git::agent_commits(&root, since));
-        let result = crate::contract::RunResult {
-            exit_code: a.agent_exit,
-            turns_used: process::parse_turns(&output),
-            // Committed to the repository: nothing secret the agent printed
-            // goes with it.
-            output_tail: crate::scrub::scrub(&criteria::tail(&output, 4000)).into_owned(),
-            criteria: results
-                .iter()
-                .cloned()
-                .map(|mut c| {
-                    c.detail = crate::scrub::scrub(&c.detail).into_owned();
-                    c
-                })
-                .collect(),
-            progress: criteria::progress_marker(&plan.plan, u, s, &root),
-            commits: run.as_ref().map(|r| r.commits.clone()),
-            began_at: run.and_then(|r| r.began_at),
-            answer: match spec.as_ref().and_then(|s| s.answer_file.as_deref()) {
-                Some(rel) => crate::contract::read_answer(&root.join(rel)),
-                None => std::env::var_os("SUPERVISE_RESULT_FILE")
-                    .and_then(|p| crate::contract::read_answer(Path::new(&p))),
-            },
-            refused: None,
+        let answer = match spec.as_ref().and_then(|s| s.answer_file.as_deref()) {
+            Some(rel) => crate::contract::read_answer(&root.join(rel)),
+            None => std::env::var_os("SUPERVISE_RESULT_FILE")
+                .and_then(|p| crate::contract::read_answer(Path::new(&p))),
         };
+        let result = criteria::results_record(
+            &output,
+            a.agent_exit,
+            results.clone(),
+            criteria::progress_marker(&plan.plan, u, s, &root),
+            run,
+            answer,
+            None,
+        );
         let path = criteria::record_result(&root, dispatch, &result)?;
         eprintln!("recorded {} criteria in {}", results.len(), path.display());
     }

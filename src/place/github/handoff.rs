@@ -15,12 +15,9 @@
 //! Everything read from the handoff is the agent's and is read as such:
 //! bounded, regular files only, never followed through a link.
 
-use crate::contract::{
-    read_untrusted, read_untrusted_tail, results_path, sprint_spec_path, RunResult, SprintSpec,
-    EVIDENCE_FILE_LIMIT,
-};
+use crate::contract::{read_untrusted, results_path, sprint_spec_path, RunResult, SprintSpec};
 use crate::engine::trust::{refusal, Rules};
-use crate::place::local::{criteria, process};
+use crate::place::local::criteria;
 use crate::plan::{Plan, SprintId};
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -242,9 +239,7 @@ pub fn verify(
     } else {
         Vec::new()
     };
-    let output = read_untrusted_tail(&handoff.join(files::AGENT_OUTPUT), EVIDENCE_FILE_LIMIT)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default();
+    let output = crate::contract::read_output(&handoff.join(files::AGENT_OUTPUT));
     let exit_code = read_untrusted(&handoff.join(files::AGENT_EXIT), 32)
         .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<i32>().ok());
     let run = crate::place::local::git::agent_commits(root, &base);
@@ -252,23 +247,9 @@ pub fn verify(
         Some(rel) => crate::contract::read_answer(&root.join(rel)),
         None => crate::contract::read_answer(&handoff.join(files::ANSWER)),
     };
-    let record = RunResult {
-        exit_code,
-        turns_used: process::parse_turns(&output),
-        output_tail: crate::scrub::scrub(&criteria::tail(&output, 4000)).into_owned(),
-        criteria: results
-            .into_iter()
-            .map(|mut c| {
-                c.detail = crate::scrub::scrub(&c.detail).into_owned();
-                c
-            })
-            .collect(),
-        progress: criteria::progress_marker(&def.plan, &unit, &sprint, &def.root),
-        commits: run.as_ref().map(|r| r.commits.clone()),
-        began_at: run.and_then(|r| r.began_at),
-        answer,
-        refused,
-    };
+    let progress = criteria::progress_marker(&def.plan, &unit, &sprint, &def.root);
+    let record =
+        criteria::results_record(&output, exit_code, results, progress, run, answer, refused);
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     std::fs::write(out.join(files::RECORD), serde_json::to_vec_pretty(&record)?)?;
     std::fs::write(out.join(files::HEAD), &head)?;

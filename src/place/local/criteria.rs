@@ -193,6 +193,38 @@ pub fn progress_marker(
     None
 }
 
+/// An attempt's results record as a checking step writes it: the end of
+/// what the agent printed and every criterion's detail scrubbed of secrets
+/// (the record is committed and quoted in public), the agent's commits as
+/// `run` found them.
+pub fn results_record(
+    output: &str,
+    exit_code: Option<i32>,
+    criteria: Vec<CriterionResult>,
+    progress: Option<ProgressMarker>,
+    run: Option<crate::place::local::git::RunCommits>,
+    answer: Option<String>,
+    refused: Option<String>,
+) -> crate::contract::RunResult {
+    crate::contract::RunResult {
+        exit_code,
+        turns_used: crate::place::local::process::parse_turns(output),
+        output_tail: crate::scrub::scrub(&tail(output, 4000)).into_owned(),
+        criteria: criteria
+            .into_iter()
+            .map(|mut c| {
+                c.detail = crate::scrub::scrub(&c.detail).into_owned();
+                c
+            })
+            .collect(),
+        progress,
+        commits: run.as_ref().map(|r| r.commits.clone()),
+        began_at: run.and_then(|r| r.began_at),
+        answer,
+        refused,
+    }
+}
+
 /// Writes a dispatch's results into the checkout and commits them (with the
 /// person's or the runner's git identity), so the supervisor reads them from the
 /// sprint branch. The commit message starts with `supervise:`, which tells the
