@@ -12,23 +12,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use fake_github::{Access, Job, RunsIf};
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 const REPO: &str = "acme/shop";
 const PLAN: &str = "# One\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n\
 ## solo\n### Sprint 1: Solo\n- [ ] `solo-sprint-1.txt` exists\n";
-
-fn script(name: &str) -> String {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    format!("sh {}", root.join("tests/agents").join(name).display())
-}
-
-fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 /// The median and the slowest of `xs`.
 fn summary(mut xs: Vec<Duration>) -> (Duration, Duration) {
@@ -57,34 +46,10 @@ async fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let agent = root.join("tests/agents/scripted.sh").display().to_string();
     let bin = env!("CARGO_BIN_EXE_supervise");
-    let agent_env = vars(&[("AGENT", &agent), ("SUPERVISE_INSTALL_FROM", bin)]);
-    let trusted_env = vars(&[("SUPERVISE_BIN", bin)]);
     fake.set_workflow_jobs(
         REPO,
         "three-jobs.yml",
-        vec![
-            Job {
-                name: "agent".into(),
-                command: script("gh-agent-job.sh"),
-                env: agent_env,
-                access: Access::Read,
-                runs_if: RunsIf::NotCancelled,
-            },
-            Job {
-                name: "verify".into(),
-                command: script("gh-verify-job.sh"),
-                env: trusted_env.clone(),
-                access: Access::Read,
-                runs_if: RunsIf::NotCancelled,
-            },
-            Job {
-                name: "publish".into(),
-                command: script("gh-publish-job.sh"),
-                env: trusted_env,
-                access: Access::Write,
-                runs_if: RunsIf::PreviousSucceeded,
-            },
-        ],
+        support::agent_workflow_jobs(vec![("AGENT".into(), agent.clone())], bin),
     );
     // The layout before: one job, one checkout, the credential throughout.
     let one_job = format!(

@@ -296,40 +296,26 @@ impl FakeGitHub {
     /// A new installation token of the App, as `actions/create-github-app-token`
     /// makes one in a workflow that holds the App's key.
     pub fn mint_installation_token(&self) -> String {
-        let mut s = self.inner.lock();
-        let t = format!(
-            "ghs_fake_{}_{}",
-            self.config.installation_id,
-            s.tokens.len() + 1
-        );
-        s.tokens.insert(
-            t.clone(),
-            Token {
-                installation: self.config.installation_id,
-                kind: TokenKind::Installation,
-                runner: true,
-            },
-        );
-        t
+        self.mint("ghs_fake", TokenKind::Installation)
     }
 
     /// A workflow `GITHUB_TOKEN` with `permissions: contents: read`: it reads,
     /// and every write is refused as GitHub refuses it.
     pub fn mint_read_token(&self) -> String {
+        self.mint("ghs_read", TokenKind::Workflow { write: false })
+    }
+
+    /// A token for a job the fake runs.
+    fn mint(&self, prefix: &str, kind: TokenKind) -> String {
         let mut s = self.inner.lock();
-        let t = format!(
-            "ghs_read_{}_{}",
-            self.config.installation_id,
-            s.tokens.len() + 1
-        );
-        s.tokens.insert(
-            t.clone(),
-            Token {
-                installation: self.config.installation_id,
-                kind: TokenKind::Workflow { write: false },
-                runner: true,
-            },
-        );
+        let installation = self.config.installation_id;
+        let t = format!("{prefix}_{installation}_{}", s.tokens.len() + 1);
+        let token = Token {
+            installation,
+            kind,
+            runner: true,
+        };
+        s.tokens.insert(t.clone(), token);
         t
     }
 

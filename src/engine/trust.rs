@@ -26,13 +26,9 @@ pub struct Rules<'a> {
 }
 
 /// Why the work is refused, if it is: `changed` are the paths the agent's
-/// commits change (repository-relative), `plan_after` the plan read from the
-/// work (`Err` with the reader's complaint when it no longer reads).
-pub fn refusal(
-    rules: &Rules<'_>,
-    changed: &[String],
-    plan_after: Option<Result<&Plan, String>>,
-) -> Option<String> {
+/// commits change (repository-relative), `plan_after` the plan file's text in
+/// the work (`None` when the work has none).
+pub fn refusal(rules: &Rules<'_>, changed: &[String], plan_after: Option<&str>) -> Option<String> {
     let listed = |prefix: &str| -> Vec<&str> {
         changed
             .iter()
@@ -61,12 +57,18 @@ pub fn refusal(
     if !changed.iter().any(|p| p == path) {
         return None;
     }
-    match plan_after {
-        None => Some(format!("the agent's commits delete the plan `{path}`")),
-        Some(Err(why)) => Some(format!(
-            "the agent's commits leave the plan `{path}` unreadable: {why}"
-        )),
-        Some(Ok(after)) => criteria_change(before, after).map(|what| {
+    let Some(text) = plan_after else {
+        return Some(format!("the agent's commits delete the plan `{path}`"));
+    };
+    match crate::plan::parse(text, "plan") {
+        Err(problems) => {
+            let why: Vec<String> = problems.iter().take(3).map(|p| p.to_string()).collect();
+            Some(format!(
+                "the agent's commits leave the plan `{path}` unreadable: {}",
+                why.join("; ")
+            ))
+        }
+        Ok(after) => criteria_change(before, &after).map(|what| {
             format!("the agent's commits change the exit or entry criteria in `{path}` ({what}); criteria are the plan's authors' to change")
         }),
     }
@@ -167,13 +169,14 @@ mod tests {
     fn weakened_criteria_are_refused_and_moved_ones_are_not() {
         let p = plan(PLAN);
         let paths = changed(&["EXECUTION_PLAN.md"]);
-        let weakened = plan(&PLAN.replace("`done.txt` exists", "`README.md` exists"));
-        let why = refusal(&rules(&p), &paths, Some(Ok(&weakened))).expect("refused");
+        let weakened = PLAN.replace("`done.txt` exists", "`README.md` exists");
+        let why = refusal(&rules(&p), &paths, Some(&weakened)).expect("refused");
         assert!(why.contains("api Sprint 1"), "{why}");
         // A note added above the sprint moves every line; the criteria stand.
-        let moved = plan(&PLAN.replace("# Plan\n", "# Plan\n\nSome context.\n"));
-        assert_eq!(refusal(&rules(&p), &paths, Some(Ok(&moved))), None);
-        assert!(refusal(&rules(&p), &paths, Some(Err("no units".into()))).is_some());
+        let moved = PLAN.replace("# Plan\n", "# Plan\n\nSome context.\n");
+        assert_eq!(refusal(&rules(&p), &paths, Some(&moved)), None);
+        let gone = refusal(&rules(&p), &paths, Some("")).expect("refused");
+        assert!(gone.contains("unreadable"), "{gone}");
         assert!(refusal(&rules(&p), &paths, None).is_some());
     }
 }

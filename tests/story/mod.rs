@@ -10,7 +10,7 @@
 //! the real `supervise serve` binary, for stories that kill it with SIGKILL.
 
 use crate::support::{self, free_port, spawn_serve, wait_listening, SECRET};
-use fake_github::{Access, FakeGitHub, Job, RunsIf};
+use fake_github::FakeGitHub;
 use secrecy::SecretString;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -469,15 +469,7 @@ const WORKFLOW_AGENT: &str = "examples/agents/workflow-agent.sh";
 /// publishing job (the App's token) run the trusted binary.
 fn set_agent_workflow(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let bin = env!("CARGO_BIN_EXE_supervise").to_string();
-    let vars = |pairs: &[(&str, String)]| -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect()
-    };
-    let script = |name: &str| format!("sh {}", manifest.join("tests/agents").join(name).display());
-    let agent_env = vars(&[
+    let agent_env = [
         ("AGENT", manifest.join(agent).display().to_string()),
         ("AGENT_LOG", tmp.join("agent.log").display().to_string()),
         (
@@ -485,38 +477,17 @@ fn set_agent_workflow(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str) {
             tmp.join("behaviour").display().to_string(),
         ),
         ("AGENT_SLOW", "1".into()),
-        ("SUPERVISE_INSTALL_FROM", bin.clone()),
         // A secret the agent's runner holds, as a real agent's API key: a
         // canary that must never reach anything published.
         ("ANTHROPIC_API_KEY", CANARY_KEY.into()),
-    ]);
-    let trusted_env = vars(&[("SUPERVISE_BIN", bin)]);
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
     fake.set_workflow_jobs(
         repo,
         "supervise-agent.yml",
-        vec![
-            Job {
-                name: "agent".into(),
-                command: script("gh-agent-job.sh"),
-                env: agent_env,
-                access: Access::Read,
-                runs_if: RunsIf::NotCancelled,
-            },
-            Job {
-                name: "verify".into(),
-                command: script("gh-verify-job.sh"),
-                env: trusted_env.clone(),
-                access: Access::Read,
-                runs_if: RunsIf::NotCancelled,
-            },
-            Job {
-                name: "publish".into(),
-                command: script("gh-publish-job.sh"),
-                env: trusted_env,
-                access: Access::Write,
-                runs_if: RunsIf::PreviousSucceeded,
-            },
-        ],
+        support::agent_workflow_jobs(agent_env, env!("CARGO_BIN_EXE_supervise")),
     );
 }
 

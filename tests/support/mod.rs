@@ -9,6 +9,44 @@ use std::time::{Duration, Instant};
 
 pub const SECRET: &str = "s3cret";
 
+/// The shipped agent workflow's three jobs, for the fake GitHub's runner:
+/// the agent's (read-only; `agent_env` holds the agent and its keys), the
+/// verifying job (no credential) and the publishing job (the App's token),
+/// the trusted two running `supervise` from `bin`.
+pub fn agent_workflow_jobs(agent_env: Vec<(String, String)>, bin: &str) -> Vec<fake_github::Job> {
+    use fake_github::{Access, Job, RunsIf};
+    let script = |name: &str| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        format!("sh {}", root.join("tests/agents").join(name).display())
+    };
+    let mut agent_env = agent_env;
+    agent_env.push(("SUPERVISE_INSTALL_FROM".into(), bin.into()));
+    let trusted_env = vec![("SUPERVISE_BIN".to_string(), bin.to_string())];
+    vec![
+        Job {
+            name: "agent".into(),
+            command: script("gh-agent-job.sh"),
+            env: agent_env,
+            access: Access::Read,
+            runs_if: RunsIf::NotCancelled,
+        },
+        Job {
+            name: "verify".into(),
+            command: script("gh-verify-job.sh"),
+            env: trusted_env.clone(),
+            access: Access::Read,
+            runs_if: RunsIf::NotCancelled,
+        },
+        Job {
+            name: "publish".into(),
+            command: script("gh-publish-job.sh"),
+            env: trusted_env,
+            access: Access::Write,
+            runs_if: RunsIf::PreviousSucceeded,
+        },
+    ]
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

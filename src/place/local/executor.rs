@@ -458,23 +458,16 @@ impl LocalPlace {
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();
         let (changed, plan_path, text) = self.git.branch_changes(&st.id.0, branch, &file)?;
-        let after = text.map(|t| crate::plan::parse(&t, "plan"));
-        let after = after.as_ref().map(|r| {
-            r.as_ref().map_err(|problems| {
-                problems
-                    .iter()
-                    .take(3)
-                    .map(|p| p.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            })
-        });
         let rules = crate::engine::trust::Rules {
             plan: Some(&st.plan),
             plan_path: Some(&plan_path),
             workflows_allowed: self.settings.agent_may_change_workflows,
         };
-        Ok(crate::engine::trust::refusal(&rules, &changed, after))
+        Ok(crate::engine::trust::refusal(
+            &rules,
+            &changed,
+            text.as_deref(),
+        ))
     }
 
     /// Turns a finished run into the engine's input: the wrapper's result plus the
