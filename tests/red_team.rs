@@ -104,20 +104,22 @@ async fn issue_text_by_someone_without_write_access_never_instructs_an_agent() {
     }
 }
 
-/// Five agents, each attacking the verdict in its own way and each claiming
+/// Six agents, each attacking the verdict in its own way and each claiming
 /// success: one pushes to the default branch and writes and comments through
 /// the API, one commits a results record saying everything passed, one
 /// replaces `supervise` on its PATH, one deletes its exit criterion from the
-/// plan, one adds a workflow. Every attack is stopped, the attempt fails with
+/// plan, one adds a workflow, one commits the script its criterion runs, which
+/// leaves a detached process rewriting the verdict. Every attack is stopped, the attempt fails with
 /// the reason in the decision log, and the retry (an honest agent) finishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn agents_that_attack_the_verdict_get_failed_attempts_that_say_why() {
-    const UNITS: [(&str, &str); 5] = [
+    const UNITS: [(&str, &str); 6] = [
         ("pusher", "push"),
         ("forger", "forge"),
         ("binary", "binary"),
         ("weakener", "weaken"),
         ("sneak", "workflow"),
+        ("daemon", "daemon"),
     ];
     let mut plan = String::from("# Attacks\n\n| Work Unit | Directory |\n|---|---|\n");
     for (u, _) in UNITS {
@@ -125,8 +127,13 @@ async fn agents_that_attack_the_verdict_get_failed_attempts_that_say_why() {
     }
     let mut behaviour = String::new();
     for (u, attack) in UNITS {
+        let criterion = match u {
+            // Its criterion runs a script in the repository, as a test suite is.
+            "daemon" => "`sh check.sh` passes".to_string(),
+            _ => format!("`{u}-sprint-1.txt` exists"),
+        };
         plan.push_str(&format!(
-            "\n## {u}\n### Sprint 1: Work\n- [ ] `{u}-sprint-1.txt` exists\n"
+            "\n## {u}\n### Sprint 1: Work\n- [ ] {criterion}\n"
         ));
         behaviour.push_str(&format!("{u} 1 {attack},ok\n"));
     }
@@ -205,6 +212,13 @@ async fn agents_that_attack_the_verdict_get_failed_attempts_that_say_why() {
     for unit in ["pusher", "binary"] {
         assert!(failure(unit).contains("sprint-1.txt"), "{}", failure(unit));
     }
+    // The detached process was ended before the verdict was written: the
+    // attempt failed on its criterion, and no forged record got out (above).
+    assert!(
+        failure("daemon").contains("check.sh"),
+        "{}",
+        failure("daemon")
+    );
     // And every unit was finished by its honest second attempt.
     for (u, _) in UNITS {
         assert_eq!(s.runs_of(&format!("/{u}/1/")).len(), 2, "{u}");

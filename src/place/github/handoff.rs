@@ -178,6 +178,10 @@ pub fn verify(
     out: &Path,
     timeout: Duration,
 ) -> Result<Verdict> {
+    // Criteria run repository code the agent may have written: whatever it
+    // starts, however it detaches, stays below this process and is ended
+    // before the verdict is written.
+    crate::place::local::process::become_subreaper();
     let base = base_of(root, a.branch)?;
     let def = definition(root, a, &base)?;
     let unit = def
@@ -226,6 +230,7 @@ pub fn verify(
     } else {
         Vec::new()
     };
+    crate::place::local::process::end_descendants();
     let output = crate::contract::read_output(&handoff.join(files::AGENT_OUTPUT));
     let exit_code = read_untrusted(&handoff.join(files::AGENT_EXIT), 32)
         .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<i32>().ok());

@@ -169,6 +169,34 @@ fn signal_all(pgid: i32, sig: libc::c_int) {
     }
 }
 
+/// Makes this process the reaper of every orphan among its descendants, so
+/// that nothing started below it (a double fork into a new session
+/// included) can get out of [`end_descendants`]' reach.
+pub fn become_subreaper() {
+    // SAFETY: a process attribute of our own; no memory is involved.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// Kills every descendant of this process and reaps them, until none is
+/// left: what checking repository code started does not outlive the check.
+pub fn end_descendants() {
+    let me = std::process::id() as i32;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        reap();
+        let left = descendants(me);
+        if left.is_empty() {
+            return;
+        }
+        for pid in left {
+            // SAFETY: signalling our own descendants; no memory is shared.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
 /// Reaps every exited child of the wrapper (orphans re-parented to it included).
 fn reap() {
     loop {
