@@ -363,6 +363,22 @@ fn killing_manage_at_random_points_loses_nothing_and_runs_no_attempt_twice() {
     }
 }
 
+/// `killall` (or `stop`) where there is no plan and nothing runs says so,
+/// not that a plan is missing.
+#[test]
+fn killall_with_nothing_running_says_nothing_runs() {
+    let repo = Repo::new("");
+    for word in ["killall", "stop"] {
+        let out = repo.run(&[word]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(
+            text(&out).contains("Nothing is running here"),
+            "{}",
+            text(&out)
+        );
+    }
+}
+
 /// `supervise killall` in a repository where `supervise solve` runs and no
 /// plan is: it finds the workflow's supervisor (its state is under
 /// `.supervise/solve/`), which ends its agents and stops, killed.
