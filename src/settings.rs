@@ -93,6 +93,9 @@ pub struct Settings {
     pub agent_may_change_workflows: bool,
 }
 
+/// Where a repository keeps its settings, from its top.
+pub const REPO_FILE: &str = ".github/supervise.yml";
+
 /// `.github/supervise.yml` in the plan's directory or any parent up to the repo root.
 pub fn find_file(plan_root: &Path) -> Option<PathBuf> {
     plan_root

@@ -12,7 +12,6 @@ use crate::engine::Input;
 use crate::github::payload::{CommentEvent, PullRequestEvent};
 use crate::github::{GitHub, GitHubError};
 use crate::place::github::{OpError, Operations, Origin, WorkflowKind};
-use crate::settings;
 use crate::store::sql::SqlStore;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -64,16 +63,8 @@ impl Handler {
     /// none), or the reason the file is unusable.
     async fn repo_policy(&self, p: &Origin) -> Result<Result<Policy, String>, GitHubError> {
         let repo = p.repo(&self.github);
-        let text = match repo.file(".github/supervise.yml", None).await {
-            Ok(None) => return Ok(Ok(Policy::default())),
-            Ok(Some((text, _))) => Ok(text),
-            Err(GitHubError::Http {
-                status: 422, body, ..
-            }) => Err(format!(".github/supervise.yml: {body}")),
-            Err(e) => return Err(e),
-        };
-        Ok(text
-            .and_then(|t| settings::parse(&t, ".github/supervise.yml"))
+        Ok(crate::place::github::repo_settings(&repo, None)
+            .await?
             .and_then(|f| {
                 Policy::from_settings(f.permissions.as_ref(), f.bots.as_deref())
                     .map_err(|e| format!(".github/supervise.yml: {e}"))

@@ -290,6 +290,25 @@ impl Origin {
     }
 }
 
+/// The repository's settings file at `rev` (the default branch when `None`):
+/// its settings (the defaults when there is none), or why it cannot be used.
+/// The one reader of the file on GitHub; each caller decides what an
+/// unusable file means for it.
+pub(crate) async fn repo_settings(
+    repo: &Repo<'_>,
+    rev: Option<&str>,
+) -> Result<Result<crate::settings::FileSettings, String>, GitHubError> {
+    use crate::settings::{parse, FileSettings, REPO_FILE};
+    match repo.file(REPO_FILE, rev).await {
+        Ok(None) => Ok(Ok(FileSettings::default())),
+        Ok(Some((text, _))) => Ok(parse(&text, REPO_FILE)),
+        Err(GitHubError::Http {
+            status: 422, body, ..
+        }) => Ok(Err(format!("{REPO_FILE}: {body}"))),
+        Err(e) => Err(e),
+    }
+}
+
 fn conclusion_exit(c: Option<&str>) -> Option<i32> {
     match c {
         Some("success") => Some(0),

@@ -15,10 +15,10 @@ impl Operations {
     /// the default branch).
     pub async fn spend(&self, o: &Origin) -> Result<String, OpError> {
         let repo = o.repo(&self.gh);
-        let repo_cap = repo
-            .file(".github/supervise.yml", None)
+        // A file that does not read sets no cap here; `start` says why.
+        let repo_cap = super::repo_settings(&repo, None)
             .await?
-            .and_then(|(text, _)| settings::parse(&text, ".github/supervise.yml").ok())
+            .ok()
             .and_then(|f| f.daily_budget);
         let now = chrono::Utc::now();
         let records = self
@@ -247,14 +247,13 @@ impl Operations {
         default_branch: &str,
         word: &str,
     ) -> Result<Result<settings::FileSettings, String>, OpError> {
-        Ok(match repo.file(".github/supervise.yml", Some(default_branch)).await? {
-            None => Ok(settings::FileSettings::default()),
-            Some((text, _)) => settings::parse(&text, ".github/supervise.yml").map_err(|e| {
+        Ok(super::repo_settings(repo, Some(default_branch))
+            .await?
+            .map_err(|e| {
                 format!(
                     "I did not start: `.github/supervise.yml` is not valid.\n\n```\n{e}\n```\nFix it on `{default_branch}` and say `/supervise {word}` again."
                 )
-            }),
-        })
+            }))
     }
 
     /// Makes the integration branch (with a workflow's starting files), records
