@@ -267,4 +267,10 @@ git add -A && git commit -qm "supervise: results of $INPUT_DISPATCH_ID"
         "{}",
         check.summary
     );
+    // Every attempt forges, every attempt fails: the unit ends BLOCKED.
+    s.until("the unit blocks", 120, |s| {
+        s.status_comment().contains("BLOCKED")
+    })
+    .await;
+    s.settle().await;
 }

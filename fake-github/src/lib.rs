@@ -619,10 +619,16 @@ pub(crate) async fn gate(
             .runner_log
             .push((at, endpoint.to_string(), status));
         return if refused {
-            Err(error(
+            let mut resp = error(
                 StatusCode::FORBIDDEN,
                 "Resource not accessible by integration",
-            ))
+            );
+            // GitHub answers so to a token without the permission, though its
+            // description does not list 403 for every endpoint; the job's
+            // token was made read-only on purpose.
+            resp.headers_mut()
+                .insert(record::INJECTED, HeaderValue::from(1));
+            Err(resp)
         } else {
             Ok(())
         };
