@@ -15,7 +15,7 @@
 //! Everything read from the handoff is the agent's and is read as such:
 //! bounded, regular files only, never followed through a link.
 
-use crate::contract::{read_untrusted, results_path, sprint_spec_path, RunResult, SprintSpec};
+use crate::contract::{read_untrusted, sprint_spec_path, RunResult, SprintSpec};
 use crate::engine::trust::{refusal, Rules};
 use crate::place::local::criteria;
 use crate::plan::{Plan, SprintId};
@@ -294,24 +294,7 @@ pub fn publish(root: &Path, a: &Attempt<'_>, handoff: &Path, verdict: &Path) -> 
         head
     };
     git(root, &["checkout", "-q", "-f", "-B", a.branch, &target])?;
-    let rel = results_path(a.dispatch);
-    let path = root.join(&rel);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&path, &record)?;
-    git(root, &["add", "-f", "--", &rel])?;
-    git(
-        root,
-        &[
-            "commit",
-            "-q",
-            "-m",
-            &format!("supervise: results of {}", a.dispatch),
-            "--",
-            &rel,
-        ],
-    )?;
+    criteria::commit_record(root, a.dispatch, &record)?;
     git(
         root,
         &[

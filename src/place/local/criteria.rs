@@ -234,6 +234,17 @@ pub fn record_result(
     dispatch: &str,
     result: &crate::contract::RunResult,
 ) -> anyhow::Result<std::path::PathBuf> {
+    commit_record(root, dispatch, &serde_json::to_vec_pretty(result)?)
+}
+
+/// Writes a record's exact bytes at [`results_path`] in the checkout at
+/// `root` and commits that file alone (the trusted publishing job vouches for
+/// these bytes, so they are written as they are).
+pub fn commit_record(
+    root: &Path,
+    dispatch: &str,
+    record: &[u8],
+) -> anyhow::Result<std::path::PathBuf> {
     use anyhow::Context;
     let rel = results_path(dispatch);
     let top = std::process::Command::new("git")
@@ -246,7 +257,7 @@ pub fn record_result(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&path, serde_json::to_vec_pretty(result)?)?;
+    std::fs::write(&path, record)?;
     let git = |args: &[&str]| -> anyhow::Result<()> {
         let st = std::process::Command::new("git")
             .args(args)
