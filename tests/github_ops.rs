@@ -507,6 +507,43 @@ async fn a_sprint_waiting_for_ci_goes_on_when_its_check_suite_completes() {
     assert_eq!(verified, 2, "both sprints verified after their CI");
 }
 
+/// §3 steps 4–5 on GitHub: work done before the start is read from the
+/// starting commit through the contents API (no command runs on the
+/// service) and not paid for again: `solo` Sprint 1 on its progress file's
+/// word (its command criterion is not run), `docs` Sprint 1 because the file
+/// its only criterion names is there. `solo` Sprint 3 is marked done too but
+/// follows a sprint that is not, so it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn work_done_before_the_start_is_taken_from_the_starting_commit() {
+    let plan = "# Line\n\nProgress is kept in `PROGRESS.md`.\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n| docs | docs |\n\n## solo\n### Sprint 1: One\n- [ ] `solo-sprint-1.txt` exists\n- [ ] `cargo test` passes\n### Sprint 2: Two\n- [ ] `solo-sprint-2.txt` exists\n### Sprint 3: Three\n- [ ] `solo-sprint-3.txt` exists\n\n## docs\n### Sprint 1: Guide\n- [ ] `docs-sprint-1.txt` exists\n";
+    let s = Story::start(Setup::operation(plan, "")).await;
+    s.fake.add_file(
+        REPO,
+        "solo/PROGRESS.md",
+        "- Sprint 1: done\n- Sprint 3: done\n",
+    );
+    s.fake.add_file(REPO, "solo/solo-sprint-1.txt", "by hand\n");
+    s.fake.add_file(REPO, "docs/docs-sprint-1.txt", "by hand\n");
+    s.say("/supervise start").await;
+    s.until("the final pull request", 120, |s| s.final_pull().is_some())
+        .await;
+    let mut ran: Vec<String> = s
+        .agent_log()
+        .iter()
+        .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    ran.sort();
+    assert_eq!(
+        ran,
+        ["solo 2", "solo 3"],
+        "done before the start, not run again"
+    );
+    s.until("the status comment shows completion", 30, |s| {
+        s.status_comment().contains("status: completed")
+    })
+    .await;
+}
+
 /// A copy of the agent workflow from before the prompt and the sprint branch
 /// were inputs: GitHub refuses every dispatch, nothing runs, and the issue
 /// says to copy the template again.

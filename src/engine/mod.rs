@@ -6,6 +6,7 @@
 
 pub mod cascade;
 mod decide;
+pub mod done_before;
 pub mod events;
 pub mod naming;
 pub mod prompt;

@@ -7,6 +7,7 @@ use super::{
     OpContext, OpError, OperationId, OperationRow, Operations, Origin, OverallStatus, Refusal,
     Repo, RunRow, Settings, SqlError, Workflow, WorkflowKind, WorkflowRun, DEFAULT_WORKFLOW,
 };
+use crate::engine::done_before::{self, Found, StartingCommit};
 use crate::sync::LockExt;
 
 impl Operations {
@@ -276,6 +277,10 @@ impl Operations {
             .branch_sha(&default_branch)
             .await?
             .ok_or_else(|| GitHubError::NeedsPerson(format!("no branch {default_branch}")))?;
+        let already_done = match &workflow {
+            None => done_before_start(repo, &plan, &head).await,
+            Some(_) => Vec::new(),
+        };
         let integration = integration_branch(&op);
         // Made now, the branch's head is known: the first sprints' runs begin
         // at it, and their verification need not ask GitHub whether they merge.
@@ -336,11 +341,8 @@ impl Operations {
                 plan: Box::new(plan),
                 config: settings.engine,
                 seed: o.comment as u64,
-                // The service never runs a repository's commands, so it cannot
-                // check criteria of sprints done before the start; the agent
-                // workflow's verification finds them done on the first attempt.
                 workflow: workflow.map(Box::new),
-                already_done: Vec::new(),
+                already_done,
             };
             if let Some(r) = self.submit(&mut live, input).await?.refusal() {
                 return Ok(Err(r.to_string()));
@@ -521,5 +523,64 @@ impl Operations {
             tracing::Instrument::instrument(work, span).await?;
         }
         Ok(())
+    }
+}
+
+/// §3 steps 4–5 on GitHub: the sprints done at the starting commit, judged
+/// from the files the progress markers and criteria name, read through the
+/// contents API a few at a time as the judgement asks for them. No command
+/// runs here, so a sprint with command criteria counts only on its progress
+/// file's word. A file that does not read counts as missing: the sprint is
+/// dispatched, which costs an attempt, never a wrong ✓.
+async fn done_before_start(
+    repo: &Repo<'_>,
+    plan: &crate::plan::Plan,
+    head: &str,
+) -> Vec<crate::engine::AlreadyDone> {
+    let mut commit = ReadThroughApi::default();
+    loop {
+        let unread = match done_before::already_done(plan, &mut commit) {
+            Ok(found) => return found,
+            Err(unread) => unread,
+        };
+        let mut read_any = false;
+        for path in unread {
+            if commit.files.contains_key(&path) {
+                continue;
+            }
+            let found = match repo.file(&path, Some(head)).await {
+                Ok(Some((text, _))) => Found::File(text.into_bytes()),
+                Ok(None) => Found::Missing,
+                Err(e) => {
+                    tracing::warn!(%path, error = %e, "reading a file at the starting commit; taken as missing");
+                    Found::Missing
+                }
+            };
+            commit.files.insert(path, found);
+            read_any = true;
+        }
+        if !read_any {
+            return Vec::new();
+        }
+    }
+}
+
+/// The starting commit as the contents API shows it: the files read so far.
+#[derive(Default)]
+struct ReadThroughApi {
+    files: std::collections::HashMap<String, Found>,
+}
+
+impl StartingCommit for ReadThroughApi {
+    fn read(&self, path: &str) -> Found {
+        match self.files.get(path) {
+            Some(Found::File(b)) => Found::File(b.clone()),
+            Some(_) => Found::Missing,
+            None => Found::NotRead,
+        }
+    }
+
+    fn run(&mut self, _: &crate::plan::WorkUnit, _: &crate::plan::Criterion) -> Option<bool> {
+        None
     }
 }

@@ -3,8 +3,9 @@
 //! agent ran (a local worktree or an Actions runner), never on a server.
 
 use crate::contract::results_path;
+use crate::engine::done_before::{check_assertion, marker_in, Found};
 use crate::engine::{CriterionOutcome, CriterionResult, ProgressMarker};
-use crate::plan::{Assertion, Criterion, Plan, Sprint, WorkUnit};
+use crate::plan::{Criterion, Plan, Sprint, WorkUnit};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -108,24 +109,26 @@ fn check(c: &Criterion, dir: &Path, root: &Path, timeout: Duration) -> (Criterio
             (false, _) => (CriterionOutcome::Failed, tail(&out, 500)),
         };
     }
-    let find = |p: &str| [dir.join(p), root.join(p)].into_iter().find(|x| x.exists());
     match &c.assertion {
-        Some(Assertion::FileExists { path }) => match find(path) {
-            Some(_) => (CriterionOutcome::Passed, String::new()),
-            None => (CriterionOutcome::Failed, format!("{path} does not exist")),
-        },
-        Some(Assertion::FileContains { path, text }) => match find(path)
-            .and_then(|p| crate::contract::read_untrusted(&p, crate::contract::EVIDENCE_FILE_LIMIT))
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-        {
-            Some(body) if body.contains(text.as_str()) => (CriterionOutcome::Passed, String::new()),
-            Some(_) => (
-                CriterionOutcome::Failed,
-                format!("{path} does not contain `{text}`"),
-            ),
-            None => (CriterionOutcome::Failed, format!("{path} does not exist")),
-        },
+        Some(a) => {
+            let unit_dir = dir.strip_prefix(root).ok().and_then(|d| d.to_str());
+            check_assertion(a, unit_dir, |p| read_found(root, p))
+                .unwrap_or((CriterionOutcome::Failed, "could not be read".into()))
+        }
         None => (CriterionOutcome::Unverified, "needs a person".into()),
+    }
+}
+
+/// A file of the checkout at `root` as the start's and the criteria's checks
+/// see it: a directory exists with no bytes; a special file is missing.
+pub fn read_found(root: &Path, path: &str) -> Found {
+    let p = root.join(path);
+    if p.is_dir() {
+        return Found::File(Vec::new());
+    }
+    match crate::contract::read_untrusted(&p, crate::contract::EVIDENCE_FILE_LIMIT) {
+        Some(b) => Found::File(b),
+        None => Found::Missing,
     }
 }
 
@@ -159,38 +162,17 @@ pub fn progress_marker(
     sprint: &Sprint,
     root: &Path,
 ) -> Option<ProgressMarker> {
-    let needle = format!("sprint {}", sprint.id).to_lowercase();
-    for f in plan.referenced_files.iter().filter(|f| {
-        f.role == crate::plan::FileRole::Progress
-            && f.unit.as_deref().is_none_or(|u| u == unit.name)
-    }) {
-        let Some(text) = crate::contract::read_untrusted(
-            &root.join(&f.path),
-            crate::contract::EVIDENCE_FILE_LIMIT,
-        )
-        .map(|b| String::from_utf8_lossy(&b).into_owned()) else {
-            continue;
-        };
-        for line in text.lines().rev() {
-            let l = line.to_lowercase();
-            if !crate::text::contains_word(&l, &needle) {
-                continue;
-            }
-            if ["(partial)", "partial", "incomplete", "in progress"]
-                .iter()
-                .any(|w| l.contains(w))
-            {
-                return Some(ProgressMarker::Partial);
-            }
-            if ["complete", "done", "passing", "[x]", "✓"]
-                .iter()
-                .any(|w| l.contains(w))
-            {
-                return Some(ProgressMarker::Complete);
-            }
-        }
-    }
-    None
+    plan.referenced_files
+        .iter()
+        .filter(|f| {
+            f.role == crate::plan::FileRole::Progress
+                && f.unit.as_deref().is_none_or(|u| u == unit.name)
+        })
+        .filter_map(|f| match read_found(root, &f.path) {
+            Found::File(b) => marker_in(&String::from_utf8_lossy(&b), sprint.id.as_str()),
+            _ => None,
+        })
+        .next()
 }
 
 /// An attempt's results record as a checking step writes it: the end of

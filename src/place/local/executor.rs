@@ -9,12 +9,12 @@ use super::process::{self, RunSpec, Watched};
 use super::screen::{Msg, Screen};
 use crate::contract::{integration_branch, sprint_branch, RunResult};
 use crate::drive::{Entry, Executor, Failure, Outcome};
-use crate::engine::{self, AgentReport, Effect, Evidence, Input, OperationState};
-use crate::plan::{LoadedPlan, SprintId};
+use crate::engine::{self, done_before, AgentReport, Effect, Evidence, Input, OperationState};
+use crate::plan::{Criterion, LoadedPlan, SprintId, WorkUnit};
 use crate::report;
 use crate::settings::Settings;
 use anyhow::{anyhow, Context, Result};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -214,25 +214,34 @@ impl LocalPlace {
                 sprint,
                 dispatch,
             } => {
-                // Agents can move refs: what was merged must still be there. (The
-                // sprint merged now is left out: a reopened one is not yet back.)
+                // Agents can move refs: what was merged must still be there.
+                // Looked for before this merge (whether the branch moved at
+                // all is one look at the head merged last), mended after it:
+                // this merge may bring the lost work back by itself.
                 let branch = branch_of(unit, sprint);
-                let mut follow: Vec<Input> = self
-                    .lost_merges(st)?
-                    .into_iter()
-                    .filter(|(_, _, b)| *b != branch)
-                    .map(|(unit, sprint, branch)| Input::MergeLost {
-                        unit,
-                        sprint,
-                        detail: format!("{branch} is not contained in {}", integration_branch(op)),
-                    })
-                    .collect();
+                let lost = self.lost_merges(st)?;
                 self.git.integrate(
                     op,
                     &branch,
                     &format!("Merge {unit} Sprint {sprint} ({dispatch})"),
                 )?;
                 self.record_merged(&branch)?;
+                let mut follow: Vec<Input> = self
+                    .restore(
+                        op,
+                        lost.into_iter().filter(|l| l.branch != branch).collect(),
+                    )
+                    .into_iter()
+                    .map(|l| Input::MergeLost {
+                        unit: l.unit,
+                        sprint: l.sprint,
+                        detail: format!(
+                            "{} is not contained in {}",
+                            l.branch,
+                            integration_branch(op)
+                        ),
+                    })
+                    .collect();
                 self.integrated_head = Some(self.git.integration_head(op)?);
                 // The unit's worktree goes with its last sprint (the others
                 // move it on). Removed after the decisions at hand: deleting a
@@ -330,10 +339,11 @@ impl LocalPlace {
             }
             // The files are rewritten by the PublishStatus of the same decision.
             Effect::FinalReport => {
+                let lost = self.lost_merges(st)?;
                 self.lost_at_end = self
-                    .lost_merges(st)?
+                    .restore(op, lost)
                     .into_iter()
-                    .map(|(_, _, branch)| branch)
+                    .map(|l| l.branch)
                     .collect();
                 if !self.lost_at_end.is_empty() {
                     self.screen.notice(&format!(
@@ -352,29 +362,36 @@ impl LocalPlace {
         }
     }
 
-    /// `merged`: the sprint branches this operation has merged, one per line,
-    /// appended after each merge (a sprint whose merge is still in the outbox is
-    /// not in it, so it is never taken for lost).
-    fn merged_branches(&self) -> HashSet<String> {
+    /// `merged`: the sprint branches this operation has merged, each with the
+    /// commit merged (`<branch> <commit>`), one per line, appended after each
+    /// merge (a sprint whose merge is still in the outbox is not in it, so it
+    /// is never taken for lost).
+    fn merged_branches(&self) -> HashMap<String, Option<git2::Oid>> {
         std::fs::read_to_string(self.dir.join("merged"))
             .unwrap_or_default()
             .lines()
-            .map(str::to_string)
+            .map(|l| {
+                let mut words = l.split(' ');
+                let branch = words.next().unwrap_or_default().to_string();
+                let commit = words.next().and_then(|c| git2::Oid::from_str(c).ok());
+                (branch, commit)
+            })
             .collect()
     }
 
     fn record_merged(&self, branch: &str) -> Result<()> {
+        let commit = self.git.branch_head(branch).unwrap_or_default();
         let mut f = OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.join("merged"))?;
-        writeln!(f, "{branch}")?;
+        writeln!(f, "{branch} {commit}")?;
         Ok(())
     }
 
-    /// COMPLETED sprints (merged by this operation) whose branch head the
-    /// integration branch no longer contains: (unit, sprint, branch).
-    fn lost_merges(&self, st: &OperationState) -> Result<Vec<(String, SprintId, String)>> {
+    /// COMPLETED sprints (merged by this operation) whose merged commit the
+    /// integration branch no longer contains.
+    fn lost_merges(&self, st: &OperationState) -> Result<Vec<LostMerge>> {
         if let Some(head) = self.integrated_head {
             if self.git.holds_commit(&st.id.0, head)? {
                 return Ok(Vec::new());
@@ -385,15 +402,59 @@ impl LocalPlace {
         for u in &st.units {
             for s in &u.sprints {
                 let branch = sprint_branch(&st.id.0, &u.slug, s.id.as_str());
-                if s.status() != engine::SprintStatus::Completed || !merged.contains(&branch) {
+                let Some(recorded) = merged.get(&branch) else {
                     continue;
-                }
-                if self.git.holds(&st.id.0, &branch)? == Some(false) {
-                    lost.push((u.name.clone(), s.id.clone(), branch));
+                };
+                // Lines from before the commit was recorded: the branch's head.
+                let Some(commit) = recorded.or_else(|| {
+                    self.git
+                        .branch_head(&branch)
+                        .and_then(|h| git2::Oid::from_str(&h).ok())
+                }) else {
+                    continue;
+                };
+                if s.status() == engine::SprintStatus::Completed
+                    && !self.git.holds_commit(&st.id.0, commit)?
+                {
+                    lost.push(LostMerge {
+                        unit: u.name.clone(),
+                        sprint: s.id.clone(),
+                        branch,
+                        commit,
+                    });
                 }
             }
         }
         Ok(lost)
+    }
+
+    /// Merges lost work again from the commit that was verified and merged
+    /// (never from its branch, which may have moved since): returns what could
+    /// not be mended, which must be redone.
+    fn restore(&mut self, op: &str, lost: Vec<LostMerge>) -> Vec<LostMerge> {
+        lost.into_iter()
+            .filter(|l| {
+                let back = self.git.holds_commit(op, l.commit).unwrap_or(false)
+                    || self
+                        .git
+                        .integrate_commit(
+                            op,
+                            l.commit,
+                            &format!("Merge {} Sprint {} again: the integration branch had lost it", l.unit, l.sprint),
+                        )
+                        .is_ok();
+                if back {
+                    self.screen.notice(&format!(
+                        "⚠️  {} Sprint {} was missing from {} (something moved it back); merged again from {}",
+                        l.unit,
+                        l.sprint,
+                        integration_branch(op),
+                        l.commit
+                    ));
+                }
+                !back
+            })
+            .collect()
     }
 
     /// Where SUPERVISOR_STATE.md and COMPLETE_<NAME>.md go: beside the plan,
@@ -533,49 +594,55 @@ impl LocalPlace {
         }))
     }
 
-    /// §3 steps 4–5 at start: each unit's leading sprints that the committed
-    /// progress files mark complete and whose exit criteria do not fail, checked
-    /// in a clean checkout of the starting commit (never the user's checkout).
+    /// §3 steps 4–5 at start: the sprints done before it, judged by
+    /// [`done_before`] in a clean checkout of the starting commit (never the
+    /// user's checkout), where the criteria's commands run too.
     pub(super) fn already_done(&self, op: &str) -> Result<Vec<engine::AlreadyDone>> {
-        let plan = &self.plan.plan;
-        let has_progress = plan
-            .referenced_files
-            .iter()
-            .any(|f| f.role == crate::plan::FileRole::Progress);
-        if !has_progress {
-            return Ok(Vec::new());
-        }
         let root = self.git.gate_worktree(op)?;
-        let mut found = Vec::new();
-        for unit in &plan.work_units {
-            for sprint in &unit.sprints {
-                if criteria::progress_marker(plan, unit, sprint, &root)
-                    != Some(engine::ProgressMarker::Complete)
-                {
-                    break;
-                }
-                let criteria = criteria::verify_sprint(unit, sprint, &root, self.timeout());
-                let count = |o: engine::CriterionOutcome| {
-                    criteria.iter().filter(|c| c.outcome == o).count()
-                };
-                if count(engine::CriterionOutcome::Failed) > 0 {
-                    break;
-                }
-                found.push(engine::AlreadyDone {
-                    unit: unit.name.clone(),
-                    sprint: sprint.id.clone(),
-                    evidence: format!(
-                        "the progress file marks Sprint {} complete at the starting commit; exit criteria: {} passed, {} need a person",
-                        sprint.id,
-                        count(engine::CriterionOutcome::Passed),
-                        count(engine::CriterionOutcome::Unverified)
-                    ),
-                    criteria,
-                });
-            }
-        }
-        Ok(found)
+        let mut commit = Checkout {
+            root: &root,
+            timeout: self.timeout(),
+        };
+        let found = done_before::already_done(&self.plan.plan, &mut commit).map_err(|unread| {
+            anyhow!(
+                "could not read {} at the starting commit",
+                unread.join(", ")
+            )
+        });
+        self.git.remove_gate_worktree(op);
+        found
     }
+}
+
+/// The starting commit as a clean checkout: every file is there to read, and
+/// the criteria's commands run in it.
+struct Checkout<'a> {
+    root: &'a Path,
+    timeout: Duration,
+}
+
+impl done_before::StartingCommit for Checkout<'_> {
+    fn read(&self, path: &str) -> done_before::Found {
+        criteria::read_found(self.root, path)
+    }
+
+    fn run(&mut self, unit: &WorkUnit, c: &Criterion) -> Option<bool> {
+        let cmd = c.command.as_deref()?;
+        let dir = criteria::criteria_dir(self.root, unit);
+        let (ok, out) = criteria::run_shell(cmd, &dir, self.timeout);
+        Some(match (&c.expected, ok) {
+            (Some(exp), true) => out.contains(exp.trim()),
+            (_, ok) => ok,
+        })
+    }
+}
+
+/// A sprint whose merged work the integration branch no longer holds.
+struct LostMerge {
+    unit: String,
+    sprint: SprintId,
+    branch: String,
+    commit: git2::Oid,
 }
 
 /// The plan's unit and sprint an order or poll names.

@@ -656,10 +656,16 @@ impl Git {
     /// Merges a verified sprint branch into the integration branch. Idempotent: a
     /// branch already contained in the integration branch is a no-op.
     pub fn integrate(&self, op: &str, branch: &str, message: &str) -> Result<()> {
+        match self.branch_oid(branch)? {
+            Some(head) => self.integrate_commit(op, head, message),
+            None => Ok(()),
+        }
+    }
+
+    /// Merges `head` into the integration branch, fast-forward where it can;
+    /// a commit already contained is a no-op.
+    pub fn integrate_commit(&self, op: &str, head: Oid, message: &str) -> Result<()> {
         let integ = self.integration_head(op)?;
-        let Some(head) = self.branch_oid(branch)? else {
-            return Ok(());
-        };
         if head == integ || self.repo.graph_descendant_of(integ, head)? {
             return Ok(());
         }
@@ -672,7 +678,7 @@ impl Git {
         let mut idx = self.repo.merge_commits(&ours, &theirs, None)?;
         if idx.has_conflicts() {
             return Err(anyhow!(
-                "{branch} no longer merges cleanly into {}",
+                "{head} no longer merges cleanly into {}",
                 integration_branch(op)
             ));
         }
@@ -689,15 +695,6 @@ impl Git {
         Ok(())
     }
 
-    /// Whether the integration branch still holds `branch`'s head (None when the
-    /// branch does not exist: nothing was merged from it).
-    pub fn holds(&self, op: &str, branch: &str) -> Result<Option<bool>> {
-        match self.branch_oid(branch)? {
-            Some(head) => Ok(Some(self.holds_commit(op, head)?)),
-            None => Ok(None),
-        }
-    }
-
     /// Whether the integration branch's history contains `commit`.
     pub fn holds_commit(&self, op: &str, commit: Oid) -> Result<bool> {
         let integ = self.integration_head(op)?;
@@ -706,7 +703,7 @@ impl Git {
 
     /// A clean checkout of the integration head for the build gate.
     pub fn gate_worktree(&self, op: &str) -> Result<PathBuf> {
-        let branch = format!("supervise/{op}/gate");
+        let branch = gate_branch(op);
         let head = self.integration_head(op)?;
         let commit = self.repo.find_commit(head)?;
         self.repo.branch(&branch, &commit, true)?;
@@ -721,6 +718,11 @@ impl Git {
         Ok(path.join(&self.plan_rel))
     }
 
+    /// Removes the build gate's checkout until it is wanted again.
+    pub fn remove_gate_worktree(&self, op: &str) {
+        self.remove_worktree(&self.worktree_of(&gate_branch(op)));
+    }
+
     /// Removes worktree `name` (see [`Git::worktree_of`]); its branches
     /// stay. A unit's goes once its last sprint is merged.
     pub fn remove_worktree(&self, name: &str) {
@@ -731,6 +733,10 @@ impl Git {
             let _ = wt.prune(Some(git2::WorktreePruneOptions::new().valid(true)));
         }
     }
+}
+
+fn gate_branch(op: &str) -> String {
+    format!("supervise/{op}/gate")
 }
 
 /// Every file some process on this machine has open, as the kernel names
