@@ -243,6 +243,32 @@ fn killall_cancels_everything_and_resume_redispatches_with_attempts_kept() {
     );
 }
 
+/// §11 step 3: a unit that was started but never got an agent (it waited
+/// for a slot) has no progress: killall leaves it NOT_STARTED, not KILLED,
+/// and resume starts it as a fresh unit.
+#[test]
+fn killall_leaves_a_unit_that_never_got_an_agent_not_started() {
+    let config = EngineConfig {
+        max_parallel: 1,
+        ..EngineConfig::default()
+    };
+    let mut sim = Sim::start(THREE_UNITS, config);
+    assert_eq!(sim.unit("docs").status, UnitStatus::Running);
+    assert!(sim.unit("docs").active().is_none(), "waits for the slot");
+    sim.send(Input::Killall).unwrap();
+    assert_eq!(sim.unit("api").status, UnitStatus::Killed);
+    assert_eq!(sim.unit("docs").status, UnitStatus::NotStarted);
+    assert_eq!(sim.unit("docs").sprints[0].status(), SprintStatus::Pending);
+    let api = sim.unit("api").active().unwrap().id.clone();
+    sim.send(Input::AgentFinished {
+        dispatch: api,
+        report: failure(),
+    })
+    .unwrap();
+    sim.send(Input::Resume { unit: None }).unwrap();
+    assert_eq!(sim.unit("docs").status, UnitStatus::Running);
+}
+
 #[test]
 fn deferred_sprints_poll_without_attempts_and_report_after_twenty() {
     let src = "# Ops\n\n## Sprint 1: Wait for the deployment\n- Monitor the rollout\n\n**Exit criteria**:\n- [ ] `curl -f http://x/health` succeeds\n";
@@ -457,6 +483,8 @@ fn every_formal_transition_and_no_other() {
         (U::Stopping, U::Killed),
         (U::Stopping, U::Blocked),
         (U::Stopping, U::Running),
+        // §11 step 3: killed before any sprint was done.
+        (U::Killed, U::NotStarted),
     ];
     for &a in U::ALL {
         for &b in U::ALL {

@@ -98,6 +98,8 @@ impl UnitStatus {
                 | (Stopping, Blocked)
                 // `resume` during the drain takes the unit back.
                 | (Stopping, Running)
+                // §11 step 3: killed before any progress.
+                | (Killed, NotStarted)
         )
     }
 

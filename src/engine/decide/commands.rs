@@ -205,7 +205,23 @@ impl Decider<'_> {
                 "the operation is complete; there is nothing to kill".into(),
             ));
         }
+        // §11 step 3: a unit that had nothing under way and nothing done (no
+        // attempt ever made: it waited for a slot or a hold) has no progress
+        // to keep: it is NOT_STARTED again, not KILLED.
+        let untouched: Vec<usize> = (0..st.units.len())
+            .filter(|&u| {
+                st.units[u].status == UnitStatus::Running
+                    && st.units[u].sprints.iter().all(|s| {
+                        s.active.is_none()
+                            && s.history.is_empty()
+                            && s.status() != SprintStatus::Completed
+                    })
+            })
+            .collect();
         let n = self.cancel_all(CancelReason::Killall);
+        for u in untouched {
+            self.unit_to(u, UnitStatus::NotStarted, "killed before its first attempt");
+        }
         self.overall(OverallStatus::Killed, "user invoked killall");
         self.log(
             None,
