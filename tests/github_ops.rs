@@ -74,6 +74,22 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     );
     insta::assert_snapshot!("github_status_completed", redact(&s.status_comment()));
 
+    // The ritual (§2–3): the plan on the integration branch, which the final
+    // pull request brings to main, carries the operation's name.
+    let head = s.final_pull().unwrap().head;
+    let plan = s.fake.file(REPO, &head, "EXECUTION_PLAN.md").unwrap();
+    let name = plan
+        .strip_prefix("---\nfeature_name: ")
+        .and_then(|r| r.split_once("\n---\n"))
+        .map(|(name, _)| name)
+        .unwrap_or_else(|| panic!("no name in the frontmatter: {plan}"));
+    assert!(
+        s.status_comment()
+            .contains(&format!("\n{name} · status: completed")),
+        "{name}: {}",
+        s.status_comment()
+    );
+
     // One sub-issue per unit, linked and closed.
     let op_issue = s
         .fake

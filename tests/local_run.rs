@@ -505,6 +505,46 @@ fn sprints_whose_criteria_already_pass_at_the_start_are_not_run_again() {
     );
 }
 
+/// §2–3, the ritual: `start` names the operation and writes the name into
+/// the plan's frontmatter on the integration branch, where the work goes;
+/// every sprint branches from the named plan. A plan that has its name keeps
+/// it.
+#[test]
+fn start_writes_the_operation_name_into_the_plans_frontmatter() {
+    let repo = Repo::new(PLAN, "");
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let st = repo.state();
+    let (op, name) = (st["id"].as_str().unwrap(), st["name"].as_str().unwrap());
+    let plan = git(
+        &repo.root,
+        &[
+            "show",
+            &format!("supervise/{op}/integration:EXECUTION_PLAN.md"),
+        ],
+    );
+    assert!(
+        plan.starts_with(&format!("---\nfeature_name: {name}\n---\n\n# Shop")),
+        "{plan}"
+    );
+    repo.assert_every_sprint_integrated();
+
+    let named = format!("---\nfeature_name: Kept Name\n---\n{PLAN}");
+    let repo = Repo::new(&named, "");
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(repo.state()["name"], "Kept Name");
+    let op = repo.state()["id"].as_str().unwrap().to_string();
+    let plan = git(
+        &repo.root,
+        &[
+            "show",
+            &format!("supervise/{op}/integration:EXECUTION_PLAN.md"),
+        ],
+    );
+    assert_eq!(plan, named);
+}
+
 /// An agent that works for any unit name: it writes `done-<sprint>.txt` in the
 /// unit's directory, commits, and logs its dispatch id.
 const ANY_NAME_AGENT: &str = r#"set -eu

@@ -173,10 +173,18 @@ fn solve_stops_with_the_diagnostic_when_most_research_fails_and_resume_goes_on()
     let out = repo.run(&["solve"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(repo.state("solve")["status"], "COMPLETED");
-    assert_eq!(repo.units("solve").len(), 3, "research-only adds no phase");
+    assert_eq!(
+        repo.units("solve").len(),
+        4,
+        "research-only adds the overview"
+    );
     let files = repo.integration_files("solve");
     assert!(
         files.contains("specs/001_research_how_retries_are_done/reports/002_approaches.md"),
+        "{files}"
+    );
+    assert!(
+        files.contains("specs/001_research_how_retries_are_done/reports/OVERVIEW.md"),
         "{files}"
     );
     // A finished workflow is set aside for the next; the scope can be named.

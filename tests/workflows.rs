@@ -169,14 +169,20 @@ fn research_below_the_threshold_stops_with_the_seeds_diagnostic() {
     assert!(notice.contains("Expected: at least 50%"));
     assert!(notice.contains("reports/003_risks.md"));
     assert!(notice.contains("Most Likely Causes"));
-    // Resume runs the failed agents again; with the reports, research-only ends.
+    // Resume runs the failed agents again; with the reports, research-only
+    // ends with their overview (seed 002).
     sim.send(Input::Resume {
         unit: Some("research-2".into()),
     })
     .unwrap();
     sim.finish("research-2", success());
+    assert_eq!(names(&sim).len(), 4, "research-only adds the overview");
+    assert_eq!(
+        sim.st().plan.unit("overview").unwrap().depends_on,
+        ["research-1", "research-2"]
+    );
+    sim.finish("overview", success());
     assert_eq!(sim.st().status, OverallStatus::Completed);
-    assert_eq!(names(&sim).len(), 3, "research-only adds no phase");
 }
 
 #[test]

@@ -28,6 +28,10 @@ case "$SUPERVISE_UNIT" in
     p=$(path_of /reports/); mkdir -p "$(dirname "$p")"
     printf '# Findings\n\nThe API lives in src/api.rs; its handlers share one client, so a limit belongs in\nthe middleware before them. Two approaches fit: a token bucket per client key, or a fixed\nwindow counter. The bucket smooths bursts and is what the clients expect.\n\n## Recommendation\n\nA token bucket in the middleware.\n' > "$p"; commit "report"
     echo "REPORT_CREATED: $p" ;;
+  overview)
+    p=$(path_of OVERVIEW.md); mkdir -p "$(dirname "$p")"
+    printf '# Overview\n\nThe question: where a rate limit belongs. Every report puts it in the middleware\nbefore the handlers (001, 002); they differ on the algorithm, a token bucket (002)\nor a fixed window (003).\n\n## Recommendation\n\nA token bucket in the middleware.\n' > "$p"; commit "overview"
+    echo "OVERVIEW_CREATED: $p" ;;
   plan)
     p=$(path_of /plans/); mkdir -p "$(dirname "$p")"
     if [ "$action" = bad ]; then

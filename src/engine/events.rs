@@ -552,6 +552,12 @@ pub enum Effect {
         unit: Option<String>,
         text: String,
     },
+    /// Write the operation's name into the plan's frontmatter
+    /// (`feature_name`, §2–3) on the integration branch, where the work goes
+    /// and from where it reaches the default branch.
+    NamePlan {
+        name: String,
+    },
     /// The status changed: refresh the status table wherever it is shown.
     PublishStatus,
     /// Every unit is COMPLETED: write the final verification (§14d).

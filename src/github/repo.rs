@@ -288,6 +288,28 @@ impl Repo<'_> {
             .map(Some)
     }
 
+    /// Rewrites the file at `path` on `branch` through `edit`, committing only
+    /// when the text changes: the new commit's sha then. A file that is not
+    /// there is left alone (None).
+    pub async fn edit_file(
+        &self,
+        branch: &str,
+        path: &str,
+        edit: impl FnOnce(&str) -> String,
+        message: &str,
+    ) -> Result<Option<String>, GitHubError> {
+        let Some((text, sha)) = self.file(path, Some(branch)).await? else {
+            return Ok(None);
+        };
+        let edited = edit(&text);
+        if edited == text {
+            return Ok(None);
+        }
+        self.commit_file(branch, path, &edited, message, Some(&sha))
+            .await
+            .map(Some)
+    }
+
     /// One `PUT /contents`: the new commit's sha. `replacing`: the blob sha of
     /// the file there now (GitHub refuses to overwrite without it).
     async fn commit_file(

@@ -7,6 +7,7 @@
 mod blocks;
 mod detect;
 pub mod diff;
+pub mod frontmatter;
 mod model;
 mod parallel;
 pub mod template;

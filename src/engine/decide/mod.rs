@@ -72,6 +72,10 @@ pub fn decide_mut(
                 .unwrap_or_else(|| naming::operation_name(seed));
             let units = plan.work_units.len();
             let sprints = plan.total_sprints();
+            // §2–3, the ritual: a plan that had no name gets this one in its
+            // frontmatter, before the first dispatch branches from it. (Work
+            // without a plan has no plan file to name.)
+            let name_plan = plan.feature_name.is_none() && workflow.is_none();
             c.emit(Event::OperationStarted {
                 operation,
                 name: name.clone(),
@@ -87,6 +91,9 @@ pub fn decide_mut(
                 format!("Operation named: {name}"),
                 format!("{units} work unit(s), {sprints} sprint(s)"),
             );
+            if name_plan {
+                c.effects.push(Effect::NamePlan { name });
+            }
             c.already_done(already_done);
             c.settle();
         }
@@ -96,6 +103,9 @@ pub fn decide_mut(
                 .as_ref()
                 .ok_or_else(|| Refusal::Ritual(naming::REPROACH.to_string()))?;
             let name = naming::operation_name(st.seed.wrapping_add(st.renames as u64 + 1));
+            if st.workflow.is_none() {
+                c.effects.push(Effect::NamePlan { name: name.clone() });
+            }
             c.emit(Event::Renamed {
                 name: name.clone(),
                 at: now,

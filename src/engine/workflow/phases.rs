@@ -17,6 +17,8 @@ pub const PLAN: &str = "plan";
 pub const TESTING: &str = "testing";
 pub const DOCS: &str = "docs";
 pub const DEBUG: &str = "debug";
+/// research-only: the reports' synthesis.
+pub const OVERVIEW: &str = "overview";
 
 /// The seed analysis's thresholds, as settings (`workflow:` in
 /// `.github/supervise.yml`), with the seed's values as defaults.
@@ -144,6 +146,10 @@ impl Phases {
         format!("{}/plans/001_implementation.md", self.topic)
     }
 
+    pub fn overview_path(&self) -> String {
+        format!("{}/reports/OVERVIEW.md", self.topic)
+    }
+
     pub fn summary_path(&self) -> String {
         format!("{}/summaries/001_summary.md", self.topic)
     }
@@ -167,7 +173,7 @@ impl Phases {
 
     /// A unit of the generated plan (not one of the workflow's own phases).
     pub fn is_implementation(&self, unit: &str) -> bool {
-        !(Self::is_research(unit) || [PLAN, TESTING, DEBUG, DOCS].contains(&unit))
+        !(Self::is_research(unit) || [PLAN, TESTING, DEBUG, DOCS, OVERVIEW].contains(&unit))
     }
 
     pub fn initial_units(&self) -> Vec<WorkUnit> {
@@ -201,6 +207,9 @@ impl Phases {
             .into_iter()
             .map(|(_, p)| p)
             .collect();
+        if done(OVERVIEW) {
+            out.push(self.overview_path());
+        }
         if done(PLAN) {
             out.push(self.plan_path());
         }
@@ -238,6 +247,26 @@ impl Phases {
             SprintType::Code,
             body,
             vec![file_written(&path)],
+        )
+    }
+
+    /// research-only's last step (seed 002): one agent reads the reports and
+    /// writes their synthesis; with another scope the planning agent does.
+    fn overview_unit(&self, st: &OperationState) -> WorkUnit {
+        let reports = self.reports_written(st);
+        let list: String = reports.iter().map(|(_, p)| format!("- {p}\n")).collect();
+        let path = self.overview_path();
+        let body = format!(
+            "You are the synthesis agent for this research request:\n\n{desc}\n\nWrite an overview to `{path}`: a `#` title, the question in one sentence, what the reports agree on, where they differ, and one recommendation, each point naming the report it comes from. Read the research reports:\n{list}\nCommit it; change nothing else. End with: OVERVIEW_CREATED: {path}",
+            desc = quoted(&self.description),
+        );
+        unit(
+            OVERVIEW,
+            reports.into_iter().map(|(n, _)| n).collect(),
+            "Write the overview of the research",
+            SprintType::Code,
+            body,
+            vec![report_written(&path)],
         )
     }
 
@@ -473,6 +502,18 @@ impl Phases {
                 _ => Next::Nothing,
             };
         }
+        if let Some(s) = status_of(st, OVERVIEW) {
+            return match s {
+                Completed => Next::Finish {
+                    why: format!(
+                        "{} research reports and their overview, {}",
+                        self.reports_written(st).len(),
+                        self.overview_path()
+                    ),
+                },
+                _ => Next::Nothing,
+            };
+        }
         if let Some(s) = status_of(st, PLAN) {
             if s != Completed {
                 return Next::Nothing;
@@ -524,8 +565,9 @@ impl Phases {
             };
         }
         match self.scope {
-            Scope::ResearchOnly => Next::Finish {
-                why: format!("{written} of {total} research reports written"),
+            Scope::ResearchOnly => Next::Add {
+                units: vec![self.overview_unit(st)],
+                why: format!("{written} of {total} reports: the overview"),
             },
             Scope::DebugOnly => Next::Add {
                 units: vec![self.debug_unit(

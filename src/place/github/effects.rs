@@ -169,6 +169,21 @@ impl GitHubExecutor<'_> {
                 }
                 Ok(Outcome::Done(vec![]))
             }
+            Effect::NamePlan { name } => {
+                let committed = repo
+                    .edit_file(
+                        &integration_branch(op),
+                        &ctx.plan_path,
+                        |text| crate::plan::frontmatter::with_feature_name(text, name),
+                        &format!("supervise: the operation is named {name}"),
+                    )
+                    .await?;
+                // The first dispatches branch from the named plan.
+                if committed.is_some() {
+                    self.place.integration_head = committed;
+                }
+                Ok(Outcome::Done(vec![]))
+            }
             Effect::PublishStatus => {
                 self.place.dirty = true;
                 Ok(Outcome::Done(vec![]))

@@ -333,6 +333,16 @@ impl LocalPlace {
             }
             // Written once the decisions at hand are carried out (see
             // `after_effects`): a report is not worth an agent's wait.
+            Effect::NamePlan { name } => {
+                let file = self
+                    .plan
+                    .path
+                    .file_name()
+                    .map(PathBuf::from)
+                    .unwrap_or_default();
+                self.git.name_plan(op, &file, name)?;
+                Ok(Vec::new())
+            }
             Effect::PublishStatus => {
                 self.status_due = true;
                 Ok(Vec::new())

@@ -458,6 +458,29 @@ impl Git {
         Ok(oid)
     }
 
+    /// Writes the operation's name into the plan's frontmatter on the
+    /// integration branch (§2–3). A plan that is not committed there (run
+    /// from an uncommitted file) is left as it is.
+    pub fn name_plan(&self, op: &str, plan_file: &Path, name: &str) -> Result<()> {
+        let path = self.plan_rel.join(plan_file);
+        let head = self.repo.find_commit(self.integration_head(op)?)?;
+        let Ok(entry) = head.tree()?.get_path(&path) else {
+            return Ok(());
+        };
+        let blob = self.repo.find_blob(entry.id())?;
+        let Ok(text) = std::str::from_utf8(blob.content()) else {
+            return Ok(());
+        };
+        let named = crate::plan::frontmatter::with_feature_name(text, name);
+        let path = path.to_string_lossy().into_owned();
+        self.seed_integration(
+            op,
+            &[(path, named)],
+            &format!("supervise: the operation is named {name}"),
+        )?;
+        Ok(())
+    }
+
     pub fn integration_head(&self, op: &str) -> Result<Oid> {
         self.branch_oid(&integration_branch(op))?.ok_or_else(|| {
             anyhow!(
