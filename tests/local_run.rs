@@ -545,6 +545,52 @@ fn start_writes_the_operation_name_into_the_plans_frontmatter() {
     assert_eq!(plan, named);
 }
 
+/// §5e: a background sprint is done when the process it started runs. The
+/// process the agent left behind is checked, and kept, once every criterion
+/// passes; an agent that started nothing fails its attempts and says why.
+#[test]
+fn a_background_sprint_is_done_when_its_process_runs_and_the_process_is_kept() {
+    const PLAN: &str = "# Svc\n\n## Sprint 1: Start the server in the background\n- [ ] `Svc-sprint-1.txt` exists\n";
+    let repo = Repo::new(PLAN, "");
+    let agent = repo.agent_with_prelude("starting-agent.sh", "nohup sleep 300 > /dev/null 2>&1 &");
+    let out = repo
+        .cmd(&["run"])
+        .env("SUPERVISE_AGENT", agent)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let s1 = &repo.unit("Svc")["sprints"][0];
+    assert_eq!(s1["status"], "COMPLETED", "{s1:#}");
+    let running = s1["completion"]["criteria"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["text"] == "a process the agent started is running")
+        .unwrap_or_else(|| panic!("{s1:#}"));
+    assert_eq!(running["outcome"], "passed");
+    let detail = running["detail"].as_str().unwrap();
+    let pid: i32 = detail
+        .split("(pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{detail}"));
+    assert!(pid_alive(pid), "the server outlived its agent: {detail}");
+    // SAFETY: ending the test's own leftover process.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+
+    let repo = Repo::new(PLAN, "");
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(3), "BLOCKED: {}", text(&out));
+    let s1 = &repo.unit("Svc")["sprints"][0];
+    assert_eq!(s1["status"], "FATAL", "{s1:#}");
+    let said = text(&out);
+    assert!(
+        said.contains("remaining: a process the agent started is running"),
+        "{said}"
+    );
+}
+
 /// An agent that works for any unit name: it writes `done-<sprint>.txt` in the
 /// unit's directory, commits, and logs its dispatch id.
 const ANY_NAME_AGENT: &str = r#"set -eu

@@ -98,7 +98,7 @@ pub fn build(p: &PromptInput) -> String {
             }
             out.push_str("- Commit your work on the current branch before you finish.\n");
             match s.kind {
-                SprintType::Background => out.push_str("- This sprint is complete once the process is confirmed running. Do NOT wait for it to finish.\n"),
+                SprintType::Background => out.push_str("- This sprint is complete once the process is confirmed running. Do NOT wait for it to finish: start it detached, its output to a file (`nohup <command> > <log> 2>&1 &`), so it outlives you.\n"),
                 SprintType::Deferred => out.push_str("- Check the specified condition. If not met, report what you found and stop.\n"),
                 SprintType::Manual => out.push_str("- Perform the checks described and report your findings. Do NOT mark this as complete — the user will verify.\n"),
                 _ => {}

@@ -13,7 +13,7 @@
 
 use crate::contract::RunResult;
 use crate::engine::DispatchOrder;
-use crate::plan::{Sprint, WorkUnit};
+use crate::plan::{Sprint, SprintType, WorkUnit};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
@@ -231,6 +231,44 @@ fn end_attempt_processes(pgid: i32, grace: Duration) {
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// §5e for a background sprint: whether a process the agent started (and
+/// left behind when it ended) still runs, named from `/proc`.
+fn still_running(sprint: &Sprint) -> crate::engine::CriterionResult {
+    // What a commit leaves behind (`git maintenance --detach`, an auto gc)
+    // is git's, not the sprint's: never counted.
+    let named = || -> Vec<(i32, String)> {
+        reap();
+        descendants(std::process::id() as i32)
+            .into_iter()
+            .map(|pid| {
+                let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                (pid, name.trim().to_string())
+            })
+            .filter(|(_, name)| !name.starts_with("git"))
+            .collect()
+    };
+    let running: Vec<String> = named()
+        .into_iter()
+        .map(|(pid, name)| format!("{name} (pid {pid})"))
+        .collect();
+    let (outcome, detail) = match running.is_empty() {
+        true => (
+            crate::engine::CriterionOutcome::Failed,
+            "nothing the agent started runs after it ended; start the process detached (`nohup … > log 2>&1 &`)".to_string(),
+        ),
+        false => (
+            crate::engine::CriterionOutcome::Passed,
+            format!("running: {}", running.join(", ")),
+        ),
+    };
+    crate::engine::CriterionResult {
+        line: sprint.line,
+        text: "a process the agent started is running".into(),
+        outcome,
+        detail,
     }
 }
 
@@ -728,6 +766,8 @@ pub fn run_agent(dir: &Path) -> Result<()> {
     };
     let mut exit_code = None;
     let mut cancelled = false;
+    let background = spec.sprint.kind == SprintType::Background;
+    let mut attempt_group = None;
     if let Ok(mut child) = spawned {
         let pgid = child.id() as i32;
         let mut kill_at: Option<Instant> = None;
@@ -758,28 +798,50 @@ pub fn run_agent(dir: &Path) -> Result<()> {
                 signal_all(pgid, libc::SIGKILL);
             }
         }
-        // Whatever the agent left running (`(sleep 60) &`, a daemon) ends with it.
-        let grace = if cancelled {
-            Duration::ZERO
+        // Whatever the agent left running (`(sleep 60) &`, a daemon) ends
+        // with it, unless starting it was the sprint (§5e: a background
+        // sprint is done when its process runs): that is checked first.
+        if background && !cancelled {
+            attempt_group = Some(pgid);
         } else {
-            Duration::from_secs(2)
-        };
-        end_attempt_processes(pgid, grace);
+            let grace = if cancelled {
+                Duration::ZERO
+            } else {
+                Duration::from_secs(2)
+            };
+            end_attempt_processes(pgid, grace);
+        }
     }
-    let _ = copier.join();
-    let output = output_tail(dir, 64 * 1024);
     // A cancelled attempt is not verified: it is charged as cancelled whatever
     // its checkout holds, and the verifier could take minutes.
-    let criteria = if cancelled {
-        Vec::new()
-    } else {
-        super::criteria::verify_sprint(
+    let mut criteria = Vec::new();
+    if attempt_group.is_some() {
+        criteria.push(still_running(&spec.sprint));
+    }
+    if !cancelled {
+        criteria.extend(super::criteria::verify_sprint(
             &spec.unit,
             &spec.sprint,
             &spec.checkout,
             Duration::from_secs(spec.verify_timeout_secs),
-        )
-    };
+        ));
+    }
+    let keep_running = attempt_group.is_some()
+        && criteria
+            .iter()
+            .all(|c| c.outcome == crate::engine::CriterionOutcome::Passed);
+    match attempt_group {
+        Some(pgid) if !keep_running => end_attempt_processes(pgid, Duration::ZERO),
+        _ => {}
+    }
+    if keep_running {
+        // Left running, and perhaps holding the output pipe: what the agent
+        // wrote is in the log by now; the copier is not waited for.
+        std::thread::sleep(Duration::from_millis(50));
+    } else {
+        let _ = copier.join();
+    }
+    let output = output_tail(dir, 64 * 1024);
     let result = RunResult {
         exit_code,
         turns_used: parse_turns(&output),
