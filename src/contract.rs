@@ -51,6 +51,15 @@ pub fn sprint_branch_unit(branch: &str) -> Option<(&str, &str)> {
     sprint.starts_with("sprint-").then_some((op, unit))
 }
 
+/// The folders of the supervisor's bookkeeping on sprint and integration
+/// branches ([`results_path`], [`sprint_spec_path`], [`prompt_path`]): taken
+/// off the integration branch before the final pull request.
+pub const BOOKKEEPING: [&str; 3] = [
+    ".supervise/results/",
+    ".supervise/sprints/",
+    ".supervise/prompts/",
+];
+
 /// Where a dispatch's recorded results live in the repository: one file per
 /// dispatch, so sprints of different units never touch the same path.
 pub fn results_path(dispatch: &str) -> String {

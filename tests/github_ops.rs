@@ -77,6 +77,34 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     // The ritual (§2–3): the plan on the integration branch, which the final
     // pull request brings to main, carries the operation's name.
     let head = s.final_pull().unwrap().head;
+    // The supervisor's bookkeeping served the sprints (their records are on
+    // the sprint branches); the default branch gets the work alone.
+    let first_sprint = s
+        .fake
+        .files(REPO, "supervise/shop-0003e9/api/sprint-1")
+        .into_iter()
+        .filter(|f| f.starts_with(".supervise/results/"))
+        .count();
+    assert!(first_sprint > 0, "a sprint branch holds its record");
+    let bookkeeping: Vec<String> = s
+        .fake
+        .files(REPO, &head)
+        .into_iter()
+        .filter(|f| f.starts_with(".supervise/"))
+        .collect();
+    assert!(bookkeeping.is_empty(), "{bookkeeping:?}");
+    let files = s.fake.files(REPO, &head);
+    for done in [
+        "api/api-sprint-1.txt",
+        "api/api-sprint-2.txt",
+        "docs/docs-sprint-1.txt",
+        "web/web-sprint-1.txt",
+    ] {
+        assert!(
+            files.iter().any(|f| f == done),
+            "{done} reached the final pull request: {files:?}"
+        );
+    }
     let plan = s.fake.file(REPO, &head, "EXECUTION_PLAN.md").unwrap();
     let name = plan
         .strip_prefix("---\nfeature_name: ")

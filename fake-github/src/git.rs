@@ -163,6 +163,103 @@ impl Repo {
         Ok(sha)
     }
 
+    /// A tree (of a commit, a branch or a tree sha): its sha and entries as
+    /// (mode, type, sha, path), all the way down when `recursive`.
+    pub fn tree(&self, rev: &str, recursive: bool) -> Option<(String, Vec<[String; 4]>)> {
+        let sha = git(
+            &self.path,
+            &["rev-parse", "--verify", "-q", &format!("{rev}^{{tree}}")],
+        )
+        .ok()?;
+        let mut args = vec!["ls-tree", "--full-tree"];
+        if recursive {
+            args.extend(["-r", "-t"]);
+        }
+        args.push(&sha);
+        let out = git(&self.path, &args).ok()?;
+        let entries = out
+            .lines()
+            .filter_map(|l| {
+                let (meta, path) = l.split_once('\t')?;
+                let mut m = meta.split(' ');
+                Some([
+                    m.next()?.to_string(),
+                    m.next()?.to_string(),
+                    m.next()?.to_string(),
+                    path.to_string(),
+                ])
+            })
+            .collect();
+        Some((sha, entries))
+    }
+
+    /// `base`'s tree with each (path, mode, sha) set, or removed where sha
+    /// is None, as `POST /git/trees` makes it.
+    pub fn edit_tree(
+        &self,
+        base: &str,
+        edits: &[(String, String, Option<String>)],
+    ) -> Result<String, String> {
+        let index = self.path.join(format!(
+            "index-edit-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        let idx = index.display().to_string();
+        let env = [("GIT_INDEX_FILE", idx.as_str())];
+        let result = (|| {
+            git_with(&self.path, &["read-tree", base], None, &env)?;
+            for (path, mode, sha) in edits {
+                match sha {
+                    Some(sha) => {
+                        let info = format!("{mode},{sha},{path}");
+                        git_with(
+                            &self.path,
+                            &["update-index", "--add", "--cacheinfo", &info],
+                            None,
+                            &env,
+                        )?
+                    }
+                    // Mode 0 removes the path (`--force-remove` wants a work tree).
+                    None => {
+                        let line = format!("0 {}\t{path}\n", "0".repeat(40));
+                        git_with(
+                            &self.path,
+                            &["update-index", "--index-info"],
+                            Some(line.as_bytes()),
+                            &env,
+                        )?
+                    }
+                };
+            }
+            git_with(&self.path, &["write-tree"], None, &env)
+        })();
+        let _ = std::fs::remove_file(&index);
+        result
+    }
+
+    /// A new commit of `tree` on `parents`.
+    pub fn commit_tree(
+        &self,
+        tree: &str,
+        parents: &[String],
+        message: &str,
+    ) -> Result<String, String> {
+        let mut args = vec!["commit-tree", tree, "-m", message];
+        for p in parents {
+            args.extend(["-p", p.as_str()]);
+        }
+        git(&self.path, &args)
+    }
+
+    /// Whether `ancestor` is in `of`'s history (or is it).
+    pub fn is_ancestor(&self, ancestor: &str, of: &str) -> bool {
+        git(&self.path, &["merge-base", "--is-ancestor", ancestor, of]).is_ok()
+    }
+
     pub fn file(&self, rev: &str, path: &str) -> Option<(String, String)> {
         let spec = format!("{rev}:{path}");
         let blob = git(&self.path, &["rev-parse", "--verify", "-q", &spec]).ok()?;

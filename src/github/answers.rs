@@ -44,6 +44,24 @@ pub struct GitObject {
     pub sha: String,
 }
 
+/// `GET /git/trees/{sha}` and `POST /git/trees`.
+#[derive(Debug, Deserialize)]
+pub struct Tree {
+    pub sha: String,
+    /// GitHub cuts very large recursive listings; a cut listing is not
+    /// taken for the whole tree.
+    pub truncated: bool,
+    pub tree: Vec<TreeEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TreeEntry {
+    pub path: String,
+    /// `blob`, `tree` or `commit` (a submodule).
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
 /// `GET /contents/{path}` for a file (a directory answers with a list, which
 /// does not read as this).
 #[derive(Debug, Deserialize)]

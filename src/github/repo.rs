@@ -310,6 +310,56 @@ impl Repo<'_> {
             .map(Some)
     }
 
+    /// Removes every file under `prefixes` from `branch` in one commit
+    /// through the git data API (a tree read, a tree, a commit, a
+    /// fast-forward of the branch): four requests however many files. Returns
+    /// the new head, or None when there was nothing to remove.
+    pub async fn remove_paths(
+        &self,
+        branch: &str,
+        prefixes: &[&str],
+        message: &str,
+    ) -> Result<Option<String>, GitHubError> {
+        let Some(head) = self.branch_sha(branch).await? else {
+            return Ok(None);
+        };
+        let tree: answers::Tree = self.get(&format!("/git/trees/{head}?recursive=1")).await?;
+        if tree.truncated {
+            return Err(GitHubError::NeedsPerson(format!(
+                "the tree of {branch} is too large for GitHub to list; remove {} by hand",
+                prefixes.join(", ")
+            )));
+        }
+        let gone: Vec<Value> = tree
+            .tree
+            .iter()
+            .filter(|e| e.kind == "blob" && prefixes.iter().any(|p| e.path.starts_with(p)))
+            .map(|e| json!({ "path": e.path, "mode": "100644", "type": "blob", "sha": null }))
+            .collect();
+        if gone.is_empty() {
+            return Ok(None);
+        }
+        let new_tree: answers::Tree = self
+            .post("/git/trees", json!({ "base_tree": tree.sha, "tree": gone }))
+            .await?;
+        let commit: answers::GitObject = self
+            .post(
+                "/git/commits",
+                json!({ "message": message, "tree": new_tree.sha, "parents": [head] }),
+            )
+            .await?;
+        // Fast-forward only: a branch that moved meanwhile is not rewound.
+        let at = self.path(&format!("/git/refs/heads/{}", enc(branch)));
+        self.gh
+            .patch(
+                self.installation,
+                &at,
+                &json!({ "sha": commit.sha, "force": false }),
+            )
+            .await?;
+        Ok(Some(commit.sha))
+    }
+
     /// One `PUT /contents`: the new commit's sha. `replacing`: the blob sha of
     /// the file there now (GitHub refuses to overwrite without it).
     async fn commit_file(

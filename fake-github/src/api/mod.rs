@@ -321,6 +321,19 @@ impl FakeGitHub {
         self.repo(repo)?.file(rev, path).map(|(_, t)| t)
     }
 
+    /// Every file's path at a ref (branch or sha).
+    pub fn files(&self, repo: &str, rev: &str) -> Vec<String> {
+        self.repo(repo)
+            .and_then(|r| r.tree(rev, true))
+            .map(|(_, list)| {
+                list.into_iter()
+                    .filter(|[_, kind, _, _]| kind == "blob")
+                    .map(|[_, _, _, path]| path)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     pub fn branch(&self, repo: &str, branch: &str) -> Option<String> {
         self.repo(repo)?.branch_sha(branch)
     }
@@ -421,6 +434,10 @@ pub(crate) fn routes(r: Router<Shared>) -> Router<Shared> {
     r.route("/repos/{o}/{r}", get(get_repo))
         .route("/repos/{o}/{r}/git/ref/{*rest}", get(get_ref))
         .route("/repos/{o}/{r}/git/refs", post(create_ref))
+        .route("/repos/{o}/{r}/git/refs/{*rest}", patch(update_ref))
+        .route("/repos/{o}/{r}/git/trees", post(create_tree))
+        .route("/repos/{o}/{r}/git/trees/{sha}", get(get_tree))
+        .route("/repos/{o}/{r}/git/commits", post(create_commit))
         .route(
             "/repos/{o}/{r}/contents/{*path}",
             get(get_contents).put(put_contents),
@@ -505,11 +522,13 @@ fn created(v: Value) -> Response {
 mod actions;
 mod checks;
 mod contents;
+mod gitdata;
 pub(crate) mod issues;
 mod pulls;
 
 use actions::*;
 use checks::*;
 use contents::*;
+use gitdata::{create_commit, create_tree, get_tree, update_ref};
 use issues::*;
 use pulls::*;

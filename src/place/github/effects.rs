@@ -7,6 +7,7 @@ use super::{
     GitHubError, GitHubExecutor, Input, Instant, MergeMode, NoticeKind, OpContext, OpError,
     OperationState, Operations, Outcome, Repo, RunRow, SqlError, WorkflowRun,
 };
+use crate::contract::BOOKKEEPING;
 use crate::github::repo::Merge;
 use crate::store::sql::{Admission, Admitted, Caps};
 use serde_json::json;
@@ -504,6 +505,14 @@ impl Operations {
         let marker = report::github::notice_marker(&ctx.op, &format!("final-{key}"));
         repo.comment_once(ctx.issue, Some(&ctx.started_at), &marker, &summary)
             .await?;
+        // The supervisor's bookkeeping (results records, long prompts, sprint
+        // specs) served the sprints; the default branch gets the work.
+        repo.remove_paths(
+            &integration,
+            &BOOKKEEPING,
+            "supervise: the supervisor's bookkeeping stays out of the final pull request",
+        )
+        .await?;
         let now = chrono::Utc::now();
         let complete = report::complete_file_name(st);
         repo.put_file(
