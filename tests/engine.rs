@@ -1116,6 +1116,14 @@ fn only_a_first_sprint_is_told_it_has_no_entry_criteria() {
         second.contains("Sprint 1 (Create the API types) is COMPLETED"),
         "{second}"
     );
+    // web waited for api and docs: its first sprint is told so.
+    sim.finish("api", success());
+    sim.finish("docs", success());
+    let web = sim.order_for("web").prompt;
+    assert!(
+        web.contains("the work units it depends on (api, docs) are COMPLETED and merged"),
+        "{web}"
+    );
 }
 
 #[test]

@@ -164,6 +164,23 @@ fn a_newcomers_first_hour() {
         assert_eq!(u["sprints"][0]["failures"], 0, "{u}");
     }
 
+    // `verify` of a checkout that is not there names it, not `sh`.
+    let out = me.supervise(&[
+        "verify",
+        "--dir",
+        "/nowhere/at/all",
+        "--unit",
+        "api",
+        "--sprint",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert!(
+        said(&out).contains("--dir /nowhere/at/all: no such directory"),
+        "{}",
+        said(&out)
+    );
+
     // A wrong path and an unknown flag: exit 1, the path named, nothing created.
     let empty = me.0.root.parent().unwrap().join("empty");
     std::fs::create_dir_all(&empty).unwrap();

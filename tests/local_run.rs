@@ -591,6 +591,61 @@ fn a_background_sprint_is_done_when_its_process_runs_and_the_process_is_kept() {
     );
 }
 
+/// `run` on an operation that finished with this plan has nothing to do and
+/// says so, with the way to take the work and the way to start over; it pays
+/// for nothing.
+#[test]
+fn run_on_a_finished_operation_says_there_is_nothing_to_do_and_pays_nothing() {
+    let repo = Repo::new(PLAN, "");
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let ran = repo.invocations().len();
+    let op = repo.state()["id"].as_str().unwrap().to_string();
+    let out = repo.run(&[]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("Nothing to do"), "{said}");
+    assert!(
+        said.contains(&format!("git merge supervise/{op}/integration")),
+        "{said}"
+    );
+    assert!(said.contains("supervise run --new"), "{said}");
+    assert_eq!(
+        repo.invocations().len(),
+        ran,
+        "nothing was dispatched again"
+    );
+    assert_eq!(repo.state()["id"], op.as_str(), "the operation is the same");
+}
+
+/// `--agent ./myagent.sh`, a script beside the plan that was never committed:
+/// agents run in worktrees elsewhere, so the path is made absolute where it
+/// was typed, and the run works.
+#[test]
+fn a_relative_agent_path_is_taken_from_where_it_was_typed() {
+    let repo = Repo::new(PLAN, "");
+    std::fs::write(
+        repo.root.join("myagent.sh"),
+        format!("#!/bin/sh\nexec sh {}\n", scripted_agent().display()),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(repo.root.join("myagent.sh"))
+        .unwrap()
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(repo.root.join("myagent.sh"), perms).unwrap();
+    // Kept out of git, as a personal script would be.
+    std::fs::write(repo.root.join(".git/info/exclude"), "myagent.sh\n").unwrap();
+    let out = repo
+        .cmd(&["run", "--agent", "./myagent.sh"])
+        .env_remove("SUPERVISE_AGENT")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(repo.state()["status"], "COMPLETED");
+    repo.assert_every_sprint_integrated();
+}
+
 /// An agent that works for any unit name: it writes `done-<sprint>.txt` in the
 /// unit's directory, commits, and logs its dispatch id.
 const ANY_NAME_AGENT: &str = r#"set -eu

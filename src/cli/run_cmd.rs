@@ -201,7 +201,9 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
         eprintln!("A supervisor is already running for this plan (pid {pid}). Use `supervise status`, `stop` or `killall`.");
         return Ok(exit::USAGE);
     }
-    let settings = settings_for(&plan, flags)?;
+    let mut settings = settings_for(&plan, flags)?;
+    let cwd = std::env::current_dir()?;
+    settings.agent = settings.agent.map(|a| resolve_agent(&a, &cwd, &plan.root));
     if settings.agent.is_none() {
         eprintln!("No agent command: pass --agent CMD (for example --agent 'claude -p \"$(cat $SUPERVISE_PROMPT_FILE)\"') or set `agent:` in .github/supervise.yml.");
         return Ok(exit::USAGE);
@@ -225,6 +227,15 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
         .state()
         .filter(|st| st.status == OverallStatus::Completed)
         .map(|st| (st.name.clone(), st.id.0.clone()));
+    // `run` on a finished operation of this very plan has nothing to do:
+    // running it again would pay for verified work again.
+    if let (Some((name, id)), Mode::Run, false) = (&finished, &mode, flags.new) {
+        if sup.plan_changes().is_some_and(|c| c.is_empty()) {
+            let integration = crate::contract::integration_branch(id);
+            eprintln!("{name} ({id}) is complete: every sprint was verified and merged into {integration}. Nothing to do.\nTake its work with `git merge {integration}`; to run the plan again from scratch, `supervise run --new`.");
+            return Ok(exit::COMPLETED);
+        }
+    }
     let starting_over =
         matches!(mode, Mode::Run | Mode::Start) && (finished.is_some() || flags.new);
     if starting_over && sup.state().is_some() {
@@ -307,6 +318,46 @@ fn shown_path(path: &Path) -> String {
     abs.strip_prefix(&cwd).unwrap_or(&abs).display().to_string()
 }
 
+/// The program the agent command runs: its first word after `VAR=value`
+/// assignments and `exec`/`env`/`nohup`/`time`.
+fn program_word(command: &str) -> Option<&str> {
+    command
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c| c == '"' || c == '\''))
+        .find(|w| !w.contains('=') && !matches!(*w, "exec" | "env" | "nohup" | "time"))
+}
+
+/// The agent command with a relative program path (`./myagent.sh`) made
+/// absolute: agents run in worktrees elsewhere, where the path as typed
+/// leads nowhere. Looked for where the command was typed, then at the
+/// repository's root; a path found in neither is left for
+/// [`preflight_agent`] to name.
+pub fn resolve_agent(command: &str, typed_in: &Path, root: &Path) -> String {
+    let Some(program) = program_word(command) else {
+        return command.to_string();
+    };
+    if !program.contains('/') || program.starts_with('/') || program.starts_with('$') {
+        return command.to_string();
+    }
+    let Some(found) = [typed_in, root]
+        .iter()
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+    else {
+        return command.to_string();
+    };
+    let abs = found.canonicalize().unwrap_or(found).display().to_string();
+    let quoted = if abs
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c))
+    {
+        abs
+    } else {
+        format!("'{}'", abs.replace('\'', r"'\''"))
+    };
+    command.replacen(program, &quoted, 1)
+}
+
 /// Checks, before anything is paid for, that the agent command's program
 /// exists: a typo in `--agent` would otherwise fail every attempt of every unit,
 /// escalating to the dearest model. Only the first word is checked (after
@@ -316,11 +367,7 @@ pub fn preflight_agent(command: &str, dir: &Path) -> Result<(), String> {
         "if", "for", "while", "until", "case", "{", "(", "!", "cd", "export", "set", "trap",
         "command", "eval", ".", "source", "test", "[", "true", "false", "echo", "printf",
     ];
-    let program = command
-        .split_whitespace()
-        .map(|w| w.trim_matches(|c| c == '"' || c == '\''))
-        .find(|w| !w.contains('=') && !matches!(*w, "exec" | "env" | "nohup" | "time"));
-    let Some(program) = program else {
+    let Some(program) = program_word(command) else {
         return Err(format!("The agent command `{command}` is empty. Pass --agent CMD or set `agent:` in .github/supervise.yml."));
     };
     if SHELL_WORDS.contains(&program) || program.starts_with('$') {
@@ -528,6 +575,15 @@ fn committed_spec(dir: &Path, dispatch: &str) -> Option<crate::contract::SprintS
 
 pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
     let here = std::env::current_dir()?;
+    // Named before any criterion runs: a missing checkout would otherwise
+    // show as every command failing in the shell.
+    if let Some(dir) = a.dir.as_deref().filter(|d| !d.is_dir()) {
+        eprintln!(
+            "--dir {}: no such directory. Give the checkout whose criteria to check (default: the current directory).",
+            dir.display()
+        );
+        return Ok(exit::USAGE);
+    }
     if let (Some(handoff), Some(dispatch), Some(branch), Some(out)) =
         (&a.handoff, &a.record, &a.branch, &a.out)
     {

@@ -3,7 +3,7 @@
 //! run`. Each keeps its operation in `.supervise/<solve|manage>/` at the
 //! repository's top, apart from the plans' own.
 
-use super::run_cmd::{preflight_agent, RunFlags};
+use super::run_cmd::{preflight_agent, resolve_agent, RunFlags};
 use super::terminal::{self, exit, OutputMode, Terminal};
 use crate::engine::workflow::{Manager, Phases, Scope, Workflow, WorkflowSettings};
 use crate::engine::{Input, OverallStatus};
@@ -105,7 +105,8 @@ where
         Some(p) => settings::read_file(&p)?,
         None => FileSettings::default(),
     };
-    let settings = Settings::merge(file, flags.as_file());
+    let mut settings = Settings::merge(file, flags.as_file());
+    settings.agent = settings.agent.map(|a| resolve_agent(&a, &cwd, &root));
     let Some(agent) = settings.agent.clone() else {
         eprintln!("No agent command: pass --agent CMD (for example --agent 'claude -p \"$(cat $SUPERVISE_PROMPT_FILE)\"') or set `agent:` in .github/supervise.yml.");
         return Ok(exit::USAGE);

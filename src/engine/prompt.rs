@@ -83,7 +83,13 @@ pub fn build(p: &PromptInput) -> String {
                     "None stated — Sprint {} ({}) is COMPLETED and merged on this branch",
                     prev.id, prev.name
                 ),
-                _ => "None — this is the first sprint".to_string(),
+                _ if p.unit.depends_on.is_empty() => "None — this is the first sprint".to_string(),
+                // The units it waited for are done and merged: say so, the
+                // agent builds on them.
+                _ => format!(
+                    "None stated — this is the first sprint; the work units it depends on ({}) are COMPLETED and merged on this branch",
+                    p.unit.depends_on.join(", ")
+                ),
             };
             out.push_str(&criteria(&s.entry_criteria, &none));
             out.push_str("\nEXIT CRITERIA (verify before declaring done):\n");
