@@ -108,40 +108,17 @@ impl Repo {
 
     /// A tree: `base`'s tree with `files` written over it.
     fn tree_with(&self, base: Option<&str>, files: &[(&str, &str)]) -> Result<String, String> {
-        let index = self.path.join(format!(
-            "index-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        ));
-        let idx = index.display().to_string();
-        let env = [("GIT_INDEX_FILE", idx.as_str())];
-        let result = (|| {
-            match base {
-                Some(b) => git_with(&self.path, &["read-tree", b], None, &env)?,
-                None => git_with(&self.path, &["read-tree", "--empty"], None, &env)?,
-            };
-            for (path, content) in files {
-                let blob = git_with(
-                    &self.path,
-                    &["hash-object", "-w", "--stdin"],
-                    Some(content.as_bytes()),
-                    &[],
-                )?;
-                let info = format!("100644,{blob},{path}");
-                git_with(
-                    &self.path,
-                    &["update-index", "--add", "--cacheinfo", &info],
-                    None,
-                    &env,
-                )?;
-            }
-            git_with(&self.path, &["write-tree"], None, &env)
-        })();
-        let _ = std::fs::remove_file(&index);
-        result
+        let mut edits = Vec::new();
+        for (path, content) in files {
+            let blob = git_with(
+                &self.path,
+                &["hash-object", "-w", "--stdin"],
+                Some(content.as_bytes()),
+                &[],
+            )?;
+            edits.push((path.to_string(), "100644".to_string(), Some(blob)));
+        }
+        self.edit_tree(base, &edits)
     }
 
     /// Commits `files` on top of `branch` and moves it (compare-and-swap).
@@ -197,11 +174,12 @@ impl Repo {
     /// is None, as `POST /git/trees` makes it.
     pub fn edit_tree(
         &self,
-        base: &str,
+        base: Option<&str>,
         edits: &[(String, String, Option<String>)],
     ) -> Result<String, String> {
+        // A throw-away index of its own: concurrent requests share no state.
         let index = self.path.join(format!(
-            "index-edit-{}-{}",
+            "index-{}-{}",
             std::process::id(),
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -211,7 +189,10 @@ impl Repo {
         let idx = index.display().to_string();
         let env = [("GIT_INDEX_FILE", idx.as_str())];
         let result = (|| {
-            git_with(&self.path, &["read-tree", base], None, &env)?;
+            match base {
+                Some(b) => git_with(&self.path, &["read-tree", b], None, &env)?,
+                None => git_with(&self.path, &["read-tree", "--empty"], None, &env)?,
+            };
             for (path, mode, sha) in edits {
                 match sha {
                     Some(sha) => {

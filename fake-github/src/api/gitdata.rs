@@ -58,16 +58,14 @@ pub(super) async fn create_tree(
     Json(b): Json<NewTree>,
 ) -> Response {
     let (name, repo) = enter!(f, "POST /repos/{o}/{r}/git/trees", h, o, r);
-    let base = b
-        .base_tree
-        .unwrap_or_else(|| "4b825dc642cb6eb9a060e54bf8d69288fbee4904".into());
+    let base = b.base_tree;
     let edits: Vec<(String, String, Option<String>)> = b
         .tree
         .into_iter()
         .map(|e| (e.path, e.mode, e.sha))
         .collect();
     let made = repo
-        .edit_tree(&base, &edits)
+        .edit_tree(base.as_deref(), &edits)
         .and_then(|sha| repo.tree(&sha, false).ok_or_else(|| "no tree".to_string()));
     match made {
         Ok((sha, list)) => created(json!({
