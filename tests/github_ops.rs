@@ -24,7 +24,8 @@ fn redact(text: &str) -> String {
             l.truncate(i + "## Supervisor Status — ".len());
             l.push_str("[time]");
         }
-        if let (Some(i), Some(j)) = (l.find(" · running "), l.find(" · cost so far")) {
+        let clock = l.find(" · running ").or_else(|| l.find(" · ran "));
+        if let (Some(i), Some(j)) = (clock, l.find(" · cost so far")) {
             l.replace_range(i..j, " · running [duration]");
         }
         if let Some(i) = l.find("shop-") {

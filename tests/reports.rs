@@ -63,6 +63,9 @@ fn complete_md_and_final_verification_at_the_end() {
     insta::assert_snapshot!("complete_md", md);
     insta::assert_snapshot!("final_summary", report::final_summary(sim.st()));
     insta::assert_snapshot!("status_complete", report::status_table(sim.st(), sim.now));
+    // The clock stopped with the operation: an hour on, it ran as long.
+    let later = report::status_table(sim.st(), sim.now + chrono::Duration::hours(1));
+    assert!(later.contains(" · ran 35m 00s · "), "{later}");
 }
 
 #[test]

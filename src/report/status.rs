@@ -53,7 +53,15 @@ pub fn status_table_linked(
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "## Supervisor Status — {}", ts(now));
-    let running = elapsed((now - st.started_at).num_seconds().max(0));
+    // The clock stops with the operation: a finished, stopped or killed
+    // operation says how long it ran, not how long ago it started.
+    let (verb, until) = match st.status {
+        OverallStatus::Completed | OverallStatus::Stopped | OverallStatus::Killed => {
+            ("ran", st.finished_at.unwrap_or(st.updated_at).min(now))
+        }
+        _ => ("running", now),
+    };
+    let running = elapsed((until - st.started_at).num_seconds().max(0));
     let budget = match st.config.budget {
         Some(b) => format!(
             " of a {b}× budget ({}× left)",
@@ -67,7 +75,7 @@ pub fn status_table_linked(
     };
     let _ = writeln!(
         out,
-        "{} · status: {} · running {running} · cost so far {}×{held}{budget}\n",
+        "{} · status: {} · {verb} {running} · cost so far {}×{held}{budget}\n",
         st.name, st.status, st.cost_spent
     );
     if let Some(w) = &st.workflow {
