@@ -101,6 +101,32 @@ fn unknown_dependency_suggests_the_nearest_unit() {
     assert!(text.contains("bad_unknown_dependency.md:6:"), "{text}");
 }
 
+/// The same typo in a sentence, where prose about other things is common:
+/// not an error, but a warning with the name it may mean.
+#[test]
+fn a_misspelt_unit_in_a_dependency_sentence_is_warned_of_with_the_nearest_name() {
+    let src = "# Two\n\n## alpha\n### Sprint 1: A\n- [ ] `a.txt` exists\n\n## beta\nThis unit depends on alpah.\n\n### Sprint 1: B\n- [ ] `b.txt` exists\n";
+    let p = plan::parse(src, "x").expect("a warning, not an error");
+    assert!(p.unit("beta").unwrap().depends_on.is_empty());
+    let w = p
+        .warnings
+        .iter()
+        .find(|w| w.message.contains("alpah"))
+        .unwrap_or_else(|| panic!("{:?}", p.warnings));
+    assert_eq!(w.line, 8);
+    assert_eq!(w.hint.as_deref(), Some("did you mean `alpha`?"));
+    // Prose about something else is left alone.
+    let other = src.replace("depends on alpah", "depends on the database");
+    let p = plan::parse(&other, "x").unwrap();
+    assert!(
+        p.warnings
+            .iter()
+            .all(|w| !w.message.contains("names no work unit")),
+        "{:?}",
+        p.warnings
+    );
+}
+
 #[test]
 fn seed_001_shape_reads_layers_template_and_progress_files() {
     let p = plan::load(&fixture("02_packages_layers.md")).unwrap().plan;

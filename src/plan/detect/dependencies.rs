@@ -6,11 +6,14 @@ use super::{
     UnitDraft, UnitGraph, WorkUnit,
 };
 
-/// Explicit dependency edges `(dependent, dependency)` as unit indices (§2c.2).
+/// Explicit dependency edges `(dependent, dependency)` as unit indices
+/// (§2c.2). A sentence that says a unit depends on something that is no unit
+/// but nearly one's name is warned of, with the name it may mean.
 pub(super) fn dependencies(
     doc: &Doc,
     drafts: &[UnitDraft],
     errors: &mut Vec<Problem>,
+    warnings: &mut Vec<Problem>,
 ) -> BTreeSet<(usize, usize)> {
     let names: Vec<String> = drafts.iter().map(|d| d.name.to_lowercase()).collect();
     let index = NameIndex::new(&names);
@@ -145,6 +148,27 @@ pub(super) fn dependencies(
                 let Some(pos) = lower.find(kw) else { continue };
                 let (before, after) = (&lower[..pos], &lower[pos + kw.len()..]);
                 let objects = index.mentions(after);
+                if objects.is_empty() {
+                    // "depends on alpah": a misspelt unit, not prose about
+                    // something else, when the word is a near miss.
+                    let word = after
+                        .split(|c: char| !is_word_char(c))
+                        .find(|w| !w.is_empty() && !matches!(*w, "the" | "a" | "an" | "unit"));
+                    if let Some(n) = word.and_then(|w| {
+                        nearest(w, drafts.iter().map(|d| d.name.as_str())).filter(|_| w.len() > 2)
+                    }) {
+                        warnings.push(
+                            Problem::new(
+                                b.line(),
+                                format!(
+                                    "\"{kw} {}\" names no work unit, so no dependency was read from it",
+                                    word.unwrap_or_default()
+                                ),
+                            )
+                            .hint(format!("did you mean `{n}`?")),
+                        );
+                    }
+                }
                 let mut subjects = index.mentions(before);
                 if subjects.is_empty() {
                     subjects.extend(owner(idx));

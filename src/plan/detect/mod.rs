@@ -105,27 +105,43 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
     // Each unit's sprints are read from its own region, and the dependencies
     // between units from the whole: in parallel for a large plan (they are
     // most of the time of reading one).
-    let (found, (explicit, dependency_errors, dispatch_template, referenced_files, checks)) =
-        crate::plan::parallel::map_beside(
-            &drafts,
-            threads,
-            |d| {
-                let sprints = match &d.region {
-                    Some(r) => find_sprints(doc, &o, r.clone()),
-                    None => Vec::new(),
-                };
-                let (mut errors, mut warnings) = (Vec::new(), Vec::new());
-                let sprints = order_sprints(sprints, &d.name, &mut errors, &mut warnings);
-                (sprints, errors, warnings)
-            },
-            || {
-                let mut errors = Vec::new();
-                let edges = dependencies(doc, &drafts, &mut errors);
-                let template = dispatch_template(doc, &o);
-                let files = referenced_files(blocks, &drafts);
-                (edges, errors, template, files, plan_checks(doc, &o))
-            },
-        );
+    let (
+        found,
+        (
+            explicit,
+            dependency_errors,
+            dependency_warnings,
+            dispatch_template,
+            referenced_files,
+            checks,
+        ),
+    ) = crate::plan::parallel::map_beside(
+        &drafts,
+        threads,
+        |d| {
+            let sprints = match &d.region {
+                Some(r) => find_sprints(doc, &o, r.clone()),
+                None => Vec::new(),
+            };
+            let (mut errors, mut warnings) = (Vec::new(), Vec::new());
+            let sprints = order_sprints(sprints, &d.name, &mut errors, &mut warnings);
+            (sprints, errors, warnings)
+        },
+        || {
+            let (mut errors, mut warnings) = (Vec::new(), Vec::new());
+            let edges = dependencies(doc, &drafts, &mut errors, &mut warnings);
+            let template = dispatch_template(doc, &o);
+            let files = referenced_files(blocks, &drafts);
+            (
+                edges,
+                errors,
+                warnings,
+                template,
+                files,
+                plan_checks(doc, &o),
+            )
+        },
+    );
     for (d, (sprints, order_errors, order_warnings)) in drafts.iter_mut().zip(found) {
         if sprints.is_empty() {
             errors.push(
@@ -164,6 +180,7 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
 
     let has_layers = drafts.iter().any(|d| d.layer.is_some());
     errors.extend(dependency_errors);
+    warnings.extend(dependency_warnings);
     let has_edges = !explicit.is_empty();
     // The edges are ordered by dependent: each unit's are one run of them.
     let mut edges = explicit.iter().peekable();
