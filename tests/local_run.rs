@@ -291,7 +291,7 @@ fn spend_counts_every_dispatch_of_every_operation_at_its_tier() {
     assert_eq!(rows[0]["day"], spent, "all of it today");
     let out = repo.cmd(&["spend"]).output().unwrap();
     assert!(
-        text(&out).contains(&format!("**{spent}x**")),
+        text(&out).contains(&format!("| **{spent}×** | **{spent}×** | **{spent}×** |")),
         "{}",
         text(&out)
     );

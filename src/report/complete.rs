@@ -106,7 +106,7 @@ pub fn complete_md(st: &OperationState, now: DateTime<Utc>) -> String {
     let total: f64 = done.iter().map(|d| secs(d.c)).sum();
     let _ = writeln!(
         out,
-        "## Summary\n- Total sprints planned: {}\n- Total sprints completed: {} ({})\n- Models used: {}\n- Total cost: {}x (relative: haiku={}x, sonnet={}x, opus={}x; every dispatch counts)\n- Total duration: {}\n\n---\n\n## Work Units\n",
+        "## Summary\n- Total sprints planned: {}\n- Total sprints completed: {} ({})\n- Models used: {}\n- Total cost: {}× (relative: haiku={}×, sonnet={}×, opus={}×; every dispatch counts)\n- Total duration: {}\n\n---\n\n## Work Units\n",
         st.plan.total_sprints(),
         done.len(),
         if st.status == OverallStatus::Completed { "complete" } else { "in progress" },

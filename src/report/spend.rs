@@ -67,20 +67,23 @@ pub fn spend_table(rows: &[SpendRow]) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {}x | {}x | {}x | {} |",
+            "| {} | {} | {} | {}× | {}× | {}× | {} |",
             r.operation,
             r.name,
             r.status,
             r.day,
             r.week,
             r.total,
-            r.budget.map_or("—".to_string(), |b| format!("{b}x"))
+            r.budget.map_or("—".to_string(), |b| format!("{b}×"))
         );
     }
-    let (day, week) = rows
-        .iter()
-        .fold((0, 0), |(d, w), r| (d + r.day, w + r.week));
-    let _ = writeln!(out, "| **all** | | | **{day}x** | **{week}x** | | |");
+    let (day, week, total) = rows.iter().fold((0, 0, 0), |(d, w, t), r| {
+        (d + r.day, w + r.week, t + r.total)
+    });
+    let _ = writeln!(
+        out,
+        "| **all** | | | **{day}×** | **{week}×** | **{total}×** | |"
+    );
     out
 }
 

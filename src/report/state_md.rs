@@ -49,12 +49,12 @@ pub fn supervisor_state_md(
     );
     let _ = writeln!(
         out,
-        "max_retries: {}\nRelative cost spent: {}x{}\n",
+        "max_retries: {}\nRelative cost spent: {}×{}\n",
         st.config.max_retries,
         st.cost_spent,
         st.config
             .budget
-            .map(|b| format!(" of {b}x budget"))
+            .map(|b| format!(" of {b}× budget"))
             .unwrap_or_default()
     );
     if let Some(w) = &st.workflow {

@@ -176,7 +176,7 @@ pub fn status_table_linked(
     let _ = writeln!(out, "Blocked work units: {blocked}");
     let _ = writeln!(out, "Next event: {}", next_event(st));
     if let Some(b) = st.config.budget {
-        let _ = writeln!(out, "Relative cost: {}x of {b}x budget", st.cost_spent);
+        let _ = writeln!(out, "Relative cost: {}× of {b}× budget", st.cost_spent);
     }
     let notices = blocked_notices(st);
     if !notices.is_empty() {
@@ -243,11 +243,11 @@ pub fn completion_summary(st: &OperationState) -> String {
         total += cost;
         let _ = writeln!(
             out,
-            "| {} | {sprints} | {dispatches} | {cost}x |",
+            "| {} | {sprints} | {dispatches} | {cost}× |",
             tier.as_str()
         );
     }
-    let _ = writeln!(out, "\nTotal relative cost: {total}x (baseline: haiku = 1x; every dispatch counts, retries included)");
+    let _ = writeln!(out, "\nTotal relative cost: {total}× (baseline: haiku = 1×; every dispatch counts, retries included)");
     out
 }
 
