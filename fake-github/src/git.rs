@@ -355,7 +355,13 @@ impl Repo {
         std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
         let src = self.path.display().to_string();
         let dst = into.display().to_string();
-        git(parent, &["clone", "-q", "--no-checkout", &src, &dst])?;
+        // Through git's transport, not a copy of the object directory: a
+        // push landing meanwhile has a quarantine directory there that a
+        // copying clone can see appear and vanish under it.
+        git(
+            parent,
+            &["clone", "-q", "--no-local", "--no-checkout", &src, &dst],
+        )?;
         git(into, &["checkout", "-q", rev])?;
         for (k, v) in [("user.name", BOT.0), ("user.email", BOT.1)] {
             git(into, &["config", k, v])?;
