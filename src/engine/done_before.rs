@@ -10,7 +10,7 @@
 //! progress file's word with no named file missing.
 
 use crate::engine::{AlreadyDone, CriterionOutcome, CriterionResult, ProgressMarker};
-use crate::plan::{Assertion, Criterion, FileRole, Plan, Sprint, WorkUnit};
+use crate::plan::{Assertion, Criterion, FileRole, Plan, ReferencedFile, Sprint, WorkUnit};
 
 /// A file as a place found it at the starting commit.
 pub enum Found {
@@ -78,9 +78,7 @@ enum Judged {
 fn judge(plan: &Plan, unit: &WorkUnit, sprint: &Sprint, commit: &mut dyn StartingCommit) -> Judged {
     let mut unread = Vec::new();
     let mut marker = None;
-    for f in plan.referenced_files.iter().filter(|f| {
-        f.role == FileRole::Progress && f.unit.as_deref().is_none_or(|u| u == unit.name)
-    }) {
+    for f in progress_files(plan, unit) {
         match commit.read(&f.path) {
             Found::File(bytes) => {
                 marker = marker.or(marker_in(
@@ -227,6 +225,17 @@ pub fn check_assertion(
                 )
             }
         }
+    })
+}
+
+/// The progress files the plan names for `unit` (its own, and the plan's
+/// shared ones).
+pub fn progress_files<'a>(
+    plan: &'a Plan,
+    unit: &'a WorkUnit,
+) -> impl Iterator<Item = &'a ReferencedFile> {
+    plan.referenced_files.iter().filter(move |f| {
+        f.role == FileRole::Progress && f.unit.as_deref().is_none_or(|u| u == unit.name)
     })
 }
 

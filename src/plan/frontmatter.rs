@@ -15,6 +15,11 @@ pub fn with_feature_name(source: &str, name: &str) -> String {
         .trim()
         .to_string();
     let line = format!("feature_name: {name}");
+    // A byte-order mark stays first, where the reader expects it, and the
+    // block is looked for after it.
+    if let Some(rest) = source.strip_prefix('\u{feff}') {
+        return format!("\u{feff}{}", with_feature_name(rest, &name));
+    }
     let Some(block) = leading_block(source) else {
         return format!("---\n{line}\n---\n\n{source}");
     };
@@ -78,6 +83,11 @@ mod tests {
         assert_eq!(
             with_feature_name(&with, "Brave Otter"),
             format!("---\nowner: ana\nfeature_name: Brave Otter\n---\n{PLAN}")
+        );
+        let bom = format!("\u{feff}---\nowner: ana\n---\n{PLAN}");
+        assert_eq!(
+            with_feature_name(&bom, "Brave Otter"),
+            format!("\u{feff}---\nowner: ana\nfeature_name: Brave Otter\n---\n{PLAN}")
         );
         let named = format!("---\nfeature_name: Old Name\r\nowner: ana\r\n---\r\n{PLAN}");
         assert_eq!(

@@ -253,6 +253,14 @@ impl Checkout {
             .map(str::to_string)
             .collect()
     }
+
+    /// "<unit> <sprint>" of each agent run, in order.
+    pub fn sprints_run(&self) -> Vec<String> {
+        self.invocations()
+            .iter()
+            .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+            .collect()
+    }
 }
 
 /// A small deterministic generator (xorshift64), so that a failing seed can

@@ -3,7 +3,7 @@
 //! agent ran (a local worktree or an Actions runner), never on a server.
 
 use crate::contract::results_path;
-use crate::engine::done_before::{check_assertion, marker_in, Found};
+use crate::engine::done_before::{check_assertion, marker_in, progress_files, Found};
 use crate::engine::{CriterionOutcome, CriterionResult, ProgressMarker};
 use crate::plan::{Criterion, Plan, Sprint, WorkUnit};
 use std::io::Read;
@@ -97,17 +97,28 @@ pub fn tail(text: &str, max: usize) -> String {
     text[start..].to_string()
 }
 
+/// A command criterion run in `dir`: it passes on exit status 0 with the
+/// expected output, if the plan gives one. None for a criterion without a
+/// command.
+pub fn check_command(
+    c: &Criterion,
+    dir: &Path,
+    timeout: Duration,
+) -> Option<(CriterionOutcome, String)> {
+    let (ok, out) = run_shell(c.command.as_deref()?, dir, timeout);
+    Some(match (ok, &c.expected) {
+        (true, Some(exp)) if !out.contains(exp.trim()) => (
+            CriterionOutcome::Failed,
+            format!("output does not contain `{}`", exp.trim()),
+        ),
+        (true, _) => (CriterionOutcome::Passed, String::new()),
+        (false, _) => (CriterionOutcome::Failed, tail(&out, 500)),
+    })
+}
+
 fn check(c: &Criterion, dir: &Path, root: &Path, timeout: Duration) -> (CriterionOutcome, String) {
-    if let Some(cmd) = &c.command {
-        let (ok, out) = run_shell(cmd, dir, timeout);
-        return match (ok, &c.expected) {
-            (true, Some(exp)) if !out.contains(exp.trim()) => (
-                CriterionOutcome::Failed,
-                format!("output does not contain `{}`", exp.trim()),
-            ),
-            (true, _) => (CriterionOutcome::Passed, String::new()),
-            (false, _) => (CriterionOutcome::Failed, tail(&out, 500)),
-        };
+    if let Some(result) = check_command(c, dir, timeout) {
+        return result;
     }
     match &c.assertion {
         Some(a) => {
@@ -162,12 +173,7 @@ pub fn progress_marker(
     sprint: &Sprint,
     root: &Path,
 ) -> Option<ProgressMarker> {
-    plan.referenced_files
-        .iter()
-        .filter(|f| {
-            f.role == crate::plan::FileRole::Progress
-                && f.unit.as_deref().is_none_or(|u| u == unit.name)
-        })
+    progress_files(plan, unit)
         .filter_map(|f| match read_found(root, &f.path) {
             Found::File(b) => marker_in(&String::from_utf8_lossy(&b), sprint.id.as_str()),
             _ => None,

@@ -637,13 +637,9 @@ impl done_before::StartingCommit for Checkout<'_> {
     }
 
     fn run(&mut self, unit: &WorkUnit, c: &Criterion) -> Option<bool> {
-        let cmd = c.command.as_deref()?;
         let dir = criteria::criteria_dir(self.root, unit);
-        let (ok, out) = criteria::run_shell(cmd, &dir, self.timeout);
-        Some(match (&c.expected, ok) {
-            (Some(exp), true) => out.contains(exp.trim()),
-            (_, ok) => ok,
-        })
+        criteria::check_command(c, &dir, self.timeout)
+            .map(|(outcome, _)| outcome == engine::CriterionOutcome::Passed)
     }
 }
 
