@@ -5,6 +5,7 @@
 //! handles the event through the same handler as `supervise serve`, makes
 //! one pass over every operation, and exits; the Action then saves the store.
 
+use crate::github::payload::{CommentEvent, DispatchEvent};
 use crate::github::GitHub;
 use crate::place::github::handle::Handler;
 use crate::place::github::{InstallationLimits, OpTimings, Operations};
@@ -58,16 +59,8 @@ fn app_id(text: &str) -> Result<Option<u64>, String> {
 /// it is seen and answered where it belongs) and handled as that person's
 /// comment — authorised against their role like any other. Without a command,
 /// the run only reconciles.
-async fn dispatch_as_comment(
-    handler: &Handler,
-    v: &serde_json::Value,
-) -> Result<Option<serde_json::Value>> {
-    let inputs = &v["inputs"];
-    let Some(command) = inputs["command"]
-        .as_str()
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-    else {
+async fn dispatch_as_comment(handler: &Handler, ev: DispatchEvent) -> Result<Option<CommentEvent>> {
+    let Some(command) = ev.command else {
         return Ok(None);
     };
     let allowed = || {
@@ -85,48 +78,37 @@ async fn dispatch_as_comment(
             allowed().collect::<Vec<_>>().join(", ")
         ));
     }
-    let issue: i64 = inputs["issue"]
-        .as_str()
-        .map(str::trim)
-        .and_then(|s| s.trim_start_matches('#').parse().ok())
-        .or_else(|| inputs["issue"].as_i64())
-        .ok_or_else(|| anyhow!("workflow_dispatch: the `issue` input (the issue number the operation reports on) is required with `command`"))?;
-    let repo = v["repository"]["full_name"]
-        .as_str()
-        .ok_or_else(|| anyhow!("workflow_dispatch: the payload names no repository"))?;
-    let sender = v["sender"]["login"]
-        .as_str()
-        .ok_or_else(|| anyhow!("workflow_dispatch: the payload names no sender"))?;
-    let plan = inputs["plan"]
-        .as_str()
-        .map(str::trim)
-        .filter(|p| !p.is_empty());
-    let text = match (command, plan) {
+    let issue = ev.issue.ok_or_else(|| anyhow!("workflow_dispatch: the `issue` input (the issue number the operation reports on) is required with `command`"))?;
+    let text = match (command.as_str(), ev.plan.as_deref()) {
         ("start", Some(p)) => format!("/supervise start {p}"),
         (c, _) => format!("/supervise {c}"),
     };
     let r = crate::github::repo::Repo {
         gh: &handler.github,
         installation: 0,
-        name: repo,
+        name: &ev.repo,
     };
     let id = r
         .comment(
             issue,
-            &format!("{text}\n\n_Requested by {sender} from a workflow run._"),
+            &format!(
+                "{text}\n\n_Requested by {} from a workflow run._",
+                ev.sender
+            ),
         )
         .await?;
-    Ok(Some(serde_json::json!({
-        "action": "created",
-        "comment": {
-            "id": id,
-            "body": text,
-            "created_at": chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-            "user": { "login": sender, "type": "User" },
-        },
-        "issue": { "number": issue },
-        "repository": { "full_name": repo },
-    })))
+    Ok(Some(CommentEvent {
+        action: "created".into(),
+        installation: None,
+        repo: ev.repo,
+        issue,
+        is_pull_request: false,
+        comment_id: id,
+        body: text,
+        created_at: Some(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+        login: ev.sender,
+        kind: "User".into(),
+    }))
 }
 
 pub fn run(args: ActionArgs) -> Result<i32> {
@@ -194,10 +176,10 @@ pub fn run(args: ActionArgs) -> Result<i32> {
             }
             // Run from the Actions tab or `gh workflow run` with a command.
             "workflow_dispatch" => {
-                let v: serde_json::Value =
-                    serde_json::from_str(&payload).context("the event payload is not JSON")?;
-                if let Some(event) = dispatch_as_comment(&handler, &v).await? {
-                    handler.comment(&event.to_string()).await?;
+                let ev = DispatchEvent::parse(&payload)
+                    .map_err(|e| anyhow!("workflow_dispatch: {e}"))?;
+                if let Some(event) = dispatch_as_comment(&handler, ev).await? {
+                    handler.comment_event(event).await?;
                 }
             }
             // `schedule`: the pass below is the work.

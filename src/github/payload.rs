@@ -177,6 +177,99 @@ impl CheckSuiteEvent {
     }
 }
 
+/// A `workflow_run` event: the run it is about, read as the REST answer for a
+/// run is (the webhook carries the same object).
+#[derive(Debug, Clone)]
+pub struct WorkflowRunEvent {
+    /// `requested`, `in_progress` or `completed`.
+    pub action: String,
+    pub run: crate::github::repo::WorkflowRun,
+}
+
+impl WorkflowRunEvent {
+    /// A `workflow_run` payload; the error says what is missing.
+    pub fn parse(payload: &str) -> Result<WorkflowRunEvent, String> {
+        #[derive(Deserialize)]
+        struct Raw {
+            action: String,
+            workflow_run: serde_json::Value,
+        }
+        let r: Raw = serde_json::from_str(payload)
+            .map_err(|e| format!("not a workflow_run payload: {e}"))?;
+        crate::github::repo::WorkflowRun::from_payload(&r.workflow_run)
+            .map(|run| WorkflowRunEvent {
+                action: r.action,
+                run,
+            })
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A `workflow_dispatch` event (the Action's door): who dispatched it, in
+/// which repository, and the inputs the supervisor reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchEvent {
+    pub repo: String,
+    pub sender: String,
+    /// The command's text (`start`, `solve debug-only`), trimmed; `None` when
+    /// empty or absent (the run only reconciles).
+    pub command: Option<String>,
+    /// The issue input as given: a number, `#12`, or absent.
+    pub issue: Option<i64>,
+    /// The plan's path for `start`, trimmed; `None` when empty.
+    pub plan: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawDispatch {
+    #[serde(default)]
+    inputs: Option<serde_json::Map<String, serde_json::Value>>,
+    repository: RawRepo,
+    sender: RawUser,
+}
+
+impl DispatchEvent {
+    /// A `workflow_dispatch` payload; the error says which field is missing.
+    /// Inputs arrive as strings from the Actions tab and may be numbers from
+    /// the REST API: both are read.
+    pub fn parse(payload: &str) -> Result<DispatchEvent, String> {
+        let r: RawDispatch = serde_json::from_str(payload)
+            .map_err(|e| format!("not a workflow_dispatch payload: {e}"))?;
+        let inputs = r.inputs.unwrap_or_default();
+        let text = |k: &str| {
+            inputs
+                .get(k)
+                .and_then(|v| v.as_str())
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        let issue = match inputs.get("issue") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Number(n)) => n.as_i64(),
+            Some(serde_json::Value::String(s)) if s.trim().is_empty() => None,
+            Some(serde_json::Value::String(s)) => Some(
+                s.trim()
+                    .trim_start_matches('#')
+                    .parse()
+                    .map_err(|_| format!("the `issue` input `{s}` is not an issue number"))?,
+            ),
+            Some(other) => {
+                return Err(format!(
+                    "the `issue` input `{other}` is not an issue number"
+                ))
+            }
+        };
+        Ok(DispatchEvent {
+            repo: r.repository.full_name,
+            sender: r.sender.login,
+            command: text("command"),
+            issue,
+            plan: text("plan"),
+        })
+    }
+}
+
 /// What intake reads of any delivery before storing it: the installation, the
 /// action, and the ids its dedupe key is made of. Each is `None` unless it is
 /// there with the expected type (`installation.id` an integer, say), as
@@ -403,5 +496,45 @@ mod delivery_keys_tests {
             );
         }
         assert!(DeliveryKeys::read(b"{} trailing").is_err());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DispatchEvent, WorkflowRunEvent};
+
+    fn dispatch(inputs: &str) -> Result<DispatchEvent, String> {
+        DispatchEvent::parse(&format!(
+            r#"{{"inputs":{inputs},"repository":{{"full_name":"o/r"}},"sender":{{"login":"ann"}}}}"#
+        ))
+    }
+
+    #[test]
+    fn a_dispatch_reads_its_inputs_as_the_actions_tab_and_the_api_give_them() {
+        let tab = dispatch(r##"{"command":" start ","issue":"#12","plan":" "}"##).unwrap();
+        assert_eq!(tab.command.as_deref(), Some("start"));
+        assert_eq!(tab.issue, Some(12));
+        assert_eq!(tab.plan, None, "an empty plan input is no plan");
+        assert_eq!((tab.repo.as_str(), tab.sender.as_str()), ("o/r", "ann"));
+        assert_eq!(dispatch(r#"{"issue":7}"#).unwrap().issue, Some(7));
+        let bare = dispatch("null").unwrap();
+        assert_eq!((bare.command, bare.issue), (None, None));
+        let wrong = dispatch(r#"{"issue":"twelve"}"#).unwrap_err();
+        assert!(wrong.contains("`twelve` is not an issue number"), "{wrong}");
+        assert!(
+            DispatchEvent::parse(r#"{"inputs":{}}"#).is_err(),
+            "no repository"
+        );
+    }
+
+    #[test]
+    fn a_workflow_run_event_keeps_its_action_and_run() {
+        let ev = WorkflowRunEvent::parse(
+            r#"{"action":"completed","workflow_run":{"id":5,"display_title":"supervise d/1","status":"completed","conclusion":"success","html_url":"https://x/5"}}"#,
+        )
+        .unwrap();
+        assert_eq!((ev.action.as_str(), ev.run.id), ("completed", 5));
+        assert_eq!(ev.run.conclusion.as_deref(), Some("success"));
+        assert!(WorkflowRunEvent::parse(r#"{"action":"completed"}"#).is_err());
     }
 }

@@ -740,6 +740,16 @@ impl Repo<'_> {
         Ok(made.id)
     }
 
+    /// Reacts to a comment (`eyes`: seen, and being acted on). Reacting
+    /// twice is harmless: GitHub answers with the reaction already there.
+    pub async fn react(&self, comment: i64, content: &str) -> Result<(), GitHubError> {
+        self.send(
+            &format!("/issues/comments/{comment}/reactions"),
+            json!({ "content": content }),
+        )
+        .await
+    }
+
     /// The comment on `issue` (since `since`) carrying `marker`: (id, body).
     async fn marked(
         &self,

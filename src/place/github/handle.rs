@@ -9,7 +9,7 @@ use crate::commands::auth::{self, Actor, Permission, Policy, Verdict};
 use crate::commands::{help_text, parse_comment, Command, ParseError};
 use crate::engine::naming;
 use crate::engine::Input;
-use crate::github::payload::{CommentEvent, PullRequestEvent};
+use crate::github::payload::{CommentEvent, PullRequestEvent, WorkflowRunEvent};
 use crate::github::{GitHub, GitHubError};
 use crate::place::github::{OpError, Operations, Origin, WorkflowKind};
 use crate::store::sql::SqlStore;
@@ -71,6 +71,30 @@ impl Handler {
             }))
     }
 
+    /// What the repository's rules and the person's role allow for one
+    /// command. An unusable policy must not loosen a stricter one: only
+    /// `help` acts then, and anything else is refused with the reason.
+    fn verdict(
+        &self,
+        cmd: &Command,
+        actor: &Actor<'_>,
+        perm: &Result<Permission, String>,
+        policy: &Result<Policy, String>,
+    ) -> Verdict {
+        let e = match policy {
+            Ok(policy) => {
+                return auth::authorise(cmd, actor, perm.clone(), &self.bot_allow_list, policy)
+            }
+            Err(e) => e,
+        };
+        match auth::authorise(cmd, actor, perm.clone(), &self.bot_allow_list, &Policy::default()) {
+            Verdict::Allowed if *cmd != Command::Help => Verdict::Refused(format!(
+                "I did not act because `.github/supervise.yml` is not valid:\n\n```\n{e}\n```\nPlease fix it and say the command again."
+            )),
+            v => v,
+        }
+    }
+
     /// The one reply to a comment, whatever it held (posted once: a re-processed
     /// delivery finds it by its marker).
     async fn reply(&self, p: &Origin, text: &str) -> Result<(), GitHubError> {
@@ -86,7 +110,11 @@ impl Handler {
     /// is nothing to act on (an unusable payload, an edit or a deletion, no
     /// command).
     fn comment_to_act_on(&self, payload: &str) -> Option<ToActOn> {
-        let ev = usable(CommentEvent::parse(payload))?;
+        self.event_to_act_on(usable(CommentEvent::parse(payload))?)
+    }
+
+    /// [`Handler::comment_to_act_on`] for a comment already read.
+    fn event_to_act_on(&self, ev: CommentEvent) -> Option<ToActOn> {
         // Only new comments act: edits and deletions never do.
         let installation = self
             .installation(ev.installation)
@@ -129,16 +157,29 @@ impl Handler {
         }
     }
 
-    /// Acts on one stored delivery.
+    /// Acts on one stored `issue_comment` delivery.
     pub async fn comment(&self, payload: &str) -> Result<(), OpError> {
-        let Some(ToActOn {
+        match self.comment_to_act_on(payload) {
+            Some(act) => self.act_on(act).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Acts on a comment already read (the Action's `workflow_dispatch`
+    /// posts one and hands it on as it is, not as JSON to read again).
+    pub async fn comment_event(&self, ev: CommentEvent) -> Result<(), OpError> {
+        match self.event_to_act_on(ev) {
+            Some(act) => self.act_on(act).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn act_on(&self, act: ToActOn) -> Result<(), OpError> {
+        let ToActOn {
             ev,
             installation,
             commands,
-        }) = self.comment_to_act_on(payload)
-        else {
-            return Ok(());
-        };
+        } = act;
         let place = Origin {
             installation,
             repo: ev.repo.clone(),
@@ -163,14 +204,7 @@ impl Handler {
         for (n, parsed) in commands.into_iter().take(MAX_COMMANDS).enumerate() {
             // A mistake is answered like `help`: to anyone who may read the repository.
             let cmd = parsed.clone().unwrap_or(Command::Help);
-            let verdict = match &policy {
-            Ok(policy) => auth::authorise(&cmd, &actor, perm.clone(), &self.bot_allow_list, policy),
-            // An unusable policy must not loosen a stricter one: only `help` acts.
-            Err(e) => match auth::authorise(&cmd, &actor, perm.clone(), &self.bot_allow_list, &Policy::default()) {
-                Verdict::Allowed if cmd != Command::Help => Verdict::Refused(format!("I did not act because `.github/supervise.yml` is not valid:\n\n```\n{e}\n```\nPlease fix it and say the command again.")),
-                v => v,
-            },
-        };
+            let verdict = self.verdict(&cmd, &actor, &perm, &policy);
             match verdict {
                 Verdict::Ignored => continue,
                 Verdict::Refused(_) if stranger => {
@@ -183,12 +217,9 @@ impl Handler {
                 _ => {}
             }
             if answers.is_empty() {
-                let path = format!(
-                    "/repos/{}/issues/comments/{}/reactions",
-                    place.repo, place.comment
-                );
-                self.github
-                    .post(installation, &path, &json!({ "content": "eyes" }))
+                place
+                    .repo(&self.github)
+                    .react(place.comment, "eyes")
                     .await?;
             }
             let text = match (verdict, parsed) {
@@ -312,10 +343,10 @@ impl Handler {
 
     /// A `workflow_run` delivery: one of our agent runs started or finished.
     pub async fn workflow_run(&self, payload: &str) -> Result<(), OpError> {
-        let Ok(v) = serde_json::from_str::<Value>(payload) else {
-            return Ok(());
-        };
-        self.ops.workflow_run(&v).await
+        match usable(WorkflowRunEvent::parse(payload)) {
+            Some(ev) => self.ops.workflow_run(ev).await,
+            None => Ok(()),
+        }
     }
 
     /// `/supervise breakdown [doc]`: the issue's text (or the document on the

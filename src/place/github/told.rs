@@ -5,9 +5,10 @@
 use super::{
     integration_branch, report, settings, AwaitingCi, Decided, DispatchId, GitHubError, Input,
     OpContext, OpError, OperationId, OperationRow, Operations, Origin, OverallStatus, Refusal,
-    Repo, RunRow, Settings, SqlError, Workflow, WorkflowKind, WorkflowRun, DEFAULT_WORKFLOW,
+    Repo, RunRow, Settings, SqlError, Workflow, WorkflowKind, DEFAULT_WORKFLOW,
 };
 use crate::engine::done_before::{self, Found, StartingCommit};
+use crate::github::payload::WorkflowRunEvent;
 use crate::sync::LockExt;
 
 impl Operations {
@@ -407,14 +408,8 @@ impl Operations {
     // ----- webhooks ----------------------------------------------------------
 
     /// A `workflow_run` webhook: a run of ours started or finished.
-    pub async fn workflow_run(&self, payload: &serde_json::Value) -> Result<(), OpError> {
-        let run = match WorkflowRun::from_payload(&payload["workflow_run"]) {
-            Ok(run) => run,
-            Err(e) => {
-                tracing::warn!(error = %e, "an unusable workflow_run event; dropped");
-                return Ok(());
-            }
-        };
+    pub async fn workflow_run(&self, ev: WorkflowRunEvent) -> Result<(), OpError> {
+        let run = ev.run;
         let row = match self.store.run_by_id(run.id).await? {
             Some(r) => r,
             None => {
@@ -447,8 +442,8 @@ impl Operations {
                     ..row.clone()
                 })
                 .await?;
-            match payload["action"].as_str() {
-                Some("completed") => {
+            match ev.action.as_str() {
+                "completed" => {
                     self.finish(
                         &mut live,
                         &dispatch,
@@ -457,7 +452,7 @@ impl Operations {
                     )
                     .await?
                 }
-                Some("in_progress") => live
+                "in_progress" => live
                     .driver
                     .queue
                     .push_back(Input::AgentStarted { dispatch }),
