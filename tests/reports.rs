@@ -152,3 +152,29 @@ fn human_checked_criteria_need_a_person_and_are_neither_pass_nor_failure() {
         assert!(md.contains(section), "missing {section}");
     }
 }
+
+/// The web view's timeline of the same run: one bar per attempt coloured by
+/// tier, the retries of the BLOCKED unit in its red row, the critical path
+/// marked. Drawn on the server, so it is a snapshot like every report.
+#[test]
+fn the_web_timeline_of_a_run_with_a_retry_and_a_blocked_unit() {
+    let sim = mid_run();
+    insta::assert_snapshot!(report::web::gantt::gantt_svg(sim.st(), sim.now).replace("><", ">\n<"));
+}
+
+/// The page's live part shows what an agent printed as text, never as markup.
+#[test]
+fn what_an_agent_printed_reaches_the_page_as_text() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    let mut hostile = failure();
+    hostile.output_tail = "<script>alert(1)</script><img src=x onerror=alert(2)>".into();
+    for _ in 0..3 {
+        sim.finish("docs", hostile.clone());
+    }
+    let html = report::web::live_fragment(sim.st(), &report::web::Origin::local(), sim.now);
+    assert!(
+        !html.contains("<script") && !html.contains("<img"),
+        "{html}"
+    );
+    assert!(html.contains("BLOCKED: docs"), "{html}");
+}

@@ -45,6 +45,7 @@ ENDPOINTS = [
     ("post", "/repos/{owner}/{repo}/actions/workflows/{workflow_id}/dispatches"),
     ("get", "/repos/{owner}/{repo}/actions/workflows/{workflow_id}/runs"),
     ("get", "/repos/{owner}/{repo}/actions/runs/{run_id}"),
+    ("get", "/user"),
 ]
 
 

@@ -67,7 +67,13 @@ async fn busy(
 
 #[derive(Default)]
 pub(crate) struct Inner {
-    users: HashMap<String, (String, String)>,
+    pub(crate) users: HashMap<String, (String, String)>,
+    /// The App's sign-in credentials, once a test sets them.
+    pub(crate) oauth_app: Option<signin::OAuthApp>,
+    /// Codes given to browsers: code → (login, redirect URI).
+    pub(crate) oauth_codes: HashMap<String, (String, String)>,
+    /// User tokens: token → login.
+    pub(crate) user_tokens: HashMap<String, String>,
     pub(crate) comments: Vec<Comment>,
     pub(crate) api: api::ApiState,
     reactions: Vec<(i64, String, String)>,
@@ -171,6 +177,7 @@ mod paging;
 mod quota;
 mod record;
 mod shapes;
+mod signin;
 pub use api::{Access, CheckRun, Issue, Job, Pull, Run, RunsIf};
 
 impl FakeGitHub {
@@ -189,6 +196,15 @@ impl FakeGitHub {
             .lock()
             .users
             .insert(login.to_string(), (role.to_string(), kind.to_string()));
+    }
+
+    /// Lets the App sign people in with these credentials (its client id
+    /// and secret, from its settings page on GitHub).
+    pub fn set_oauth_app(&self, client_id: &str, client_secret: &str) {
+        self.inner.lock().oauth_app = Some(signin::OAuthApp {
+            client_id: client_id.into(),
+            client_secret: client_secret.into(),
+        });
     }
 
     /// Commits a file to a repository's default branch (creating the repository).
@@ -561,6 +577,12 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
             "/repos/{owner}/{repo}/issues/{n}/comments",
             get(list_comments).post(create_comment),
         )
+        .route(
+            "/login/oauth/authorize",
+            get(signin::authorize_page).post(signin::authorize),
+        )
+        .route("/login/oauth/access_token", post(signin::access_token))
+        .route("/user", get(signin::user))
         .route("/_fake/users", post(control_user))
         .route("/_fake/comments", post(control_comment))
         .route("/_fake/edit", post(control_edit))

@@ -7,6 +7,7 @@ pub mod publish_cmd;
 pub mod run_cmd;
 pub mod serve_cmd;
 pub mod terminal;
+pub mod web_cmd;
 pub mod workflow_cmd;
 
 use crate::engine::Input;
@@ -72,6 +73,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve a live web view of this plan's operation on 127.0.0.1.
+    #[command(
+        after_help = "Examples:\n  supervise web                 # then open http://127.0.0.1:8321/\n  supervise web --port 0        # any free port, printed"
+    )]
+    Web(web_cmd::WebArgs),
     /// What this plan's operations spent (relative cost: haiku 1, sonnet 10,
     /// opus 30 per dispatch unless configured): the last day, week and in all.
     #[command(
@@ -294,6 +300,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Solve(args) => workflow_cmd::solve(&args),
         Command::Manage(args) => workflow_cmd::manage(&args),
         Command::Status { plan, json } => run_cmd::status(plan.as_deref(), json),
+        Command::Web(args) => web_cmd::run(&args),
         Command::Spend { plan, json } => run_cmd::spend(plan.as_deref(), json),
         Command::Stop { plan } => run_cmd::command(plan.as_deref(), Input::Stop, "stop"),
         Command::Killall { plan } => run_cmd::command(plan.as_deref(), Input::Killall, "killall"),

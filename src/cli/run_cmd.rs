@@ -145,7 +145,7 @@ pub enum Mode {
 }
 
 /// Prints a plan or lookup error and gives the usage exit status.
-fn load(path: Option<&Path>) -> Result<Result<LoadedPlan, i32>> {
+pub(super) fn load(path: Option<&Path>) -> Result<Result<LoadedPlan, i32>> {
     let cwd = std::env::current_dir()?;
     match plan::locate(path, &cwd).and_then(|p| plan::load(&p)) {
         Ok(p) => Ok(Ok(p)),

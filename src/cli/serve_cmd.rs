@@ -3,7 +3,7 @@
 //! their environment values from `--help`).
 
 use crate::place::github::{InstallationLimits, OpTimings};
-use crate::server::run::{self, ServiceConfig};
+use crate::server::run::{self, ServiceConfig, WebSignIn};
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
 use secrecy::{ExposeSecret, SecretString};
@@ -90,6 +90,19 @@ pub struct ServeArgs {
     /// each replica its own when several share a host.
     #[arg(long, env = "SUPERVISE_REPLICA_ID")]
     pub replica_id: Option<String>,
+    /// The App's client id, for the web view's sign-in with GitHub (with
+    /// GITHUB_CLIENT_SECRET, or GITHUB_CLIENT_SECRET_PATH, and
+    /// SUPERVISE_PUBLIC_URL). Without them the web view is off.
+    #[arg(long, env = "GITHUB_CLIENT_ID")]
+    pub client_id: Option<String>,
+    /// This service's address as browsers reach it, e.g.
+    /// `https://supervise.example.com`: GitHub sends people back to its
+    /// `/login/callback` after they sign in.
+    #[arg(long, env = "SUPERVISE_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// GitHub's web address (GitHub Enterprise: yours).
+    #[arg(long, env = "GITHUB_WEB_URL", default_value = "https://github.com")]
+    pub github_web_url: String,
 }
 
 /// A secret from the environment variable `name`, else from the file named by
@@ -175,6 +188,41 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
     for s in &secrets {
         crate::scrub::register(s.expose_secret());
     }
+    let web = match (
+        args.client_id.clone().filter(|c| !c.trim().is_empty()),
+        secret_from_env("GITHUB_CLIENT_SECRET")?,
+        args.public_url.clone().filter(|u| !u.trim().is_empty()),
+    ) {
+        (Some(client_id), Some(secret), Some(public_url)) => {
+            crate::scrub::register(&secret);
+            let session_key = secret_from_env("SUPERVISE_SESSION_KEY")?;
+            if let Some(k) = &session_key {
+                crate::scrub::register(k);
+            }
+            Some(WebSignIn {
+                client_id,
+                client_secret: SecretString::from(secret),
+                web_url: args.github_web_url.clone(),
+                public_url,
+                session_key: session_key.map(SecretString::from),
+            })
+        }
+        (None, None, None) => None,
+        (id, secret, url) => {
+            let missing: Vec<&str> = [
+                (id.is_none(), "GITHUB_CLIENT_ID"),
+                (secret.is_none(), "GITHUB_CLIENT_SECRET"),
+                (url.is_none(), "SUPERVISE_PUBLIC_URL"),
+            ]
+            .into_iter()
+            .filter_map(|(m, name)| m.then_some(name))
+            .collect();
+            return Err(anyhow!(
+                "the web view needs {} as well (or none of the three, to leave it off)",
+                missing.join(" and ")
+            ));
+        }
+    };
     let min_days = crate::store::sql::MIN_RETENTION.as_secs() / 86_400;
     let delivery_retention = match args.delivery_retention_days {
         0 => None,
@@ -218,6 +266,7 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
                 lease: Duration::from_secs(args.lease_secs.max(1)),
             },
             delivery_retention,
+            web,
             limits: InstallationLimits {
                 daily_budget: args.installation_daily_budget,
                 costs: args.costs,

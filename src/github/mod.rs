@@ -121,6 +121,7 @@ pub mod answers;
 pub mod etags;
 pub mod payload;
 pub mod repo;
+pub mod signin;
 
 pub struct GitHub {
     app: Octocrab,

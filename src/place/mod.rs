@@ -13,3 +13,4 @@
 
 pub mod github;
 pub mod local;
+pub mod views;

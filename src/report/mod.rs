@@ -8,6 +8,7 @@ pub mod plan_check;
 mod spend;
 mod state_md;
 mod status;
+pub mod web;
 
 pub use complete::{complete_file_name, complete_md, final_summary, verification, Verification};
 pub use spend::{

@@ -7,3 +7,4 @@ pub mod retention;
 pub mod run;
 pub mod service;
 pub mod signature;
+pub mod web;

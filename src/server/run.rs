@@ -5,12 +5,14 @@
 
 use super::listen;
 use super::service::{self, Service};
+use super::web::session::Sessions;
+use super::web::{self, Access, Web};
 use crate::github::GitHub;
 use crate::place::github::{InstallationLimits, OpTimings, Operations};
 use crate::store::sql::SqlStore;
 use anyhow::{Context, Result};
 use metrics_exporter_prometheus::PrometheusHandle;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -40,6 +42,23 @@ pub struct ServiceConfig {
     pub metrics: Option<PrometheusHandle>,
     /// How long finished deliveries are kept; `None`: for ever.
     pub delivery_retention: Option<std::time::Duration>,
+    /// The web view's sign-in with GitHub; `None`: the pages say how to
+    /// turn it on, and show nothing else.
+    pub web: Option<WebSignIn>,
+}
+
+/// What the web view needs to sign people in with GitHub: the App's client
+/// id and secret (its settings page), where GitHub is, and where people
+/// reach this service.
+pub struct WebSignIn {
+    pub client_id: String,
+    pub client_secret: SecretString,
+    /// `https://github.com`, or GitHub Enterprise's address.
+    pub web_url: String,
+    /// This service's address as browsers reach it (`https://…`).
+    pub public_url: String,
+    /// Signs the cookies; a random key when `None` (sessions end with the process).
+    pub session_key: Option<SecretString>,
 }
 
 /// Serves on `listener` until `shutdown` resolves, then stops the workers
@@ -99,6 +118,7 @@ pub async fn run(
         .context("loading the operations in progress")?;
     tracing::info!(operations = loaded, "operations loaded");
     ops.spawn_timer();
+    let views = ops.views();
     let svc = Service::new(
         store,
         github,
@@ -119,7 +139,25 @@ pub async fn run(
         max_connections = limits.max_connections,
         "supervise serve listening"
     );
-    listen::serve(listener, service::router(svc.clone()), limits, shutdown).await;
+    let pages = match &config.web {
+        Some(w) => {
+            let signin = crate::github::signin::SignIn::new(
+                &w.web_url,
+                &config.api_url,
+                &w.client_id,
+                w.client_secret.clone(),
+            )?;
+            let sessions = Sessions::new(
+                signin,
+                &w.public_url,
+                w.session_key.as_ref().map(|k| k.expose_secret().as_bytes()),
+            );
+            web::router(Web::new(views, Access::GitHub(Arc::new(sessions))))
+        }
+        None => web::off_router(),
+    };
+    let app = service::router(svc.clone()).merge(pages);
+    listen::serve(listener, app, limits, shutdown).await;
     tracing::info!("shutting down: stopping the workers");
     service::shut_down(&svc, limits.shutdown_grace).await;
     Ok(())

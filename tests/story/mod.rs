@@ -26,6 +26,9 @@ pub const REPO: &str = "acme/shop";
 /// `set_agent_workflow`): found nowhere afterwards.
 pub const CANARY_KEY: &str = "canary-model-key-5e1f0c9a7b3d2f8e";
 pub const ISSUE_TITLE: &str = "Ship the shop";
+/// The App's sign-in credentials the fake and the service share.
+pub const WEB_CLIENT_ID: &str = "Iv1.story";
+pub const WEB_CLIENT_SECRET: &str = "story-client-secret-2f6c";
 
 /// Three units in two layers: `web` needs `api` and `docs`.
 pub const PLAN: &str = "# Shop\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n| docs | docs | 0 |\n| web | web | 1 |\n\n\
@@ -179,6 +182,7 @@ impl Story {
         let fake = support::fake_github(Some(port), Some(github_dir)).await;
         fake.ensure_repo(REPO);
         fake.add_user("mia", "maintain", "User");
+        fake.set_oauth_app(WEB_CLIENT_ID, WEB_CLIENT_SECRET);
         if let Some(plan) = &setup.plan {
             fake.add_file(REPO, "EXECUTION_PLAN.md", plan);
             fake.add_file(REPO, ".github/supervise.yml", SETTINGS);
@@ -247,6 +251,13 @@ impl Story {
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
                 let config = ServiceConfig {
                     limits: self.limits,
+                    web: Some(run::WebSignIn {
+                        client_id: WEB_CLIENT_ID.into(),
+                        client_secret: SecretString::from(WEB_CLIENT_SECRET.to_string()),
+                        web_url: self.fake.url(),
+                        public_url: format!("http://localhost:{}", self.port),
+                        session_key: None,
+                    }),
                     ..in_process_config(
                         &self.fake.url(),
                         &self.db_url,
@@ -563,5 +574,6 @@ fn in_process_config(
         limits: Default::default(),
         metrics,
         delivery_retention: Some(supervise::store::sql::MIN_RETENTION),
+        web: None,
     }
 }

@@ -13,6 +13,18 @@ pub(super) async fn get_repo(
     Path((o, r)): Path<(String, String)>,
     h: HeaderMap,
 ) -> Response {
+    // A person's token (signed in to an App) sees the repository only
+    // where they have a role; GitHub says 404 otherwise, private or not.
+    if let Some(login) = crate::signin::user_of(&f, &h) {
+        if !crate::signin::may_read(&f, &login) {
+            return error(StatusCode::NOT_FOUND, "Not Found");
+        }
+        let name = format!("{o}/{r}");
+        let Some(repo) = f.repo(&name) else {
+            return error(StatusCode::NOT_FOUND, "Not Found");
+        };
+        return ok(json!({ "full_name": name, "default_branch": repo.default_branch }));
+    }
     let (name, repo) = enter!(f, "GET /repos/{o}/{r}", h, o, r);
     ok(json!({ "full_name": name, "default_branch": repo.default_branch }))
 }

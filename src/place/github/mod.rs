@@ -20,6 +20,7 @@ use crate::engine::{
 };
 use crate::github::repo::{Check, Repo, WorkflowRun};
 use crate::github::{GitHub, GitHubError};
+use crate::place::views::Views;
 use crate::report;
 use crate::settings::{self, MergeMode, Settings};
 use crate::store::sql::{OperationRow, RunRow, SqlError, SqlOutbox, SqlStore, UnitIssue};
@@ -258,6 +259,8 @@ pub struct Operations {
     limits: InstallationLimits,
     /// The loaded operations by id.
     live: Mutex<HashMap<String, LoadedOp>>,
+    /// What the web view shows of them.
+    views: Arc<Views>,
 }
 
 /// A loaded operation, and its repository, which can be read without the
@@ -341,7 +344,28 @@ impl Operations {
             timings,
             limits,
             live: Mutex::new(HashMap::new()),
+            views: Views::new(),
         })
+    }
+
+    /// The operations as the web view shows them.
+    pub fn views(&self) -> Arc<Views> {
+        self.views.clone()
+    }
+
+    /// Shows the operation's latest state to watchers.
+    fn show(&self, live: &Live) {
+        if let Some(st) = &live.driver.state {
+            let ctx = &live.place.ctx;
+            self.views.publish(
+                st,
+                &crate::report::web::Origin {
+                    repo: Some(ctx.repo.clone()),
+                    issue: Some(ctx.issue),
+                    web: None,
+                },
+            );
+        }
     }
 
     fn repo<'a>(&'a self, ctx: &'a OpContext) -> Repo<'a> {
@@ -387,6 +411,9 @@ impl Operations {
                 pulls: HashMap::new(),
             },
         }));
+        if let Ok(l) = live.try_lock() {
+            self.show(&l);
+        }
         Ok(self
             .live
             .locked()
@@ -553,7 +580,9 @@ impl Operations {
     /// again — at reconciliation only, so waiting costs few requests.
     async fn drive_with(&self, live: &mut Live, retry_waiting: bool) -> Result<(), OpError> {
         let (driver, outbox, mut exec) = self.split(live);
-        Ok(driver.drive(outbox, &mut exec, retry_waiting).await?)
+        let driven = driver.drive(outbox, &mut exec, retry_waiting).await;
+        self.show(live);
+        Ok(driven?)
     }
 
     /// The operation's driver and outbox, and an executor over its place.

@@ -1,0 +1,88 @@
+//! `supervise web`: the web view of this machine's operation of a plan,
+//! served on 127.0.0.1 only (no sign-in: whoever can reach the loopback
+//! can already read the plan's state directory). The page follows the
+//! operation live while `supervise run` works in another terminal: the
+//! state is read again whenever its log grows.
+
+use crate::place::local::supervisor;
+use crate::place::views::Views;
+use crate::report::web::Origin;
+use crate::server::web::{self, Access, Web};
+use crate::store::FileLedger;
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, clap::Args)]
+pub struct WebArgs {
+    /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
+    #[arg(long)]
+    pub plan: Option<PathBuf>,
+    /// The port on 127.0.0.1 (0: any free one, printed).
+    #[arg(long, default_value_t = 8321)]
+    pub port: u16,
+}
+
+/// How often the operation's log is looked at for growth.
+const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+pub fn run(args: &WebArgs) -> Result<i32> {
+    let plan = match super::run_cmd::load(args.plan.as_deref())? {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let log = supervisor::state_dir(&plan).join("events.jsonl");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
+            .await
+            .with_context(|| format!("listening on 127.0.0.1:{}", args.port))?;
+        let addr = listener.local_addr()?;
+        let views = Views::new();
+        tokio::spawn(follow(log.clone(), views.clone()));
+        println!(
+            "The web view of {} is at http://{addr}/ (Ctrl-C stops it).",
+            plan.path.display()
+        );
+        if !log.exists() {
+            println!("No operation has started for this plan yet; the page shows it once `supervise run` starts one.");
+        }
+        let app = web::router(Web::new(views, Access::Local));
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .context("serving the web view")?;
+        Ok(0)
+    })
+}
+
+/// Reads the operation's state again whenever its log changes.
+async fn follow(log: PathBuf, views: std::sync::Arc<Views>) {
+    let mut seen = None;
+    loop {
+        let now = std::fs::metadata(&log)
+            .ok()
+            .map(|m| (m.len(), m.modified().ok()));
+        if now.is_some() && now != seen {
+            let path = log.clone();
+            match tokio::task::spawn_blocking(move || FileLedger::read(path)).await {
+                Ok(Ok(loaded)) => {
+                    if let Some(st) = loaded.state {
+                        views.publish(&st, &Origin::local());
+                    }
+                    seen = now;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "cannot read the operation's log; trying again")
+                }
+                Err(e) => tracing::warn!(error = %e, "reading the operation's log stopped"),
+            }
+        }
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
+}

@@ -1,0 +1,82 @@
+//! What the places show of their operations to whoever watches (the web
+//! view): the latest state of each operation, published by the place after
+//! every step of its drive loop, read without touching the operation's own
+//! lock — a page never waits on an operation that waits on GitHub. A
+//! version counter that moves with every publication tells watchers to look.
+
+use crate::engine::OperationState;
+use crate::report::web::Origin;
+use crate::sync::LockExt;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+
+/// The most operations kept for watchers; beyond it the oldest finished
+/// ones are dropped (they are still in the store and in their reports).
+const MAX_SHOWN: usize = 1000;
+
+/// One operation as last published.
+#[derive(Clone)]
+pub struct Shown {
+    pub state: Arc<OperationState>,
+    pub origin: Origin,
+}
+
+#[derive(Default)]
+pub struct Views {
+    shown: Mutex<HashMap<String, Shown>>,
+    changes: watch::Sender<u64>,
+}
+
+impl Views {
+    pub fn new() -> Arc<Views> {
+        Arc::new(Views::default())
+    }
+
+    /// Records `state` unless the same version is already shown.
+    pub fn publish(&self, state: &OperationState, origin: &Origin) {
+        {
+            let mut shown = self.shown.locked();
+            if shown
+                .get(&state.id.0)
+                .is_some_and(|s| s.state.version == state.version && s.origin == *origin)
+            {
+                return;
+            }
+            shown.insert(
+                state.id.0.clone(),
+                Shown {
+                    state: Arc::new(state.clone()),
+                    origin: origin.clone(),
+                },
+            );
+            if shown.len() > MAX_SHOWN {
+                let oldest = shown
+                    .values()
+                    .filter(|s| s.state.finished_at.is_some())
+                    .min_by_key(|s| s.state.updated_at)
+                    .map(|s| s.state.id.0.clone());
+                if let Some(id) = oldest {
+                    shown.remove(&id);
+                }
+            }
+        }
+        self.changes.send_modify(|v| *v += 1);
+    }
+
+    /// Every operation shown, newest first.
+    pub fn all(&self) -> Vec<Shown> {
+        let mut all: Vec<Shown> = self.shown.locked().values().cloned().collect();
+        all.sort_by_key(|s| std::cmp::Reverse(s.state.started_at));
+        all
+    }
+
+    pub fn get(&self, id: &str) -> Option<Shown> {
+        self.shown.locked().get(id).cloned()
+    }
+
+    /// Moves with every publication.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}
