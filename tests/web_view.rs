@@ -140,6 +140,41 @@ async fn the_local_page_follows_a_run_live_and_shows_a_blocked_unit() {
     assert!(b.has("svg.gantt g.blocked[data-unit='docs']").await);
     b.shot("local-blocked").await;
     assert_accessible(&b, "the local operation page").await;
+    // The JSON API the page stands on: the list, and the operation's units
+    // with every attempt.
+    let port: u16 = url
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (status, list) = plain_get(port, "/api/v1/operations").await;
+    assert_eq!(status, 200, "{list}");
+    let body = |t: &str| -> serde_json::Value {
+        serde_json::from_str(t.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap()
+    };
+    let list = body(&list);
+    let op = list["operations"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(list["operations"][0]["blocked_units"][0], "docs", "{list}");
+    let (status, detail) = plain_get(port, &format!("/api/v1/operations/{op}")).await;
+    assert_eq!(status, 200);
+    let detail = body(&detail);
+    let docs = detail["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == "docs")
+        .unwrap();
+    assert_eq!(docs["status"], "BLOCKED");
+    let tiers: Vec<&str> = docs["sprints"][0]["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["tier"].as_str().unwrap())
+        .collect();
+    assert_eq!(tiers.len(), 3, "{detail}");
+    assert_ne!(tiers[0], tiers[2], "retries escalate: {tiers:?}");
     let _ = run.wait();
     b.close().await;
     let _ = web.kill();

@@ -8,7 +8,7 @@ use crate::place::local::supervisor;
 use crate::place::views::Views;
 use crate::report::web::Origin;
 use crate::server::web::{self, Access, Web};
-use crate::store::FileLedger;
+use crate::store::Follower;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -61,27 +61,28 @@ pub fn run(args: &WebArgs) -> Result<i32> {
     })
 }
 
-/// Reads the operation's state again whenever its log changes.
+/// Applies what the operation's log gains, as it gains it.
 async fn follow(log: PathBuf, views: std::sync::Arc<Views>) {
-    let mut seen = None;
+    let mut follower = Follower::default();
     loop {
-        let now = std::fs::metadata(&log)
-            .ok()
-            .map(|m| (m.len(), m.modified().ok()));
-        if now.is_some() && now != seen {
-            let path = log.clone();
-            match tokio::task::spawn_blocking(move || FileLedger::read(path)).await {
-                Ok(Ok(loaded)) => {
-                    if let Some(st) = loaded.state {
-                        views.publish(&st, &Origin::local());
-                    }
-                    seen = now;
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "cannot read the operation's log; trying again")
-                }
-                Err(e) => tracing::warn!(error = %e, "reading the operation's log stopped"),
+        let (back, looked) = tokio::task::spawn_blocking({
+            let log = log.clone();
+            move || {
+                let looked = follower.look(&log);
+                (follower, looked)
             }
+        })
+        .await
+        .expect("reading the log does not panic");
+        follower = back;
+        match looked {
+            Ok(true) => {
+                if let Some(st) = &follower.state {
+                    views.publish(st, &Origin::local());
+                }
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot read the operation's log; trying again"),
         }
         tokio::time::sleep(LOOK_EVERY).await;
     }

@@ -47,6 +47,68 @@ pub enum StoreError {
     },
 }
 
+/// A reader that follows a log as it grows (the web view of a local run):
+/// each look reads only the complete lines written since the last one and
+/// applies their events to the state it keeps.
+#[derive(Default)]
+pub struct Follower {
+    offset: u64,
+    /// The log's first bytes, as first read: another log in the same place
+    /// (the last one set aside, a new operation started) begins otherwise.
+    head: Vec<u8>,
+    pub state: Option<crate::engine::OperationState>,
+}
+
+impl Follower {
+    /// Reads what was appended to `path` since the last look; whether the
+    /// state changed. A log that shrank (set aside and started over) is
+    /// read again from its start.
+    pub fn look(&mut self, path: &Path) -> Result<bool, StoreError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let io = |source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io(e)),
+        };
+        let len = file.metadata().map_err(io)?.len();
+        let mut head = vec![0u8; self.head.len().min(len as usize)];
+        file.read_exact(&mut head).map_err(io)?;
+        if len < self.offset || head != self.head {
+            *self = Follower::default();
+        }
+        if len == self.offset {
+            return Ok(false);
+        }
+        file.seek(SeekFrom::Start(self.offset)).map_err(io)?;
+        let mut fresh = Vec::new();
+        file.take(len - self.offset)
+            .read_to_end(&mut fresh)
+            .map_err(io)?;
+        // Only complete lines: the last may still be being written.
+        let Some(end) = fresh.iter().rposition(|b| *b == b'\n') else {
+            return Ok(false);
+        };
+        let mut changed = false;
+        for line in fresh[..end].split(|b| *b == b'\n') {
+            if let Ok(Record::Decision { events, .. }) = serde_json::from_slice::<Record>(line) {
+                for e in &events {
+                    crate::engine::apply(&mut self.state, e);
+                }
+                changed |= !events.is_empty();
+            }
+        }
+        if self.offset == 0 {
+            self.head = fresh[..end.min(256)].to_vec();
+        }
+        self.offset += end as u64 + 1;
+        Ok(changed)
+    }
+}
+
 pub struct FileLedger {
     path: PathBuf,
     next_seq: u64,
@@ -230,6 +292,55 @@ impl Outbox for FileLedger {
 mod tests {
     use super::*;
     use crate::engine::{decide, EngineConfig, Input, OperationId};
+
+    #[test]
+    fn a_follower_reads_only_whole_new_lines_and_starts_over_on_a_new_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = crate::plan::parse(
+            "# P\n\n## Sprint 1: Implement x\n- [ ] `make` passes\n",
+            "p",
+        )
+        .unwrap();
+        let start = |id: &str| {
+            decide(
+                None,
+                Input::Start {
+                    operation: OperationId(id.into()),
+                    plan: Box::new(plan.clone()),
+                    config: EngineConfig::default(),
+                    seed: 1,
+                    workflow: None,
+                    already_done: Vec::new(),
+                },
+                chrono::Utc::now(),
+            )
+            .unwrap()
+        };
+        let mut l = FileLedger::new(dir.path());
+        let mut f = Follower::default();
+        assert!(!f.look(l.path()).unwrap(), "no log yet");
+        let d = start("one");
+        l.append(&d.events, &[]).unwrap();
+        // Half of the next line: not read until it is whole.
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(l.path())
+            .unwrap();
+        file.write_all(b"{\"record\":\"decis").unwrap();
+        assert!(f.look(l.path()).unwrap());
+        let st = f.state.clone().unwrap();
+        assert_eq!(
+            (st.id.0.as_str(), st.version),
+            ("one", d.events.len() as u64)
+        );
+        assert!(!f.look(l.path()).unwrap(), "nothing new");
+        // The log set aside and a new operation started: read from its start.
+        std::fs::write(l.path(), "").unwrap();
+        let mut l = FileLedger::new(dir.path());
+        l.append(&start("two").events, &[]).unwrap();
+        assert!(f.look(l.path()).unwrap());
+        assert_eq!(f.state.unwrap().id.0, "two");
+    }
 
     #[test]
     fn replays_and_keeps_undone_effects_and_survives_a_torn_line() {
