@@ -572,3 +572,56 @@ mod rewrites {
         }
     }
 }
+
+/// Three units; `docs` is in layer 1 though it declares no dependency.
+const SCOPED: &str = "# Tools\n\n| Work Unit | Directory | Layer | Dependencies |\n|---|---|---|---|\n| core | core | 0 | none |\n| api | api | 1 | core |\n| docs | docs | 1 | none |\n\n\
+## core\n### Sprint 1: Core types\n- Create `core/src/lib.rs`\n\n**Exit criteria**:\n- [ ] `cargo test -p core` passes\n\n\
+## api\n### Sprint 1: Handlers\n- Create `api/src/handlers.rs`\n\n**Exit criteria**:\n- [ ] It works correctly\n\n\
+## docs\n### Sprint 1: Guide\n- Write `docs/guide.md`\n\n**Exit criteria**:\n- [ ] `docs/guide.md` exists\n";
+
+#[test]
+fn evaluate_never_hands_a_unit_another_units_command_and_a_second_run_finds_nothing() {
+    use supervise::plan::tools::rewrite::evaluated;
+    let once = evaluated(&read(SCOPED), SCOPED, 50);
+    let api = once
+        .text
+        .split("## api")
+        .nth(1)
+        .unwrap()
+        .split("## docs")
+        .next()
+        .unwrap();
+    assert!(
+        !api.contains("-p core"),
+        "core's command given to api:\n{api}"
+    );
+    assert!(api.contains("`cargo test` passes"), "{api}");
+    assert!(once.criteria_fixed > 0, "{:?}", once.changes);
+    let twice = evaluated(&read(&once.text), &once.text, 50);
+    assert_eq!(twice.text, once.text, "{:?}", twice.changes);
+    assert_eq!(
+        (twice.criteria_fixed, twice.splits, twice.merges),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn prioritize_moves_a_unit_to_the_earliest_layer_its_declared_dependencies_allow() {
+    use supervise::plan::tools::rewrite::prioritized;
+    let rw = prioritized(&read(SCOPED), SCOPED);
+    assert!(
+        rw.text.contains("| docs | docs | 0 | none |"),
+        "{}",
+        rw.text
+    );
+    assert!(
+        rw.text.contains("| api | api | 1 | core |"),
+        "api needs core"
+    );
+    assert_eq!(
+        rw.layer_changes,
+        vec!["docs: layer 1 → 0 (its dependencies allow it)"]
+    );
+    let again = prioritized(&read(&rw.text), &rw.text);
+    assert!(again.layer_changes.is_empty(), "{:?}", again.layer_changes);
+}

@@ -47,7 +47,9 @@ fn as_json(bytes: &[u8]) -> Value {
 }
 
 pub async fn record(recorder: Recorder, req: Request, next: Next) -> Response {
-    if req.uri().path().starts_with("/_fake") || req.uri().path().starts_with("/login/") {
+    // Control endpoints, and github.com's pages (sign-in) a browser visits.
+    let path = req.uri().path();
+    if path.starts_with("/_fake") || path.starts_with("/login/") || path == "/favicon.ico" {
         return next.run(req).await;
     }
     let method = req.method().to_string();

@@ -177,7 +177,8 @@ pub(crate) async fn user(State(f): State<Shared>, headers: HeaderMap) -> Respons
     match user_of(&f, &headers) {
         Some(login) => {
             let id = login.bytes().map(u64::from).sum::<u64>();
-            Json(json!({ "login": login, "id": id, "type": "User" })).into_response()
+            Json(json!({ "login": login, "id": id, "type": "User", "user_view_type": "public" }))
+                .into_response()
         }
         None => error(StatusCode::UNAUTHORIZED, "Requires authentication"),
     }

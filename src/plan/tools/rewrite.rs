@@ -16,6 +16,7 @@ use layout::{
     Section,
 };
 use serde::Serialize;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// What a rewrite did, for the summary and the pull request's body.
@@ -34,21 +35,44 @@ pub struct Rewrite {
     pub changes: Vec<String>,
 }
 
-/// The check a test command makes, from the plan's own commands, else from
-/// the files its tasks name.
-fn plan_command(plan: &Plan) -> Option<String> {
-    let all = plan.work_units.iter().flat_map(|u| &u.sprints);
-    if let Some(c) = all
-        .clone()
-        .flat_map(|s| &s.exit_criteria)
-        .filter_map(|c| c.command.clone())
-        .find(|c| c.contains("test") || c.contains("build") || c.contains("check"))
+/// The test command for a unit's sprints: the unit's own; else one another
+/// unit uses that is not scoped to that unit (`cargo test -p core` is
+/// core's, never api's); else the usual one for the language of the files
+/// the unit's tasks (or, failing them, the plan's) name.
+fn unit_command(plan: &Plan, u: usize) -> Option<String> {
+    let is_check = |c: &String| c.contains("test") || c.contains("build") || c.contains("check");
+    let commands = |w: &crate::plan::WorkUnit| -> Vec<String> {
+        w.sprints
+            .iter()
+            .flat_map(|s| &s.exit_criteria)
+            .filter_map(|c| c.command.clone())
+            .filter(is_check)
+            .collect()
+    };
+    let unit = &plan.work_units[u];
+    if let Some(c) = commands(unit).into_iter().next() {
+        return Some(c);
+    }
+    if let Some(c) = plan
+        .work_units
+        .iter()
+        .filter(|w| w.name != unit.name)
+        .flat_map(|w| commands(w).into_iter().filter(move |c| !scoped_to(c, w)))
+        .next()
     {
         return Some(c);
     }
-    let files: Vec<&str> = all
-        .flat_map(|s| s.tasks.iter().flat_map(|t| file_names(t)))
-        .collect();
+    let files_of = |units: &mut dyn Iterator<Item = &crate::plan::WorkUnit>| -> Vec<String> {
+        units
+            .flat_map(|w| &w.sprints)
+            .flat_map(|s| s.tasks.iter().flat_map(|t| file_names(t)))
+            .map(str::to_string)
+            .collect()
+    };
+    let mut files = files_of(&mut std::iter::once(unit));
+    if files.is_empty() {
+        files = files_of(&mut plan.work_units.iter());
+    }
     let any = |ext: &[&str]| files.iter().any(|f| ext.iter().any(|e| f.ends_with(e)));
     if any(&[".rs"]) {
         Some("cargo test".into())
@@ -61,6 +85,26 @@ fn plan_command(plan: &Plan) -> Option<String> {
     } else {
         None
     }
+}
+
+/// Whether a command names a unit (its name or its directory as a word, or
+/// a path in its directory): it checks that unit, not another.
+fn scoped_to(cmd: &str, unit: &crate::plan::WorkUnit) -> bool {
+    let name = unit.name.to_lowercase();
+    let dir = unit
+        .directory
+        .as_deref()
+        .map(|d| d.trim_matches('/').to_lowercase())
+        .filter(|d| !d.is_empty() && d != ".");
+    cmd.to_lowercase()
+        .split(|c: char| c.is_whitespace() || c == '=' || c == ':')
+        .map(|w| w.trim_matches(['\'', '"', '`']))
+        .any(|w| {
+            w == name
+                || dir.as_deref().is_some_and(|d| {
+                    w == d || w.trim_start_matches("./").starts_with(&format!("{d}/"))
+                })
+        })
 }
 
 /// Whether a build or test command belongs to the language of the files a
@@ -252,7 +296,6 @@ fn fix_criteria(
 pub fn evaluated(plan: &Plan, source: &str, max_turns: u32) -> Rewrite {
     let ev = evaluate(plan, max_turns);
     let layout = Layout::new(plan, source);
-    let cmd = plan_command(plan);
     let mut rw = Rewrite {
         sprints_before: plan.work_units.iter().map(|u| u.sprints.len()).sum(),
         ..Rewrite::default()
@@ -273,6 +316,7 @@ pub fn evaluated(plan: &Plan, source: &str, max_turns: u32) -> Rewrite {
                 .sprints
                 .iter()
                 .all(|s| s.id.as_str().parse::<usize>().is_ok());
+        let cmd = unit_command(plan, u);
         let checks = &ev.sprints[k..k + unit.sprints.len()];
         k += unit.sprints.len();
         let sections: Vec<Option<Section>> = unit
@@ -677,13 +721,63 @@ fn is_label(line: &str) -> bool {
 /// The unit's row in the Work Units table gets its new sprint count, if the
 /// table has a Sprints column.
 fn set_sprint_count(emit: &mut [Option<String>], layout: &Layout, plan: &Plan, u: usize, n: usize) {
-    set_cell(
-        emit,
-        layout,
-        plan.work_units[u].line,
-        "sprints",
-        &n.to_string(),
-    );
+    let row = unit_row(layout, &plan.work_units[u]);
+    set_cell(emit, layout, row, "sprints", &n.to_string());
+}
+
+/// The 1-based line of the unit's row in a table of units: where the unit
+/// was read, when that is a table row; else the first table row whose first
+/// cell names it (a unit read from its heading that the table lists too).
+fn unit_row(layout: &Layout, unit: &crate::plan::WorkUnit) -> usize {
+    let is_row = |l: &str| l.trim_start().starts_with('|');
+    if layout
+        .lines
+        .get(unit.line.wrapping_sub(1))
+        .is_some_and(|l| is_row(l))
+    {
+        return unit.line;
+    }
+    let name = unit.name.to_lowercase();
+    layout
+        .lines
+        .iter()
+        .position(|l| {
+            is_row(l)
+                && l.trim()
+                    .trim_start_matches('|')
+                    .split('|')
+                    .next()
+                    .map(|c| c.trim().trim_matches(['`', '*', '[', ']']).to_lowercase())
+                    .is_some_and(|c| c == name)
+        })
+        .map_or(unit.line, |i| i + 1)
+}
+
+/// The text of the cell under `column` (header text, case-insensitive) in
+/// the table row at 1-based `line`, if that line is a table row.
+fn cell(layout: &Layout, line: usize, column: &str) -> Option<String> {
+    let i = line.checked_sub(1)?;
+    let row = layout
+        .lines
+        .get(i)
+        .filter(|r| r.trim_start().starts_with('|'))?;
+    let h = (0..i).rev().find(|&h| {
+        layout
+            .lines
+            .get(h + 1)
+            .is_some_and(|s| s.trim_start().starts_with('|') && s.contains("---"))
+    })?;
+    let cells = |r: &str| -> Vec<String> {
+        r.trim()
+            .trim_matches('|')
+            .split('|')
+            .map(|c| c.trim().to_string())
+            .collect()
+    };
+    let col = cells(&layout.lines[h])
+        .iter()
+        .position(|c| c.to_lowercase().starts_with(column))?;
+    cells(row).get(col).cloned()
 }
 
 /// Replaces the cell under `column` (header text, case-insensitive) in the
@@ -786,24 +880,49 @@ pub fn prioritized(plan: &Plan, source: &str) -> Rewrite {
         }
     }
     // §16f: layers from the explicit dependencies, where the table has both.
-    let depth = |name: &str| -> u32 {
-        fn go(plan: &Plan, name: &str, seen: &mut Vec<String>) -> u32 {
-            if seen.iter().any(|s| s == name) {
-                return 0;
-            }
-            seen.push(name.to_string());
-            plan.unit(name)
-                .map(|u| {
-                    u.depends_on
-                        .iter()
-                        .map(|d| go(plan, d, seen) + 1)
-                        .max()
-                        .unwrap_or(0)
-                })
-                .unwrap_or(0)
-        }
-        go(plan, name, &mut Vec::new())
+    // The reader makes every unit wait on the layers below it, so what was
+    // declared is read from the table's own cell.
+    // Each declared name is matched to the dependency the reader found for
+    // it (a short name, another case); one that matches none (`all`, say)
+    // leaves the unit where it is.
+    let declared = |name: &str| -> Option<Vec<String>> {
+        let u = plan.unit(name)?;
+        let row = unit_row(&layout, u);
+        let text = cell(&layout, row, "depend").or_else(|| cell(&layout, row, "needs"))?;
+        text.split([',', ';'])
+            .map(|d| d.trim().trim_matches(['`', '*']).to_lowercase())
+            .filter(|d| !d.is_empty() && !["none", "-", "—", "–", "n/a"].contains(&d.as_str()))
+            .map(|d| {
+                u.depends_on
+                    .iter()
+                    .find(|n| {
+                        let n = n.to_lowercase();
+                        n == d || n.ends_with(&format!("-{d}")) || n.ends_with(&format!("_{d}"))
+                    })
+                    .cloned()
+            })
+            .collect()
     };
+    // Depth along declared dependencies (the reader has refused cycles; a
+    // name met again on the way down counts as no depth at all).
+    let mut known: HashMap<String, Option<u32>> = HashMap::new();
+    fn depth(
+        name: &str,
+        known: &mut HashMap<String, Option<u32>>,
+        declared: &dyn Fn(&str) -> Option<Vec<String>>,
+    ) -> Option<u32> {
+        if let Some(d) = known.get(name) {
+            return *d;
+        }
+        known.insert(name.to_string(), Some(0));
+        let found = declared(name).and_then(|deps| {
+            deps.iter()
+                .map(|d| depth(d, known, declared).map(|x| x + 1))
+                .try_fold(0, |m, x| x.map(|x| m.max(x)))
+        });
+        known.insert(name.to_string(), found);
+        found
+    }
     let explicit = source.lines().any(|l| {
         let l = l.to_lowercase();
         l.trim_start().starts_with('|')
@@ -812,9 +931,17 @@ pub fn prioritized(plan: &Plan, source: &str) -> Rewrite {
     });
     if explicit {
         for unit in &plan.work_units {
-            let need = depth(&unit.name);
+            let Some(need) = depth(&unit.name, &mut known, &declared) else {
+                continue;
+            };
             if unit.layer > need
-                && set_cell(&mut emit, &layout, unit.line, "layer", &need.to_string())
+                && set_cell(
+                    &mut emit,
+                    &layout,
+                    unit_row(&layout, unit),
+                    "layer",
+                    &need.to_string(),
+                )
             {
                 rw.layer_changes.push(format!(
                     "{}: layer {} → {need} (its dependencies allow it)",

@@ -240,7 +240,7 @@ fn page(title: &str, viewer: &Viewer, refresh: bool, body: &str) -> String {
     let mut out = String::with_capacity(body.len() + 4096);
     let _ = write!(
         out,
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>{}</title>{}<link rel="stylesheet" href="/assets/app.css"><script src="/assets/app.js" defer></script></head><body><header><a class="home" href="/">Sprint Supervisor</a>"#,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,"><title>{}</title>{}<link rel="stylesheet" href="/assets/app.css"><script src="/assets/app.js" defer></script></head><body><header><a class="home" href="/">Sprint Supervisor</a>"#,
         escape(title),
         if refresh {
             r#"<noscript><meta http-equiv="refresh" content="5"></noscript>"#
@@ -425,6 +425,15 @@ pub fn live_fragment(st: &OperationState, origin: &Origin, now: DateTime<Utc>) -
         );
     }
     out.push_str("</section>");
+    // Work without a plan: where the workflow stands (its phase, its scope
+    // and why, or the manager's task list).
+    if let Some(w) = &st.workflow {
+        out.push_str(r#"<section class="workflow" aria-labelledby="phases"><h2 id="phases">Work without a plan</h2><ul>"#);
+        for line in w.summary(st) {
+            let _ = write!(out, "<li>{}</li>", escape(&line));
+        }
+        out.push_str("</ul></section>");
+    }
     for u in st.blocked_units() {
         let s = u.sprints.iter().find(|s| s.status() == SprintStatus::Fatal);
         let _ = write!(
