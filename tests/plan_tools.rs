@@ -570,6 +570,32 @@ mod rewrites {
         fn evaluate_never_loses_a_task_or_a_criterion(src in generated_plan(), budget in 10u32..200) {
             evaluate_keeps("generated", &src, budget);
         }
+
+        /// analyze agrees with itself: every FAIL row of its tables is a
+        /// finding of pass 2 at that sprint, a pass says PASS only without
+        /// critical or recommended findings, and the totals are the findings.
+        #[test]
+        fn analyze_summary_is_computed_from_the_findings_its_tables_show(src in generated_plan(), budget in 10u32..200) {
+            let p = parse(&src, "EXECUTION_PLAN.md").unwrap();
+            let a = supervise::plan::tools::analyze::analyze(&p, &src, budget);
+            for c in &a.evaluation.sprints {
+                if !(c.atomic() && c.testable()) {
+                    let at = format!("{} Sprint {}", c.unit, c.sprint);
+                    prop_assert!(
+                        a.findings.iter().any(|f| f.pass == 2 && f.location == at),
+                        "{at} fails a check but has no finding"
+                    );
+                }
+            }
+            let summary = supervise::plan::tools::analyze::summary(&a);
+            for (pass, name) in [(1u8, "Completeness"), (2, "Atomicity & Testability"), (3, "Priority & Parallelism")] {
+                let blocking = a.count(pass, supervise::plan::tools::analyze::Severity::Critical) + a.count(pass, supervise::plan::tools::analyze::Severity::Recommended);
+                let row = summary.lines().find(|l| l.starts_with(&format!("| {name} |"))).unwrap();
+                prop_assert_eq!(row.contains("| PASS |"), blocking == 0, "{}", row);
+            }
+            let total = format!("**Total Issues**: {} ", a.findings.len());
+            prop_assert!(summary.contains(&total), "{}", summary);
+        }
     }
 }
 
@@ -624,4 +650,20 @@ fn prioritize_moves_a_unit_to_the_earliest_layer_its_declared_dependencies_allow
     );
     let again = prioritized(&read(&rw.text), &rw.text);
     assert!(again.layer_changes.is_empty(), "{:?}", again.layer_changes);
+}
+
+/// A sprint of four tasks checked by one command fails "full coverage":
+/// analyze's tables say FAIL, so its summary must not say PASS.
+#[test]
+fn analyze_never_says_pass_beside_a_fail_in_its_tables() {
+    let src = "# One\n\n## Sprint 1: Build the service\n- Implement the parser\n- Implement the checker\n- Implement the printer\n- Implement the runner\n\n**Exit criteria**:\n- [ ] `make test` passes\n";
+    let a = analyze::analyze(&read(src), src, 50);
+    let c = &a.evaluation.sprints[0];
+    assert!(!c.testable(), "{c:?}");
+    let summary = analyze::summary(&a);
+    assert!(
+        summary.contains("| Atomicity & Testability | NEEDS_WORK |"),
+        "{summary}"
+    );
+    assert!(a.findings.iter().any(|f| f.pass == 2), "{:?}", a.findings);
 }

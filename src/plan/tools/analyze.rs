@@ -41,6 +41,12 @@ pub struct Analysis {
     pub critical_path: (Vec<String>, usize),
     /// Units that can run at once, layer by layer (by dependency depth).
     pub parallel_layers: Vec<Vec<String>>,
+    /// Sprints many others wait on: (unit, sprint, how many they block).
+    pub bottlenecks: Vec<(String, String, usize)>,
+    /// §16f: units whose declared dependencies allow an earlier layer.
+    pub layer_moves: Vec<String>,
+    /// Units that can run at once under the plan's own layers (the largest).
+    pub current_parallelism: usize,
     pub findings: Vec<Finding>,
 }
 
@@ -196,6 +202,36 @@ pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
         } else {
             Severity::Recommended
         };
+        // A FAIL in the tables is always a finding, so the summary can never
+        // say PASS beside one (a failed check whose fix evaluate could not
+        // name is reported as the failed checks themselves).
+        if c.fixes.is_empty() && !(c.atomic() && c.testable()) {
+            let failed: Vec<&str> = [
+                (c.single_concern, "single concern"),
+                (c.clear_artifact, "clear artifact"),
+                (c.bounded_scope, "bounded scope"),
+                (c.explicit_io, "explicit inputs and outputs"),
+                (c.machine_verifiable, "machine-verifiable"),
+                (c.no_vague_language, "no vague language"),
+                (c.full_coverage, "full coverage"),
+            ]
+            .into_iter()
+            .filter(|(ok, _)| !ok)
+            .map(|(_, name)| name)
+            .collect();
+            findings.push(Finding {
+                pass: 2,
+                severity: if c.testable() {
+                    Severity::Recommended
+                } else {
+                    Severity::Critical
+                },
+                line: c.line,
+                location: at.clone(),
+                problem: format!("fails {} ({})", failed.join(", "), c.name),
+                recommendation: "rewrite the sprint so each failed check holds (see §17)".into(),
+            });
+        }
         for fix in &c.fixes {
             let severity = if fix.starts_with("merge into") {
                 Severity::Optional
@@ -234,8 +270,33 @@ pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
             });
         }
     }
+    let layer_moves = super::rewrite::prioritized(plan, source).layer_changes;
+    for m in &layer_moves {
+        findings.push(Finding {
+            pass: 3,
+            severity: Severity::Optional,
+            line: 0,
+            location: "work units".into(),
+            problem: format!("a missed opportunity for parallelism: {m}"),
+            recommendation: "run `supervise plan prioritize` to move it".into(),
+        });
+    }
+    let mut bottlenecks: Vec<(String, String, usize)> = priorities
+        .iter()
+        .filter(|p| p.dependency_depth >= 2)
+        .map(|p| (p.unit.clone(), p.sprint.to_string(), p.dependency_depth))
+        .collect();
+    bottlenecks.sort_by_key(|b| std::cmp::Reverse(b.2));
+    bottlenecks.truncate(10);
     let (critical_path, parallel_layers) = graph(plan);
+    let mut per_layer: std::collections::BTreeMap<u32, usize> = Default::default();
+    for u in &plan.work_units {
+        *per_layer.entry(u.layer).or_default() += 1;
+    }
     Analysis {
+        current_parallelism: per_layer.values().copied().max().unwrap_or(0),
+        bottlenecks,
+        layer_moves,
         point_a,
         point_b,
         open_questions,
@@ -450,12 +511,68 @@ pub fn report(a: &Analysis, plan_path: &str, generated: &str) -> String {
     for (i, l) in a.parallel_layers.iter().enumerate() {
         let _ = writeln!(o, "- Depth {i}: {}", l.join(", "));
     }
+    if !a.bottlenecks.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n**Bottlenecks**:\n| Sprint | Blocks | Reason |\n|--------|--------|--------|"
+        );
+        for (unit, sprint, blocks) in &a.bottlenecks {
+            let _ = writeln!(
+                o,
+                "| {unit} {sprint} | {blocks} sprints | later sprints of {unit} and of the units that depend on it wait for it |"
+            );
+        }
+    }
+    let _ = writeln!(o, "\n### Parallelization Opportunities\n\n**Current Parallelism**: {} work units can run at once (the largest of the plan's layers)", a.current_parallelism);
+    let _ = writeln!(o, "\n**Missed Opportunities**:");
+    if a.layer_moves.is_empty() {
+        let _ = writeln!(
+            o,
+            "- none: every unit is in the earliest layer its declared dependencies allow"
+        );
+    }
+    for m in &a.layer_moves {
+        let _ = writeln!(o, "- {m}");
+    }
     let _ = writeln!(o, "\n**Maximum Parallelism**: {max_parallel} agents at once (units at the same dependency depth)\n\n### Priority Analysis\n\n| Sprint | Priority | Current Position | Recommended Position | Justification |\n|--------|----------|-----------------|---------------------|---------------|");
     for p in &a.priorities {
         let _ = writeln!(
             o,
             "| {} {} | {} | {} | {} | {} |",
             p.unit, p.sprint, p.priority, p.position, p.recommended, p.justification
+        );
+    }
+    let _ = writeln!(o, "\n### Execution Order Recommendations\n");
+    let moves: Vec<&SprintPriority> = a
+        .priorities
+        .iter()
+        .filter(|p| p.recommended != p.position)
+        .collect();
+    if moves.is_empty() {
+        let _ = writeln!(o, "The plan's order is the recommended one.");
+    }
+    for (i, p) in moves.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "{}. {} Sprint {} ({}): position {} → {} ({})",
+            i + 1,
+            p.unit,
+            p.sprint,
+            p.name,
+            p.position,
+            p.recommended,
+            p.justification
+        );
+    }
+    if let Some((unit, sprint, blocks)) = a.bottlenecks.first() {
+        let first = a
+            .priorities
+            .iter()
+            .find(|p| &p.unit == unit && p.sprint.to_string() == *sprint);
+        let _ = writeln!(
+            o,
+            "\n**Bottleneck-early**: {unit} Sprint {sprint} blocks {blocks} sprints and is recommended at position {}.",
+            first.map_or(0, |p| p.recommended)
         );
     }
     let _ = writeln!(o, "\n---\n\n## Summary\n\n{}", summary(a));

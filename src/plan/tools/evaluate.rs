@@ -189,6 +189,11 @@ fn check(plan: &Plan, unit: &str, first: bool, s: &Sprint, budget: u32) -> Sprin
             "cover the tasks' files in the exit criteria: {}",
             uncovered.join(", ")
         ));
+    } else if !full_coverage && !s.exit_criteria.is_empty() {
+        fixes.push(format!(
+            "give its {} tasks more than one exit criterion: one check cannot cover them all",
+            s.tasks.len()
+        ));
     }
     SprintCheck {
         unit: unit.to_string(),
