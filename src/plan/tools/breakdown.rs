@@ -10,7 +10,9 @@ mod requirements;
 
 use super::measure::FOUNDATION;
 use crate::plan::blocks::{self, Block};
-use requirements::{commands_in, decompose, detect, files_in, first_upper, generic, test_command};
+use requirements::{
+    commands_in, decompose, detect, files_in, first_upper, generic, is_task_verb, test_command,
+};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -89,6 +91,66 @@ pub struct Breakdown {
 
 /// The document names in the order §2 looks for them when none is given.
 pub const DOCUMENTS: &[&str] = &["REQUIREMENTS.md", "PRD.md", "SPEC.md", "README.md"];
+
+/// The words that say what a requirement is about: not its verbs, not the
+/// little words.
+fn concern_words(text: &str) -> std::collections::BTreeSet<String> {
+    const LITTLE: &[&str] = &[
+        "the", "and", "for", "with", "from", "into", "that", "this", "their", "them", "they",
+        "when", "then", "each", "every", "all", "any", "can", "should", "must", "may", "shall",
+        "will", "let", "lets", "user", "users", "tests", "test", "write", "support", "new", "able",
+        "via", "using", "use", "its", "are", "has", "have",
+    ];
+    text.to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() >= 3 && !LITTLE.contains(w) && !is_task_verb(w))
+        .map(str::to_string)
+        .collect()
+}
+
+/// §17a single concern: the tasks in clusters of requirements that share
+/// what they are about (`JSON export` and `tests for the JSON export`, not
+/// `bm search`), each cluster in the order its first task came. A sprint is
+/// cut from one cluster only.
+fn concerns<'a>(ordered: &[&'a Task], requirements: &[Requirement]) -> Vec<Vec<&'a Task>> {
+    let mut reqs: Vec<usize> = Vec::new();
+    for t in ordered {
+        if !reqs.contains(&t.requirement) {
+            reqs.push(t.requirement);
+        }
+    }
+    let words: Vec<_> = reqs
+        .iter()
+        .map(|&r| concern_words(&requirements[r].text))
+        .collect();
+    // Union-find over the requirements, joined by a shared word.
+    let mut parent: Vec<usize> = (0..reqs.len()).collect();
+    fn root(p: &mut [usize], mut i: usize) -> usize {
+        while p[i] != i {
+            p[i] = p[p[i]];
+            i = p[i];
+        }
+        i
+    }
+    for a in 0..reqs.len() {
+        for b in a + 1..reqs.len() {
+            if !words[a].is_disjoint(&words[b]) {
+                let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+                parent[rb] = ra;
+            }
+        }
+    }
+    let mut clusters: Vec<(usize, Vec<&Task>)> = Vec::new();
+    for t in ordered {
+        let i = reqs.iter().position(|&r| r == t.requirement).unwrap_or(0);
+        let r = root(&mut parent, i);
+        match clusters.iter_mut().find(|(k, _)| *k == r) {
+            Some((_, c)) => c.push(t),
+            None => clusters.push((r, vec![t])),
+        }
+    }
+    clusters.into_iter().map(|(_, c)| c).collect()
+}
 
 /// Sizes for `n` tasks in sprints of at most 7, as even as can be.
 fn chunk_sizes(n: usize) -> Vec<usize> {
@@ -245,10 +307,30 @@ pub fn breakdown(doc: &str, project: &str) -> Breakdown {
         let files: Vec<String> = ordered.iter().flat_map(|t| files_in(&t.text)).collect();
         let directory = common_directory(&files);
         let mut sprints = Vec::new();
-        let mut at = 0;
-        for size in chunk_sizes(ordered.len()) {
-            let chunk = &ordered[at..at + size];
-            at += size;
+        // One concern per sprint (§17a), 3–7 tasks (§15e): a concern of
+        // three tasks or more is its sprints alone; smaller ones (a bug and
+        // its test) are gathered into sprints of small pieces, whole.
+        let mut chunks: Vec<Vec<&Task>> = Vec::new();
+        let mut small: Vec<&Task> = Vec::new();
+        for cluster in concerns(&ordered, &requirements) {
+            if cluster.len() < 3 {
+                if small.len() + cluster.len() > 7 {
+                    chunks.push(std::mem::take(&mut small));
+                }
+                small.extend(cluster);
+                continue;
+            }
+            let mut at = 0;
+            for size in chunk_sizes(cluster.len()) {
+                chunks.push(cluster[at..at + size].to_vec());
+                at += size;
+            }
+        }
+        if !small.is_empty() {
+            chunks.push(small);
+        }
+        let one_sprint = chunks.len() == 1;
+        for chunk in &chunks {
             let texts: Vec<String> = chunk.iter().map(|t| t.text.clone()).collect();
             let subsection = {
                 let subs: Vec<String> = chunk
@@ -269,7 +351,7 @@ pub fn breakdown(doc: &str, project: &str) -> Breakdown {
                 }
             }
             let mut reqs_seen = Vec::new();
-            for t in chunk {
+            for t in chunk.iter() {
                 if reqs_seen.contains(&t.requirement) {
                     continue;
                 }
@@ -297,9 +379,7 @@ pub fn breakdown(doc: &str, project: &str) -> Breakdown {
                 ));
             }
             // A unit done in one sprint: its section says the sprint's goal.
-            let subsection = subsection.or_else(|| {
-                (chunk_sizes(ordered.len()).len() == 1 && !single).then(|| name.clone())
-            });
+            let subsection = subsection.or_else(|| (one_sprint && !single).then(|| name.clone()));
             sprints.push(SprintDraft {
                 name: sprint_name(&texts, subsection.as_deref()),
                 entry: Vec::new(),

@@ -243,6 +243,11 @@ pub(super) fn commands_in(text: &str) -> Vec<String> {
 }
 
 /// 15c: one requirement's atomic tasks.
+/// Whether a word is one of the verbs that start a task.
+pub(super) fn is_task_verb(word: &str) -> bool {
+    TASK_VERBS.contains(&word)
+}
+
 pub(super) fn decompose(req: &Requirement) -> Vec<String> {
     let text = match (req.signal, story(&req.text)) {
         (Signal::UserStory, Some((role, goal))) => {
@@ -303,8 +308,8 @@ pub(super) fn decompose(req: &Requirement) -> Vec<String> {
     .iter()
     .any(|w| lower.contains(w));
     if code_work && !trivial {
-        let subject = tasks.first().cloned().unwrap_or_default();
-        tasks.push(format!("Write tests for: {}", lowercase_first(&subject)));
+        // The tests cover the requirement, every item of a list included.
+        tasks.push(format!("Write tests for: {}", lowercase_first(&text)));
     }
     tasks.into_iter().map(|t| first_upper(t.trim())).collect()
 }
@@ -330,8 +335,26 @@ fn support_list(text: &str) -> Option<Vec<String>> {
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .collect();
-    (items.len() >= 3 && items.iter().all(|i| i.split_whitespace().count() <= 4))
-        .then(|| items.iter().map(|i| format!("{head}{i}")).collect())
+    if items.len() < 3 || items.iter().any(|i| i.split_whitespace().count() > 4) {
+        return None;
+    }
+    // "JSON, CSV and HTML export": the last item's trailing words name what
+    // every item is (a JSON export, a CSV export), so each keeps them.
+    let last: Vec<&str> = items[items.len() - 1].split_whitespace().collect();
+    let shared = (last.len() >= 2
+        && items[..items.len() - 1]
+            .iter()
+            .all(|i| i.split_whitespace().count() == 1))
+    .then(|| last[1..].join(" "));
+    Some(
+        items
+            .iter()
+            .map(|i| match &shared {
+                Some(tail) if !i.ends_with(tail.as_str()) => format!("{head}{i} {tail}"),
+                _ => format!("{head}{i}"),
+            })
+            .collect(),
+    )
 }
 
 /// Files in different top-level directories: one task per directory cluster.
