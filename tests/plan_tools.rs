@@ -229,6 +229,14 @@ mod breakdown_of_documents {
             .sum();
         assert_eq!(planned, b.tasks.len(), "{name}: every task is in a sprint");
         insta::assert_snapshot!(format!("breakdown_{name}"), b.plan);
+        // Held to what any plan made from a document is held to: every
+        // requirement in some sprint, a machine check in every sprint, none
+        // over the budget.
+        if let Err(problems) =
+            supervise::plan::tools::breakdown::accept(&fixture(name), &b.plan, 50)
+        {
+            panic!("{name}: {}\n{}", problems.join("\n"), b.plan);
+        }
         b
     }
 
@@ -704,4 +712,39 @@ fn breakdown_keeps_each_concern_in_its_own_sprint_and_loses_no_word() {
             s.tasks
         );
     }
+}
+
+/// What any plan made from a document is held to: each failure named, so
+/// whoever made the plan (an agent, a person) can be told what to fix.
+#[test]
+fn a_plan_from_a_document_is_accepted_only_when_it_covers_and_checks_everything() {
+    use supervise::plan::tools::breakdown::accept;
+    let doc = "# Bookmarks\n\nRun `cargo test` to check.\n\n## Features\n- Add support for JSON, CSV and HTML export\n- Implement `bm search` to find bookmarks by tag\n";
+    let missing_and_vague = "# Bookmarks\n\n## Sprint 1: Exports\n- Add support for JSON export\n- Add support for CSV export\n- Add support for HTML export\n\n**Exit criteria**:\n- [ ] It works correctly\n";
+    let problems = accept(doc, missing_and_vague, 50).unwrap_err();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("is in no sprint") && p.contains("bm search")),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("no exit criterion a machine can check")),
+        "{problems:?}"
+    );
+    let good = "# Bookmarks\n\n## Sprint 1: Exports\n- Add support for JSON export\n- Add support for CSV export\n- Add support for HTML export\n\n**Exit criteria**:\n- [ ] `cargo test export` passes\n\n## Sprint 2: Search\n- Implement `bm search` to find bookmarks by tag\n\n**Exit criteria**:\n- [ ] `cargo test search` passes\n";
+    let coverage = accept(doc, good, 50).unwrap_or_else(|p| panic!("{p:?}"));
+    assert_eq!(coverage.len(), 2);
+    assert!(
+        coverage.iter().all(|c| !c.sprints.is_empty()),
+        "{coverage:?}"
+    );
+    let oversized = accept(doc, good, 2).unwrap_err();
+    assert!(
+        oversized.iter().any(|p| p.contains("over the budget")),
+        "{oversized:?}"
+    );
+    assert!(accept(doc, "no plan here", 50).is_err());
 }

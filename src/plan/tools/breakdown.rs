@@ -618,6 +618,121 @@ fn render(title: &str, units: &[UnitDraft]) -> String {
 }
 
 /// 15h: what the command says when it is done.
+/// Which sprints cover one requirement of the document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Covered {
+    pub requirement: String,
+    pub line: usize,
+    /// `unit Sprint id` of every sprint whose tasks carry the requirement's
+    /// words; empty when none does.
+    pub sprints: Vec<String>,
+}
+
+/// What a plan made from a document is held to, whoever made it (these
+/// heuristics or an agent): the plan reader reads it; every requirement the
+/// document states is covered by some sprint (its concern words all appear
+/// in one sprint's tasks); every sprint has an exit criterion a machine can
+/// check; no sprint is over §17's turn budget. `Ok` carries the coverage
+/// table; `Err` says each failure, for the one who wrote the plan to fix.
+pub fn accept(doc: &str, plan_text: &str, max_turns: u32) -> Result<Vec<Covered>, Vec<String>> {
+    let plan = crate::plan::parse(plan_text, "EXECUTION_PLAN.md").map_err(|problems| {
+        problems
+            .iter()
+            .take(8)
+            .map(|p| format!("the plan reader refuses the plan: {p}"))
+            .collect::<Vec<_>>()
+    })?;
+    let (requirements, _) = detect(&blocks::parse(doc).blocks);
+    let sprint_words: Vec<(String, std::collections::BTreeSet<String>)> = plan
+        .work_units
+        .iter()
+        .flat_map(|u| {
+            u.sprints.iter().map(move |s| {
+                (
+                    format!("{} Sprint {}", u.name, s.id),
+                    concern_words(&format!("{} {}", s.name, s.tasks.join(" "))),
+                )
+            })
+        })
+        .collect();
+    let mut problems = Vec::new();
+    let coverage: Vec<Covered> = requirements
+        .iter()
+        .map(|r| {
+            // What is asked, not why: a story's "so that …" is its reason.
+            let asked = r.text.split(" so that ").next().unwrap_or(&r.text);
+            let words = concern_words(asked);
+            // Covered where a sprint carries two thirds of its words or more
+            // (a task says it in its own words: "Let a cook save a recipe").
+            let sprints: Vec<String> = sprint_words
+                .iter()
+                .filter(|(_, w)| {
+                    !words.is_empty() && 3 * words.intersection(w).count() >= 2 * words.len()
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            if sprints.is_empty() && !words.is_empty() {
+                problems.push(format!(
+                    "requirement at line {} is in no sprint: \"{}\"",
+                    r.line, r.text
+                ));
+            }
+            Covered {
+                requirement: r.text.clone(),
+                line: r.line,
+                sprints,
+            }
+        })
+        .collect();
+    let ev = super::evaluate::evaluate(&plan, max_turns);
+    // A machine check is asked for where one can be written: the document
+    // names a test command, or the sprint's tasks name files.
+    let command_known = test_command(doc).is_some();
+    let names_files = |unit: &str, sprint: &crate::plan::SprintId| {
+        plan.unit(unit)
+            .and_then(|u| u.sprints.iter().find(|s| &s.id == sprint))
+            .is_some_and(|s| s.tasks.iter().any(|t| !files_in(t).is_empty()))
+    };
+    for c in &ev.sprints {
+        if !c.machine_verifiable && (command_known || names_files(&c.unit, &c.sprint)) {
+            problems.push(format!(
+                "{} Sprint {} has no exit criterion a machine can check (a command that passes, a file that exists)",
+                c.unit, c.sprint
+            ));
+        }
+        if c.fitness == super::evaluate::Fitness::Oversized {
+            problems.push(format!(
+                "{} Sprint {} is over the budget: about {} turns of {} (split it)",
+                c.unit, c.sprint, c.estimated_turns, ev.max_turns
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(coverage)
+    } else {
+        Err(problems)
+    }
+}
+
+/// The coverage table: requirement → sprints.
+pub fn coverage_table(coverage: &[Covered]) -> String {
+    let mut out = String::from("| Requirement | Line | Covered by |\n|---|---|---|\n");
+    for c in coverage {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            c.requirement.replace('|', "\\|"),
+            c.line,
+            if c.sprints.is_empty() {
+                "✗ nothing".to_string()
+            } else {
+                c.sprints.join(", ")
+            }
+        );
+    }
+    out
+}
+
 pub fn summary(b: &Breakdown, source: &str, output: &str, next: &str) -> String {
     let sprints: usize = b.units.iter().map(|u| u.sprints.len()).sum();
     let mut out = format!(
@@ -638,8 +753,37 @@ pub fn summary(b: &Breakdown, source: &str, output: &str, next: &str) -> String 
                 .join(", ")
         );
     }
+    let _ = write!(
+        out,
+        "\nMade offline by the document's heuristics (§15b–e).\n\n### Coverage\n\n{}",
+        coverage_table(&coverage_of(b))
+    );
     let _ = write!(out, "\nNext step: {next}\n");
     out
+}
+
+/// Which sprints of a breakdown cover each requirement it found.
+fn coverage_of(b: &Breakdown) -> Vec<Covered> {
+    b.requirements
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Covered {
+            requirement: r.text.clone(),
+            line: r.line,
+            sprints: b
+                .units
+                .iter()
+                .flat_map(|u| {
+                    u.sprints.iter().enumerate().filter_map(move |(k, s)| {
+                        b.tasks
+                            .iter()
+                            .any(|t| t.requirement == i && s.tasks.contains(&t.text))
+                            .then(|| format!("{} Sprint {}", u.name, k + 1))
+                    })
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 #[cfg(test)]
