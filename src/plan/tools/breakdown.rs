@@ -774,12 +774,15 @@ fn coverage_of(b: &Breakdown) -> Vec<Covered> {
                 .units
                 .iter()
                 .flat_map(|u| {
-                    u.sprints.iter().enumerate().filter_map(move |(k, s)| {
-                        b.tasks
-                            .iter()
-                            .any(|t| t.requirement == i && s.tasks.contains(&t.text))
-                            .then(|| format!("{} Sprint {}", u.name, k + 1))
-                    })
+                    u.sprints
+                        .iter()
+                        .enumerate()
+                        .filter(move |(_, s)| {
+                            b.tasks
+                                .iter()
+                                .any(|t| t.requirement == i && s.tasks.contains(&t.text))
+                        })
+                        .map(move |(k, _)| format!("{} Sprint {}", u.name, k + 1))
                 })
                 .collect(),
         })
