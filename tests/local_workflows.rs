@@ -417,3 +417,44 @@ fn killall_finds_a_running_solve_where_there_is_no_plan() {
     assert!(ended.is_some(), "solve ended by itself after killall");
     assert_eq!(repo.state("solve")["status"], "KILLED");
 }
+
+/// `supervise plan breakdown` with an agent: the agent's first plan leaves a
+/// requirement out and says "works correctly"; the deterministic checks
+/// refuse it, the next attempt is told exactly what failed, and the accepted
+/// plan is written with its coverage.
+#[test]
+fn an_agents_breakdown_is_held_to_the_checks_until_it_covers_the_document() {
+    let doc = "# Bookmarks CLI\n\nRun `cargo test` to check it.\n\n## Features\n- Add support for JSON, CSV and HTML export\n- Implement `bm search` to find bookmarks by tag\n";
+    let repo = Checkout::new(&[("PRD.md", doc)], "tests/agents/planner.sh", "");
+    let out = repo
+        .cmd(&["plan", "breakdown", "PRD.md", "--quiet"])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("Made by an agent in 2 attempt(s)"), "{said}");
+    assert!(said.contains("bm search"), "the coverage table: {said}");
+    let plan = std::fs::read_to_string(repo.root.join("EXECUTION_PLAN.md")).unwrap();
+    assert!(
+        plan.contains("## search") && !plan.contains("works correctly"),
+        "{plan}"
+    );
+    // The second attempt was told what the checks found in the first.
+    let told = std::fs::read_to_string(repo.log.with_extension("log.prompt.2")).unwrap();
+    assert!(told.contains("is in no sprint"), "{told}");
+    assert!(
+        told.contains("no exit criterion a machine can check"),
+        "{told}"
+    );
+    // --offline: the heuristics, even with an agent configured.
+    let out = repo
+        .cmd(&["plan", "breakdown", "PRD.md", "--offline", "--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Add support for CSV export"));
+}

@@ -209,12 +209,19 @@ pub enum PlanCommand {
         /// Print the plan instead of writing it.
         #[arg(long)]
         dry_run: bool,
-        /// Print the breakdown as JSON (requirements, tasks, units, plan).
-        #[arg(long)]
-        json: bool,
         /// Replace an EXECUTION_PLAN.md that is already there.
         #[arg(long)]
         force: bool,
+        /// The heuristics alone, even with an agent configured (the default
+        /// when none is): fast, repeatable, no spend.
+        #[arg(long)]
+        offline: bool,
+        /// The agent and its limits, as for `run`: with one, an agent
+        /// writes the plan and the deterministic checks accept it. `--json`
+        /// prints the heuristics' breakdown as JSON (requirements, tasks,
+        /// units, plan).
+        #[command(flatten)]
+        flags: Box<RunFlags>,
     },
     /// Three passes over the plan (completeness, atomicity and testability,
     /// priority and parallelism); writes ANALYSIS_REPORT.md beside it. Exit
@@ -322,9 +329,10 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Plan(PlanCommand::Breakdown {
             doc,
             dry_run,
-            json,
             force,
-        }) => plan_cmd::breakdown(doc.as_deref(), dry_run, json, force),
+            offline,
+            flags,
+        }) => plan_cmd::breakdown(doc.as_deref(), dry_run, flags.json, force, offline, &flags),
         Command::Plan(PlanCommand::Analyze { path, tool }) => {
             plan_cmd::analyze(path.as_deref(), &tool)
         }

@@ -129,6 +129,8 @@ pub fn breakdown(
     dry_run: bool,
     json: bool,
     force: bool,
+    offline: bool,
+    flags: &super::run_cmd::RunFlags,
 ) -> anyhow::Result<i32> {
     use tools::breakdown::{self as bd, DOCUMENTS};
     let path = match doc {
@@ -156,6 +158,42 @@ pub fn breakdown(
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_string()))
         .unwrap_or_else(|| "project".into());
+    let out = root.join("EXECUTION_PLAN.md");
+    // With an agent configured (and not --offline), an agent writes the plan
+    // and the deterministic checks accept it; the heuristics otherwise.
+    if !offline && !json && super::workflow_cmd::agent_configured(flags) {
+        if out.exists() && !force && !dry_run {
+            eprintln!(
+                "ERROR: {} already exists; nothing was written.\nSee the new plan with --dry-run, or replace it with --force.",
+                out.display()
+            );
+            return Ok(1);
+        }
+        let (code, made) = super::workflow_cmd::breakdown_with_agent(&text, flags)?;
+        let Some((plan, attempts)) = made else {
+            eprintln!("The agent's plan was not accepted (see .supervise/breakdown/SUPERVISOR_STATE.md for each attempt and what its checks found). Run the command again to go on, or use --offline for the heuristics' plan.");
+            return Ok(code.max(1));
+        };
+        if dry_run {
+            print!("{plan}");
+            return Ok(0);
+        }
+        std::fs::write(&out, &plan)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
+        let coverage = bd::accept(
+            &text,
+            &plan,
+            crate::engine::EngineConfig::default().max_turns,
+        )
+        .unwrap_or_default();
+        print!(
+            "## Breakdown Complete\n\nSource: {}\nOutput: {}\n\nMade by an agent in {attempts} attempt(s), accepted by the deterministic checks (every requirement in a sprint, a machine check in every sprint, none over budget).\n\n### Coverage\n\n{}\nNext step: supervise plan prioritize\n",
+            path.display(),
+            out.display(),
+            bd::coverage_table(&coverage)
+        );
+        return Ok(0);
+    }
     let b = bd::breakdown(&text, &project);
     if json {
         println!("{}", serde_json::to_string_pretty(&b)?);
@@ -165,7 +203,6 @@ pub fn breakdown(
         print!("{}", b.plan);
         return Ok(0);
     }
-    let out = root.join("EXECUTION_PLAN.md");
     if out.exists() && !force {
         eprintln!(
             "ERROR: {} already exists; nothing was written.\nSee the new plan with --dry-run, or replace it with --force.",

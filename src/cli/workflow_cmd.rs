@@ -93,6 +93,52 @@ pub fn manage(a: &ManageArgs) -> Result<i32> {
     )
 }
 
+/// `supervise plan breakdown DOC` with an agent: the phase workflow's plan
+/// phase alone, held to `breakdown::accept`, under `.supervise/breakdown/`.
+/// Returns the exit status and, when it completed, the accepted plan and how
+/// many attempts it took.
+pub fn breakdown_with_agent(
+    document: &str,
+    flags: &RunFlags,
+) -> Result<(i32, Option<(String, u32)>)> {
+    let doc = document.to_string();
+    let code = drive(
+        "breakdown",
+        flags,
+        Some(move |root: &Path, s: &WorkflowSettings| {
+            Workflow::Phases(Phases::breakdown(&doc, s, next_topic_number(root)))
+        }),
+    )?;
+    let root = repo_top(&std::env::current_dir()?)?;
+    let st = crate::store::FileLedger::read(root.join(".supervise/breakdown/events.jsonl"))?.state;
+    let made = st
+        .filter(|st| st.status == OverallStatus::Completed)
+        .and_then(|st| {
+            let u = st.unit_index(crate::engine::workflow::phases::PLAN)?;
+            let s = st.units[u].sprints.last()?;
+            let answer = s.completion.as_ref()?.answer.clone()?;
+            Some((answer, s.failures + 1))
+        });
+    Ok((code, made))
+}
+
+/// Whether an agent is configured for this repository (a flag, the
+/// environment, or `agent:` in its settings): what decides whether the plan
+/// tools think with an agent or work offline.
+pub fn agent_configured(flags: &RunFlags) -> bool {
+    if flags.agent.as_deref().is_some_and(|a| !a.trim().is_empty()) {
+        return true;
+    }
+    let Ok(root) =
+        std::env::current_dir().and_then(|d| repo_top(&d).map_err(std::io::Error::other))
+    else {
+        return false;
+    };
+    settings::find_file(&root)
+        .and_then(|p| settings::read_file(&p).ok())
+        .is_some_and(|f| f.agent.is_some())
+}
+
 /// Starts the workflow `make` builds (setting aside a finished one), or goes
 /// on with the one under way when there is nothing to start.
 fn drive<F>(kind: &str, flags: &RunFlags, make: Option<F>) -> Result<i32>

@@ -66,7 +66,15 @@ pub struct Phases {
     pub research_success_percent: u32,
     pub debug_rounds: u32,
     pub test_command: Option<String>,
+    /// A requirements document the plan must cover (`supervise plan
+    /// breakdown` with an agent): no research, and the plan is accepted
+    /// only when `breakdown::accept` finds nothing to fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub document: Option<String>,
 }
+
+/// §15's rules, as the planning agent of a breakdown is told them.
+const BREAKDOWN_RULES: &str = "Rules (§15): find every requirement the document states (MUST/SHOULD/MAY sentences, user stories, feature and requirement lists, open checklist items, task language) and leave out what it puts out of scope; split each into atomic tasks (one deliverable each; a list of independent items becomes one task per item, each keeping the words the list shares); group tasks into work units by the document's sections, and into sprints of 3 to 7 tasks with one concern and one goal each, foundations first; every sprint's exit criteria are checks a machine can run — a command in backticks that passes, or a file that exists — wherever the requirement allows one, never vague words like \"works correctly\"; keep each sprint within about 40 agent turns. Every requirement must be in some sprint's tasks, in words close to the document's.";
 
 /// The research angles, in the order agents are added as complexity grows.
 const ANGLES: [(&str, &str); 4] = [
@@ -135,7 +143,29 @@ impl Phases {
             research_success_percent: settings.research_success_percent.min(100),
             debug_rounds: settings.debug_rounds.max(1),
             test_command: settings.test_command.clone(),
+            document: None,
         }
+    }
+
+    /// A breakdown of `document` by an agent: the plan phase alone, held to
+    /// the checks every plan made from a document is held to; a plan that
+    /// fails them is a failed attempt that says what to fix, retried on a
+    /// stronger model like any sprint.
+    pub fn breakdown(document: &str, settings: &WorkflowSettings, number: u32) -> Phases {
+        let title = document
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("# "))
+            .unwrap_or("the requirements document");
+        let mut p = Phases::new(
+            &format!("Break down {title} into an execution plan"),
+            Some(Scope::ResearchAndPlan),
+            settings,
+            number,
+        );
+        p.scope_reason = "a document to break down".into();
+        p.research = Vec::new();
+        p.document = Some(document.to_string());
+        p
     }
 
     pub fn report_path(&self, i: usize) -> String {
@@ -177,6 +207,9 @@ impl Phases {
     }
 
     pub fn initial_units(&self) -> Vec<WorkUnit> {
+        if let Some(doc) = &self.document {
+            return vec![self.breakdown_unit(doc)];
+        }
         (0..self.research.len())
             .map(|i| {
                 let path = self.report_path(i);
@@ -244,6 +277,23 @@ impl Phases {
             PLAN,
             reports.into_iter().map(|(n, _)| n).collect(),
             "Write the implementation plan",
+            SprintType::Code,
+            body,
+            vec![file_written(&path)],
+        )
+    }
+
+    /// The plan phase of a breakdown: the document and §15's rules.
+    fn breakdown_unit(&self, doc: &str) -> WorkUnit {
+        let path = self.plan_path();
+        let body = format!(
+            "You are the planning agent. Break the requirements document below into an execution plan and write it to `{path}` in the EXECUTION_PLAN.md format Sprint Supervisor reads: a `#` title, one `##` section per work unit (a Dependencies line naming the units it needs), and under it `### Sprint N: name` headings, each with its tasks and `**Exit criteria**:` as `- [ ]` items whose commands are in backticks.\n\n{BREAKDOWN_RULES}\n\nValidate it with `supervise plan show {path}` and `supervise plan analyze {path}` if the command is available. Commit it; change nothing else. End with: PLAN_CREATED: {path}\n\nThe document:\n\n{doc}",
+            doc = quoted(doc),
+        );
+        unit(
+            PLAN,
+            Vec::new(),
+            "Break the document down into a plan",
             SprintType::Code,
             body,
             vec![file_written(&path)],
@@ -353,7 +403,17 @@ impl Phases {
         if unit == PLAN {
             let path = self.plan_path();
             let text = answer.ok_or_else(|| format!("the plan `{path}` was not written"))?;
-            return self.implementation_units(text).map(|_| ());
+            self.implementation_units(text)?;
+            if let Some(doc) = &self.document {
+                let max_turns = crate::engine::EngineConfig::default().max_turns;
+                if let Err(problems) = crate::plan::tools::breakdown::accept(doc, text, max_turns) {
+                    return Err(format!(
+                        "the plan `{path}` does not pass the breakdown's checks yet; fix each:\n- {}",
+                        problems.join("\n- ")
+                    ));
+                }
+            }
+            return Ok(());
         }
         let Some(report) = self.status_report(unit) else {
             return Ok(());
