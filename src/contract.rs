@@ -277,6 +277,23 @@ pub const AGENT_VARIABLES: [&str; 10] = [
     "SUPERVISE_MAX_TURNS",
 ];
 
+/// The inputs the supervisor dispatches the agent workflow with: a
+/// workflow that does not declare each refuses the dispatch (422), so
+/// `supervise doctor` holds the repository's workflow to them.
+pub const AGENT_WORKFLOW_INPUTS: [&str; 11] = [
+    "dispatch_id",
+    "plan",
+    "unit",
+    "directory",
+    "sprint",
+    "sprint_name",
+    "attempt",
+    "model",
+    "max_turns",
+    "prompt",
+    "branch",
+];
+
 /// The environment an agent is started with (documented in the README's
 /// "agent contract"); `prompt_file` is where the prompt was written and
 /// `answer_file` where a structured answer goes (see [`answer_path`]).

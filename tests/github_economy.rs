@@ -110,9 +110,20 @@ async fn reconciling_runs_in_flight_reads_one_free_list_per_operation_whatever_i
     // then watch for several reconciliation periods (1 s at the start,
     // longer as the runs age).
     quiet(&s, 2.0, 30).await;
+    // Watch for at least 8 s, and on until three looks at the runs (each is
+    // a quarter of the youngest run's age apart, so a loaded machine, where
+    // the wait above took longer, spaces them more), at most 40 s.
     let from = now_on_fake(&s);
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let window = since(&s, from);
+    let started = std::time::Instant::now();
+    let window = loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let w = since(&s, from);
+        let (c, f) = w.get(RUN_LIST).copied().unwrap_or_default();
+        let waited = started.elapsed();
+        if (waited >= Duration::from_secs(8) && c + f >= 3) || waited >= Duration::from_secs(40) {
+            break w;
+        }
+    };
     eprintln!("requests in the window (charged, 304): {window:#?}");
     let (list_charged, list_free) = window.get(RUN_LIST).copied().unwrap_or_default();
     assert_eq!(

@@ -46,6 +46,10 @@ ENDPOINTS = [
     ("get", "/repos/{owner}/{repo}/actions/workflows/{workflow_id}/runs"),
     ("get", "/repos/{owner}/{repo}/actions/runs/{run_id}"),
     ("get", "/user"),
+    ("get", "/app"),
+    ("get", "/repos/{owner}/{repo}/installation"),
+    ("get", "/app/hook/deliveries"),
+    ("get", "/repos/{owner}/{repo}/actions/secrets"),
 ]
 
 

@@ -74,6 +74,14 @@ pub(crate) struct Inner {
     pub(crate) oauth_codes: HashMap<String, (String, String)>,
     /// User tokens: token → login.
     pub(crate) user_tokens: HashMap<String, String>,
+    /// Repositories the App is not installed on.
+    pub(crate) uninstalled: std::collections::HashSet<String>,
+    /// What the installation was granted.
+    pub(crate) grant: app::Grant,
+    /// Repository secrets' names.
+    pub(crate) secrets: HashMap<String, Vec<String>>,
+    /// The webhooks sent, as GitHub records them (the last 100).
+    pub(crate) hook_deliveries: Vec<app::Delivery>,
     pub(crate) comments: Vec<Comment>,
     pub(crate) api: api::ApiState,
     reactions: Vec<(i64, String, String)>,
@@ -172,6 +180,7 @@ impl Drop for StateGuard<'_> {
 }
 
 mod api;
+mod app;
 pub mod git;
 mod paging;
 mod quota;
@@ -502,6 +511,7 @@ impl FakeGitHub {
                 format!("fake-delivery-{}-{}", std::process::id(), s.deliveries)
             };
             status = send_webhook(url, event, &id, &self.config.webhook_secret, &body).await;
+            self.note_delivery(event, &id, status);
         }
         status
     }
@@ -583,6 +593,13 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
         )
         .route("/login/oauth/access_token", post(signin::access_token))
         .route("/user", get(signin::user))
+        .route("/app", get(app::get_app))
+        .route("/app/hook/deliveries", get(app::hook_deliveries))
+        .route(
+            "/repos/{owner}/{repo}/installation",
+            get(app::repo_installation),
+        )
+        .route("/repos/{owner}/{repo}/actions/secrets", get(app::secrets))
         .route("/_fake/users", post(control_user))
         .route("/_fake/comments", post(control_comment))
         .route("/_fake/edit", post(control_edit))
@@ -797,52 +814,8 @@ async fn access_token(
     {
         return r;
     }
-    let jwt = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    let claims = match &f.config.app_public_key_pem {
-        Some(pem) => {
-            let Ok(key) = jsonwebtoken::DecodingKey::from_rsa_pem(pem.as_bytes()) else {
-                return error(StatusCode::INTERNAL_SERVER_ERROR, "bad fake key");
-            };
-            let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
-            // `iss` is the App id as a number, which the library's check rejects; checked below.
-            v.required_spec_claims = ["exp"].iter().map(|s| s.to_string()).collect();
-            v.validate_aud = false;
-            match jsonwebtoken::decode::<Claims>(jwt, &key, &v) {
-                Ok(d) => d.claims,
-                Err(e) => {
-                    return error(
-                        StatusCode::UNAUTHORIZED,
-                        &format!("A JSON web token could not be decoded: {e}"),
-                    )
-                }
-            }
-        }
-        None => match jsonwebtoken::dangerous::insecure_decode::<Claims>(jwt) {
-            Ok(d) => d.claims,
-            Err(_) => {
-                return error(
-                    StatusCode::UNAUTHORIZED,
-                    "A JSON web token could not be decoded",
-                )
-            }
-        },
-    };
-    let iss = claims
-        .iss
-        .as_u64()
-        .or_else(|| claims.iss.as_str().and_then(|s| s.parse().ok()));
-    // GitHub: `exp` at most 10 minutes from now (with a little clock skew), `iat`
-    // may be back-dated; `iss` is the App id.
-    let now = chrono::Utc::now().timestamp();
-    if iss != Some(f.config.app_id) || claims.exp - now > 630 || claims.iat > now + 30 {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "'Issuer' claim ('iss') must be the App id and 'exp' at most 10 minutes from now",
-        );
+    if let Err(r) = app_jwt(&f, &headers) {
+        return r;
     }
     let token = {
         let mut s = f.inner.lock();
@@ -860,6 +833,61 @@ async fn access_token(
     let expires = (chrono::Utc::now() + chrono::Duration::hours(1))
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     (StatusCode::CREATED, Json(json!({ "token": token, "expires_at": expires, "permissions": {}, "repository_selection": "all" }))).into_response()
+}
+
+/// Checks the App's JWT as GitHub does: signed by the App's key (when the
+/// fake knows it), issued by the App, expiring within ten minutes.
+// The error is the answer itself, returned as the handlers return theirs.
+#[allow(clippy::result_large_err)]
+pub(crate) fn app_jwt(f: &Shared, headers: &HeaderMap) -> Result<(), Response> {
+    let jwt = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let claims = match &f.config.app_public_key_pem {
+        Some(pem) => {
+            let Ok(key) = jsonwebtoken::DecodingKey::from_rsa_pem(pem.as_bytes()) else {
+                return Err(error(StatusCode::INTERNAL_SERVER_ERROR, "bad fake key"));
+            };
+            let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
+            // `iss` is the App id as a number, which the library's check rejects; checked below.
+            v.required_spec_claims = ["exp"].iter().map(|s| s.to_string()).collect();
+            v.validate_aud = false;
+            match jsonwebtoken::decode::<Claims>(jwt, &key, &v) {
+                Ok(d) => d.claims,
+                Err(e) => {
+                    return Err(error(
+                        StatusCode::UNAUTHORIZED,
+                        &format!("A JSON web token could not be decoded: {e}"),
+                    ))
+                }
+            }
+        }
+        None => match jsonwebtoken::dangerous::insecure_decode::<Claims>(jwt) {
+            Ok(d) => d.claims,
+            Err(_) => {
+                return Err(error(
+                    StatusCode::UNAUTHORIZED,
+                    "A JSON web token could not be decoded",
+                ))
+            }
+        },
+    };
+    let iss = claims
+        .iss
+        .as_u64()
+        .or_else(|| claims.iss.as_str().and_then(|s| s.parse().ok()));
+    // GitHub: `exp` at most 10 minutes from now (with a little clock skew), `iat`
+    // may be back-dated; `iss` is the App id.
+    let now = chrono::Utc::now().timestamp();
+    if iss != Some(f.config.app_id) || claims.exp - now > 630 || claims.iat > now + 30 {
+        return Err(error(
+            StatusCode::UNAUTHORIZED,
+            "'Issuer' claim ('iss') must be the App id and 'exp' at most 10 minutes from now",
+        ));
+    }
+    Ok(())
 }
 
 async fn permission(

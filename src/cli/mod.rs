@@ -2,6 +2,7 @@
 //! maps outcomes to exit statuses.
 
 pub mod action_cmd;
+pub mod doctor_cmd;
 pub mod plan_cmd;
 pub mod publish_cmd;
 pub mod run_cmd;
@@ -73,6 +74,14 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check everything a first operation on GitHub needs — the App's key,
+    /// its installation and permissions, the webhook's deliveries, the
+    /// service, the agent workflow, secrets, plan and settings — and say
+    /// what to do for each that fails. Exit status 0 only when none fails.
+    #[command(
+        after_help = "Examples:\n  GITHUB_APP_ID=123 GITHUB_PRIVATE_KEY_PATH=app.pem supervise doctor --repo acme/shop\n  supervise doctor --repo acme/shop --service-url https://supervise.example.com --json"
+    )]
+    Doctor(doctor_cmd::DoctorArgs),
     /// Serve a live web view of this plan's operation on 127.0.0.1.
     #[command(
         after_help = "Examples:\n  supervise web                 # then open http://127.0.0.1:8321/\n  supervise web --port 0        # any free port, printed"
@@ -308,6 +317,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Manage(args) => workflow_cmd::manage(&args),
         Command::Status { plan, json } => run_cmd::status(plan.as_deref(), json),
         Command::Web(args) => web_cmd::run(&args),
+        Command::Doctor(args) => doctor_cmd::run(&args),
         Command::Spend { plan, json } => run_cmd::spend(plan.as_deref(), json),
         Command::Stop { plan } => run_cmd::command(plan.as_deref(), Input::Stop, "stop"),
         Command::Killall { plan } => run_cmd::command(plan.as_deref(), Input::Killall, "killall"),

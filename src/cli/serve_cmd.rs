@@ -107,7 +107,7 @@ pub struct ServeArgs {
 
 /// A secret from the environment variable `name`, else from the file named by
 /// `name_PATH`. Neither the value nor the file's contents are ever printed.
-fn secret_from_env(name: &str) -> Result<Option<String>> {
+pub(super) fn secret_from_env(name: &str) -> Result<Option<String>> {
     if let Ok(v) = std::env::var(name) {
         return Ok(Some(v));
     }

@@ -43,13 +43,16 @@ pub fn run(args: &WebArgs) -> Result<i32> {
         let addr = listener.local_addr()?;
         let views = Views::new();
         tokio::spawn(follow(log.clone(), views.clone()));
+        // One write: whoever reads the address may stop reading after it.
+        let later = if log.exists() {
+            ""
+        } else {
+            "\nNo operation has started for this plan yet; the page shows it once `supervise run` starts one."
+        };
         println!(
-            "The web view of {} is at http://{addr}/ (Ctrl-C stops it).",
+            "The web view of {} is at http://{addr}/ (Ctrl-C stops it).{later}",
             plan.path.display()
         );
-        if !log.exists() {
-            println!("No operation has started for this plan yet; the page shows it once `supervise run` starts one.");
-        }
         let app = web::router(Web::new(views, Access::Local));
         axum::serve(listener, app)
             .with_graceful_shutdown(async {

@@ -152,6 +152,49 @@ pub struct App {
     pub slug: Option<String>,
 }
 
+/// `GET /app`: the App the key belongs to.
+#[derive(Debug, Deserialize)]
+pub struct AppInfo {
+    pub id: u64,
+    pub slug: Option<String>,
+    pub name: String,
+}
+
+/// `GET /repos/{owner}/{repo}/installation`: the App's installation there,
+/// with what it was granted.
+#[derive(Debug, Deserialize)]
+pub struct Installation {
+    pub id: u64,
+    #[serde(default)]
+    pub permissions: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub events: Vec<String>,
+}
+
+/// One item of `GET /app/hook/deliveries`: a webhook delivery as GitHub
+/// recorded it.
+#[derive(Debug, Deserialize)]
+pub struct HookDelivery {
+    pub id: i64,
+    pub delivered_at: String,
+    /// `OK`, or what went wrong (`Invalid HTTP Response: 401`, a timeout).
+    pub status: String,
+    /// The receiver's answer; 0 when there was none.
+    pub status_code: i64,
+    pub event: String,
+}
+
+/// `GET /repos/{owner}/{repo}/actions/secrets`: the secrets' names only.
+#[derive(Debug, Deserialize)]
+pub struct SecretNames {
+    pub secrets: Vec<SecretName>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SecretName {
+    pub name: String,
+}
+
 #[derive(Debug, Deserialize)]
 pub struct CheckOutput {
     #[serde(default)]

@@ -322,6 +322,35 @@ impl GitHub {
         self.app_id
     }
 
+    /// A GET as the App itself, signed with its key (a JWT): `/app`,
+    /// `/repos/{owner}/{repo}/installation`, `/app/hook/deliveries`. One
+    /// try: what asks these (`supervise doctor`) reports what it gets.
+    pub async fn app_get(&self, path: &str) -> Result<Reply, GitHubError> {
+        let what = format!("GET {path}");
+        let res = self
+            .app
+            ._get(path)
+            .await
+            .map_err(|e| GitHubError::Transport {
+                what: what.clone(),
+                message: error_chain(&e),
+            })?;
+        let status = res.status().as_u16();
+        let body = self.app.body_to_string(res).await.unwrap_or_default();
+        match status {
+            200..=299 => Ok(Reply {
+                status,
+                body,
+                next: None,
+            }),
+            _ => Err(GitHubError::Http {
+                status,
+                what,
+                body: body.chars().take(300).collect(),
+            }),
+        }
+    }
+
     /// Whether this client uses a plain token (installation ids do not matter).
     pub fn is_token(&self) -> bool {
         self.token_client.is_some()

@@ -116,6 +116,38 @@ impl Browser {
         assert_eq!(clicked, true, "{what} ({css}) went away before the click");
     }
 
+    /// The text of the first element matching `css`, waiting for one; read
+    /// by a script, since a page that updates itself replaces its elements.
+    pub async fn text_of(&self, what: &str, css: &str, secs: u64) -> String {
+        self.wait_for(what, css, secs).await;
+        self.client
+            .execute(
+                "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';",
+                vec![serde_json::Value::String(css.to_string())],
+            )
+            .await
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    /// An attribute of the first element matching `css`, as [`Browser::text_of`].
+    pub async fn attr_of(&self, what: &str, css: &str, name: &str, secs: u64) -> String {
+        self.wait_for(what, css, secs).await;
+        self.client
+            .execute(
+                "const e = document.querySelector(arguments[0]); return e ? (e.getAttribute(arguments[1]) || '') : '';",
+                vec![
+                    serde_json::Value::String(css.to_string()),
+                    serde_json::Value::String(name.to_string()),
+                ],
+            )
+            .await
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+
     /// Whether anything matches `css` now.
     pub async fn has(&self, css: &str) -> bool {
         self.client.find(Locator::Css(css)).await.is_ok()

@@ -320,6 +320,7 @@ fn conclusion_exit(c: Option<&str>) -> Option<i32> {
     }
 }
 
+pub mod doctor;
 mod effects;
 pub mod handle;
 pub mod handoff;

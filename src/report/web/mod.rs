@@ -268,7 +268,7 @@ pub fn off_page() -> String {
         "Sprint Supervisor",
         &Viewer::default(),
         false,
-        r#"<main id="main"><h1>Sprint Supervisor</h1><p>This service takes GitHub's webhooks. Its web view is off: set <code>GITHUB_CLIENT_ID</code>, <code>GITHUB_CLIENT_SECRET</code> (the App's, from its settings page) and <code>SUPERVISE_PUBLIC_URL</code> (this address, as browsers reach it) to sign people in with GitHub.</p></main>"#,
+        r#"<main id="main" data-static="1"><h1>Sprint Supervisor</h1><p>This service takes GitHub's webhooks. Its web view is off: set <code>GITHUB_CLIENT_ID</code>, <code>GITHUB_CLIENT_SECRET</code> (the App's, from its settings page) and <code>SUPERVISE_PUBLIC_URL</code> (this address, as browsers reach it) to sign people in with GitHub.</p></main>"#,
     )
 }
 
@@ -544,6 +544,6 @@ pub fn not_found_page(viewer: &Viewer) -> String {
         "Not found — Sprint Supervisor",
         viewer,
         false,
-        r#"<main id="main"><h1>Not found</h1><p>There is no operation here that you may see.</p><p><a href="/">All operations</a></p></main>"#,
+        r#"<main id="main" data-static="1"><h1>Not found</h1><p>There is no operation here that you may see.</p><p><a href="/">All operations</a></p></main>"#,
     )
 }

@@ -4,7 +4,8 @@
 "use strict";
 (function () {
   const main = document.getElementById("main");
-  if (!main || !window.EventSource) return;
+  // The sign-in and not-found pages have nothing to follow.
+  if (!main || !window.EventSource || main.classList.contains("signin") || main.dataset.static) return;
   const filter = () => {
     const input = document.getElementById("log-filter");
     if (!input) return;

@@ -1,0 +1,174 @@
+//! `supervise doctor` against the fake GitHub: a repository set up right
+//! passes every check, and each planted misconfiguration — the wrong key, the
+//! App not installed, a permission or an event missing, a webhook refused,
+//! the agent workflow missing or older than the supervisor, no model key,
+//! invalid settings, an unreadable plan, the service down — fails its check
+//! and names the fix.
+
+mod story;
+mod support;
+
+use std::path::Path;
+use std::process::Output;
+use story::{Story, REPO};
+
+const WORKFLOW: &str = ".github/workflows/supervise-agent.yml";
+
+fn workflow_text() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(WORKFLOW)).unwrap()
+}
+
+/// Runs `supervise doctor` (off the runtime's threads: the service and the
+/// fake answer it from them).
+async fn doctor(story: &Story, extra_env: &[(&str, &str)], args: &[&str]) -> (i32, String) {
+    let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"));
+    cmd.arg("doctor")
+        .args(["--repo", REPO])
+        .args(args)
+        .env("GITHUB_APP_ID", "42")
+        .env("GITHUB_PRIVATE_KEY_PATH", key)
+        .env("GITHUB_API_URL", story.fake.url())
+        .env("GITHUB_WEB_URL", "https://github.example")
+        .env_remove("SUPERVISE_PUBLIC_URL");
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let out: Output = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The line of `check` and the fix under it.
+fn said_of(out: &str, check: &str) -> String {
+    let mut lines = out.lines();
+    let mut found = String::new();
+    while let Some(l) = lines.next() {
+        if l[l.find(' ').map_or(0, |i| i + 1)..].starts_with(&format!("{check}:")) {
+            found.push_str(l);
+            found.push('\n');
+            if let Some(next) = lines
+                .clone()
+                .next()
+                .filter(|n| n.trim_start().starts_with('→'))
+            {
+                found.push_str(next);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_passes_a_repository_set_up_right_and_names_the_fix_for_each_planted_mistake() {
+    let story = Story::begin("").await;
+    story.fake.add_file(REPO, WORKFLOW, &workflow_text());
+    story.fake.add_secret(REPO, "ANTHROPIC_API_KEY");
+    // A comment reaches the service: a delivery GitHub records as answered.
+    story.say("Thanks for the plan.").await;
+    let service = format!("http://127.0.0.1:{}", story.port);
+    let (code, out) = doctor(&story, &[], &["--service-url", &service]).await;
+    assert_eq!(code, 0, "{out}");
+    eprintln!("{out}");
+    for check in [
+        "App credentials",
+        "Installation",
+        "Permissions",
+        "Events",
+        "Webhook deliveries",
+        "Service",
+        "Agent workflow",
+        "Secrets",
+        "Plan",
+        "Settings",
+    ] {
+        assert!(said_of(&out, check).starts_with('✓'), "{check}:\n{out}");
+    }
+
+    // The wrong App id for the key: GitHub refuses the JWT.
+    let (code, out) = doctor(&story, &[("GITHUB_APP_ID", "43")], &[]).await;
+    assert_eq!(code, 1);
+    let s = said_of(&out, "App credentials");
+    assert!(
+        s.starts_with('✗') && s.contains("generate a new private key"),
+        "{out}"
+    );
+    assert!(said_of(&out, "Installation").starts_with('–'), "{out}");
+
+    // The service down.
+    let closed = format!("http://127.0.0.1:{}", support::free_port());
+    let (_, out) = doctor(&story, &[], &["--service-url", &closed]).await;
+    assert!(said_of(&out, "Service").starts_with('✗'), "{out}");
+
+    // A permission short, an event not subscribed.
+    story.fake.set_permission("checks", Some("read"));
+    story.fake.drop_event("workflow_run");
+    let (code, out) = doctor(&story, &[], &[]).await;
+    assert_eq!(code, 1);
+    let s = said_of(&out, "Permissions");
+    assert!(
+        s.contains("checks: write (has read)")
+            && s.contains("/settings/apps/sprint-supervisor/permissions"),
+        "{out}"
+    );
+    assert!(said_of(&out, "Events").contains("workflow_run"), "{out}");
+    story.fake.set_permission("checks", Some("write"));
+
+    // A webhook refused for its signature.
+    story.fake.note_delivery("issue_comment", "bad-secret", 401);
+    let (_, out) = doctor(&story, &[], &[]).await;
+    assert!(
+        said_of(&out, "Webhook deliveries").contains("GITHUB_WEBHOOK_SECRET differs"),
+        "{out}"
+    );
+
+    // The agent workflow older than the supervisor; no model key.
+    let old = workflow_text().replace("      branch:", "      old_branch:");
+    story.fake.add_file(REPO, WORKFLOW, &old);
+    let (_, out) = doctor(&story, &[], &[]).await;
+    assert!(
+        said_of(&out, "Agent workflow").contains("lacks the input(s) branch"),
+        "{out}"
+    );
+
+    // Invalid settings and a plan the reader refuses.
+    story
+        .fake
+        .add_file(REPO, ".github/supervise.yml", "max_parallel: lots\n");
+    story.fake.add_file(
+        REPO,
+        "EXECUTION_PLAN.md",
+        "# Nothing to do\n\nJust prose.\n",
+    );
+    let (_, out) = doctor(&story, &[], &[]).await;
+    assert!(said_of(&out, "Settings").starts_with('✗'), "{out}");
+    assert!(said_of(&out, "Plan").starts_with('✗'), "{out}");
+
+    // Not installed on the repository: the install link.
+    story.fake.uninstall(REPO);
+    let (code, out) = doctor(&story, &[], &["--json"]).await;
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let inst = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "Installation")
+        .unwrap();
+    assert_eq!(inst["verdict"], "fail");
+    assert!(
+        inst["fix"]
+            .as_str()
+            .unwrap()
+            .contains("https://github.example/apps/sprint-supervisor/installations/new"),
+        "{inst}"
+    );
+}
