@@ -50,6 +50,7 @@ ENDPOINTS = [
     ("get", "/repos/{owner}/{repo}/installation"),
     ("get", "/app/hook/deliveries"),
     ("get", "/repos/{owner}/{repo}/actions/secrets"),
+    ("post", "/app-manifests/{code}/conversions"),
 ]
 
 

@@ -82,6 +82,10 @@ pub(crate) struct Inner {
     pub(crate) secrets: HashMap<String, Vec<String>>,
     /// The webhooks sent, as GitHub records them (the last 100).
     pub(crate) hook_deliveries: Vec<app::Delivery>,
+    /// Apps created from a manifest, by their one-time code.
+    pub(crate) manifests: HashMap<String, manifest::Registered>,
+    /// The key a manifest's conversion hands out.
+    pub(crate) manifest_key: Option<String>,
     pub(crate) comments: Vec<Comment>,
     pub(crate) api: api::ApiState,
     reactions: Vec<(i64, String, String)>,
@@ -182,6 +186,7 @@ impl Drop for StateGuard<'_> {
 mod api;
 mod app;
 pub mod git;
+mod manifest;
 mod paging;
 mod quota;
 mod record;
@@ -594,6 +599,16 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
         .route("/login/oauth/access_token", post(signin::access_token))
         .route("/user", get(signin::user))
         .route("/app", get(app::get_app))
+        .route("/settings/apps/new", post(manifest::new_app))
+        .route("/settings/apps/new/confirm", post(manifest::confirm))
+        .route(
+            "/organizations/{org}/settings/apps/new",
+            post(manifest::new_org_app),
+        )
+        .route(
+            "/app-manifests/{code}/conversions",
+            post(manifest::conversion),
+        )
         .route("/app/hook/deliveries", get(app::hook_deliveries))
         .route(
             "/repos/{owner}/{repo}/installation",

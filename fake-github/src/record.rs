@@ -49,7 +49,12 @@ fn as_json(bytes: &[u8]) -> Value {
 pub async fn record(recorder: Recorder, req: Request, next: Next) -> Response {
     // Control endpoints, and github.com's pages (sign-in) a browser visits.
     let path = req.uri().path();
-    if path.starts_with("/_fake") || path.starts_with("/login/") || path == "/favicon.ico" {
+    if path.starts_with("/_fake")
+        || path.starts_with("/login/")
+        || path.starts_with("/settings/")
+        || path.starts_with("/organizations/")
+        || path == "/favicon.ico"
+    {
         return next.run(req).await;
     }
     let method = req.method().to_string();

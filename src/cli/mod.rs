@@ -7,6 +7,7 @@ pub mod plan_cmd;
 pub mod publish_cmd;
 pub mod run_cmd;
 pub mod serve_cmd;
+pub mod setup_cmd;
 pub mod terminal;
 pub mod web_cmd;
 pub mod workflow_cmd;
@@ -74,6 +75,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Create the GitHub App for `supervise serve` in one click (GitHub's
+    /// manifest flow): a page on 127.0.0.1, a confirmation on GitHub, and
+    /// the App's credentials written to supervise.env and a key file (0600).
+    #[command(
+        after_help = "Examples:\n  supervise setup --webhook-url https://supervise.example.com/webhook\n  supervise setup --webhook-url https://supervise.example.com/webhook --org acme --public-url https://supervise.example.com"
+    )]
+    Setup(setup_cmd::SetupArgs),
     /// Check everything a first operation on GitHub needs — the App's key,
     /// its installation and permissions, the webhook's deliveries, the
     /// service, the agent workflow, secrets, plan and settings — and say
@@ -318,6 +326,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Status { plan, json } => run_cmd::status(plan.as_deref(), json),
         Command::Web(args) => web_cmd::run(&args),
         Command::Doctor(args) => doctor_cmd::run(&args),
+        Command::Setup(args) => setup_cmd::run(args),
         Command::Spend { plan, json } => run_cmd::spend(plan.as_deref(), json),
         Command::Stop { plan } => run_cmd::command(plan.as_deref(), Input::Stop, "stop"),
         Command::Killall { plan } => run_cmd::command(plan.as_deref(), Input::Killall, "killall"),

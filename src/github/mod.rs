@@ -119,6 +119,7 @@ const ETAG_BYTES: usize = 32 << 20;
 
 pub mod answers;
 pub mod etags;
+pub mod manifest;
 pub mod payload;
 pub mod repo;
 pub mod signin;

@@ -2,6 +2,7 @@
 //! Chromium driven over WebDriver (`chromedriver`), with screenshots saved
 //! in `target/screenshots/` and axe-core (npm) injected to report
 //! accessibility violations.
+#![allow(dead_code)] // each test binary uses what it needs
 
 use fantoccini::elements::Element;
 use fantoccini::{Client, ClientBuilder, Locator};
