@@ -36,10 +36,43 @@ fn words(line: &str) -> Vec<String> {
     out
 }
 
-/// The `supervise` command lines in the README's shell blocks, comments cut.
-fn readme_commands() -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+/// The documents people read: the READMEs and the user guide's chapters.
+fn documents() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut paths: Vec<std::path::PathBuf> = ["README.md", "deploy/README.md", "CONTRIBUTING.md"]
+        .iter()
+        .map(|p| root.join(p))
+        .collect();
+    let mut chapters: Vec<_> = std::fs::read_dir(root.join("docs/src"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    chapters.sort();
+    paths.extend(chapters);
+    paths
+        .into_iter()
+        .map(|p| {
+            let name = p.strip_prefix(root).unwrap_or(&p).display().to_string();
+            (name, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+/// The `supervise` command lines in the documents' shell blocks, comments
+/// cut, with the document each is in.
+fn readme_commands() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (name, text) in documents() {
+        for line in shell_commands(&text) {
+            out.push((name.clone(), line));
+        }
+    }
+    out
+}
+
+fn shell_commands(readme: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut in_sh = false;
     for line in readme.lines() {
@@ -70,7 +103,10 @@ fn readme_commands() -> Vec<String> {
 fn every_command_the_readme_shows_is_accepted_as_written() {
     let commands = readme_commands();
     assert!(commands.len() >= 3, "found {commands:?}");
-    for line in commands {
+    // What `supervise setup` wrote to supervise.env, which the guide's
+    // commands are run after sourcing.
+    std::env::set_var("GITHUB_APP_ID", "1");
+    for (doc, line) in commands {
         let all = words(&line);
         // `A=1 supervise …`: the assignments are the command's environment.
         for assignment in all.iter().take_while(|w| *w != "supervise") {
@@ -80,7 +116,7 @@ fn every_command_the_readme_shows_is_accepted_as_written() {
         }
         let w: Vec<String> = all.into_iter().skip_while(|w| w != "supervise").collect();
         if let Err(e) = Cli::try_parse_from(&w) {
-            panic!("README: `{line}` is not accepted:\n{e}");
+            panic!("{doc}: `{line}` is not accepted:\n{e}");
         }
     }
 }
