@@ -4,28 +4,15 @@
 //! that exist. (Every `supervise` command they show is held to the parser
 //! by `tests/readme.rs`.)
 
+#[path = "support/documents.rs"]
+mod documents;
+
+use documents::documents;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The Markdown files people read: the READMEs and every chapter.
-fn documents() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = ["README.md", "CONTRIBUTING.md", "deploy/README.md"]
-        .iter()
-        .map(|p| root().join(p))
-        .collect();
-    let mut chapters: Vec<PathBuf> = std::fs::read_dir(root().join("docs/src"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "md"))
-        .collect();
-    chapters.sort();
-    out.extend(chapters);
-    out
 }
 
 /// Text outside fenced code blocks, line by line.

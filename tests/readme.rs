@@ -1,7 +1,11 @@
 //! Every `supervise …` command the README shows is one the program accepts as
 //! written (flags, arguments, order), and every agent command it shows would
 //! get past the preflight where its program exists. Commands that need the
-//! network (a real agent, GitHub) are only parsed, not run.
+//! network (a real agent, GitHub) are only parsed, not run. The user
+//! guide's chapters and the other READMEs are held to the same.
+
+#[path = "support/documents.rs"]
+mod documents;
 
 use clap::Parser;
 use supervise::cli::Cli;
@@ -36,22 +40,10 @@ fn words(line: &str) -> Vec<String> {
     out
 }
 
-/// The documents people read: the READMEs and the user guide's chapters.
-fn documents() -> Vec<(String, String)> {
+/// Each document's name (from the project's top) and text.
+fn texts() -> Vec<(String, String)> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut paths: Vec<std::path::PathBuf> = ["README.md", "deploy/README.md", "CONTRIBUTING.md"]
-        .iter()
-        .map(|p| root.join(p))
-        .collect();
-    let mut chapters: Vec<_> = std::fs::read_dir(root.join("docs/src"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "md"))
-        .collect();
-    chapters.sort();
-    paths.extend(chapters);
-    paths
+    documents::documents()
         .into_iter()
         .map(|p| {
             let name = p.strip_prefix(root).unwrap_or(&p).display().to_string();
@@ -64,7 +56,7 @@ fn documents() -> Vec<(String, String)> {
 /// cut, with the document each is in.
 fn readme_commands() -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for (name, text) in documents() {
+    for (name, text) in texts() {
         for line in shell_commands(&text) {
             out.push((name.clone(), line));
         }

@@ -640,6 +640,15 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
     fake
 }
 
+/// Text made safe in the fake's HTML pages (github.com's sign-in and
+/// new-App pages).
+pub(crate) fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
 pub(crate) fn error(status: StatusCode, message: &str) -> Response {
     (
         status,

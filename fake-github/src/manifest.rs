@@ -5,7 +5,7 @@
 //! /app-manifests/{code}/conversions` trades the code for the App's id,
 //! webhook secret, client id and secret and private key.
 
-use crate::{error, FakeGitHub, Shared};
+use crate::{error, html_escape, FakeGitHub, Shared};
 use axum::extract::{Form, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -39,13 +39,6 @@ pub(crate) struct ManifestForm {
     manifest: String,
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 fn confirm_page(owner: &str, manifest: &str, state: &str) -> Response {
     let name = serde_json::from_str::<Value>(manifest)
         .ok()
@@ -53,10 +46,10 @@ fn confirm_page(owner: &str, manifest: &str, state: &str) -> Response {
         .unwrap_or_else(|| "an App".into());
     Html(format!(
         r#"<!doctype html><html lang="en"><head><title>Create GitHub App</title></head><body><main><h1>Create GitHub App for {owner}</h1><form method="post" action="/settings/apps/new/confirm"><input type="hidden" name="manifest" value="{m}"><input type="hidden" name="state" value="{s}"><input type="hidden" name="owner" value="{owner}"><label>GitHub App name <input id="app-name" name="name" value="{name}"></label> <button id="create" type="submit">Create GitHub App</button></form></main></body></html>"#,
-        owner = escape(owner),
-        m = escape(manifest),
-        s = escape(state),
-        name = escape(&name),
+        owner = html_escape(owner),
+        m = html_escape(manifest),
+        s = html_escape(state),
+        name = html_escape(&name),
     ))
     .into_response()
 }

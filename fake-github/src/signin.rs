@@ -10,7 +10,7 @@
 //! These are github.com's pages, not the REST API: the recorder leaves them
 //! out of the exchanges checked against the REST description.
 
-use crate::{error, Shared};
+use crate::{error, html_escape, Shared};
 use axum::extract::{Form, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -30,13 +30,6 @@ pub(crate) struct Authorize {
     redirect_uri: String,
     #[serde(default)]
     state: String,
-}
-
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 fn known_client(f: &Shared, id: &str) -> bool {

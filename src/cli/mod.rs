@@ -296,6 +296,19 @@ pub struct PlanToolFlags {
 /// A secret the process is given by its environment: `NAME`, or the file
 /// `NAME_FILE` names (for secret stores that mount files). Never a flag:
 /// any user of the machine can read a process's arguments in `ps`.
+/// A listener on 127.0.0.1 (`port` 0: any free one) for the pages a
+/// command serves to the person at this machine (`web`, `setup`).
+pub(crate) async fn loopback(
+    port: u16,
+) -> anyhow::Result<(tokio::net::TcpListener, std::net::SocketAddr)> {
+    use anyhow::Context as _;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .with_context(|| format!("listening on 127.0.0.1:{port}"))?;
+    let addr = listener.local_addr()?;
+    Ok((listener, addr))
+}
+
 pub(crate) fn secret_from_env(name: &str, default: Option<&str>) -> anyhow::Result<String> {
     use anyhow::Context as _;
     if let Some(value) = std::env::var_os(name) {

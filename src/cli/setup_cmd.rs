@@ -103,10 +103,7 @@ pub fn run(args: SetupArgs) -> Result<i32> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
-            .await
-            .with_context(|| format!("listening on 127.0.0.1:{}", args.port))?;
-        let addr = listener.local_addr()?;
+        let (listener, addr) = super::loopback(args.port).await?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let flow = Arc::new(Flow {
             api_url: api_url(&args),

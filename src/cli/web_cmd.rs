@@ -37,10 +37,7 @@ pub fn run(args: &WebArgs) -> Result<i32> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
-            .await
-            .with_context(|| format!("listening on 127.0.0.1:{}", args.port))?;
-        let addr = listener.local_addr()?;
+        let (listener, addr) = super::loopback(args.port).await?;
         let views = Views::new();
         tokio::spawn(follow(log.clone(), views.clone()));
         // One write: whoever reads the address may stop reading after it.

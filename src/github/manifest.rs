@@ -48,15 +48,8 @@ pub async fn convert(api_url: &str, code: &str) -> Result<NewApp, GitHubError> {
         .map_err(|e| GitHubError::Config(format!("GITHUB_API_URL `{api_url}`: {e}")))?
         .build()
         .map_err(|e| GitHubError::Config(e.to_string()))?;
-    let res = client
-        ._post(format!("/app-manifests/{code}/conversions"), None::<&()>)
-        .await
-        .map_err(|e| GitHubError::Transport {
-            what: what.clone(),
-            message: e.to_string(),
-        })?;
-    let status = res.status().as_u16();
-    let body = client.body_to_string(res).await.unwrap_or_default();
+    let path = format!("/app-manifests/{code}/conversions");
+    let (status, body) = super::call_once(&client, "POST", &path, None).await?;
     if status != 201 {
         return Err(GitHubError::Http {
             status,

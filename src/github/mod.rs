@@ -181,6 +181,30 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s.chars().take(400).collect()
 }
 
+/// One call outside the client's retries, rate-limit pauses and caches (the
+/// App's own routes, the sign-in's code exchange, the manifest's
+/// conversion): its status and body, or why there was none.
+pub(crate) async fn call_once(
+    client: &Octocrab,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> Result<(u16, String), GitHubError> {
+    let what = format!("{method} {path}");
+    let transport = |e: octocrab::Error| GitHubError::Transport {
+        what: what.clone(),
+        message: error_chain(&e),
+    };
+    let res = match method {
+        "POST" => client._post(path, body).await,
+        _ => client._get(path).await,
+    }
+    .map_err(transport)?;
+    let status = res.status().as_u16();
+    let text = client.body_to_string(res).await.map_err(transport)?;
+    Ok((status, text))
+}
+
 /// The longest wait a server may impose: GitHub documents rate-limit windows of
 /// at most an hour, and a larger (or hostile) value must not stop the service.
 pub const MAX_SERVER_WAIT: Duration = Duration::from_secs(3600);
@@ -327,17 +351,7 @@ impl GitHub {
     /// `/repos/{owner}/{repo}/installation`, `/app/hook/deliveries`. One
     /// try: what asks these (`supervise doctor`) reports what it gets.
     pub async fn app_get(&self, path: &str) -> Result<Reply, GitHubError> {
-        let what = format!("GET {path}");
-        let res = self
-            .app
-            ._get(path)
-            .await
-            .map_err(|e| GitHubError::Transport {
-                what: what.clone(),
-                message: error_chain(&e),
-            })?;
-        let status = res.status().as_u16();
-        let body = self.app.body_to_string(res).await.unwrap_or_default();
+        let (status, body) = call_once(&self.app, "GET", path, None).await?;
         match status {
             200..=299 => Ok(Reply {
                 status,
@@ -346,7 +360,7 @@ impl GitHub {
             }),
             _ => Err(GitHubError::Http {
                 status,
-                what,
+                what: format!("GET {path}"),
                 body: body.chars().take(300).collect(),
             }),
         }

@@ -91,23 +91,8 @@ impl SignIn {
             "code": code,
             "redirect_uri": redirect,
         });
-        let answer = self
-            .web
-            ._post("/login/oauth/access_token", Some(&body))
-            .await
-            .map_err(|e| GitHubError::Transport {
-                what: what.clone(),
-                message: e.to_string(),
-            })?;
-        let status = answer.status().as_u16();
-        let text = self
-            .web
-            .body_to_string(answer)
-            .await
-            .map_err(|e| GitHubError::Transport {
-                what: what.clone(),
-                message: e.to_string(),
-            })?;
+        let (status, text) =
+            super::call_once(&self.web, "POST", "/login/oauth/access_token", Some(&body)).await?;
         if status != 200 {
             return Err(GitHubError::Http {
                 status,
