@@ -1092,6 +1092,23 @@ proptest! {
             sim.send(Input::AgentFinished { dispatch: o.dispatch.clone(), report: report(k) }).unwrap();
         }
         let st = sim.st();
+        // The final report agrees with the events: the cost of the attempts
+        // by model adds up to what was spent, and no efficiency is over 100%.
+        let complete = supervise::report::complete_md(st, sim.now);
+        let table = complete.split("### By Model").nth(1).unwrap_or("").split("\n\n").next().unwrap_or("");
+        let costs: u64 = table
+            .lines()
+            .skip(3)
+            .filter_map(|l| l.trim_end_matches('|').rsplit('|').next())
+            .filter_map(|c| c.trim().trim_end_matches('×').parse::<u64>().ok())
+            .sum();
+        if complete.contains("### By Model") {
+            prop_assert_eq!(costs, st.cost_spent, "{}", table);
+        }
+        if let Some(e) = complete.split("**Parallelism efficiency**: ").nth(1) {
+            let pct: f64 = e.split('%').next().unwrap().parse().unwrap();
+            prop_assert!(pct <= 100.0, "efficiency {pct}%");
+        }
         if sim.out().is_empty() && st.gates.iter().all(|g| g.passed.is_some()) {
             prop_assert!(matches!(st.status, OverallStatus::Completed | OverallStatus::Blocked), "ended {}", st.status);
             for (u, unit) in st.units.iter().enumerate() {

@@ -13,8 +13,11 @@ pub struct DoctorArgs {
     /// The repository to check (`owner/name`).
     #[arg(long)]
     pub repo: String,
+    /// The App's id (its key is read from GITHUB_PRIVATE_KEY or
+    /// GITHUB_PRIVATE_KEY_PATH, as `serve` reads it).
     #[arg(long, env = "GITHUB_APP_ID")]
     pub app_id: u64,
+    /// The REST API (GitHub Enterprise: yours; the fake GitHub in tests).
     #[arg(long, env = "GITHUB_API_URL", default_value = "https://api.github.com")]
     pub api_url: String,
     /// GitHub's web address, for the links in the fixes.

@@ -417,10 +417,60 @@ These criteria cannot be checked by a command; they are neither passed nor faile
     out
 }
 
+/// Sprints completed at each model tier, and every attempt made at it:
+/// what succeeded and what it cost (the attempts × the tier's cost, which
+/// add up to what the operation spent).
+fn by_model(st: &OperationState, done: &[Done]) -> String {
+    let mut out = String::new();
+    out.push_str("### By Model\n| Model | Sprints | Avg Duration | Avg Turns | Attempts Succeeded | Avg Attempts | Cost |\n|-------|---------|--------------|-----------|--------------------|--------------|------|\n");
+    // Every attempt at each tier, whatever became of its sprint: what the
+    // success rate and the cost are of.
+    let attempts_at = |tier: ModelTier| {
+        st.units
+            .iter()
+            .flat_map(|u| &u.sprints)
+            .flat_map(|s| &s.history)
+            .filter(move |h| h.tier == tier)
+    };
+    for tier in ModelTier::ALL {
+        let mine: Vec<&Done> = done.iter().filter(|d| d.c.tier == tier).collect();
+        let tried = attempts_at(tier).count();
+        if mine.is_empty() && tried == 0 {
+            continue;
+        }
+        let n = mine.len().max(1) as f64;
+        let succeeded = attempts_at(tier)
+            .filter(|h| h.outcome == "completed")
+            .count();
+        let t: Vec<u32> = mine.iter().filter_map(|d| d.c.turns).collect();
+        let avg_turns = if t.is_empty() {
+            "—".to_string()
+        } else {
+            format!("{:.0}", t.iter().sum::<u32>() as f64 / t.len() as f64)
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1}min | {avg_turns} | {} | {:.1} | {}× |",
+            tier.as_str(),
+            mine.len(),
+            mine.iter().map(|d| mins(secs(d.c))).sum::<f64>() / n,
+            match tried {
+                0 => "—".to_string(),
+                t => format!("{:.0}% of {t}", succeeded as f64 * 100.0 / t as f64),
+            },
+            mine.iter().map(|d| d.c.attempts as f64).sum::<f64>() / n,
+            tried as u64 * st.config.cost(tier)
+        );
+    }
+
+    out
+}
+
 fn cadence(st: &OperationState, done: &[Done]) -> String {
     let mut out = String::from("## Cadence Analysis\n\n### Overall Performance\n");
     if done.is_empty() {
         out.push_str("No sprint completed.\n\n");
+        out.push_str(&by_model(st, done));
         return out;
     }
     let start = done
@@ -445,21 +495,29 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
         ts(end)
     );
     let _ = writeln!(out, "- **Active work time**: {}", duration(active));
+    // Of what `max_parallel` agents could have worked in the elapsed time:
+    // at most 100% (the gain below says how many ran at once on average).
+    let slots = st.config.max_parallel.max(1) as f64;
     let _ = writeln!(
         out,
-        "- **Parallelism efficiency**: {:.0}%",
-        active * 100.0 / elapsed
+        "- **Parallelism efficiency**: {:.0}% (of {} agent(s) at once)",
+        (active * 100.0 / (elapsed * slots)).min(100.0),
+        st.config.max_parallel.max(1)
     );
     let _ = writeln!(
         out,
         "- **Average sprint duration**: {:.1} minutes",
         mins(active) / done.len() as f64
     );
-    let _ = writeln!(
-        out,
-        "- **Sprints per hour**: {:.2}",
-        done.len() as f64 / (elapsed / 3600.0)
-    );
+    if elapsed < 60.0 {
+        out.push_str("- **Sprints per hour**: — (under a minute of work: too little to rate)\n");
+    } else {
+        let _ = writeln!(
+            out,
+            "- **Sprints per hour**: {:.2}",
+            done.len() as f64 / (elapsed / 3600.0)
+        );
+    }
     let _ = writeln!(
         out,
         "- **Total turns used**: {turns} / {} ({:.0}% utilization)\n",
@@ -489,32 +547,7 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
         active / elapsed
     );
 
-    out.push_str("### By Model\n| Model | Sprints | Avg Duration | Avg Turns | Success Rate | Avg Attempts | Cost Impact |\n|-------|---------|--------------|-----------|--------------|--------------|-------------|\n");
-    for tier in ModelTier::ALL {
-        let mine: Vec<&Done> = done.iter().filter(|d| d.c.tier == tier).collect();
-        if mine.is_empty() {
-            continue;
-        }
-        let n = mine.len() as f64;
-        let first = mine.iter().filter(|d| d.c.attempts == 1).count() as f64;
-        let t: Vec<u32> = mine.iter().filter_map(|d| d.c.turns).collect();
-        let avg_turns = if t.is_empty() {
-            "—".to_string()
-        } else {
-            format!("{:.0}", t.iter().sum::<u32>() as f64 / t.len() as f64)
-        };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.1}min | {avg_turns} | {:.0}% | {:.1} | {}× |",
-            tier.as_str(),
-            mine.len(),
-            mine.iter().map(|d| mins(secs(d.c))).sum::<f64>() / n,
-            first * 100.0 / n,
-            mine.iter().map(|d| d.c.attempts as f64).sum::<f64>() / n,
-            mine.len() as u64 * st.config.cost(tier)
-        );
-    }
-
+    out.push_str(&by_model(st, &done));
     out.push_str("\n### Velocity Trend\n| Phase | Sprints | Avg Duration |\n|-------|---------|--------------|\n");
     let third = done.len().div_ceil(3).max(1);
     let mut avgs = Vec::new();
@@ -529,6 +562,9 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
         );
     }
     let trend = match (avgs.first(), avgs.last()) {
+        _ if done.len() < 3 || avgs.iter().all(|a| *a < 0.1) => {
+            "— too little data (fewer than three sprints, or all under six seconds)"
+        }
         (Some(a), Some(b)) if *b > a * 1.2 => "✗ Velocity degraded",
         (Some(a), Some(b)) if *b < a * 0.8 => "↗ Velocity improved",
         _ => "✓ Velocity stabilized",
