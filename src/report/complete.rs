@@ -547,7 +547,7 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
         active / elapsed
     );
 
-    out.push_str(&by_model(st, &done));
+    out.push_str(&by_model(st, done));
     out.push_str("\n### Velocity Trend\n| Phase | Sprints | Avg Duration |\n|-------|---------|--------------|\n");
     let third = done.len().div_ceil(3).max(1);
     let mut avgs = Vec::new();
