@@ -232,6 +232,16 @@ async fn people_signed_in_with_github_see_what_they_can_read_live_and_nothing_el
     b.wait_for("docs BLOCKED", ".blocked-notice[data-unit='docs']", 120)
         .await;
     assert!(still_marked(&b).await, "the page followed without a reload");
+    // The decision log links each sprint's decisions to its Actions run.
+    let run = b
+        .attr_of(
+            "a run in the decision log",
+            "table.log a[href*='/actions/runs/']",
+            "href",
+            30,
+        )
+        .await;
+    assert!(run.contains("/actions/runs/"), "{run}");
     b.shot("github-operation").await;
     assert_accessible(&b, "the operation page").await;
     // The API the page stands on says the same.

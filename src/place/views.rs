@@ -33,21 +33,25 @@ impl Views {
         Arc::new(Views::default())
     }
 
-    /// Records `state` unless the same version is already shown.
+    /// Records `state` unless the same version is already shown. The runs
+    /// already known for it are kept (see [`Views::set_runs`]).
     pub fn publish(&self, state: &OperationState, origin: &Origin) {
         {
             let mut shown = self.shown.locked();
-            if shown
-                .get(&state.id.0)
-                .is_some_and(|s| s.state.version == state.version && s.origin == *origin)
-            {
-                return;
+            let mut origin = origin.clone();
+            if let Some(old) = shown.get(&state.id.0) {
+                if origin.runs.is_empty() {
+                    origin.runs = old.origin.runs.clone();
+                }
+                if old.state.version == state.version && old.origin == origin {
+                    return;
+                }
             }
             shown.insert(
                 state.id.0.clone(),
                 Shown {
                     state: Arc::new(state.clone()),
-                    origin: origin.clone(),
+                    origin,
                 },
             );
             if shown.len() > MAX_SHOWN {
@@ -60,6 +64,22 @@ impl Views {
                     shown.remove(&id);
                 }
             }
+        }
+        self.changes.send_modify(|v| *v += 1);
+    }
+
+    /// The Actions runs of an operation's dispatches, as the place learns
+    /// them (by dispatch id): the decision log links to them.
+    pub fn set_runs(&self, op: &str, runs: std::collections::BTreeMap<String, String>) {
+        {
+            let mut shown = self.shown.locked();
+            let Some(s) = shown.get_mut(op) else {
+                return;
+            };
+            if s.origin.runs == runs {
+                return;
+            }
+            s.origin.runs = runs;
         }
         self.changes.send_modify(|v| *v += 1);
     }

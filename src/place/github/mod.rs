@@ -364,6 +364,7 @@ impl Operations {
                     repo: Some(ctx.repo.clone()),
                     issue: Some(ctx.issue),
                     web: None,
+                    runs: Default::default(),
                 },
             );
         }

@@ -33,6 +33,10 @@ impl Operations {
         let repo = self.repo(&ctx);
         self.sync_unit_issues(&ctx, &st).await?;
         let runs = self.run_links(&ctx.op).await?;
+        self.views.set_runs(
+            &ctx.op,
+            runs.iter().map(|(d, u)| (d.clone(), u.clone())).collect(),
+        );
         let link = |d: &DispatchId| runs.get(&d.0).cloned();
         let now = chrono::Utc::now();
         let spent = self

@@ -44,6 +44,10 @@ pub struct Origin {
     pub issue: Option<i64>,
     /// The GitHub web address (`https://github.com`), for links.
     pub web: Option<String>,
+    /// Each dispatch's Actions run, where one is known: what the decision
+    /// log links its entries to.
+    #[serde(skip)]
+    pub runs: std::collections::BTreeMap<String, String>,
 }
 
 impl Origin {
@@ -52,6 +56,30 @@ impl Origin {
             repo: None,
             issue: None,
             web: None,
+            runs: Default::default(),
+        }
+    }
+
+    /// Where a decision about a unit's sprint can be looked at: the last
+    /// Actions run of that sprint that is known, else the operation's issue.
+    fn link_of(
+        &self,
+        st: &OperationState,
+        unit: Option<&str>,
+        sprint: Option<&str>,
+    ) -> Option<(String, &'static str)> {
+        let run = unit.zip(sprint).and_then(|(u, s)| {
+            let u = st.units.iter().find(|x| x.name == u)?;
+            let s = u.sprints.iter().find(|x| x.id.as_str() == s)?;
+            s.active
+                .iter()
+                .map(|a| &a.id)
+                .chain(s.history.iter().rev().map(|h| &h.dispatch))
+                .find_map(|d| self.runs.get(&d.0).cloned())
+        });
+        match run {
+            Some(url) => Some((url, "run")),
+            None => self.issue_url().map(|u| (u, "issue")),
         }
     }
 
@@ -487,14 +515,19 @@ pub fn live_fragment(st: &OperationState, origin: &Origin, now: DateTime<Utc>) -
         r#"<details class="report"><summary>The status comment's table</summary>{}</details>"#,
         markdown(&crate::report::status_table(st, now))
     );
-    out.push_str(r#"<section aria-labelledby="log"><h2 id="log">Decision log</h2><label>Filter <input id="log-filter" type="search" placeholder="unit, decision or word"></label><table class="log"><thead><tr><th scope="col">Time</th><th scope="col">Unit</th><th scope="col">Sprint</th><th scope="col">Decision</th><th scope="col">Why</th></tr></thead><tbody>"#);
+    out.push_str(r#"<section aria-labelledby="log"><h2 id="log">Decision log</h2><label>Filter <input id="log-filter" type="search" placeholder="unit, decision or word"></label><table class="log"><thead><tr><th scope="col">Time</th><th scope="col">Unit</th><th scope="col">Sprint</th><th scope="col">Decision</th><th scope="col">Why</th><th scope="col">See</th></tr></thead><tbody>"#);
     for d in st.decisions.iter().rev().take(500) {
+        let sprint = d.sprint.as_ref().map(|s| s.as_str());
+        let see = origin
+            .link_of(st, d.unit.as_deref(), sprint)
+            .map(|(url, what)| format!(r#"<a href="{}">{what}</a>"#, escape(&url)))
+            .unwrap_or_default();
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{see}</td></tr>",
             d.at.format("%H:%M:%S"),
             escape(d.unit.as_deref().unwrap_or("")),
-            escape(d.sprint.as_ref().map(|s| s.as_str()).unwrap_or("")),
+            escape(sprint.unwrap_or("")),
             escape(&d.decision),
             escape(&d.rationale),
         );
