@@ -47,7 +47,24 @@ pub fn agent_workflow_jobs(agent_env: Vec<(String, String)>, bin: &str) -> Vec<f
     ]
 }
 
+/// A port to listen on later, free now. Taken below the kernel's range for
+/// ephemeral ports (32768–60999 on Linux): a port the kernel handed out for
+/// `:0` is soon handed out again — to a browser's debugging port, or any
+/// outgoing connection — between this look and the listener's bind. Each
+/// test process walks its own sequence (from its pid), so two rarely meet.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let start = std::process::id().wrapping_mul(7919) % SPAN;
+    for _ in 0..SPAN {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (start + k.wrapping_mul(97)) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
