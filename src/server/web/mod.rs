@@ -549,7 +549,7 @@ async fn logout(
         return StatusCode::NOT_FOUND.into_response();
     };
     if let Some((session, _)) = s.session_of(&headers) {
-        if s.csrf(&session) != f.csrf {
+        if !s.csrf_ok(&session, &f.csrf) {
             return (
                 StatusCode::FORBIDDEN,
                 "this sign-out did not come from this site's page",
