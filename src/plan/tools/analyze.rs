@@ -270,7 +270,7 @@ pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
             });
         }
     }
-    let layer_moves = super::rewrite::prioritized(plan, source).layer_changes;
+    let layer_moves = super::rewrite::layer_moves(plan, source);
     for m in &layer_moves {
         findings.push(Finding {
             pass: 3,

@@ -879,6 +879,26 @@ pub fn prioritized(plan: &Plan, source: &str) -> Rewrite {
             rw.annotated += 1;
         }
     }
+    rw.layer_changes = move_layers(plan, source, &layout, &mut emit);
+    rw.changes.push(format!(
+        "{} sprint(s) annotated with their priority",
+        rw.annotated
+    ));
+    rw.changes.extend(rw.layer_changes.iter().cloned());
+    rw.text = emit.into_iter().flatten().collect();
+    rw
+}
+
+/// §16f: a unit whose Layer says more than its declared dependencies need
+/// moves to the earlier layer: its Layer cell is set in `emit`, and each
+/// move is said. Only where the table has both a Layer and a Dependencies
+/// column.
+fn move_layers(
+    plan: &Plan,
+    source: &str,
+    layout: &Layout,
+    emit: &mut [Option<String>],
+) -> Vec<String> {
     // §16f: layers from the explicit dependencies, where the table has both.
     // The reader makes every unit wait on the layers below it, so what was
     // declared is read from the table's own cell.
@@ -887,8 +907,8 @@ pub fn prioritized(plan: &Plan, source: &str) -> Rewrite {
     // leaves the unit where it is.
     let declared = |name: &str| -> Option<Vec<String>> {
         let u = plan.unit(name)?;
-        let row = unit_row(&layout, u);
-        let text = cell(&layout, row, "depend").or_else(|| cell(&layout, row, "needs"))?;
+        let row = unit_row(layout, u);
+        let text = cell(layout, row, "depend").or_else(|| cell(layout, row, "needs"))?;
         text.split([',', ';'])
             .map(|d| d.trim().trim_matches(['`', '*']).to_lowercase())
             .filter(|d| !d.is_empty() && !["none", "-", "—", "–", "n/a"].contains(&d.as_str()))
@@ -929,34 +949,38 @@ pub fn prioritized(plan: &Plan, source: &str) -> Rewrite {
             && l.contains("layer")
             && (l.contains("depend") || l.contains("needs"))
     });
-    if explicit {
-        for unit in &plan.work_units {
-            let Some(need) = depth(&unit.name, &mut known, &declared) else {
-                continue;
-            };
-            if unit.layer > need
-                && set_cell(
-                    &mut emit,
-                    &layout,
-                    unit_row(&layout, unit),
-                    "layer",
-                    &need.to_string(),
-                )
-            {
-                rw.layer_changes.push(format!(
-                    "{}: layer {} → {need} (its dependencies allow it)",
-                    unit.name, unit.layer
-                ));
-            }
+    let mut moves = Vec::new();
+    if !explicit {
+        return moves;
+    }
+    for unit in &plan.work_units {
+        let Some(need) = depth(&unit.name, &mut known, &declared) else {
+            continue;
+        };
+        if unit.layer > need
+            && set_cell(
+                emit,
+                layout,
+                unit_row(layout, unit),
+                "layer",
+                &need.to_string(),
+            )
+        {
+            moves.push(format!(
+                "{}: layer {} → {need} (its dependencies allow it)",
+                unit.name, unit.layer
+            ));
         }
     }
-    rw.changes.push(format!(
-        "{} sprint(s) annotated with their priority",
-        rw.annotated
-    ));
-    rw.changes.extend(rw.layer_changes.iter().cloned());
-    rw.text = emit.into_iter().flatten().collect();
-    rw
+    moves
+}
+
+/// The §16f moves `prioritized` would make, without the rest of its
+/// rewrite (for `analyze`'s missed opportunities).
+pub fn layer_moves(plan: &Plan, source: &str) -> Vec<String> {
+    let layout = Layout::new(plan, source);
+    let mut emit: Vec<Option<String>> = layout.lines.iter().map(|l| Some(l.clone())).collect();
+    move_layers(plan, source, &layout, &mut emit)
 }
 
 /// §16h's summary.
