@@ -81,7 +81,16 @@ pub fn contains_word(hay: &str, needle: &str) -> bool {
     })
 }
 
-/// A file- and branch-safe slug: lower-case ASCII letters, digits and `-`.
+/// "1 agent", "3 agents": a number and its noun, agreeing (the nouns the
+/// product counts all take an `s`).
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Names joined with commas, or `none` when there are none (a table cell).
 pub fn names_or(names: &[String], none: &str) -> String {
     if names.is_empty() {
@@ -91,6 +100,7 @@ pub fn names_or(names: &[String], none: &str) -> String {
     }
 }
 
+/// A file- and branch-safe slug: lower-case ASCII letters, digits and `-`.
 pub fn slug(s: &str) -> String {
     let mut out = String::new();
     for c in s.chars() {

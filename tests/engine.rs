@@ -1105,10 +1105,26 @@ proptest! {
         if complete.contains("### By Model") {
             prop_assert_eq!(costs, st.cost_spent, "{}", table);
         }
-        if let Some(e) = complete.split("**Parallelism efficiency**: ").nth(1) {
-            let pct: f64 = e.split('%').next().unwrap().parse().unwrap();
-            prop_assert!(pct <= 100.0, "efficiency {pct}%");
+        // Both reports of efficiency print the same figure, at most 100%.
+        let summary = supervise::report::final_summary(st);
+        let pct = |text: &str, label: &str| -> Option<f64> {
+            text.split(label).nth(1).map(|e| e.split('%').next().unwrap().parse().unwrap())
+        };
+        let in_report = pct(&complete, "**Parallelism efficiency**: ");
+        if let Some(p) = in_report {
+            prop_assert!(p <= 100.0, "efficiency {p}%");
         }
+        if st.status == OverallStatus::Completed {
+            prop_assert_eq!(in_report, pct(&summary, "- Parallelism efficiency: "), "{}\n----\n{}", complete, summary);
+        }
+        // spend's row is what the state says was spent.
+        let rows = supervise::report::spend(std::slice::from_ref(st), sim.now);
+        prop_assert_eq!(rows[0].total, st.cost_spent);
+        // The table's BLOCKED rows are the count beneath it.
+        let table = supervise::report::status_table(st, sim.now);
+        let blocked_rows = table.lines().filter(|l| l.starts_with('|') && l.contains("| BLOCKED |")).count();
+        let blocked_line = format!("Blocked work units: {blocked_rows}");
+        prop_assert!(table.contains(&blocked_line), "{}", table);
         if sim.out().is_empty() && st.gates.iter().all(|g| g.passed.is_some()) {
             prop_assert!(matches!(st.status, OverallStatus::Completed | OverallStatus::Blocked), "ended {}", st.status);
             for (u, unit) in st.units.iter().enumerate() {

@@ -286,9 +286,10 @@ fn spend_counts_every_dispatch_of_every_operation_at_its_tier() {
     let spent = repo.state()["cost_spent"].as_u64().unwrap();
     assert!(spent > 1, "a failure and a stronger retry: {spent}");
     let out = repo.cmd(&["spend", "--json"]).output().unwrap();
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(rows[0]["total"], spent);
-    assert_eq!(rows[0]["day"], spent, "all of it today");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["operations"][0]["total"], spent);
+    assert_eq!(json["operations"][0]["day"], spent, "all of it today");
+    assert_eq!(json["all"]["total"], spent, "the all row's total");
     let out = repo.cmd(&["spend"]).output().unwrap();
     assert!(
         text(&out).contains(&format!("| **{spent}×** | **{spent}×** | **{spent}×** |")),
@@ -642,6 +643,95 @@ fn a_relative_agent_path_is_taken_from_where_it_was_typed() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(repo.state()["status"], "COMPLETED");
     repo.assert_every_sprint_integrated();
+}
+
+/// What a finished run prints says each thing once: the final summary opens
+/// with "All N sprints executed", so neither the completed notice nor the
+/// last table repeats it.
+#[test]
+fn a_finished_run_says_it_once_in_lines() {
+    let repo = Repo::new(PLAN, "");
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let shown = text(&out);
+    assert_eq!(
+        shown
+            .matches("All 4 sprints executed across 3 work units.")
+            .count(),
+        1,
+        "{shown}"
+    );
+    assert!(shown.contains("status: completed"), "{shown}");
+    assert!(
+        !shown.contains("cost so far"),
+        "a finished cost is final: {shown}"
+    );
+}
+
+/// In a terminal (a pseudo-terminal made by `script`), the live table's last
+/// frame is the final state, and the final summary is drawn with it: the
+/// throttle that paces redraws must not leave a frame from the middle of the
+/// run on screen above "Sprint Supervisor Complete".
+#[test]
+fn the_live_tables_last_frame_is_the_final_state() {
+    let repo = Repo::new(PLAN, "");
+    let supervise = env!("CARGO_BIN_EXE_supervise");
+    // The checkout's environment (agent, identity, tick) around `script`.
+    let mut env = repo.cmd(&[]);
+    env.env("TERM", "xterm").env("SUPERVISE_BIN", supervise);
+    let out = std::process::Command::new("script")
+        .args(["-qec", "\"$SUPERVISE_BIN\" run", "/dev/null"])
+        .current_dir(&repo.root)
+        .envs(env.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    let frames: Vec<&str> = shown.split("\x1b[H\x1b[2J").collect();
+    assert!(frames.len() > 1, "a live terminal is redrawn: {shown}");
+    let last = frames.last().unwrap();
+    assert!(last.contains("status: completed"), "{last}");
+    assert!(!last.contains("RUNNING"), "{last}");
+    assert!(
+        last.contains("Sprint Supervisor Complete"),
+        "the final summary is on the final frame: {last}"
+    );
+    assert_eq!(last.matches("sprints executed").count(), 1, "{last}");
+}
+
+/// An agent command the shell cannot run (exit status 127) launched no model:
+/// the operation stops with the fix, and nothing is charged — in the state,
+/// in `spend`, in the attempt's record.
+#[test]
+fn an_agent_command_that_cannot_run_is_not_charged() {
+    let repo = Repo::new(PLAN, "");
+    // Past the preflight (it checks the first word only), then not found.
+    let out = repo
+        .cmd(&["run", "--agent", "cd . && no-such-agent-anywhere"])
+        .env_remove("SUPERVISE_AGENT")
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("No attempt was counted"),
+        "{}",
+        text(&out)
+    );
+    let state = repo.state();
+    assert_eq!(state["cost_spent"], 0, "nothing ran, nothing spent");
+    let closed: Vec<&serde_json::Value> = state["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|u| u["sprints"].as_array().unwrap())
+        .flat_map(|s| s["history"].as_array().unwrap())
+        .collect();
+    assert!(!closed.is_empty(), "the attempt is on record");
+    assert!(closed.iter().all(|h| h["charged"] == false), "{closed:?}");
+    let out = repo.cmd(&["spend", "--json"]).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["all"]["total"], 0, "{json}");
 }
 
 /// An agent that works for any unit name: it writes `done-<sprint>.txt` in the

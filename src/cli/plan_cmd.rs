@@ -14,9 +14,9 @@ pub fn render_tree(plan: &Plan) -> String {
     }
     let _ = writeln!(
         out,
-        "{} work unit(s), {} sprint(s); dependencies: {}; prompts: {}",
-        plan.work_units.len(),
-        plan.total_sprints(),
+        "{}, {}; dependencies: {}; prompts: {}",
+        crate::text::count(plan.work_units.len(), "work unit"),
+        crate::text::count(plan.total_sprints(), "sprint"),
         plan.dependency_structure.as_str(),
         plan.dispatch_mode.as_str(),
     );

@@ -762,7 +762,10 @@ pub fn spend(path: Option<&Path>, json: bool) -> Result<i32> {
     }
     let rows = report::spend(&states, chrono::Utc::now());
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report::spend_json(&rows))?
+        );
     } else if rows.is_empty() {
         println!("Nothing spent yet: no operation has been started for this plan.");
     } else {

@@ -46,14 +46,46 @@ pub fn default_output(json: bool) -> OutputMode {
 pub struct Terminal {
     out: OutputMode,
     last_draw: Option<Instant>,
+    /// A live view's latest notices, drawn under every frame: a redraw
+    /// clears the screen, and a BLOCKED notice or the final summary must
+    /// not vanish with it.
+    notices: Vec<String>,
 }
+
+/// Notices a live frame keeps under the table.
+const LIVE_NOTICES: usize = 4;
 
 impl Terminal {
     pub fn new(out: OutputMode) -> Terminal {
         Terminal {
             out,
             last_draw: None,
+            notices: Vec::new(),
         }
+    }
+
+    fn draw(&mut self, st: &OperationState) {
+        self.last_draw = Some(Instant::now());
+        let recent: Vec<String> = st
+            .decisions
+            .iter()
+            .rev()
+            .take(8)
+            .rev()
+            .map(report::decision_line)
+            .collect();
+        let mut frame = format!(
+            "\x1b[H\x1b[2J{}\nRecent decisions:\n{}\n",
+            report::status_board(st, chrono::Utc::now()),
+            recent.join("\n")
+        );
+        for n in &self.notices {
+            frame.push('\n');
+            frame.push_str(n);
+            frame.push('\n');
+        }
+        print!("{frame}");
+        let _ = std::io::stdout().flush();
     }
 }
 
@@ -80,7 +112,14 @@ impl Screen for Terminal {
         match self.out {
             OutputMode::Quiet => {}
             OutputMode::Json => eprintln!("{text}"),
-            _ => println!("{text}"),
+            OutputMode::Live => {
+                println!("{text}");
+                if self.notices.len() == LIVE_NOTICES {
+                    self.notices.remove(0);
+                }
+                self.notices.push(text.to_string());
+            }
+            OutputMode::Lines => println!("{text}"),
         }
     }
 
@@ -93,21 +132,13 @@ impl Screen for Terminal {
         {
             return;
         }
-        self.last_draw = Some(Instant::now());
-        let recent: Vec<String> = st
-            .decisions
-            .iter()
-            .rev()
-            .take(8)
-            .rev()
-            .map(report::decision_line)
-            .collect();
-        print!(
-            "\x1b[H\x1b[2J{}\nRecent decisions:\n{}\n",
-            report::status_table(st, chrono::Utc::now()),
-            recent.join("\n")
-        );
-        let _ = std::io::stdout().flush();
+        self.draw(st);
+    }
+
+    fn finish(&mut self, st: &OperationState) {
+        if self.out == OutputMode::Live {
+            self.draw(st);
+        }
     }
 }
 
@@ -124,8 +155,9 @@ pub fn exit_code(ending: Ending) -> i32 {
 }
 
 /// The last lines of a run, whatever the output is: the status table (a live
-/// terminal already shows it) and where the work is, with the commands to look
-/// at it and take it.
+/// terminal's final frame already shows it; the final summary printed before
+/// says what its completion section would) and where the work is, with the
+/// commands to look at it and take it.
 pub fn farewell(out: OutputMode, ending: Ending, st: &OperationState) {
     if ending == Ending::AwaitingPerson {
         Terminal::new(out).notice("Waiting for a person: a manual sprint needs confirming. Review it, then run `supervise resume`.");
@@ -134,7 +166,7 @@ pub fn farewell(out: OutputMode, ending: Ending, st: &OperationState) {
         return;
     }
     if out == OutputMode::Lines {
-        println!("\n{}", report::status_table(st, chrono::Utc::now()));
+        println!("\n{}", report::status_board(st, chrono::Utc::now()));
     }
     if st.status == OverallStatus::Killed {
         println!("\n{}", report::kill_summary(st));

@@ -255,6 +255,15 @@ pub struct AttemptRecord {
     pub turns: Option<u32>,
     pub commits: Vec<String>,
     pub uncommitted: Vec<String>,
+    /// Whether the dispatch is paid for: not when it never launched (held,
+    /// then cancelled) or when the agent command itself could not run. A
+    /// log written before this field counts every attempt, as it did then.
+    #[serde(default = "charged_by_default")]
+    pub charged: bool,
+}
+
+fn charged_by_default() -> bool {
+    true
 }
 
 /// A sprint whose work was already done when the operation started: its progress

@@ -73,7 +73,11 @@ pub fn operation_name(seed: u64) -> String {
 }
 
 pub fn announcement(name: &str, units: usize, sprints: usize) -> String {
-    format!("🎖️ By order of the Sprint Supervisor, this plan shall henceforth be known as **{name}**.\n{units} work unit(s), {sprints} sprint(s). Agents, to your stations.")
+    format!(
+        "🎖️ By order of the Sprint Supervisor, this plan shall henceforth be known as **{name}**.\n{}, {}. Agents, to your stations.",
+        crate::text::count(units, "work unit"),
+        crate::text::count(sprints, "sprint")
+    )
 }
 
 pub const REPROACH: &str = "🫡 At ease, soldier. Naming is a ritual of STARTING the plan, not a warm-up exercise. \

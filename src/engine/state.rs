@@ -551,6 +551,36 @@ impl OperationState {
     }
 
     /// Model tiers used by completed sprints (for the usage summary of §13).
+    /// Every paid dispatch as (when, tier): closed attempts that were
+    /// charged, and the ones in flight that launched. What every report of
+    /// spend counts, so their sums agree with `cost_spent`.
+    pub fn charged_dispatches(&self) -> impl Iterator<Item = (DateTime<Utc>, ModelTier)> + '_ {
+        self.units.iter().flat_map(|u| &u.sprints).flat_map(|s| {
+            s.history
+                .iter()
+                .filter(|h| h.charged)
+                .map(|h| (h.dispatched_at, h.tier))
+                .chain(
+                    s.active
+                        .iter()
+                        .filter(|a| a.held.is_none())
+                        .map(|a| (a.dispatched_at, a.tier)),
+                )
+        })
+    }
+
+    /// Closed, paid attempts at one tier, and what they cost.
+    pub fn charged_at(&self, tier: ModelTier) -> (usize, u64) {
+        let n = self
+            .units
+            .iter()
+            .flat_map(|u| &u.sprints)
+            .flat_map(|s| &s.history)
+            .filter(|h| h.charged && h.tier == tier)
+            .count();
+        (n, n as u64 * self.config.cost(tier))
+    }
+
     pub fn model_usage(&self) -> BTreeMap<ModelTier, usize> {
         let mut m = BTreeMap::new();
         for u in &self.units {
@@ -745,11 +775,16 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
             sprint,
             record,
         } => {
-            let mut never_launched = 0;
+            let (mut held_back, mut refunded) = (0, 0);
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 // Closed while held (cancelled before launch): never spent.
-                if let Some(a) = s.active.as_ref().filter(|a| a.held.is_some()) {
-                    never_launched = a.cost;
+                // An agent command that could not run spent nothing either.
+                if let Some(a) = s.active.as_ref().filter(|_| !record.charged) {
+                    if a.held.is_some() {
+                        held_back = a.cost;
+                    } else {
+                        refunded = a.cost;
+                    }
                 }
                 s.active = None;
                 s.history.push(record.clone());
@@ -757,7 +792,8 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
                     s.uncommitted = record.uncommitted.clone();
                 }
             }
-            st.cost_held = st.cost_held.saturating_sub(never_launched);
+            st.cost_held = st.cost_held.saturating_sub(held_back);
+            st.cost_spent = st.cost_spent.saturating_sub(refunded);
             st.stop_ticks = 0;
         }
         Event::FailureCounted {

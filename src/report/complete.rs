@@ -124,8 +124,8 @@ pub fn complete_md(st: &OperationState, now: DateTime<Utc>) -> String {
         let c = d.c;
         let _ = writeln!(
             out,
-            "### ✓ Sprint {}: {}\n- **Work Unit**: {}\n- **Status**: COMPLETED",
-            d.sprint.id, d.sprint.name, d.unit
+            "### ✓ {} Sprint {}: {}\n- **Work Unit**: {}\n- **Status**: COMPLETED",
+            d.unit, d.sprint.id, d.sprint.name, d.unit
         );
         let _ = writeln!(
             out,
@@ -459,11 +459,40 @@ fn by_model(st: &OperationState, done: &[Done]) -> String {
                 t => format!("{:.0}% of {t}", succeeded as f64 * 100.0 / t as f64),
             },
             mine.iter().map(|d| d.c.attempts as f64).sum::<f64>() / n,
-            tried as u64 * st.config.cost(tier)
+            st.charged_at(tier).1
         );
     }
 
     out
+}
+
+/// When the completed sprints ran, and how busy the agents were: the one
+/// reckoning the terminal's summary and the COMPLETE report both print.
+struct Pace {
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    /// Seconds from the first start to the last completion.
+    elapsed: f64,
+    /// Seconds of agent work, summed over the sprints.
+    active: f64,
+    /// Of what `max_parallel` agents could have worked in the elapsed time,
+    /// in percent: at most 100 (clock skew between runners aside, clamped).
+    efficiency: f64,
+}
+
+fn pace(st: &OperationState, done: &[Done]) -> Option<Pace> {
+    let start = done.iter().map(|d| d.c.started_at).min()?;
+    let end = done.iter().map(|d| d.c.completed_at).max()?;
+    let elapsed = ((end - start).num_milliseconds() as f64 / 1000.0).max(0.001);
+    let active: f64 = done.iter().map(|d| secs(d.c)).sum();
+    let slots = st.config.max_parallel.max(1) as f64;
+    Some(Pace {
+        start,
+        end,
+        elapsed,
+        active,
+        efficiency: (active * 100.0 / (elapsed * slots)).min(100.0),
+    })
 }
 
 fn cadence(st: &OperationState, done: &[Done]) -> String {
@@ -473,18 +502,16 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
         out.push_str(&by_model(st, done));
         return out;
     }
-    let start = done
-        .iter()
-        .map(|d| d.c.started_at)
-        .min()
-        .unwrap_or(st.started_at);
-    let end = done
-        .iter()
-        .map(|d| d.c.completed_at)
-        .max()
-        .unwrap_or(st.updated_at);
-    let elapsed = ((end - start).num_milliseconds() as f64 / 1000.0).max(0.001);
-    let active: f64 = done.iter().map(|d| secs(d.c)).sum();
+    let Some(Pace {
+        start,
+        end,
+        elapsed,
+        active,
+        efficiency,
+    }) = pace(st, done)
+    else {
+        return out;
+    };
     let turns: u32 = done.iter().filter_map(|d| d.c.turns).sum();
     let reported = done.iter().filter(|d| d.c.turns.is_some()).count() as u32;
     let _ = writeln!(
@@ -495,14 +522,10 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
         ts(end)
     );
     let _ = writeln!(out, "- **Active work time**: {}", duration(active));
-    // Of what `max_parallel` agents could have worked in the elapsed time:
-    // at most 100% (the gain below says how many ran at once on average).
-    let slots = st.config.max_parallel.max(1) as f64;
     let _ = writeln!(
         out,
-        "- **Parallelism efficiency**: {:.0}% (of {} agent(s) at once)",
-        (active * 100.0 / (elapsed * slots)).min(100.0),
-        st.config.max_parallel.max(1)
+        "- **Parallelism efficiency**: {efficiency:.0}% (of {} at once)",
+        crate::text::count(st.config.max_parallel.max(1) as usize, "agent")
     );
     let _ = writeln!(
         out,
@@ -649,14 +672,7 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
     let _ = writeln!(out, "\n### Cost Breakdown\n```");
     let total = st.cost_spent.max(1) as f64;
     for tier in ModelTier::ALL {
-        let c: u64 = st
-            .units
-            .iter()
-            .flat_map(|u| &u.sprints)
-            .flat_map(|s| &s.history)
-            .filter(|h| h.tier == tier)
-            .count() as u64
-            * st.config.cost(tier);
+        let (_, c) = st.charged_at(tier);
         let _ = writeln!(
             out,
             "{:<16} {} {c}× ({:.0}% of cost)",
@@ -944,12 +960,17 @@ pub fn final_summary(st: &OperationState) -> String {
             complete_file_name(st)
         );
     }
-    let start = done.iter().map(|d| d.c.started_at).min();
-    let end = done.iter().map(|d| d.c.completed_at).max();
-    if let (Some(a), Some(b)) = (start, end) {
-        let active: f64 = done.iter().map(|d| secs(d.c)).sum();
-        let el = ((b - a).num_milliseconds() as f64 / 1000.0).max(0.001);
-        let _ = writeln!(out, "\n### Performance Summary\n- Total time: {} ({} → {})\n- Average sprint: {:.1} minutes\n- Parallelism efficiency: {:.0}%", duration(el), ts(a), ts(b), mins(active) / done.len() as f64, active * 100.0 / el);
+    if let Some(p) = pace(st, &done) {
+        let _ = writeln!(
+            out,
+            "\n### Performance Summary\n- Total time: {} ({} → {})\n- Average sprint: {:.1} minutes\n- Parallelism efficiency: {:.0}% (of {} at once)",
+            duration(p.elapsed),
+            ts(p.start),
+            ts(p.end),
+            mins(p.active) / done.len() as f64,
+            p.efficiency,
+            crate::text::count(st.config.max_parallel.max(1) as usize, "agent")
+        );
     }
     let _ = writeln!(
         out,

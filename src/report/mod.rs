@@ -12,11 +12,13 @@ pub mod web;
 
 pub use complete::{complete_file_name, complete_md, final_summary, verification, Verification};
 pub use spend::{
-    day_line, spend, spend_comment, spend_table, DailyCaps, DayTotals, SpendRecord, SpendRow,
+    day_line, spend, spend_comment, spend_json, spend_table, DailyCaps, DayTotals, SpendRecord,
+    SpendRow, SpendTotals,
 };
 pub use state_md::supervisor_state_md;
 pub use status::{
-    blocked_notices, completion_summary, kill_summary, status_table, status_table_linked,
+    blocked_notices, completion_summary, kill_summary, status_board, status_table,
+    status_table_linked,
 };
 
 use chrono::{DateTime, Utc};

@@ -90,11 +90,11 @@ pub fn plan_check(plans: &[(String, String)], max_turns: u32) -> PlanCheck {
                 }
                 let _ = writeln!(
                     summary,
-                    "- `{path}`: {} unit(s), {} sprint(s); {critical} critical and {recommended} recommended finding(s); critical path {} ({} sprints).",
-                    plan.work_units.len(),
-                    plan.work_units.iter().map(|u| u.sprints.len()).sum::<usize>(),
+                    "- `{path}`: {}, {}; findings: {critical} critical, {recommended} recommended; critical path {} ({}).",
+                    crate::text::count(plan.work_units.len(), "unit"),
+                    crate::text::count(plan.total_sprints(), "sprint"),
                     a.critical_path.0.join(" → "),
-                    a.critical_path.1
+                    crate::text::count(a.critical_path.1, "sprint")
                 );
                 for f in &a.findings {
                     let level = match f.severity {

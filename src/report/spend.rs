@@ -1,6 +1,8 @@
 //! What operations spent, in the relative units of `budget` (haiku 1, sonnet
-//! 10, opus 30 per dispatch by default): every dispatch counts, retries and
-//! the one in flight included, at the cost its operation was configured with.
+//! 10, opus 30 per dispatch by default): every launched dispatch counts,
+//! retries and the one in flight included, at the cost its operation was
+//! configured with; one that never launched, or whose agent command could
+//! not run, costs nothing.
 
 use crate::engine::OperationState;
 use chrono::{DateTime, Duration, Utc};
@@ -25,14 +27,8 @@ pub fn spend(states: &[OperationState], now: DateTime<Utc>) -> Vec<SpendRow> {
     let mut rows: Vec<(DateTime<Utc>, SpendRow)> = states
         .iter()
         .map(|st| {
-            let dispatches = st.units.iter().flat_map(|u| &u.sprints).flat_map(|s| {
-                s.history
-                    .iter()
-                    .map(|h| (h.dispatched_at, h.tier))
-                    .chain(s.active.iter().map(|a| (a.dispatched_at, a.tier)))
-            });
             let (mut day, mut week, mut total) = (0, 0, 0);
-            for (at, tier) in dispatches {
+            for (at, tier) in st.charged_dispatches() {
                 let cost = st.config.cost(tier);
                 total += cost;
                 if now - at <= Duration::days(7) {
@@ -60,6 +56,29 @@ pub fn spend(states: &[OperationState], now: DateTime<Utc>) -> Vec<SpendRow> {
     rows.into_iter().map(|(_, r)| r).collect()
 }
 
+/// The "all" row: the sums of every operation's columns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SpendTotals {
+    pub day: u64,
+    pub week: u64,
+    pub total: u64,
+}
+
+impl SpendTotals {
+    pub fn of(rows: &[SpendRow]) -> Self {
+        rows.iter().fold(Self::default(), |t, r| Self {
+            day: t.day + r.day,
+            week: t.week + r.week,
+            total: t.total + r.total,
+        })
+    }
+}
+
+/// `supervise spend --json`: the rows the table shows and its "all" row.
+pub fn spend_json(rows: &[SpendRow]) -> serde_json::Value {
+    serde_json::json!({ "operations": rows, "all": SpendTotals::of(rows) })
+}
+
 pub fn spend_table(rows: &[SpendRow]) -> String {
     let mut out = String::from(
         "| Operation | Name | Status | Last 24 h | Last 7 days | Total | Budget |\n|---|---|---|---|---|---|---|\n",
@@ -77,9 +96,7 @@ pub fn spend_table(rows: &[SpendRow]) -> String {
             r.budget.map_or("—".to_string(), |b| format!("{b}×"))
         );
     }
-    let (day, week, total) = rows.iter().fold((0, 0, 0), |(d, w, t), r| {
-        (d + r.day, w + r.week, t + r.total)
-    });
+    let SpendTotals { day, week, total } = SpendTotals::of(rows);
     let _ = writeln!(
         out,
         "| **all** | | | **{day}×** | **{week}×** | **{total}×** | |"

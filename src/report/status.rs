@@ -12,7 +12,10 @@ fn next_event(st: &OperationState) -> String {
         OverallStatus::Blocked => "waiting for intervention (resume a BLOCKED unit)".into(),
         OverallStatus::Killed => "killed; `resume` to continue".into(),
         OverallStatus::Stopped => "stopped; `resume` to continue".into(),
-        OverallStatus::Stopping => format!("waiting for {active} active agent(s) to finish"),
+        OverallStatus::Stopping => format!(
+            "waiting for {} to finish",
+            crate::text::count(active, "active agent")
+        ),
         OverallStatus::Running => {
             if let Some(g) = st.gates.iter().find(|g| g.passed.is_none()) {
                 format!("waiting for build gate {} (layer {})", g.id, g.layer)
@@ -38,7 +41,8 @@ fn next_event(st: &OperationState) -> String {
     }
 }
 
-/// The §13 table, then the active agents with their elapsed time, then notices.
+/// The §13 table, then the active agents with their elapsed time, then
+/// notices, and once the operation is complete §13's "Supervisor Complete".
 pub fn status_table(st: &OperationState, now: DateTime<Utc>) -> String {
     status_table_linked(st, now, &|_| None, &|path| format!("`{path}`"))
 }
@@ -51,15 +55,37 @@ pub fn status_table_linked(
     link: &dyn Fn(&crate::engine::DispatchId) -> Option<String>,
     file: &dyn Fn(&str) -> String,
 ) -> String {
+    let mut out = board(st, now, link, file);
+    if st.status == OverallStatus::Completed {
+        out.push('\n');
+        out.push_str(&completion_summary(st));
+    }
+    out
+}
+
+/// The table and what stands around it, without the completion summary: for
+/// a terminal that has just printed the final summary, which says the same.
+pub fn status_board(st: &OperationState, now: DateTime<Utc>) -> String {
+    board(st, now, &|_| None, &|path| format!("`{path}`"))
+}
+
+fn board(
+    st: &OperationState,
+    now: DateTime<Utc>,
+    link: &dyn Fn(&crate::engine::DispatchId) -> Option<String>,
+    file: &dyn Fn(&str) -> String,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "## Supervisor Status — {}", ts(now));
     // The clock stops with the operation: a finished, stopped or killed
     // operation says how long it ran, not how long ago it started.
-    let (verb, until) = match st.status {
-        OverallStatus::Completed | OverallStatus::Stopped | OverallStatus::Killed => {
-            ("ran", st.finished_at.unwrap_or(st.updated_at).min(now))
-        }
-        _ => ("running", now),
+    let (verb, until, cost) = match st.status {
+        OverallStatus::Completed | OverallStatus::Stopped | OverallStatus::Killed => (
+            "ran",
+            st.finished_at.unwrap_or(st.updated_at).min(now),
+            "cost",
+        ),
+        _ => ("running", now, "cost so far"),
     };
     let running = elapsed((until - st.started_at).num_seconds().max(0));
     let budget = match st.config.budget {
@@ -75,7 +101,7 @@ pub fn status_table_linked(
     };
     let _ = writeln!(
         out,
-        "{} · status: {} · {verb} {running} · cost so far {}×{held}{budget}\n",
+        "{} · status: {} · {verb} {running} · {cost} {}×{held}{budget}\n",
         st.name, st.status, st.cost_spent
     );
     if let Some(w) = &st.workflow {
@@ -183,10 +209,6 @@ pub fn status_table_linked(
         out.push('\n');
         out.push_str(&notices);
     }
-    if st.status == OverallStatus::Completed {
-        out.push('\n');
-        out.push_str(&completion_summary(st));
-    }
     out
 }
 
@@ -232,14 +254,7 @@ pub fn completion_summary(st: &OperationState) -> String {
     let mut total = 0;
     for tier in ModelTier::ALL {
         let sprints = usage.get(&tier).copied().unwrap_or(0);
-        let dispatches: usize = st
-            .units
-            .iter()
-            .flat_map(|u| &u.sprints)
-            .flat_map(|s| &s.history)
-            .filter(|h| h.tier == tier)
-            .count();
-        let cost = dispatches as u64 * st.config.cost(tier);
+        let (dispatches, cost) = st.charged_at(tier);
         total += cost;
         let _ = writeln!(
             out,

@@ -88,6 +88,7 @@ impl Decider<'_> {
             turns: report.turns_used,
             commits: report.evidence.commits.clone(),
             uncommitted: report.evidence.uncommitted.clone(),
+            charged: a.held.is_none() && outcome != AGENT_COMMAND_FAILED,
         };
         self.emit(Event::AttemptClosed {
             unit: u,

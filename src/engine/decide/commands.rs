@@ -91,7 +91,11 @@ impl Decider<'_> {
         self.log(
             None,
             None,
-            format!("{count} unit(s) added, {sprints} sprint(s)"),
+            format!(
+                "{} added, {}",
+                crate::text::count(count, "unit"),
+                crate::text::count(sprints, "sprint")
+            ),
             why,
         );
         // BLOCKED meant nothing could run; the new work may. (A stopped or
@@ -185,13 +189,17 @@ impl Decider<'_> {
             None,
             None,
             "Graceful shutdown".into(),
-            format!("no new dispatches; waiting for {n} active agent(s)"),
+            format!(
+                "no new dispatches; waiting for {}",
+                crate::text::count(n, "active agent")
+            ),
         );
         self.effects.push(Effect::Notify {
             kind: NoticeKind::Draining,
             unit: None,
             text: format!(
-                "Supervisor entering graceful shutdown. Waiting for {n} active agents to finish."
+                "Supervisor entering graceful shutdown. Waiting for {} to finish.",
+                crate::text::count(n, "active agent")
             ),
         });
         self.settle();
@@ -227,7 +235,7 @@ impl Decider<'_> {
             None,
             None,
             "Kill all".into(),
-            format!("{n} agent(s) terminated"),
+            format!("{} terminated", crate::text::count(n, "agent")),
         );
         self.effects.push(Effect::Notify {
             kind: NoticeKind::Killed,

@@ -87,7 +87,10 @@ impl Decider<'_> {
                 self.effects.push(Effect::Notify {
                     kind: NoticeKind::Killed,
                     unit: None,
-                    text: format!("Graceful shutdown timed out; {n} agent(s) force-terminated."),
+                    text: format!(
+                        "Graceful shutdown timed out; {} force-terminated.",
+                        crate::text::count(n, "agent")
+                    ),
                 });
             }
         }

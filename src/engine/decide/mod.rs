@@ -89,7 +89,11 @@ pub fn decide_mut(
                 None,
                 None,
                 format!("Operation named: {name}"),
-                format!("{units} work unit(s), {sprints} sprint(s)"),
+                format!(
+                    "{}, {}",
+                    crate::text::count(units, "work unit"),
+                    crate::text::count(sprints, "sprint")
+                ),
             );
             if name_plan {
                 c.effects.push(Effect::NamePlan { name });

@@ -599,7 +599,8 @@ impl Phases {
             return Next::Add {
                 units: all,
                 why: format!(
-                    "phase 3, implementation: the plan's {count} work unit(s), then phase 4, testing"
+                    "phase 3, implementation: the plan's {}, then phase 4, testing",
+                    crate::text::count(count, "work unit")
                 ),
             };
         }

@@ -338,10 +338,10 @@ pub async fn check(t: &Target<'_>) -> Vec<Finding> {
             Ok(p) => Finding::pass(
                 "Plan",
                 format!(
-                    "{}: {} unit(s), {} sprint(s)",
+                    "{}: {}, {}",
                     t.plan,
-                    p.work_units.len(),
-                    p.work_units.iter().map(|u| u.sprints.len()).sum::<usize>()
+                    crate::text::count(p.work_units.len(), "unit"),
+                    crate::text::count(p.total_sprints(), "sprint")
                 ),
             ),
             Err(problems) => Finding::fail(

@@ -85,7 +85,9 @@ impl Operations {
             .await?;
         Ok(match launched {
             Ok((op, workflow)) => format!(
-                "Started operation `{op}`: {units} work unit(s), {sprints} sprint(s), agents through `.github/workflows/{workflow}` on branches from `{}`. The status comment below is kept up to date.",
+                "Started operation `{op}`: {}, {}, agents through `.github/workflows/{workflow}` on branches from `{}`. The status comment below is kept up to date.",
+                crate::text::count(units, "work unit"),
+                crate::text::count(sprints, "sprint"),
                 integration_branch(&op)
             ),
             Err(refusal) => refusal,

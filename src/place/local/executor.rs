@@ -9,7 +9,9 @@ use super::process::{self, RunSpec, Watched};
 use super::screen::{Msg, Screen};
 use crate::contract::{integration_branch, sprint_branch, RunResult};
 use crate::drive::{Entry, Executor, Failure, Outcome};
-use crate::engine::{self, done_before, AgentReport, Effect, Evidence, Input, OperationState};
+use crate::engine::{
+    self, done_before, AgentReport, Effect, Evidence, Input, NoticeKind, OperationState,
+};
 use crate::plan::{Criterion, LoadedPlan, SprintId, WorkUnit};
 use crate::report;
 use crate::settings::Settings;
@@ -326,6 +328,12 @@ impl LocalPlace {
                 });
                 Ok(Vec::new())
             }
+            // The final summary (FinalReport, decided with it) opens with
+            // the same line: a terminal shows it once.
+            Effect::Notify {
+                kind: NoticeKind::Completed,
+                ..
+            } => Ok(Vec::new()),
             Effect::Notify { kind, text, .. } => {
                 self.screen
                     .notice(&format!("{}{text}", report::notice_prefix(*kind)));

@@ -22,4 +22,9 @@ pub trait Screen: Send {
     fn notice(&mut self, text: &str);
     /// The status changed.
     fn status(&mut self, st: &OperationState);
+    /// The operation's last state, once the loop has ended: a live view
+    /// draws it whatever its pacing, so its final frame is the final state.
+    fn finish(&mut self, st: &OperationState) {
+        self.status(st);
+    }
 }

@@ -322,6 +322,7 @@ impl Supervisor {
             if let Some(ending) = self.ending() {
                 if let Some(st) = &self.driver.state {
                     self.place.publish(st)?;
+                    self.place.screen.finish(st);
                 }
                 return Ok(ending);
             }

@@ -881,8 +881,8 @@ pub fn prioritized(plan: &Plan, source: &str) -> Rewrite {
     }
     rw.layer_changes = move_layers(plan, source, &layout, &mut emit);
     rw.changes.push(format!(
-        "{} sprint(s) annotated with their priority",
-        rw.annotated
+        "{} annotated with their priority",
+        crate::text::count(rw.annotated, "sprint")
     ));
     rw.changes.extend(rw.layer_changes.iter().cloned());
     rw.text = emit.into_iter().flatten().collect();
