@@ -160,6 +160,52 @@ fn compound_ids_run_in_order_and_types_are_classified() {
     );
 }
 
+/// `**Type**: command` on one line opens no list: the tasks under it stay
+/// tasks (they were dropped as notes, and the agent never saw them).
+#[test]
+fn a_one_line_type_keeps_the_tasks_beneath_it() {
+    let p = plan::parse(
+        "# R\n\n## Sprint 1: Migrate\n**Type**: command\n- Execute `make migrate`\n\n**Exit criteria**:\n- [ ] `make status` exits 0\n",
+        "R",
+    )
+    .unwrap();
+    let s = &p.work_units[0].sprints[0];
+    assert_eq!(s.kind, SprintType::Command);
+    assert_eq!(s.tasks, ["Execute `make migrate`"]);
+    assert_eq!(s.exit_criteria.len(), 1);
+}
+
+/// A file that must contain quoted text is a check the verifier runs, as
+/// it is with the text in a code span.
+#[test]
+fn contains_with_quoted_text_is_a_file_check() {
+    let p = plan::parse(
+        "# R\n\n## Sprint 1: Report\n- [ ] `report.html` contains \"Total\"\n- [ ] `a.txt` contains “done”\n- [ ] `b.txt` contains `x`\n",
+        "R",
+    )
+    .unwrap();
+    let found: Vec<_> = p.work_units[0].sprints[0]
+        .exit_criteria
+        .iter()
+        .map(|c| c.assertion.clone())
+        .collect();
+    use supervise::plan::Assertion::FileContains;
+    let contains = |path: &str, text: &str| {
+        Some(FileContains {
+            path: path.into(),
+            text: text.into(),
+        })
+    };
+    assert_eq!(
+        found,
+        [
+            contains("report.html", "Total"),
+            contains("a.txt", "done"),
+            contains("b.txt", "x")
+        ]
+    );
+}
+
 #[test]
 fn crlf_bom_and_non_ascii_names_are_read() {
     let p = plan::load(&fixture("10_crlf_bom_dependencies_column.md"))

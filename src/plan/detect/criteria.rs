@@ -233,6 +233,16 @@ pub(super) fn inline_codes(text: &str) -> Vec<&str> {
     text.split('`').skip(1).step_by(2).collect()
 }
 
+/// The text in double quotes (straight or curly) after the word "contain".
+fn quoted_after_contain(text: &str) -> Option<String> {
+    let at = text.find("contain")?;
+    let rest = &text[at..];
+    let open = rest.find(['"', '“'])?;
+    let body = &rest[open + rest[open..].chars().next()?.len_utf8()..];
+    let close = body.find(['"', '”'])?;
+    Some(body[..close].to_string()).filter(|t| !t.is_empty())
+}
+
 pub(super) fn criterion(text: &str, line: usize, label: Label) -> Criterion {
     let codes = inline_codes(text);
     let clean = plain(text);
@@ -255,16 +265,20 @@ pub(super) fn criterion(text: &str, line: usize, label: Label) -> Criterion {
         assertion: None,
     };
     let path = codes.iter().copied().find(|c| looks_like_path(c));
-    if let (Some(path), true) = (path, lower.contains("contain") && codes.len() >= 2) {
-        let needle = codes
+    // What the file must contain: a second code span, or the quoted text
+    // after "contains" (`out.txt` contains "Total").
+    let needle = path.filter(|_| lower.contains("contain")).and_then(|path| {
+        codes
             .iter()
             .find(|c| **c != path)
-            .copied()
-            .unwrap_or_default();
+            .map(|c| c.to_string())
+            .or_else(|| quoted_after_contain(text))
+    });
+    if let (Some(path), Some(needle)) = (path, needle) {
         c.kind = CriterionKind::Assertion;
         c.assertion = Some(Assertion::FileContains {
             path: path.to_string(),
-            text: needle.to_string(),
+            text: needle,
         });
     } else if !commands.is_empty() && (!lower.contains(" exist") || commands.len() >= codes.len()) {
         c.kind = CriterionKind::Command;

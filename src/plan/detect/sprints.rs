@@ -278,10 +278,11 @@ pub(super) fn build_sprint(
             Block::Heading { text, .. } => label = Some(label_of(text).unwrap_or(Label::Notes)),
             Block::Paragraph { text, line } => {
                 if let Some((l, rest)) = paragraph_label(text) {
-                    // A note given in one line (`**Priority**: 12.5 — …`, which
-                    // `prioritize` writes under the heading) opens no list:
-                    // items after it are read as they were before it.
-                    if l != Label::Notes || rest.is_empty() {
+                    // A note or a type given in one line (`**Priority**: 12.5 — …`,
+                    // which `prioritize` writes under the heading, or
+                    // `**Type**: command`) opens no list: items after it are
+                    // read as they were before it.
+                    if !matches!(l, Label::Notes | Label::Type) || rest.is_empty() {
                         label = Some(l);
                     }
                     if rest.is_empty() {
