@@ -15,18 +15,68 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The backticks that open or close a fence on this line, if it is one.
+fn fence_of(line: &str) -> Option<usize> {
+    let n = line.trim_start().chars().take_while(|c| *c == '`').count();
+    (n >= 3).then_some(n)
+}
+
+/// Each line with the fence it stands in (`None`: prose), a fence closing
+/// only on at least as many backticks as opened it (a four-backtick block
+/// may show three-backtick ones).
+fn lines_in_fences(text: &str) -> Vec<(&str, Option<usize>)> {
+    let mut open: Option<usize> = None;
+    let mut out = Vec::new();
+    for l in text.lines() {
+        match (open, fence_of(l)) {
+            (None, Some(n)) => {
+                open = Some(n);
+                out.push((l, Some(n)));
+            }
+            (Some(o), Some(n)) if n >= o && l.trim().trim_matches('`').is_empty() => {
+                open = None;
+                out.push((l, Some(o)));
+            }
+            (o, _) => out.push((l, o)),
+        }
+    }
+    out
+}
+
 /// Text outside fenced code blocks, line by line.
 fn prose(text: &str) -> Vec<&str> {
-    let mut fence = false;
-    text.lines()
-        .filter(|l| {
-            if l.trim_start().starts_with("```") {
-                fence = !fence;
-                return false;
-            }
-            !fence
-        })
+    lines_in_fences(text)
+        .into_iter()
+        .filter(|(_, f)| f.is_none())
+        .map(|(l, _)| l)
         .collect()
+}
+
+/// Fenced blocks in order: (info string, body).
+fn fenced_blocks(text: &str) -> Vec<(String, String)> {
+    let mut blocks = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    let mut open: Option<usize> = None;
+    for l in text.lines() {
+        match (open, fence_of(l)) {
+            (None, Some(n)) => {
+                open = Some(n);
+                current = Some((l.trim().trim_start_matches('`').to_string(), String::new()));
+            }
+            (Some(o), Some(n)) if n >= o && l.trim().trim_matches('`').is_empty() => {
+                open = None;
+                blocks.extend(current.take());
+            }
+            (Some(_), _) => {
+                if let Some((_, body)) = current.as_mut() {
+                    body.push_str(l);
+                    body.push('\n');
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    blocks
 }
 
 /// A heading's anchor as GitHub and mdBook make it.
@@ -115,4 +165,43 @@ fn the_books_summary_lists_every_chapter_and_only_chapters_that_exist() {
         .filter(|n| n != "SUMMARY.md")
         .collect();
     assert_eq!(listed, chapters, "SUMMARY.md and docs/src/ differ");
+}
+
+/// The plan format chapter's examples are run: each plan shown is read by
+/// `supervise plan show`, and what the chapter says it prints is what it
+/// prints.
+#[test]
+fn the_plan_format_chapters_examples_print_what_the_chapter_shows() {
+    let text = std::fs::read_to_string(root().join("docs/src/plan-format.md")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut plan: Option<String> = None;
+    let mut ran = 0;
+    let mut wrong = Vec::new();
+    for (info, body) in fenced_blocks(&text) {
+        if info == "markdown" {
+            plan = Some(body);
+            continue;
+        }
+        let Some(shown) = body.strip_prefix("$ supervise plan show\n") else {
+            continue;
+        };
+        let source = plan.take().expect("a `supervise plan show` block follows a plan");
+        std::fs::write(dir.path().join("EXECUTION_PLAN.md"), &source).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"))
+            .args(["plan", "show"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let printed = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || printed != shown {
+            wrong.push(format!(
+                "the plan starting {:?}:\n--- the chapter shows\n{shown}--- it prints\n{printed}{}",
+                source.lines().next().unwrap_or(""),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        ran += 1;
+    }
+    assert!(ran >= 5, "the chapter's examples were found ({ran})");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -46,6 +46,11 @@ pub fn render_tree(plan: &Plan) -> String {
             for (label, list) in [("entry", &s.entry_criteria), ("exit ", &s.exit_criteria)] {
                 for c in list {
                     let _ = writeln!(out, "  │   {label} {:<10} {}", c.kind.as_str(), c.text);
+                    if let Some(want) = &c.expected {
+                        let first = want.lines().next().unwrap_or("");
+                        let more = if want.lines().count() > 1 { " …" } else { "" };
+                        let _ = writeln!(out, "  │         {:<10} output contains: {first}{more}", "");
+                    }
                 }
             }
         }
