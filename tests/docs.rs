@@ -185,7 +185,9 @@ fn the_plan_format_chapters_examples_print_what_the_chapter_shows() {
         let Some(shown) = body.strip_prefix("$ supervise plan show\n") else {
             continue;
         };
-        let source = plan.take().expect("a `supervise plan show` block follows a plan");
+        let source = plan
+            .take()
+            .expect("a `supervise plan show` block follows a plan");
         std::fs::write(dir.path().join("EXECUTION_PLAN.md"), &source).unwrap();
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"))
             .args(["plan", "show"])

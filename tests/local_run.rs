@@ -617,6 +617,28 @@ fn run_on_a_finished_operation_says_there_is_nothing_to_do_and_pays_nothing() {
     assert_eq!(repo.state()["id"], op.as_str(), "the operation is the same");
 }
 
+/// A sprint added to a finished plan: the next `run` starts a new operation
+/// with the finished one's work merged, so only the new sprint is paid for.
+#[test]
+fn run_after_a_sprint_is_added_to_a_finished_plan_runs_only_the_new_sprint() {
+    let repo = Repo::new(PLAN, "");
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let ran = repo.sprints_run();
+    assert_eq!(ran.len(), 4, "{ran:?}");
+    let grown = format!("{PLAN}### Sprint 2: Style the page\n- [ ] `web-sprint-2.txt` exists\n");
+    std::fs::write(repo.root.join("EXECUTION_PLAN.md"), grown).unwrap();
+    git(&repo.root, &["commit", "-qam", "a new sprint"]);
+    let out = repo.run(&[]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("with its work merged"), "{said}");
+    let again: Vec<String> = repo.sprints_run().into_iter().skip(ran.len()).collect();
+    assert_eq!(again, ["web 2"], "only the new sprint runs: {said}");
+    assert_eq!(repo.state()["status"], "COMPLETED");
+    repo.assert_every_sprint_integrated();
+}
+
 /// `--agent ./myagent.sh`, a script beside the plan that was never committed:
 /// agents run in worktrees elsewhere, so the path is made absolute where it
 /// was typed, and the run works.

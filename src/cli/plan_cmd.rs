@@ -49,7 +49,8 @@ pub fn render_tree(plan: &Plan) -> String {
                     if let Some(want) = &c.expected {
                         let first = want.lines().next().unwrap_or("");
                         let more = if want.lines().count() > 1 { " …" } else { "" };
-                        let _ = writeln!(out, "  │         {:<10} output contains: {first}{more}", "");
+                        let _ =
+                            writeln!(out, "  │         {:<10} output contains: {first}{more}", "");
                     }
                 }
             }

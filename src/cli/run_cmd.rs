@@ -249,7 +249,8 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
             .unwrap_or_default();
         if out != OutputMode::Quiet {
             match &finished {
-                Some(_) => eprintln!("{name} ({id}) finished; starting a new operation (its log is kept in .supervise/finished/)."),
+                Some(_) if !flags.new => eprintln!("{name} ({id}) finished and the plan has changed since; a new operation starts with its work merged, so only sprints whose criteria do not pass there are run (its log is kept in .supervise/finished/)."),
+                Some(_) => eprintln!("{name} ({id}) finished; starting a new operation from scratch, as asked (its log is kept in .supervise/finished/)."),
                 None => eprintln!("Setting {name} ({id}) aside as asked (--new); starting a new operation (its log is kept in .supervise/finished/)."),
             }
         }
@@ -267,8 +268,13 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
             return Ok(exit::USAGE);
         }
         (None, _) => {
-            let input = sup.start_input()?;
-            Some(input)
+            // A finished operation's work is the new one's starting point,
+            // unless `--new` asked for a fresh start.
+            let earlier = finished
+                .as_ref()
+                .filter(|_| !flags.new)
+                .map(|(_, id)| id.as_str());
+            Some(sup.start_input_after(earlier)?)
         }
         (Some(_), Mode::Start) => {
             let code = refused(Refusal::AlreadyStarted(

@@ -173,11 +173,32 @@ impl Supervisor {
 
     /// The input that starts a new operation on this plan.
     pub fn start_input(&self) -> Result<Input> {
+        self.start_input_after(None)
+    }
+
+    /// The input that starts a new operation on this plan, with the work of
+    /// `earlier` (a finished operation's id) merged into its integration
+    /// branch first: sprints whose criteria pass there are found done and
+    /// not paid for again. Work that no longer merges is left out, and said.
+    pub fn start_input_after(&self, earlier: Option<&str>) -> Result<Input> {
         let nanos = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0) as u64;
         let plan = &self.place.plan.plan;
         let op = crate::contract::operation_id(&plan.title, nanos & 0xff_ffff);
         let start = self.place.git.head_commit()?;
         self.place.git.ensure_integration(&op, start)?;
+        if let Some(earlier) = earlier {
+            let carried = self.place.git.integration_head(earlier).and_then(|head| {
+                self.place.git.integrate_commit(
+                    &op,
+                    head,
+                    &format!("supervise: the work of {earlier}, carried over"),
+                )
+            });
+            if let Err(e) = carried {
+                tracing::warn!(%earlier, "the earlier operation's work was not carried over: {e:#}");
+                eprintln!("The work of {earlier} could not be carried over ({e:#}); every sprint is looked at afresh.");
+            }
+        }
         let already_done = self.place.already_done(&op)?;
         Ok(Input::Start {
             operation: OperationId(op),
