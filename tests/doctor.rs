@@ -135,7 +135,8 @@ async fn doctor_passes_a_repository_set_up_right_and_names_the_fix_for_each_plan
     story.fake.add_file(REPO, WORKFLOW, &old);
     let (_, out) = doctor(&story, &[], &[]).await;
     assert!(
-        said_of(&out, "Agent workflow").contains("lacks the input(s) branch"),
+        said_of(&out, "Agent workflow").contains("lacks the input(s) branch")
+            && said_of(&out, "Agent workflow").contains("supervise setup --repo"),
         "{out}"
     );
 
@@ -171,4 +172,103 @@ async fn doctor_passes_a_repository_set_up_right_and_names_the_fix_for_each_plan
             .contains("https://github.example/apps/sprint-supervisor/installations/new"),
         "{inst}"
     );
+}
+
+/// Runs `supervise setup --repo` with the App's credentials as `serve` reads them.
+async fn setup_repo(story: &Story) -> (i32, String) {
+    let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"));
+    cmd.args(["setup", "--repo", REPO])
+        .args(["--github-url", "https://github.example"])
+        .env("GITHUB_APP_ID", "42")
+        .env("GITHUB_PRIVATE_KEY_PATH", key)
+        .env("GITHUB_API_URL", story.fake.url());
+    let out: Output = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `setup --repo` proposes the agent workflow and starter settings in a pull
+/// request — never a push to the default branch — finds its own pull request
+/// when asked again, proposes an outdated workflow's update, leaves the
+/// repository's own settings alone, and says when there is nothing to do.
+/// Not installed, it names the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_opens_one_pull_request_with_the_agent_workflow_and_starter_settings() {
+    let story = Story::begin("").await;
+    let default_before = story.fake.files(REPO, "main");
+    let (code, out) = setup_repo(&story).await;
+    assert_eq!(code, 0, "{out}");
+    let pulls = story.fake.pulls(REPO);
+    assert_eq!(pulls.len(), 1, "{out}");
+    let pull = &pulls[0];
+    assert_eq!(
+        (pull.head.as_str(), pull.base.as_str()),
+        ("supervise/setup", "main")
+    );
+    assert!(
+        out.contains(&format!(
+            "https://github.example/{REPO}/pull/{}",
+            pull.number
+        )),
+        "{out}"
+    );
+    assert_eq!(
+        story
+            .fake
+            .file(REPO, "supervise/setup", WORKFLOW)
+            .as_deref(),
+        Some(workflow_text().as_str())
+    );
+    let settings = story
+        .fake
+        .file(REPO, "supervise/setup", ".github/supervise.yml")
+        .expect("starter settings proposed");
+    supervise::settings::parse(&settings, ".github/supervise.yml").unwrap();
+    assert_eq!(
+        story.fake.files(REPO, "main"),
+        default_before,
+        "nothing was pushed to the default branch"
+    );
+
+    // Asked again: the same pull request, no second one.
+    let (code, out) = setup_repo(&story).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(story.fake.pulls(REPO).len(), 1, "{out}");
+
+    // The repository's own settings and an outdated workflow on the default
+    // branch: only the workflow is proposed.
+    story
+        .fake
+        .add_file(REPO, ".github/supervise.yml", "max_parallel: 1\n");
+    let old = workflow_text().replace("      branch:", "      old_branch:");
+    story.fake.add_file(REPO, WORKFLOW, &old);
+    let (code, out) = setup_repo(&story).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(WORKFLOW) && !out.contains("and .github/supervise.yml"),
+        "{out}"
+    );
+
+    // Everything in place: nothing to propose, and doctor agrees on the workflow.
+    story.fake.add_file(REPO, WORKFLOW, &workflow_text());
+    let (code, out) = setup_repo(&story).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("nothing to propose"), "{out}");
+    let (_, out) = doctor(&story, &[], &[]).await;
+    assert!(said_of(&out, "Agent workflow").starts_with('✓'), "{out}");
+
+    // Not installed: the fix, and nothing made.
+    story.fake.uninstall(REPO);
+    let (code, out) = setup_repo(&story).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("not installed on acme/shop"), "{out}");
 }

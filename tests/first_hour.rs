@@ -99,12 +99,17 @@ fn a_newcomers_first_hour() {
     );
     assert!(text.contains("supervise run --new"), "{text}");
 
-    // Running again after it finished starts a new operation with the new plan.
+    // Running again after it finished starts a new operation with the new
+    // plan, carrying the finished work over: only the new sprint runs.
     let out = me.supervise(&["run"]);
     let text = said(&out);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(
-        text.contains("finished; starting a new operation"),
+        text.contains("a new operation starts with its work merged"),
+        "{text}"
+    );
+    assert!(
+        text.contains("api Sprint 1: Sprint 1 already done"),
         "{text}"
     );
     assert!(me.0.root.join(".supervise/finished").is_dir());

@@ -241,11 +241,20 @@ impl Repo {
         git(&self.path, &["merge-base", "--is-ancestor", ancestor, of]).is_ok()
     }
 
+    /// A file's blob sha and text at `rev`, byte for byte as GitHub serves
+    /// it (its trailing newline kept: `git` trims what it prints).
     pub fn file(&self, rev: &str, path: &str) -> Option<(String, String)> {
         let spec = format!("{rev}:{path}");
         let blob = git(&self.path, &["rev-parse", "--verify", "-q", &spec]).ok()?;
-        let text = git(&self.path, &["cat-file", "blob", &blob]).ok()?;
-        Some((blob, text))
+        let out = Command::new("git")
+            .current_dir(&self.path)
+            .args(["cat-file", "blob", &blob])
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .stdin(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())?;
+        Some((blob, String::from_utf8_lossy(&out.stdout).into_owned()))
     }
 
     /// Files `head` changed since it left `base` (three-dot), with git's status

@@ -6,8 +6,12 @@
 //! reads them — `supervise.env` and the key file, both mode 0600, never
 //! printed — and the next steps are said: install the App, run `doctor`.
 
+use crate::github::answers::{read, Installation};
 use crate::github::manifest::{convert, NewApp};
+use crate::github::repo::Repo;
+use crate::github::GitHub;
 use crate::place::github::doctor::MANIFEST;
+use crate::place::github::starter::{self, Starter};
 use crate::report::web::escape;
 use anyhow::{anyhow, Context, Result};
 use axum::extract::{Query, State};
@@ -25,8 +29,17 @@ use std::sync::{Arc, Mutex};
 pub struct SetupArgs {
     /// Where GitHub will deliver webhooks: the service's `/webhook` as GitHub
     /// reaches it (`https://supervise.example.com/webhook`).
-    #[arg(long)]
-    pub webhook_url: String,
+    #[arg(long, required_unless_present = "repo")]
+    pub webhook_url: Option<String>,
+    /// Once the App is installed: propose the agent workflow and a starter
+    /// `.github/supervise.yml` to this repository (`owner/name`) in a pull
+    /// request, with the App's credentials as `serve` reads them.
+    #[arg(long, requires = "app_id")]
+    pub repo: Option<String>,
+    /// The App's id, for `--repo` (its key from GITHUB_PRIVATE_KEY or
+    /// GITHUB_PRIVATE_KEY_PATH).
+    #[arg(long, env = "GITHUB_APP_ID")]
+    pub app_id: Option<u64>,
     /// Create the App for this organisation (default: your personal account).
     #[arg(long)]
     pub org: Option<String>,
@@ -34,7 +47,7 @@ pub struct SetupArgs {
     #[arg(long, default_value = "https://github.com")]
     pub github_url: String,
     /// The REST API (default: api.github.com, or `<github-url>/api/v3`).
-    #[arg(long)]
+    #[arg(long, env = "GITHUB_API_URL")]
     pub api_url: Option<String>,
     /// The service's address as browsers reach it: the web view's sign-in
     /// comes back to `<public-url>/login/callback`.
@@ -70,9 +83,9 @@ fn api_url(args: &SetupArgs) -> String {
 }
 
 /// The manifest GitHub is sent: the project's, with this service's URLs.
-fn manifest(args: &SetupArgs, redirect: &str) -> String {
+fn manifest(args: &SetupArgs, webhook_url: &str, redirect: &str) -> String {
     let mut m: serde_json::Value = serde_json::from_str(MANIFEST).expect("the manifest is JSON");
-    m["hook_attributes"]["url"] = args.webhook_url.clone().into();
+    m["hook_attributes"]["url"] = webhook_url.into();
     m["redirect_url"] = redirect.into();
     if let Some(p) = &args.public_url {
         m["callback_urls"] =
@@ -83,6 +96,10 @@ fn manifest(args: &SetupArgs, redirect: &str) -> String {
 }
 
 pub fn run(args: SetupArgs) -> Result<i32> {
+    if let (Some(repo), Some(app_id)) = (&args.repo, args.app_id) {
+        return propose(&args, repo, app_id);
+    }
+    let webhook_url = args.webhook_url.clone().unwrap_or_default();
     let env = args.out_dir.join("supervise.env");
     let key = args.out_dir.join("supervise-app.pem");
     if !args.force {
@@ -93,10 +110,9 @@ pub fn run(args: SetupArgs) -> Result<i32> {
             ));
         }
     }
-    if !args.webhook_url.starts_with("https://") && !args.webhook_url.starts_with("http://") {
+    if !webhook_url.starts_with("https://") && !webhook_url.starts_with("http://") {
         return Err(anyhow!(
-            "--webhook-url `{}` is not a URL: give the service's /webhook as GitHub reaches it, e.g. https://supervise.example.com/webhook",
-            args.webhook_url
+            "--webhook-url `{webhook_url}` is not a URL: give the service's /webhook as GitHub reaches it, e.g. https://supervise.example.com/webhook"
         ));
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -127,7 +143,7 @@ pub fn run(args: SetupArgs) -> Result<i32> {
         let new = made.map_err(|e| anyhow!(e))?;
         write_credentials(&args, &flow.api_url, &new, &env, &key)?;
         println!(
-            "The App {} (id {}) is created. Its credentials are in {} and {} (readable by you only).\nNext:\n  1. Install it on your repositories: {}/installations/new\n  2. Start the service with them: `set -a; . {}; set +a; supervise serve`\n  3. Check everything: `supervise doctor --repo owner/name`",
+            "The App {} (id {}) is created. Its credentials are in {} and {} (readable by you only).\nNext:\n  1. Install it on your repositories: {}/installations/new\n  2. Load its credentials: `set -a; . {}; set +a`\n  3. Propose the agent workflow and starter settings to a repository (a pull request, never a push): `supervise setup --repo owner/name`\n  4. Start the service: `supervise serve`\n  5. Check everything: `supervise doctor --repo owner/name`",
             new.name,
             new.id,
             env.display(),
@@ -150,10 +166,10 @@ async fn start_page(State(flow): State<Arc<Flow>>) -> Response {
     };
     Html(format!(
         r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Create the Sprint Supervisor App</title></head><body><main><h1>Create the Sprint Supervisor App</h1><p>GitHub will show the App it is about to create — its permissions, its events, and webhooks to <code>{hook}</code> — for {owner}. Nothing is created until you confirm there.</p><form method="post" action="{target}"><input type="hidden" name="manifest" value="{manifest}"><button id="create" type="submit">Create the App on GitHub</button></form></main></body></html>"#,
-        hook = escape(&flow.args.webhook_url),
+        hook = escape(flow.args.webhook_url.as_deref().unwrap_or_default()),
         owner = escape(flow.args.org.as_deref().unwrap_or("your account")),
         target = escape(&target),
-        manifest = escape(&manifest(&flow.args, &flow.redirect)),
+        manifest = escape(&manifest(&flow.args, flow.args.webhook_url.as_deref().unwrap_or_default(), &flow.redirect)),
     ))
     .into_response()
 }
@@ -248,4 +264,56 @@ fn write_credentials(
         ));
     }
     write_private(env, &text)
+}
+
+/// `supervise setup --repo`: the starter pull request on an installed
+/// repository, or why it cannot be opened and what to do.
+fn propose(args: &SetupArgs, repo: &str, app_id: u64) -> Result<i32> {
+    let key = super::serve_cmd::secret_from_env("GITHUB_PRIVATE_KEY")?.ok_or_else(|| {
+        anyhow!("set GITHUB_PRIVATE_KEY (PEM text) or GITHUB_PRIVATE_KEY_PATH, as for `supervise serve` (`set -a; . supervise.env; set +a` after setup)")
+    })?;
+    crate::scrub::register(&key);
+    let api = api_url(args);
+    let web = args.github_url.trim_end_matches('/').to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let github = GitHub::new(&api, app_id, &secrecy::SecretString::from(key))?;
+        let installation = match github.app_get(&format!("/repos/{repo}/installation")).await {
+            Ok(r) => {
+                let v: serde_json::Value = serde_json::from_str(&r.body)
+                    .with_context(|| format!("GitHub's answer about the installation on {repo}"))?;
+                read::<Installation>("GET installation", v).map_err(|e| anyhow!("{e}"))?
+            }
+            Err(crate::github::GitHubError::Http { status: 404, .. }) => {
+                eprintln!("The App is not installed on {repo} (or the repository does not exist). Install it, choosing {repo}: {web}/settings/installations (or the App's page, Install App), then run this again.");
+                return Ok(1);
+            }
+            Err(e) => return Err(anyhow!("asking GitHub about the installation on {repo}: {e}")),
+        };
+        let r = Repo {
+            gh: &github,
+            installation: installation.id,
+            name: repo,
+        };
+        match starter::open_pull(&r).await {
+            Ok(Starter::InPlace) => {
+                println!("{repo} already has this version's agent workflow and a .github/supervise.yml: nothing to propose. Check the rest with `supervise doctor --repo {repo}`.");
+                Ok(0)
+            }
+            Ok(Starter::Proposed { number, files }) => {
+                println!(
+                    "Proposed {} to {repo} in a pull request: {web}/{repo}/pull/{number}\nReview and merge it, add the secret your agent needs (ANTHROPIC_API_KEY for Claude Code), then comment `/supervise start` on an issue.",
+                    files.join(" and ")
+                );
+                Ok(0)
+            }
+            Err(crate::github::GitHubError::Http { status: 403, .. }) => {
+                eprintln!("GitHub refused to write to {repo}: the installation needs contents: write and pull_requests: write (the App's manifest asks for both; accept its permissions on the installation).");
+                Ok(1)
+            }
+            Err(e) => Err(anyhow!("proposing the starter files to {repo}: {e}")),
+        }
+    })
 }

@@ -308,9 +308,16 @@ pub async fn check(t: &Target<'_>) -> Vec<Finding> {
         Ok(None) => Finding::fail(
             "Agent workflow",
             format!("{path} is not on the default branch"),
-            format!("add this version's {path} (in the supervisor's repository) in a pull request, then merge it"),
+            format!(
+                "`supervise setup --repo {}` opens a pull request adding it; merge it",
+                t.repo
+            ),
         ),
-        Err(e) => Finding::fail("Agent workflow", e.to_string(), "the installation needs contents: read"),
+        Err(e) => Finding::fail(
+            "Agent workflow",
+            e.to_string(),
+            "the installation needs contents: read",
+        ),
     });
     out.push(match t.github.get(i.id, &format!("/repos/{}/actions/secrets", t.repo)).await {
         Ok(r) => match serde_json::from_str(&r.body)
@@ -427,7 +434,7 @@ fn workflow_inputs(text: &str, path: &str) -> Finding {
         Finding::fail(
             "Agent workflow",
             format!("{path} is older than this supervisor: it lacks the input(s) {}", missing.join(", ")),
-            format!("replace {path} with this version's (GitHub refuses a dispatch with inputs a workflow does not declare)"),
+            format!("replace {path} with this version's: `supervise setup --repo <owner/name>` opens a pull request with it (GitHub refuses a dispatch with inputs a workflow does not declare)"),
         )
     }
 }

@@ -326,6 +326,7 @@ pub mod handle;
 pub mod handoff;
 mod publish;
 mod runs;
+pub mod starter;
 mod told;
 
 impl Operations {
