@@ -1336,6 +1336,69 @@ async fn redelivered_commands_and_workflow_runs_never_spend_twice() {
     assert_eq!(spent.iter().map(|r| r.cost).sum::<u64>(), by_model);
 }
 
+/// `/supervise breakdown DOC`: a planning agent in Actions, held to the
+/// breakdown's checks. Its first plan leaves a requirement out and says
+/// "works correctly"; the checks refuse it, the second attempt is told what
+/// failed, and the accepted plan is proposed beside the document in a pull
+/// request of its own, with its coverage table — not the integration branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn breakdown_with_an_agent_runs_in_actions_and_proposes_the_accepted_plan() {
+    let s = Story::start(Setup::without_plan(
+        "max_parallel: 2\n",
+        "Plan the PRD.",
+        "",
+    ))
+    .await;
+    s.use_agent("tests/agents/planner.sh");
+    let doc = "# Bookmarks CLI\n\nRun `cargo test` to check it.\n\n## Features\n- Add support for JSON, CSV and HTML export\n- Implement `bm search` to find bookmarks by tag\n";
+    s.fake.add_file(REPO, "docs/PRD.md", doc);
+    s.say("/supervise breakdown docs/PRD.md").await;
+    let head = format!("supervise-breakdown/issue-{}", s.issue);
+    s.until("the plan's pull request and its comment", 240, |s| {
+        s.fake.pulls(REPO).iter().any(|p| p.head == head)
+            && s.bot_comments(s.issue)
+                .iter()
+                .any(|c| c.contains("Proposed as `docs/EXECUTION_PLAN.md`"))
+    })
+    .await;
+    // Into the default branch: the plan's pull request, not the integration
+    // branch with the agents' drafts.
+    let into_main: Vec<_> = s
+        .fake
+        .pulls(REPO)
+        .into_iter()
+        .filter(|p| p.base == "main")
+        .collect();
+    assert_eq!(into_main.len(), 1, "{into_main:#?}");
+    assert_eq!(into_main[0].head, head);
+    let plan = s
+        .fake
+        .file(REPO, &head, "docs/EXECUTION_PLAN.md")
+        .expect("the plan beside the document");
+    assert!(
+        plan.contains("## search") && !plan.contains("works correctly"),
+        "{plan}"
+    );
+    supervise::plan::parse(&plan, "docs/EXECUTION_PLAN.md").unwrap();
+    // Two attempts; the second was told what the checks found.
+    let told = std::fs::read_to_string(s.tmp.path().join("agent.log.prompt.2")).unwrap();
+    assert!(told.contains("is in no sprint"), "{told}");
+    let said = s.bot_comments(s.issue).join("\n---\n");
+    assert!(said.contains("a planning agent breaks down"), "{said}");
+    assert!(
+        said.contains("Made by a planning agent in 2 attempts") && said.contains("bm search"),
+        "the coverage table: {said}"
+    );
+    // Offline, the heuristics answer at once on their own branch.
+    s.say("/supervise breakdown offline docs/PRD.md").await;
+    s.until("the heuristics' pull request", 60, |s| {
+        s.bot_comments(s.issue)
+            .iter()
+            .any(|c| c.contains("Breakdown Complete") && c.contains("Requirements detected"))
+    })
+    .await;
+}
+
 /// Settings for work without a plan: two research agents, the tests a file
 /// the debug round makes.
 const WITHOUT_PLAN_SETTINGS: &str = "max_parallel: 3\nwithout_plan:\n  research_agents_min: 2\n  research_agents_max: 2\n  test_command: test -f fixed.txt\n";

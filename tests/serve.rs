@@ -566,9 +566,10 @@ async fn a_pull_request_that_changes_the_plan_gets_the_plan_check() {
     assert!(plan_check(&h, "mia/readme").is_none());
 }
 
-/// `/supervise breakdown` on an issue: its text becomes a plan proposed as a
-/// pull request (the default branch untouched), and saying it again after the
-/// issue changes updates the same pull request.
+/// `/supervise breakdown offline` on an issue: its text becomes the
+/// heuristics' plan, proposed as a pull request at once (the default branch
+/// untouched), and saying it again after the issue changes updates the same
+/// pull request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn breakdown_on_an_issue_proposes_a_plan_in_a_pull_request() {
     let h = Story::start(Setup::commands_only()).await;
@@ -579,7 +580,7 @@ async fn breakdown_on_an_issue_proposes_a_plan_in_a_pull_request() {
     .unwrap();
     let issue = h.fake.open_issue_with(REPO, "Workspace invitations", &text);
     h.fake
-        .comment(REPO, issue, "mia", "/supervise breakdown", false)
+        .comment(REPO, issue, "mia", "/supervise breakdown offline", false)
         .await;
     let reply = &h.replies_after(issue, 1).await[0];
     assert!(reply.starts_with("## Breakdown Complete"), "{reply}");
@@ -609,7 +610,7 @@ async fn breakdown_on_an_issue_proposes_a_plan_in_a_pull_request() {
             REPO,
             issue,
             "mia",
-            "/supervise breakdown docs/PRD.md",
+            "/supervise breakdown offline docs/PRD.md",
             false,
         )
         .await;

@@ -111,14 +111,7 @@ pub fn breakdown_with_agent(
     )?;
     let root = repo_top(&std::env::current_dir()?)?;
     let st = crate::store::FileLedger::read(root.join(".supervise/breakdown/events.jsonl"))?.state;
-    let made = st
-        .filter(|st| st.status == OverallStatus::Completed)
-        .and_then(|st| {
-            let u = st.unit_index(crate::engine::workflow::phases::PLAN)?;
-            let s = st.units[u].sprints.last()?;
-            let answer = s.completion.as_ref()?.answer.clone()?;
-            Some((answer, s.failures + 1))
-        });
+    let made = st.as_ref().and_then(Phases::accepted_plan);
     Ok((code, made))
 }
 

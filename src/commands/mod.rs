@@ -31,6 +31,9 @@ pub enum Command {
     NameFeature,
     Breakdown {
         doc: Option<String>,
+        /// `offline`: the heuristics' plan, at once and free, instead of a
+        /// planning agent's in Actions.
+        offline: bool,
     },
     Analyze,
     Prioritize,
@@ -128,7 +131,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec(
         "breakdown",
         Some("DOC"),
-        "turn a requirements document into a plan",
+        "turn a requirements document (or this issue) into a plan proposed in a pull request, by a planning agent held to the breakdown's checks; `breakdown offline [DOC]`: by the heuristics, at once",
         Permission::Write,
         false,
     ),
@@ -361,6 +364,15 @@ fn parse_line(rest: &str) -> Result<Command, ParseError> {
             extra: clip(extra.trim()),
         });
     }
+    // `breakdown offline [DOC]`: the one command with a mode word.
+    let offline = word.eq_ignore_ascii_case("breakdown")
+        && words
+            .clone()
+            .next()
+            .is_some_and(|w| w.eq_ignore_ascii_case("offline") || w == "--offline");
+    if offline {
+        words.next();
+    }
     let arg = words.next().map(str::to_string);
     let extra: Vec<&str> = words.collect();
     let name = COMMANDS
@@ -408,6 +420,7 @@ fn parse_line(rest: &str) -> Result<Command, ParseError> {
         "name-feature" => Command::NameFeature,
         "breakdown" => Command::Breakdown {
             doc: arg.map(|a| check_path("breakdown", &a)).transpose()?,
+            offline,
         },
         "analyze" => Command::Analyze,
         "prioritize" => Command::Prioritize,
@@ -479,6 +492,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn breakdown_takes_offline_then_a_document() {
+        let one = |t: &str| parse_comment(t).remove(0);
+        let b = |doc: Option<&str>, offline| {
+            Ok(Command::Breakdown {
+                doc: doc.map(str::to_string),
+                offline,
+            })
+        };
+        assert_eq!(one("/supervise breakdown"), b(None, false));
+        assert_eq!(
+            one("/supervise breakdown docs/PRD.md"),
+            b(Some("docs/PRD.md"), false)
+        );
+        assert_eq!(one("/supervise breakdown offline"), b(None, true));
+        assert_eq!(
+            one("/supervise breakdown --offline docs/PRD.md"),
+            b(Some("docs/PRD.md"), true)
+        );
+        assert!(one("/supervise breakdown offline a.md b.md").is_err());
     }
 
     #[test]

@@ -467,6 +467,31 @@ impl Repo<'_> {
         }
     }
 
+    /// Proposes `files` (path, text) in a pull request from `head` into the
+    /// default branch: the branch is made from the default branch's head if
+    /// missing, each file committed unless it is there already, and the
+    /// pull request opened or found. Never a push to the default branch.
+    pub async fn propose(
+        &self,
+        head: &str,
+        files: &[(&str, &str)],
+        title: &str,
+        body: &str,
+    ) -> Result<i64, GitHubError> {
+        let base = self.default_branch().await?;
+        let Some(at) = self.branch_sha(&base).await? else {
+            return Err(GitHubError::NeedsPerson(format!(
+                "the default branch {base} has no commit yet; push one, then ask again"
+            )));
+        };
+        self.create_branch(head, &at).await?;
+        for (path, text) in files {
+            self.put_file(head, path, text, &format!("supervise: {title} ({path})"))
+                .await?;
+        }
+        self.ensure_pull(head, &base, title, body).await
+    }
+
     /// Opens a pull request unless one from `head` exists; returns its number.
     pub async fn ensure_pull(
         &self,

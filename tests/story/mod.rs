@@ -232,6 +232,12 @@ impl Story {
         set_agent_workflow(&self.fake, repo, self.tmp.path(), SCRIPTED_AGENT);
     }
 
+    /// The agent workflow of the story's repository runs `agent` (a path
+    /// in this crate) from now on.
+    pub fn use_agent(&self, agent: &str) {
+        set_agent_workflow(&self.fake, REPO, self.tmp.path(), agent);
+    }
+
     /// Starts the service through the story's door (again, after a kill).
     pub async fn serve_up(&mut self) {
         match self.door {

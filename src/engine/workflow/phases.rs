@@ -71,6 +71,10 @@ pub struct Phases {
     /// only when `breakdown::accept` finds nothing to fix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub document: Option<String>,
+    /// Where a breakdown's accepted plan is proposed (on GitHub:
+    /// `EXECUTION_PLAN.md` beside the document, in a pull request of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_target: Option<String>,
 }
 
 /// §15's rules, as the planning agent of a breakdown is told them.
@@ -144,6 +148,7 @@ impl Phases {
             debug_rounds: settings.debug_rounds.max(1),
             test_command: settings.test_command.clone(),
             document: None,
+            plan_target: None,
         }
     }
 
@@ -166,6 +171,19 @@ impl Phases {
         p.research = Vec::new();
         p.document = Some(document.to_string());
         p
+    }
+
+    /// A breakdown's accepted plan, once the operation is complete: the
+    /// plan phase's last answer (its checks passed, or it would not have
+    /// completed) and the attempts it took.
+    pub fn accepted_plan(st: &OperationState) -> Option<(String, u32)> {
+        if st.status != crate::engine::OverallStatus::Completed {
+            return None;
+        }
+        let u = st.unit_index(PLAN)?;
+        let s = st.units[u].sprints.last()?;
+        let answer = s.completion.as_ref()?.answer.clone()?;
+        Some((answer, s.failures + 1))
     }
 
     pub fn report_path(&self, i: usize) -> String {

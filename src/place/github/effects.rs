@@ -8,6 +8,7 @@ use super::{
     OperationState, Operations, Outcome, Repo, RunRow, SqlError, WorkflowRun,
 };
 use crate::contract::BOOKKEEPING;
+use crate::engine::workflow::{Phases, Workflow};
 use crate::github::repo::Merge;
 use crate::store::sql::{Admission, Admitted, Caps};
 use serde_json::json;
@@ -499,6 +500,11 @@ impl Operations {
         st: &OperationState,
         key: &str,
     ) -> Result<(), OpError> {
+        if let Some(Workflow::Phases(phases)) = &st.workflow {
+            if let (Some(doc), Some(target)) = (&phases.document, &phases.plan_target) {
+                return self.propose_breakdown(ctx, st, doc, target, key).await;
+            }
+        }
         let repo = self.repo(ctx);
         let integration = integration_branch(&ctx.op);
         let summary = report::final_summary(st);
@@ -539,6 +545,51 @@ impl Operations {
             &ctx.default_branch,
             &format!("Sprint Supervisor: {}", st.name),
             &body,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A breakdown's end: the accepted plan proposed at `target` in a pull
+    /// request of its own from the default branch (the integration branch
+    /// holds only the agents' drafts), with the coverage table that shows
+    /// every requirement in a sprint.
+    async fn propose_breakdown(
+        &self,
+        ctx: &OpContext,
+        st: &OperationState,
+        doc: &str,
+        target: &str,
+        key: &str,
+    ) -> Result<(), OpError> {
+        use crate::plan::tools::breakdown as bd;
+        let repo = self.repo(ctx);
+        let Some((plan, attempts)) = Phases::accepted_plan(st) else {
+            return Ok(());
+        };
+        let coverage = bd::accept(doc, &plan, st.config.max_turns).unwrap_or_default();
+        let title = crate::plan::parse(&plan, target)
+            .map(|p| p.title)
+            .unwrap_or_else(|_| "the plan".into());
+        let summary = format!(
+            "## Breakdown Complete\n\nMade by a planning agent in {}, accepted by the breakdown's checks (the reader reads it, every requirement is in a sprint, a machine check wherever one can be written, no sprint over the turn budget).\n\n### Coverage\n\n{}",
+            crate::text::count(attempts as usize, "attempt"),
+            bd::coverage_table(&coverage)
+        );
+        let number = repo
+            .propose(
+                &format!("supervise-breakdown/issue-{}", ctx.issue),
+                &[(target, plan.as_str())],
+                &format!("Plan for {title}"),
+                &format!("{summary}\nProposed by `/supervise breakdown` on #{} (operation `{}`). Review the units, sprints and exit criteria, change what you like on this branch, and merge when it says what you want built; then `/supervise start`.\n", ctx.issue, ctx.op),
+            )
+            .await?;
+        let marker = report::github::notice_marker(&ctx.op, &format!("final-{key}"));
+        repo.comment_once(
+            ctx.issue,
+            Some(&ctx.started_at),
+            &marker,
+            &format!("{summary}\nProposed as `{target}` in pull request #{number}."),
         )
         .await?;
         Ok(())

@@ -68,24 +68,6 @@ pub async fn open_pull(repo: &Repo<'_>) -> Result<Starter, GitHubError> {
     if files.is_empty() {
         return Ok(Starter::InPlace);
     }
-    let base = repo.default_branch().await?;
-    let Some(head) = repo.branch_sha(&base).await? else {
-        return Err(GitHubError::Http {
-            status: 404,
-            what: format!("the default branch {base}"),
-            body: "the repository has no commit yet; push one, then run setup again".into(),
-        });
-    };
-    repo.create_branch(BRANCH, &head).await?;
-    for (path, text) in &files {
-        repo.put_file(
-            BRANCH,
-            path,
-            text,
-            &format!("Sprint Supervisor: add {path}"),
-        )
-        .await?;
-    }
     let listed: Vec<String> = files.iter().map(|(p, _)| format!("- `{p}`")).collect();
     let body = format!(
         "This pull request sets the repository up for Sprint Supervisor:\n\n{}\n\n\
@@ -97,7 +79,7 @@ Opened by `supervise setup`; nothing was pushed to the default branch.",
         listed.join("\n")
     );
     let number = repo
-        .ensure_pull(BRANCH, &base, "Set up Sprint Supervisor", &body)
+        .propose(BRANCH, &files, "Set up Sprint Supervisor", &body)
         .await?;
     Ok(Starter::Proposed {
         number,

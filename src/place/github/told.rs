@@ -116,29 +116,12 @@ impl Operations {
             Ok(f) => f,
             Err(reply) => return Ok(reply),
         };
-        let issue = repo.issue(o.issue).await?;
-        // The issue's text instructs agents only if its author may write to
-        // the repository: anyone can open an issue, and an agent follows
-        // what its prompt says. The command's own words come from someone
-        // allowed to say it.
-        let author = issue.user.as_ref().map(|u| u.login.clone());
-        let author_writes = match &author {
-            Some(login) => matches!(
-                repo.role(login).await?,
-                Ok(role) if crate::commands::auth::Permission::parse(&role)
-                    >= crate::commands::auth::Permission::Write
-            ),
-            None => false,
-        };
-        let from_issue = [
-            issue.title.trim(),
-            issue.body.as_deref().unwrap_or("").trim(),
-        ]
-        .into_iter()
-        .filter(|t| !t.is_empty())
-        .collect::<Vec<_>>()
-        .join("\n\n");
-        let who = author.as_deref().unwrap_or("a deleted account");
+        let IssueText {
+            issue,
+            text: from_issue,
+            who,
+            author_writes,
+        } = issue_text(&repo, o.issue).await?;
         let set_aside = (!author_writes && !from_issue.is_empty()).then(|| {
             format!(
                 "This issue was opened by {who}, who cannot write to this repository, so its text is not used as instructions for agents. "
@@ -213,6 +196,79 @@ impl Operations {
                     integration_branch(&op)
                 )
             }
+            Err(refusal) => refusal,
+        })
+    }
+
+    /// `/supervise breakdown [DOC]` with a planning agent: the document on
+    /// the default branch (or the issue's text, if its author may write to
+    /// the repository) broken down by the plan phase of the phase workflow,
+    /// in Actions like every agent, each attempt held to the breakdown's
+    /// checks and told what failed. The accepted plan is proposed in a pull
+    /// request of its own when the operation completes.
+    pub async fn start_breakdown(&self, o: &Origin, doc: Option<&str>) -> Result<String, OpError> {
+        use crate::engine::workflow::Phases;
+        use crate::plan::tools::breakdown as bd;
+        if let Some(refusal) = self.started_elsewhere(o).await? {
+            return Ok(refusal);
+        }
+        let repo = o.repo(&self.gh);
+        let default_branch = repo.default_branch().await?;
+        let file_settings = match self
+            .file_settings(&repo, &default_branch, "breakdown")
+            .await?
+        {
+            Ok(f) => f,
+            Err(reply) => return Ok(reply),
+        };
+        let (source, text, target) = match doc {
+            Some(path) => match repo.file(path, Some(&default_branch)).await? {
+                Some((text, _)) => (
+                    format!("`{path}` on `{default_branch}`"),
+                    text,
+                    bd::plan_beside(path),
+                ),
+                None => return Ok(bd::no_document(path, &default_branch)),
+            },
+            None => {
+                let it = issue_text(&repo, o.issue).await?;
+                if !it.author_writes {
+                    return Ok(format!(
+                        "This issue was opened by {}, who cannot write to this repository, so a planning agent is not given its text. Put the requirements in a document on `{default_branch}` and say `/supervise breakdown <path>`, or say `/supervise breakdown offline` for the heuristics' plan (no agent reads it).",
+                        it.who
+                    ));
+                }
+                (
+                    format!("issue #{}", o.issue),
+                    it.text,
+                    "EXECUTION_PLAN.md".to_string(),
+                )
+            }
+        };
+        if bd::breakdown(&text, "plan").requirements.is_empty() {
+            return Ok(bd::no_requirements(&source));
+        }
+        let wf = Settings::merge(file_settings.clone(), Default::default()).without_plan;
+        let number = o.issue.clamp(0, u32::MAX as i64) as u32;
+        let mut phases = Phases::breakdown(&text, &wf, number);
+        phases.plan_target = Some(target.clone());
+        let workflow = Workflow::Phases(phases);
+        let plan = workflow.plan();
+        let launched = self
+            .launch(
+                o,
+                &repo,
+                default_branch,
+                file_settings,
+                plan,
+                Some(workflow),
+                String::new(),
+            )
+            .await?;
+        Ok(match launched {
+            Ok((op, agent_workflow)) => format!(
+                "Started operation `{op}`: a planning agent breaks down {source} into a plan, through `.github/workflows/{agent_workflow}`. Each attempt is held to the breakdown's checks — the reader reads it, every requirement is in some sprint, a machine check wherever one can be written, no sprint over the turn budget — and what fails is told to the next attempt, on a stronger model. The accepted plan is proposed as `{target}` in a pull request of its own. (`/supervise breakdown offline` gives the heuristics' plan at once.)"
+            ),
             Err(refusal) => refusal,
         })
     }
@@ -580,4 +636,41 @@ impl StartingCommit for ReadThroughApi {
     fn run(&mut self, _: &crate::plan::WorkUnit, _: &crate::plan::Criterion) -> Option<bool> {
         None
     }
+}
+
+/// An issue's title and text, and whether its author may write to the
+/// repository: only then does the text instruct agents (anyone can open an
+/// issue, and an agent follows what its prompt says).
+struct IssueText {
+    issue: crate::github::answers::Issue,
+    text: String,
+    who: String,
+    author_writes: bool,
+}
+
+async fn issue_text(repo: &Repo<'_>, number: i64) -> Result<IssueText, OpError> {
+    let issue = repo.issue(number).await?;
+    let author = issue.user.as_ref().map(|u| u.login.clone());
+    let author_writes = match &author {
+        Some(login) => matches!(
+            repo.role(login).await?,
+            Ok(role) if crate::commands::auth::Permission::parse(&role)
+                >= crate::commands::auth::Permission::Write
+        ),
+        None => false,
+    };
+    let text = [
+        issue.title.trim(),
+        issue.body.as_deref().unwrap_or("").trim(),
+    ]
+    .into_iter()
+    .filter(|t| !t.is_empty())
+    .collect::<Vec<_>>()
+    .join("\n\n");
+    Ok(IssueText {
+        issue,
+        text,
+        who: author.unwrap_or_else(|| "a deleted account".into()),
+        author_writes,
+    })
 }

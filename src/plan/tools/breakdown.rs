@@ -733,6 +733,28 @@ pub fn coverage_table(coverage: &[Covered]) -> String {
     out
 }
 
+/// `EXECUTION_PLAN.md` in the directory of the document at `path`.
+pub fn plan_beside(path: &str) -> String {
+    match path.rsplit_once('/') {
+        Some((dir, _)) => format!("{dir}/EXECUTION_PLAN.md"),
+        None => "EXECUTION_PLAN.md".to_string(),
+    }
+}
+
+/// The answer when the document named is not on the branch.
+pub fn no_document(path: &str, branch: &str) -> String {
+    format!(
+        "There is no `{path}` on `{branch}` to break down. Name a document that is there, or say `/supervise breakdown` alone to break down this issue's text."
+    )
+}
+
+/// The answer when `source` states no requirement the reader finds.
+pub fn no_requirements(source: &str) -> String {
+    format!(
+        "I found no requirements in {source}, so there is no plan to propose. I look for RFC keywords (MUST, SHOULD…), user stories (\"As a …, I want …\"), items under headings such as Requirements, Features, Tasks or Bugs, open checklist items, and items that start with what to do (implement, add, fix…)."
+    )
+}
+
 pub fn summary(b: &Breakdown, source: &str, output: &str, next: &str) -> String {
     let sprints: usize = b.units.iter().map(|u| u.sprints.len()).sum();
     let mut out = format!(
