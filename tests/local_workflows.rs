@@ -458,3 +458,63 @@ fn an_agents_breakdown_is_held_to_the_checks_until_it_covers_the_document() {
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("Add support for CSV export"));
 }
+
+/// `supervise plan evaluate` with an agent: the evaluation finds a vague
+/// criterion; the agent's first fix gives api core's test command, which the
+/// checks refuse (a criterion never moves across units); the second attempt,
+/// told so, gives api its own, and the plan is rewritten. A plan with
+/// nothing to fix asks no agent; `--offline` keeps the heuristics.
+#[test]
+fn an_agents_evaluation_fixes_are_held_to_the_checks() {
+    let plan = "# Shop\n\n| Work Unit | Dependencies |\n|---|---|\n| core | none |\n| api | core |\n\n## core\n### Sprint 1: Types\n- Write `core/src/types.rs`\n\n**Exit criteria**:\n- [ ] `cargo test -p core` passes\n\n## api\n### Sprint 1: Handlers\n- Write `api/src/handlers.rs`\n\n**Exit criteria**:\n- [ ] It works correctly\n";
+    let repo = Checkout::new(
+        &[("EXECUTION_PLAN.md", plan)],
+        "tests/agents/plan-editor.sh",
+        "",
+    );
+    let said = |out: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let out = repo
+        .cmd(&["plan", "evaluate", "--dry-run"])
+        .output()
+        .unwrap();
+    let text = said(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("Fixed by an agent in 2 attempts"), "{text}");
+    assert!(
+        text.contains("+- [ ] `cargo test -p api` passes"),
+        "the diff: {text}"
+    );
+    let told = std::fs::read_to_string(repo.log.with_extension("log.prompt.2")).unwrap();
+    assert!(told.contains("is core's check, not api's"), "{told}");
+    assert_eq!(
+        std::fs::read_to_string(repo.root.join("EXECUTION_PLAN.md")).unwrap(),
+        plan,
+        "--dry-run wrote nothing"
+    );
+    // A plan with nothing to fix: no agent asked.
+    let fixed = "# Shop\n\n## core\n### Sprint 1: Types\n- Write `core/src/types.rs`\n\n**Exit criteria**:\n- [ ] `cargo test -p core` passes\n";
+    std::fs::write(repo.root.join("EXECUTION_PLAN.md"), fixed).unwrap();
+    let before = repo.invocations().len();
+    let out = repo.cmd(&["plan", "evaluate"]).output().unwrap();
+    let text = said(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("Nothing to fix: no agent was asked"),
+        "{text}"
+    );
+    assert_eq!(repo.invocations().len(), before);
+    // --offline: the heuristics' rewrite, whatever is configured.
+    std::fs::write(repo.root.join("EXECUTION_PLAN.md"), plan).unwrap();
+    let out = repo
+        .cmd(&["plan", "evaluate", "--offline", "--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(repo.invocations().len(), before, "no agent offline");
+}

@@ -264,6 +264,14 @@ pub enum PlanCommand {
         path: Option<PathBuf>,
         #[command(flatten)]
         tool: PlanToolFlags,
+        /// With an agent (this, SUPERVISE_AGENT or `agent:` in the
+        /// settings), the fixes are an agent's, held to the evaluation's
+        /// checks; the heuristics' rewrite otherwise.
+        #[arg(long, env = "SUPERVISE_AGENT")]
+        agent: Option<String>,
+        /// The heuristics' rewrite, even with an agent configured.
+        #[arg(long)]
+        offline: bool,
     },
     /// Each sprint's priority (dependency depth, foundation, risk, complexity),
     /// written into the plan as a `**Priority**:` line under each sprint, and
@@ -368,8 +376,18 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Plan(PlanCommand::Analyze { path, tool }) => {
             plan_cmd::analyze(path.as_deref(), &tool)
         }
-        Command::Plan(PlanCommand::Evaluate { path, tool }) => {
-            plan_cmd::evaluate(path.as_deref(), &tool)
+        Command::Plan(PlanCommand::Evaluate {
+            path,
+            tool,
+            agent,
+            offline,
+        }) => {
+            let flags = run_cmd::RunFlags {
+                agent,
+                max_turns: Some(tool.max_turns),
+                ..Default::default()
+            };
+            plan_cmd::evaluate(path.as_deref(), &tool, (!offline).then_some(&flags))
         }
         Command::Plan(PlanCommand::Prioritize { path, tool }) => {
             plan_cmd::prioritize(path.as_deref(), &tool)

@@ -264,11 +264,51 @@ pub fn analyze(path: Option<&Path>, flags: &super::PlanToolFlags) -> anyhow::Res
 
 /// `supervise plan evaluate`: the fixes of §17f written into the plan (a
 /// unified diff with `--dry-run`), then the summary; exit status 0.
-pub fn evaluate(path: Option<&Path>, flags: &super::PlanToolFlags) -> anyhow::Result<i32> {
+pub fn evaluate(
+    path: Option<&Path>,
+    flags: &super::PlanToolFlags,
+    agent: Option<&super::run_cmd::RunFlags>,
+) -> anyhow::Result<i32> {
     let loaded = match read(path, flags.json)? {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
+    // With an agent configured (and not --offline), the fixes are an
+    // agent's, accepted by the evaluation's own checks.
+    if let Some(run_flags) =
+        agent.filter(|f| !flags.json && super::workflow_cmd::agent_configured(f))
+    {
+        let ev = tools::evaluate::evaluate(&loaded.plan, flags.max_turns);
+        if ev.sprints.iter().all(|c| c.fixes.is_empty()) {
+            print!("{}", tools::evaluate::render(&ev));
+            println!("\nNothing to fix: no agent was asked.");
+            return Ok(0);
+        }
+        let (code, made) = super::workflow_cmd::evaluate_with_agent(
+            &loaded.source,
+            &tools::evaluate::render(&ev),
+            run_flags,
+        )?;
+        let Some((revised, attempts)) = made else {
+            eprintln!("The agent's fixes were not accepted (see .supervise/evaluate/SUPERVISOR_STATE.md for each attempt and what its checks found). Run the command again to go on, or use --offline for the heuristics' rewrite.");
+            return Ok(code.max(1));
+        };
+        let rw = tools::rewrite::Rewrite {
+            text: revised,
+            changes: vec![format!(
+                "fixed by an agent in {}",
+                crate::text::count(attempts as usize, "attempt")
+            )],
+            ..Default::default()
+        };
+        apply(&loaded, &rw, flags.dry_run)?;
+        println!(
+            "\nFixed by an agent in {}, accepted by the evaluation's checks: every unit and task kept, no check moved to another unit, every sprint testable and within {} turns.",
+            crate::text::count(attempts as usize, "attempt"),
+            flags.max_turns
+        );
+        return Ok(0);
+    }
     let rw = tools::rewrite::evaluated(&loaded.plan, &loaded.source, flags.max_turns);
     if flags.json {
         let ev = tools::evaluate::evaluate(&loaded.plan, flags.max_turns);

@@ -102,17 +102,42 @@ pub fn breakdown_with_agent(
     flags: &RunFlags,
 ) -> Result<(i32, Option<(String, u32)>)> {
     let doc = document.to_string();
+    plan_by_agent("breakdown", flags, move |root, s| {
+        Phases::breakdown(&doc, s, next_topic_number(root))
+    })
+}
+
+/// `supervise plan evaluate` with an agent: `plan`'s findings fixed by a
+/// planning agent, held to `evaluate::accept_fix`; the revision and its
+/// attempts once accepted.
+pub fn evaluate_with_agent(
+    plan: &str,
+    findings: &str,
+    flags: &RunFlags,
+) -> Result<(i32, Option<(String, u32)>)> {
+    let (plan, findings) = (plan.to_string(), findings.to_string());
+    plan_by_agent("evaluate", flags, move |root, s| {
+        Phases::revision(&plan, &findings, s, next_topic_number(root))
+    })
+}
+
+/// The plan phase alone, run as `kind` (its state in `.supervise/<kind>/`):
+/// the accepted plan and the attempts it took, or None when it was not
+/// accepted (the exit status says how it ended).
+fn plan_by_agent<F>(kind: &str, flags: &RunFlags, make: F) -> Result<(i32, Option<(String, u32)>)>
+where
+    F: FnOnce(&Path, &WorkflowSettings) -> Phases,
+{
     let code = drive(
-        "breakdown",
+        kind,
         flags,
-        Some(move |root: &Path, s: &WorkflowSettings| {
-            Workflow::Phases(Phases::breakdown(&doc, s, next_topic_number(root)))
-        }),
+        Some(move |root: &Path, s: &WorkflowSettings| Workflow::Phases(make(root, s))),
     )?;
     let root = repo_top(&std::env::current_dir()?)?;
-    let st = crate::store::FileLedger::read(root.join(".supervise/breakdown/events.jsonl"))?.state;
-    let made = st.as_ref().and_then(Phases::accepted_plan);
-    Ok((code, made))
+    let st =
+        crate::store::FileLedger::read(root.join(".supervise").join(kind).join("events.jsonl"))?
+            .state;
+    Ok((code, st.as_ref().and_then(Phases::accepted_plan)))
 }
 
 /// Whether an agent is configured for this repository (a flag, the

@@ -75,6 +75,12 @@ pub struct Phases {
     /// `EXECUTION_PLAN.md` beside the document, in a pull request of its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_target: Option<String>,
+    /// `supervise plan evaluate` with an agent: what the deterministic
+    /// evaluation found in `document` (then a plan, not requirements); the
+    /// agent's revision is accepted only when `evaluate::accept_fix` finds
+    /// nothing left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revise: Option<String>,
 }
 
 /// §15's rules, as the planning agent of a breakdown is told them.
@@ -149,6 +155,7 @@ impl Phases {
             test_command: settings.test_command.clone(),
             document: None,
             plan_target: None,
+            revise: None,
         }
     }
 
@@ -170,6 +177,26 @@ impl Phases {
         p.scope_reason = "a document to break down".into();
         p.research = Vec::new();
         p.document = Some(document.to_string());
+        p
+    }
+
+    /// Fixes to `plan` by an agent: the plan phase alone, given the plan and
+    /// what `evaluate` found, its revision held to `evaluate::accept_fix`.
+    pub fn revision(
+        plan: &str,
+        findings: &str,
+        settings: &WorkflowSettings,
+        number: u32,
+    ) -> Phases {
+        let title = plan
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("# "))
+            .unwrap_or("the plan");
+        let mut p = Phases::breakdown(plan, settings, number);
+        p.description = format!("Fix what the evaluation of {title} found");
+        p.topic = super::topic_dir(number, &p.description);
+        p.scope_reason = "a plan to fix".into();
+        p.revise = Some(findings.to_string());
         p
     }
 
@@ -225,6 +252,9 @@ impl Phases {
     }
 
     pub fn initial_units(&self) -> Vec<WorkUnit> {
+        if let (Some(plan), Some(findings)) = (&self.document, &self.revise) {
+            return vec![self.revise_unit(plan, findings)];
+        }
         if let Some(doc) = &self.document {
             return vec![self.breakdown_unit(doc)];
         }
@@ -312,6 +342,25 @@ impl Phases {
             PLAN,
             Vec::new(),
             "Break the document down into a plan",
+            SprintType::Code,
+            body,
+            vec![file_written(&path)],
+        )
+    }
+
+    /// The plan phase of an evaluation's fixes: the plan, the findings and
+    /// §17's rules for fixing them.
+    fn revise_unit(&self, plan: &str, findings: &str) -> WorkUnit {
+        let path = self.plan_path();
+        let body = format!(
+            "You are the plan editor. `supervise plan evaluate` found what is listed below in the execution plan that follows it. Write the whole plan, fixed, to `{path}`.\n\nFix each finding (§17f): replace a vague exit criterion with a command in backticks that passes or a file that exists; add a machine check to a sprint that has none, using that unit's own test command or files (never another unit's); split a sprint over the turn budget into sprints of one concern each; merge a sprint far under it into the next one of its unit. Keep every unit, its name and its dependencies, and every task (in the same unit); change nothing the findings do not ask for.\n\nValidate it with `supervise plan evaluate --dry-run {path}` if the command is available. Commit it; change nothing else. End with: PLAN_CREATED: {path}\n\nThe findings:\n\n{findings}\n\nThe plan:\n\n{plan}",
+            findings = quoted(findings),
+            plan = quoted(plan),
+        );
+        unit(
+            PLAN,
+            Vec::new(),
+            "Fix the plan's findings",
             SprintType::Code,
             body,
             vec![file_written(&path)],
@@ -422,6 +471,20 @@ impl Phases {
             let path = self.plan_path();
             let text = answer.ok_or_else(|| format!("the plan `{path}` was not written"))?;
             self.implementation_units(text)?;
+            if let (Some(original), Some(_)) = (&self.document, &self.revise) {
+                let max_turns = crate::engine::EngineConfig::default().max_turns;
+                let original = crate::plan::parse(original, "EXECUTION_PLAN.md")
+                    .map_err(|_| "the plan being fixed no longer reads".to_string())?;
+                if let Err(problems) =
+                    crate::plan::tools::evaluate::accept_fix(&original, text, max_turns)
+                {
+                    return Err(format!(
+                        "the plan `{path}` does not pass the evaluation's checks yet; fix each:\n- {}",
+                        problems.join("\n- ")
+                    ));
+                }
+                return Ok(());
+            }
             if let Some(doc) = &self.document {
                 let max_turns = crate::engine::EngineConfig::default().max_turns;
                 if let Err(problems) = crate::plan::tools::breakdown::accept(doc, text, max_turns) {

@@ -94,7 +94,7 @@ pub const DOCUMENTS: &[&str] = &["REQUIREMENTS.md", "PRD.md", "SPEC.md", "README
 
 /// The words that say what a requirement is about: not its verbs, not the
 /// little words.
-fn concern_words(text: &str) -> std::collections::BTreeSet<String> {
+pub(super) fn concern_words(text: &str) -> std::collections::BTreeSet<String> {
     const LITTLE: &[&str] = &[
         "the", "and", "for", "with", "from", "into", "that", "this", "their", "them", "they",
         "when", "then", "each", "every", "all", "any", "can", "should", "must", "may", "shall",

@@ -250,3 +250,98 @@ pub fn render(ev: &Evaluation) -> String {
     }
     out
 }
+
+/// Whether `revised` (an agent's fixes to `original`) may replace it: the
+/// reader reads it; every unit is still there, and every task of its
+/// sprints is in one of the same unit's sprints (two thirds of its words or
+/// more: an agent says it in its own words); no command criterion has moved
+/// to another unit; and every sprint is testable and within `max_turns`.
+/// Each failure says what to do, for the next attempt's prompt.
+pub fn accept_fix(original: &Plan, revised: &str, max_turns: u32) -> Result<(), Vec<String>> {
+    use super::breakdown::concern_words;
+    let plan = crate::plan::parse(revised, "EXECUTION_PLAN.md").map_err(|problems| {
+        problems
+            .iter()
+            .take(8)
+            .map(|p| format!("the plan reader refuses the plan: {p}"))
+            .collect::<Vec<_>>()
+    })?;
+    let mut problems = Vec::new();
+    let commands_of = |p: &Plan, unit: &str| -> BTreeSet<String> {
+        p.unit(unit)
+            .into_iter()
+            .flat_map(|u| &u.sprints)
+            .flat_map(|s| &s.exit_criteria)
+            .filter_map(|c| c.command.clone())
+            .collect()
+    };
+    for unit in &original.work_units {
+        let Some(now) = plan.unit(&unit.name) else {
+            problems.push(format!(
+                "the unit `{}` is gone: keep every unit (fix its sprints instead)",
+                unit.name
+            ));
+            continue;
+        };
+        let sprint_words: Vec<BTreeSet<String>> = now
+            .sprints
+            .iter()
+            .map(|s| concern_words(&format!("{} {}", s.name, s.tasks.join(" "))))
+            .collect();
+        for s in &unit.sprints {
+            for task in &s.tasks {
+                let words = concern_words(task);
+                let kept = words.is_empty()
+                    || sprint_words
+                        .iter()
+                        .any(|w| 3 * words.intersection(w).count() >= 2 * words.len());
+                if !kept {
+                    problems.push(format!(
+                        "the task \"{task}\" of {} Sprint {} is in none of {}'s sprints: keep every task",
+                        unit.name, s.id, unit.name
+                    ));
+                }
+            }
+        }
+    }
+    for unit in &plan.work_units {
+        let before = commands_of(original, &unit.name);
+        for cmd in commands_of(&plan, &unit.name).difference(&before) {
+            if let Some(owner) = original
+                .work_units
+                .iter()
+                .find(|o| o.name != unit.name && commands_of(original, &o.name).contains(cmd))
+            {
+                problems.push(format!(
+                    "`{cmd}` is {}'s check, not {}'s: give {} a check of its own",
+                    owner.name, unit.name, unit.name
+                ));
+            }
+        }
+    }
+    for c in &evaluate(&plan, max_turns).sprints {
+        if !c.machine_verifiable {
+            problems.push(format!(
+                "{} Sprint {} has no exit criterion a machine can check (a command that passes, a file that exists)",
+                c.unit, c.sprint
+            ));
+        }
+        if !c.no_vague_language {
+            problems.push(format!(
+                "{} Sprint {} still has a vague criterion: say what passes, as a command or a file",
+                c.unit, c.sprint
+            ));
+        }
+        if c.fitness == Fitness::Oversized {
+            problems.push(format!(
+                "{} Sprint {} is over the budget: about {} turns of {} (split it)",
+                c.unit, c.sprint, c.estimated_turns, max_turns
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
