@@ -151,7 +151,7 @@ pub(crate) async fn repo_installation(
     }
     let grant = f.inner.lock().grant.clone();
     Json(json!({
-        "id": f.config.installation_id,
+        "id": f.installation_of(&name),
         "app_id": f.config.app_id,
         "account": { "login": owner },
         "permissions": grant.permissions,

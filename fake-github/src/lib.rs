@@ -67,6 +67,9 @@ async fn busy(
 
 #[derive(Default)]
 pub(crate) struct Inner {
+    /// Installations other than the default one, by the account (owner)
+    /// they are on: an organisation's repositories share its installation.
+    pub(crate) installations: HashMap<String, u64>,
     pub(crate) users: HashMap<String, (String, String)>,
     /// The App's sign-in credentials, once a test sets them.
     pub(crate) oauth_app: Option<signin::OAuthApp>,
@@ -497,8 +500,26 @@ impl FakeGitHub {
             "comment": { "id": c.id, "body": c.body, "created_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true), "user": { "login": c.user, "type": kind } },
             "repository": { "full_name": c.repo, "name": name, "owner": { "login": owner } },
             "sender": { "login": c.user, "type": kind },
-            "installation": { "id": self.config.installation_id }
+            "installation": { "id": self.installation_of(&c.repo) }
         })
+    }
+
+    /// The App's installation on the account owning `repo`: the one set
+    /// for its owner, else the default one.
+    pub fn installation_of(&self, repo: &str) -> u64 {
+        let owner = repo.split('/').next().unwrap_or("");
+        self.inner
+            .lock()
+            .installations
+            .get(owner)
+            .copied()
+            .unwrap_or(self.config.installation_id)
+    }
+
+    /// The App is installed on `owner`'s account as installation `id`:
+    /// webhooks from its repositories carry it, and GitHub names it for them.
+    pub fn set_installation(&self, owner: &str, id: u64) {
+        self.inner.lock().installations.insert(owner.into(), id);
     }
 
     /// Signs and POSTs a webhook over plain HTTP/1.1; returns the status code.

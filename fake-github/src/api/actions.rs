@@ -123,6 +123,7 @@ pub(super) async fn dispatch(
             conclusion: None,
             inputs: json!(b.inputs),
             created_at: now(),
+            created: f.started.elapsed().as_secs_f64(),
             pgid: None,
             cancel_requested: false,
         };
@@ -155,7 +156,7 @@ pub(super) async fn deliver_run(f: &FakeGitHub, action: &str, run: &Run) {
         "workflow_run": run_json(run),
         "workflow": { "path": format!(".github/workflows/{}", run.workflow) },
         "repository": { "full_name": run.repo, "name": name, "owner": { "login": owner } },
-        "installation": { "id": f.config.installation_id },
+        "installation": { "id": f.installation_of(&run.repo) },
     });
     {
         let mut s = f.inner.lock();
@@ -175,6 +176,10 @@ pub(super) async fn execute(
     workflow: Workflow,
     inputs: Vec<(String, String)>,
 ) {
+    if let Some((lo, hi)) = workflow.simulated {
+        simulate(f, run, lo, hi).await;
+        return;
+    }
     // Runners share nothing but artifacts: each job's directory is made
     // apart from the fake's own (where the repositories are), and a job that
     // may not push is not told where the repository is.
@@ -230,6 +235,51 @@ pub(super) async fn execute(
             }
             .into(),
         );
+    });
+    if let Some(r) = done {
+        deliver_run(&f, "completed", &r).await;
+    }
+}
+
+/// A run that does no work: in progress for a duration drawn in
+/// `lo..=hi` ms (from the run's id, so a benchmark is repeatable), then
+/// `success`, or `cancelled` as soon as a cancel arrives.
+async fn simulate(f: Shared, run: Run, lo: u64, hi: u64) {
+    let Some(r) = set_run(&f, run.id, |r| r.status = "in_progress".into()) else {
+        return;
+    };
+    deliver_run(&f, "in_progress", &r).await;
+    // A multiplicative hash of the id spreads consecutive runs over the range.
+    let spread = (run.id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33;
+    let ms = lo + spread % (hi - lo + 1);
+    let until = tokio::time::Instant::now() + std::time::Duration::from_millis(ms);
+    let cancelled = loop {
+        // Runs are kept in the order of their ids: found by bisection, as
+        // thousands of simulated runs ask several times a second.
+        let (cancel, ended) = {
+            let s = f.inner.lock();
+            let cancel = s
+                .api
+                .runs
+                .binary_search_by_key(&run.id, |r| r.id)
+                .ok()
+                .is_some_and(|i| s.api.runs[i].cancel_requested);
+            (cancel, run.created < s.api.simulated_cutoff)
+        };
+        if cancel {
+            break true;
+        }
+        if ended || tokio::time::Instant::now() >= until {
+            break false;
+        }
+        tokio::time::sleep(
+            std::time::Duration::from_millis(250).min(until - tokio::time::Instant::now()),
+        )
+        .await;
+    };
+    let done = set_run(&f, run.id, |r| {
+        r.status = "completed".into();
+        r.conclusion = Some(if cancelled { "cancelled" } else { "success" }.into());
     });
     if let Some(r) = done {
         deliver_run(&f, "completed", &r).await;

@@ -90,6 +90,10 @@ pub struct Run {
     pub conclusion: Option<String>,
     pub inputs: Value,
     pub created_at: String,
+    /// Seconds since the fake started when the dispatch made it (the clock
+    /// of `request_log` and `run_deliveries`, finer than `created_at`).
+    #[serde(skip)]
+    pub created: f64,
     #[serde(skip)]
     pgid: Option<u32>,
     pub cancel_requested: bool,
@@ -107,6 +111,10 @@ pub const GITHUB_ACTIONS_APP_ID: u64 = 15368;
 pub(crate) struct Workflow {
     jobs: Vec<Job>,
     push_after: bool,
+    /// No jobs at all: each run is in progress for a time drawn from this
+    /// range (milliseconds) and then concludes `success` — for benchmarks
+    /// that need thousands of runs and none of their work.
+    simulated: Option<(u64, u64)>,
 }
 
 /// One job of a workflow the fake runs.
@@ -150,6 +158,8 @@ pub(crate) struct ApiState {
     reviews: Vec<(String, i64, String, String)>,
     pub(crate) check_runs: Vec<CheckRun>,
     pub(crate) runs: Vec<Run>,
+    /// Simulated runs created before this time (the fake's clock) end now.
+    pub(crate) simulated_cutoff: f64,
     workflows: HashMap<(String, String), Workflow>,
     /// The inputs a workflow file declares, when a test says: a dispatch
     /// with any other is refused, as GitHub refuses it.
@@ -258,6 +268,7 @@ impl FakeGitHub {
             Workflow {
                 jobs: vec![job],
                 push_after: true,
+                simulated: None,
             },
         );
     }
@@ -273,6 +284,28 @@ impl FakeGitHub {
             Workflow {
                 jobs,
                 push_after: false,
+                simulated: None,
+            },
+        );
+    }
+
+    /// Every simulated run in progress now concludes `success` at once
+    /// (those dispatched later keep their drawn durations).
+    pub fn end_simulated_runs(&self) {
+        let now = self.now();
+        self.inner.lock().api.simulated_cutoff = now;
+    }
+
+    /// Runs of `file` do no work: each is in progress for `min_ms..=max_ms`
+    /// (drawn per run) and concludes `success`, unless cancelled first. No
+    /// checkout, no process: a benchmark can keep thousands in flight.
+    pub fn set_simulated_workflow(&self, repo: &str, file: &str, min_ms: u64, max_ms: u64) {
+        self.inner.lock().api.workflows.insert(
+            (repo.into(), file.into()),
+            Workflow {
+                jobs: Vec::new(),
+                push_after: false,
+                simulated: Some((min_ms, max_ms.max(min_ms))),
             },
         );
     }
@@ -423,7 +456,7 @@ impl FakeGitHub {
                     "app": { "slug": "github-actions", "name": "GitHub Actions" },
                 },
                 "repository": { "full_name": repo, "name": name, "owner": { "login": owner } },
-                "installation": { "id": fake.config.installation_id },
+                "installation": { "id": fake.installation_of(&repo) },
             });
             fake.deliver("check_suite", &payload).await;
         });

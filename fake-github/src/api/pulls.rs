@@ -331,7 +331,7 @@ impl FakeGitHub {
             },
             "repository": { "full_name": repo, "name": name, "owner": { "login": owner } },
             "sender": { "login": "mia", "type": "User" },
-            "installation": { "id": self.config.installation_id },
+            "installation": { "id": self.installation_of(repo) },
         });
         self.deliver("pull_request", &payload).await;
         number

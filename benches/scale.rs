@@ -1,0 +1,351 @@
+//! How the service's cost grows with work: the real `supervise serve`
+//! binary against the fake GitHub, operations spread over installations of
+//! ten repositories each (one operation per repository), each of ten units of
+//! one sprint with `max_parallel: 4`. The fake's agent runs do no work: each
+//! is in progress for a time drawn from a range and then concludes (no
+//! checkout, no process), so thousands can be in flight.
+//!
+//! For each scale it measures, in order:
+//!
+//! 1. **Idle** — every operation's four agents running and nothing
+//!    finishing, for a window: charged GitHub requests per installation-hour
+//!    by kind (the fake counts a 304 apart, as GitHub does not charge it),
+//!    the service's CPU and resident memory, and the store's bytes per
+//!    operation.
+//! 2. **Churn** — the held runs end and runs from then on last a few seconds:
+//!    the time from a run's `completed` webhook to the next dispatch of its
+//!    operation (a run created), at the rate of events the scale makes.
+//!
+//! Run: `cargo bench --bench scale`. `BENCH_SCALE=10,100,1000` operations;
+//! `BENCH_WINDOW_SECS=120` the idle window; `BENCH_CHURN_SECS=60` the churn
+//! window; `BENCH_RUN_MS=3000-8000` a churning run's duration. The table is
+//! printed at the end; the service's details go to stderr.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+const UNITS: usize = 10;
+const REPOS_PER_INSTALLATION: usize = 10;
+const SETTINGS: &str = "max_parallel: 4\n";
+const WORKFLOW: &str = "supervise-agent.yml";
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Ten independent units of one sprint each.
+fn plan() -> String {
+    let mut p = String::from("# Scale\n\n| Work Unit | Directory |\n|---|---|\n");
+    for u in 0..UNITS {
+        p.push_str(&format!("| u{u} | u{u} |\n"));
+    }
+    for u in 0..UNITS {
+        p.push_str(&format!(
+            "\n## u{u}\n### Sprint 1: Part {u}\n- [ ] `u{u}.txt` exists\n"
+        ));
+    }
+    p
+}
+
+/// The process's CPU time so far (user + system) and its resident memory.
+fn usage(pid: u32) -> (Duration, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime: the 14th and 15th fields, 12th and 13th after ')';
+    // USER_HZ is 100 on Linux.
+    let cpu = Duration::from_millis((tick(11) + tick(12)) * 10);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (cpu, rss_kb * 1024)
+}
+
+/// What a request is for, by its route.
+fn kind(endpoint: &str) -> &'static str {
+    let (method, route) = endpoint.split_once(' ').unwrap_or(("", endpoint));
+    if route.contains("/issues/comments/") && method == "PATCH" {
+        "status edits"
+    } else if method == "GET" {
+        "reconciliation and reads"
+    } else {
+        "dispatch and lifecycle"
+    }
+}
+
+/// Bytes of the SQLite store (with its write-ahead log).
+fn store_bytes(db: &std::path::Path) -> u64 {
+    ["", "-wal", "-shm"]
+        .iter()
+        .filter_map(|s| std::fs::metadata(format!("{}{s}", db.display())).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+struct Row {
+    ops: usize,
+    installations: usize,
+    started_secs: f64,
+    charged_per_inst_hour: f64,
+    max_inst_hour: f64,
+    by_kind: BTreeMap<&'static str, f64>,
+    free_per_inst_hour: f64,
+    rss_mb: u64,
+    idle_cpu: f64,
+    store_per_op: u64,
+    churn_events_per_sec: f64,
+    reaction_p50: f64,
+    reaction_p99: f64,
+    churn_cpu: f64,
+    churn_rss_mb: u64,
+}
+
+async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) -> Row {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    let fake = support::fake_github(Some(port), Some(tmp.path().join("github"))).await;
+    // No installation may run out of requests: the bench counts them.
+    fake.set_rate_limit(100_000_000, Duration::from_secs(36_000));
+    fake.add_user("mia", "maintain", "User");
+    let installations = ops.div_ceil(REPOS_PER_INSTALLATION);
+    let plan = plan();
+    let hold_ms = (window + Duration::from_secs(3_600)).as_millis() as u64;
+    let mut repos = Vec::new();
+    for i in 0..ops {
+        let (inst, r) = (i / REPOS_PER_INSTALLATION, i % REPOS_PER_INSTALLATION);
+        let owner = format!("org{inst:03}");
+        fake.set_installation(&owner, 1_000 + inst as u64);
+        let repo = format!("{owner}/repo{r}");
+        fake.ensure_repo(&repo);
+        fake.add_file(&repo, "EXECUTION_PLAN.md", &plan);
+        fake.add_file(&repo, ".github/supervise.yml", SETTINGS);
+        fake.set_simulated_workflow(&repo, WORKFLOW, hold_ms, hold_ms);
+        repos.push(repo);
+    }
+    let db = tmp.path().join("supervise.db");
+    let db_url = format!("sqlite://{}?mode=rwc", db.display());
+    // Every agent in flight at once: the installation's default cap would
+    // hold the rest.
+    let mut serve = support::spawn_serve(
+        port,
+        &fake.url(),
+        &db_url,
+        &[("SUPERVISE_INSTALLATION_AGENTS", "100000".to_string())],
+    );
+    support::wait_listening(port).await;
+    let began = Instant::now();
+    let mut issues = HashMap::new();
+    for repo in &repos {
+        let issue = fake.open_issue(repo, "Operation");
+        issues.insert(repo.clone(), issue);
+        fake.comment(repo, issue, "mia", "/supervise start", false)
+            .await;
+    }
+    let limit = Duration::from_secs(120 + ops as u64);
+    loop {
+        let running: usize = repos
+            .iter()
+            .map(|r| {
+                fake.runs(r)
+                    .iter()
+                    .filter(|x| x.status == "in_progress")
+                    .count()
+            })
+            .sum();
+        if running >= 4 * ops {
+            break;
+        }
+        assert!(
+            began.elapsed() < limit,
+            "{running} of {} runs started in {limit:?}",
+            4 * ops
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let started_secs = began.elapsed().as_secs_f64();
+    // The dispatches' own requests (branches, sub-issues, status edits) settle.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+
+    // 1. Idle.
+    let inst_ids: Vec<u64> = (0..installations).map(|i| 1_000 + i as u64).collect();
+    let used = |f: &fake_github::FakeGitHub| -> Vec<u64> {
+        inst_ids
+            .iter()
+            .map(|i| 100_000_000 - f.rate_limit_remaining(*i))
+            .collect()
+    };
+    let used0 = used(&fake);
+    let (counts0, free0) = (fake.counts(), fake.not_modified());
+    let (cpu0, _) = usage(serve.id());
+    let t0 = Instant::now();
+    tokio::time::sleep(window).await;
+    let (cpu1, rss) = usage(serve.id());
+    let secs = t0.elapsed().as_secs_f64();
+    let used1 = used(&fake);
+    let per_inst_hour = |n: f64| n * 3600.0 / secs / installations as f64;
+    let spent: Vec<u64> = used1.iter().zip(&used0).map(|(a, b)| a - b).collect();
+    let mut by_kind: BTreeMap<&'static str, f64> = BTreeMap::new();
+    let mut free = 0;
+    let (counts1, free1) = (fake.counts(), fake.not_modified());
+    for (endpoint, n) in &counts1 {
+        if endpoint.contains("access_tokens") {
+            continue;
+        }
+        let f =
+            free1.get(endpoint).copied().unwrap_or(0) - free0.get(endpoint).copied().unwrap_or(0);
+        let charged = n - counts0.get(endpoint).copied().unwrap_or(0) - f;
+        free += f;
+        *by_kind.entry(kind(endpoint)).or_default() += per_inst_hour(charged as f64);
+    }
+    eprintln!(
+        "{ops} operations, idle {secs:.0} s: by endpoint (all, then 304) {:#?}",
+        counts1
+            .iter()
+            .map(|(k, n)| (k.clone(), n - counts0.get(k).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n > 0)
+            .collect::<BTreeMap<_, _>>()
+    );
+    let store_per_op = store_bytes(&db) / ops as u64;
+
+    // 2. Churn: runs from now on last `run_ms`; the held ones end now.
+    for repo in &repos {
+        fake.set_simulated_workflow(repo, WORKFLOW, run_ms.0, run_ms.1);
+    }
+    let churn_from = fake.now();
+    fake.end_simulated_runs();
+    let (cpu2, _) = usage(serve.id());
+    let t1 = Instant::now();
+    tokio::time::sleep(churn).await;
+    let (cpu3, churn_rss) = usage(serve.id());
+    let churn_secs = t1.elapsed().as_secs_f64();
+    // Each completion followed by a dispatch of the same operation (a run
+    // created in its repository): how long the service took to react.
+    let mut reactions = Vec::new();
+    let mut completions = 0usize;
+    let deliveries = fake.run_deliveries();
+    let mut created: HashMap<String, Vec<f64>> = HashMap::new();
+    for repo in &repos {
+        let mut c: Vec<f64> = fake.runs(repo).iter().map(|r| r.created).collect();
+        c.sort_by(f64::total_cmp);
+        created.insert(repo.clone(), c);
+    }
+    let repo_of_title: HashMap<String, String> = repos
+        .iter()
+        .flat_map(|repo| {
+            fake.runs(repo)
+                .into_iter()
+                .map(move |r| (r.display_title.clone(), repo.clone()))
+        })
+        .collect();
+    for (at, action, title) in &deliveries {
+        if action != "completed" || *at < churn_from {
+            continue;
+        }
+        completions += 1;
+        let Some(repo) = repo_of_title.get(title) else {
+            continue;
+        };
+        if let Some(next) = created[repo].iter().find(|c| **c >= *at) {
+            reactions.push(next - at);
+        }
+    }
+    reactions.sort_by(f64::total_cmp);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    Row {
+        ops,
+        installations,
+        started_secs,
+        charged_per_inst_hour: per_inst_hour(spent.iter().sum::<u64>() as f64),
+        max_inst_hour: spent.iter().copied().max().unwrap_or(0) as f64 * 3600.0 / secs,
+        by_kind,
+        free_per_inst_hour: per_inst_hour(free as f64),
+        rss_mb: rss / 1_000_000,
+        idle_cpu: (cpu1 - cpu0).as_secs_f64() * 100.0 / secs,
+        store_per_op,
+        churn_events_per_sec: completions as f64 / churn_secs,
+        reaction_p50: percentile(&reactions, 0.50),
+        reaction_p99: percentile(&reactions, 0.99),
+        churn_cpu: (cpu3 - cpu2).as_secs_f64() * 100.0 / churn_secs,
+        churn_rss_mb: churn_rss / 1_000_000,
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let scales: Vec<usize> = std::env::var("BENCH_SCALE")
+        .unwrap_or_else(|_| "10,100,1000".into())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    let window = Duration::from_secs(env_or("BENCH_WINDOW_SECS", 120));
+    let churn = Duration::from_secs(env_or("BENCH_CHURN_SECS", 60));
+    let run_ms = std::env::var("BENCH_RUN_MS")
+        .ok()
+        .and_then(|v| {
+            let (a, b) = v.split_once('-')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .unwrap_or((3_000, 8_000));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut rows = Vec::new();
+    for ops in scales {
+        let row = rt.block_on(one(ops, window, churn, run_ms));
+        eprintln!("done: {ops} operations");
+        rows.push(row);
+    }
+    println!("| operations (installations) | all started in | charged requests per installation-hour (busiest) | of which dispatch and lifecycle / status edits / reconciliation and reads | answered 304 per installation-hour | RSS idle | CPU idle | store per operation | churn: completions per s | reaction p50 / p99 | CPU, RSS in churn |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        let k = |name: &str| r.by_kind.get(name).copied().unwrap_or(0.0);
+        println!(
+            "| {} ({}) | {:.0} s | {:.0} ({:.0}) | {:.0} / {:.0} / {:.0} | {:.0} | {} MB | {:.1} % | {} KB | {:.1} | {:.2} s / {:.2} s | {:.0} %, {} MB |",
+            r.ops,
+            r.installations,
+            r.started_secs,
+            r.charged_per_inst_hour,
+            r.max_inst_hour,
+            k("dispatch and lifecycle"),
+            k("status edits"),
+            k("reconciliation and reads"),
+            r.free_per_inst_hour,
+            r.rss_mb,
+            r.idle_cpu,
+            r.store_per_op / 1024,
+            r.churn_events_per_sec,
+            r.reaction_p50,
+            r.reaction_p99,
+            r.churn_cpu,
+            r.churn_rss_mb,
+        );
+    }
+}
