@@ -889,11 +889,48 @@ async fn run_action(s_url: &str, state: &Path, event: &str, payload: &[u8]) {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // As action.yml's last step: the store committed to the state branch.
+    let _ = std::fs::remove_file(&file);
+    for args in [
+        vec!["add", "-f", "supervise.db"],
+        vec!["commit", "-qm", "supervise: state after an event"],
+    ] {
+        let _ = tokio::process::Command::new("git")
+            .args(&args)
+            .current_dir(state)
+            .env("GIT_AUTHOR_NAME", "bot")
+            .env("GIT_AUTHOR_EMAIL", "bot@x")
+            .env("GIT_COMMITTER_NAME", "bot")
+            .env("GIT_COMMITTER_EMAIL", "bot@x")
+            .output()
+            .await;
+    }
+}
+
+/// What the state branch grew by: commits, and the bytes their objects take
+/// loose (as pushed one by one) and packed (as a clone fetches them).
+fn state_branch_growth(state: &Path) -> (u64, u64, u64) {
+    let commits: u64 = support::git(state, &["rev-list", "--count", "HEAD"])
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    let kib = |key: &str| -> u64 {
+        support::git(state, &["count-objects", "-v"])
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    let loose = kib("size:");
+    support::git(state, &["gc", "-q", "--prune=now"]);
+    (commits, loose, kib("size-pack:"))
 }
 
 impl ActionRunner {
     async fn start(port: u16, api: String, state: PathBuf) -> ActionRunner {
         std::fs::create_dir_all(&state).unwrap();
+        support::git(&state, &["init", "-q", "-b", "supervise-state"]);
         let lock = Arc::new(tokio::sync::Mutex::new(()));
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
@@ -998,6 +1035,18 @@ async fn the_github_action_runs_the_same_operation_event_by_event() {
         2,
         "the failed attempt was retried"
     );
+    // The state branch's cost per event, for the performance notes (printed,
+    // not asserted: sizes are measured, not tested).
+    if std::env::var_os("SUPERVISE_SHOW_STATE_BYTES").is_some() {
+        let (commits, loose, packed) = state_branch_growth(&s.tmp.path().join("state"));
+        eprintln!(
+            "state branch: {commits} commits (events), {} KB loose ({} KB/event), {} KB packed ({:.1} KB/event)",
+            loose / 1000,
+            loose / 1000 / commits.max(1),
+            packed / 1000,
+            packed as f64 / 1000.0 / commits.max(1) as f64
+        );
+    }
     for sprint in ["/api/1/", "/api/2/", "/web/1/"] {
         assert_eq!(s.runs_of(sprint).len(), 1, "{sprint} dispatched once");
     }
