@@ -10,8 +10,12 @@
 //! Run: `cargo bench --bench reconcile_cost`. `BENCH_OPS=1,10,30` the
 //! operations in flight per run (per installation); `BENCH_WINDOW_SECS=180`.
 
+#[path = "support/process.rs"]
+mod process;
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+use process::{env_or, usage};
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -21,37 +25,6 @@ const PLAN: &str = "# Four\n\n| Work Unit | Directory |\n|---|---|\n| a | a |\n|
 ## a\n### Sprint 1: A\n- [ ] `a.txt` exists\n## b\n### Sprint 1: B\n- [ ] `b.txt` exists\n\
 ## c\n### Sprint 1: C\n- [ ] `c.txt` exists\n## d\n### Sprint 1: D\n- [ ] `d.txt` exists\n";
 const SETTINGS: &str = "max_parallel: 4\n";
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The process's CPU time so far (user + system) and its resident memory.
-fn usage(pid: u32) -> (Duration, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let tick = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are the 14th and 15th fields; 12th and 13th after ')'.
-    let hz = 100; // USER_HZ on Linux
-    let cpu = Duration::from_millis((tick(11) + tick(12)) * 1000 / hz);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss_kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    (cpu, rss_kb * 1024)
-}
 
 async fn one(ops: usize, window: Duration) -> String {
     let tmp = tempfile::tempdir().unwrap();

@@ -21,8 +21,12 @@
 //! window; `BENCH_RUN_MS=3000-8000` a churning run's duration. The table is
 //! printed at the end; the service's details go to stderr.
 
+#[path = "support/process.rs"]
+mod process;
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+use process::{env_or, usage};
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -31,13 +35,6 @@ const UNITS: usize = 10;
 const REPOS_PER_INSTALLATION: usize = 10;
 const SETTINGS: &str = "max_parallel: 4\n";
 const WORKFLOW: &str = "supervise-agent.yml";
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Ten independent units of one sprint each.
 fn plan() -> String {
@@ -51,30 +48,6 @@ fn plan() -> String {
         ));
     }
     p
-}
-
-/// The process's CPU time so far (user + system) and its resident memory.
-fn usage(pid: u32) -> (Duration, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let tick = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime: the 14th and 15th fields, 12th and 13th after ')';
-    // USER_HZ is 100 on Linux.
-    let cpu = Duration::from_millis((tick(11) + tick(12)) * 10);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss_kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    (cpu, rss_kb * 1024)
 }
 
 /// What a request is for, by its route.

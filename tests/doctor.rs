@@ -18,14 +18,13 @@ fn workflow_text() -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(WORKFLOW)).unwrap()
 }
 
-/// Runs `supervise doctor` (off the runtime's threads: the service and the
-/// fake answer it from them).
-async fn doctor(story: &Story, extra_env: &[(&str, &str)], args: &[&str]) -> (i32, String) {
+/// Runs `supervise ARGS` with the App's credentials as `serve` reads them,
+/// `extra_env` added (off the runtime's threads: the service and the fake
+/// answer it from them); its exit status and everything it printed.
+async fn with_app(story: &Story, args: &[&str], extra_env: &[(&str, &str)]) -> (i32, String) {
     let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem");
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"));
-    cmd.arg("doctor")
-        .args(["--repo", REPO])
-        .args(args)
+    cmd.args(args)
         .env("GITHUB_APP_ID", "42")
         .env("GITHUB_PRIVATE_KEY_PATH", key)
         .env("GITHUB_API_URL", story.fake.url())
@@ -45,6 +44,13 @@ async fn doctor(story: &Story, extra_env: &[(&str, &str)], args: &[&str]) -> (i3
             String::from_utf8_lossy(&out.stderr)
         ),
     )
+}
+
+/// `supervise doctor --repo REPO ARGS`.
+async fn doctor(story: &Story, extra_env: &[(&str, &str)], args: &[&str]) -> (i32, String) {
+    let mut all = vec!["doctor", "--repo", REPO];
+    all.extend_from_slice(args);
+    with_app(story, &all, extra_env).await
 }
 
 /// The line of `check` and the fix under it.
@@ -174,26 +180,16 @@ async fn doctor_passes_a_repository_set_up_right_and_names_the_fix_for_each_plan
     );
 }
 
-/// Runs `supervise setup --repo` with the App's credentials as `serve` reads them.
+/// `supervise setup --repo REPO`.
 async fn setup_repo(story: &Story) -> (i32, String) {
-    let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem");
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"));
-    cmd.args(["setup", "--repo", REPO])
-        .args(["--github-url", "https://github.example"])
-        .env("GITHUB_APP_ID", "42")
-        .env("GITHUB_PRIVATE_KEY_PATH", key)
-        .env("GITHUB_API_URL", story.fake.url());
-    let out: Output = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    let args = [
+        "setup",
+        "--repo",
+        REPO,
+        "--github-url",
+        "https://github.example",
+    ];
+    with_app(story, &args, &[]).await
 }
 
 /// `setup --repo` proposes the agent workflow and starter settings in a pull

@@ -167,17 +167,8 @@ impl Operations {
             }
         };
         let announcement = workflow.announcement();
-        let plan = workflow.plan();
         let launched = self
-            .launch(
-                o,
-                &repo,
-                default_branch,
-                file_settings,
-                plan,
-                Some(workflow.clone()),
-                String::new(),
-            )
+            .launch_workflow(o, &repo, default_branch, file_settings, workflow.clone())
             .await?;
         Ok(match launched {
             Ok((op, agent_workflow)) => {
@@ -252,17 +243,13 @@ impl Operations {
         let number = o.issue.clamp(0, u32::MAX as i64) as u32;
         let mut phases = Phases::breakdown(&text, &wf, number);
         phases.plan_target = Some(target.clone());
-        let workflow = Workflow::Phases(phases);
-        let plan = workflow.plan();
         let launched = self
-            .launch(
+            .launch_workflow(
                 o,
                 &repo,
                 default_branch,
                 file_settings,
-                plan,
-                Some(workflow),
-                String::new(),
+                Workflow::Phases(phases),
             )
             .await?;
         Ok(match launched {
@@ -320,6 +307,29 @@ impl Operations {
     /// the operation and starts it: its id and the agent workflow's file, or
     /// the engine's refusal.
     #[allow(clippy::too_many_arguments)]
+    /// [`Self::launch`] for work without a written plan: the workflow's own
+    /// first units are the plan.
+    async fn launch_workflow(
+        &self,
+        o: &Origin,
+        repo: &Repo<'_>,
+        default_branch: String,
+        file_settings: settings::FileSettings,
+        workflow: Workflow,
+    ) -> Result<Result<(String, String), String>, OpError> {
+        let plan = workflow.plan();
+        self.launch(
+            o,
+            repo,
+            default_branch,
+            file_settings,
+            plan,
+            Some(workflow),
+            String::new(),
+        )
+        .await
+    }
+
     async fn launch(
         &self,
         o: &Origin,

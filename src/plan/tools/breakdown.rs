@@ -634,14 +634,20 @@ pub struct Covered {
 /// in one sprint's tasks); every sprint has an exit criterion a machine can
 /// check; no sprint is over §17's turn budget. `Ok` carries the coverage
 /// table; `Err` says each failure, for the one who wrote the plan to fix.
-pub fn accept(doc: &str, plan_text: &str, max_turns: u32) -> Result<Vec<Covered>, Vec<String>> {
-    let plan = crate::plan::parse(plan_text, "EXECUTION_PLAN.md").map_err(|problems| {
+/// A plan an agent wrote, read as the supervisor will read it; what the
+/// reader refuses, each line a fix for the agent's next attempt.
+pub(super) fn read_agents_plan(text: &str) -> Result<crate::plan::Plan, Vec<String>> {
+    crate::plan::parse(text, "EXECUTION_PLAN.md").map_err(|problems| {
         problems
             .iter()
             .take(8)
             .map(|p| format!("the plan reader refuses the plan: {p}"))
-            .collect::<Vec<_>>()
-    })?;
+            .collect()
+    })
+}
+
+pub fn accept(doc: &str, plan_text: &str, max_turns: u32) -> Result<Vec<Covered>, Vec<String>> {
+    let plan = read_agents_plan(plan_text)?;
     let (requirements, _) = detect(&blocks::parse(doc).blocks);
     let sprint_words: Vec<(String, std::collections::BTreeSet<String>)> = plan
         .work_units

@@ -258,14 +258,8 @@ pub fn render(ev: &Evaluation) -> String {
 /// to another unit; and every sprint is testable and within `max_turns`.
 /// Each failure says what to do, for the next attempt's prompt.
 pub fn accept_fix(original: &Plan, revised: &str, max_turns: u32) -> Result<(), Vec<String>> {
-    use super::breakdown::concern_words;
-    let plan = crate::plan::parse(revised, "EXECUTION_PLAN.md").map_err(|problems| {
-        problems
-            .iter()
-            .take(8)
-            .map(|p| format!("the plan reader refuses the plan: {p}"))
-            .collect::<Vec<_>>()
-    })?;
+    use super::breakdown::{concern_words, read_agents_plan};
+    let plan = read_agents_plan(revised)?;
     let mut problems = Vec::new();
     let commands_of = |p: &Plan, unit: &str| -> BTreeSet<String> {
         p.unit(unit)
