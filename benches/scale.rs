@@ -16,6 +16,11 @@
 //!    the time from a run's `completed` webhook to the next dispatch of its
 //!    operation (a run created), at the rate of events the scale makes.
 //!
+//! 3. **Two replicas** (with `SUPERVISE_TEST_POSTGRES_URL` set, as
+//!    `scripts/test` sets it): `BENCH_REPLICA_SCALE` operations (100) on one
+//!    PostgreSQL database behind a balancer; how they split, and after one
+//!    replica is killed, how long until the other holds all its operations.
+//!
 //! Run: `cargo bench --bench scale`. `BENCH_SCALE=10,100,1000` operations;
 //! `BENCH_WINDOW_SECS=120` the idle window; `BENCH_CHURN_SECS=60` the churn
 //! window; `BENCH_RUN_MS=3000-8000` a churning run's duration. The table is
@@ -96,28 +101,76 @@ struct Row {
     churn_rss_mb: u64,
 }
 
+/// `ops` repositories, ten to an installation, each with the plan, the
+/// settings and a simulated agent workflow whose runs last `hold_ms`.
+fn repositories(fake: &fake_github::FakeGitHub, ops: usize, hold_ms: u64) -> Vec<String> {
+    fake.set_rate_limit(100_000_000, Duration::from_secs(36_000));
+    fake.add_user("mia", "maintain", "User");
+    let plan = plan();
+    (0..ops)
+        .map(|i| {
+            let (inst, r) = (i / REPOS_PER_INSTALLATION, i % REPOS_PER_INSTALLATION);
+            let owner = format!("org{inst:03}");
+            fake.set_installation(&owner, 1_000 + inst as u64);
+            let repo = format!("{owner}/repo{r}");
+            fake.ensure_repo(&repo);
+            fake.add_file(&repo, "EXECUTION_PLAN.md", &plan);
+            fake.add_file(&repo, ".github/supervise.yml", SETTINGS);
+            fake.set_simulated_workflow(&repo, WORKFLOW, hold_ms, hold_ms);
+            repo
+        })
+        .collect()
+}
+
+/// Says `/supervise start` on an issue of every repository, then waits until
+/// every operation's four agents are in progress; how long that took.
+async fn start_all(fake: &fake_github::FakeGitHub, repos: &[String]) -> f64 {
+    let began = Instant::now();
+    for repo in repos {
+        let issue = fake.open_issue(repo, "Operation");
+        fake.comment(repo, issue, "mia", "/supervise start", false)
+            .await;
+    }
+    let limit = Duration::from_secs(120 + repos.len() as u64);
+    loop {
+        let running: usize = repos
+            .iter()
+            .map(|r| {
+                fake.runs(r)
+                    .iter()
+                    .filter(|x| x.status == "in_progress")
+                    .count()
+            })
+            .sum();
+        if running >= 4 * repos.len() {
+            return began.elapsed().as_secs_f64();
+        }
+        assert!(
+            began.elapsed() < limit,
+            "{running} of {} runs started in {limit:?}",
+            4 * repos.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Dispatches made twice: runs carrying the same dispatch id.
+fn doubled(fake: &fake_github::FakeGitHub, repos: &[String]) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    repos
+        .iter()
+        .flat_map(|r| fake.runs(r))
+        .filter(|r| !seen.insert(r.display_title.clone()))
+        .count()
+}
+
 async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) -> Row {
     let tmp = tempfile::tempdir().unwrap();
     let port = support::free_port();
     let fake = support::fake_github(Some(port), Some(tmp.path().join("github"))).await;
-    // No installation may run out of requests: the bench counts them.
-    fake.set_rate_limit(100_000_000, Duration::from_secs(36_000));
-    fake.add_user("mia", "maintain", "User");
     let installations = ops.div_ceil(REPOS_PER_INSTALLATION);
-    let plan = plan();
     let hold_ms = (window + Duration::from_secs(3_600)).as_millis() as u64;
-    let mut repos = Vec::new();
-    for i in 0..ops {
-        let (inst, r) = (i / REPOS_PER_INSTALLATION, i % REPOS_PER_INSTALLATION);
-        let owner = format!("org{inst:03}");
-        fake.set_installation(&owner, 1_000 + inst as u64);
-        let repo = format!("{owner}/repo{r}");
-        fake.ensure_repo(&repo);
-        fake.add_file(&repo, "EXECUTION_PLAN.md", &plan);
-        fake.add_file(&repo, ".github/supervise.yml", SETTINGS);
-        fake.set_simulated_workflow(&repo, WORKFLOW, hold_ms, hold_ms);
-        repos.push(repo);
-    }
+    let repos = repositories(&fake, ops, hold_ms);
     let db = tmp.path().join("supervise.db");
     let db_url = format!("sqlite://{}?mode=rwc", db.display());
     // Every agent in flight at once: the installation's default cap would
@@ -129,36 +182,7 @@ async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) 
         &[("SUPERVISE_INSTALLATION_AGENTS", "100000".to_string())],
     );
     support::wait_listening(port).await;
-    let began = Instant::now();
-    let mut issues = HashMap::new();
-    for repo in &repos {
-        let issue = fake.open_issue(repo, "Operation");
-        issues.insert(repo.clone(), issue);
-        fake.comment(repo, issue, "mia", "/supervise start", false)
-            .await;
-    }
-    let limit = Duration::from_secs(120 + ops as u64);
-    loop {
-        let running: usize = repos
-            .iter()
-            .map(|r| {
-                fake.runs(r)
-                    .iter()
-                    .filter(|x| x.status == "in_progress")
-                    .count()
-            })
-            .sum();
-        if running >= 4 * ops {
-            break;
-        }
-        assert!(
-            began.elapsed() < limit,
-            "{running} of {} runs started in {limit:?}",
-            4 * ops
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let started_secs = began.elapsed().as_secs_f64();
+    let started_secs = start_all(&fake, &repos).await;
     // The dispatches' own requests (branches, sub-issues, status edits) settle.
     tokio::time::sleep(Duration::from_secs(20)).await;
 
@@ -246,6 +270,7 @@ async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) 
         }
     }
     reactions.sort_by(f64::total_cmp);
+    assert_eq!(doubled(&fake, &repos), 0, "a dispatch made twice");
     let _ = serve.kill();
     let _ = serve.wait();
     Row {
@@ -265,6 +290,75 @@ async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) 
         churn_cpu: (cpu3 - cpu2).as_secs_f64() * 100.0 / churn_secs,
         churn_rss_mb: churn_rss / 1_000_000,
     }
+}
+
+/// Two replicas on one PostgreSQL database behind a balancer, at the
+/// service's default lease (120 s): how the operations split between them,
+/// then, with runs churning, one replica SIGKILLed and the time until the
+/// other holds every operation it held; dispatches made twice, if any.
+async fn replicas(ops: usize, run_ms: (u64, u64)) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    let fake = support::fake_github(Some(port), Some(tmp.path().join("github"))).await;
+    let repos = repositories(&fake, ops, 3_600_000);
+    let db = support::postgres_database().await;
+    let env = |id: &str| {
+        vec![
+            ("SUPERVISE_INSTALLATION_AGENTS", "100000".to_string()),
+            ("SUPERVISE_REPLICA_ID", id.to_string()),
+        ]
+    };
+    let (p1, p2) = (support::free_port(), support::free_port());
+    let mut r1 = support::spawn_serve(p1, &fake.url(), &db, &env("replica-1"));
+    let mut r2 = support::spawn_serve(p2, &fake.url(), &db, &env("replica-2"));
+    support::wait_listening(p1).await;
+    support::wait_listening(p2).await;
+    drop(support::balance(port, vec![p1, p2]));
+    support::wait_listening(port).await;
+    let started = start_all(&fake, &repos).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let pool = sqlx::AnyPool::connect(&db).await.unwrap();
+    let owners = |pool: sqlx::AnyPool| async move {
+        let rows: Vec<(Option<String>, i64)> = sqlx::query_as(
+            "SELECT owner, COUNT(*) FROM operations WHERE active = 1 GROUP BY owner ORDER BY owner",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        rows.into_iter()
+            .map(|(o, n)| (o.unwrap_or_else(|| "none".into()), n))
+            .collect::<BTreeMap<String, i64>>()
+    };
+    let split = owners(pool.clone()).await;
+    // Runs churn; one replica dies without warning.
+    for repo in &repos {
+        fake.set_simulated_workflow(repo, WORKFLOW, run_ms.0, run_ms.1);
+    }
+    fake.end_simulated_runs();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let held_by_1 = owners(pool.clone()).await.get("replica-1").copied().unwrap_or(0);
+    let _ = r1.kill();
+    let _ = r1.wait();
+    let killed = Instant::now();
+    let takeover = loop {
+        let now = owners(pool.clone()).await;
+        if now.get("replica-1").copied().unwrap_or(0) == 0 {
+            break killed.elapsed().as_secs_f64();
+        }
+        if killed.elapsed() > Duration::from_secs(600) {
+            break f64::INFINITY;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let twice = doubled(&fake, &repos);
+    let _ = r2.kill();
+    let _ = r2.wait();
+    let shares: Vec<String> = split.iter().map(|(o, n)| format!("{o} {n}")).collect();
+    format!(
+        "| {ops} | {started:.0} s | {} | {held_by_1} | {takeover:.1} s | {twice} |",
+        shares.join(", ")
+    )
 }
 
 fn main() {
@@ -290,6 +384,15 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    // Two replicas on PostgreSQL (SUPERVISE_TEST_POSTGRES_URL, a server
+    // whose databases the bench may create), at BENCH_REPLICA_SCALE.
+    if std::env::var_os("SUPERVISE_TEST_POSTGRES_URL").is_some() {
+        let ops = env_or("BENCH_REPLICA_SCALE", 100usize);
+        let row = rt.block_on(replicas(ops, run_ms));
+        println!("| operations | all started in | active operations by replica | held by the replica killed | until the other held them all (lease 120 s) | dispatches made twice |");
+        println!("|---|---|---|---|---|---|");
+        println!("{row}");
+    }
     let mut rows = Vec::new();
     for ops in scales {
         let row = rt.block_on(one(ops, window, churn, run_ms));

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use story::{Door, Setup, Story, PLAN, REPO, SETTINGS};
 use supervise::contract::RECORD_CHECK;
-use support::{free_port, spawn_serve, wait_listening, SECRET};
+use support::{balance, free_port, spawn_serve, wait_listening, SECRET};
 
 /// Masks what changes from run to run: times, durations, the op id's suffix.
 fn redact(text: &str) -> String {
@@ -1122,34 +1122,6 @@ async fn two_replicas(
     drop(balance(s.port, vec![p1, p2]));
     wait_listening(s.port).await;
     (r1, r2, db)
-}
-
-/// Spreads connections over the replicas, skipping one that refuses (a load
-/// balancer in front of the service, as Compose or Kubernetes would have).
-fn balance(port: u16, backends: Vec<u16>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let mut next = 0usize;
-        loop {
-            let Ok((mut inbound, _)) = listener.accept().await else {
-                return;
-            };
-            next += 1;
-            let order: Vec<u16> = (0..backends.len())
-                .map(|i| backends[(next + i) % backends.len()])
-                .collect();
-            tokio::spawn(async move {
-                for b in order {
-                    if let Ok(mut out) = tokio::net::TcpStream::connect(("127.0.0.1", b)).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
-                        return;
-                    }
-                }
-            });
-        }
-    })
 }
 
 /// Two replicas on one PostgreSQL database, in the Compose file's environment

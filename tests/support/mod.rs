@@ -327,3 +327,32 @@ impl Checkout {
         assert_eq!(ids.len(), n, "{context}: an attempt ran twice: {inv:?}");
     }
 }
+
+/// Spreads connections on `port` over the replicas at `backends`, skipping
+/// one that refuses (a load balancer in front of the service, as Compose or
+/// Kubernetes would have). Serves until the runtime ends.
+pub fn balance(port: u16, backends: Vec<u16>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let mut next = 0usize;
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                return;
+            };
+            next += 1;
+            let order: Vec<u16> = (0..backends.len())
+                .map(|i| backends[(next + i) % backends.len()])
+                .collect();
+            tokio::spawn(async move {
+                for b in order {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(("127.0.0.1", b)).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                        return;
+                    }
+                }
+            });
+        }
+    })
+}
