@@ -23,8 +23,10 @@
 //!
 //! Run: `cargo bench --bench scale`. `BENCH_SCALE=10,100,1000` operations;
 //! `BENCH_WINDOW_SECS=120` the idle window; `BENCH_CHURN_SECS=60` the churn
-//! window; `BENCH_RUN_MS=3000-8000` a churning run's duration. The table is
-//! printed at the end; the service's details go to stderr.
+//! window; `BENCH_RUN_MS=3000-8000` a churning run's duration;
+//! `BENCH_PERF_IDLE=f` / `BENCH_PERF_CHURN=f` a `perf record` of the service
+//! in that window. The table is printed at the end; the service's details go
+//! to stderr.
 
 #[path = "support/process.rs"]
 mod process;
@@ -154,6 +156,35 @@ async fn start_all(fake: &fake_github::FakeGitHub, repos: &[String]) -> f64 {
     }
 }
 
+/// `perf record` of the service for `span`, into the file the environment
+/// variable `var` names (none without it): where a missed target's time goes.
+fn profile(var: &str, pid: u32, span: Duration) -> Option<std::process::Child> {
+    let out = std::env::var(var).ok()?;
+    std::process::Command::new("perf")
+        .args([
+            "record",
+            "-F",
+            "199",
+            "-g",
+            "-o",
+            &out,
+            "-p",
+            &pid.to_string(),
+            "--",
+        ])
+        .args(["sleep", &span.as_secs().to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()
+}
+
+fn finish(perf: Option<std::process::Child>) {
+    if let Some(mut p) = perf {
+        let _ = p.wait();
+    }
+}
+
 /// Dispatches made twice: runs carrying the same dispatch id.
 fn doubled(fake: &fake_github::FakeGitHub, repos: &[String]) -> usize {
     let mut seen = std::collections::HashSet::new();
@@ -198,7 +229,9 @@ async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) 
     let (counts0, free0) = (fake.counts(), fake.not_modified());
     let (cpu0, _) = usage(serve.id());
     let t0 = Instant::now();
+    let perf = profile("BENCH_PERF_IDLE", serve.id(), window);
     tokio::time::sleep(window).await;
+    finish(perf);
     let (cpu1, rss) = usage(serve.id());
     let secs = t0.elapsed().as_secs_f64();
     let used1 = used(&fake);
@@ -235,7 +268,9 @@ async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) 
     fake.end_simulated_runs();
     let (cpu2, _) = usage(serve.id());
     let t1 = Instant::now();
+    let perf = profile("BENCH_PERF_CHURN", serve.id(), churn);
     tokio::time::sleep(churn).await;
+    finish(perf);
     let (cpu3, churn_rss) = usage(serve.id());
     let churn_secs = t1.elapsed().as_secs_f64();
     // Each completion followed by a dispatch of the same operation (a run
@@ -336,7 +371,11 @@ async fn replicas(ops: usize, run_ms: (u64, u64)) -> String {
     }
     fake.end_simulated_runs();
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let held_by_1 = owners(pool.clone()).await.get("replica-1").copied().unwrap_or(0);
+    let held_by_1 = owners(pool.clone())
+        .await
+        .get("replica-1")
+        .copied()
+        .unwrap_or(0);
     let _ = r1.kill();
     let _ = r1.wait();
     let killed = Instant::now();
@@ -386,7 +425,7 @@ fn main() {
         .unwrap();
     // Two replicas on PostgreSQL (SUPERVISE_TEST_POSTGRES_URL, a server
     // whose databases the bench may create), at BENCH_REPLICA_SCALE.
-    if std::env::var_os("SUPERVISE_TEST_POSTGRES_URL").is_some() {
+    if std::env::var("SUPERVISE_TEST_POSTGRES_URL").is_ok_and(|u| !u.is_empty()) {
         let ops = env_or("BENCH_REPLICA_SCALE", 100usize);
         let row = rt.block_on(replicas(ops, run_ms));
         println!("| operations | all started in | active operations by replica | held by the replica killed | until the other held them all (lease 120 s) | dispatches made twice |");
