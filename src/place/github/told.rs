@@ -303,10 +303,6 @@ impl Operations {
             }))
     }
 
-    /// Makes the integration branch (with a workflow's starting files), records
-    /// the operation and starts it: its id and the agent workflow's file, or
-    /// the engine's refusal.
-    #[allow(clippy::too_many_arguments)]
     /// [`Self::launch`] for work without a written plan: the workflow's own
     /// first units are the plan.
     async fn launch_workflow(
@@ -330,6 +326,10 @@ impl Operations {
         .await
     }
 
+    /// Makes the integration branch (with a workflow's starting files), records
+    /// the operation and starts it: its id and the agent workflow's file, or
+    /// the engine's refusal.
+    #[allow(clippy::too_many_arguments)]
     async fn launch(
         &self,
         o: &Origin,
