@@ -176,22 +176,18 @@ pub fn breakdown(
             return Ok(1);
         }
         let (code, made) = super::workflow_cmd::breakdown_with_agent(&text, flags)?;
-        let Some((plan, attempts)) = made else {
+        let Some(accepted) = made else {
             eprintln!("The agent's plan was not accepted (see .supervise/breakdown/SUPERVISOR_STATE.md for each attempt and what its checks found). Run the command again to go on, or use --offline for the heuristics' plan.");
             return Ok(code.max(1));
         };
+        let (plan, attempts) = (accepted.text, accepted.attempts);
         if dry_run {
             print!("{plan}");
             return Ok(0);
         }
         std::fs::write(&out, &plan)
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
-        let coverage = bd::accept(
-            &text,
-            &plan,
-            crate::engine::EngineConfig::default().max_turns,
-        )
-        .unwrap_or_default();
+        let coverage = bd::accept(&text, &plan, accepted.max_turns).unwrap_or_default();
         print!(
             "## Breakdown Complete\n\nSource: {}\nOutput: {}\n\nMade by an agent in {attempts} attempt(s), accepted by the deterministic checks (every requirement in a sprint, a machine check in every sprint, none over budget).\n\n### Coverage\n\n{}\nNext step: supervise plan prioritize\n",
             path.display(),
@@ -289,23 +285,20 @@ pub fn evaluate(
             &tools::evaluate::render(&ev),
             run_flags,
         )?;
-        let Some((revised, attempts)) = made else {
+        let Some(accepted) = made else {
             eprintln!("The agent's fixes were not accepted (see .supervise/evaluate/SUPERVISOR_STATE.md for each attempt and what its checks found). Run the command again to go on, or use --offline for the heuristics' rewrite.");
             return Ok(code.max(1));
         };
+        let attempts = crate::text::count(accepted.attempts as usize, "attempt");
         let rw = tools::rewrite::Rewrite {
-            text: revised,
-            changes: vec![format!(
-                "fixed by an agent in {}",
-                crate::text::count(attempts as usize, "attempt")
-            )],
+            text: accepted.text,
+            changes: vec![format!("fixed by an agent in {attempts}")],
             ..Default::default()
         };
         apply(&loaded, &rw, flags.dry_run)?;
         println!(
-            "\nFixed by an agent in {}, accepted by the evaluation's checks: every unit and task kept, no check moved to another unit, every sprint testable and within {} turns.",
-            crate::text::count(attempts as usize, "attempt"),
-            flags.max_turns
+            "\nFixed by an agent in {attempts}, accepted by the evaluation's checks: every unit and task kept, no check moved to another unit, every sprint testable and within {} turns.",
+            accepted.max_turns
         );
         return Ok(0);
     }

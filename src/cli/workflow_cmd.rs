@@ -5,7 +5,7 @@
 
 use super::run_cmd::{preflight_agent, resolve_agent, RunFlags};
 use super::terminal::{self, exit, OutputMode, Terminal};
-use crate::engine::workflow::{Manager, Phases, Scope, Workflow, WorkflowSettings};
+use crate::engine::workflow::{AcceptedPlan, Manager, Phases, Scope, Workflow, WorkflowSettings};
 use crate::engine::{Input, OverallStatus};
 use crate::place::local::supervisor::Supervisor;
 use crate::plan::LoadedPlan;
@@ -100,7 +100,7 @@ pub fn manage(a: &ManageArgs) -> Result<i32> {
 pub fn breakdown_with_agent(
     document: &str,
     flags: &RunFlags,
-) -> Result<(i32, Option<(String, u32)>)> {
+) -> Result<(i32, Option<AcceptedPlan>)> {
     let doc = document.to_string();
     plan_by_agent("breakdown", flags, move |root, s| {
         Phases::breakdown(&doc, s, next_topic_number(root))
@@ -114,7 +114,7 @@ pub fn evaluate_with_agent(
     plan: &str,
     findings: &str,
     flags: &RunFlags,
-) -> Result<(i32, Option<(String, u32)>)> {
+) -> Result<(i32, Option<AcceptedPlan>)> {
     let (plan, findings) = (plan.to_string(), findings.to_string());
     plan_by_agent("evaluate", flags, move |root, s| {
         Phases::revision(&plan, &findings, s, next_topic_number(root))
@@ -124,7 +124,7 @@ pub fn evaluate_with_agent(
 /// The plan phase alone, run as `kind` (its state in `.supervise/<kind>/`):
 /// the accepted plan and the attempts it took, or None when it was not
 /// accepted (the exit status says how it ended).
-fn plan_by_agent<F>(kind: &str, flags: &RunFlags, make: F) -> Result<(i32, Option<(String, u32)>)>
+fn plan_by_agent<F>(kind: &str, flags: &RunFlags, make: F) -> Result<(i32, Option<AcceptedPlan>)>
 where
     F: FnOnce(&Path, &WorkflowSettings) -> Phases,
 {

@@ -197,7 +197,11 @@ impl Decider<'_> {
             cascade::Outcome::Completed => {
                 let (unit, _) = self.names(u, s);
                 let checked = match &self.st().workflow {
-                    Some(w) => w.check_answer(&unit, report.evidence.answer.as_deref()),
+                    Some(w) => w.check_answer(
+                        &unit,
+                        report.evidence.answer.as_deref(),
+                        self.st().config.max_turns,
+                    ),
                     None => Ok(()),
                 };
                 match checked {

@@ -19,7 +19,7 @@ use crate::plan::{Criterion, CriterionKind, Sprint, SprintId, SprintType, WorkUn
 use serde::{Deserialize, Serialize};
 
 pub use manager::{Manager, ManagerAnswer};
-pub use phases::{Phases, WorkflowSettings};
+pub use phases::{AcceptedPlan, Phases, WorkflowSettings};
 pub use scope::Scope;
 
 /// Phase 0's topic directory, `specs/NNN_words`: the number the door chose
@@ -173,9 +173,14 @@ impl Workflow {
     /// Checks what a unit's agent handed back, for the units whose answer is
     /// part of their exit criteria (a plan the reader accepts, the manager's
     /// JSON). `Err` is the failure the retry's prompt carries.
-    pub fn check_answer(&self, unit: &str, answer: Option<&str>) -> Result<(), String> {
+    pub fn check_answer(
+        &self,
+        unit: &str,
+        answer: Option<&str>,
+        max_turns: u32,
+    ) -> Result<(), String> {
         match self {
-            Workflow::Phases(p) => p.check_answer(unit, answer),
+            Workflow::Phases(p) => p.check_answer(unit, answer, max_turns),
             Workflow::Manager(m) => m.check_answer(unit, answer),
         }
     }

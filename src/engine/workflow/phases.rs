@@ -52,6 +52,15 @@ impl Default for WorkflowSettings {
     }
 }
 
+/// The plan a plan-only workflow (a breakdown, an evaluation's fixes) made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedPlan {
+    pub text: String,
+    pub attempts: u32,
+    /// The turn budget its checks held it to.
+    pub max_turns: u32,
+}
+
 /// A phase workflow, fixed when it starts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Phases {
@@ -202,15 +211,19 @@ impl Phases {
 
     /// A breakdown's accepted plan, once the operation is complete: the
     /// plan phase's last answer (its checks passed, or it would not have
-    /// completed) and the attempts it took.
-    pub fn accepted_plan(st: &OperationState) -> Option<(String, u32)> {
+    /// completed), the attempts it took, and the turn budget it was checked
+    /// against (a report recomputing its coverage uses the same).
+    pub fn accepted_plan(st: &OperationState) -> Option<AcceptedPlan> {
         if st.status != crate::engine::OverallStatus::Completed {
             return None;
         }
         let u = st.unit_index(PLAN)?;
         let s = st.units[u].sprints.last()?;
-        let answer = s.completion.as_ref()?.answer.clone()?;
-        Some((answer, s.failures + 1))
+        Some(AcceptedPlan {
+            text: s.completion.as_ref()?.answer.clone()?,
+            attempts: s.failures + 1,
+            max_turns: st.config.max_turns,
+        })
     }
 
     pub fn report_path(&self, i: usize) -> String {
@@ -466,13 +479,20 @@ impl Phases {
         )
     }
 
-    pub fn check_answer(&self, unit: &str, answer: Option<&str>) -> Result<(), String> {
+    /// Whether `unit`'s answer lets the workflow go on; a plan is held to
+    /// the checks of what made it, against the operation's turn budget
+    /// (`max_turns`), the one its sprints will be given.
+    pub fn check_answer(
+        &self,
+        unit: &str,
+        answer: Option<&str>,
+        max_turns: u32,
+    ) -> Result<(), String> {
         if unit == PLAN {
             let path = self.plan_path();
             let text = answer.ok_or_else(|| format!("the plan `{path}` was not written"))?;
             self.implementation_units(text)?;
             if let (Some(original), Some(_)) = (&self.document, &self.revise) {
-                let max_turns = crate::engine::EngineConfig::default().max_turns;
                 let original = crate::plan::parse(original, "EXECUTION_PLAN.md")
                     .map_err(|_| "the plan being fixed no longer reads".to_string())?;
                 if let Err(problems) =
@@ -486,7 +506,6 @@ impl Phases {
                 return Ok(());
             }
             if let Some(doc) = &self.document {
-                let max_turns = crate::engine::EngineConfig::default().max_turns;
                 if let Err(problems) = crate::plan::tools::breakdown::accept(doc, text, max_turns) {
                     return Err(format!(
                         "the plan `{path}` does not pass the breakdown's checks yet; fix each:\n- {}",
@@ -782,6 +801,19 @@ pub(super) fn quoted(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plan made from a document is held to the operation's turn budget,
+    /// the one its sprints will be given, not the default's: a sprint that
+    /// fits 50 turns is over a budget of 10.
+    #[test]
+    fn a_breakdown_is_checked_against_the_operations_turn_budget() {
+        let doc = "# Bookmarks\n\n## Features\n- Add support for JSON export\n";
+        let p = Phases::breakdown(doc, &WorkflowSettings::default(), 1);
+        let plan = "# Bookmarks\n\n## exports\n### Sprint 1: Exports\n- Add support for JSON export in `export.rs`\n\n**Exit criteria**:\n- [ ] `export.rs` exists\n";
+        assert_eq!(p.check_answer(PLAN, Some(plan), 50), Ok(()));
+        let tight = p.check_answer(PLAN, Some(plan), 10).unwrap_err();
+        assert!(tight.contains("over the budget"), "{tight}");
+    }
 
     /// Seed 002's checkpoint for research: a report over 200 bytes with a
     /// Markdown title. A stub, or text without a title, does not pass.

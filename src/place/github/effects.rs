@@ -564,10 +564,11 @@ impl Operations {
     ) -> Result<(), OpError> {
         use crate::plan::tools::breakdown as bd;
         let repo = self.repo(ctx);
-        let Some((plan, attempts)) = Phases::accepted_plan(st) else {
+        let Some(accepted) = Phases::accepted_plan(st) else {
             return Ok(());
         };
-        let coverage = bd::accept(doc, &plan, st.config.max_turns).unwrap_or_default();
+        let (plan, attempts) = (accepted.text, accepted.attempts);
+        let coverage = bd::accept(doc, &plan, accepted.max_turns).unwrap_or_default();
         let title = crate::plan::parse(&plan, target)
             .map(|p| p.title)
             .unwrap_or_else(|_| "the plan".into());
