@@ -1695,3 +1695,33 @@ fn a_long_chain_is_ordered_without_overflowing_a_small_stack() {
         "each head carries its whole chain"
     );
 }
+
+/// An agent command the shell cannot run (exit 127) spent nothing: the
+/// state takes its cost back and the places are told to take it out of their
+/// own ledgers (the service's daily caps), so both agree.
+#[test]
+fn an_agent_command_that_cannot_run_is_refunded_everywhere() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    let before = sim.st().cost_spent;
+    let api = sim.order_for("api").dispatch;
+    let d = sim.finish(
+        "api",
+        AgentReport {
+            exit_code: Some(127),
+            output_tail: "sh: agent: not found".into(),
+            ..Default::default()
+        },
+    );
+    assert!(
+        d.effects.contains(&Effect::Refund {
+            dispatch: api.clone()
+        }),
+        "{:?}",
+        d.effects
+    );
+    let api_cost = sim
+        .st()
+        .config
+        .cost(sim.unit("api").sprints[0].history[0].tier);
+    assert_eq!(sim.st().cost_spent, before - api_cost);
+}

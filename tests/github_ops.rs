@@ -1567,3 +1567,36 @@ async fn manage_on_an_issue_runs_the_tasks_its_manager_names_and_retries_a_malfo
         assert!(s.fake.file(REPO, &head, f).is_some(), "{f}");
     }
 }
+
+/// An agent command that is not found (exit 127) launched no model: the
+/// operation stops with the fix, and the dispatch is taken out of the
+/// service's ledger as it is out of the operation's state — the status
+/// comment's cost and its day line of spend say the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_command_not_found_is_refunded_in_the_ledger_too() {
+    let s = Story::begin("api 1 missing\n").await;
+    s.say("/supervise start").await;
+    s.until("stopped, every run over", 120, |s| {
+        s.status_comment().contains("status: stopped")
+            && s.fake.runs(REPO).iter().all(|r| r.status == "completed")
+    })
+    .await;
+    s.settle().await;
+    let status = s.status_comment();
+    let number_after = |label: &str| -> u64 {
+        let rest = status
+            .split(label)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {label:?} in {status}"));
+        rest.chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect::<String>()
+            .parse()
+            .unwrap_or_else(|_| panic!("{label:?} in {status}"))
+    };
+    assert_eq!(
+        number_after(" · cost "),
+        number_after("Spent in the last 24 h: acme/shop "),
+        "{status}"
+    );
+}

@@ -567,6 +567,12 @@ pub enum Effect {
     NamePlan {
         name: String,
     },
+    /// The dispatch was not paid for after all (its agent command could not
+    /// run): a place that keeps its own ledger of spend (the service's daily
+    /// caps) takes it out, so every figure of spend agrees with the state's.
+    Refund {
+        dispatch: DispatchId,
+    },
     /// The status changed: refresh the status table wherever it is shown.
     PublishStatus,
     /// Every unit is COMPLETED: write the final verification (§14d).

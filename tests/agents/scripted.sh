@@ -2,7 +2,7 @@
 # Scripted agent for end-to-end tests. $AGENT_BEHAVIOUR holds lines
 #   <unit> <sprint> <action>[,<action>…]
 # and the k-th invocation for that sprint takes the k-th action (the last repeats).
-# Actions: ok | fail | partial | hang | stubborn (ignores SIGTERM) | noop | dirty | slow
+# Actions: ok | fail | missing (exit 127: the agent command is not found) | partial | hang | stubborn (ignores SIGTERM) | noop | dirty | slow
 #          | leak (prints its environment and a token, then fails)
 #          | chatty (prints for ever, ignoring SIGTERM) | prompt (commits the prompt it read)
 #   | hostile (ignores SIGTERM, leaves a background and a daemonized child, silent)
@@ -60,6 +60,7 @@ case "$action" in
     echo "uncommitted" > "$file"
     echo "done (forgot to commit)" ;;
   fail) echo "error: could not build"; exit 1 ;;
+  missing) echo "sh: 1: the-agent: not found"; exit 127 ;;
   leak) env; echo "debug: token ghs_16C7e42F292c6912E7710c838347Ae178B4a"; echo "error: could not build"; exit 1 ;;
   hang) sleep 600 ;;
   chatty) trap '' TERM; while :; do echo "still working"; sleep 0.2; done ;;

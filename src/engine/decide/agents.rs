@@ -161,6 +161,9 @@ impl Decider<'_> {
         // stops with the message until the command is fixed.
         if matches!(report.exit_code, Some(126 | 127)) && active.attempt == 1 {
             self.close_attempt(u, s, AGENT_COMMAND_FAILED, &report);
+            self.effects.push(Effect::Refund {
+                dispatch: active.id.clone(),
+            });
             self.sprint_to(u, s, SprintStatus::Backoff);
             let tail = report.output_tail.trim();
             let tail = tail.lines().last().unwrap_or("");

@@ -186,6 +186,10 @@ impl GitHubExecutor<'_> {
                 }
                 Ok(Outcome::Done(vec![]))
             }
+            Effect::Refund { dispatch } => {
+                ops.store.spend_refunded(&dispatch.0).await?;
+                Ok(Outcome::Done(vec![]))
+            }
             Effect::PublishStatus => {
                 self.place.dirty = true;
                 Ok(Outcome::Done(vec![]))

@@ -351,6 +351,8 @@ impl LocalPlace {
                 self.git.name_plan(op, &file, name)?;
                 Ok(Vec::new())
             }
+            // A local run's spend is the operation's state, already refunded.
+            Effect::Refund { .. } => Ok(Vec::new()),
             Effect::PublishStatus => {
                 self.status_due = true;
                 Ok(Vec::new())
