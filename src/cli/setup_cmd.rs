@@ -6,7 +6,6 @@
 //! reads them — `supervise.env` and the key file, both mode 0600, never
 //! printed — and the next steps are said: install the App, run `doctor`.
 
-use crate::github::answers::{read, Installation};
 use crate::github::manifest::{convert, NewApp};
 use crate::github::repo::Repo;
 use crate::github::GitHub;
@@ -280,13 +279,9 @@ fn propose(args: &SetupArgs, repo: &str, app_id: u64) -> Result<i32> {
         .build()?;
     rt.block_on(async {
         let github = GitHub::new(&api, app_id, &secrecy::SecretString::from(key))?;
-        let installation = match github.app_get(&format!("/repos/{repo}/installation")).await {
-            Ok(r) => {
-                let v: serde_json::Value = serde_json::from_str(&r.body)
-                    .with_context(|| format!("GitHub's answer about the installation on {repo}"))?;
-                read::<Installation>("GET installation", v).map_err(|e| anyhow!("{e}"))?
-            }
-            Err(crate::github::GitHubError::Http { status: 404, .. }) => {
+        let installation = match github.repo_installation(repo).await {
+            Ok(Some(i)) => i,
+            Ok(None) => {
                 eprintln!("The App is not installed on {repo} (or the repository does not exist). Install it, choosing {repo}: {web}/settings/installations (or the App's page, Install App), then run this again.");
                 return Ok(1);
             }

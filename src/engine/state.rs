@@ -550,37 +550,36 @@ impl OperationState {
         state
     }
 
-    /// Model tiers used by completed sprints (for the usage summary of §13).
+    /// Closed attempts that were paid for.
+    fn charged_attempts(&self) -> impl Iterator<Item = &AttemptRecord> + '_ {
+        self.units
+            .iter()
+            .flat_map(|u| &u.sprints)
+            .flat_map(|s| &s.history)
+            .filter(|h| h.charged)
+    }
+
     /// Every paid dispatch as (when, tier): closed attempts that were
     /// charged, and the ones in flight that launched. What every report of
     /// spend counts, so their sums agree with `cost_spent`.
     pub fn charged_dispatches(&self) -> impl Iterator<Item = (DateTime<Utc>, ModelTier)> + '_ {
-        self.units.iter().flat_map(|u| &u.sprints).flat_map(|s| {
-            s.history
-                .iter()
-                .filter(|h| h.charged)
-                .map(|h| (h.dispatched_at, h.tier))
-                .chain(
-                    s.active
-                        .iter()
-                        .filter(|a| a.held.is_none())
-                        .map(|a| (a.dispatched_at, a.tier)),
-                )
-        })
+        let in_flight = self
+            .units
+            .iter()
+            .flat_map(|u| &u.sprints)
+            .filter_map(|s| s.active.as_ref().filter(|a| a.held.is_none()));
+        self.charged_attempts()
+            .map(|h| (h.dispatched_at, h.tier))
+            .chain(in_flight.map(|a| (a.dispatched_at, a.tier)))
     }
 
     /// Closed, paid attempts at one tier, and what they cost.
     pub fn charged_at(&self, tier: ModelTier) -> (usize, u64) {
-        let n = self
-            .units
-            .iter()
-            .flat_map(|u| &u.sprints)
-            .flat_map(|s| &s.history)
-            .filter(|h| h.charged && h.tier == tier)
-            .count();
+        let n = self.charged_attempts().filter(|h| h.tier == tier).count();
         (n, n as u64 * self.config.cost(tier))
     }
 
+    /// Model tiers used by completed sprints (for the usage summary of §13).
     pub fn model_usage(&self) -> BTreeMap<ModelTier, usize> {
         let mut m = BTreeMap::new();
         for u in &self.units {

@@ -366,6 +366,27 @@ impl GitHub {
         }
     }
 
+    /// The App's installation on `repo` (`owner/name`); None when the App
+    /// is not installed there (GitHub's 404, which a repository that does
+    /// not exist gets too).
+    pub async fn repo_installation(
+        &self,
+        repo: &str,
+    ) -> Result<Option<answers::Installation>, GitHubError> {
+        const WHAT: &str = "GET /repos/{owner}/{repo}/installation";
+        match self.app_get(&format!("/repos/{repo}/installation")).await {
+            Ok(r) => {
+                let v = serde_json::from_str(&r.body).map_err(|e| GitHubError::Unexpected {
+                    what: WHAT.into(),
+                    message: e.to_string(),
+                })?;
+                answers::read(WHAT, v).map(Some)
+            }
+            Err(GitHubError::Http { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Whether this client uses a plain token (installation ids do not matter).
     pub fn is_token(&self) -> bool {
         self.token_client.is_some()

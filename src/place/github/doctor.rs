@@ -7,7 +7,7 @@
 //! it, the secrets its agents need (names only), the plan and the settings.
 
 use crate::contract::AGENT_WORKFLOW_INPUTS;
-use crate::github::answers::{read, AppInfo, HookDelivery, Installation, SecretNames};
+use crate::github::answers::{read, AppInfo, HookDelivery, SecretNames};
 use crate::github::repo::Repo;
 use crate::github::{GitHub, GitHubError};
 use serde::Serialize;
@@ -159,50 +159,42 @@ pub async fn check(t: &Target<'_>) -> Vec<Finding> {
             ));
             None
         }
-        Some(_) => {
-            match t
-                .github
-                .app_get(&format!("/repos/{}/installation", t.repo))
-                .await
-            {
-                Ok(r) => match serde_json::from_str(&r.body)
-                    .map_err(|e| e.to_string())
-                    .and_then(|v| {
-                        read::<Installation>("GET installation", v).map_err(|e| e.to_string())
-                    }) {
-                    Ok(i) => {
-                        out.push(Finding::pass(
-                            "Installation",
-                            format!("installed on {} (installation {})", t.repo, i.id),
-                        ));
-                        Some(i)
-                    }
-                    Err(e) => {
-                        out.push(Finding::fail("Installation", e, "report this answer: GitHub's installation is not what its API describes"));
-                        None
-                    }
-                },
-                Err(GitHubError::Http { status: 404, .. }) => {
-                    out.push(Finding::fail(
-                        "Installation",
-                        format!("the App is not installed on {}", t.repo),
-                        format!(
-                            "install it: {}/apps/{slug}/installations/new (choose {})",
-                            t.web_url, t.repo
-                        ),
-                    ));
-                    None
-                }
-                Err(e) => {
-                    out.push(Finding::fail(
-                        "Installation",
-                        e.to_string(),
-                        "check the repository's name (owner/name)",
-                    ));
-                    None
-                }
+        Some(_) => match t.github.repo_installation(t.repo).await {
+            Ok(Some(i)) => {
+                out.push(Finding::pass(
+                    "Installation",
+                    format!("installed on {} (installation {})", t.repo, i.id),
+                ));
+                Some(i)
             }
-        }
+            Ok(None) => {
+                out.push(Finding::fail(
+                    "Installation",
+                    format!("the App is not installed on {}", t.repo),
+                    format!(
+                        "install it: {}/apps/{slug}/installations/new (choose {})",
+                        t.web_url, t.repo
+                    ),
+                ));
+                None
+            }
+            Err(e @ GitHubError::Unexpected { .. }) => {
+                out.push(Finding::fail(
+                    "Installation",
+                    e.to_string(),
+                    "report this answer: GitHub's installation is not what its API describes",
+                ));
+                None
+            }
+            Err(e) => {
+                out.push(Finding::fail(
+                    "Installation",
+                    e.to_string(),
+                    "check the repository's name (owner/name)",
+                ));
+                None
+            }
+        },
     };
     match &installation {
         None => {

@@ -236,7 +236,7 @@ impl Operations {
                 )
             }
         };
-        if bd::breakdown(&text, "plan").requirements.is_empty() {
+        if bd::requirements_of(&text).is_empty() {
             return Ok(bd::no_requirements(&source));
         }
         let wf = Settings::merge(file_settings.clone(), Default::default()).without_plan;

@@ -648,7 +648,7 @@ pub(super) fn read_agents_plan(text: &str) -> Result<crate::plan::Plan, Vec<Stri
 
 pub fn accept(doc: &str, plan_text: &str, max_turns: u32) -> Result<Vec<Covered>, Vec<String>> {
     let plan = read_agents_plan(plan_text)?;
-    let (requirements, _) = detect(&blocks::parse(doc).blocks);
+    let requirements = requirements_of(doc);
     let sprint_words: Vec<(String, std::collections::BTreeSet<String>)> = plan
         .work_units
         .iter()
@@ -737,6 +737,12 @@ pub fn coverage_table(coverage: &[Covered]) -> String {
         );
     }
     out
+}
+
+/// The requirements the document states (what a plan made from it must
+/// cover), without breaking them down.
+pub fn requirements_of(doc: &str) -> Vec<Requirement> {
+    detect(&blocks::parse(doc).blocks).0
 }
 
 /// `EXECUTION_PLAN.md` in the directory of the document at `path`.

@@ -261,14 +261,26 @@ pub fn accept_fix(original: &Plan, revised: &str, max_turns: u32) -> Result<(), 
     use super::breakdown::{concern_words, read_agents_plan};
     let plan = read_agents_plan(revised)?;
     let mut problems = Vec::new();
-    let commands_of = |p: &Plan, unit: &str| -> BTreeSet<String> {
-        p.unit(unit)
-            .into_iter()
-            .flat_map(|u| &u.sprints)
+    let commands_of = |u: &crate::plan::WorkUnit| -> BTreeSet<String> {
+        u.sprints
+            .iter()
             .flat_map(|s| &s.exit_criteria)
             .filter_map(|c| c.command.clone())
             .collect()
     };
+    // Each command criterion of the original plan, with the first unit
+    // that had it: read once, not once a unit of the revision.
+    let mut owner_of: std::collections::HashMap<String, &str> = Default::default();
+    let before: std::collections::HashMap<&str, BTreeSet<String>> = original
+        .work_units
+        .iter()
+        .map(|u| (u.name.as_str(), commands_of(u)))
+        .collect();
+    for u in &original.work_units {
+        for cmd in &before[u.name.as_str()] {
+            owner_of.entry(cmd.clone()).or_insert(u.name.as_str());
+        }
+    }
     for unit in &original.work_units {
         let Some(now) = plan.unit(&unit.name) else {
             problems.push(format!(
@@ -298,17 +310,14 @@ pub fn accept_fix(original: &Plan, revised: &str, max_turns: u32) -> Result<(), 
             }
         }
     }
+    let none = BTreeSet::new();
     for unit in &plan.work_units {
-        let before = commands_of(original, &unit.name);
-        for cmd in commands_of(&plan, &unit.name).difference(&before) {
-            if let Some(owner) = original
-                .work_units
-                .iter()
-                .find(|o| o.name != unit.name && commands_of(original, &o.name).contains(cmd))
-            {
+        let had = before.get(unit.name.as_str()).unwrap_or(&none);
+        for cmd in commands_of(unit).difference(had) {
+            if let Some(owner) = owner_of.get(cmd).filter(|o| **o != unit.name) {
                 problems.push(format!(
-                    "`{cmd}` is {}'s check, not {}'s: give {} a check of its own",
-                    owner.name, unit.name, unit.name
+                    "`{cmd}` is {owner}'s check, not {}'s: give {} a check of its own",
+                    unit.name, unit.name
                 ));
             }
         }
