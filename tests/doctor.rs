@@ -268,3 +268,30 @@ async fn setup_opens_one_pull_request_with_the_agent_workflow_and_starter_settin
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("not installed on acme/shop"), "{out}");
 }
+
+/// `--repo` names a repository, nothing else: a path that would reach
+/// another of GitHub's endpoints with the App's credentials, or a bare word,
+/// is refused with the form to use, before any request.
+#[test]
+fn a_repository_that_is_not_owner_slash_name_is_refused_before_any_request() {
+    for (cmd, bad) in [
+        ("doctor", "a/b/../../app"),
+        ("doctor", "shop"),
+        ("setup", "acme/.."),
+        ("setup", "https://github.com/acme/shop"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"))
+            .args([cmd, "--repo", bad, "--app-id", "42"])
+            .env("GITHUB_APP_ID", "42")
+            // Nothing listens here: a request would fail differently.
+            .env("GITHUB_API_URL", "http://127.0.0.1:9")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{cmd} {bad}");
+        assert!(
+            said.contains("give it as owner/name"),
+            "{cmd} {bad}: {said}"
+        );
+    }
+}

@@ -11,7 +11,7 @@ use secrecy::SecretString;
 #[derive(Debug, Clone, Args)]
 pub struct DoctorArgs {
     /// The repository to check (`owner/name`).
-    #[arg(long)]
+    #[arg(long, value_parser = super::repo_arg)]
     pub repo: String,
     /// The App's id (its key is read from GITHUB_PRIVATE_KEY or
     /// GITHUB_PRIVATE_KEY_PATH, as `serve` reads it).

@@ -304,6 +304,26 @@ pub struct PlanToolFlags {
 /// A secret the process is given by its environment: `NAME`, or the file
 /// `NAME_FILE` names (for secret stores that mount files). Never a flag:
 /// any user of the machine can read a process's arguments in `ps`.
+/// A repository named as `owner/name` on the command line, as GitHub spells
+/// names: anything else (a path, `..`, a URL) is refused before a request
+/// is made with the App's credentials.
+pub(crate) fn repo_arg(s: &str) -> Result<String, String> {
+    let ok_part = |p: &str, max: usize| {
+        !p.is_empty()
+            && p.len() <= max
+            && p != "."
+            && p != ".."
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    };
+    match s.split_once('/') {
+        Some((owner, name)) if ok_part(owner, 39) && ok_part(name, 100) => Ok(s.to_string()),
+        _ => Err(format!(
+            "`{s}` is not a repository: give it as owner/name (letters, digits, `-`, `_`, `.`), e.g. acme/shop"
+        )),
+    }
+}
+
 /// A listener on 127.0.0.1 (`port` 0: any free one) for the pages a
 /// command serves to the person at this machine (`web`, `setup`).
 pub(crate) async fn loopback(

@@ -33,7 +33,7 @@ pub struct SetupArgs {
     /// Once the App is installed: propose the agent workflow and a starter
     /// `.github/supervise.yml` to this repository (`owner/name`) in a pull
     /// request, with the App's credentials as `serve` reads them.
-    #[arg(long, requires = "app_id")]
+    #[arg(long, requires = "app_id", value_parser = super::repo_arg)]
     pub repo: Option<String>,
     /// The App's id, for `--repo` (its key from GITHUB_PRIVATE_KEY or
     /// GITHUB_PRIVATE_KEY_PATH).
