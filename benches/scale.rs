@@ -59,6 +59,88 @@ fn plan() -> String {
     p
 }
 
+/// What an agent's run leaves when it succeeds, as the agent workflow's jobs
+/// leave it: the agent's commit (the unit's file), then the trusted job's
+/// results record on it — its criterion passed, the agent's commit listed,
+/// the run's start named — with the record check that vouches for it and the
+/// repository's CI, green. The service then takes the production path: the
+/// record read and verified, the sprint's pull request opened and merged, the
+/// next unit dispatched.
+fn publisher() -> fake_github::SimulatedPublisher {
+    use supervise::contract::{record_digest_line, results_path, short_id, RunResult};
+    use supervise::engine::{CriterionOutcome, CriterionResult};
+    let plan =
+        supervise::plan::parse(&plan(), "EXECUTION_PLAN.md").expect("the bench's plan reads");
+    let criteria: HashMap<String, (usize, String)> = plan
+        .work_units
+        .iter()
+        .map(|u| {
+            let c = &u.sprints[0].exit_criteria[0];
+            (u.name.clone(), (c.line, c.text.clone()))
+        })
+        .collect();
+    std::sync::Arc::new(move |run: &fake_github::Run| {
+        let input = |k: &str| run.inputs[k].as_str().unwrap_or_default().to_string();
+        let (dispatch, unit) = (input("dispatch_id"), input("unit"));
+        let (line, text) = criteria.get(&unit)?.clone();
+        let began_at = run.head_sha.clone();
+        let changed = format!("{unit}/{unit}.txt");
+        Some(fake_github::SimulatedWork {
+            branch: input("branch"),
+            agent_files: vec![(changed.clone(), format!("{dispatch}\n"))],
+            agent_message: format!("Add {unit}.txt"),
+            record: Box::new(move |agent: &str| {
+                let record = RunResult {
+                    exit_code: Some(0),
+                    turns_used: Some(3),
+                    output_tail: format!("Created {unit}.txt and committed it."),
+                    criteria: vec![CriterionResult {
+                        line,
+                        text,
+                        outcome: CriterionOutcome::Passed,
+                        detail: String::new(),
+                    }],
+                    commits: Some(vec![short_id(agent)]),
+                    began_at: Some(began_at),
+                    changed: Some(vec![changed]),
+                    ..Default::default()
+                };
+                let json = serde_json::to_string_pretty(&record).expect("a record serialises");
+                let check = |name: &str, external_id: &str, summary: String, conclusion: &str| {
+                    fake_github::SimulatedCheck {
+                        name: name.into(),
+                        external_id: external_id.into(),
+                        summary,
+                        conclusion: conclusion.into(),
+                    }
+                };
+                fake_github::SimulatedRecord {
+                    checks: vec![
+                        check(
+                            supervise::contract::RECORD_CHECK,
+                            &dispatch,
+                            record_digest_line(json.as_bytes()),
+                            "neutral",
+                        ),
+                        check("ci", "", String::new(), "success"),
+                    ],
+                    files: vec![(results_path(&dispatch), json)],
+                    message: format!("supervise: results of {dispatch}"),
+                }
+            }),
+        })
+    })
+}
+
+/// The operation a run belongs to, from its title (`supervise <op>/<unit>/…`).
+fn op_of(title: &str) -> &str {
+    title
+        .trim_start_matches("supervise ")
+        .split('/')
+        .next()
+        .unwrap_or(title)
+}
+
 /// What a request is for, by its route.
 fn kind(endpoint: &str) -> &'static str {
     let (method, route) = endpoint.split_once(' ').unwrap_or(("", endpoint));
@@ -110,6 +192,7 @@ struct Row {
 fn repositories(fake: &fake_github::FakeGitHub, ops: usize, hold_ms: u64) -> Vec<String> {
     fake.set_rate_limit(100_000_000, Duration::from_secs(36_000));
     fake.add_user("mia", "maintain", "User");
+    fake.set_simulated_publisher(publisher());
     let plan = plan();
     (0..ops)
         .map(|i| {
@@ -158,6 +241,34 @@ async fn start_all(fake: &fake_github::FakeGitHub, repos: &[String]) -> f64 {
     }
 }
 
+/// A new operation (`/supervise start` on a new issue) in each repository
+/// whose operation finished since the last look (its final pull request is
+/// open), so operations keep finishing and starting; `finished` counts them
+/// by repository. How many started.
+async fn restart_finished(
+    fake: &fake_github::FakeGitHub,
+    repos: &[String],
+    finished: &mut HashMap<String, usize>,
+) -> usize {
+    let mut started = 0;
+    for repo in repos {
+        let done = fake
+            .pulls(repo)
+            .iter()
+            .filter(|p| p.title.starts_with("Sprint Supervisor:"))
+            .count();
+        let seen = finished.entry(repo.clone()).or_default();
+        if done > *seen {
+            *seen = done;
+            let issue = fake.open_issue(repo, "Operation");
+            fake.comment(repo, issue, "mia", "/supervise start", false)
+                .await;
+            started += 1;
+        }
+    }
+    started
+}
+
 /// `perf record` of the service for `span`, into the file the environment
 /// variable `var` names (none without it): where a missed target's time goes.
 fn profile(var: &str, pid: u32, span: Duration) -> Option<std::process::Child> {
@@ -187,6 +298,55 @@ fn finish(perf: Option<std::process::Child>) {
     }
 }
 
+/// Reaction times (sorted) to the runs completed from `from` on (the fake's
+/// clock), and how many completed: each run created in an operation answers
+/// the earliest of its completions before it not yet answered.
+fn reactions(fake: &fake_github::FakeGitHub, repos: &[String], from: f64) -> (Vec<f64>, usize) {
+    let runs: Vec<fake_github::Run> = repos.iter().flat_map(|r| fake.runs(r)).collect();
+    let mut created: HashMap<&str, Vec<f64>> = HashMap::new();
+    for r in &runs {
+        created
+            .entry(op_of(&r.display_title))
+            .or_default()
+            .push(r.created);
+    }
+    let mut completed: HashMap<&str, Vec<f64>> = HashMap::new();
+    let deliveries = fake.run_deliveries();
+    for (at, action, title) in &deliveries {
+        if action == "completed" {
+            completed.entry(op_of(title)).or_default().push(*at);
+        }
+    }
+    let mut out = Vec::new();
+    let mut counted = 0;
+    for (op, ends) in completed {
+        counted += ends.iter().filter(|at| **at >= from).count();
+        // Both kinds of moment in time order; a completion before a run
+        // created at the same instant.
+        let mut moments: Vec<(f64, bool)> = ends.into_iter().map(|at| (at, true)).collect();
+        moments.extend(
+            created
+                .remove(op)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| (c, false)),
+        );
+        moments.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
+        let mut waiting = std::collections::VecDeque::new();
+        for (at, is_end) in moments {
+            if is_end {
+                waiting.push_back(at);
+            } else if let Some(end) = waiting.pop_front() {
+                if end >= from {
+                    out.push(at - end);
+                }
+            }
+        }
+    }
+    out.sort_by(f64::total_cmp);
+    (out, counted)
+}
+
 /// Dispatches made twice: runs carrying the same dispatch id.
 fn doubled(fake: &fake_github::FakeGitHub, repos: &[String]) -> usize {
     let mut seen = std::collections::HashSet::new();
@@ -212,7 +372,13 @@ async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) 
         port,
         &fake.url(),
         &db_url,
-        &[("SUPERVISE_INSTALLATION_AGENTS", "100000".to_string())],
+        &[
+            ("SUPERVISE_INSTALLATION_AGENTS", "100000".to_string()),
+            (
+                "SUPERVISE_LOG",
+                env_or("BENCH_SERVE_LOG", "info".to_string()),
+            ),
+        ],
     );
     support::wait_listening(port).await;
     let started_secs = start_all(&fake, &repos).await;
@@ -271,45 +437,39 @@ async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) 
     let (cpu2, _) = usage(serve.id());
     let t1 = Instant::now();
     let perf = profile("BENCH_PERF_CHURN", serve.id(), churn);
-    tokio::time::sleep(churn).await;
+    let mut finished = HashMap::new();
+    while t1.elapsed() < churn {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        restart_finished(&fake, &repos, &mut finished).await;
+    }
     finish(perf);
     let (cpu3, churn_rss) = usage(serve.id());
     let churn_secs = t1.elapsed().as_secs_f64();
     // Each completion followed by a dispatch of the same operation (a run
-    // created in its repository): how long the service took to react.
-    let mut reactions = Vec::new();
-    let mut completions = 0usize;
-    let deliveries = fake.run_deliveries();
-    let mut created: HashMap<String, Vec<f64>> = HashMap::new();
-    for repo in &repos {
-        let mut c: Vec<f64> = fake.runs(repo).iter().map(|r| r.created).collect();
-        c.sort_by(f64::total_cmp);
-        created.insert(repo.clone(), c);
-    }
-    let repo_of_title: HashMap<String, String> = repos
-        .iter()
-        .flat_map(|repo| {
-            fake.runs(repo)
-                .into_iter()
-                .map(move |r| (r.display_title.clone(), repo.clone()))
-        })
-        .collect();
-    // The held runs all end at once; the reactions counted are those after
-    // that burst, in the steady churn that follows.
+    // created for it): how long the service took to react. Each run created
+    // is the reaction to the earliest completion of its operation before it
+    // not yet answered (the last units' completions have none).
     let steady_from = churn_from + (churn.as_secs_f64() / 3.0).min(20.0);
-    for (at, action, title) in &deliveries {
-        if action != "completed" || *at < steady_from {
-            continue;
+    let (reactions, completions) = reactions(&fake, &repos, steady_from);
+    if std::env::var("BENCH_DEBUG").is_ok() {
+        for c in fake.comments(&repos[0], 1) {
+            eprintln!("--- comment\n{}", c.body);
         }
-        completions += 1;
-        let Some(repo) = repo_of_title.get(title) else {
-            continue;
-        };
-        if let Some(next) = created[repo].iter().find(|c| **c >= *at) {
-            reactions.push(next - at);
+        for (at, what, status) in fake.request_log() {
+            if at >= churn_from + 40.0 && at < churn_from + 50.0 {
+                eprintln!("{at:.3} {what} {status}");
+            }
+        }
+        for (at, action, title) in fake.run_deliveries() {
+            eprintln!("{at:.3} delivered {action} {title}");
+        }
+        for r in fake.runs(&repos[0]) {
+            eprintln!(
+                "run {} {} {:?} {}",
+                r.display_title, r.status, r.conclusion, r.created
+            );
         }
     }
-    reactions.sort_by(f64::total_cmp);
     assert_eq!(doubled(&fake, &repos), 0, "a dispatch made twice");
     let _ = serve.kill();
     let _ = serve.wait();

@@ -153,6 +153,12 @@ pub struct RunResult {
     /// supervisor need not wait for GitHub to compute `mergeable`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub began_at: Option<String>,
+    /// The paths the run's head changes from `began_at` (recorded with it,
+    /// at most [`CHANGED_LIMIT`]): beside the paths merged into the
+    /// integration branch since the run began, they tell whether the sprint's
+    /// branch merges cleanly without waiting for GitHub to compute it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<Vec<String>>,
     /// What the agent wrote to `$SUPERVISE_RESULT_FILE` (at most
     /// [`ANSWER_LIMIT`] bytes, invalid UTF-8 replaced): a workflow's input,
     /// such as the manager's JSON.
@@ -163,6 +169,10 @@ pub struct RunResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
 }
+
+/// The most changed paths a results record lists; a run that changed more
+/// lists none (its merge is then left to GitHub to judge).
+pub const CHANGED_LIMIT: usize = 2_000;
 
 /// The check run the trusted step that commits a results record puts on that
 /// commit. It carries the record's digest, and GitHub names who made it: an

@@ -1,6 +1,10 @@
 //! Real bare git repositories behind the fake's git, contents, compare and merge
-//! endpoints, driven through the `git` command line with plumbing commands only
-//! (no worktree), so concurrent requests never share a checkout.
+//! endpoints, with no worktree, so concurrent requests never share a checkout.
+//! What every request does (resolving a ref, reading a file, writing a tree, a
+//! commit or a ref) goes through libgit2 in-process; the rest (merges, logs,
+//! diffs, clones) through the `git` command line's plumbing. A process per
+//! ref lookup made the fake, not the service, what a benchmark of thousands
+//! of runs measured.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -79,17 +83,26 @@ impl Repo {
             default_branch: default_branch.to_string(),
         };
         let tree = repo.tree_with(None, files)?;
-        let sha = git(&repo.path, &["commit-tree", &tree, "-m", "Initial commit"])?;
+        let sha = repo.commit_tree(&tree, &[], "Initial commit")?;
         repo.update_ref(default_branch, &sha, None)?;
         Ok(repo)
     }
 
+    /// The repository through libgit2 (opened anew each time: cheap, and it
+    /// sees what `git` processes wrote meanwhile).
+    fn open(&self) -> Result<git2::Repository, String> {
+        git2::Repository::open_bare(&self.path).map_err(|e| e.message().to_string())
+    }
+
+    /// The commit a revision names (a full or short sha, a ref), as
+    /// `git rev-parse --verify "<rev>^{commit}"` finds it.
     pub fn resolve(&self, rev: &str) -> Option<String> {
-        git(
-            &self.path,
-            &["rev-parse", "--verify", "-q", &format!("{rev}^{{commit}}")],
-        )
-        .ok()
+        if rev.is_empty() || rev.starts_with('-') {
+            return None;
+        }
+        let repo = self.open().ok()?;
+        let commit = repo.revparse_single(rev).ok()?.peel_to_commit().ok()?;
+        Some(commit.id().to_string())
     }
 
     pub fn branch_sha(&self, branch: &str) -> Option<String> {
@@ -98,27 +111,47 @@ impl Repo {
 
     /// Moves (or creates) a branch; with `old`, only if it still points there.
     pub fn update_ref(&self, branch: &str, new: &str, old: Option<&str>) -> Result<(), String> {
-        let r = format!("refs/heads/{branch}");
-        let mut args = vec!["update-ref", r.as_str(), new];
-        if let Some(o) = old {
-            args.push(o);
-        }
-        git(&self.path, &args).map(|_| ())
+        let repo = self.open()?;
+        let name = format!("refs/heads/{branch}");
+        let oid = |s: &str| git2::Oid::from_str(s).map_err(|e| e.message().to_string());
+        let new = oid(new)?;
+        repo.find_commit(new).map_err(|e| e.message().to_string())?;
+        let moved = match old {
+            Some(o) => repo.reference_matching(&name, new, true, oid(o)?, "fake-github"),
+            None => repo.reference(&name, new, true, "fake-github"),
+        };
+        moved
+            .map(|_| ())
+            .map_err(|e| format!("update-ref {name}: {}", e.message()))
     }
 
     /// A tree: `base`'s tree with `files` written over it.
     fn tree_with(&self, base: Option<&str>, files: &[(&str, &str)]) -> Result<String, String> {
+        let repo = self.open()?;
         let mut edits = Vec::new();
         for (path, content) in files {
-            let blob = git_with(
-                &self.path,
-                &["hash-object", "-w", "--stdin"],
-                Some(content.as_bytes()),
-                &[],
-            )?;
-            edits.push((path.to_string(), "100644".to_string(), Some(blob)));
+            let blob = repo
+                .blob(content.as_bytes())
+                .map_err(|e| e.message().to_string())?;
+            edits.push((
+                path.to_string(),
+                "100644".to_string(),
+                Some(blob.to_string()),
+            ));
         }
         self.edit_tree(base, &edits)
+    }
+
+    /// A commit of `files` written over `parent`'s tree, on top of it; no
+    /// branch moves.
+    pub fn commit_on(
+        &self,
+        parent: &str,
+        files: &[(&str, &str)],
+        message: &str,
+    ) -> Result<String, String> {
+        let tree = self.tree_with(Some(parent), files)?;
+        self.commit_tree(&tree, &[parent.to_string()], message)
     }
 
     /// Commits `files` on top of `branch` and moves it (compare-and-swap).
@@ -131,11 +164,7 @@ impl Repo {
         let parent = self
             .branch_sha(branch)
             .ok_or_else(|| format!("no branch {branch}"))?;
-        let tree = self.tree_with(Some(&parent), files)?;
-        let sha = git(
-            &self.path,
-            &["commit-tree", &tree, "-p", &parent, "-m", message],
-        )?;
+        let sha = self.commit_on(&parent, files, message)?;
         self.update_ref(branch, &sha, Some(&parent))?;
         Ok(sha)
     }
@@ -170,91 +199,114 @@ impl Repo {
         Some((sha, entries))
     }
 
-    /// `base`'s tree with each (path, mode, sha) set, or removed where sha
-    /// is None, as `POST /git/trees` makes it.
+    /// `base`'s tree (of a commit or a tree) with each (path, mode, sha)
+    /// set, or removed where sha is None, as `POST /git/trees` makes it.
     pub fn edit_tree(
         &self,
         base: Option<&str>,
         edits: &[(String, String, Option<String>)],
     ) -> Result<String, String> {
-        // A throw-away index of its own: concurrent requests share no state.
-        let index = self.path.join(format!(
-            "index-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        ));
-        let idx = index.display().to_string();
-        let env = [("GIT_INDEX_FILE", idx.as_str())];
-        let result = (|| {
-            match base {
-                Some(b) => git_with(&self.path, &["read-tree", b], None, &env)?,
-                None => git_with(&self.path, &["read-tree", "--empty"], None, &env)?,
-            };
-            for (path, mode, sha) in edits {
-                match sha {
-                    Some(sha) => {
-                        let info = format!("{mode},{sha},{path}");
-                        git_with(
-                            &self.path,
-                            &["update-index", "--add", "--cacheinfo", &info],
-                            None,
-                            &env,
-                        )?
-                    }
-                    // Mode 0 removes the path (`--force-remove` wants a work tree).
-                    None => {
-                        let line = format!("0 {}\t{path}\n", "0".repeat(40));
-                        git_with(
-                            &self.path,
-                            &["update-index", "--index-info"],
-                            Some(line.as_bytes()),
-                            &env,
-                        )?
-                    }
-                };
+        let repo = self.open()?;
+        let err = |e: git2::Error| e.message().to_string();
+        let base = match base {
+            Some(b) => repo
+                .revparse_single(b)
+                .and_then(|o| o.peel_to_tree())
+                .map_err(|e| format!("{b}: {}", e.message()))?,
+            None => {
+                let empty = repo
+                    .treebuilder(None)
+                    .and_then(|t| t.write())
+                    .map_err(err)?;
+                repo.find_tree(empty).map_err(err)?
             }
-            git_with(&self.path, &["write-tree"], None, &env)
-        })();
-        let _ = std::fs::remove_file(&index);
-        result
+        };
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        for (path, mode, sha) in edits {
+            match sha {
+                Some(sha) => {
+                    let mode = match mode.as_str() {
+                        "100755" => git2::FileMode::BlobExecutable,
+                        "120000" => git2::FileMode::Link,
+                        "160000" => git2::FileMode::Commit,
+                        "040000" => git2::FileMode::Tree,
+                        _ => git2::FileMode::Blob,
+                    };
+                    let id = git2::Oid::from_str(sha).map_err(err)?;
+                    update.upsert(path.as_str(), id, mode);
+                }
+                None => {
+                    update.remove(path.as_str());
+                }
+            }
+        }
+        let tree = update.create_updated(&repo, &base).map_err(err)?;
+        Ok(tree.to_string())
     }
 
-    /// A new commit of `tree` on `parents`.
+    /// A new commit of `tree` on `parents`, by the fake's bot, its message
+    /// ending in a newline as `git commit-tree -m` leaves it.
     pub fn commit_tree(
         &self,
         tree: &str,
         parents: &[String],
         message: &str,
     ) -> Result<String, String> {
-        let mut args = vec!["commit-tree", tree, "-m", message];
-        for p in parents {
-            args.extend(["-p", p.as_str()]);
-        }
-        git(&self.path, &args)
+        let repo = self.open()?;
+        let err = |e: git2::Error| e.message().to_string();
+        let tree = repo
+            .find_tree(git2::Oid::from_str(tree).map_err(err)?)
+            .map_err(err)?;
+        let parents = parents
+            .iter()
+            .map(|p| {
+                git2::Oid::from_str(p)
+                    .and_then(|id| repo.find_commit(id))
+                    .map_err(|e| format!("{p}: {}", e.message()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let parents: Vec<&git2::Commit> = parents.iter().collect();
+        let sig = git2::Signature::now(BOT.0, BOT.1).map_err(err)?;
+        let message = if message.ends_with('\n') {
+            message.to_string()
+        } else {
+            format!("{message}\n")
+        };
+        repo.commit(None, &sig, &sig, &message, &tree, &parents)
+            .map(|id| id.to_string())
+            .map_err(err)
     }
 
     /// Whether `ancestor` is in `of`'s history (or is it).
     pub fn is_ancestor(&self, ancestor: &str, of: &str) -> bool {
-        git(&self.path, &["merge-base", "--is-ancestor", ancestor, of]).is_ok()
+        let (Some(a), Some(o)) = (self.resolve(ancestor), self.resolve(of)) else {
+            return false;
+        };
+        let Ok(repo) = self.open() else { return false };
+        let (Ok(a), Ok(o)) = (git2::Oid::from_str(&a), git2::Oid::from_str(&o)) else {
+            return false;
+        };
+        a == o || repo.graph_descendant_of(o, a).unwrap_or(false)
     }
 
     /// A file's blob sha and text at `rev`, byte for byte as GitHub serves
-    /// it (its trailing newline kept: `git` trims what it prints).
+    /// it.
     pub fn file(&self, rev: &str, path: &str) -> Option<(String, String)> {
-        let spec = format!("{rev}:{path}");
-        let blob = git(&self.path, &["rev-parse", "--verify", "-q", &spec]).ok()?;
-        let out = Command::new("git")
-            .current_dir(&self.path)
-            .args(["cat-file", "blob", &blob])
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .stdin(Stdio::null())
-            .output()
-            .ok()
-            .filter(|o| o.status.success())?;
-        Some((blob, String::from_utf8_lossy(&out.stdout).into_owned()))
+        let commit = self.resolve(rev)?;
+        let repo = self.open().ok()?;
+        let tree = repo
+            .find_commit(git2::Oid::from_str(&commit).ok()?)
+            .ok()?
+            .tree()
+            .ok()?;
+        let entry = tree
+            .get_path(Path::new(path.trim_start_matches('/')))
+            .ok()?;
+        let blob = repo.find_blob(entry.id()).ok()?;
+        Some((
+            entry.id().to_string(),
+            String::from_utf8_lossy(blob.content()).into_owned(),
+        ))
     }
 
     /// Files `head` changed since it left `base` (three-dot), with git's status
@@ -302,12 +354,7 @@ impl Repo {
         let head_sha = self
             .branch_sha(head)
             .ok_or_else(|| Err(format!("no branch {head}")))?;
-        if git(
-            &self.path,
-            &["merge-base", "--is-ancestor", &head_sha, &base_sha],
-        )
-        .is_ok()
-        {
+        if self.is_ancestor(&head_sha, &base_sha) {
             return Ok(base_sha);
         }
         let tree = match git(
@@ -317,20 +364,9 @@ impl Repo {
             Ok(out) => out.lines().next().unwrap_or("").to_string(),
             Err(e) => return Err(Ok(e)),
         };
-        let sha = git(
-            &self.path,
-            &[
-                "commit-tree",
-                &tree,
-                "-p",
-                &base_sha,
-                "-p",
-                &head_sha,
-                "-m",
-                message,
-            ],
-        )
-        .map_err(Err)?;
+        let sha = self
+            .commit_tree(&tree, &[base_sha.clone(), head_sha], message)
+            .map_err(Err)?;
         self.update_ref(base, &sha, Some(&base_sha)).map_err(Err)?;
         Ok(sha)
     }

@@ -195,7 +195,10 @@ mod quota;
 mod record;
 mod shapes;
 mod signin;
-pub use api::{Access, CheckRun, Issue, Job, Pull, Run, RunsIf};
+pub use api::{
+    Access, CheckRun, Issue, Job, Pull, Run, RunsIf, SimulatedCheck, SimulatedPublisher,
+    SimulatedRecord, SimulatedWork,
+};
 
 impl FakeGitHub {
     /// Changes to the fake's state, as a counter that goes up with each: a

@@ -277,13 +277,82 @@ async fn simulate(f: Shared, run: Run, lo: u64, hi: u64) {
         )
         .await;
     };
+    let conclusion = if cancelled {
+        "cancelled"
+    } else {
+        match publish_simulated(&f, &run).await {
+            Ok(()) => "success",
+            Err(e) => {
+                eprintln!(
+                    "fake-github: simulated run {} published nothing: {e}",
+                    run.id
+                );
+                "failure"
+            }
+        }
+    };
     let done = set_run(&f, run.id, |r| {
         r.status = "completed".into();
-        r.conclusion = Some(if cancelled { "cancelled" } else { "success" }.into());
+        r.conclusion = Some(conclusion.into());
     });
     if let Some(r) = done {
         deliver_run(&f, "completed", &r).await;
     }
+}
+
+fn pairs(files: &[(String, String)]) -> Vec<(&str, &str)> {
+    files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect()
+}
+
+/// What the fake's [`super::SimulatedPublisher`] says a simulated run leaves:
+/// the agent's commit and the record's on the run's branch, then the check
+/// runs on that head, as GitHub Actions made them. Git's work runs off the
+/// async workers (it is processes).
+async fn publish_simulated(f: &Shared, run: &Run) -> Result<(), String> {
+    let Some(publisher) = f.inner.lock().api.simulated_publisher.clone() else {
+        return Ok(());
+    };
+    let Some(work) = publisher(run) else {
+        return Ok(());
+    };
+    let repo = f.repo(&run.repo).ok_or("no such repository")?;
+    let base = run.head_sha.clone();
+    let (head, checks) = tokio::task::spawn_blocking(move || {
+        let old = repo.branch_sha(&work.branch);
+        let agent = repo.commit_on(
+            old.as_deref().unwrap_or(&base),
+            &pairs(&work.agent_files),
+            &work.agent_message,
+        )?;
+        let record = (work.record)(&agent);
+        let head = repo.commit_on(&agent, &pairs(&record.files), &record.message)?;
+        repo.update_ref(&work.branch, &head, old.as_deref())?;
+        Ok::<_, String>((head, record.checks))
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    let mut s = f.inner.lock();
+    for c in checks {
+        let id = s.api.id();
+        s.api.check_runs.push(super::CheckRun {
+            id,
+            repo: run.repo.clone(),
+            head_sha: head.clone(),
+            name: c.name,
+            app: "github-actions".into(),
+            app_id: super::GITHUB_ACTIONS_APP_ID,
+            status: "completed".into(),
+            conclusion: Some(c.conclusion),
+            title: String::new(),
+            summary: c.summary,
+            annotations: Vec::new(),
+            external_id: c.external_id,
+        });
+    }
+    Ok(())
 }
 
 /// One job: a fresh checkout of the commit dispatched on (as

@@ -99,6 +99,37 @@ pub struct Run {
     pub cancel_requested: bool,
 }
 
+/// What a simulated run leaves when it ends `success`, as an agent and the
+/// workflow's trusted job would: the agent's commit on `branch` (on top of the
+/// branch, or of the run's commit when the branch is new), then a commit of
+/// the record on it with check runs on that head, made as GitHub Actions.
+pub struct SimulatedWork {
+    pub branch: String,
+    pub agent_files: Vec<(String, String)>,
+    pub agent_message: String,
+    /// Given the agent's commit: the record's commit and check runs.
+    pub record: Box<dyn FnOnce(&str) -> SimulatedRecord + Send>,
+}
+
+/// The trusted job's part of a [`SimulatedWork`].
+pub struct SimulatedRecord {
+    pub files: Vec<(String, String)>,
+    pub message: String,
+    pub checks: Vec<SimulatedCheck>,
+}
+
+/// A completed check run a simulated run leaves on the head it published.
+pub struct SimulatedCheck {
+    pub name: String,
+    pub external_id: String,
+    pub summary: String,
+    pub conclusion: String,
+}
+
+/// What every simulated run of the fake leaves, from the run (its inputs,
+/// its commit); `None` leaves nothing.
+pub type SimulatedPublisher = Arc<dyn Fn(&Run) -> Option<SimulatedWork> + Send + Sync>;
+
 /// GitHub Actions' App id on github.com: what a workflow token makes names it.
 pub const GITHUB_ACTIONS_APP_ID: u64 = 15368;
 
@@ -160,6 +191,8 @@ pub(crate) struct ApiState {
     pub(crate) runs: Vec<Run>,
     /// Simulated runs created before this time (the fake's clock) end now.
     pub(crate) simulated_cutoff: f64,
+    /// What simulated runs leave when they succeed (nothing without it).
+    pub(crate) simulated_publisher: Option<SimulatedPublisher>,
     workflows: HashMap<(String, String), Workflow>,
     /// The inputs a workflow file declares, when a test says: a dispatch
     /// with any other is refused, as GitHub refuses it.
@@ -308,6 +341,13 @@ impl FakeGitHub {
                 simulated: Some((min_ms, max_ms.max(min_ms))),
             },
         );
+    }
+
+    /// What a simulated run leaves when it ends `success` (see
+    /// [`SimulatedWork`]); without it, nothing, so the run's sprint is a
+    /// failed attempt.
+    pub fn set_simulated_publisher(&self, publisher: SimulatedPublisher) {
+        self.inner.lock().api.simulated_publisher = Some(publisher);
     }
 
     /// The inputs `file` declares under `workflow_dispatch` (an older copy of

@@ -82,6 +82,14 @@ impl GitHubExecutor<'_> {
                     Merge::Merged(head) => {
                         // The integration branch's head is now the merge
                         // commit: the next dispatch starts from it unread.
+                        let changed = self.place.changed.remove(dispatch);
+                        if let Some(to) = &head {
+                            self.place.merges.merged(
+                                self.place.integration_head.as_deref(),
+                                to,
+                                changed.as_deref(),
+                            );
+                        }
                         self.place.integration_head = head;
                         Ok(Outcome::Done(merged))
                     }

@@ -25,6 +25,7 @@ use crate::report;
 use crate::settings::{self, MergeMode, Settings};
 use crate::store::sql::{OperationRow, RunRow, SqlError, SqlOutbox, SqlStore, UnitIssue};
 use crate::sync::LockExt;
+use merges::MergeLog;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -199,6 +200,12 @@ struct GhPlace {
     /// The pull request of each sprint branch, once opened or read: a
     /// later attempt's verification reads it rather than looking for it.
     pulls: HashMap<String, i64>,
+    /// The integration heads this process's merges left, with the paths
+    /// merged since each: whether a verified branch merges cleanly.
+    merges: MergeLog,
+    /// The paths each verified run's branch changed (its record's), until
+    /// its merge adds them to `merges`.
+    changed: HashMap<DispatchId, Vec<String>>,
 }
 
 /// A finished run waiting for CI on its sprint's head.
@@ -328,6 +335,7 @@ pub mod doctor;
 mod effects;
 pub mod handle;
 pub mod handoff;
+mod merges;
 mod publish;
 mod runs;
 pub mod starter;
@@ -417,6 +425,8 @@ impl Operations {
                 tried: HashSet::new(),
                 integration_head: None,
                 pulls: HashMap::new(),
+                merges: MergeLog::default(),
+                changed: HashMap::new(),
             },
         }));
         if let Ok(l) = live.try_lock() {

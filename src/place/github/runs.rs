@@ -3,8 +3,8 @@
 
 use super::{
     conclusion_exit, integration_branch, report, results_path, sprint_branch, AgentReport,
-    AwaitingCi, Check, Decided, DispatchId, Duration, Effect, Evidence, HashMap, HashSet, Input,
-    Instant, Live, OpError, Operations, Repo, RunResult, RunRow,
+    AwaitingCi, Check, Decided, DispatchId, Duration, Effect, Evidence, GhPlace, HashMap, HashSet,
+    Input, Instant, Live, OpError, Operations, Repo, RunResult, RunRow,
 };
 use serde_json::json;
 
@@ -309,9 +309,20 @@ impl Operations {
             {
                 Some(true)
             }
+            // It began at an earlier head, and no path it changed was
+            // merged since (by this process's own merges): clean as well.
+            Some(p)
+                if p.mergeable.is_none()
+                    && clean_since(&live.place, began_at, recorded.as_ref()) =>
+            {
+                Some(true)
+            }
             Some(p) => repo.mergeable(p.number, Some(p)).await?,
             None => None,
         };
+        if let Some(paths) = recorded.as_ref().and_then(|r| r.changed.clone()) {
+            live.place.changed.insert(d.clone(), paths);
+        }
         let pr = pr.map(|p| p.number);
         self.store
             .put_run(&RunRow {
@@ -425,6 +436,19 @@ impl Operations {
         first_seen.remove(head);
         Ok(Some(HeadChecks { ci, own }))
     }
+}
+
+/// Whether the merges this process made since a run began touched none of
+/// the paths its record says it changed (see [`super::merges`]).
+fn clean_since(place: &GhPlace, began_at: Option<&String>, record: Option<&RunResult>) -> bool {
+    let (Some(head), Some(began), Some(changed)) = (
+        place.integration_head.as_deref(),
+        began_at,
+        record.and_then(|r| r.changed.as_deref()),
+    ) else {
+        return false;
+    };
+    place.merges.merges_cleanly(head, began, changed) == Some(true)
 }
 
 /// The check runs on a head, once its CI has finished.

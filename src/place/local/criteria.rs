@@ -207,6 +207,7 @@ pub fn results_record(
             .collect(),
         progress,
         commits: run.as_ref().map(|r| r.commits.clone()),
+        changed: run.as_ref().and_then(|r| r.changed.clone()),
         began_at: run.and_then(|r| r.began_at),
         answer,
         refused,

@@ -19,6 +19,10 @@ pub struct RunCommits {
     /// Where the run began (full id), when the head still contains it — an
     /// agent that reset or rewrote its branch leaves `None`.
     pub began_at: Option<String>,
+    /// The paths the head changes from where the run began (sorted; a
+    /// rename is both its paths), with `began_at` only and when there are at
+    /// most [`crate::contract::CHANGED_LIMIT`] of them.
+    pub changed: Option<Vec<String>>,
 }
 
 /// The run's commits in the checkout at `dir` since `since`; `None` when git
@@ -43,10 +47,38 @@ pub fn agent_commits(dir: &Path, since: &str) -> Option<RunCommits> {
             out.push(crate::contract::short_id(&commit.id().to_string()));
         }
     }
+    let changed = if contains {
+        changed_paths(&repo, base, head)
+    } else {
+        None
+    };
     Some(RunCommits {
         commits: out,
         began_at: contains.then(|| base.to_string()),
+        changed,
     })
+}
+
+/// The paths that differ between two commits' trees (both sides of a
+/// rename: git's diff here detects none), when there are at most
+/// [`crate::contract::CHANGED_LIMIT`] of them.
+pub(crate) fn changed_paths(repo: &Repository, from: Oid, to: Oid) -> Option<Vec<String>> {
+    let tree = |id: Oid| repo.find_commit(id).ok()?.tree().ok();
+    let diff = repo
+        .diff_tree_to_tree(tree(from).as_ref(), tree(to).as_ref(), None)
+        .ok()?;
+    let mut paths = std::collections::BTreeSet::new();
+    for delta in diff.deltas() {
+        for file in [delta.old_file(), delta.new_file()] {
+            if let Some(p) = file.path().and_then(|p| p.to_str()) {
+                paths.insert(p.to_string());
+            }
+        }
+        if paths.len() > crate::contract::CHANGED_LIMIT {
+            return None;
+        }
+    }
+    Some(paths.into_iter().collect())
 }
 
 pub struct Git {

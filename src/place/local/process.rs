@@ -686,6 +686,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         // Locally the supervisor reads the branch itself.
         commits: None,
         began_at: None,
+        changed: None,
         answer: crate::contract::read_answer(&answer_file),
         refused: None,
     };
