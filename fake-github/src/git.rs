@@ -1,8 +1,8 @@
 //! Real bare git repositories behind the fake's git, contents, compare and merge
 //! endpoints, with no worktree, so concurrent requests never share a checkout.
 //! What every request does (resolving a ref, reading a file, writing a tree, a
-//! commit or a ref) goes through libgit2 in-process; the rest (merges, logs,
-//! diffs, clones) through the `git` command line's plumbing. A process per
+//! commit, a ref, a merge) goes through libgit2 in-process; the rest (diffs,
+//! tree listings, clones) through the `git` command line's plumbing. A process per
 //! ref lookup made the fake, not the service, what a benchmark of thousands
 //! of runs measured.
 
@@ -324,21 +324,64 @@ impl Repo {
             .collect())
     }
 
-    /// Commits reachable from `head` and not from `base`, oldest first.
+    /// Commits reachable from `head` and not from `base`, oldest first (by
+    /// commit time, as `git log --reverse` lists them), with their subjects.
     pub fn commits_between(&self, base: &str, head: &str) -> Result<Vec<Commit>, String> {
-        let range = format!("{base}..{head}");
-        let out = git(
-            &self.path,
-            &["log", "--reverse", "--format=%H%x00%s", &range],
-        )?;
-        Ok(out
-            .lines()
-            .filter_map(|l| l.split_once('\0'))
-            .map(|(sha, msg)| Commit {
-                sha: sha.to_string(),
-                message: msg.to_string(),
-            })
-            .collect())
+        let resolve = |rev: &str| {
+            self.resolve(rev)
+                .and_then(|s| git2::Oid::from_str(&s).ok())
+                .ok_or_else(|| format!("unknown revision {rev}"))
+        };
+        let (base, head) = (resolve(base)?, resolve(head)?);
+        let repo = self.open()?;
+        let err = |e: git2::Error| e.message().to_string();
+        let mut walk = repo.revwalk().map_err(err)?;
+        walk.set_sorting(git2::Sort::TIME).map_err(err)?;
+        walk.push(head).map_err(err)?;
+        walk.hide(base).map_err(err)?;
+        let mut out = Vec::new();
+        for id in walk {
+            let commit = repo.find_commit(id.map_err(err)?).map_err(err)?;
+            out.push(Commit {
+                sha: commit.id().to_string(),
+                message: String::from_utf8_lossy(commit.summary_bytes().unwrap_or_default())
+                    .into_owned(),
+            });
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// The tree of `head` merged into `base` (commits), or why not:
+    /// `Err(Ok(msg))` is a conflict.
+    fn merge_tree(
+        &self,
+        repo: &git2::Repository,
+        base: &str,
+        head: &str,
+    ) -> Result<String, Result<String, String>> {
+        let err = |e: git2::Error| Err(e.message().to_string());
+        let commit = |s: &str| {
+            git2::Oid::from_str(s)
+                .and_then(|id| repo.find_commit(id))
+                .map_err(err)
+        };
+        let (ours, theirs) = (commit(base)?, commit(head)?);
+        let mut index = repo.merge_commits(&ours, &theirs, None).map_err(err)?;
+        if index.has_conflicts() {
+            let paths: Vec<String> = index
+                .conflicts()
+                .map_err(err)?
+                .filter_map(|c| c.ok())
+                .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+                .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+                .collect();
+            return Err(Ok(format!("CONFLICT (content): {}", paths.join(", "))));
+        }
+        index
+            .write_tree_to(repo)
+            .map(|t| t.to_string())
+            .map_err(err)
     }
 
     /// Merges `head` into `base` without a worktree. `Err(Ok(msg))` is a conflict.
@@ -357,13 +400,8 @@ impl Repo {
         if self.is_ancestor(&head_sha, &base_sha) {
             return Ok(base_sha);
         }
-        let tree = match git(
-            &self.path,
-            &["merge-tree", "--write-tree", &base_sha, &head_sha],
-        ) {
-            Ok(out) => out.lines().next().unwrap_or("").to_string(),
-            Err(e) => return Err(Ok(e)),
-        };
+        let repo = self.open().map_err(Err)?;
+        let tree = self.merge_tree(&repo, &base_sha, &head_sha)?;
         let sha = self
             .commit_tree(&tree, &[base_sha.clone(), head_sha], message)
             .map_err(Err)?;
@@ -374,7 +412,12 @@ impl Repo {
     pub fn mergeable(&self, base: &str, head: &str) -> Option<bool> {
         let b = self.branch_sha(base)?;
         let h = self.branch_sha(head)?;
-        Some(git(&self.path, &["merge-tree", "--write-tree", &b, &h]).is_ok())
+        let repo = self.open().ok()?;
+        match self.merge_tree(&repo, &b, &h) {
+            Ok(_) => Some(true),
+            Err(Ok(_)) => Some(false),
+            Err(Err(_)) => None,
+        }
     }
 
     /// Every branch and its head.
