@@ -1,9 +1,13 @@
 //! How the service's cost grows with work: the real `supervise serve`
 //! binary against the fake GitHub, operations spread over installations of
 //! ten repositories each (one operation per repository), each of ten units of
-//! one sprint with `max_parallel: 4`. The fake's agent runs do no work: each
-//! is in progress for a time drawn from a range and then concludes (no
-//! checkout, no process), so thousands can be in flight.
+//! one sprint with `max_parallel: 4`. The fake's agent runs do no agent work:
+//! each is in progress for a time drawn from a range and then leaves what the
+//! agent workflow's jobs leave — the agent's commit, the trusted job's
+//! results record on it with the check run that vouches for it, and green CI
+//! (no checkout, no process) — so thousands can be in flight and the service
+//! takes the production path: the record verified, the pull request opened
+//! and merged, the next unit dispatched.
 //!
 //! For each scale it measures, in order:
 //!
@@ -12,23 +16,28 @@
 //!    by kind (the fake counts a 304 apart, as GitHub does not charge it),
 //!    the service's CPU and resident memory, and the store's bytes per
 //!    operation.
-//! 2. **Churn** — the held runs end and runs from then on last a few seconds:
-//!    the time from a run's `completed` webhook to the next dispatch of its
-//!    operation (a run created), at the rate of events the scale makes,
-//!    counted after the burst of the held runs' ends (the first third of the
-//!    window, at most 20 s).
+//! 2. **Churn** — the held runs end (spread over one run's time) and runs
+//!    from then on last long enough for `BENCH_EVENTS_PER_SEC` webhooks a
+//!    second (100; two a run); an operation that finishes is started anew on
+//!    a new issue. The time from a run's `completed` webhook to the next
+//!    dispatch of its operation (a run created), after a sixth of the window
+//!    (at most 20 s), and the charged requests per completion.
+//! 3. **Soak** (`BENCH_SOAK_SECS`, after the largest scale's churn) — the
+//!    churn goes on; the service's memory every 30 s and its slope.
 //!
-//! 3. **Two replicas** (with `SUPERVISE_TEST_POSTGRES_URL` set, as
-//!    `scripts/test` sets it): `BENCH_REPLICA_SCALE` operations (100) on one
-//!    PostgreSQL database behind a balancer; how they split, and after one
-//!    replica is killed, how long until the other holds all its operations.
+//! And **two replicas** first (with `SUPERVISE_TEST_POSTGRES_URL` set, as
+//! `scripts/test` sets it): `BENCH_REPLICA_SCALE` operations (100) on one
+//! PostgreSQL database behind a balancer; how they split, and after one
+//! replica is killed, how long until the other holds all its operations.
 //!
 //! Run: `cargo bench --bench scale`. `BENCH_SCALE=10,100,1000` operations;
 //! `BENCH_WINDOW_SECS=120` the idle window; `BENCH_CHURN_SECS=60` the churn
-//! window; `BENCH_RUN_MS=3000-8000` a churning run's duration;
+//! window; `BENCH_RUN_MS=a-b` a churning run's duration instead of the one
+//! `BENCH_EVENTS_PER_SEC` makes; `BENCH_SOAK_SECS=0`;
 //! `BENCH_PERF_IDLE=f` / `BENCH_PERF_CHURN=f` a `perf record` of the service
-//! in that window. The table is printed at the end; the service's details go
-//! to stderr.
+//! in that window; `BENCH_SERVE_LOG` the service's log filter (with
+//! `SERVE_LOG=1` to see it); `BENCH_DEBUG=1` the first repository's story.
+//! The tables are printed at the end; the service's details go to stderr.
 
 #[path = "support/process.rs"]
 mod process;
@@ -181,10 +190,45 @@ struct Row {
     idle_cpu: f64,
     store_per_op: u64,
     churn_events_per_sec: f64,
+    webhooks_per_sec: f64,
+    charged_per_completion: f64,
+    soak: Option<Soak>,
     reaction_p50: f64,
     reaction_p99: f64,
     churn_cpu: f64,
     churn_rss_mb: u64,
+}
+
+/// What the soak measured: the service's resident memory every 30 s.
+struct Soak {
+    secs: u64,
+    samples: Vec<(f64, u64)>,
+    operations_finished: usize,
+}
+
+impl Soak {
+    /// The least-squares slope of the memory samples after the first third
+    /// of the soak (caches fill at first), in MB an hour.
+    fn slope_mb_per_hour(&self) -> f64 {
+        let from = self.secs as f64 / 3.0;
+        let pts: Vec<(f64, f64)> = self
+            .samples
+            .iter()
+            .filter(|(t, _)| *t >= from)
+            .map(|(t, b)| (*t, *b as f64 / 1e6))
+            .collect();
+        let n = pts.len() as f64;
+        if n < 2.0 {
+            return f64::NAN;
+        }
+        let (mx, my) = (
+            pts.iter().map(|p| p.0).sum::<f64>() / n,
+            pts.iter().map(|p| p.1).sum::<f64>() / n,
+        );
+        let cov: f64 = pts.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+        let var: f64 = pts.iter().map(|(x, _)| (x - mx).powi(2)).sum();
+        cov / var * 3600.0
+    }
 }
 
 /// `ops` repositories, ten to an installation, each with the plan, the
@@ -298,10 +342,15 @@ fn finish(perf: Option<std::process::Child>) {
     }
 }
 
-/// Reaction times (sorted) to the runs completed from `from` on (the fake's
-/// clock), and how many completed: each run created in an operation answers
+/// Reaction times (sorted) to the runs completed from `from` until `to` (the
+/// fake's clock), and how many completed then: each run created in an operation answers
 /// the earliest of its completions before it not yet answered.
-fn reactions(fake: &fake_github::FakeGitHub, repos: &[String], from: f64) -> (Vec<f64>, usize) {
+fn reactions(
+    fake: &fake_github::FakeGitHub,
+    repos: &[String],
+    from: f64,
+    to: f64,
+) -> (Vec<f64>, usize) {
     let runs: Vec<fake_github::Run> = repos.iter().flat_map(|r| fake.runs(r)).collect();
     let mut created: HashMap<&str, Vec<f64>> = HashMap::new();
     for r in &runs {
@@ -320,7 +369,7 @@ fn reactions(fake: &fake_github::FakeGitHub, repos: &[String], from: f64) -> (Ve
     let mut out = Vec::new();
     let mut counted = 0;
     for (op, ends) in completed {
-        counted += ends.iter().filter(|at| **at >= from).count();
+        counted += ends.iter().filter(|at| **at >= from && **at < to).count();
         // Both kinds of moment in time order; a completion before a run
         // created at the same instant.
         let mut moments: Vec<(f64, bool)> = ends.into_iter().map(|at| (at, true)).collect();
@@ -337,7 +386,7 @@ fn reactions(fake: &fake_github::FakeGitHub, repos: &[String], from: f64) -> (Ve
             if is_end {
                 waiting.push_back(at);
             } else if let Some(end) = waiting.pop_front() {
-                if end >= from {
+                if end >= from && end < to {
                     out.push(at - end);
                 }
             }
@@ -357,7 +406,13 @@ fn doubled(fake: &fake_github::FakeGitHub, repos: &[String]) -> usize {
         .count()
 }
 
-async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) -> Row {
+async fn one(
+    ops: usize,
+    window: Duration,
+    churn: Duration,
+    soak: Duration,
+    run_ms: (u64, u64),
+) -> Row {
     let tmp = tempfile::tempdir().unwrap();
     let port = support::free_port();
     let fake = support::fake_github(Some(port), Some(tmp.path().join("github"))).await;
@@ -428,13 +483,15 @@ async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) 
     );
     let store_per_op = store_bytes(&db) / ops as u64;
 
-    // 2. Churn: runs from now on last `run_ms`; the held ones end now.
+    // 2. Churn: runs from now on last `run_ms`; the held ones end over one
+    // such run's time, so the churn is steady from the start.
     for repo in &repos {
         fake.set_simulated_workflow(repo, WORKFLOW, run_ms.0, run_ms.1);
     }
     let churn_from = fake.now();
-    fake.end_simulated_runs();
+    fake.end_simulated_runs(Duration::from_millis((run_ms.0 + run_ms.1) / 2));
     let (cpu2, _) = usage(serve.id());
+    let charged0 = fake.charged();
     let t1 = Instant::now();
     let perf = profile("BENCH_PERF_CHURN", serve.id(), churn);
     let mut finished = HashMap::new();
@@ -445,12 +502,41 @@ async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) 
     finish(perf);
     let (cpu3, churn_rss) = usage(serve.id());
     let churn_secs = t1.elapsed().as_secs_f64();
+    let churn_to = fake.now();
+    let charged: u64 = fake
+        .charged()
+        .iter()
+        .filter(|(k, _)| !k.contains("access_tokens"))
+        .map(|(k, n)| n - charged0.get(k).copied().unwrap_or(0))
+        .sum();
     // Each completion followed by a dispatch of the same operation (a run
     // created for it): how long the service took to react. Each run created
     // is the reaction to the earliest completion of its operation before it
     // not yet answered (the last units' completions have none).
-    let steady_from = churn_from + (churn.as_secs_f64() / 3.0).min(20.0);
-    let (reactions, completions) = reactions(&fake, &repos, steady_from);
+    let steady_from = churn_from + (churn.as_secs_f64() / 6.0).min(20.0);
+    let (reactions, completions) = reactions(&fake, &repos, steady_from, churn_to);
+    let webhooks = fake
+        .run_deliveries()
+        .iter()
+        .filter(|(at, _, _)| *at >= steady_from && *at < churn_to)
+        .count();
+    let all_completions = fake
+        .run_deliveries()
+        .iter()
+        .filter(|(at, a, _)| a == "completed" && *at >= churn_from && *at < churn_to)
+        .count();
+    // 3. The soak: the churn goes on, operations finishing and starting;
+    // the service's memory every 30 s.
+    let mut rss_samples = Vec::new();
+    let t2 = Instant::now();
+    while t2.elapsed() < soak {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        restart_finished(&fake, &repos, &mut finished).await;
+        if rss_samples.len() as u64 <= t2.elapsed().as_secs() / 30 {
+            rss_samples.push((t2.elapsed().as_secs_f64(), usage(serve.id()).1));
+        }
+    }
+    let operations_finished: usize = finished.values().sum();
     if std::env::var("BENCH_DEBUG").is_ok() {
         for c in fake.comments(&repos[0], 1) {
             eprintln!("--- comment\n{}", c.body);
@@ -484,7 +570,14 @@ async fn one(ops: usize, window: Duration, churn: Duration, run_ms: (u64, u64)) 
         rss_mb: rss / 1_000_000,
         idle_cpu: (cpu1 - cpu0).as_secs_f64() * 100.0 / secs,
         store_per_op,
-        churn_events_per_sec: completions as f64 / (churn_secs - (steady_from - churn_from)),
+        churn_events_per_sec: completions as f64 / (churn_to - steady_from),
+        webhooks_per_sec: webhooks as f64 / (churn_to - steady_from),
+        charged_per_completion: charged as f64 / all_completions.max(1) as f64,
+        soak: (!soak.is_zero()).then(|| Soak {
+            secs: soak.as_secs(),
+            samples: rss_samples,
+            operations_finished,
+        }),
         reaction_p50: percentile(&reactions, 0.50),
         reaction_p99: percentile(&reactions, 0.99),
         churn_cpu: (cpu3 - cpu2).as_secs_f64() * 100.0 / churn_secs,
@@ -534,7 +627,7 @@ async fn replicas(ops: usize, run_ms: (u64, u64)) -> String {
     for repo in &repos {
         fake.set_simulated_workflow(repo, WORKFLOW, run_ms.0, run_ms.1);
     }
-    fake.end_simulated_runs();
+    fake.end_simulated_runs(Duration::from_millis((run_ms.0 + run_ms.1) / 2));
     tokio::time::sleep(Duration::from_secs(10)).await;
     let held_by_1 = owners(pool.clone())
         .await
@@ -583,13 +676,22 @@ fn main() {
         .collect();
     let window = Duration::from_secs(env_or("BENCH_WINDOW_SECS", 120));
     let churn = Duration::from_secs(env_or("BENCH_CHURN_SECS", 60));
-    let run_ms = std::env::var("BENCH_RUN_MS")
-        .ok()
-        .and_then(|v| {
-            let (a, b) = v.split_once('-')?;
-            Some((a.parse().ok()?, b.parse().ok()?))
-        })
-        .unwrap_or((3_000, 8_000));
+    let soak = Duration::from_secs(env_or("BENCH_SOAK_SECS", 0));
+    let events: u64 = env_or("BENCH_EVENTS_PER_SEC", 100);
+    // A run's duration, in ms: as given, or what makes `events` webhooks a
+    // second (two a run) with four agents in flight per operation.
+    let run_ms = |ops: usize| -> (u64, u64) {
+        std::env::var("BENCH_RUN_MS")
+            .ok()
+            .and_then(|v| {
+                let (a, b) = v.split_once('-')?;
+                Some((a.parse().ok()?, b.parse().ok()?))
+            })
+            .unwrap_or_else(|| {
+                let mean = 4 * ops as u64 * 2 * 1_000 / events.max(1);
+                (mean / 2, mean * 3 / 2)
+            })
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -599,23 +701,30 @@ fn main() {
     // whose databases the bench may create), at BENCH_REPLICA_SCALE.
     if std::env::var("SUPERVISE_TEST_POSTGRES_URL").is_ok_and(|u| !u.is_empty()) {
         let ops = env_or("BENCH_REPLICA_SCALE", 100usize);
-        let row = rt.block_on(replicas(ops, run_ms));
+        let row = rt.block_on(replicas(ops, run_ms(ops)));
         println!("| operations | all started in | active operations by replica | held by the replica killed | until the other held them all (lease 120 s) | dispatches made twice | database per operation |");
         println!("|---|---|---|---|---|---|---|");
         println!("{row}");
     }
     let mut rows = Vec::new();
+    let last = scales.last().copied();
     for ops in scales {
-        let row = rt.block_on(one(ops, window, churn, run_ms));
+        // The soak follows the largest scale's churn.
+        let soak = if Some(ops) == last {
+            soak
+        } else {
+            Duration::ZERO
+        };
+        let row = rt.block_on(one(ops, window, churn, soak, run_ms(ops)));
         eprintln!("done: {ops} operations");
         rows.push(row);
     }
-    println!("| operations (installations) | all started in | charged requests per installation-hour (busiest) | of which dispatch and lifecycle / status edits / reconciliation and reads | answered 304 per installation-hour | RSS idle | CPU idle | store per operation | churn: completions per s | reaction p50 / p99 | CPU, RSS in churn |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for r in rows {
+    println!("| operations (installations) | all started in | idle: charged requests per installation-hour (busiest) | of which dispatch and lifecycle / status edits / reconciliation and reads | answered 304 per installation-hour | RSS idle | CPU idle | store per operation | churn: webhooks per s (completions) | charged requests per completion | reaction p50 / p99 | CPU, RSS in churn |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
         let k = |name: &str| r.by_kind.get(name).copied().unwrap_or(0.0);
         println!(
-            "| {} ({}) | {:.0} s | {:.0} ({:.0}) | {:.0} / {:.0} / {:.0} | {:.0} | {} MB | {:.1} % | {} KB | {:.1} | {:.2} s / {:.2} s | {:.0} %, {} MB |",
+            "| {} ({}) | {:.0} s | {:.0} ({:.0}) | {:.0} / {:.0} / {:.0} | {:.0} | {} MB | {:.1} % | {} KB | {:.0} ({:.0}) | {:.1} | {:.2} s / {:.2} s | {:.0} %, {} MB |",
             r.ops,
             r.installations,
             r.started_secs,
@@ -628,11 +737,36 @@ fn main() {
             r.rss_mb,
             r.idle_cpu,
             r.store_per_op / 1024,
+            r.webhooks_per_sec,
             r.churn_events_per_sec,
+            r.charged_per_completion,
             r.reaction_p50,
             r.reaction_p99,
             r.churn_cpu,
             r.churn_rss_mb,
         );
+    }
+    for r in &rows {
+        if let Some(soak) = &r.soak {
+            let mb = |b: u64| b / 1_000_000;
+            let (first, peak, end) = (
+                soak.samples.first().map_or(0, |s| s.1),
+                soak.samples.iter().map(|s| s.1).max().unwrap_or(0),
+                soak.samples.last().map_or(0, |s| s.1),
+            );
+            println!();
+            println!("| soak at {} operations | operations finished and started anew | RSS at its start / peak / end | slope after the first third |", r.ops);
+            println!("|---|---|---|---|");
+            println!(
+                "| {} min | {} | {} / {} / {} MB | {:+.1} MB an hour |",
+                soak.secs / 60,
+                soak.operations_finished,
+                mb(first),
+                mb(peak),
+                mb(end),
+                soak.slope_mb_per_hour()
+            );
+            eprintln!("soak samples (s, bytes): {:?}", soak.samples);
+        }
     }
 }

@@ -252,6 +252,8 @@ async fn simulate(f: Shared, run: Run, lo: u64, hi: u64) {
     // A multiplicative hash of the id spreads consecutive runs over the range.
     let spread = (run.id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33;
     let ms = lo + spread % (hi - lo + 1);
+    // Where in a spread-out end (see `end_simulated_runs`) this run ends.
+    let spread_bits = spread & ((1 << 31) - 1);
     let until = tokio::time::Instant::now() + std::time::Duration::from_millis(ms);
     let cancelled = loop {
         // Runs are kept in the order of their ids: found by bisection, as
@@ -264,7 +266,9 @@ async fn simulate(f: Shared, run: Run, lo: u64, hi: u64) {
                 .binary_search_by_key(&run.id, |r| r.id)
                 .ok()
                 .is_some_and(|i| s.api.runs[i].cancel_requested);
-            (cancel, run.created < s.api.simulated_cutoff)
+            let (cutoff, spread) = (s.api.simulated_cutoff, s.api.simulated_spread);
+            let at = cutoff + spread * (spread_bits as f64 / (1u64 << 31) as f64);
+            (cancel, run.created < cutoff && f.now() >= at)
         };
         if cancel {
             break true;

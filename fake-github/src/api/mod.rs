@@ -191,6 +191,8 @@ pub(crate) struct ApiState {
     pub(crate) runs: Vec<Run>,
     /// Simulated runs created before this time (the fake's clock) end now.
     pub(crate) simulated_cutoff: f64,
+    /// Over how many seconds from the cutoff those runs end.
+    pub(crate) simulated_spread: f64,
     /// What simulated runs leave when they succeed (nothing without it).
     pub(crate) simulated_publisher: Option<SimulatedPublisher>,
     workflows: HashMap<(String, String), Workflow>,
@@ -322,11 +324,14 @@ impl FakeGitHub {
         );
     }
 
-    /// Every simulated run in progress now concludes `success` at once
-    /// (those dispatched later keep their drawn durations).
-    pub fn end_simulated_runs(&self) {
+    /// Every simulated run in progress now concludes within `over` from now,
+    /// each at a moment drawn from its id (at once for a zero `over`); those
+    /// dispatched later keep their drawn durations.
+    pub fn end_simulated_runs(&self, over: std::time::Duration) {
         let now = self.now();
-        self.inner.lock().api.simulated_cutoff = now;
+        let mut s = self.inner.lock();
+        s.api.simulated_cutoff = now;
+        s.api.simulated_spread = over.as_secs_f64();
     }
 
     /// Runs of `file` do no work: each is in progress for `min_ms..=max_ms`
