@@ -503,12 +503,15 @@ async fn one(
     let (cpu3, churn_rss) = usage(serve.id());
     let churn_secs = t1.elapsed().as_secs_f64();
     let churn_to = fake.now();
-    let charged: u64 = fake
+    let charged_by: BTreeMap<String, u64> = fake
         .charged()
         .iter()
         .filter(|(k, _)| !k.contains("access_tokens"))
-        .map(|(k, n)| n - charged0.get(k).copied().unwrap_or(0))
-        .sum();
+        .map(|(k, n)| (k.clone(), n - charged0.get(k).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    eprintln!("{ops} operations, churn {churn_secs:.0} s: charged by endpoint {charged_by:#?}");
+    let charged: u64 = charged_by.values().sum();
     // Each completion followed by a dispatch of the same operation (a run
     // created for it): how long the service took to react. Each run created
     // is the reaction to the earliest completion of its operation before it

@@ -442,6 +442,18 @@ pub fn clean_untrusted(text: &str) -> String {
     visible
 }
 
+/// Text for a terminal: what [`clean_untrusted`] removes as unseen, removed
+/// here too (an escape sequence in an agent's words, quoted in a failure
+/// reason, would otherwise clear the person's screen, retitle the window or
+/// write over the line before). Text with none is returned as it is.
+pub fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(hidden) {
+        std::borrow::Cow::Owned(text.chars().filter(|c| !hidden(*c)).collect())
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 /// A character a reader does not see: control characters but the line break
 /// and the tab, zero-width and joining marks, bidirectional controls, the
 /// byte-order mark, and the tag characters that can spell words invisibly.
@@ -462,8 +474,21 @@ fn hidden(c: char) -> bool {
 
 #[cfg(test)]
 mod untrusted_tests {
-    use super::clean_untrusted;
+    use super::{clean_untrusted, for_terminal};
     use proptest::prelude::*;
+
+    #[test]
+    fn a_terminal_is_sent_no_escape_sequence() {
+        let reason = "failing criteria: \u{1b}]0;pwned\u{7}\u{1b}[2Jtests pass\r\u{9b}31mok";
+        assert_eq!(
+            for_terminal(reason),
+            "failing criteria: ]0;pwned[2Jtests pass31mok"
+        );
+        assert!(matches!(
+            for_terminal("plain\ttext\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
 
     #[test]
     fn what_a_reader_cannot_see_is_removed() {

@@ -751,16 +751,7 @@ async fn calls_for(n: usize) -> Calls {
     // `mergeable` (a head that contains the integration head it began at
     // merges cleanly; the runner's results say so). Waiting would show as a
     // pull request read right before the check run is published.
-    let steps: Vec<&str> = log
-        .iter()
-        .map(|(_, e, _)| e.as_str())
-        .filter(|e| !e.starts_with("PATCH ") && !e.contains("/actions/runs/"))
-        .collect();
-    for w in steps.windows(2) {
-        if w[1] == "POST /repos/{o}/{r}/check-runs" {
-            assert_ne!(w[0], "GET /repos/{o}/{r}/pulls/{n}", "{steps:#?}");
-        }
-    }
+    assert_never_waited_for_mergeable(&log);
     // What is charged against the installation's rate limit (a 304 is not),
     // the status comment's edits apart: those are paced by time (300 ms in
     // these stories), not by sprints, and grow with how long runs take.
@@ -778,6 +769,68 @@ async fn calls_for(n: usize) -> Calls {
         edits: edits.len(),
         edit_span,
     }
+}
+
+/// No verification waited for GitHub to compute a pull request's
+/// `mergeable`: that shows as a pull request read right before the verdict's
+/// check run is published.
+fn assert_never_waited_for_mergeable(log: &[(f64, String, u16)]) {
+    let steps: Vec<&str> = log
+        .iter()
+        .map(|(_, e, _)| e.as_str())
+        .filter(|e| !e.starts_with("PATCH ") && !e.contains("/actions/runs/"))
+        .collect();
+    for w in steps.windows(2) {
+        if w[1] == "POST /repos/{o}/{r}/check-runs" {
+            assert_ne!(w[0], "GET /repos/{o}/{r}/pulls/{n}", "{steps:#?}");
+        }
+    }
+}
+
+/// Three units run side by side from one integration head; each merge moves
+/// it, so the sprints verified after the first began at an older head. Their
+/// records (the real runner's) list the paths each changed, none of which
+/// the merges before it brought: each is merged at once, not after waiting
+/// for GitHub's background `mergeable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waves_sprints_merge_without_waiting_for_github() {
+    let mut plan = String::from("# Wave\n\n| Work Unit | Directory |\n|---|---|\n");
+    for u in ["a", "b", "c"] {
+        plan.push_str(&format!("| {u} | {u} |\n"));
+    }
+    for u in ["a", "b", "c"] {
+        plan.push_str(&format!(
+            "\n## {u}\n### Sprint 1: Part {u}\n- [ ] `{u}-sprint-1.txt` exists\n"
+        ));
+    }
+    let s = Story::start(Setup::operation(&plan, "")).await;
+    s.say("/supervise start").await;
+    s.until("the final pull request", 180, |s| s.final_pull().is_some())
+        .await;
+    let log = s.fake.request_log();
+    let merges = log
+        .iter()
+        .filter(|(_, e, st)| e == "PUT /repos/{o}/{r}/pulls/{n}/merge" && *st == 200)
+        .count();
+    assert_eq!(merges, 3, "every sprint merged");
+    // The runner recorded what each run changed.
+    let run = &s.runs_of("/b/1/")[0];
+    let dispatch = run.display_title.trim_start_matches("supervise ");
+    let record = s
+        .fake
+        .file(
+            REPO,
+            &run.inputs["branch"].as_str().unwrap().to_string(),
+            &supervise::contract::results_path(dispatch),
+        )
+        .expect("the record on the sprint branch");
+    let record: supervise::contract::RunResult = serde_json::from_str(&record).unwrap();
+    let changed = record.changed.expect("the paths the run changed");
+    assert!(
+        changed.iter().any(|p| p.ends_with("b-sprint-1.txt")),
+        "{changed:?}"
+    );
+    assert_never_waited_for_mergeable(&log);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -867,7 +920,10 @@ struct ActionRunner {
 
 async fn run_action(s_url: &str, state: &Path, event: &str, payload: &[u8]) {
     let file = state.join(format!("event-{}.json", std::process::id()));
-    std::fs::write(&file, payload).unwrap();
+    // The story may be over and its directory gone (the schedule's tick).
+    if std::fs::write(&file, payload).is_err() {
+        return;
+    }
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_supervise"))
         .arg("action")
         .env(
@@ -907,24 +963,51 @@ async fn run_action(s_url: &str, state: &Path, event: &str, payload: &[u8]) {
     }
 }
 
-/// What the state branch grew by: commits, and the bytes their objects take
-/// loose (as pushed one by one) and packed (as a clone fetches them).
+/// What the state branch grew by: commits; the bytes each commit's push
+/// sends (a thin pack against its parent, which the remote has: what `git
+/// push` makes), summed; and the bytes the branch takes packed.
 fn state_branch_growth(state: &Path) -> (u64, u64, u64) {
-    let commits: u64 = support::git(state, &["rev-list", "--count", "HEAD"])
-        .trim()
-        .parse()
-        .unwrap_or(0);
-    let kib = |key: &str| -> u64 {
-        support::git(state, &["count-objects", "-v"])
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0)
-            * 1024
-    };
-    let loose = kib("size:");
+    let commits: Vec<String> = support::git(state, &["rev-list", "HEAD"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut pushed = 0u64;
+    for c in &commits {
+        let line = support::git(state, &["rev-list", "--parents", "-n", "1", c]);
+        let revs = match line.split_whitespace().nth(1) {
+            None => format!("{c}\n"),
+            Some(p) => format!("{c}\n^{p}\n"),
+        };
+        let mut pack = std::process::Command::new("git")
+            .args([
+                "pack-objects",
+                "--revs",
+                "--thin",
+                "--stdout",
+                "--delta-base-offset",
+                "-q",
+            ])
+            .current_dir(state)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        pack.stdin
+            .take()
+            .unwrap()
+            .write_all(revs.as_bytes())
+            .unwrap();
+        pushed += pack.wait_with_output().unwrap().stdout.len() as u64;
+    }
     support::git(state, &["gc", "-q", "--prune=now"]);
-    (commits, loose, kib("size-pack:"))
+    let packed = support::git(state, &["count-objects", "-v"])
+        .lines()
+        .find_map(|l| l.strip_prefix("size-pack:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024;
+    (commits.len() as u64, pushed, packed)
 }
 
 impl ActionRunner {
@@ -1038,11 +1121,13 @@ async fn the_github_action_runs_the_same_operation_event_by_event() {
     // The state branch's cost per event, for the performance notes (printed,
     // not asserted: sizes are measured, not tested).
     if std::env::var_os("SUPERVISE_SHOW_STATE_BYTES").is_some() {
-        let (commits, loose, packed) = state_branch_growth(&s.tmp.path().join("state"));
+        let (commits, pushed, packed) = state_branch_growth(&s.tmp.path().join("state"));
+        let db = std::fs::metadata(s.tmp.path().join("state/supervise.db")).map_or(0, |m| m.len());
         eprintln!(
-            "state branch: {commits} commits (events), {} KB loose ({} KB/event), {} KB packed ({:.1} KB/event)",
-            loose / 1000,
-            loose / 1000 / commits.max(1),
+            "state branch: {commits} commits (events) of a {} KB store; pushed {} KB ({:.1} KB/event); {} KB packed ({:.1} KB/event)",
+            db / 1000,
+            pushed / 1000,
+            pushed as f64 / 1000.0 / commits.max(1) as f64,
             packed / 1000,
             packed as f64 / 1000.0 / commits.max(1) as f64
         );

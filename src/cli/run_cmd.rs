@@ -453,7 +453,7 @@ pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
                 std::thread::sleep(Duration::from_millis(100));
             }
             if let Some(st) = last {
-                println!("{}", report::kill_summary(&st));
+                println!("{}", crate::text::for_terminal(&report::kill_summary(&st)));
             }
         }
         return Ok(exit::COMPLETED);
@@ -484,9 +484,12 @@ pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
     }
     if let Some(st) = sup.state() {
         match word {
-            "killall" => println!("{}", report::kill_summary(st)),
+            "killall" => println!("{}", crate::text::for_terminal(&report::kill_summary(st))),
             "name-feature" => println!("Operation renamed: {}", st.name),
-            _ => println!("{}", report::status_table(st, chrono::Utc::now())),
+            _ => println!(
+                "{}",
+                crate::text::for_terminal(&report::status_table(st, chrono::Utc::now()))
+            ),
         }
     }
     Ok(exit::COMPLETED)
@@ -507,7 +510,10 @@ pub fn status(path: Option<&Path>, json: bool) -> Result<i32> {
     if json {
         println!("{}", serde_json::to_string_pretty(&st)?);
     } else {
-        print!("{}", report::status_table(&st, chrono::Utc::now()));
+        print!(
+            "{}",
+            crate::text::for_terminal(&report::status_table(&st, chrono::Utc::now()))
+        );
         if supervisor::running_supervisor(&supervisor::state_dir(&plan)).is_none()
             && matches!(st.status, OverallStatus::Running | OverallStatus::Stopping)
         {

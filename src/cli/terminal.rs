@@ -7,6 +7,7 @@ use crate::engine::{self, OperationState, OverallStatus};
 use crate::place::local::screen::Screen;
 use crate::place::local::supervisor::Ending;
 use crate::report;
+use crate::text;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -75,7 +76,7 @@ impl Terminal {
             .map(report::decision_line)
             .collect();
         let mut frame = format!(
-            "\x1b[H\x1b[2J{}\nRecent decisions:\n{}\n",
+            "{}\nRecent decisions:\n{}\n",
             report::status_board(st, chrono::Utc::now()),
             recent.join("\n")
         );
@@ -84,7 +85,9 @@ impl Terminal {
             frame.push_str(n);
             frame.push('\n');
         }
-        print!("{frame}");
+        // Agents' words reach the frame (failure reasons): only this
+        // module's own escape sequences reach the terminal.
+        print!("\x1b[H\x1b[2J{}", text::for_terminal(&frame));
         let _ = std::io::stdout().flush();
     }
 }
@@ -100,7 +103,8 @@ impl Screen for Terminal {
                 }
                 OutputMode::Lines => {
                     if let engine::Event::Decision { entry: d } = e {
-                        println!("[{}", report::decision_line(d).replacen(' ', "] ", 1));
+                        let line = report::decision_line(d).replacen(' ', "] ", 1);
+                        println!("[{}", text::for_terminal(&line));
                     }
                 }
                 _ => {}
@@ -109,6 +113,7 @@ impl Screen for Terminal {
     }
 
     fn notice(&mut self, text: &str) {
+        let text = text::for_terminal(text);
         match self.out {
             OutputMode::Quiet => {}
             OutputMode::Json => eprintln!("{text}"),
@@ -166,10 +171,11 @@ pub fn farewell(out: OutputMode, ending: Ending, st: &OperationState) {
         return;
     }
     if out == OutputMode::Lines {
-        println!("\n{}", report::status_board(st, chrono::Utc::now()));
+        let board = report::status_board(st, chrono::Utc::now());
+        println!("\n{}", text::for_terminal(&board));
     }
     if st.status == OverallStatus::Killed {
-        println!("\n{}", report::kill_summary(st));
+        println!("\n{}", text::for_terminal(&report::kill_summary(st)));
     }
     let merged = st.units.iter().flat_map(|u| &u.sprints).any(|s| {
         s.completion
