@@ -576,7 +576,7 @@ async fn one(
         churn_events_per_sec: completions as f64 / (churn_to - steady_from),
         webhooks_per_sec: webhooks as f64 / (churn_to - steady_from),
         charged_per_completion: charged as f64 / all_completions.max(1) as f64,
-        soak: (!soak.is_zero()).then(|| Soak {
+        soak: (!soak.is_zero()).then_some(Soak {
             secs: soak.as_secs(),
             samples: rss_samples,
             operations_finished,

@@ -820,7 +820,7 @@ async fn a_waves_sprints_merge_without_waiting_for_github() {
         .fake
         .file(
             REPO,
-            &run.inputs["branch"].as_str().unwrap().to_string(),
+            run.inputs["branch"].as_str().unwrap(),
             &supervise::contract::results_path(dispatch),
         )
         .expect("the record on the sprint branch");
