@@ -183,3 +183,30 @@ async fn long_texts_are_cut_to_fit_instead_of_refused() {
     .unwrap();
     assert_eq!(fake.check_runs(REPO).len(), 1);
 }
+
+/// An installation's token reaches only that installation's repositories,
+/// as on GitHub: a repository of another account is not found with it (so a
+/// mix-up of installations fails in the tests as it would in production).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_installation_token_reaches_only_its_own_repositories() {
+    let (fake, gh) = client().await;
+    fake.set_installation("other", 77);
+    fake.ensure_repo("other/tools");
+    fake.add_file("other/tools", "README.md", "theirs\n");
+    let wrong = Repo {
+        gh: &gh,
+        installation: 7,
+        name: "other/tools",
+    };
+    match wrong.file("README.md", None).await {
+        Err(GitHubError::Http { status: 404, .. }) | Ok(None) => {}
+        other => panic!("read with another installation's token: {other:?}"),
+    }
+    let right = Repo {
+        gh: &gh,
+        installation: 77,
+        name: "other/tools",
+    };
+    let (text, _) = right.file("README.md", None).await.unwrap().unwrap();
+    assert_eq!(text, "theirs\n");
+}

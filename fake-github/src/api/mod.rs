@@ -573,6 +573,13 @@ async fn enter(
 ) -> Result<(String, Repo), Response> {
     gate(f, endpoint, h, true).await?;
     let name = format!("{o}/{r}");
+    // A token reaches only its installation's repositories: GitHub answers
+    // the others' as if they did not exist.
+    if f.token_of(h)
+        .is_some_and(|t| t.installation != f.installation_of(&name))
+    {
+        return Err(error(StatusCode::NOT_FOUND, "Not Found"));
+    }
     match f.repo(&name) {
         Some(repo) => Ok((name, repo)),
         None => Err(error(StatusCode::NOT_FOUND, "Not Found")),
