@@ -537,6 +537,17 @@ async fn one(
         restart_finished(&fake, &repos, &mut finished).await;
         if rss_samples.len() as u64 <= t2.elapsed().as_secs() / 30 {
             rss_samples.push((t2.elapsed().as_secs_f64(), usage(serve.id()).1));
+            // What the service says it holds, beside what it takes: where
+            // a growth is, or is not.
+            let (_, metrics) = support::get(port, "/metrics").await;
+            let held: Vec<&str> = metrics
+                .lines()
+                .filter(|l| {
+                    l.starts_with("supervise_github_etag_cache_bytes")
+                        || l.starts_with("supervise_operations_loaded")
+                })
+                .collect();
+            eprintln!("soak {:.0} s: {held:?}", t2.elapsed().as_secs_f64());
         }
     }
     let operations_finished: usize = finished.values().sum();
@@ -721,6 +732,9 @@ fn main() {
         let row = rt.block_on(one(ops, window, churn, soak, run_ms(ops)));
         eprintln!("done: {ops} operations");
         rows.push(row);
+    }
+    if rows.is_empty() {
+        return;
     }
     println!("| operations (installations) | all started in | idle: charged requests per installation-hour (busiest) | of which dispatch and lifecycle / status edits / reconciliation and reads | answered 304 per installation-hour | RSS idle | CPU idle | store per operation | churn: webhooks per s (completions) | charged requests per completion | reaction p50 / p99 | CPU, RSS in churn |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");

@@ -36,8 +36,11 @@ pub struct ServeArgs {
     /// Bot logins whose commands are acted on (exact match); other bots are ignored.
     #[arg(long, env = "SUPERVISE_BOT_ALLOW_LIST", value_delimiter = ',')]
     pub bot_allow_list: Vec<String>,
-    /// Deliveries processed at once.
-    #[arg(long, env = "SUPERVISE_WORKERS", default_value_t = 4)]
+    /// Deliveries processed at once. A delivery's time is mostly waiting on
+    /// GitHub's answers, so these are many: with 4, a service of 1,000
+    /// operations answered 1 % of run completions 9.6 s late (the scale
+    /// bench), with 32, 2.8 s.
+    #[arg(long, env = "SUPERVISE_WORKERS", default_value_t = 32)]
     pub workers: usize,
     /// Deliveries of one installation processed at once.
     #[arg(long, env = "SUPERVISE_INSTALLATION_CONCURRENCY", default_value_t = 2)]
