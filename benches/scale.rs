@@ -547,7 +547,22 @@ async fn one(
                         || l.starts_with("supervise_operations_loaded")
                 })
                 .collect();
-            eprintln!("soak {:.0} s: {held:?}", t2.elapsed().as_secs_f64());
+            // Anonymous memory (the heap) apart from mapped files
+            // (SQLite's shared memory, the binary).
+            let status =
+                std::fs::read_to_string(format!("/proc/{}/status", serve.id())).unwrap_or_default();
+            let kinds: Vec<&str> = status
+                .lines()
+                .filter(|l| {
+                    l.starts_with("RssAnon")
+                        || l.starts_with("RssFile")
+                        || l.starts_with("RssShmem")
+                })
+                .collect();
+            eprintln!(
+                "soak {:.0} s: {held:?} {kinds:?}",
+                t2.elapsed().as_secs_f64()
+            );
         }
     }
     let operations_finished: usize = finished.values().sum();
