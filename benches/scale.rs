@@ -295,12 +295,9 @@ async fn restart_finished(
     finished: &mut HashMap<String, usize>,
 ) -> usize {
     let mut started = 0;
+    let finals = fake.count_pulls(|p| p.title.starts_with("Sprint Supervisor:"));
     for repo in repos {
-        let done = fake
-            .pulls(repo)
-            .iter()
-            .filter(|p| p.title.starts_with("Sprint Supervisor:"))
-            .count();
+        let done = finals.get(repo).copied().unwrap_or(0);
         let seen = finished.entry(repo.clone()).or_default();
         if done > *seen {
             *seen = done;

@@ -64,6 +64,15 @@ pub struct Repo {
     pub default_branch: String,
 }
 
+/// [`Repo::resolve`] in a repository already open: what one request resolves
+/// several times opens it once.
+fn commit_id(repo: &git2::Repository, rev: &str) -> Option<git2::Oid> {
+    if rev.is_empty() || rev.starts_with('-') {
+        return None;
+    }
+    Some(repo.revparse_single(rev).ok()?.peel_to_commit().ok()?.id())
+}
+
 pub struct Commit {
     pub sha: String,
     pub message: String,
@@ -97,12 +106,7 @@ impl Repo {
     /// The commit a revision names (a full or short sha, a ref), as
     /// `git rev-parse --verify "<rev>^{commit}"` finds it.
     pub fn resolve(&self, rev: &str) -> Option<String> {
-        if rev.is_empty() || rev.starts_with('-') {
-            return None;
-        }
-        let repo = self.open().ok()?;
-        let commit = repo.revparse_single(rev).ok()?.peel_to_commit().ok()?;
-        Some(commit.id().to_string())
+        commit_id(&self.open().ok()?, rev).map(|id| id.to_string())
     }
 
     pub fn branch_sha(&self, branch: &str) -> Option<String> {
@@ -279,26 +283,18 @@ impl Repo {
 
     /// Whether `ancestor` is in `of`'s history (or is it).
     pub fn is_ancestor(&self, ancestor: &str, of: &str) -> bool {
-        let (Some(a), Some(o)) = (self.resolve(ancestor), self.resolve(of)) else {
-            return false;
-        };
         let Ok(repo) = self.open() else { return false };
-        let (Ok(a), Ok(o)) = (git2::Oid::from_str(&a), git2::Oid::from_str(&o)) else {
-            return false;
-        };
-        a == o || repo.graph_descendant_of(o, a).unwrap_or(false)
+        match (commit_id(&repo, ancestor), commit_id(&repo, of)) {
+            (Some(a), Some(o)) => a == o || repo.graph_descendant_of(o, a).unwrap_or(false),
+            _ => false,
+        }
     }
 
     /// A file's blob sha and text at `rev`, byte for byte as GitHub serves
     /// it.
     pub fn file(&self, rev: &str, path: &str) -> Option<(String, String)> {
-        let commit = self.resolve(rev)?;
         let repo = self.open().ok()?;
-        let tree = repo
-            .find_commit(git2::Oid::from_str(&commit).ok()?)
-            .ok()?
-            .tree()
-            .ok()?;
+        let tree = repo.find_commit(commit_id(&repo, rev)?).ok()?.tree().ok()?;
         let entry = tree
             .get_path(Path::new(path.trim_start_matches('/')))
             .ok()?;
@@ -327,13 +323,10 @@ impl Repo {
     /// Commits reachable from `head` and not from `base`, oldest first (by
     /// commit time, as `git log --reverse` lists them), with their subjects.
     pub fn commits_between(&self, base: &str, head: &str) -> Result<Vec<Commit>, String> {
-        let resolve = |rev: &str| {
-            self.resolve(rev)
-                .and_then(|s| git2::Oid::from_str(&s).ok())
-                .ok_or_else(|| format!("unknown revision {rev}"))
-        };
-        let (base, head) = (resolve(base)?, resolve(head)?);
         let repo = self.open()?;
+        let resolve =
+            |rev: &str| commit_id(&repo, rev).ok_or_else(|| format!("unknown revision {rev}"));
+        let (base, head) = (resolve(base)?, resolve(head)?);
         let err = |e: git2::Error| e.message().to_string();
         let mut walk = repo.revwalk().map_err(err)?;
         walk.set_sorting(git2::Sort::TIME).map_err(err)?;
@@ -355,18 +348,13 @@ impl Repo {
     /// The tree of `head` merged into `base` (commits), or why not:
     /// `Err(Ok(msg))` is a conflict.
     fn merge_tree(
-        &self,
         repo: &git2::Repository,
-        base: &str,
-        head: &str,
+        base: git2::Oid,
+        head: git2::Oid,
     ) -> Result<String, Result<String, String>> {
         let err = |e: git2::Error| Err(e.message().to_string());
-        let commit = |s: &str| {
-            git2::Oid::from_str(s)
-                .and_then(|id| repo.find_commit(id))
-                .map_err(err)
-        };
-        let (ours, theirs) = (commit(base)?, commit(head)?);
+        let ours = repo.find_commit(base).map_err(err)?;
+        let theirs = repo.find_commit(head).map_err(err)?;
         let mut index = repo.merge_commits(&ours, &theirs, None).map_err(err)?;
         if index.has_conflicts() {
             let paths: Vec<String> = index
@@ -384,6 +372,18 @@ impl Repo {
             .map_err(err)
     }
 
+    /// The heads of branches `base` and `head`, in a repository already open.
+    fn heads_of(
+        repo: &git2::Repository,
+        base: &str,
+        head: &str,
+    ) -> Result<(git2::Oid, git2::Oid), String> {
+        let head_of = |b: &str| {
+            commit_id(repo, &format!("refs/heads/{b}")).ok_or_else(|| format!("no branch {b}"))
+        };
+        Ok((head_of(base)?, head_of(head)?))
+    }
+
     /// Merges `head` into `base` without a worktree. `Err(Ok(msg))` is a conflict.
     pub fn merge(
         &self,
@@ -391,29 +391,24 @@ impl Repo {
         head: &str,
         message: &str,
     ) -> Result<String, Result<String, String>> {
-        let base_sha = self
-            .branch_sha(base)
-            .ok_or_else(|| Err(format!("no branch {base}")))?;
-        let head_sha = self
-            .branch_sha(head)
-            .ok_or_else(|| Err(format!("no branch {head}")))?;
-        if self.is_ancestor(&head_sha, &base_sha) {
+        let repo = self.open().map_err(Err)?;
+        let (base_id, head_id) = Self::heads_of(&repo, base, head).map_err(Err)?;
+        let base_sha = base_id.to_string();
+        if base_id == head_id || repo.graph_descendant_of(base_id, head_id).unwrap_or(false) {
             return Ok(base_sha);
         }
-        let repo = self.open().map_err(Err)?;
-        let tree = self.merge_tree(&repo, &base_sha, &head_sha)?;
+        let tree = Self::merge_tree(&repo, base_id, head_id)?;
         let sha = self
-            .commit_tree(&tree, &[base_sha.clone(), head_sha], message)
+            .commit_tree(&tree, &[base_sha.clone(), head_id.to_string()], message)
             .map_err(Err)?;
         self.update_ref(base, &sha, Some(&base_sha)).map_err(Err)?;
         Ok(sha)
     }
 
     pub fn mergeable(&self, base: &str, head: &str) -> Option<bool> {
-        let b = self.branch_sha(base)?;
-        let h = self.branch_sha(head)?;
         let repo = self.open().ok()?;
-        match self.merge_tree(&repo, &b, &h) {
+        let (b, h) = Self::heads_of(&repo, base, head).ok()?;
+        match Self::merge_tree(&repo, b, h) {
             Ok(_) => Some(true),
             Err(Ok(_)) => Some(false),
             Err(Err(_)) => None,

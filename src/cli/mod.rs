@@ -301,9 +301,6 @@ pub struct PlanToolFlags {
     pub json: bool,
 }
 
-/// A secret the process is given by its environment: `NAME`, or the file
-/// `NAME_FILE` names (for secret stores that mount files). Never a flag:
-/// any user of the machine can read a process's arguments in `ps`.
 /// A repository named as `owner/name` on the command line, as GitHub spells
 /// names: anything else (a path, `..`, a URL) is refused before a request
 /// is made with the App's credentials.
@@ -337,6 +334,9 @@ pub(crate) async fn loopback(
     Ok((listener, addr))
 }
 
+/// A secret the process is given by its environment: `NAME`, or the file
+/// `NAME_FILE` names (for secret stores that mount files). Never a flag:
+/// any user of the machine can read a process's arguments in `ps`.
 pub(crate) fn secret_from_env(name: &str, default: Option<&str>) -> anyhow::Result<String> {
     use anyhow::Context as _;
     if let Some(value) = std::env::var_os(name) {

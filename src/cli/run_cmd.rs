@@ -646,7 +646,7 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
         let since = a.since.clone().or_else(|| std::env::var("GITHUB_SHA").ok());
         let run = since
             .as_deref()
-            .and_then(|since| crate::place::local::git::agent_commits(&root, since));
+            .and_then(|since| crate::place::local::git::agent_commits(&root, since, None));
         let answer = match spec.as_ref().and_then(|s| s.answer_file.as_deref()) {
             Some(rel) => crate::contract::read_answer(&root.join(rel)),
             None => std::env::var_os("SUPERVISE_RESULT_FILE")

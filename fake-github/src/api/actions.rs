@@ -314,7 +314,7 @@ fn pairs(files: &[(String, String)]) -> Vec<(&str, &str)> {
 /// What the fake's [`super::SimulatedPublisher`] says a simulated run leaves:
 /// the agent's commit and the record's on the run's branch, then the check
 /// runs on that head, as GitHub Actions made them. Git's work runs off the
-/// async workers (it is processes).
+/// async workers (it is blocking file I/O).
 async fn publish_simulated(f: &Shared, run: &Run) -> Result<(), String> {
     let Some(publisher) = f.inner.lock().api.simulated_publisher.clone() else {
         return Ok(());

@@ -386,6 +386,17 @@ impl FakeGitHub {
         in_repo(&self.inner.lock().api.pulls, repo)
     }
 
+    /// How many pull requests of each repository `which` picks, in one look
+    /// over them all (a benchmark watching a thousand repositories asks
+    /// every second).
+    pub fn count_pulls(&self, which: impl Fn(&Pull) -> bool) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for p in self.inner.lock().api.pulls.iter().filter(|p| which(p)) {
+            *counts.entry(p.repo.clone()).or_default() += 1;
+        }
+        counts
+    }
+
     pub fn check_runs(&self, repo: &str) -> Vec<CheckRun> {
         in_repo(&self.inner.lock().api.check_runs, repo)
     }

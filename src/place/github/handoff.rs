@@ -234,7 +234,9 @@ pub fn verify(
     let output = crate::contract::read_output(&handoff.join(files::AGENT_OUTPUT));
     let exit_code = read_untrusted(&handoff.join(files::AGENT_EXIT), 32)
         .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<i32>().ok());
-    let run = crate::place::local::git::agent_commits(root, &base);
+    // The criteria ran repository code, which may have moved HEAD: what is
+    // recorded is of the head checked and published.
+    let run = crate::place::local::git::agent_commits(root, &base, Some(&head));
     let answer = match &def.answer_file {
         Some(rel) => crate::contract::read_answer(&root.join(rel)),
         None => crate::contract::read_answer(&handoff.join(files::ANSWER)),

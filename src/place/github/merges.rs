@@ -10,10 +10,12 @@
 //! results records of the branches merged (the runner's git lists the paths a
 //! run changed from where it began). A branch that began at one of those heads
 //! and changed none of those paths merges cleanly: in a three-way merge no
-//! path is changed on both sides. Anything this replica did not see (a
-//! restart, another replica's merges, a push by a person, a record without its
-//! paths) leaves the answer to GitHub, and the merge itself still refuses a
-//! conflict.
+//! path is changed on both sides. What moves the integration branch outside
+//! this log (a restart, another replica's turn, a commit of the supervisor's
+//! own, a record without its paths) leaves the answer to GitHub. A person's
+//! push between two of this replica's merges is the one change the log
+//! cannot see (GitHub's merge answer names no parent); the merge itself
+//! still refuses a conflict, and then a person is asked.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -53,15 +55,17 @@ impl MergeLog {
     }
 
     /// Whether a branch that began at `began_at` and changed the paths
-    /// `changed` merges cleanly into the integration branch at `head`:
-    /// `Some(true)` when this log covers every change from `began_at` to
-    /// `head` and none of them is among `changed`; `None` when it cannot say.
-    pub fn merges_cleanly(&self, head: &str, began_at: &str, changed: &[String]) -> Option<bool> {
+    /// `changed` surely merges cleanly into the integration branch at `head`:
+    /// this log covers every change from `began_at` to `head` and none of
+    /// them is among `changed`. False when it cannot say.
+    pub fn merges_cleanly(&self, head: &str, began_at: &str, changed: &[String]) -> bool {
         if self.heads.back().map(|(h, _)| h.as_str()) != Some(head) {
-            return None;
+            return false;
         }
-        let (_, since) = self.heads.iter().find(|(h, _)| h == began_at)?;
-        changed.iter().all(|p| !since.contains(p)).then_some(true)
+        self.heads
+            .iter()
+            .find(|(h, _)| h == began_at)
+            .is_some_and(|(_, since)| changed.iter().all(|p| !since.contains(p)))
     }
 }
 
@@ -79,25 +83,25 @@ mod tests {
     #[test]
     fn says_nothing_of_what_it_did_not_see() {
         let mut log = MergeLog::default();
-        assert_eq!(log.merges_cleanly("h0", "h0", &[]), None);
+        assert!(!log.merges_cleanly("h0", "h0", &[]));
         log.merged(None, "h1", Some(&paths(&["a"])));
         log.merged(Some("h1"), "h2", Some(&paths(&["b"])));
-        assert_eq!(log.merges_cleanly("h2", "h1", &paths(&["c"])), Some(true));
+        assert!(log.merges_cleanly("h2", "h1", &paths(&["c"])));
         // b was merged since h1.
-        assert_eq!(log.merges_cleanly("h2", "h1", &paths(&["b"])), None);
+        assert!(!log.merges_cleanly("h2", "h1", &paths(&["b"])));
         // The branch moved since this replica's last merge (a person pushed).
-        assert_eq!(log.merges_cleanly("h9", "h1", &paths(&["c"])), None);
+        assert!(!log.merges_cleanly("h9", "h1", &paths(&["c"])));
         // A head before the log began.
-        assert_eq!(log.merges_cleanly("h2", "h0", &paths(&["c"])), None);
+        assert!(!log.merges_cleanly("h2", "h0", &paths(&["c"])));
         // A merge whose paths are unknown forgets what came before it.
         log.merged(Some("h2"), "h3", None);
-        assert_eq!(log.merges_cleanly("h3", "h1", &paths(&["c"])), None);
-        assert_eq!(log.merges_cleanly("h3", "h3", &paths(&["b"])), Some(true));
+        assert!(!log.merges_cleanly("h3", "h1", &paths(&["c"])));
+        assert!(log.merges_cleanly("h3", "h3", &paths(&["b"])));
         // A merge from a head the log did not end at begins it anew there.
         log.merged(Some("h1"), "h4", Some(&paths(&["d"])));
-        assert_eq!(log.merges_cleanly("h4", "h3", &paths(&["c"])), None);
-        assert_eq!(log.merges_cleanly("h4", "h1", &paths(&["c"])), Some(true));
-        assert_eq!(log.merges_cleanly("h4", "h1", &paths(&["d"])), None);
+        assert!(!log.merges_cleanly("h4", "h3", &paths(&["c"])));
+        assert!(log.merges_cleanly("h4", "h1", &paths(&["c"])));
+        assert!(!log.merges_cleanly("h4", "h1", &paths(&["d"])));
     }
 
     /// A commit on `parents` whose tree is `files` (flat paths).
@@ -169,7 +173,7 @@ mod tests {
                 let ours = repo.find_commit(head).unwrap();
                 let theirs = repo.find_commit(tip).unwrap();
                 let mut merged = repo.merge_commits(&ours, &theirs, None).unwrap();
-                if said == Some(true) {
+                if said {
                     prop_assert!(!merged.has_conflicts(), "the log said branch {n} merges cleanly; git found a conflict");
                 }
                 if merged.has_conflicts() {

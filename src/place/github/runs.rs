@@ -448,7 +448,7 @@ fn clean_since(place: &GhPlace, began_at: Option<&String>, record: Option<&RunRe
     ) else {
         return false;
     };
-    place.merges.merges_cleanly(head, began, changed) == Some(true)
+    place.merges.merges_cleanly(head, began, changed)
 }
 
 /// The check runs on a head, once its CI has finished.

@@ -25,17 +25,19 @@ pub struct RunCommits {
     pub changed: Option<Vec<String>>,
 }
 
-/// The run's commits in the checkout at `dir` since `since`; `None` when git
-/// cannot say (no repository, an unknown commit).
-pub fn agent_commits(dir: &Path, since: &str) -> Option<RunCommits> {
+/// The run's commits in the checkout at `dir` from `since` to `head` (the
+/// checkout's HEAD when `None`); `None` when git cannot say (no repository,
+/// an unknown commit). A step that runs repository code before it asks
+/// names the head it checked: that code may move HEAD, and what is recorded
+/// must describe the commit published, not one the code made.
+pub fn agent_commits(dir: &Path, since: &str, head: Option<&str>) -> Option<RunCommits> {
     let repo = Repository::discover(dir).ok()?;
-    let base = repo
-        .revparse_single(since)
-        .ok()?
-        .peel_to_commit()
-        .ok()?
-        .id();
-    let head = repo.head().ok()?.peel_to_commit().ok()?.id();
+    let commit_of = |rev: &str| Some(repo.revparse_single(rev).ok()?.peel_to_commit().ok()?.id());
+    let base = commit_of(since)?;
+    let head = match head {
+        Some(h) => commit_of(h)?,
+        None => repo.head().ok()?.peel_to_commit().ok()?.id(),
+    };
     let contains = head == base || repo.graph_descendant_of(head, base).ok()?;
     let mut walk = repo.revwalk().ok()?;
     walk.push(head).ok()?;
@@ -61,7 +63,7 @@ pub fn agent_commits(dir: &Path, since: &str) -> Option<RunCommits> {
 
 /// The paths that differ between two commits' trees (both sides of a
 /// rename: git's diff here detects none), when there are at most
-/// [`crate::contract::CHANGED_LIMIT`] of them.
+/// [`crate::contract::CHANGED_LIMIT`] of them and every one is UTF-8.
 pub(crate) fn changed_paths(repo: &Repository, from: Oid, to: Oid) -> Option<Vec<String>> {
     let tree = |id: Oid| repo.find_commit(id).ok()?.tree().ok();
     let diff = repo
@@ -70,9 +72,9 @@ pub(crate) fn changed_paths(repo: &Repository, from: Oid, to: Oid) -> Option<Vec
     let mut paths = std::collections::BTreeSet::new();
     for delta in diff.deltas() {
         for file in [delta.old_file(), delta.new_file()] {
-            if let Some(p) = file.path().and_then(|p| p.to_str()) {
-                paths.insert(p.to_string());
-            }
+            // A path that is not UTF-8 cannot be listed, and a list without
+            // it would say a branch merges cleanly when it may not.
+            paths.insert(file.path()?.to_str()?.to_string());
         }
         if paths.len() > crate::contract::CHANGED_LIMIT {
             return None;
@@ -853,13 +855,13 @@ mod tests {
             shas.push(id.to_string());
             parent = Some(id);
         }
-        let listed = agent_commits(tmp.path(), &shas[0]).unwrap();
+        let listed = agent_commits(tmp.path(), &shas[0], None).unwrap();
         assert_eq!(
             listed.commits,
             vec![shas[3][..7].to_string(), shas[1][..7].to_string()]
         );
         assert_eq!(listed.began_at.as_deref(), Some(shas[0].as_str()));
-        let none = agent_commits(tmp.path(), &shas[3]).unwrap();
+        let none = agent_commits(tmp.path(), &shas[3], None).unwrap();
         assert_eq!(none.commits, Vec::<String>::new());
         assert_eq!(none.began_at.as_deref(), Some(shas[3].as_str()));
         // The agent moved its branch back: the run's start is no longer in
@@ -867,13 +869,67 @@ mod tests {
         let head = repo.find_commit(Oid::from_str(&shas[3]).unwrap()).unwrap();
         let back = repo.find_commit(Oid::from_str(&shas[1]).unwrap()).unwrap();
         repo.reset(back.as_object(), ResetType::Hard, None).unwrap();
-        let moved = agent_commits(tmp.path(), &head.id().to_string()).unwrap();
+        let moved = agent_commits(tmp.path(), &head.id().to_string(), None).unwrap();
         assert_eq!(moved.began_at, None);
         assert_eq!(
-            agent_commits(tmp.path(), "0123456789abcdef0123456789abcdef01234567"),
+            agent_commits(tmp.path(), "0123456789abcdef0123456789abcdef01234567", None),
             None
         );
-        assert_eq!(agent_commits(tmp.path(), ""), None);
+        assert_eq!(agent_commits(tmp.path(), "", None), None);
+    }
+
+    /// What the runner records is of the head it names, whatever HEAD is
+    /// now (repository code run by the criteria may have committed), and a
+    /// path it cannot spell (not UTF-8) leaves the changed paths unsaid
+    /// rather than left out.
+    #[test]
+    fn the_record_describes_the_head_checked_and_lists_only_what_it_can_spell() {
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path()).unwrap();
+        let sig = Signature::now("t", "t@x").unwrap();
+        // Each moves HEAD but the last, which is beside it.
+        let commit = |parent: Option<Oid>, names: &[&[u8]], msg: &str, moves: bool| -> Oid {
+            let mut tb = repo.treebuilder(None).unwrap();
+            for n in names {
+                let blob = repo.blob(n).unwrap();
+                tb.insert(std::ffi::OsStr::from_bytes(n), blob, 0o100644)
+                    .unwrap();
+            }
+            let tree = repo.find_tree(tb.write().unwrap()).unwrap();
+            let parents: Vec<git2::Commit> = parent
+                .iter()
+                .map(|p| repo.find_commit(*p).unwrap())
+                .collect();
+            let refs: Vec<&git2::Commit> = parents.iter().collect();
+            repo.commit(moves.then_some("HEAD"), &sig, &sig, msg, &tree, &refs)
+                .unwrap()
+        };
+        let base = commit(None, &[b"a.txt"], "base", true);
+        let work = commit(Some(base), &[b"a.txt", b"b.txt"], "agent: work", true);
+        // Repository code commits after the head was checked.
+        let later = commit(
+            Some(work),
+            &[b"a.txt", b"b.txt", b"c.txt"],
+            "made by a test",
+            true,
+        );
+        let (b, w) = (base.to_string(), work.to_string());
+        let checked = agent_commits(tmp.path(), &b, Some(&w)).unwrap();
+        assert_eq!(checked.commits, vec![w[..7].to_string()]);
+        assert_eq!(checked.changed, Some(vec!["b.txt".to_string()]));
+        let at_head = agent_commits(tmp.path(), &b, None).unwrap();
+        assert_eq!(at_head.commits.len(), 2, "HEAD moved on to {later}");
+        // A name that is not UTF-8.
+        let odd = commit(
+            Some(base),
+            &[b"a.txt", b"caf\xe9.txt"],
+            "agent: odd name",
+            false,
+        );
+        let listed = agent_commits(tmp.path(), &b, Some(&odd.to_string())).unwrap();
+        assert_eq!(listed.began_at.as_deref(), Some(b.as_str()));
+        assert_eq!(listed.changed, None);
     }
 
     /// A repository holding `files` in one commit, and the supervisor's
