@@ -333,6 +333,20 @@ fn profile(var: &str, pid: u32, span: Duration) -> Option<std::process::Child> {
         .ok()
 }
 
+/// heaptrack attached to the service for the soak, into the file the
+/// environment variable `var` names (none without it): what the heap keeps
+/// that it did not keep before. Needs a bench built with the
+/// `system-allocator` feature (heaptrack watches malloc, not mimalloc).
+fn heap_profile(var: &str, pid: u32) -> Option<std::process::Child> {
+    let out = std::env::var(var).ok()?;
+    std::process::Command::new("heaptrack")
+        .args(["-o", &out, "-p", &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()
+}
+
 fn finish(perf: Option<std::process::Child>) {
     if let Some(mut p) = perf {
         let _ = p.wait();
@@ -528,6 +542,9 @@ async fn one(
     // 3. The soak: the churn goes on, operations finishing and starting;
     // the service's memory every 30 s.
     let mut rss_samples = Vec::new();
+    let heaptrack = (!soak.is_zero())
+        .then(|| heap_profile("BENCH_HEAPTRACK", serve.id()))
+        .flatten();
     let t2 = Instant::now();
     while t2.elapsed() < soak {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -542,6 +559,7 @@ async fn one(
                 .filter(|l| {
                     l.starts_with("supervise_github_etag_cache_bytes")
                         || l.starts_with("supervise_operations_loaded")
+                        || l.starts_with("supervise_tasks_alive")
                 })
                 .collect();
             // Anonymous memory (the heap) apart from mapped files
@@ -583,6 +601,14 @@ async fn one(
         }
     }
     assert_eq!(doubled(&fake, &repos), 0, "a dispatch made twice");
+    if let Some(mut h) = heaptrack {
+        // The profile's last allocations are written as the service ends.
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &serve.id().to_string()])
+            .status();
+        let _ = serve.wait();
+        let _ = h.wait();
+    }
     let _ = serve.kill();
     let _ = serve.wait();
     Row {

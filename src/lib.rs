@@ -27,6 +27,8 @@ pub mod text;
 /// benchmarks) allocates through mimalloc: reading a plan or a burst of
 /// webhook deliveries makes many small, short-lived allocations, where the
 /// system allocator (glibc's, and musl's in the static release far more so)
-/// spends a fifth of the time.
+/// spends a fifth of the time. (The `system-allocator` feature leaves it
+/// out, for heap profilers that watch malloc.)
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

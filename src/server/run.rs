@@ -96,6 +96,9 @@ pub async fn run(
             tracing::warn!(error = %e, "cannot look again for deliveries held by this replica's last run");
         }
     });
+    if let Some(handle) = config.metrics.clone() {
+        tokio::spawn(metrics_upkeep(handle));
+    }
     if let Some(retention) = config.delivery_retention {
         tokio::spawn(super::retention::sweep_forever(store.clone(), retention));
     }
@@ -161,4 +164,19 @@ pub async fn run(
     tracing::info!("shutting down: stopping the workers");
     service::shut_down(&svc, limits.shutdown_grace).await;
     Ok(())
+}
+
+/// How often the histograms' samples are folded into their summaries.
+const METRICS_UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Folds the samples the histograms recorded into their summaries, as
+/// `GET /metrics` does: without it, a service nobody scrapes keeps every
+/// sample of every delivery it ever timed.
+async fn metrics_upkeep(handle: PrometheusHandle) {
+    let mut every = tokio::time::interval(METRICS_UPKEEP_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        handle.run_upkeep();
+    }
 }

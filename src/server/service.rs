@@ -182,6 +182,9 @@ async fn metrics(State(svc): State<Arc<Service>>) -> String {
     let (entries, bytes) = svc.handler.github.etag_cache_size();
     metrics::gauge!("supervise_github_etag_cache_entries").set(entries as f64);
     metrics::gauge!("supervise_github_etag_cache_bytes").set(bytes as f64);
+    // Tasks that never end are a leak a heap profile shows only as bytes.
+    metrics::gauge!("supervise_tasks_alive")
+        .set(tokio::runtime::Handle::current().metrics().num_alive_tasks() as f64);
     svc.metrics.as_ref().map(|h| h.render()).unwrap_or_default()
 }
 
