@@ -539,6 +539,18 @@ async fn one(
         .iter()
         .filter(|(at, a, _)| a == "completed" && *at >= churn_from && *at < churn_to)
         .count();
+    // Where a delivery's time went in the churn's last minute (the
+    // service's summaries): waiting, by stage, and working, by event.
+    let (_, metrics) = support::get(port, "/metrics").await;
+    for l in metrics.lines().filter(|l| {
+        (l.starts_with("supervise_delivery_wait_seconds{")
+            || l.starts_with("supervise_processing_seconds{"))
+            && (l.contains("quantile=\"0.5\"")
+                || l.contains("quantile=\"0.99\"")
+                || l.contains("quantile=\"1\""))
+    }) {
+        eprintln!("{ops} operations, churn: {l}");
+    }
     // 3. The soak: the churn goes on, operations finishing and starting;
     // the service's memory every 30 s.
     let mut rss_samples = Vec::new();

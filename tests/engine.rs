@@ -1591,6 +1591,43 @@ fn the_stored_log_replays_to_the_same_state_and_the_same_prompts() {
     );
 }
 
+/// The service shares an operation's state with the web view and with a
+/// status being published. A decision that changes it copies it, leaving
+/// the readers the version they read, and decides exactly as on a state of
+/// its own; one that changes nothing (most ticks) copies nothing.
+#[test]
+fn a_shared_state_is_copied_only_by_a_decision_that_changes_it() {
+    use std::sync::Arc;
+    let sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    let out = sim.order_for("api");
+    let mut shared = sim.state.clone().map(Arc::new);
+    let reader = shared.clone().expect("started");
+
+    let d = decide_shared(&mut shared, Input::Tick, sim.now).unwrap();
+    assert!(d.events.is_empty(), "{d:?}");
+    assert!(
+        Arc::ptr_eq(&reader, shared.as_ref().unwrap()),
+        "a tick with nothing due copied the state"
+    );
+
+    let finished = Input::AgentFinished {
+        dispatch: out.dispatch,
+        report: failure(),
+    };
+    let mut own = sim.state.clone();
+    let expected = decide_mut(&mut own, finished.clone(), sim.now).unwrap();
+    let got = decide_shared(&mut shared, finished, sim.now).unwrap();
+    assert!(!got.events.is_empty());
+    assert_eq!(got, expected);
+    assert_eq!(shared.as_deref(), own.as_ref());
+    assert!(!Arc::ptr_eq(&reader, shared.as_ref().unwrap()));
+    assert_eq!(
+        Some(&*reader),
+        sim.state.as_ref(),
+        "the reader's version changed under it"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
     /// `UnitGraph::dependents_of` is the transitive closure of "waits for": a unit

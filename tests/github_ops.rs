@@ -70,6 +70,16 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     };
     assert_eq!(total("supervise_dispatches_total"), 4, "{metrics}");
     assert!(total("supervise_spend_total") >= 4, "{metrics}");
+    // Where deliveries' time went, by stage and by event: what an operator
+    // reads when reactions are slow.
+    for series in [
+        "supervise_delivery_wait_seconds{stage=\"queue\",quantile=\"0.99\"}",
+        "supervise_delivery_wait_seconds{stage=\"installation\",quantile=\"0.99\"}",
+        "supervise_delivery_wait_seconds{stage=\"operation\",quantile=\"0.99\"}",
+        "supervise_processing_seconds{event=\"workflow_run\",outcome=\"ok\",quantile=\"0.99\"}",
+    ] {
+        assert!(metrics.contains(series), "{series} missing from {metrics}");
+    }
 
     // The reply and the sticky status comment.
     let comments = s.bot_comments(s.issue);

@@ -78,7 +78,7 @@ async fn follow(log: PathBuf, views: std::sync::Arc<Views>) {
         match looked {
             Ok(true) => {
                 if let Some(st) = &follower.state {
-                    views.publish(st, &Origin::local());
+                    views.publish(&std::sync::Arc::new(st.clone()), &Origin::local());
                 }
             }
             Ok(false) => {}

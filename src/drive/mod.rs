@@ -9,11 +9,12 @@
 //! recorded, and every effect is idempotent, so whatever a crash left undone is
 //! carried out again from the outbox on the next start.
 
-use crate::engine::{decide_mut, Effect, Event, Input, OperationState, Refusal};
+use crate::engine::{decide_shared, Effect, Event, Input, OperationState, Refusal};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 
 /// An outbox entry's idempotency key: the decision's sequence number in the
 /// log and the effect's place in it. Stable across restarts; written `seq.index`.
@@ -160,7 +161,9 @@ pub trait Executor {
 /// the inputs waiting to be decided.
 #[derive(Debug, Default)]
 pub struct Driver {
-    pub state: Option<OperationState>,
+    /// Shared with whoever shows it (the web view, a status being
+    /// published): a decision copies it only if it changes it while shared.
+    pub state: Option<Arc<OperationState>>,
     pub pending: Vec<Entry>,
     pub queue: VecDeque<Input>,
     /// Entries that answered [`Outcome::Wait`]: passed over until a drive that
@@ -172,14 +175,14 @@ impl Driver {
     /// Falls back to what the log holds (another replica acted, or a write
     /// failed); inputs not yet decided stay queued.
     pub fn reload(&mut self, loaded: Loaded) {
-        self.state = loaded.state;
+        self.state = loaded.state.map(Arc::new);
         self.pending = loaded.pending;
         self.waiting.clear();
     }
 
     pub fn new(loaded: Loaded) -> Driver {
         Driver {
-            state: loaded.state,
+            state: loaded.state.map(Arc::new),
             pending: loaded.pending,
             ..Default::default()
         }
@@ -192,9 +195,10 @@ impl Driver {
         outbox: &mut O,
         input: Input,
     ) -> Result<Decided, O::Error> {
-        // Applied in place (no clone of the whole state per input); if the
-        // record cannot be written, the state falls back to what the log holds.
-        let d = match decide_mut(&mut self.state, input, chrono::Utc::now()) {
+        // Applied in place (the state is copied only if it is shared and the
+        // input changes it); if the record cannot be written, the state
+        // falls back to what the log holds.
+        let d = match decide_shared(&mut self.state, input, chrono::Utc::now()) {
             Ok(d) => d,
             Err(r) => return Ok(Decided::Refused(r)),
         };
@@ -281,9 +285,11 @@ impl Driver {
                 continue;
             }
             let span = tracing::info_span!("effect", key = %entry.key);
-            let outcome =
-                tracing::Instrument::instrument(exec.carry_out(self.state.as_ref(), &entry), span)
-                    .await;
+            let outcome = tracing::Instrument::instrument(
+                exec.carry_out(self.state.as_deref(), &entry),
+                span,
+            )
+            .await;
             let follow = match outcome {
                 Ok(Outcome::Done(inputs)) => inputs,
                 Ok(Outcome::Wait(inputs)) => {

@@ -597,7 +597,16 @@ impl OperationState {
 /// Applies one event. Deterministic and total: an event that names something
 /// unknown (which the engine never emits) is ignored rather than panicking.
 pub fn apply(state: &mut Option<OperationState>, event: &Event) {
-    if let Event::OperationStarted {
+    if let Some(started) = started(event) {
+        *state = Some(started);
+    } else if let Some(st) = state.as_mut() {
+        apply_to(st, event);
+    }
+}
+
+/// The state an `OperationStarted` event begins; `None` for any other event.
+pub fn started(event: &Event) -> Option<OperationState> {
+    let Event::OperationStarted {
         operation,
         name,
         seed,
@@ -606,56 +615,60 @@ pub fn apply(state: &mut Option<OperationState>, event: &Event) {
         workflow,
         at,
     } = event
-    {
-        *state = Some(OperationState {
-            id: operation.clone(),
-            name: name.clone(),
-            renames: 0,
-            seed: *seed,
-            units: plan
-                .work_units
-                .iter()
-                .zip(crate::text::unit_slugs(
-                    &plan
-                        .work_units
-                        .iter()
-                        .map(|u| u.name.as_str())
-                        .collect::<Vec<_>>(),
-                ))
-                .map(|(u, slug)| UnitRun {
-                    name: u.name.clone(),
-                    slug,
-                    status: UnitStatus::NotStarted,
-                    sprints: u
-                        .sprints
-                        .iter()
-                        .map(|s| SprintRun {
-                            id: s.id.clone(),
-                            ..Default::default()
-                        })
-                        .collect(),
-                    notes: Vec::new(),
-                })
-                .collect(),
-            plan: (**plan).clone(),
-            derived: Derived::default(),
-            config: config.clone(),
-            workflow: workflow.as_deref().cloned(),
-            status: OverallStatus::Running,
-            status_reason: String::new(),
-            started_at: *at,
-            updated_at: *at,
-            finished_at: None,
-            decisions: Vec::new(),
-            cost_spent: 0,
-            cost_held: 0,
-            gates: Vec::new(),
-            stop_ticks: 0,
-            version: 1,
-        });
-        return;
-    }
-    let Some(st) = state.as_mut() else { return };
+    else {
+        return None;
+    };
+    Some(OperationState {
+        id: operation.clone(),
+        name: name.clone(),
+        renames: 0,
+        seed: *seed,
+        units: plan
+            .work_units
+            .iter()
+            .zip(crate::text::unit_slugs(
+                &plan
+                    .work_units
+                    .iter()
+                    .map(|u| u.name.as_str())
+                    .collect::<Vec<_>>(),
+            ))
+            .map(|(u, slug)| UnitRun {
+                name: u.name.clone(),
+                slug,
+                status: UnitStatus::NotStarted,
+                sprints: u
+                    .sprints
+                    .iter()
+                    .map(|s| SprintRun {
+                        id: s.id.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                notes: Vec::new(),
+            })
+            .collect(),
+        plan: (**plan).clone(),
+        derived: Derived::default(),
+        config: config.clone(),
+        workflow: workflow.as_deref().cloned(),
+        status: OverallStatus::Running,
+        status_reason: String::new(),
+        started_at: *at,
+        updated_at: *at,
+        finished_at: None,
+        decisions: Vec::new(),
+        cost_spent: 0,
+        cost_held: 0,
+        gates: Vec::new(),
+        stop_ticks: 0,
+        version: 1,
+    })
+}
+
+/// Applies one event to a started operation's state (an `OperationStarted`
+/// changes nothing here: see [`started`]).
+pub fn apply_to(st: &mut OperationState, event: &Event) {
     st.version += 1;
     st.updated_at = event.at().max(st.updated_at);
     match event {

@@ -35,7 +35,7 @@ impl Views {
 
     /// Records `state` unless the same version is already shown. The runs
     /// already known for it are kept (see [`Views::set_runs`]).
-    pub fn publish(&self, state: &OperationState, origin: &Origin) {
+    pub fn publish(&self, state: &Arc<OperationState>, origin: &Origin) {
         {
             let mut shown = self.shown.locked();
             let mut origin = origin.clone();
@@ -50,7 +50,8 @@ impl Views {
             shown.insert(
                 state.id.0.clone(),
                 Shown {
-                    state: Arc::new(state.clone()),
+                    // The operation's own state, shared, not a copy.
+                    state: state.clone(),
                     origin,
                 },
             );

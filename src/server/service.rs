@@ -183,8 +183,11 @@ async fn metrics(State(svc): State<Arc<Service>>) -> String {
     metrics::gauge!("supervise_github_etag_cache_entries").set(entries as f64);
     metrics::gauge!("supervise_github_etag_cache_bytes").set(bytes as f64);
     // Tasks that never end are a leak a heap profile shows only as bytes.
-    metrics::gauge!("supervise_tasks_alive")
-        .set(tokio::runtime::Handle::current().metrics().num_alive_tasks() as f64);
+    metrics::gauge!("supervise_tasks_alive").set(
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks() as f64,
+    );
     svc.metrics.as_ref().map(|h| h.render()).unwrap_or_default()
 }
 
@@ -490,6 +493,8 @@ async fn worker(svc: Arc<Service>) {
     while !svc.stopping.load(std::sync::atomic::Ordering::SeqCst) {
         match next_claim(&svc, &mut held, &mut found_none).await {
             Ok(Some(d)) => {
+                let stored_for = crate::store::sql::now_ms().saturating_sub(d.stored_at_ms);
+                waited("queue", Duration::from_millis(stored_for.max(0) as u64));
                 svc.in_flight.locked().insert((d.id.clone(), d.attempts));
                 let result = process(&svc, &d).await;
                 let svc = svc.clone();
@@ -540,7 +545,9 @@ async fn carry_out(
     // The permit is waited for, the work done and the permit given back
     // inside the one future the lease is renewed beside.
     let work = async {
+        let asked = Instant::now();
         let permit = limit.acquire_owned().await;
+        waited("installation", asked.elapsed());
         let began = Instant::now();
         let outcome = std::panic::AssertUnwindSafe(tracing::Instrument::instrument(work, span))
             .catch_unwind()
@@ -592,8 +599,22 @@ async fn carry_out(
             Err(OpError::Panicked)
         }
     };
-    metrics::histogram!("supervise_processing_seconds", "outcome" => if result.is_ok() { "ok" } else { "error" }).record(began.elapsed().as_secs_f64());
+    metrics::histogram!(
+        "supervise_processing_seconds",
+        "event" => event_label(&d.event),
+        "outcome" => if result.is_ok() { "ok" } else { "error" }
+    )
+    .record(began.elapsed().as_secs_f64());
     result
+}
+
+/// Time a delivery spent waiting before its work, by what it waited for:
+/// `queue` (stored until a worker took it), `installation` (for one of its
+/// installation's places), `operation` (for its operation, busy with
+/// another delivery or a tick). Where a slow reaction's time went.
+pub(crate) fn waited(stage: &'static str, time: Duration) {
+    metrics::histogram!("supervise_delivery_wait_seconds", "stage" => stage)
+        .record(time.as_secs_f64());
 }
 
 /// Records how a delivery's processing ended: done, failed for good, or put

@@ -70,7 +70,8 @@ pub(crate) struct Holder {
     pub(crate) run: String,
 }
 
-fn now_ms() -> i64 {
+/// Now, in milliseconds since the Unix epoch: the store's times.
+pub(crate) fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 

@@ -7,6 +7,7 @@ use super::state::*;
 use super::{cascade, naming, prompt, select, workflow};
 use crate::text::nearest;
 use chrono::{DateTime, Utc};
+use std::sync::Arc;
 
 mod agents;
 mod commands;
@@ -24,7 +25,7 @@ pub struct Decision {
 /// applied as it is emitted, so later rules see earlier ones), and the events
 /// and effects it will hand back.
 struct Decider<'a> {
-    state: &'a mut Option<OperationState>,
+    state: &'a mut Option<Arc<OperationState>>,
     events: Vec<Event>,
     effects: Vec<Effect>,
     now: DateTime<Utc>,
@@ -36,8 +37,8 @@ pub fn decide(
     input: Input,
     now: DateTime<Utc>,
 ) -> Result<Decision, Refusal> {
-    let mut work = state.cloned();
-    decide_mut(&mut work, input, now)
+    let mut work = state.cloned().map(Arc::new);
+    decide_shared(&mut work, input, now)
 }
 
 /// In-place form for hot loops: the returned events are already applied to
@@ -45,6 +46,23 @@ pub fn decide(
 /// first event, so a refused input leaves `state` as it was.
 pub fn decide_mut(
     state: &mut Option<OperationState>,
+    input: Input,
+    now: DateTime<Utc>,
+) -> Result<Decision, Refusal> {
+    let mut shared = state.take().map(Arc::new);
+    let decided = decide_shared(&mut shared, input, now);
+    // Held by no one else: given back without a copy.
+    *state = shared.map(Arc::unwrap_or_clone);
+    decided
+}
+
+/// [`decide_mut`] on a state others may hold too (the web view's copy, a
+/// status being published): the state is copied at the decision's first
+/// event if it is shared, and not at all if nothing changes — so a tick
+/// that finds nothing to do copies nothing, and the operation's state is
+/// kept once however many readers hold the version they last read.
+pub fn decide_shared(
+    state: &mut Option<Arc<OperationState>>,
     input: Input,
     now: DateTime<Utc>,
 ) -> Result<Decision, Refusal> {
@@ -312,17 +330,21 @@ impl Decider<'_> {
     }
 
     pub(super) fn emit(&mut self, e: Event) {
-        apply(self.state, &e);
+        if let Some(begun) = started(&e) {
+            *self.state = Some(Arc::new(begun));
+        } else if let Some(st) = self.state.as_mut() {
+            apply_to(Arc::make_mut(st), &e);
+        }
         self.events.push(e);
     }
 
     pub(super) fn require(&self) -> Result<&OperationState, Refusal> {
-        self.state.as_ref().ok_or(Refusal::NotStarted)
+        self.state.as_deref().ok_or(Refusal::NotStarted)
     }
 
     pub(super) fn st(&self) -> &OperationState {
         self.state
-            .as_ref()
+            .as_deref()
             .expect("operation state exists after start")
     }
 

@@ -99,7 +99,7 @@ impl Operations {
                 None => match recent.iter().find(|r| r.carries(&d.0)) {
                     Some(r) => Some(r.clone()),
                     None => {
-                        self.find_run(&live.place.ctx, live.driver.state.as_ref(), &d)
+                        self.find_run(&live.place.ctx, live.driver.state.as_deref(), &d)
                             .await?
                     }
                 },

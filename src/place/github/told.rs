@@ -498,7 +498,12 @@ impl Operations {
                 None => return Ok(()),
             },
         };
+        let asked = std::time::Instant::now();
         let mut live = l.lock().await;
+        // The service's delivery waits (`server::service::waited`), this
+        // one known only here: the operation was busy.
+        metrics::histogram!("supervise_delivery_wait_seconds", "stage" => "operation")
+            .record(asked.elapsed().as_secs_f64());
         let span = tracing::info_span!("operation", op = %row.op);
         let work = async {
             self.acquire(&mut live).await?;

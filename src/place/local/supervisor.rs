@@ -168,7 +168,7 @@ impl Supervisor {
     }
 
     pub fn state(&self) -> Option<&OperationState> {
-        self.driver.state.as_ref()
+        self.driver.state.as_deref()
     }
 
     /// The input that starts a new operation on this plan.

@@ -21,6 +21,9 @@ pub struct Claimed {
     pub installation: Option<i64>,
     pub payload: String,
     pub attempts: i64,
+    /// When it was stored, in milliseconds since the Unix epoch: how long
+    /// it waited for a worker is measured from here.
+    pub stored_at_ms: i64,
 }
 
 /// The least time a finished delivery is kept. GitHub lets a delivery be
@@ -108,8 +111,9 @@ impl SqlStore {
             .iter()
             .map(|r| {
                 let id: String = r.get("id");
+                let stored_at_ms = r.try_get::<i64, _>("received_at").unwrap_or(0);
                 (
-                    r.try_get::<i64, _>("received_at").unwrap_or(0),
+                    stored_at_ms,
                     Claimed {
                         payload: bodies.remove(&id).unwrap_or_else(|| {
                             // Stored in the same transaction as the row:
@@ -121,6 +125,7 @@ impl SqlStore {
                         event: r.get("event"),
                         installation: r.try_get("installation").ok(),
                         attempts: r.try_get::<i64, _>("attempts").unwrap_or(1),
+                        stored_at_ms,
                     },
                 )
             })

@@ -36,7 +36,7 @@ const OLDEST_DUE: &str = "SELECT due.id, octet_length(p.payload) FROM (
         SELECT id, received_at FROM (SELECT id, received_at FROM deliveries WHERE status = 'processing' AND lease_until < ?2 ORDER BY received_at, id LIMIT ?1)
     ) AS due JOIN delivery_payloads p ON p.id = due.id
     ORDER BY due.received_at, due.id LIMIT ?1";
-const CLAIM_ONE: &str = "UPDATE deliveries SET status = 'processing', lease_until = ?1, attempts = attempts + 1, holder = ?2, incarnation = ?3 WHERE id = ?4 AND (status = 'pending' OR lease_until < ?5) RETURNING event, installation, attempts";
+const CLAIM_ONE: &str = "UPDATE deliveries SET status = 'processing', lease_until = ?1, attempts = attempts + 1, holder = ?2, incarnation = ?3 WHERE id = ?4 AND (status = 'pending' OR lease_until < ?5) RETURNING event, installation, attempts, received_at";
 const BODY: &str = "SELECT payload FROM delivery_payloads WHERE id = ?1";
 
 /// The intake's own connection to the store's SQLite file.
@@ -161,7 +161,7 @@ fn claim_oldest(
                 drained: false,
             });
         }
-        let (event, installation, attempts) = claim.query_row(
+        let (event, installation, attempts, stored_at_ms) = claim.query_row(
             params![
                 w.lease_until,
                 w.holder.map(|h| h.replica.as_str()),
@@ -169,7 +169,7 @@ fn claim_oldest(
                 id,
                 w.now
             ],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )?;
         let payload = match here.get(id.as_str()) {
             Some(p) => p.to_string(),
@@ -181,6 +181,7 @@ fn claim_oldest(
             installation,
             payload,
             attempts,
+            stored_at_ms,
         });
     }
     Ok(Taken {

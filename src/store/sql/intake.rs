@@ -817,6 +817,8 @@ impl SqlStore {
                     // Committed: what was stored is durable, and now handed
                     // over (the bodies moved, not copied), then answered.
                     let (mut handed, mut pending) = (Vec::new(), false);
+                    // Within a few milliseconds of the batch's own time.
+                    let stored_at = now_ms();
                     let mut answers = Vec::with_capacity(outcomes.len());
                     for ((w, done), o) in batch.into_iter().zip(outcomes) {
                         answers.push((done, o.answer()));
@@ -828,6 +830,7 @@ impl SqlStore {
                                     installation: d.installation,
                                     payload: d.payload,
                                     attempts: 1,
+                                    stored_at_ms: stored_at,
                                 })
                             }
                             (Outcome::Stored(Row::Pending), _) => pending = true,
