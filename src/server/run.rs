@@ -102,12 +102,13 @@ pub async fn run(
     if let Some(retention) = config.delivery_retention {
         tokio::spawn(super::retention::sweep_forever(store.clone(), retention));
     }
-    let github = Arc::new(GitHub::new(
-        &config.api_url,
-        config.app_id,
-        &config.private_key,
-    )?);
+    let mut github = GitHub::new(&config.api_url, config.app_id, &config.private_key)?;
     let lease = config.timings.lease;
+    // A call waits out a pause of GitHub's inline only while the operation's
+    // lease surely outlasts it (work starts with three quarters of it left);
+    // a longer pause gives the work back to the queue until it is over.
+    github.max_wait = lease / 4;
+    let github = Arc::new(github);
     let ops = Operations::new(
         config.replica_id,
         github.clone(),

@@ -440,21 +440,21 @@ pub async fn shut_down(svc: &Service, grace: Duration) {
 /// is one write for several deliveries instead of one each.
 const CLAIM_BATCH: usize = 8;
 
-/// The worker's next delivery: the next one it holds, else the next one
-/// handed over at intake — either with its lease renewed first if a third of
-/// it has passed while it waited (a lease still well within its time cannot
-/// have been taken over; one another worker took is left to that worker) —
-/// else a fresh claim from the store.
+/// The worker's next delivery: the next one waiting in memory (handed over
+/// at intake, or claimed by a worker beyond the one it works on), with its
+/// lease renewed first if a third of it has passed while it waited (a lease
+/// still well within its time cannot have been taken over; one another
+/// worker took is left to that worker); else a fresh claim from the store,
+/// whose extras are shared with the other workers.
 ///
 /// `found_none`: when this worker's last claim from the store found nothing
 /// (`None` if it found some), which spares the store claims that would find
 /// nothing again (see `Handoff::worth_a_claim`).
 async fn next_claim(
     svc: &Service,
-    held: &mut std::collections::VecDeque<(Instant, Claimed)>,
     found_none: &mut Option<Instant>,
 ) -> Result<Option<Claimed>, crate::store::sql::SqlError> {
-    while let Some((at, d)) = held.pop_front().or_else(|| svc.handoff.take()) {
+    while let Some((at, d)) = svc.handoff.take() {
         if at.elapsed() < svc.lease / 3 || svc.store.renew(&d.id, d.attempts, svc.lease).await? {
             return Ok(Some(d));
         }
@@ -471,8 +471,7 @@ async fn next_claim(
     }
     *found_none = None;
     let first = fresh.remove(0);
-    let now = Instant::now();
-    held.extend(fresh.into_iter().map(|d| (now, d)));
+    svc.handoff.share(fresh, Instant::now());
     Ok(Some(first))
 }
 
@@ -487,14 +486,15 @@ pub fn spawn_workers(svc: Arc<Service>, n: usize) {
 /// next; the delivery stays in flight, so a shutdown waits for it, until its
 /// end is committed.
 async fn worker(svc: Arc<Service>) {
-    // Deliveries claimed together, taken one at a time.
-    let mut held: std::collections::VecDeque<(Instant, Claimed)> = Default::default();
     let mut found_none = None;
     while !svc.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-        match next_claim(&svc, &mut held, &mut found_none).await {
+        match next_claim(&svc, &mut found_none).await {
             Ok(Some(d)) => {
-                let stored_for = crate::store::sql::now_ms().saturating_sub(d.stored_at_ms);
-                waited("queue", Duration::from_millis(stored_for.max(0) as u64));
+                // A retry's wait is its delay, not a queue's.
+                if d.attempts == 1 {
+                    let stored_for = crate::store::sql::now_ms().saturating_sub(d.stored_at_ms);
+                    waited("queue", Duration::from_millis(stored_for.max(0) as u64));
+                }
                 svc.in_flight.locked().insert((d.id.clone(), d.attempts));
                 let result = process(&svc, &d).await;
                 let svc = svc.clone();
@@ -510,14 +510,6 @@ async fn worker(svc: Arc<Service>) {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
-    }
-    // Stopping: what this worker claimed but did not start goes back
-    // now, rather than when its lease runs out.
-    for (_, d) in held {
-        let _ = svc
-            .store
-            .retry_later(&d.id, d.attempts, Duration::ZERO, "handed back at shutdown")
-            .await;
     }
 }
 
@@ -609,7 +601,7 @@ async fn carry_out(
 }
 
 /// Time a delivery spent waiting before its work, by what it waited for:
-/// `queue` (stored until a worker took it), `installation` (for one of its
+/// `queue` (stored until a worker took it; first attempts only), `installation` (for one of its
 /// installation's places), `operation` (for its operation, busy with
 /// another delivery or a tick). Where a slow reaction's time went.
 pub(crate) fn waited(stage: &'static str, time: Duration) {
@@ -691,13 +683,9 @@ mod tests {
     #[tokio::test]
     async fn a_claim_that_found_nothing_holds_back_only_its_own_worker() {
         let svc = service(Duration::from_secs(60)).await;
-        let mut held = Default::default();
         // The store was found drained...
         let mut first = None;
-        assert!(next_claim(&svc, &mut held, &mut first)
-            .await
-            .unwrap()
-            .is_none());
+        assert!(next_claim(&svc, &mut first).await.unwrap().is_none());
         assert!(first.is_some());
         // ...then a backlog appears there that this process was not told of
         // (stored by another replica, or leases run out).
@@ -709,15 +697,12 @@ mod tests {
                 .unwrap();
         }
         assert!(
-            next_claim(&svc, &mut held, &mut first)
-                .await
-                .unwrap()
-                .is_none(),
+            next_claim(&svc, &mut first).await.unwrap().is_none(),
             "the worker that found nothing looks again only after a while"
         );
         let mut second = None;
         let mut claimed = 0;
-        while let Some(_d) = next_claim(&svc, &mut held, &mut second).await.unwrap() {
+        while let Some(_d) = next_claim(&svc, &mut second).await.unwrap() {
             claimed += 1;
         }
         assert_eq!(
@@ -725,6 +710,30 @@ mod tests {
             "another worker takes the whole backlog at once"
         );
         assert!(second.is_some(), "and then found the store empty");
+    }
+
+    /// What one worker claims beyond the delivery it works on waits for the
+    /// first worker free, not behind that work: kept by the worker that
+    /// claimed it, a delivery waited up to seven deliveries' processing
+    /// while other workers were idle.
+    #[tokio::test]
+    async fn a_claimed_batch_is_shared_with_the_other_workers() {
+        let svc = service(Duration::from_secs(60)).await;
+        for n in 0..3 {
+            svc.store
+                .intake(&format!("d{n}"), "ping", None, None, "{}")
+                .await
+                .unwrap();
+        }
+        let (mut one, mut other) = (None, None);
+        let first = next_claim(&svc, &mut one).await.unwrap().expect("a claim");
+        assert_eq!(first.id, "d0");
+        // The first worker is busy with d0; the next free worker goes on
+        // with the rest, oldest first, without claiming again.
+        let second = next_claim(&svc, &mut other).await.unwrap();
+        assert_eq!(second.map(|d| d.id).as_deref(), Some("d1"));
+        let third = next_claim(&svc, &mut other).await.unwrap();
+        assert_eq!(third.map(|d| (d.id, d.attempts)), Some(("d2".into(), 1)));
     }
 
     /// A panic in a delivery's work is caught: the delivery is put back to be

@@ -131,10 +131,6 @@ struct Live {
     driver: Driver,
     outbox: SqlOutbox,
     place: GhPlace,
-    /// Until when this replica surely holds the operation's lease (by its
-    /// own clock, taken before the store was asked, so never later than the
-    /// store's `lease_until`).
-    held_until: Option<Instant>,
 }
 
 impl Live {
@@ -171,6 +167,10 @@ impl Live {
 /// status comment, and what is due.
 struct GhPlace {
     ctx: OpContext,
+    /// Until when this replica surely holds the operation's lease (by its
+    /// own clock, taken before the store was asked, so never later than the
+    /// store's `lease_until`).
+    held_until: Option<Instant>,
     status_comment: Option<i64>,
     dirty: bool,
     last_flush: Option<Instant>,
@@ -408,10 +408,10 @@ impl Operations {
                 events: loaded.events.len(),
                 pending: loaded.pending,
             }),
-            held_until: None,
             outbox: SqlOutbox::new(self.store.clone(), row.id.clone(), loaded.seq),
             place: GhPlace {
                 ctx,
+                held_until: None,
                 status_comment: row.status_comment,
                 dirty: true,
                 last_flush: None,
@@ -533,12 +533,13 @@ impl Operations {
     async fn acquire(&self, live: &mut Live) -> Result<(), OpError> {
         let asked = Instant::now();
         if live
+            .place
             .held_until
             .is_some_and(|until| until > asked + self.timings.lease * 3 / 4)
         {
             return Ok(());
         }
-        live.held_until = None;
+        live.place.held_until = None;
         if !self
             .store
             .lease_operation(&live.place.ctx.op, &self.owner, self.timings.lease)
@@ -546,7 +547,7 @@ impl Operations {
         {
             return Err(OpError::Busy(live.place.ctx.op.clone()));
         }
-        live.held_until = Some(asked + self.timings.lease);
+        live.place.held_until = Some(asked + self.timings.lease);
         if self.store.last_seq(&live.place.ctx.op).await? != live.outbox.seq {
             let loaded = live.outbox.load().await?;
             live.driver.reload(loaded);
@@ -558,6 +559,39 @@ impl Operations {
             live.place.awaiting_ci.clear();
         }
         Ok(())
+    }
+
+    /// Before each effect: whether the operation's lease still holds for
+    /// it. The work since [`Operations::acquire`] may have waited on GitHub
+    /// (a call waits out a pause of up to a quarter of the lease; a drive
+    /// makes several), and the timer does not renew the lease of an
+    /// operation busy with a delivery. With less than a quarter left the
+    /// lease is renewed; once it has run out, another replica may have
+    /// taken the operation and acted, so nothing more is carried out here —
+    /// the effect waits in the outbox, and the next [`Operations::acquire`]
+    /// takes the lease again and first catches up with the log.
+    async fn still_held(&self, place: &mut GhPlace) -> Result<(), OpError> {
+        let now = Instant::now();
+        match place.held_until {
+            Some(until) if until > now + self.timings.lease / 4 => Ok(()),
+            Some(until) if until > now => {
+                if self
+                    .store
+                    .lease_operation(&place.ctx.op, &self.owner, self.timings.lease)
+                    .await?
+                {
+                    place.held_until = Some(now + self.timings.lease);
+                    Ok(())
+                } else {
+                    place.held_until = None;
+                    Err(OpError::Busy(place.ctx.op.clone()))
+                }
+            }
+            _ => {
+                place.held_until = None;
+                Err(OpError::Busy(place.ctx.op.clone()))
+            }
+        }
     }
 
     async fn tick(&self, live: &mut Live) -> Result<(), OpError> {
@@ -652,6 +686,7 @@ impl Executor for GitHubExecutor<'_> {
         entry: &Entry,
     ) -> Result<Outcome, OpError> {
         let span = tracing::info_span!("operation", op = %self.place.ctx.op);
+        self.ops.still_held(self.place).await?;
         tracing::Instrument::instrument(self.effect(state, entry), span).await
     }
 
@@ -669,5 +704,95 @@ impl Executor for GitHubExecutor<'_> {
             .repo(ctx)
             .comment_once(ctx.issue, Some(&ctx.started_at), &marker, &text)
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::SecretString;
+
+    /// One operation in a store of its own, opened by a replica named
+    /// `here` (nothing listens at the GitHub address: no request is made).
+    async fn one_operation(lease: Duration) -> (Arc<Operations>, Arc<tokio::sync::Mutex<Live>>) {
+        let store = SqlStore::connect("sqlite::memory:").await.unwrap();
+        let key = SecretString::from(include_str!("../../../tests/fixtures/app/test-app-key.pem"));
+        let gh = Arc::new(GitHub::new("http://127.0.0.1:9", 1, &key).unwrap());
+        let timings = OpTimings {
+            lease,
+            ..OpTimings::default()
+        };
+        let ops = Operations::new(
+            "here".into(),
+            gh,
+            store.clone(),
+            timings,
+            Default::default(),
+        );
+        let ctx = OpContext {
+            op: "op".into(),
+            repo: "acme/shop".into(),
+            issue: 1,
+            installation: 1,
+            default_branch: "main".into(),
+            plan_path: "EXECUTION_PLAN.md".into(),
+            workflow: "supervise-agent.yml".into(),
+            merge: MergeMode::Immediately,
+            daily_budget: None,
+            started_at: "2026-11-27T00:00:00Z".into(),
+        };
+        let row = OperationRow {
+            id: "op".into(),
+            repo: ctx.repo.clone(),
+            issue: 1,
+            installation: 1,
+            active: true,
+            status_comment: None,
+            context: serde_json::to_string(&ctx).unwrap(),
+        };
+        store.create_operation(&row).await.unwrap();
+        let live = ops.open(&row).await.unwrap();
+        (ops, live)
+    }
+
+    /// Each effect is carried out under a lease that still holds: renewed
+    /// when little of it is left, and not used once it has run out (a long
+    /// wait on GitHub) or another replica has taken the operation — the
+    /// effect then waits in the outbox for the next `acquire`, which takes
+    /// the lease again and catches up with the log first.
+    #[tokio::test]
+    async fn an_effect_is_carried_out_only_under_a_lease_that_still_holds() {
+        let lease = Duration::from_secs(1);
+        let (ops, l) = one_operation(lease).await;
+        let mut live = l.lock().await;
+        ops.acquire(&mut live).await.unwrap();
+        ops.still_held(&mut live.place).await.unwrap();
+
+        live.place.held_until = Some(Instant::now() + lease / 8);
+        ops.still_held(&mut live.place).await.unwrap();
+        let renewed = live.place.held_until.expect("held");
+        assert!(renewed > Instant::now() + lease / 2, "not renewed");
+
+        live.place.held_until = Some(Instant::now() - Duration::from_millis(1));
+        assert!(matches!(
+            ops.still_held(&mut live.place).await,
+            Err(OpError::Busy(_))
+        ));
+        assert!(live.place.held_until.is_none());
+        ops.acquire(&mut live).await.unwrap();
+
+        // The store's lease runs out and another replica takes it, while
+        // this one, by its clock, still thinks it has a little left.
+        tokio::time::sleep(lease + Duration::from_millis(100)).await;
+        assert!(ops
+            .store
+            .lease_operation("op", "there", lease * 60)
+            .await
+            .unwrap());
+        live.place.held_until = Some(Instant::now() + lease / 8);
+        assert!(matches!(
+            ops.still_held(&mut live.place).await,
+            Err(OpError::Busy(_))
+        ));
     }
 }
