@@ -573,25 +573,21 @@ impl Operations {
     async fn still_held(&self, place: &mut GhPlace) -> Result<(), OpError> {
         let now = Instant::now();
         match place.held_until {
-            Some(until) if until > now + self.timings.lease / 4 => Ok(()),
+            Some(until) if until > now + self.timings.lease / 4 => return Ok(()),
             Some(until) if until > now => {
-                if self
+                let renewed = self
                     .store
                     .lease_operation(&place.ctx.op, &self.owner, self.timings.lease)
-                    .await?
-                {
+                    .await?;
+                if renewed {
                     place.held_until = Some(now + self.timings.lease);
-                    Ok(())
-                } else {
-                    place.held_until = None;
-                    Err(OpError::Busy(place.ctx.op.clone()))
+                    return Ok(());
                 }
             }
-            _ => {
-                place.held_until = None;
-                Err(OpError::Busy(place.ctx.op.clone()))
-            }
+            _ => {}
         }
+        place.held_until = None;
+        Err(OpError::Busy(place.ctx.op.clone()))
     }
 
     async fn tick(&self, live: &mut Live) -> Result<(), OpError> {
