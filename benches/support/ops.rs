@@ -34,17 +34,18 @@ pub fn operation(
     mut record: Option<&mut Vec<Event>>,
 ) -> usize {
     let mut now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-    let mut state: Option<OperationState> = None;
+    // As the service's driver holds it (`decide_shared`).
+    let mut state: Option<std::sync::Arc<OperationState>> = None;
     let mut events = 0;
     let mut pending: Vec<DispatchId> = Vec::new();
     let mut step = |input: Input,
                     now: chrono::DateTime<Utc>,
-                    state: &mut Option<OperationState>,
+                    state: &mut Option<std::sync::Arc<OperationState>>,
                     pending: &mut Vec<DispatchId>| {
         // Merges are confirmed at once, as a runner whose merges succeed would.
         let mut inputs = vec![input];
         while let Some(input) = inputs.pop() {
-            let d = decide_mut(state, input, now).expect("accepted");
+            let d = decide_shared(state, input, now).expect("accepted");
             if let Some(log) = record.as_deref_mut() {
                 log.extend(d.events.iter().cloned());
             }
