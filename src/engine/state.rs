@@ -238,6 +238,26 @@ pub struct UnitRun {
     pub notes: Vec<String>,
 }
 
+impl UnitRun {
+    /// A unit of the plan before anything has happened to it.
+    fn not_started(unit: &crate::plan::WorkUnit, slug: String) -> UnitRun {
+        UnitRun {
+            name: unit.name.clone(),
+            slug,
+            status: UnitStatus::NotStarted,
+            sprints: unit
+                .sprints
+                .iter()
+                .map(|s| SprintRun {
+                    id: s.id.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            notes: Vec::new(),
+        }
+    }
+}
+
 /// A slug for a unit added later that no unit of the operation has yet
 /// (branch names and dispatch ids must stay unique).
 fn unique_slug(name: &str, taken: &[String]) -> String {
@@ -633,20 +653,7 @@ pub fn started(event: &Event) -> Option<OperationState> {
                     .map(|u| u.name.as_str())
                     .collect::<Vec<_>>(),
             ))
-            .map(|(u, slug)| UnitRun {
-                name: u.name.clone(),
-                slug,
-                status: UnitStatus::NotStarted,
-                sprints: u
-                    .sprints
-                    .iter()
-                    .map(|s| SprintRun {
-                        id: s.id.clone(),
-                        ..Default::default()
-                    })
-                    .collect(),
-                notes: Vec::new(),
-            })
+            .map(|(u, slug)| UnitRun::not_started(u, slug))
             .collect(),
         plan: (**plan).clone(),
         derived: Derived::default(),
@@ -894,20 +901,7 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
             for u in units {
                 let slug = unique_slug(&u.name, &taken);
                 taken.push(slug.clone());
-                st.units.push(UnitRun {
-                    name: u.name.clone(),
-                    slug,
-                    status: UnitStatus::NotStarted,
-                    sprints: u
-                        .sprints
-                        .iter()
-                        .map(|s| SprintRun {
-                            id: s.id.clone(),
-                            ..Default::default()
-                        })
-                        .collect(),
-                    notes: Vec::new(),
-                });
+                st.units.push(UnitRun::not_started(u, slug));
                 st.plan.work_units.push(u.clone());
             }
             st.derived = Derived::default();

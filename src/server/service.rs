@@ -55,6 +55,10 @@ pub struct Service {
     stopping: std::sync::atomic::AtomicBool,
     /// Deliveries being processed now, handed back if shutdown outlasts them.
     in_flight: Mutex<std::collections::HashSet<(String, i64)>>,
+    /// Places for deliveries processed whose end is not yet committed: when
+    /// the store lags, the workers wait for one instead of leaving ever more
+    /// ends behind them in memory (deliveries wait in the store meanwhile).
+    ends: Arc<Semaphore>,
 }
 
 /// See [`Service::unverified_small`]: 1 MiB bodies, 32 MiB in all.
@@ -118,6 +122,7 @@ impl Service {
             unverified_large: Semaphore::new(LARGE_BUDGET_KIB),
             stopping: std::sync::atomic::AtomicBool::new(false),
             in_flight: Mutex::new(std::collections::HashSet::new()),
+            ends: Arc::new(Semaphore::new(ENDS_UNCOMMITTED)),
         })
     }
 
@@ -440,6 +445,12 @@ pub async fn shut_down(svc: &Service, grace: Duration) {
 /// is one write for several deliveries instead of one each.
 const CLAIM_BATCH: usize = 8;
 
+/// Deliveries whose end may wait for its commit at once: beyond it, the
+/// workers wait. Unbounded, the ends were tasks that grew with the store's
+/// lag (a soak on a machine another build kept busy had 2,089 tasks alive
+/// and 328 MB of RSS; each end then kept its delivery's body too).
+const ENDS_UNCOMMITTED: usize = 1024;
+
 /// The worker's next delivery: the next one waiting in memory (handed over
 /// at intake, or claimed by a worker beyond the one it works on), with its
 /// lease renewed first if a third of it has passed while it waited (a lease
@@ -497,8 +508,16 @@ async fn worker(svc: Arc<Service>) {
                 }
                 svc.in_flight.locked().insert((d.id.clone(), d.attempts));
                 let result = process(&svc, &d).await;
+                let Ok(place) = svc.ends.clone().acquire_owned().await else {
+                    return;
+                };
                 let svc = svc.clone();
-                tokio::spawn(async move { record_end(&svc, d, result).await });
+                // Its end needs its id, not its body.
+                let (id, attempts) = (d.id, d.attempts);
+                tokio::spawn(async move {
+                    record_end(&svc, id, attempts, result).await;
+                    drop(place);
+                });
             }
             Ok(None) => {
                 let _ =
@@ -611,44 +630,42 @@ pub(crate) fn waited(stage: &'static str, time: Duration) {
 
 /// Records how a delivery's processing ended: done, failed for good, or put
 /// back to be retried after a delay if the failure was transient.
-async fn record_end(svc: &Service, d: Claimed, result: Result<(), OpError>) {
+async fn record_end(svc: &Service, id: String, attempts: i64, result: Result<(), OpError>) {
     let r = match result {
-        Ok(()) => svc.intake.finish(&d.id, d.attempts, None).await,
+        Ok(()) => svc.intake.finish(&id, attempts, None).await,
         // GitHub paused the installation for longer than a call may wait:
         // the delivery waits out the pause itself, without spending one of
         // its tries on it (a bound remains, far beyond any real pause).
         Err(OpError::GitHub(GitHubError::RateLimited { wait_secs, .. }))
-            if d.attempts < MAX_RATE_LIMITED_TRIES =>
+            if attempts < MAX_RATE_LIMITED_TRIES =>
         {
             let delay = Duration::from_secs(wait_secs + 1);
-            tracing::warn!(delivery = %d.id, ?delay, "the installation is paused by GitHub's rate limit; the delivery waits for the pause");
+            tracing::warn!(delivery = %id, ?delay, "the installation is paused by GitHub's rate limit; the delivery waits for the pause");
             svc.store
                 .retry_later(
-                    &d.id,
-                    d.attempts,
+                    &id,
+                    attempts,
                     delay,
                     "waiting for GitHub's rate limit to reset",
                 )
                 .await
         }
-        Err(e) if e.is_transient() && d.attempts < 8 => {
-            let delay = Duration::from_secs(1u64 << d.attempts.clamp(0, 8) as u32);
-            tracing::warn!(delivery = %d.id, error = %e, ?delay, "transient failure; will retry");
+        Err(e) if e.is_transient() && attempts < 8 => {
+            let delay = Duration::from_secs(1u64 << attempts.clamp(0, 8) as u32);
+            tracing::warn!(delivery = %id, error = %e, ?delay, "transient failure; will retry");
             svc.store
-                .retry_later(&d.id, d.attempts, delay, &e.to_string())
+                .retry_later(&id, attempts, delay, &e.to_string())
                 .await
         }
         Err(e) => {
-            tracing::error!(delivery = %d.id, error = %e, "delivery failed for good");
-            svc.intake
-                .finish(&d.id, d.attempts, Some(&e.to_string()))
-                .await
+            tracing::error!(delivery = %id, error = %e, "delivery failed for good");
+            svc.intake.finish(&id, attempts, Some(&e.to_string())).await
         }
     };
     if let Err(e) = r {
-        tracing::error!(delivery = %d.id, error = %e, "cannot record the delivery's outcome");
+        tracing::error!(delivery = %id, error = %e, "cannot record the delivery's outcome");
     }
-    svc.in_flight.locked().remove(&(d.id, d.attempts));
+    svc.in_flight.locked().remove(&(id, attempts));
 }
 
 #[cfg(test)]
@@ -736,6 +753,41 @@ mod tests {
         assert_eq!(third.map(|d| (d.id, d.attempts)), Some(("d2".into(), 1)));
     }
 
+    /// While the store lags in committing deliveries' ends, a worker waits
+    /// with the one it processed instead of claiming more: the rest wait in
+    /// the store, not as ends piling up in memory.
+    #[tokio::test]
+    async fn workers_wait_while_too_many_ends_are_uncommitted() {
+        let svc = service(Duration::from_secs(60)).await;
+        for id in ["d1", "d2"] {
+            svc.store
+                .intake(id, "ping", None, None, "{}")
+                .await
+                .unwrap();
+        }
+        let all = svc
+            .ends
+            .clone()
+            .acquire_many_owned(ENDS_UNCOMMITTED as u32)
+            .await
+            .unwrap();
+        let worker = tokio::spawn(worker(svc.clone()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            svc.in_flight.locked().len(),
+            1,
+            "one processed, its end waiting"
+        );
+        assert_eq!(svc.store.counts().await.unwrap(), (2, 0));
+        drop(all);
+        let began = Instant::now();
+        while svc.store.counts().await.unwrap() != (2, 2) {
+            assert!(began.elapsed() < Duration::from_secs(10), "not both done");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        worker.abort();
+    }
+
     /// A panic in a delivery's work is caught: the delivery is put back to be
     /// retried after a delay, its installation's permit is given back, the
     /// worker's next delivery is processed, and `/readyz` fails only while
@@ -768,7 +820,7 @@ mod tests {
             };
             assert_eq!(ready(&svc).await, expected, "after {n} panics in a row");
             svc.in_flight.locked().insert((d.id.clone(), d.attempts));
-            record_end(&svc, d, r).await;
+            record_end(&svc, d.id, d.attempts, r).await;
         }
         assert!(svc.in_flight.locked().is_empty());
         // The three are waiting out their retry delay (2 s after a first
@@ -780,7 +832,7 @@ mod tests {
         let r = carry_out(&svc, &d, async { Ok(()) }).await;
         assert!(r.is_ok());
         assert_eq!(ready(&svc).await, StatusCode::OK);
-        record_end(&svc, d, r).await;
+        record_end(&svc, d.id, d.attempts, r).await;
         assert_eq!(svc.store.counts().await.unwrap(), (4, 1));
         // After the delay, a panicked delivery is claimed again, as its
         // second attempt.
