@@ -333,6 +333,13 @@ fn profile(var: &str, pid: u32, span: Duration) -> Option<std::process::Child> {
         .ok()
 }
 
+/// The lines of `text` that begin with one of `prefixes`.
+fn lines_starting<'a>(text: &'a str, prefixes: &[&str]) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| prefixes.iter().any(|p| l.starts_with(p)))
+        .collect()
+}
+
 /// heaptrack attached to the service for the soak, into the file the
 /// environment variable `var` names (none without it): what the heap keeps
 /// that it did not keep before. Needs a bench built with the
@@ -566,26 +573,19 @@ async fn one(
             // What the service says it holds, beside what it takes: where
             // a growth is, or is not.
             let (_, metrics) = support::get(port, "/metrics").await;
-            let held: Vec<&str> = metrics
-                .lines()
-                .filter(|l| {
-                    l.starts_with("supervise_github_etag_cache_bytes")
-                        || l.starts_with("supervise_operations_loaded")
-                        || l.starts_with("supervise_tasks_alive")
-                })
-                .collect();
+            let held = lines_starting(
+                &metrics,
+                &[
+                    "supervise_github_etag_cache_bytes",
+                    "supervise_operations_loaded",
+                    "supervise_tasks_alive",
+                ],
+            );
             // Anonymous memory (the heap) apart from mapped files
             // (SQLite's shared memory, the binary).
             let status =
                 std::fs::read_to_string(format!("/proc/{}/status", serve.id())).unwrap_or_default();
-            let kinds: Vec<&str> = status
-                .lines()
-                .filter(|l| {
-                    l.starts_with("RssAnon")
-                        || l.starts_with("RssFile")
-                        || l.starts_with("RssShmem")
-                })
-                .collect();
+            let kinds = lines_starting(&status, &["RssAnon", "RssFile", "RssShmem"]);
             eprintln!(
                 "soak {:.0} s: {held:?} {kinds:?}",
                 t2.elapsed().as_secs_f64()

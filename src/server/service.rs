@@ -530,6 +530,14 @@ async fn worker(svc: Arc<Service>) {
             }
         }
     }
+    // Stopping: what a worker claimed and shared after the shutdown took
+    // what was waiting goes back now, rather than when its lease runs out.
+    for d in svc.handoff.take_all() {
+        let _ = svc
+            .store
+            .retry_later(&d.id, d.attempts, Duration::ZERO, "handed back at shutdown")
+            .await;
+    }
 }
 
 /// Carries a claimed delivery out, within its installation's limit, its

@@ -34,10 +34,7 @@ pub fn agent_commits(dir: &Path, since: &str, head: Option<&str>) -> Option<RunC
     let repo = Repository::discover(dir).ok()?;
     let commit_of = |rev: &str| Some(repo.revparse_single(rev).ok()?.peel_to_commit().ok()?.id());
     let base = commit_of(since)?;
-    let head = match head {
-        Some(h) => commit_of(h)?,
-        None => repo.head().ok()?.peel_to_commit().ok()?.id(),
-    };
+    let head = commit_of(head.unwrap_or("HEAD"))?;
     let contains = head == base || repo.graph_descendant_of(head, base).ok()?;
     let mut walk = repo.revwalk().ok()?;
     walk.push(head).ok()?;
