@@ -21,6 +21,7 @@ pub mod server;
 pub mod settings;
 pub mod store;
 pub mod sync;
+pub mod telemetry;
 pub mod text;
 
 /// Every program built on this library (the `supervise` binary, its tests and

@@ -36,7 +36,7 @@ pub struct DoctorArgs {
 
 pub fn run(args: &DoctorArgs) -> Result<i32> {
     // The key as `serve` reads it: from the environment or a file, never a flag.
-    let key = match super::serve_cmd::secret_from_env("GITHUB_PRIVATE_KEY")? {
+    let key = match super::secret("GITHUB_PRIVATE_KEY")? {
         Some(k) => k,
         None => {
             return Err(anyhow!(

@@ -335,24 +335,48 @@ pub(crate) async fn loopback(
 }
 
 /// A secret the process is given by its environment: `NAME`, or the file
-/// `NAME_FILE` names (for secret stores that mount files). Never a flag:
-/// any user of the machine can read a process's arguments in `ps`.
-pub(crate) fn secret_from_env(name: &str, default: Option<&str>) -> anyhow::Result<String> {
+/// `NAME_FILE` (the container convention) or `NAME_PATH` names, for secret
+/// stores that mount files. Never a flag: any user of the machine can read a
+/// process's arguments in `ps`. Neither the value nor the file's contents are
+/// ever printed. `None` when none of the three is set.
+pub(crate) fn secret(name: &str) -> anyhow::Result<Option<String>> {
     use anyhow::Context as _;
     if let Some(value) = std::env::var_os(name) {
         return value
             .into_string()
+            .map(Some)
             .map_err(|_| anyhow::anyhow!("{name} is not valid UTF-8"));
     }
-    let file = format!("{name}_FILE");
-    if let Some(path) = std::env::var_os(&file) {
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {file} ({})", PathBuf::from(&path).display()))?;
-        return Ok(text.trim_end_matches(['\n', '\r']).to_string());
+    let named: Vec<(String, std::ffi::OsString)> = ["_FILE", "_PATH"]
+        .iter()
+        .filter_map(|suffix| {
+            let var = format!("{name}{suffix}");
+            std::env::var_os(&var).map(|path| (var, path))
+        })
+        .collect();
+    match named.as_slice() {
+        [] => Ok(None),
+        [(var, path)] => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {var} ({})", PathBuf::from(path).display()))?;
+            Ok(Some(text.trim_end_matches(['\n', '\r']).to_string()))
+        }
+        [(a, _), (b, _), ..] => Err(anyhow::anyhow!(
+            "both {a} and {b} are set: keep one of them"
+        )),
     }
-    default
-        .map(str::to_string)
-        .ok_or_else(|| anyhow::anyhow!("{name} is not set: give it in the environment, or the path of a file holding it in {file}"))
+}
+
+/// [`secret`], or `default` when it is not given; an error that says how to
+/// give it when there is no default.
+pub(crate) fn secret_from_env(name: &str, default: Option<&str>) -> anyhow::Result<String> {
+    match (secret(name)?, default) {
+        (Some(value), _) => Ok(value),
+        (None, Some(d)) => Ok(d.to_string()),
+        (None, None) => Err(anyhow::anyhow!(
+            "{name} is not set: give it in the environment, or the path of a file holding it in {name}_FILE"
+        )),
+    }
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -505,5 +529,45 @@ mod help_tests {
         let mut problems = Vec::new();
         walk(&Cli::command(), "supervise", &mut problems);
         assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    /// One reader for every secret: the value itself, or a file named by
+    /// `_FILE` or `_PATH` (its line end dropped); both names set is a
+    /// mistake said plainly, never a silent choice. Each case has its own
+    /// variable names: tests in one process share the environment.
+    #[test]
+    fn a_secret_is_read_from_the_environment_or_the_file_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secret");
+        std::fs::write(&file, "from-a-file\n").unwrap();
+        std::env::set_var("SUPERVISE_T1_SECRET", "direct");
+        assert_eq!(
+            secret("SUPERVISE_T1_SECRET").unwrap().as_deref(),
+            Some("direct")
+        );
+        for suffix in ["_FILE", "_PATH"] {
+            let name = format!("SUPERVISE_T2{suffix}_SECRET");
+            std::env::set_var(format!("{name}{suffix}"), &file);
+            assert_eq!(secret(&name).unwrap().as_deref(), Some("from-a-file"));
+        }
+        std::env::set_var("SUPERVISE_T3_SECRET_FILE", &file);
+        std::env::set_var("SUPERVISE_T3_SECRET_PATH", &file);
+        let both = secret("SUPERVISE_T3_SECRET").unwrap_err().to_string();
+        assert!(
+            both.contains("SUPERVISE_T3_SECRET_FILE") && both.contains("keep one"),
+            "{both}"
+        );
+        std::env::set_var("SUPERVISE_T4_SECRET_PATH", dir.path().join("missing"));
+        let missing = format!("{:#}", secret("SUPERVISE_T4_SECRET").unwrap_err());
+        assert!(missing.contains("SUPERVISE_T4_SECRET_PATH"), "{missing}");
+        assert_eq!(secret("SUPERVISE_T5_SECRET").unwrap(), None);
+        assert_eq!(
+            secret_from_env("SUPERVISE_T5_SECRET", Some("d")).unwrap(),
+            "d"
+        );
+        let unset = secret_from_env("SUPERVISE_T5_SECRET", None)
+            .unwrap_err()
+            .to_string();
+        assert!(unset.contains("SUPERVISE_T5_SECRET_FILE"), "{unset}");
     }
 }

@@ -108,20 +108,6 @@ pub struct ServeArgs {
     pub github_web_url: String,
 }
 
-/// A secret from the environment variable `name`, else from the file named by
-/// `name_PATH`. Neither the value nor the file's contents are ever printed.
-pub(super) fn secret_from_env(name: &str) -> Result<Option<String>> {
-    if let Ok(v) = std::env::var(name) {
-        return Ok(Some(v));
-    }
-    match std::env::var(format!("{name}_PATH")) {
-        Ok(path) => std::fs::read_to_string(&path)
-            .map(|s| Some(s.trim_end_matches(['\n', '\r']).to_string()))
-            .with_context(|| format!("reading {name}_PATH {path}")),
-        Err(_) => Ok(None),
-    }
-}
-
 /// SIGTERM (systemd, Docker, Kubernetes) or SIGINT (Ctrl-C). The handlers
 /// are installed when this is called, not when the future is first polled:
 /// the port is open from the bind on, and a signal sent once it answers
@@ -161,7 +147,7 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
         args.private_key = std::env::var("GITHUB_PRIVATE_KEY").ok();
     }
     if args.webhook_secret.is_empty() {
-        args.webhook_secret = secret_from_env("GITHUB_WEBHOOK_SECRET")?.ok_or_else(|| {
+        args.webhook_secret = super::secret("GITHUB_WEBHOOK_SECRET")?.ok_or_else(|| {
             anyhow!("set GITHUB_WEBHOOK_SECRET (or GITHUB_WEBHOOK_SECRET_PATH, a file holding it)")
         })?;
     }
@@ -193,12 +179,12 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
     }
     let web = match (
         args.client_id.clone().filter(|c| !c.trim().is_empty()),
-        secret_from_env("GITHUB_CLIENT_SECRET")?,
+        super::secret("GITHUB_CLIENT_SECRET")?,
         args.public_url.clone().filter(|u| !u.trim().is_empty()),
     ) {
         (Some(client_id), Some(secret), Some(public_url)) => {
             crate::scrub::register(&secret);
-            let session_key = secret_from_env("SUPERVISE_SESSION_KEY")?;
+            let session_key = super::secret("SUPERVISE_SESSION_KEY")?;
             if let Some(k) = &session_key {
                 crate::scrub::register(k);
             }

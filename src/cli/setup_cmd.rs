@@ -268,7 +268,7 @@ fn write_credentials(
 /// `supervise setup --repo`: the starter pull request on an installed
 /// repository, or why it cannot be opened and what to do.
 fn propose(args: &SetupArgs, repo: &str, app_id: u64) -> Result<i32> {
-    let key = super::serve_cmd::secret_from_env("GITHUB_PRIVATE_KEY")?.ok_or_else(|| {
+    let key = super::secret("GITHUB_PRIVATE_KEY")?.ok_or_else(|| {
         anyhow!("set GITHUB_PRIVATE_KEY (PEM text) or GITHUB_PRIVATE_KEY_PATH, as for `supervise serve` (`set -a; . supervise.env; set +a` after setup)")
     })?;
     crate::scrub::register(&key);

@@ -12,6 +12,7 @@ use crate::place::github::handle::Handler;
 use crate::place::github::{OpError, Operations};
 use crate::store::sql::{Claimed, Handoff, Intake, IntakeQueue, NewDelivery, SqlStore};
 use crate::sync::LockExt;
+use crate::telemetry::{waited, WaitStage};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
@@ -504,13 +505,16 @@ async fn worker(svc: Arc<Service>) {
                 // A retry's wait is its delay, not a queue's.
                 if d.attempts == 1 {
                     let stored_for = crate::store::sql::now_ms().saturating_sub(d.stored_at_ms);
-                    waited("queue", Duration::from_millis(stored_for.max(0) as u64));
+                    waited(
+                        WaitStage::Queue,
+                        Duration::from_millis(stored_for.max(0) as u64),
+                    );
                 }
                 svc.in_flight.locked().insert((d.id.clone(), d.attempts));
                 let result = process(&svc, &d).await;
-                let Ok(place) = svc.ends.clone().acquire_owned().await else {
-                    return;
-                };
+                // The semaphore is never closed; were it, the end would be
+                // recorded all the same, only unbounded.
+                let place = svc.ends.clone().acquire_owned().await.ok();
                 let svc = svc.clone();
                 // Its end needs its id, not its body.
                 let (id, attempts) = (d.id, d.attempts);
@@ -566,7 +570,7 @@ async fn carry_out(
     let work = async {
         let asked = Instant::now();
         let permit = limit.acquire_owned().await;
-        waited("installation", asked.elapsed());
+        waited(WaitStage::Installation, asked.elapsed());
         let began = Instant::now();
         let outcome = std::panic::AssertUnwindSafe(tracing::Instrument::instrument(work, span))
             .catch_unwind()
@@ -625,15 +629,6 @@ async fn carry_out(
     )
     .record(began.elapsed().as_secs_f64());
     result
-}
-
-/// Time a delivery spent waiting before its work, by what it waited for:
-/// `queue` (stored until a worker took it; first attempts only), `installation` (for one of its
-/// installation's places), `operation` (for its operation, busy with
-/// another delivery or a tick). Where a slow reaction's time went.
-pub(crate) fn waited(stage: &'static str, time: Duration) {
-    metrics::histogram!("supervise_delivery_wait_seconds", "stage" => stage)
-        .record(time.as_secs_f64());
 }
 
 /// Records how a delivery's processing ended: done, failed for good, or put

@@ -10,6 +10,7 @@ use super::{
 use crate::engine::done_before::{self, Found, StartingCommit};
 use crate::github::payload::WorkflowRunEvent;
 use crate::sync::LockExt;
+use crate::telemetry::{waited, WaitStage};
 
 impl Operations {
     /// `/supervise spend`: this repository's operations over the last day and
@@ -500,10 +501,8 @@ impl Operations {
         };
         let asked = std::time::Instant::now();
         let mut live = l.lock().await;
-        // The service's delivery waits (`server::service::waited`), this
-        // one known only here: the operation was busy.
-        metrics::histogram!("supervise_delivery_wait_seconds", "stage" => "operation")
-            .record(asked.elapsed().as_secs_f64());
+        // Of a delivery's waits, this one is known only here.
+        waited(WaitStage::Operation, asked.elapsed());
         let span = tracing::info_span!("operation", op = %row.op);
         let work = async {
             self.acquire(&mut live).await?;
