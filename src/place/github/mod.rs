@@ -791,4 +791,41 @@ mod tests {
             Err(OpError::Busy(_))
         ));
     }
+
+    /// The executor asks before every effect: under a lease run out it
+    /// makes no request and says the operation is busy; under a lease that
+    /// holds it goes to GitHub (here nothing listens, so the attempt shows
+    /// as a failed request). Without the question in `carry_out` the first
+    /// half would fail.
+    #[tokio::test]
+    async fn the_executor_carries_nothing_out_once_the_lease_has_run_out() {
+        let lease = Duration::from_secs(60);
+        let (ops, l) = one_operation(lease).await;
+        let mut live = l.lock().await;
+        ops.acquire(&mut live).await.unwrap();
+        let entry = Entry::numbered(
+            1,
+            &[Effect::Notify {
+                kind: NoticeKind::Blocked,
+                unit: None,
+                text: "said on the issue".into(),
+            }],
+        )
+        .remove(0);
+        let mut exec = GitHubExecutor {
+            ops: &ops,
+            place: &mut live.place,
+        };
+        exec.place.held_until = Some(Instant::now() - Duration::from_millis(1));
+        let out = exec.carry_out(None, &entry).await;
+        assert!(matches!(out, Err(OpError::Busy(_))), "{out:?}");
+
+        ops.acquire(&mut live).await.unwrap();
+        let mut exec = GitHubExecutor {
+            ops: &ops,
+            place: &mut live.place,
+        };
+        let out = exec.carry_out(None, &entry).await;
+        assert!(matches!(out, Err(OpError::GitHub(_))), "{out:?}");
+    }
 }
