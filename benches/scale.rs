@@ -565,9 +565,12 @@ async fn one(
         .then(|| heap_profile("BENCH_HEAPTRACK", serve.id()))
         .flatten();
     let t2 = Instant::now();
+    // Operations started anew in the busiest second since the last sample:
+    // whether they finish and start in waves.
+    let mut most_started = 0;
     while t2.elapsed() < soak {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        restart_finished(&fake, &repos, &mut finished).await;
+        most_started = most_started.max(restart_finished(&fake, &repos, &mut finished).await);
         if rss_samples.len() as u64 <= t2.elapsed().as_secs() / 30 {
             rss_samples.push((t2.elapsed().as_secs_f64(), usage(serve.id()).1));
             // What the service says it holds, beside what it takes: where
@@ -587,9 +590,10 @@ async fn one(
                 std::fs::read_to_string(format!("/proc/{}/status", serve.id())).unwrap_or_default();
             let kinds = lines_starting(&status, &["RssAnon", "RssFile", "RssShmem"]);
             eprintln!(
-                "soak {:.0} s: {held:?} {kinds:?}",
+                "soak {:.0} s: {held:?} {kinds:?}, at most {most_started} operations started in one second",
                 t2.elapsed().as_secs_f64()
             );
+            most_started = 0;
         }
     }
     let operations_finished: usize = finished.values().sum();
