@@ -563,11 +563,7 @@ impl GitHub {
                         self.etags.locked().put(
                             installation,
                             path,
-                            etags::Kept {
-                                etag: etag.to_string(),
-                                body: text.clone(),
-                                next: next.clone(),
-                            },
+                            etags::Kept::new(etag.to_string(), &text, next.clone()),
                         );
                     }
                     return Ok(Reply {
@@ -577,11 +573,11 @@ impl GitHub {
                     });
                 }
                 304 => {
-                    if let Some(kept) = cached {
+                    if let Some(body) = cached.as_ref().and_then(|k| k.body()) {
                         return Ok(Reply {
                             status: 200,
-                            body: kept.body,
-                            next: kept.next,
+                            body,
+                            next: cached.and_then(|k| k.next.clone()),
                         });
                     }
                     return Err(GitHubError::Http {
