@@ -560,11 +560,10 @@ impl GitHub {
                             .get(http::header::ETAG)
                             .and_then(|v| v.to_str().ok()),
                     ) {
-                        self.etags.locked().put(
-                            installation,
-                            path,
-                            etags::Kept::new(etag.to_string(), &text, next.clone()),
-                        );
+                        // Deflated before the cache is locked: every call
+                        // shares the lock.
+                        let kept = etags::Kept::new(etag.to_string(), &text, next.clone());
+                        self.etags.locked().put(installation, path, kept);
                     }
                     return Ok(Reply {
                         status,

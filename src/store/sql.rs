@@ -676,4 +676,62 @@ mod tests {
         let claimed = store.claim_many(Duration::from_secs(30), 8).await.unwrap();
         assert_eq!(claimed[0].payload, "{\"b\":2}");
     }
+
+    /// Every statement the service runs for each event reads its rows
+    /// through an index, never by reading a whole table: the tables grow
+    /// with every operation and delivery ever handled, and a scan makes
+    /// each event cost more than the last (a 30-minute soak fell behind on
+    /// the runs looked up by id). SQLite's plan says `SCAN t` for a whole
+    /// table, `SEARCH t USING …` or `SCAN t USING … INDEX` otherwise.
+    #[tokio::test]
+    async fn what_runs_on_every_event_reads_through_an_index() {
+        use sqlx::Row as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", tmp.path().join("p.db").display());
+        let s = SqlStore::connect(&url).await.unwrap();
+        let tables = [
+            "deliveries",
+            "delivery_payloads",
+            "operations",
+            "op_log",
+            "op_effects",
+            "op_runs",
+            "op_units",
+            "spend",
+            "spend_waiting",
+        ];
+        let per_event = [
+            ("a run by its id", runs::RUN_BY_ID),
+            ("an operation's runs", runs::RUNS_OF),
+            ("agents in flight", spend::IN_FLIGHT),
+            ("the line for a slot", spend::WAITING_LINE),
+            ("an operation's last event", operations::LAST_SEQ),
+            ("a claim", deliveries::CLAIM),
+        ];
+        let mut scans = Vec::new();
+        for (what, sql) in per_event {
+            let mut conn = s.connection().await.unwrap();
+            // Statements of this crate, written as constants.
+            let plan = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap();
+            for row in &plan {
+                let detail: String = row.get("detail");
+                let whole = tables.iter().any(|t| detail == format!("SCAN {t}"));
+                if whole {
+                    scans.push(format!("{what}: {detail}"));
+                }
+                // Through the window's index it would read 6 hours of the
+                // installation's dispatches, most of them ended.
+                if what == "agents in flight"
+                    && detail.starts_with("SEARCH spend")
+                    && !detail.contains("spend_in_flight")
+                {
+                    scans.push(format!("{what}: {detail}, not only those in flight"));
+                }
+            }
+        }
+        assert!(scans.is_empty(), "{scans:#?}");
+    }
 }

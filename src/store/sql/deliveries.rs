@@ -54,7 +54,7 @@ macro_rules! claim {
         )
     };
 }
-const CLAIM: &str = claim!("");
+pub(super) const CLAIM: &str = claim!("");
 const CLAIM_SKIPPING_LOCKED: &str = claim!(" FOR UPDATE SKIP LOCKED");
 
 /// A statement on a list of delivery ids: `template`'s `{ids}` becomes one

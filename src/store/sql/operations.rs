@@ -10,7 +10,7 @@ use sqlx::Row;
 use std::time::Duration;
 
 /// The last decision's sequence number of an operation (0: none yet).
-const LAST_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) AS last FROM op_log WHERE op = $1";
+pub(super) const LAST_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) AS last FROM op_log WHERE op = $1";
 
 /// The columns `operation_row` reads, for every query that returns operations.
 macro_rules! operation_select {

@@ -11,6 +11,11 @@ macro_rules! run_select {
         "SELECT dispatch, op, run_id, html_url, base_sha, verified_sha, pull FROM op_runs"
     };
 }
+/// A run by its GitHub id: on every `workflow_run` webhook.
+pub(super) const RUN_BY_ID: &str = concat!(run_select!(), " WHERE run_id = $1");
+/// An operation's runs: on every status publication (the links).
+pub(super) const RUNS_OF: &str = concat!(run_select!(), " WHERE op = $1");
+
 /// What is known of a dispatch's workflow run.
 #[derive(Debug, Clone, Default)]
 pub struct RunRow {
@@ -73,7 +78,7 @@ impl SqlStore {
     }
 
     pub async fn run_by_id(&self, run_id: i64) -> Result<Option<RunRow>, SqlError> {
-        let row = sqlx::query(concat!(run_select!(), " WHERE run_id = $1"))
+        let row = sqlx::query(RUN_BY_ID)
             .bind(run_id)
             .fetch_optional(&mut *self.connection().await?)
             .await?;
@@ -81,7 +86,7 @@ impl SqlStore {
     }
 
     pub async fn runs_of(&self, op: &str) -> Result<Vec<RunRow>, SqlError> {
-        let rows = sqlx::query(concat!(run_select!(), " WHERE op = $1"))
+        let rows = sqlx::query(RUNS_OF)
             .bind(op)
             .fetch_all(&mut *self.connection().await?)
             .await?;

@@ -20,6 +20,13 @@ const DAY_MS: i64 = 24 * 3600 * 1000;
 /// lost for good) stops counting as in flight after this long.
 const IN_FLIGHT_AT_MOST_MS: i64 = 6 * 3600 * 1000;
 
+/// An installation's agents in flight, by operation: on every admission.
+pub(super) const IN_FLIGHT: &str = "SELECT op, COUNT(*) AS n FROM spend WHERE installation = $1 AND ended_ms IS NULL AND at_ms > $2 GROUP BY op";
+/// An installation's line of dispatches waiting for a slot: on every
+/// admission.
+pub(super) const WAITING_LINE: &str =
+    "SELECT dispatch, op, since_ms FROM spend_waiting WHERE installation = $1 AND seen_ms > $2";
+
 /// The caps a dispatch is admitted under; `None`: no cap.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Caps {
@@ -188,25 +195,21 @@ impl SqlStore {
             .bind(now)
             .execute(&mut **tx)
             .await?;
-        let flying = sqlx::query(
-            "SELECT op, COUNT(*) AS n FROM spend WHERE installation = $1 AND ended_ms IS NULL AND at_ms > $2 GROUP BY op",
-        )
-        .bind(a.installation)
-        .bind(now - IN_FLIGHT_AT_MOST_MS)
-        .fetch_all(&mut **tx)
-        .await?;
+        let flying = sqlx::query(IN_FLIGHT)
+            .bind(a.installation)
+            .bind(now - IN_FLIGHT_AT_MOST_MS)
+            .fetch_all(&mut **tx)
+            .await?;
         let per_op: std::collections::HashMap<String, u64> = flying
             .iter()
             .map(|r| (r.get::<String, _>("op"), r.get::<i64, _>("n").max(0) as u64))
             .collect();
         let in_flight: u64 = per_op.values().sum();
-        let line = sqlx::query(
-            "SELECT dispatch, op, since_ms FROM spend_waiting WHERE installation = $1 AND seen_ms > $2",
-        )
-        .bind(a.installation)
-        .bind(now - a.waiting_expires_ms)
-        .fetch_all(&mut **tx)
-        .await?;
+        let line = sqlx::query(WAITING_LINE)
+            .bind(a.installation)
+            .bind(now - a.waiting_expires_ms)
+            .fetch_all(&mut **tx)
+            .await?;
         let mut line: Vec<(u64, i64, String)> = line
             .iter()
             .map(|r| {
