@@ -40,6 +40,12 @@ pub struct Comment {
     pub body: String,
 }
 
+impl by_repo::InRepo for Comment {
+    fn repo(&self) -> &str {
+        &self.repo
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Fault {
     status: u16,
@@ -89,7 +95,7 @@ pub(crate) struct Inner {
     pub(crate) manifests: HashMap<String, manifest::Registered>,
     /// The key a manifest's conversion hands out.
     pub(crate) manifest_key: Option<String>,
-    pub(crate) comments: Vec<Comment>,
+    pub(crate) comments: by_repo::ByRepo<Comment>,
     pub(crate) api: api::ApiState,
     reactions: Vec<(i64, String, String)>,
     tokens: HashMap<String, Token>,
@@ -188,6 +194,7 @@ impl Drop for StateGuard<'_> {
 
 mod api;
 mod app;
+mod by_repo;
 pub mod git;
 mod manifest;
 mod paging;
@@ -243,8 +250,8 @@ impl FakeGitHub {
         self.inner
             .lock()
             .comments
-            .iter()
-            .filter(|c| c.repo == repo && c.issue == issue)
+            .in_repo(repo)
+            .filter(|c| c.issue == issue)
             .cloned()
             .collect()
     }

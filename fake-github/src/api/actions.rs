@@ -144,7 +144,9 @@ pub(super) async fn dispatch(
 
 pub(super) fn set_run(f: &FakeGitHub, id: i64, update: impl FnOnce(&mut Run)) -> Option<Run> {
     let mut s = f.inner.lock();
-    let run = s.api.runs.iter_mut().find(|r| r.id == id)?;
+    // Runs are added in id order (ids only grow).
+    let at = s.api.runs.binary_search_by_key(&id, |r| r.id).ok()?;
+    let run = &mut s.api.runs[at];
     update(run);
     Some(run.clone())
 }

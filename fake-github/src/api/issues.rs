@@ -237,7 +237,7 @@ pub(super) async fn edit_comment(
         return r;
     }
     let mut s = f.inner.lock();
-    match s.comments.iter_mut().find(|c| c.id == id && c.repo == name) {
+    match s.comments.find_mut(&name, |c| c.id == id) {
         Some(c) => {
             c.body = b.body;
             ok(json!({ "id": c.id, "body": c.body }))

@@ -4,6 +4,7 @@
 //! memory. A dispatched workflow "runs" a configured local command in a checkout
 //! of the ref, pushes what it committed, and delivers `workflow_run` webhooks.
 
+use crate::by_repo::{ByRepo, InRepo};
 use crate::git::Repo;
 use crate::{base64_encode, error, gate, FakeGitHub, Shared};
 use axum::extract::{Path, Query, State};
@@ -184,11 +185,11 @@ pub(crate) struct ApiState {
     repos: HashMap<String, Repo>,
     numbers: HashMap<String, i64>,
     next_id: i64,
-    pub(crate) issues: Vec<Issue>,
-    pub(crate) pulls: Vec<Pull>,
+    pub(crate) issues: ByRepo<Issue>,
+    pub(crate) pulls: ByRepo<Pull>,
     reviews: Vec<(String, i64, String, String)>,
-    pub(crate) check_runs: Vec<CheckRun>,
-    pub(crate) runs: Vec<Run>,
+    pub(crate) check_runs: ByRepo<CheckRun>,
+    pub(crate) runs: ByRepo<Run>,
     /// Simulated runs created before this time (the fake's clock) end now.
     pub(crate) simulated_cutoff: f64,
     /// Over how many seconds from the cutoff those runs end.
@@ -209,9 +210,7 @@ impl ApiState {
     }
 
     fn issue_mut(&mut self, repo: &str, number: i64) -> Option<&mut Issue> {
-        self.issues
-            .iter_mut()
-            .find(|i| i.repo == repo && i.number == number)
+        self.issues.find_mut(repo, |i| i.number == number)
     }
 
     fn number(&mut self, repo: &str) -> i64 {
@@ -222,17 +221,14 @@ impl ApiState {
 }
 
 /// Something that belongs to one repository.
-trait InRepo: Clone {
-    fn repo(&self) -> &str;
-}
 
 macro_rules! in_repo_impl {
     ($($t:ty),*) => { $(impl InRepo for $t { fn repo(&self) -> &str { &self.repo } })* };
 }
 in_repo_impl!(Issue, Pull, CheckRun, Run);
 
-fn in_repo<T: InRepo>(items: &[T], repo: &str) -> Vec<T> {
-    items.iter().filter(|i| i.repo() == repo).cloned().collect()
+fn in_repo<T: InRepo + Clone>(items: &ByRepo<T>, repo: &str) -> Vec<T> {
+    items.in_repo(repo).cloned().collect()
 }
 
 fn now() -> String {
@@ -444,8 +440,8 @@ impl FakeGitHub {
             let mut s = self.inner.lock();
             if s.api
                 .check_runs
-                .iter()
-                .any(|c| c.repo == repo && c.head_sha == sha && c.name == "ci")
+                .in_repo(repo)
+                .any(|c| c.head_sha == sha && c.name == "ci")
             {
                 return;
             }

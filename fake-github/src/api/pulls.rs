@@ -104,8 +104,8 @@ pub(super) async fn create_pull(
         let mut s = f.inner.lock();
         if s.api
             .pulls
-            .iter()
-            .any(|p| p.repo == name && p.head == b.head && p.state == "open")
+            .in_repo(&name)
+            .any(|p| p.head == b.head && p.state == "open")
         {
             return error(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -143,8 +143,8 @@ pub(super) fn find_pull(f: &FakeGitHub, repo: &str, n: i64) -> Option<Pull> {
         .lock()
         .api
         .pulls
-        .iter()
-        .find(|p| p.repo == repo && p.number == n)
+        .in_repo(repo)
+        .find(|p| p.number == n)
         .cloned()
 }
 
@@ -157,12 +157,7 @@ pub(super) async fn get_pull(
     let head = find_pull(&f, &name, n).and_then(|p| repo.branch_sha(&p.head));
     let known = {
         let mut s = f.inner.lock();
-        let Some(p) = s
-            .api
-            .pulls
-            .iter_mut()
-            .find(|p| p.repo == name && p.number == n)
-        else {
+        let Some(p) = s.api.pulls.find_mut(&name, |p| p.number == n) else {
             return error(StatusCode::NOT_FOUND, "Not Found");
         };
         let known = p.mergeable_asked_at.is_some() && p.mergeable_asked_at == head;
@@ -211,12 +206,7 @@ pub(super) async fn merge_pull(
         Ok(sha) => {
             {
                 let mut s = f.inner.lock();
-                if let Some(p) = s
-                    .api
-                    .pulls
-                    .iter_mut()
-                    .find(|p| p.repo == name && p.number == n)
-                {
+                if let Some(p) = s.api.pulls.find_mut(&name, |p| p.number == n) {
                     p.merged = true;
                     p.state = "closed".into();
                     p.merge_sha = Some(sha.clone());
