@@ -220,8 +220,6 @@ impl ApiState {
     }
 }
 
-/// Something that belongs to one repository.
-
 macro_rules! in_repo_impl {
     ($($t:ty),*) => { $(impl InRepo for $t { fn repo(&self) -> &str { &self.repo } })* };
 }
