@@ -180,9 +180,9 @@ pub(super) async fn add_sub_issue(
     }
     // An issue has at most one parent: GitHub refuses a second with 422 too.
     if s.api
-        .issues
-        .iter()
-        .any(|i| (i.repo != name || i.number != n) && i.sub_issues.contains(&b.sub_issue_id))
+        .parents
+        .get(&b.sub_issue_id)
+        .is_some_and(|(repo, number)| *repo != name || *number != n)
     {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -200,6 +200,7 @@ pub(super) async fn add_sub_issue(
     }
     i.sub_issues.push(b.sub_issue_id);
     let parent = i.clone();
+    s.api.parents.insert(b.sub_issue_id, (name, n));
     created(issue_json(&parent))
 }
 

@@ -186,6 +186,9 @@ pub(crate) struct ApiState {
     numbers: HashMap<String, i64>,
     next_id: i64,
     pub(crate) issues: ByRepo<Issue>,
+    /// Each sub-issue's parent (repository, number): an issue has at most
+    /// one, and the check is made on every sub-issue added.
+    pub(crate) parents: HashMap<i64, (String, i64)>,
     pub(crate) pulls: ByRepo<Pull>,
     reviews: Vec<(String, i64, String, String)>,
     pub(crate) check_runs: ByRepo<CheckRun>,
