@@ -680,8 +680,9 @@ mod tests {
     /// Every statement the service runs for each event reads its rows
     /// through an index, never by reading a whole table: the tables grow
     /// with every operation and delivery ever handled, and a scan makes
-    /// each event cost more than the last (a 30-minute soak fell behind on
-    /// the runs looked up by id). SQLite's plan says `SCAN t` for a whole
+    /// each event cost more than the last (a run looked up by its id on
+    /// every webhook read every run ever dispatched). SQLite's plan says
+    /// `SCAN t` for a whole
     /// table, `SEARCH t USING …` or `SCAN t USING … INDEX` otherwise.
     #[tokio::test]
     async fn what_runs_on_every_event_reads_through_an_index() {

@@ -155,11 +155,11 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (
         11,
         // What is read on every event, found by index rather than by reading
-        // every row ever written: a 30-minute soak at 1,000 operations slowed
-        // as these tables grew (a run by its id on every `workflow_run`, an
-        // operation's runs on every status publication, the agents in flight
-        // on every admission — 6 hours of an installation's dispatches, most
-        // of them ended — and the line waiting for a slot).
+        // every row ever written, which makes each event cost more than the
+        // last: a run by its id on every `workflow_run`, an operation's runs
+        // on every status publication, the agents in flight on every
+        // admission (6 hours of an installation's dispatches, most of them
+        // ended) and the line waiting for a slot.
         "CREATE INDEX IF NOT EXISTS op_runs_run_id ON op_runs (run_id);
     CREATE INDEX IF NOT EXISTS op_runs_op ON op_runs (op);
     CREATE INDEX IF NOT EXISTS spend_in_flight ON spend (installation, at_ms) WHERE ended_ms IS NULL;
