@@ -29,13 +29,15 @@ pub struct Kept {
 }
 
 impl Kept {
-    pub fn new(etag: String, body: &str, next: Option<String>) -> Kept {
+    /// `None` if the body could not be deflated (into a `Vec` it cannot
+    /// fail; were it to, nothing is kept rather than an empty body that a
+    /// 304 would later stand in for the answer).
+    pub fn new(etag: String, body: &str, next: Option<String>) -> Option<Kept> {
         let mut z = DeflateEncoder::new(Vec::with_capacity(body.len() / 4), Compression::fast());
-        // Writing to a Vec cannot fail.
-        let _ = z.write_all(body.as_bytes());
-        let mut packed = z.finish().unwrap_or_default();
+        z.write_all(body.as_bytes()).ok()?;
+        let mut packed = z.finish().ok()?;
         packed.shrink_to_fit();
-        Kept { etag, packed, next }
+        Some(Kept { etag, packed, next })
     }
 
     /// The body as it was answered; `None` if it cannot be read back (it was
@@ -135,7 +137,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn kept(body: &str) -> Kept {
-        Kept::new("W/\"e\"".into(), body, None)
+        Kept::new("W/\"e\"".into(), body, None).expect("deflated")
     }
 
     /// Text that deflate cannot shrink much, so a size bound bites as the

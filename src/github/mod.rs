@@ -562,8 +562,10 @@ impl GitHub {
                     ) {
                         // Deflated before the cache is locked: every call
                         // shares the lock.
-                        let kept = etags::Kept::new(etag.to_string(), &text, next.clone());
-                        self.etags.locked().put(installation, path, kept);
+                        if let Some(kept) = etags::Kept::new(etag.to_string(), &text, next.clone())
+                        {
+                            self.etags.locked().put(installation, path, kept);
+                        }
                     }
                     return Ok(Reply {
                         status,
