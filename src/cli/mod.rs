@@ -341,21 +341,23 @@ pub(crate) async fn loopback(
 /// ever printed. `None` when none of the three is set.
 pub(crate) fn secret(name: &str) -> anyhow::Result<Option<String>> {
     use anyhow::Context as _;
-    if let Some(value) = std::env::var_os(name) {
-        return value
-            .into_string()
-            .map(Some)
-            .map_err(|_| anyhow::anyhow!("{name} is not valid UTF-8"));
-    }
-    let named: Vec<(String, std::ffi::OsString)> = ["_FILE", "_PATH"]
+    // Exactly one way in: a value beside a file (an old variable left in a
+    // unit file, a secret store's mount added later) is a mistake said
+    // plainly, never settled by a precedence the operator has to remember.
+    let given: Vec<(String, std::ffi::OsString)> = ["", "_FILE", "_PATH"]
         .iter()
         .filter_map(|suffix| {
             let var = format!("{name}{suffix}");
-            std::env::var_os(&var).map(|path| (var, path))
+            std::env::var_os(&var).map(|v| (var, v))
         })
         .collect();
-    match named.as_slice() {
+    match given.as_slice() {
         [] => Ok(None),
+        [(var, value)] if var == name => value
+            .clone()
+            .into_string()
+            .map(Some)
+            .map_err(|_| anyhow::anyhow!("{name} is not valid UTF-8")),
         [(var, path)] => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {var} ({})", PathBuf::from(path).display()))?;
@@ -532,8 +534,8 @@ mod help_tests {
     }
 
     /// One reader for every secret: the value itself, or a file named by
-    /// `_FILE` or `_PATH` (its line end dropped); both names set is a
-    /// mistake said plainly, never a silent choice. Each case has its own
+    /// `_FILE` or `_PATH` (its line end dropped); two of the three set is
+    /// a mistake said plainly, never a silent choice. Each case has its own
     /// variable names: tests in one process share the environment.
     #[test]
     fn a_secret_is_read_from_the_environment_or_the_file_it_names() {
@@ -556,6 +558,13 @@ mod help_tests {
         assert!(
             both.contains("SUPERVISE_T3_SECRET_FILE") && both.contains("keep one"),
             "{both}"
+        );
+        std::env::set_var("SUPERVISE_T6_SECRET", "direct");
+        std::env::set_var("SUPERVISE_T6_SECRET_FILE", &file);
+        let value_and_file = secret("SUPERVISE_T6_SECRET").unwrap_err().to_string();
+        assert!(
+            value_and_file.contains("SUPERVISE_T6_SECRET and SUPERVISE_T6_SECRET_FILE"),
+            "{value_and_file}"
         );
         std::env::set_var("SUPERVISE_T4_SECRET_PATH", dir.path().join("missing"));
         let missing = format!("{:#}", secret("SUPERVISE_T4_SECRET").unwrap_err());
