@@ -33,3 +33,20 @@ pub mod text;
 #[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Asks the kernel for no transparent huge pages in this process from now
+/// on, for a process that runs for days (`supervise serve`). mimalloc asks
+/// for huge pages on its arenas (`madvise`), and a 2 MiB page counts in the
+/// resident set whole while a few of its objects live: in a 30-minute soak
+/// at 1,000 operations the service's resident memory climbed from 161 to
+/// 277 MB while the heap it used, measured under heaptrack, held 40–60 MB.
+/// Short commands keep huge pages (a plan read in one go gains from them).
+/// A kernel that refuses is no fault: only memory is at stake.
+pub fn without_huge_pages() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with PR_SET_THP_DISABLE takes integer arguments only
+    // and changes only this process's paging.
+    unsafe {
+        let _ = libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}

@@ -211,6 +211,23 @@ async fn junk_event_names_mint_no_metric_series() {
     assert!(text.contains("event=\"other\""), "{text}");
 }
 
+/// A service runs for days, so it takes no transparent huge pages, which
+/// count in its resident memory whole while a few objects live in them
+/// (`without_huge_pages`); the kernel says so in the process's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_takes_no_transparent_huge_pages() {
+    let s = start().await;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.serve.id())).unwrap();
+    let thp = status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .map(str::trim);
+    // Kernels before 5.0 do not say; there is nothing to read then.
+    if let Some(thp) = thp {
+        assert_eq!(thp, "0", "the service's THP_enabled");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_and_sigint_stop_the_service_cleanly() {
     for sig in [libc::SIGTERM, libc::SIGINT] {

@@ -229,6 +229,7 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| "supervise".into())
     });
+    crate::without_huge_pages();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
