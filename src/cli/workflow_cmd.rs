@@ -202,7 +202,7 @@ where
     }
     let plan = match (&workflow, &recorded) {
         (Some(w), _) => w.plan(),
-        (None, Some(st)) => st.plan.clone(),
+        (None, Some(st)) => crate::plan::Plan::clone(&st.plan),
         (None, None) => unreachable!("refused above"),
     };
     let loaded = LoadedPlan {

@@ -330,7 +330,10 @@ pub struct OperationState {
     pub name: String,
     pub renames: u32,
     pub seed: u64,
-    pub plan: Plan,
+    /// Shared, not owned: a decision copies the state when a watcher holds
+    /// it (the web view, a status being published), and the plan, most of
+    /// its bytes, never changes but when work is added.
+    pub plan: Arc<Plan>,
     pub config: EngineConfig,
     /// The rule that adds work as the operation goes (work without a written plan).
     pub workflow: Option<super::workflow::Workflow>,
@@ -655,7 +658,7 @@ pub fn started(event: &Event) -> Option<OperationState> {
             ))
             .map(|(u, slug)| UnitRun::not_started(u, slug))
             .collect(),
-        plan: (**plan).clone(),
+        plan: Arc::new((**plan).clone()),
         derived: Derived::default(),
         config: config.clone(),
         workflow: workflow.as_deref().cloned(),
@@ -902,7 +905,7 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
                 let slug = unique_slug(&u.name, &taken);
                 taken.push(slug.clone());
                 st.units.push(UnitRun::not_started(u, slug));
-                st.plan.work_units.push(u.clone());
+                Arc::make_mut(&mut st.plan).work_units.push(u.clone());
             }
             st.derived = Derived::default();
             if st.status == OverallStatus::Completed {
