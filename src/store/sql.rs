@@ -682,8 +682,8 @@ mod tests {
     /// with every operation and delivery ever handled, and a scan makes
     /// each event cost more than the last (a run looked up by its id on
     /// every webhook read every run ever dispatched). SQLite's plan says
-    /// `SCAN t` for a whole
-    /// table, `SEARCH t USING …` or `SCAN t USING … INDEX` otherwise.
+    /// `SCAN t` for a whole table, `SEARCH t USING …` or `SCAN t USING …
+    /// INDEX` otherwise.
     #[tokio::test]
     async fn what_runs_on_every_event_reads_through_an_index() {
         use sqlx::Row as _;
