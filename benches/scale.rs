@@ -33,7 +33,9 @@
 //! Run: `cargo bench --bench scale`. `BENCH_SCALE=10,100,1000` operations;
 //! `BENCH_WINDOW_SECS=120` the idle window; `BENCH_CHURN_SECS=60` the churn
 //! window; `BENCH_RUN_MS=a-b` a churning run's duration instead of the one
-//! `BENCH_EVENTS_PER_SEC` makes; `BENCH_SOAK_SECS=0`;
+//! `BENCH_EVENTS_PER_SEC` makes; `BENCH_SOAK_SECS=0`; `BENCH_HISTORY=100`
+//! finished runs each repository has before its operation starts (a
+//! repository in use has a full page of them, and the service reads it);
 //! `BENCH_PERF_IDLE=f` / `BENCH_PERF_CHURN=f` a `perf record` of the service
 //! in that window; `BENCH_SERVE_LOG` the service's log filter (with
 //! `SERVE_LOG=1` to see it); `BENCH_DEBUG=1` the first repository's story.
@@ -232,8 +234,14 @@ impl Soak {
 }
 
 /// `ops` repositories, ten to an installation, each with the plan, the
-/// settings and a simulated agent workflow whose runs last `hold_ms`.
-fn repositories(fake: &fake_github::FakeGitHub, ops: usize, hold_ms: u64) -> Vec<String> {
+/// settings and a simulated agent workflow whose runs last `hold_ms`, after
+/// `history` finished ones.
+fn repositories(
+    fake: &fake_github::FakeGitHub,
+    ops: usize,
+    hold_ms: u64,
+    history: usize,
+) -> Vec<String> {
     fake.set_rate_limit(100_000_000, Duration::from_secs(36_000));
     fake.add_user("mia", "maintain", "User");
     fake.set_simulated_publisher(publisher());
@@ -248,6 +256,7 @@ fn repositories(fake: &fake_github::FakeGitHub, ops: usize, hold_ms: u64) -> Vec
             fake.add_file(&repo, "EXECUTION_PLAN.md", &plan);
             fake.add_file(&repo, ".github/supervise.yml", SETTINGS);
             fake.set_simulated_workflow(&repo, WORKFLOW, hold_ms, hold_ms);
+            fake.add_finished_runs(&repo, WORKFLOW, history);
             repo
         })
         .collect()
@@ -436,7 +445,7 @@ async fn one(
     let fake = support::fake_github(Some(port), Some(tmp.path().join("github"))).await;
     let installations = ops.div_ceil(REPOS_PER_INSTALLATION);
     let hold_ms = (window + Duration::from_secs(3_600)).as_millis() as u64;
-    let repos = repositories(&fake, ops, hold_ms);
+    let repos = repositories(&fake, ops, hold_ms, env_or("BENCH_HISTORY", 100));
     let db = tmp.path().join("supervise.db");
     let db_url = format!("sqlite://{}?mode=rwc", db.display());
     // Every agent in flight at once: the installation's default cap would
@@ -661,7 +670,7 @@ async fn replicas(ops: usize, run_ms: (u64, u64)) -> String {
     let tmp = tempfile::tempdir().unwrap();
     let port = support::free_port();
     let fake = support::fake_github(Some(port), Some(tmp.path().join("github"))).await;
-    let repos = repositories(&fake, ops, 3_600_000);
+    let repos = repositories(&fake, ops, 3_600_000, 0);
     let db = support::postgres_database().await;
     let env = |id: &str| {
         vec![

@@ -210,3 +210,57 @@ async fn an_installation_token_reaches_only_its_own_repositories() {
     let (text, _) = right.file("README.md", None).await.unwrap().unwrap();
     assert_eq!(text, "theirs\n");
 }
+
+/// `calls` GETs at once of each installation's repository (`org{i}/r`,
+/// installation `100 + i`) while every answer takes 50 ms; the most the
+/// fake answered at once.
+async fn burst(installations: u64, calls: usize) -> usize {
+    let (fake, gh) = client().await;
+    let gh = std::sync::Arc::new(gh);
+    for i in 0..installations {
+        fake.ensure_repo(&format!("org{i}/r"));
+        fake.set_installation(&format!("org{i}"), 100 + i);
+    }
+    fake.inject(200, (installations as usize * calls) as u32, None, None, 50);
+    let mut all = Vec::new();
+    for i in 0..installations {
+        for _ in 0..calls {
+            let gh = gh.clone();
+            all.push(tokio::spawn(async move {
+                gh.get(100 + i, &format!("/repos/org{i}/r")).await
+            }));
+        }
+    }
+    for call in all {
+        call.await
+            .unwrap()
+            .expect("every call is answered in its turn");
+    }
+    fake.most_at_once()
+}
+
+/// GitHub refuses more than 100 calls of one client at once (a secondary
+/// rate limit), and a service with many operations of one installation asks
+/// in bursts: the installation's calls wait their turn instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_one_installation_stays_under_githubs_concurrency_limit() {
+    use supervise::github::turns::PER_INSTALLATION;
+    let most = burst(1, 150).await;
+    // At the cap, not under it by a serialisation elsewhere.
+    assert!(
+        (PER_INSTALLATION / 2..=PER_INSTALLATION).contains(&most),
+        "{most} calls at once"
+    );
+}
+
+/// Each call in flight holds a connection and its answer: the service as a
+/// whole keeps a cap too, whatever the number of installations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_many_installations_keeps_the_service_cap() {
+    use supervise::github::turns::IN_ALL;
+    let most = burst(10, 20).await;
+    assert!(
+        (IN_ALL / 2..=IN_ALL).contains(&most),
+        "{most} calls at once"
+    );
+}

@@ -65,10 +65,31 @@ async fn busy(
         return next.run(req).await;
     }
     let from = f.started.elapsed().as_secs_f64();
+    let at_once = AtOnce::enter(&f);
     let resp = next.run(req).await;
+    drop(at_once);
     let to = f.started.elapsed().as_secs_f64();
     f.inner.lock().busy.push((from, to));
     resp
+}
+
+/// One API call in flight, counted until it is answered or its client
+/// goes away (the future is dropped).
+struct AtOnce<'a>(&'a FakeGitHub);
+
+impl<'a> AtOnce<'a> {
+    fn enter(f: &'a FakeGitHub) -> AtOnce<'a> {
+        let mut s = f.inner.lock();
+        s.in_flight += 1;
+        s.most_in_flight = s.most_in_flight.max(s.in_flight);
+        AtOnce(f)
+    }
+}
+
+impl Drop for AtOnce<'_> {
+    fn drop(&mut self) {
+        self.0.inner.lock().in_flight -= 1;
+    }
 }
 
 #[derive(Default)]
@@ -107,6 +128,10 @@ pub(crate) struct Inner {
     /// from the request's arrival to its answer's): GitHub's own latency in a
     /// measurement of the service's.
     busy: Vec<(f64, f64)>,
+    /// API calls being answered now, and the most there have been at once
+    /// (GitHub refuses more than 100 of one client at once).
+    in_flight: usize,
+    most_in_flight: usize,
     faults: Vec<Fault>,
     /// The announced rate-limit window: (announced at, reset).
     rate_limited: Option<(Instant, Instant)>,
@@ -403,6 +428,11 @@ impl FakeGitHub {
 
     /// Seconds within `[from, to]` (since the fake started) during which the
     /// fake was answering at least one API call.
+    /// The most API calls the fake was answering at once.
+    pub fn most_at_once(&self) -> usize {
+        self.inner.lock().most_in_flight
+    }
+
     pub fn busy_between(&self, from: f64, to: f64) -> f64 {
         let mut spans: Vec<(f64, f64)> = self
             .inner

@@ -21,12 +21,95 @@ pub fn read<T: DeserializeOwned>(what: &str, v: serde_json::Value) -> Result<T, 
     })
 }
 
-/// Reads every item of a list into `T`.
-pub fn read_all<T: DeserializeOwned>(
+/// Reads one page of a list into `T`s straight from the answer's text: the
+/// answer's array, or with `key` the array under that key (`check_runs`,
+/// `workflow_runs`). GitHub's items carry far more than is read (a workflow
+/// run carries its repository twice over); read through a `Value`, a page of
+/// 100 runs held every field of every run at once, and the service reads
+/// such a page whenever a repository's runs change.
+pub fn read_list<T: DeserializeOwned>(
     what: &str,
-    items: Vec<serde_json::Value>,
+    body: &str,
+    key: Option<&str>,
 ) -> Result<Vec<T>, GitHubError> {
-    items.into_iter().map(|v| read(what, v)).collect()
+    let mut de = serde_json::Deserializer::from_str(body);
+    let list = serde::de::DeserializeSeed::deserialize(
+        list::Under::<T> {
+            key,
+            item: std::marker::PhantomData,
+        },
+        &mut de,
+    )
+    .and_then(|list| de.end().map(|()| list));
+    match list {
+        Ok(Some(items)) => Ok(items),
+        Ok(None) => Err(GitHubError::Unexpected {
+            what: what.to_string(),
+            message: format!(
+                "expected a list{}",
+                key.map(|k| format!(" under `{k}`")).unwrap_or_default()
+            ),
+        }),
+        Err(e) => Err(GitHubError::Unexpected {
+            what: what.to_string(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// The deserializing side of [`read_list`]: the list, at the top or under
+/// one key of an object whose other keys are skipped unread.
+mod list {
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+    use serde::Deserialize;
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    pub(super) struct Under<'k, T> {
+        pub key: Option<&'k str>,
+        pub item: PhantomData<T>,
+    }
+
+    impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Under<'_, T> {
+        /// `None`: an object without the key.
+        type Value = Option<Vec<T>>;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            match self.key {
+                None => Vec::<T>::deserialize(d).map(Some),
+                Some(key) => d.deserialize_map(self::Field {
+                    key,
+                    item: PhantomData,
+                }),
+            }
+        }
+    }
+
+    struct Field<'k, T> {
+        key: &'k str,
+        item: PhantomData<T>,
+    }
+
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Field<'_, T> {
+        type Value = Option<Vec<T>>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "an object with a list under `{}`", self.key)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = None;
+            // A key given twice counts as its last, as in a `Value`.
+            while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if k == self.key {
+                    found = Some(map.next_value::<Vec<T>>()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -274,5 +357,70 @@ mod tests {
         )
         .unwrap();
         assert_eq!((p.mergeable, p.merged_at.is_some()), (None, true));
+    }
+
+    /// A page read straight from its text reads as the same page read
+    /// through a `Value` did, for any page: what is read, and what is an
+    /// error.
+    #[test]
+    fn a_list_read_from_text_reads_as_through_a_value() {
+        use proptest::prelude::*;
+        fn through_value(body: &str, key: Option<&str>) -> Option<Vec<Run>> {
+            let mut v: serde_json::Value = serde_json::from_str(body).ok()?;
+            let list = match key {
+                Some(k) => v.get_mut(k)?.take(),
+                None => v,
+            };
+            let serde_json::Value::Array(items) = list else {
+                return None;
+            };
+            items
+                .into_iter()
+                .map(|i| read::<Run>("x", i).ok())
+                .collect()
+        }
+        let run = prop_oneof![
+            Just(
+                json!({"id": 1, "display_title": "a", "status": "queued", "conclusion": null, "html_url": "u"})
+            ),
+            Just(
+                json!({"id": 2, "display_title": "b", "status": null, "html_url": "u", "repository": {"id": 9, "name": "n"}})
+            ),
+            // Without a required field.
+            Just(json!({"id": 3, "status": "completed", "html_url": "u"})),
+            Just(json!({"id": "4", "display_title": "d", "html_url": "u"})),
+            Just(json!(7)),
+        ];
+        let page = (
+            proptest::collection::vec(run, 0..4),
+            prop_oneof![Just("workflow_runs"), Just("check_runs")],
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(items, under, keyed, padded)| {
+                let list = serde_json::Value::Array(items);
+                let mut body = if keyed {
+                    json!({ "total_count": 1, under: list })
+                } else {
+                    list
+                };
+                if padded && keyed {
+                    body["workflow_runs_extra"] = json!([1, 2]);
+                }
+                body.to_string()
+            });
+        proptest!(|(body in page, key in prop_oneof![Just(None), Just(Some("workflow_runs"))])| {
+            let direct = read_list::<Run>("x", &body, key).ok();
+            prop_assert_eq!(
+                direct.map(|l| l.iter().map(|r| r.id).collect::<Vec<_>>()),
+                through_value(&body, key).map(|l| l.iter().map(|r| r.id).collect::<Vec<_>>()),
+                "{}", body
+            );
+        });
+        // Not JSON, and trailing text, are errors that say where.
+        for bad in ["{\"workflow_runs\": [", "[] []", ""] {
+            let e = read_list::<Run>("GET /runs", bad, Some("workflow_runs")).unwrap_err();
+            assert!(e.to_string().contains("GET /runs"), "{e}");
+        }
     }
 }

@@ -3,7 +3,8 @@
 //! until shortly before they expire), honours `Retry-After` and
 //! `x-ratelimit-remaining`/`-reset` by pausing *all* calls of that installation
 //! until the reset (never hammering), retries transient failures with backoff,
-//! and sends `If-None-Match` for reads it repeats.
+//! sends `If-None-Match` for reads it repeats, and keeps the calls in flight
+//! under GitHub's concurrency limit (`turns`).
 
 use crate::sync::LockExt;
 use octocrab::models::{AppId, InstallationId};
@@ -123,6 +124,7 @@ pub mod manifest;
 pub mod payload;
 pub mod repo;
 pub mod signin;
+pub mod turns;
 
 pub struct GitHub {
     app: Octocrab,
@@ -138,6 +140,8 @@ pub struct GitHub {
     paused_until: Mutex<HashMap<u64, Instant>>,
     etags: Mutex<etags::EtagCache>,
     budgets: Mutex<HashMap<u64, Budget>>,
+    /// How many calls may be in flight at once.
+    turns: turns::Turns,
     /// See [`base_path`].
     base_path: String,
     /// The longest pause one call accepts before giving the work back to the queue.
@@ -252,6 +256,7 @@ impl GitHub {
             paused_until: Mutex::new(HashMap::new()),
             etags: Mutex::new(etags::EtagCache::new(ETAG_ENTRIES, ETAG_BYTES)),
             budgets: Mutex::new(HashMap::new()),
+            turns: turns::Turns::new(turns::PER_INSTALLATION, turns::IN_ALL),
             base_path: base_path(api_url),
             max_wait: Duration::from_secs(15 * 60),
             backoff: Duration::from_millis(250),
@@ -276,6 +281,7 @@ impl GitHub {
             paused_until: Mutex::new(HashMap::new()),
             etags: Mutex::new(etags::EtagCache::new(ETAG_ENTRIES, ETAG_BYTES)),
             budgets: Mutex::new(HashMap::new()),
+            turns: turns::Turns::new(turns::PER_INSTALLATION, turns::IN_ALL),
             base_path: base_path(api_url),
             max_wait: Duration::from_secs(15 * 60),
             backoff: Duration::from_millis(250),
@@ -414,37 +420,20 @@ impl GitHub {
     }
 
     /// Every item of a list, following `Link: rel="next"` page by page (at most
-    /// [`MAX_PAGES`]). The items are the answer's array, or with `key` the array
-    /// under that key (`check_runs`, `workflow_runs`).
-    pub async fn get_all(
+    /// [`MAX_PAGES`]), read into `T`s. The items are the answer's array, or
+    /// with `key` the array under that key (`check_runs`, `workflow_runs`).
+    pub async fn get_all<T: serde::de::DeserializeOwned>(
         &self,
         installation: u64,
         path: &str,
         key: Option<&str>,
-    ) -> Result<Vec<serde_json::Value>, GitHubError> {
+    ) -> Result<Vec<T>, GitHubError> {
         let mut items = Vec::new();
         let mut next = Some(path.to_string());
         for _ in 0..MAX_PAGES {
             let Some(p) = next.take() else { break };
             let reply = self.get(installation, &p).await?;
-            let mut v = reply.json();
-            let page = match key {
-                Some(k) => v[k].take(),
-                None => v,
-            };
-            match page {
-                serde_json::Value::Array(a) => items.extend(a),
-                _ => {
-                    return Err(GitHubError::Http {
-                        status: reply.status,
-                        what: format!("GET {p}"),
-                        body: format!(
-                            "expected a list{}",
-                            key.map(|k| format!(" under `{k}`")).unwrap_or_default()
-                        ),
-                    })
-                }
-            }
+            items.extend(answers::read_list(&format!("GET {p}"), &reply.body, key)?);
             next = reply.next;
         }
         Ok(items)
@@ -509,6 +498,9 @@ impl GitHub {
             let cached = matches!(method, Method::Get)
                 .then(|| self.etags.locked().get(installation, path))
                 .flatten();
+            // In flight from the request until its body is read; not while
+            // backing off.
+            let turn = self.turns.take(installation).await;
             let res = match method {
                 Method::Get => {
                     let mut h = http::HeaderMap::new();
@@ -527,6 +519,7 @@ impl GitHub {
             let res = match res {
                 Ok(r) => r,
                 Err(e) => {
+                    drop(turn);
                     // octocrab's Display says little ("GitHub"); the chain says what.
                     last = error_chain(&e);
                     metrics::counter!("supervise_github_requests_total", "status" => "error")
@@ -544,6 +537,7 @@ impl GitHub {
             let remaining = header_num::<i64>(&headers, "x-ratelimit-remaining");
             self.note_budget(installation, &headers);
             let text = client.body_to_string(res).await.unwrap_or_default();
+            drop(turn);
             match status {
                 200..=299 => {
                     let next = headers

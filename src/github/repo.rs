@@ -3,7 +3,7 @@
 //! Creation calls are written to be safe to repeat: they look first, or treat
 //! GitHub's "already exists" answer as success.
 
-use super::answers::{self, read, read_all, IssueId};
+use super::answers::{self, read, read_list, IssueId};
 use super::{GitHub, GitHubError};
 use base64::Engine;
 use serde::de::DeserializeOwned;
@@ -188,9 +188,9 @@ impl Repo<'_> {
         rest: &str,
         key: Option<&str>,
     ) -> Result<Vec<T>, GitHubError> {
-        let path = self.path(rest);
-        let items = self.gh.get_all(self.installation, &path, key).await?;
-        read_all(&format!("GET {path}"), items)
+        self.gh
+            .get_all(self.installation, &self.path(rest), key)
+            .await
     }
 
     async fn post<T: DeserializeOwned>(&self, rest: &str, body: Value) -> Result<T, GitHubError> {
@@ -887,14 +887,8 @@ impl Repo<'_> {
         for _ in 0..RUN_PAGES {
             let Some(path) = next.take() else { break };
             let reply = self.gh.get(self.installation, &path).await?;
-            let mut v = reply.json();
-            let Value::Array(items) = v["workflow_runs"].take() else {
-                return Err(GitHubError::Unexpected {
-                    what: format!("GET {path}"),
-                    message: "no `workflow_runs` list".into(),
-                });
-            };
-            let page: Vec<answers::Run> = read_all(&format!("GET {path}"), items)?;
+            let page: Vec<answers::Run> =
+                read_list(&format!("GET {path}"), &reply.body, Some("workflow_runs"))?;
             runs.extend(page.into_iter().map(WorkflowRun::from));
             if wanted.iter().all(|id| runs.iter().any(|r| r.id == *id)) {
                 break;

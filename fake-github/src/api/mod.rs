@@ -398,6 +398,39 @@ impl FakeGitHub {
         in_repo(&self.inner.lock().api.check_runs, repo)
     }
 
+    /// Gives `repo` a history: `n` runs of `file` that finished successfully
+    /// a day ago, older than any run dispatched later. A repository in real
+    /// use has them, and every look at the workflow's newest runs reads a
+    /// page of them (a benchmark that starts with none measures the page
+    /// filling up).
+    pub fn add_finished_runs(&self, repo: &str, file: &str, n: usize) {
+        let sha = self
+            .repo(repo)
+            .and_then(|r| r.branch_sha("main"))
+            .unwrap_or_default();
+        let day_ago = (chrono::Utc::now() - chrono::Duration::days(1))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let mut s = self.inner.lock();
+        for k in 0..n {
+            let id = s.api.id() + 100_000;
+            s.api.runs.push(Run {
+                id,
+                repo: repo.into(),
+                workflow: file.into(),
+                display_title: format!("supervise earlier {repo} {k}"),
+                head_branch: format!("earlier/{k}"),
+                head_sha: sha.clone(),
+                status: "completed".into(),
+                conclusion: Some("success".into()),
+                inputs: serde_json::json!({}),
+                created_at: day_ago.clone(),
+                created: -86_400.0,
+                pgid: None,
+                cancel_requested: false,
+            });
+        }
+    }
+
     pub fn runs(&self, repo: &str) -> Vec<Run> {
         in_repo(&self.inner.lock().api.runs, repo)
     }
