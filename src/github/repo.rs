@@ -29,8 +29,17 @@ pub fn enc(s: &str) -> String {
 }
 
 /// The most pages of a workflow's runs one reconciliation looks through
-/// (100 runs each); a run in flight older than those is read on its own.
+/// ([`RUN_PAGE`] runs each); a run in flight older than those is read on its
+/// own (conditionally too: free while it is unchanged).
 pub const RUN_PAGES: usize = 5;
+/// Runs on a page of a workflow's newest runs: GitHub's default page. The
+/// runs in flight are almost always the newest few, and the page is read
+/// again whenever any run of the repository changes, and read back from the
+/// ETag cache on every free look while none does: its size is paid on every
+/// reconciliation. GitHub's runs are large: each carries its repository, its
+/// head repository, its commit and two users (11.7 KB in the example of
+/// GitHub's REST description), so a page of 100 is more than a megabyte.
+pub const RUN_PAGE: usize = 30;
 
 /// The longest body GitHub takes for an issue, comment or pull request.
 pub const MAX_BODY_CHARS: usize = 65_536;
@@ -869,7 +878,7 @@ impl Repo<'_> {
     }
 
     /// The newest runs a dispatch made of a workflow, newest first, a page
-    /// of 100 at a time until every run in `wanted` is among them (at most
+    /// of [`RUN_PAGE`] at a time until every run in `wanted` is among them (at most
     /// [`RUN_PAGES`] pages). The pages' addresses never change, so each is
     /// asked conditionally, and while no run of the repository changed GitHub
     /// answers 304, which costs nothing against the rate limit: one look
@@ -880,7 +889,7 @@ impl Repo<'_> {
         wanted: &[i64],
     ) -> Result<Vec<WorkflowRun>, GitHubError> {
         let mut next = Some(self.path(&format!(
-            "/actions/workflows/{}/runs?event=workflow_dispatch&per_page=100",
+            "/actions/workflows/{}/runs?event=workflow_dispatch&per_page={RUN_PAGE}",
             enc(workflow)
         )));
         let mut runs: Vec<WorkflowRun> = Vec::new();
