@@ -212,9 +212,10 @@ async fn an_installation_token_reaches_only_its_own_repositories() {
 }
 
 /// `calls` GETs at once of each installation's repository (`org{i}/r`,
-/// installation `100 + i`) while every answer takes 50 ms; the most the
-/// fake answered at once.
-async fn burst(installations: u64, calls: usize) -> usize {
+/// installation `100 + i`) while every answer takes 50 ms: every call is
+/// answered, and the most the fake answered at once is at `cap` (not under
+/// it by a serialisation elsewhere).
+async fn burst_stays_at(installations: u64, calls: usize, cap: usize) {
     let (fake, gh) = client().await;
     let gh = std::sync::Arc::new(gh);
     for i in 0..installations {
@@ -236,7 +237,8 @@ async fn burst(installations: u64, calls: usize) -> usize {
             .unwrap()
             .expect("every call is answered in its turn");
     }
-    fake.most_at_once()
+    let most = fake.most_at_once();
+    assert!((cap / 2..=cap).contains(&most), "{most} calls at once");
 }
 
 /// GitHub refuses more than 100 calls of one client at once (a secondary
@@ -244,23 +246,39 @@ async fn burst(installations: u64, calls: usize) -> usize {
 /// in bursts: the installation's calls wait their turn instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_one_installation_stays_under_githubs_concurrency_limit() {
-    use supervise::github::turns::PER_INSTALLATION;
-    let most = burst(1, 150).await;
-    // At the cap, not under it by a serialisation elsewhere.
-    assert!(
-        (PER_INSTALLATION / 2..=PER_INSTALLATION).contains(&most),
-        "{most} calls at once"
-    );
+    burst_stays_at(1, 150, supervise::github::turns::PER_INSTALLATION).await;
 }
 
 /// Each call in flight holds a connection and its answer: the service as a
 /// whole keeps a cap too, whatever the number of installations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_many_installations_keeps_the_service_cap() {
-    use supervise::github::turns::IN_ALL;
-    let most = burst(10, 20).await;
-    assert!(
-        (IN_ALL / 2..=IN_ALL).contains(&most),
-        "{most} calls at once"
-    );
+    burst_stays_at(10, 20, supervise::github::turns::IN_ALL).await;
+}
+
+/// A connection that never answers (one a network dropped without a word)
+/// must not keep an installation's turns: each call gives up after
+/// `call_timeout`, and a read is asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_never_answer_give_their_turns_back() {
+    use supervise::github::turns::PER_INSTALLATION;
+    let (fake, mut gh) = client().await;
+    gh.call_timeout = std::time::Duration::from_millis(300);
+    gh.backoff = std::time::Duration::from_millis(10);
+    let gh = std::sync::Arc::new(gh);
+    // As many calls hang for a minute as the installation has turns.
+    fake.inject(200, PER_INSTALLATION as u32, None, None, 60_000);
+    let calls: Vec<_> = (0..=PER_INSTALLATION)
+        .map(|_| {
+            let gh = gh.clone();
+            tokio::spawn(async move { gh.get(7, &format!("/repos/{REPO}")).await })
+        })
+        .collect();
+    tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        for call in calls {
+            call.await.unwrap().expect("answered when asked again");
+        }
+    })
+    .await
+    .expect("the installation's calls waited on calls that never answer");
 }

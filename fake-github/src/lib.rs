@@ -426,13 +426,13 @@ impl FakeGitHub {
         self.inner.lock().runner_log.clone()
     }
 
-    /// Seconds within `[from, to]` (since the fake started) during which the
-    /// fake was answering at least one API call.
     /// The most API calls the fake was answering at once.
     pub fn most_at_once(&self) -> usize {
         self.inner.lock().most_in_flight
     }
 
+    /// Seconds within `[from, to]` (since the fake started) during which the
+    /// fake was answering at least one API call.
     pub fn busy_between(&self, from: f64, to: f64) -> f64 {
         let mut spans: Vec<(f64, f64)> = self
             .inner

@@ -148,6 +148,11 @@ pub struct GitHub {
     pub max_wait: Duration,
     /// First backoff after a 5xx or a transport error; doubles per retry.
     pub backoff: Duration,
+    /// The longest one call may take, from asking to the answer's last byte.
+    /// GitHub ends a REST request it has worked on for 10 s; without a bound,
+    /// a connection that dies without a word holds its call, and one of its
+    /// installation's turns, forever.
+    pub call_timeout: Duration,
 }
 
 #[derive(Clone, Copy)]
@@ -248,10 +253,20 @@ impl GitHub {
             .app(AppId(app_id), key)
             .build()
             .map_err(|e| GitHubError::Config(e.to_string()))?;
-        Ok(GitHub {
+        Ok(GitHub::around(app, Some(app_id), None, api_url))
+    }
+
+    /// The client around octocrab's, with nothing learnt yet.
+    fn around(
+        app: Octocrab,
+        app_id: Option<u64>,
+        token_client: Option<Arc<Octocrab>>,
+        api_url: &str,
+    ) -> GitHub {
+        GitHub {
             app,
-            app_id: Some(app_id),
-            token_client: None,
+            app_id,
+            token_client,
             installations: Mutex::new(HashMap::new()),
             paused_until: Mutex::new(HashMap::new()),
             etags: Mutex::new(etags::EtagCache::new(ETAG_ENTRIES, ETAG_BYTES)),
@@ -260,7 +275,8 @@ impl GitHub {
             base_path: base_path(api_url),
             max_wait: Duration::from_secs(15 * 60),
             backoff: Duration::from_millis(250),
-        })
+            call_timeout: Duration::from_secs(30),
+        }
     }
 
     /// A client that authenticates with a token (a workflow's `GITHUB_TOKEN` or
@@ -273,19 +289,12 @@ impl GitHub {
             .personal_token(token.expose_secret().to_string())
             .build()
             .map_err(|e| GitHubError::Config(e.to_string()))?;
-        Ok(GitHub {
-            app: client.clone(),
-            app_id: None,
-            token_client: Some(Arc::new(client)),
-            installations: Mutex::new(HashMap::new()),
-            paused_until: Mutex::new(HashMap::new()),
-            etags: Mutex::new(etags::EtagCache::new(ETAG_ENTRIES, ETAG_BYTES)),
-            budgets: Mutex::new(HashMap::new()),
-            turns: turns::Turns::new(turns::PER_INSTALLATION, turns::IN_ALL),
-            base_path: base_path(api_url),
-            max_wait: Duration::from_secs(15 * 60),
-            backoff: Duration::from_millis(250),
-        })
+        Ok(GitHub::around(
+            client.clone(),
+            None,
+            Some(Arc::new(client)),
+            api_url,
+        ))
     }
 
     /// What GitHub last said of the installation's rate limit, if it has.
@@ -501,43 +510,59 @@ impl GitHub {
             // In flight from the request until its body is read; not while
             // backing off.
             let turn = self.turns.take(installation).await;
-            let res = match method {
-                Method::Get => {
-                    let mut h = http::HeaderMap::new();
-                    if let Some(kept) = &cached {
-                        if let Ok(v) = http::HeaderValue::from_str(&kept.etag) {
-                            h.insert(http::header::IF_NONE_MATCH, v);
+            let answer = tokio::time::timeout(self.call_timeout, async {
+                let res = match method {
+                    Method::Get => {
+                        let mut h = http::HeaderMap::new();
+                        if let Some(kept) = &cached {
+                            if let Ok(v) = http::HeaderValue::from_str(&kept.etag) {
+                                h.insert(http::header::IF_NONE_MATCH, v);
+                            }
                         }
+                        client._get_with_headers(path, Some(h)).await
                     }
-                    client._get_with_headers(path, Some(h)).await
-                }
-                Method::Post => client._post(path, body).await,
-                Method::Put => client._put(path, body).await,
-                Method::Patch => client._patch(path, body).await,
-                Method::Delete => client._delete(path, body).await,
-            };
-            let res = match res {
-                Ok(r) => r,
-                Err(e) => {
-                    drop(turn);
-                    // octocrab's Display says little ("GitHub"); the chain says what.
-                    last = error_chain(&e);
+                    Method::Post => client._post(path, body).await,
+                    Method::Put => client._put(path, body).await,
+                    Method::Patch => client._patch(path, body).await,
+                    Method::Delete => client._delete(path, body).await,
+                }?;
+                let status = res.status().as_u16();
+                let headers = res.headers().clone();
+                let text = client.body_to_string(res).await.unwrap_or_default();
+                Ok::<_, octocrab::Error>((status, headers, text))
+            })
+            .await;
+            drop(turn);
+            let (status, headers, text) = match answer {
+                Ok(Ok(answer)) => answer,
+                failed => {
+                    let timed_out = failed.is_err();
+                    last = match failed {
+                        // octocrab's Display says little ("GitHub"); the chain says what.
+                        Ok(Err(e)) => error_chain(&e),
+                        _ => format!("no answer within {} s", self.call_timeout.as_secs()),
+                    };
                     metrics::counter!("supervise_github_requests_total", "status" => "error")
                         .increment(1);
+                    // A write that went unanswered may have been made: not
+                    // asked again blindly here, but given back to its caller,
+                    // whose retry looks for what it makes before making it.
+                    if timed_out && !matches!(method, Method::Get) {
+                        return Err(GitHubError::Transport {
+                            what,
+                            message: last,
+                        });
+                    }
                     tracing::warn!(%what, attempt, error = %last, "GitHub call failed; backing off");
                     tokio::time::sleep(backoff).await;
                     backoff *= 2;
                     continue;
                 }
             };
-            let status = res.status().as_u16();
-            let headers = res.headers().clone();
             metrics::counter!("supervise_github_requests_total", "status" => status.to_string())
                 .increment(1);
             let remaining = header_num::<i64>(&headers, "x-ratelimit-remaining");
             self.note_budget(installation, &headers);
-            let text = client.body_to_string(res).await.unwrap_or_default();
-            drop(turn);
             match status {
                 200..=299 => {
                     let next = headers
