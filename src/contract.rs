@@ -168,6 +168,10 @@ pub struct RunResult {
     /// [`crate::engine::trust`]); its criteria were then not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// No agent ran: the sprint's work was found on the head it was to
+    /// start from (see [`crate::engine::FoundDone`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found_done: Option<crate::engine::FoundDone>,
 }
 
 /// The most changed paths a results record lists; a run that changed more

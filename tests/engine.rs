@@ -61,7 +61,8 @@ fn partial_is_continued_without_an_attempt_on_at_least_sonnet() {
     assert!(next.tier >= ModelTier::Sonnet && next.tier >= first.tier);
     assert!(next
         .prompt
-        .contains("Complete ONLY the remaining work:\n- make api passes"));
+        .contains("Complete ONLY the remaining work:\n- make api-types passes"),
+        "{}", next.prompt);
 }
 
 #[test]
@@ -630,8 +631,9 @@ fn the_verification_cascade_favours_partial_over_failure() {
     let p = plan("# X\n\n## Sprint 1: Implement the thing\n- [ ] `make` passes\n");
     let s = &p.work_units[0].sprints[0];
     use cascade::{assess, Outcome};
+    let success = || on(s, success());
     assert_eq!(assess(s, &success(), 50), Outcome::Completed);
-    assert!(matches!(assess(s, &partial(), 50), Outcome::Partial(_)));
+    assert!(matches!(assess(s, &on(s, partial()), 50), Outcome::Partial(_)));
     assert!(matches!(assess(s, &failure(), 50), Outcome::Failed(_)));
     // Agent crashed but left commits: preserve the work.
     let mut crashed = failure();
@@ -653,6 +655,12 @@ fn the_verification_cascade_favours_partial_over_failure() {
     assert!(
         matches!(assess(s, &conflict, 50), Outcome::Failed(ref r) if r.contains("does not merge"))
     );
+}
+
+/// `report` with its criteria results given for `s`'s real criteria.
+fn on(s: &supervise::plan::Sprint, mut report: AgentReport) -> AgentReport {
+    report.evidence.criteria = for_sprint(s, &report.evidence.criteria);
+    report
 }
 
 /// A unit as work that appears while the operation runs.
@@ -1266,10 +1274,10 @@ proptest! {
     fn exit_criteria_outweigh_the_agents_words(text in words()) {
         let p = plan("# X\n\n## Sprint 1: Implement the thing\n- [ ] `make` passes\n");
         let s = &p.work_units[0].sprints[0];
-        let mut pass = success();
+        let mut pass = on(s, success());
         pass.output_tail = text.clone();
         prop_assert_eq!(cascade::assess(s, &pass, 50), cascade::Outcome::Completed);
-        let mut fail = partial();
+        let mut fail = on(s, partial());
         fail.output_tail = text;
         prop_assert_ne!(cascade::assess(s, &fail, 50), cascade::Outcome::Completed);
     }

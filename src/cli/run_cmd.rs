@@ -636,7 +636,7 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
         .find(|s| s.id == id)
         .ok_or_else(|| anyhow!("work unit `{unit}` has no sprint {sprint}"))?;
     let root: PathBuf = a.dir.clone().unwrap_or_else(|| plan.root.clone());
-    let results = criteria::verify_sprint(u, s, &root, Duration::from_secs(a.timeout));
+    let results = criteria::verify_sprint(s, &root, Duration::from_secs(a.timeout));
     if let Some(dispatch) = &a.record {
         let output = a
             .agent_output

@@ -1,7 +1,7 @@
 //! §5 the verification cascade: from the agent's output, git state, progress
 //! files, exit-criteria results and task type to one outcome.
 
-use super::events::{AgentReport, CriterionOutcome, ProgressMarker};
+use super::events::{AgentReport, CriterionOutcome, CriterionResult, ProgressMarker};
 use crate::plan::{Sprint, SprintType};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,13 +178,75 @@ fn output_signal(text: &str) -> Option<Signal> {
     last
 }
 
+/// The results that speak for `sprint`'s own exit criteria, one per
+/// criterion in the plan's order, matched by the criterion's text (and its
+/// line where two criteria read alike), never by position: a result for
+/// another sprint's criterion, or for none, counts for nothing. A
+/// machine-checkable criterion with no result is unverified, never passed.
+/// Results the place adds of its own (a background sprint's "a process the
+/// agent started is running") are kept after them.
+pub fn own_results(sprint: &Sprint, given: &[CriterionResult]) -> Vec<CriterionResult> {
+    let mut used = vec![false; given.len()];
+    let mut take = |pick: &dyn Fn(&CriterionResult) -> bool| {
+        let i = (0..given.len()).find(|&i| !used[i] && pick(&given[i]))?;
+        used[i] = true;
+        Some(given[i].clone())
+    };
+    let mut own: Vec<CriterionResult> = sprint
+        .exit_criteria
+        .iter()
+        .map(|c| {
+            take(&|r| r.text == c.text && r.line == c.line)
+                .or_else(|| take(&|r| r.text == c.text))
+                .map(|r| CriterionResult { line: c.line, ..r })
+                .unwrap_or_else(|| CriterionResult {
+                    line: c.line,
+                    text: c.text.clone(),
+                    outcome: CriterionOutcome::Unverified,
+                    detail: if c.is_machine_checkable() {
+                        NO_RESULT.to_string()
+                    } else {
+                        "needs a person".to_string()
+                    },
+                })
+        })
+        .collect();
+    if sprint.kind == SprintType::Background {
+        own.extend(take(&|r| r.text == BACKGROUND_CRITERION));
+    }
+    own
+}
+
+/// The detail of a machine-checkable criterion no result was given for.
+pub const NO_RESULT: &str = "no result was reported for this criterion";
+
+/// The criterion a place adds for a background sprint (§5e).
+pub const BACKGROUND_CRITERION: &str = "a process the agent started is running";
+
+/// Whether passing `results` show the sprint's work is there, rather than a
+/// state the repository may have had before it: a file criterion (a path
+/// exists, or holds a text) passed. A command that passes says nothing by
+/// itself — `cargo test` passes on green tests before any work.
+pub fn file_evidence(sprint: &Sprint, results: &[CriterionResult]) -> bool {
+    sprint.exit_criteria.iter().any(|c| {
+        c.command.is_none()
+            && c.assertion.is_some()
+            && results
+                .iter()
+                .any(|r| r.text == c.text && r.outcome == CriterionOutcome::Passed)
+    })
+}
+
 /// The cascade's decision. Ambiguity favours PARTIAL over FAILURE (preserve work).
 pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome {
     let ev = &report.evidence;
     let exit_ok = report.exit_code == Some(0);
     let signal = output_signal(&report.output_tail);
-    let checked: Vec<_> = ev
-        .criteria
+    let own = own_results(sprint, &ev.criteria);
+    let missing = own
+        .iter()
+        .any(|c| c.outcome == CriterionOutcome::Unverified && c.detail == NO_RESULT);
+    let checked: Vec<_> = own
         .iter()
         .filter(|c| c.outcome != CriterionOutcome::Unverified)
         .collect();
@@ -193,7 +255,7 @@ pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome 
         .filter(|c| c.outcome == CriterionOutcome::Failed)
         .map(|c| c.text.clone())
         .collect();
-    let all_pass = !checked.is_empty() && failed.is_empty();
+    let all_pass = !checked.is_empty() && failed.is_empty() && !missing;
     let some_pass = checked
         .iter()
         .any(|c| c.outcome == CriterionOutcome::Passed);
@@ -204,6 +266,10 @@ pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome 
         || ev.progress.is_some()
         || signal == Some(Signal::Partial);
     let exhausted = report.turns_used.is_some_and(|t| t >= max_turns);
+    // Every criterion passes and a file criterion shows the work is on the
+    // head: done, whoever committed it (an earlier sprint's agent that did
+    // this one's step too, or a person before the start).
+    let work_there = all_pass && file_evidence(sprint, &own);
 
     if let Some(why) = &ev.refused {
         return Outcome::Failed(format!("the work was refused: {why}"));
@@ -234,12 +300,13 @@ pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome 
         }
         _ => {}
     }
-    let needs_commit = sprint.kind == SprintType::Code;
+    let needs_commit = sprint.kind == SprintType::Code && !work_there;
     let contradicted = !failed.is_empty()
         || signal == Some(Signal::Failure) && !all_pass
         || !exit_ok && !exhausted
         || ev.ci_passed == Some(false)
         || needs_commit && !committed
+        || missing
         || !ev.uncommitted.is_empty();
     let success = all_pass
         || ev.progress == Some(ProgressMarker::Complete)
@@ -260,6 +327,9 @@ pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome 
         }
         if needs_commit && !committed {
             remaining.push("commit the sprint's work on the sprint branch".into());
+        }
+        for c in own.iter().filter(|c| c.detail == NO_RESULT) {
+            remaining.push(format!("{} (not checked: {NO_RESULT})", c.text));
         }
         if remaining.is_empty() {
             remaining = sprint

@@ -12,6 +12,37 @@
 use crate::engine::{AlreadyDone, CriterionOutcome, CriterionResult, ProgressMarker};
 use crate::plan::{Assertion, Criterion, FileRole, Plan, ReferencedFile, Sprint, WorkUnit};
 
+/// Whether `results` (the checks made on the head a fresh sprint would
+/// start from) show its work is already there: every exit criterion passed,
+/// and the pass is not one the repository already had — a file criterion is
+/// among them, or a command criterion that failed at the operation's
+/// starting commit (`failed_at_start`, by text). A sprint whose criteria are
+/// commands that passed before any work (`cargo test` on green tests)
+/// cannot be told done from not done, and is dispatched.
+pub fn work_is_there(sprint: &Sprint, results: &[CriterionResult], failed_at_start: &[String]) -> bool {
+    let own = crate::engine::cascade::own_results(sprint, results);
+    let all_pass = !own.is_empty() && own.iter().all(|r| r.outcome == CriterionOutcome::Passed);
+    all_pass
+        && (crate::engine::cascade::file_evidence(sprint, &own)
+            || sprint
+                .exit_criteria
+                .iter()
+                .any(|c| c.command.is_some() && failed_at_start.contains(&c.text)))
+}
+
+/// Whether a place may skip a fresh sprint's agent on evidence that its work
+/// is there: not for sprints whose end is more than their criteria (a
+/// process left running, a condition awaited, a person's check).
+pub fn may_be_found_done(sprint: &Sprint) -> bool {
+    !matches!(
+        sprint.kind,
+        crate::plan::SprintType::Background
+            | crate::plan::SprintType::Deferred
+            | crate::plan::SprintType::Manual
+    ) && !sprint.exit_criteria.is_empty()
+        && sprint.exit_criteria.iter().all(|c| c.is_machine_checkable())
+}
+
 /// A file as a place found it at the starting commit.
 pub enum Found {
     /// Its bytes (perhaps cut at a size limit; empty for a directory).
@@ -25,8 +56,8 @@ pub enum Found {
 pub trait StartingCommit {
     /// The file at `path` (relative to the repository's root).
     fn read(&self, path: &str) -> Found;
-    /// Runs a command criterion in the unit's directory and says whether it
-    /// passed: None when this place does not run commands.
+    /// Runs a command criterion from the repository's root and says whether
+    /// it passed: None when this place does not run commands.
     fn run(&mut self, unit: &WorkUnit, criterion: &Criterion) -> Option<bool>;
 }
 
@@ -37,7 +68,10 @@ pub const NOT_RUN: &str = "not run: the service runs no repository command";
 /// the paths still to read before that can be said (ask again with them read).
 ///
 /// A sprint is done when none of its exit criteria fails and either a progress
-/// file marks it complete or every criterion was checked and passed. A unit's
+/// file marks it complete or every criterion was checked and passed with a
+/// file criterion among them: at the starting commit a passing command is
+/// no evidence (`cargo test` passes on green tests before any work), so a
+/// sprint whose criteria are all commands is dispatched. A unit's
 /// first sprint that is not done ends its run of done ones: a later sprint
 /// found done is dispatched as planned. Files are looked at before any
 /// command runs, and the first failure ends the look, so a sprint that is
@@ -97,10 +131,10 @@ fn judge(plan: &Plan, unit: &WorkUnit, sprint: &Sprint, commit: &mut dyn Startin
     let mut results = Vec::new();
     for c in sprint.exit_criteria.iter().filter(|c| c.command.is_none()) {
         let (outcome, detail) = match &c.assertion {
-            Some(a) => match check_assertion(a, unit.directory.as_deref(), |p| commit.read(p)) {
+            Some(a) => match check_assertion(a, |p| commit.read(p)) {
                 Some(r) => r,
                 None => {
-                    unread.extend(candidates(a_path(a), unit.directory.as_deref()));
+                    unread.push(a_path(a).to_string());
                     continue;
                 }
             },
@@ -149,7 +183,9 @@ fn judge(plan: &Plan, unit: &WorkUnit, sprint: &Sprint, commit: &mut dyn Startin
             }
             e
         }
-        None if results.is_empty() => return Judged::NotDone,
+        None if !crate::engine::cascade::file_evidence(sprint, &results) => {
+            return Judged::NotDone
+        }
         None => format!(
             "all {} exit criteria of Sprint {} pass at the starting commit",
             results.len(),
@@ -179,39 +215,20 @@ fn a_path(a: &Assertion) -> &str {
     }
 }
 
-/// Where an assertion's file is looked for: the unit's directory, then the root.
-fn candidates(path: &str, unit_dir: Option<&str>) -> Vec<String> {
-    let mut v = Vec::new();
-    if let Some(d) = unit_dir
-        .map(|d| d.trim_end_matches('/'))
-        .filter(|d| !d.is_empty() && *d != ".")
-    {
-        v.push(format!("{d}/{path}"));
-    }
-    v.push(path.to_string());
-    v
-}
-
-/// Checks a file assertion against files read by `read`, in the unit's
-/// directory first and then at the root, as every place checks it. None when
-/// a file it needs is not read yet.
+/// Checks a file assertion against files read by `read`. A path is the
+/// repository root's, as a command criterion's working directory is: one
+/// meaning for every criterion, whatever the unit's `Directory`. None when
+/// the file is not read yet.
 pub fn check_assertion(
     a: &Assertion,
-    unit_dir: Option<&str>,
     read: impl Fn(&str) -> Found,
 ) -> Option<(CriterionOutcome, String)> {
     let path = a_path(a);
-    let mut body = None;
-    for p in candidates(path, unit_dir) {
-        match read(&p) {
-            Found::File(b) => {
-                body = Some(b);
-                break;
-            }
-            Found::Missing => {}
-            Found::NotRead => return None,
-        }
-    }
+    let body = match read(path) {
+        Found::File(b) => Some(b),
+        Found::Missing => None,
+        Found::NotRead => return None,
+    };
     Some(match (a, body) {
         (_, None) => (CriterionOutcome::Failed, format!("{path} does not exist")),
         (Assertion::FileExists { .. }, Some(_)) => (CriterionOutcome::Passed, String::new()),

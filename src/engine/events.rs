@@ -105,6 +105,27 @@ pub struct Evidence {
     /// workflows): the attempt fails, whatever the agent said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// The place found the sprint's work already on the head the attempt
+    /// was to start from, and launched no agent: `criteria` are the checks
+    /// made there. The engine accepts it only on evidence (see
+    /// [`crate::engine::done_before::work_is_there`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found_done: Option<FoundDone>,
+}
+
+/// Why a place launched no agent for a fresh sprint: what it found on the
+/// head the sprint would start from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FoundDone {
+    /// The head checked (a commit id).
+    pub head: String,
+    /// Who did the work, for people: `commit 3f2a1b0 ("add both lamps"),
+    /// merged by "Merge lamp Sprint 1 (…)"`.
+    pub by: String,
+    /// Command criteria (their text) that failed at the operation's
+    /// starting commit: a command passing now is evidence only then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_at_start: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

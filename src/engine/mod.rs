@@ -15,7 +15,9 @@ mod state;
 pub mod trust;
 pub mod workflow;
 
-pub use decide::{decide, decide_mut, decide_shared, Decision, AGENT_COMMAND_FAILED};
+pub use decide::{
+    decide, decide_mut, decide_shared, Decision, AGENT_COMMAND_FAILED, DONE_BEFORE_DISPATCH,
+};
 pub use events::*;
 pub use state::*;
 

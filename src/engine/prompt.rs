@@ -92,7 +92,7 @@ pub fn build(p: &PromptInput) -> String {
                 ),
             };
             out.push_str(&criteria(&s.entry_criteria, &none));
-            out.push_str("\nEXIT CRITERIA (verify before declaring done):\n");
+            out.push_str("\nEXIT CRITERIA (verify before declaring done; commands run from the project's root, and paths are relative to it):\n");
             out.push_str(&criteria(
                 &s.exit_criteria,
                 "The sprint's tasks are done and committed",

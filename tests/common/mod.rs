@@ -131,7 +131,28 @@ impl Sim {
             .unwrap_or_else(|| panic!("no dispatch out for {unit}"))
     }
 
-    pub fn finish(&mut self, unit: &str, report: AgentReport) -> Decision {
+    /// The agent for `unit` ends with `report`, whose criteria results are
+    /// read as a pattern and reported for the sprint's real criteria (see
+    /// [`for_sprint`]), as a place's verifier would report them.
+    pub fn finish(&mut self, unit: &str, mut report: AgentReport) -> Decision {
+        self.now += Duration::minutes(7);
+        let o = self.order_for(unit);
+        let sprint = self
+            .st()
+            .plan
+            .unit(unit)
+            .and_then(|u| u.sprints.iter().find(|s| s.id == o.sprint))
+            .expect("the order's sprint is in the plan");
+        report.evidence.criteria = for_sprint(sprint, &report.evidence.criteria);
+        self.send(Input::AgentFinished {
+            dispatch: o.dispatch,
+            report,
+        })
+        .unwrap()
+    }
+
+    /// The agent for `unit` ends with `report` exactly as given.
+    pub fn finish_as_is(&mut self, unit: &str, report: AgentReport) -> Decision {
         self.now += Duration::minutes(7);
         let o = self.order_for(unit);
         self.send(Input::AgentFinished {
@@ -247,6 +268,41 @@ pub fn check_invariants(before: Option<&OperationState>, e: &Event) {
         }
         _ => {}
     }
+}
+
+/// Results for `sprint`'s own machine-checkable criteria, following the
+/// outcomes of `pattern`: none when it is empty; every criterion passes when
+/// all of it passed; otherwise the sprint's last criterion fails (with the
+/// first failure's detail) and the others pass.
+pub fn for_sprint(sprint: &supervise::plan::Sprint, pattern: &[CriterionResult]) -> Vec<CriterionResult> {
+    if pattern.is_empty() {
+        return Vec::new();
+    }
+    let failure = pattern
+        .iter()
+        .find(|r| r.outcome == CriterionOutcome::Failed);
+    let checkable: Vec<_> = sprint
+        .exit_criteria
+        .iter()
+        .filter(|c| c.is_machine_checkable())
+        .collect();
+    let last = checkable.len().saturating_sub(1);
+    checkable
+        .iter()
+        .enumerate()
+        .map(|(i, c)| CriterionResult {
+            line: c.line,
+            text: c.text.clone(),
+            outcome: match failure {
+                Some(_) if i == last => CriterionOutcome::Failed,
+                _ => CriterionOutcome::Passed,
+            },
+            detail: match failure {
+                Some(f) if i == last => f.detail.clone(),
+                _ => String::new(),
+            },
+        })
+        .collect()
 }
 
 pub fn success() -> AgentReport {

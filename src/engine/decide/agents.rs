@@ -4,7 +4,7 @@
 use super::{
     cascade, ActiveDispatch, AgentReport, AlreadyDone, AttemptRecord, CancelReason, Completion,
     CriterionResult, Decider, DispatchId, Effect, Event, Evidence, Hold, ModelTier, NoticeKind,
-    Refusal, SprintStatus, UnitStatus, AGENT_COMMAND_FAILED,
+    Refusal, SprintStatus, UnitStatus, AGENT_COMMAND_FAILED, DONE_BEFORE_DISPATCH,
 };
 
 impl Decider<'_> {
@@ -88,7 +88,9 @@ impl Decider<'_> {
             turns: report.turns_used,
             commits: report.evidence.commits.clone(),
             uncommitted: report.evidence.uncommitted.clone(),
-            charged: a.held.is_none() && outcome != AGENT_COMMAND_FAILED,
+            charged: a.held.is_none()
+                && outcome != AGENT_COMMAND_FAILED
+                && outcome != DONE_BEFORE_DISPATCH,
         };
         self.emit(Event::AttemptClosed {
             unit: u,
@@ -182,6 +184,28 @@ impl Decider<'_> {
                 ),
             });
             let _ = self.stop();
+            self.settle();
+            return Ok(());
+        }
+        if let Some(found) = report.evidence.found_done.clone() {
+            let plan_sprint = &self.st().plan.work_units[u].sprints[s];
+            if crate::engine::done_before::work_is_there(
+                plan_sprint,
+                &report.evidence.criteria,
+                &found.failed_at_start,
+            ) {
+                self.found_done(u, s, &active, &report, &found);
+                self.settle();
+                return Ok(());
+            }
+            // A claim without the evidence is no attempt of an agent: the
+            // sprint is dispatched again (as a retry, which no place skips),
+            // this time to an agent, and nothing is counted or paid.
+            self.close_attempt(u, s, DONE_BEFORE_DISPATCH, &report);
+            self.effects.push(Effect::Refund {
+                dispatch: active.id.clone(),
+            });
+            self.sprint_to(u, s, SprintStatus::Backoff);
             self.settle();
             return Ok(());
         }
@@ -300,7 +324,10 @@ impl Decider<'_> {
             attempts: active.attempt,
             turns: report.turns_used,
             commits: report.evidence.commits.clone(),
-            criteria: report.evidence.criteria.clone(),
+            criteria: cascade::own_results(
+                &self.st().plan.work_units[u].sprints[s],
+                &report.evidence.criteria,
+            ),
             already_done: None,
             awaiting_merge: true,
             answer: report.evidence.answer.clone(),
@@ -316,6 +343,61 @@ impl Decider<'_> {
             Some(s),
             format!("Sprint {sprint} COMPLETED"),
             "verification cascade confirmed the exit criteria".into(),
+        );
+        self.effects.push(Effect::Integrate {
+            unit,
+            sprint,
+            dispatch: active.id.clone(),
+        });
+    }
+
+    /// A fresh sprint whose work was found on the head it was to start from:
+    /// COMPLETED without an agent, and not paid for. Its branch (which holds
+    /// nothing new) is merged as any other, so the unit moves on as usual.
+    fn found_done(
+        &mut self,
+        u: usize,
+        s: usize,
+        active: &ActiveDispatch,
+        report: &AgentReport,
+        found: &crate::engine::FoundDone,
+    ) {
+        self.close_attempt(u, s, DONE_BEFORE_DISPATCH, report);
+        self.effects.push(Effect::Refund {
+            dispatch: active.id.clone(),
+        });
+        let note = format!(
+            "found done before dispatch: every exit criterion passes on {}; done by {}",
+            crate::contract::short_id(&found.head),
+            found.by
+        );
+        let completion = Completion {
+            started_at: self.now,
+            completed_at: self.now,
+            tier: active.tier,
+            score: active.score,
+            attempts: 0,
+            turns: None,
+            commits: Vec::new(),
+            criteria: cascade::own_results(
+                &self.st().plan.work_units[u].sprints[s],
+                &report.evidence.criteria,
+            ),
+            already_done: Some(note.clone()),
+            awaiting_merge: true,
+            answer: None,
+        };
+        self.emit(Event::SprintCompleted {
+            unit: u,
+            sprint: s,
+            completion,
+        });
+        let (unit, sprint) = self.names(u, s);
+        self.log(
+            Some(u),
+            Some(s),
+            format!("Sprint {sprint} already done: COMPLETED without an agent"),
+            note,
         );
         self.effects.push(Effect::Integrate {
             unit,

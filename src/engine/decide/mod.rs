@@ -318,6 +318,10 @@ pub fn decide_shared(
 /// The outcome recorded for an attempt whose command could not be run (126/127).
 pub const AGENT_COMMAND_FAILED: &str = "agent command could not run";
 
+/// An attempt's outcome when its sprint's work was found on the head it was
+/// to start from, and no agent ran: not paid for.
+pub const DONE_BEFORE_DISPATCH: &str = "done before dispatch";
+
 impl Decider<'_> {
     pub(super) fn finish(mut self) -> Decision {
         if !self.events.is_empty() && !self.effects.contains(&Effect::PublishStatus) {

@@ -226,7 +226,7 @@ pub fn verify(
     };
     git(root, &["checkout", "-q", "-f", "--detach", &head])?;
     let results = if refused.is_none() {
-        criteria::verify_sprint(&unit, &sprint, &def.root, timeout)
+        criteria::verify_sprint(&sprint, &def.root, timeout)
     } else {
         Vec::new()
     };

@@ -354,6 +354,9 @@ impl Operations {
                     merge_conflict,
                     answer: r.answer,
                     refused: r.refused,
+                    // The agent job does not look before its agent: a
+                    // record that says otherwise is not taken at its word.
+                    found_done: None,
                 },
             },
             None => AgentReport {

@@ -7,17 +7,9 @@ use crate::engine::done_before::{check_assertion, marker_in, progress_files, Fou
 use crate::engine::{CriterionOutcome, CriterionResult, ProgressMarker};
 use crate::plan::{Criterion, Plan, Sprint, WorkUnit};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The directory criteria run in: the unit's directory when it exists, else the root.
-pub fn criteria_dir(root: &Path, unit: &WorkUnit) -> PathBuf {
-    match &unit.directory {
-        Some(d) if root.join(d).is_dir() => root.join(d),
-        _ => root.to_path_buf(),
-    }
-}
 
 /// Runs `sh -c cmd` in `dir` with a time limit, in its own process group so a
 /// timeout kills everything it started. Returns (success, combined output tail).
@@ -116,16 +108,17 @@ pub fn check_command(
     })
 }
 
-fn check(c: &Criterion, dir: &Path, root: &Path, timeout: Duration) -> (CriterionOutcome, String) {
-    if let Some(result) = check_command(c, dir, timeout) {
+/// One criterion, checked in the checkout at `root`: a command runs from
+/// the root, and a file criterion's path is the root's, so `core/types.txt`
+/// exists and `grep -q Money core/types.txt` speak of one file whatever the
+/// unit's `Directory` (which tells the agent where its work lives).
+pub fn check(c: &Criterion, root: &Path, timeout: Duration) -> (CriterionOutcome, String) {
+    if let Some(result) = check_command(c, root, timeout) {
         return result;
     }
     match &c.assertion {
-        Some(a) => {
-            let unit_dir = dir.strip_prefix(root).ok().and_then(|d| d.to_str());
-            check_assertion(a, unit_dir, |p| read_found(root, p))
-                .unwrap_or((CriterionOutcome::Failed, "could not be read".into()))
-        }
+        Some(a) => check_assertion(a, |p| read_found(root, p))
+            .unwrap_or((CriterionOutcome::Failed, "could not be read".into())),
         None => (CriterionOutcome::Unverified, "needs a person".into()),
     }
 }
@@ -144,18 +137,12 @@ pub fn read_found(root: &Path, path: &str) -> Found {
 }
 
 /// Checks every exit criterion of `sprint` in the checkout at `root`.
-pub fn verify_sprint(
-    unit: &WorkUnit,
-    sprint: &Sprint,
-    root: &Path,
-    timeout: Duration,
-) -> Vec<CriterionResult> {
-    let dir = criteria_dir(root, unit);
+pub fn verify_sprint(sprint: &Sprint, root: &Path, timeout: Duration) -> Vec<CriterionResult> {
     sprint
         .exit_criteria
         .iter()
         .map(|c| {
-            let (outcome, detail) = check(c, &dir, root, timeout);
+            let (outcome, detail) = check(c, root, timeout);
             CriterionResult {
                 line: c.line,
                 text: c.text.clone(),
@@ -211,6 +198,7 @@ pub fn results_record(
         began_at: run.and_then(|r| r.began_at),
         answer,
         refused,
+        found_done: None,
     }
 }
 

@@ -195,6 +195,7 @@ impl LocalPlace {
                     worktree_lock: Some(self.worktree_lock(&worktree)),
                     branch,
                     base,
+                    found_done: self.found_done_look(st, order),
                 };
                 let child = process::spawn(&dir, &spec, self.standby.take())?;
                 self.watch(order.dispatch.clone(), child);
@@ -285,7 +286,7 @@ impl LocalPlace {
                 let branch = branch_of(unit, sprint);
                 let checkout = self.git.ensure_sprint_worktree(op, &branch)?;
                 let lock = self.worktree_lock(&self.git.worktree_of(&branch));
-                let (u, s) = plan_sprint(st, unit, sprint)?;
+                let (_, s) = plan_sprint(st, unit, sprint)?;
                 let (tx, unit, sprint, timeout) = (
                     self.tx.clone(),
                     unit.clone(),
@@ -311,7 +312,7 @@ impl LocalPlace {
                             return;
                         }
                     };
-                    let results = criteria::verify_sprint(&u, &s, &checkout, timeout);
+                    let results = criteria::verify_sprint(&s, &checkout, timeout);
                     let met = results
                         .iter()
                         .all(|r| r.outcome != engine::CriterionOutcome::Failed)
@@ -551,6 +552,24 @@ impl LocalPlace {
         ))
     }
 
+    /// Where a fresh attempt may look for its sprint's work before its agent
+    /// starts: not for work without a plan (its agents' answers are the
+    /// workflow's next input, and only an agent gives one), nor for an
+    /// operation whose starting commit was not kept.
+    fn found_done_look(
+        &self,
+        st: &OperationState,
+        order: &engine::DispatchOrder,
+    ) -> Option<super::found_done::StartingPoint> {
+        if order.kind != engine::DispatchKind::Fresh || st.workflow.is_some() {
+            return None;
+        }
+        Some(super::found_done::StartingPoint {
+            commit: self.git.start_commit(&st.id.0)?.to_string(),
+            cache: self.dir.join("start-checks").join(&st.id.0),
+        })
+    }
+
     /// Turns a finished run into the engine's input: the wrapper's result plus the
     /// git evidence, read now (after any earlier merges) so a conflict is current.
     pub(super) fn finished_input(
@@ -606,6 +625,11 @@ impl LocalPlace {
                 merge_conflict: git.merge_conflict,
                 answer: result.answer,
                 refused: result.refused,
+                // Its note names commits by their subjects, which agents wrote.
+                found_done: result.found_done.map(|mut f| {
+                    f.by = crate::scrub::scrub(&f.by).into_owned();
+                    f
+                }),
             },
         };
         Ok(Some(Input::AgentFinished {
@@ -646,9 +670,8 @@ impl done_before::StartingCommit for Checkout<'_> {
         criteria::read_found(self.root, path)
     }
 
-    fn run(&mut self, unit: &WorkUnit, c: &Criterion) -> Option<bool> {
-        let dir = criteria::criteria_dir(self.root, unit);
-        criteria::check_command(c, &dir, self.timeout)
+    fn run(&mut self, _unit: &WorkUnit, c: &Criterion) -> Option<bool> {
+        criteria::check_command(c, self.root, self.timeout)
             .map(|(outcome, _)| outcome == engine::CriterionOutcome::Passed)
     }
 }

@@ -439,15 +439,29 @@ impl Git {
         Ok(())
     }
 
-    /// Creates the integration branch from `start` unless it exists (idempotent).
+    /// Creates the integration branch from `start` unless it exists
+    /// (idempotent), and keeps `start` as the operation's starting commit.
     pub fn ensure_integration(&self, op: &str, start: Oid) -> Result<Oid> {
         let name = integration_branch(op);
+        if self.repo.find_reference(&start_ref(op)).is_err() {
+            self.repo
+                .reference(&start_ref(op), start, false, "supervise: starting commit")?;
+        }
         if let Some(oid) = self.branch_oid(&name)? {
             return Ok(oid);
         }
         self.repo
             .branch(&name, &self.repo.find_commit(start)?, false)?;
         Ok(start)
+    }
+
+    /// The commit operation `op` started from (for operations started before
+    /// it was kept: none).
+    pub fn start_commit(&self, op: &str) -> Option<Oid> {
+        self.repo
+            .find_reference(&start_ref(op))
+            .ok()
+            .and_then(|r| r.target())
     }
 
     /// Commits `files` (path, content) on the integration branch unless its
@@ -787,6 +801,12 @@ impl Git {
             let _ = wt.prune(Some(git2::WorktreePruneOptions::new().valid(true)));
         }
     }
+}
+
+/// Where an operation's starting commit is kept: a ref outside the
+/// branches, so no one works on it and `git gc` keeps the commit.
+fn start_ref(op: &str) -> String {
+    format!("refs/supervise/{op}/start")
 }
 
 fn gate_branch(op: &str) -> String {

@@ -4,11 +4,13 @@
 //! files, when a run is over); [`executor`] carries the engine's effects out
 //! (worktrees, merges, agent processes, build gates); [`process`] is the
 //! detached wrapper around one agent; [`criteria`] runs exit criteria (also
-//! in the agent workflow's verifying job on GitHub); [`git`] is the
+//! in the agent workflow's verifying job on GitHub); [`found_done`] looks
+//! for a fresh sprint's work on its head before its agent; [`git`] is the
 //! repository; [`screen`] what the loop shows and hears.
 
 pub mod criteria;
 pub mod executor;
+pub mod found_done;
 pub mod git;
 pub mod lockfile;
 pub mod process;

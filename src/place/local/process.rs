@@ -50,6 +50,10 @@ pub struct RunSpec {
     /// branch goes back to if the attempt's work is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
+    /// Set for a fresh attempt whose sprint may be found done before its
+    /// agent starts (see [`super::found_done`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found_done: Option<super::found_done::StartingPoint>,
 }
 
 /// The most agent output kept on disk: `output.log` is rotated to `output.log.1`
@@ -101,7 +105,7 @@ fn still_running(sprint: &Sprint) -> crate::engine::CriterionResult {
     };
     crate::engine::CriterionResult {
         line: sprint.line,
-        text: "a process the agent started is running".into(),
+        text: crate::engine::cascade::BACKGROUND_CRITERION.into(),
         outcome,
         detail,
     }
@@ -548,6 +552,25 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         &dir.join("started"),
         std::process::id().to_string().as_bytes(),
     )?;
+    if let Some(start) = &spec.found_done {
+        let timeout = Duration::from_secs(spec.verify_timeout_secs);
+        if let Some((criteria, found)) =
+            super::found_done::look(&spec.sprint, &spec.checkout, start, timeout)
+        {
+            let result = RunResult {
+                output_tail: format!("no agent was launched: the sprint's work is done by {}", found.by),
+                criteria,
+                found_done: Some(found),
+                ..Default::default()
+            };
+            write_whole(
+                &dir.join("result.json"),
+                &serde_json::to_vec_pretty(&result)?,
+            )?;
+            drop(lock);
+            return Ok(());
+        }
+    }
     let prompt_file = dir.join("prompt.md").canonicalize()?;
     let (reader, writer) = std::io::pipe()?;
     let o = &spec.order;
@@ -655,7 +678,6 @@ pub fn run_agent(dir: &Path) -> Result<()> {
     }
     if !cancelled {
         criteria.extend(super::criteria::verify_sprint(
-            &spec.unit,
             &spec.sprint,
             &spec.checkout,
             Duration::from_secs(spec.verify_timeout_secs),
@@ -689,6 +711,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         changed: None,
         answer: crate::contract::read_answer(&answer_file),
         refused: None,
+        found_done: None,
     };
     // Whole, but not waited for on disk: the supervisor records what it reads
     // here durably before acting on it, and a result a power cut loses only
