@@ -17,7 +17,7 @@ mod support;
 
 const REPO: &str = "acme/shop";
 const PLAN: &str = "# One\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n\
-## solo\n### Sprint 1: Solo\n- [ ] `solo-sprint-1.txt` exists\n";
+## solo\n### Sprint 1: Solo\n- [ ] `solo/solo-sprint-1.txt` exists\n";
 
 /// The median and the slowest of `xs`.
 fn summary(mut xs: Vec<Duration>) -> (Duration, Duration) {

@@ -59,10 +59,12 @@ fn partial_is_continued_without_an_attempt_on_at_least_sonnet() {
     assert_eq!(next.kind, DispatchKind::Continuation);
     assert_eq!(next.attempt, 1);
     assert!(next.tier >= ModelTier::Sonnet && next.tier >= first.tier);
-    assert!(next
-        .prompt
-        .contains("Complete ONLY the remaining work:\n- make api-types passes"),
-        "{}", next.prompt);
+    assert!(
+        next.prompt
+            .contains("Complete ONLY the remaining work:\n- make api-types passes"),
+        "{}",
+        next.prompt
+    );
 }
 
 #[test]
@@ -633,7 +635,10 @@ fn the_verification_cascade_favours_partial_over_failure() {
     use cascade::{assess, Outcome};
     let success = || on(s, success());
     assert_eq!(assess(s, &success(), 50), Outcome::Completed);
-    assert!(matches!(assess(s, &on(s, partial()), 50), Outcome::Partial(_)));
+    assert!(matches!(
+        assess(s, &on(s, partial()), 50),
+        Outcome::Partial(_)
+    ));
     assert!(matches!(assess(s, &failure(), 50), Outcome::Failed(_)));
     // Agent crashed but left commits: preserve the work.
     let mut crashed = failure();

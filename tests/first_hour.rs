@@ -8,8 +8,8 @@ use std::process::{Command, Output, Stdio};
 use support::{git, Checkout};
 
 const PLAN: &str = "# Shop\n\n| Work Unit | Directory | Dependencies |\n|---|---|---|\n| api | api | none |\n| docs | docs | none |\n\n\
-## api\n### Sprint 1: Types\n- [ ] `api-sprint-1.txt` exists\n\n\
-## docs\n### Sprint 1: Guide\n- [ ] `docs-sprint-1.txt` exists\n";
+## api\n### Sprint 1: Types\n- [ ] `api/api-sprint-1.txt` exists\n\n\
+## docs\n### Sprint 1: Guide\n- [ ] `docs/docs-sprint-1.txt` exists\n";
 
 /// A newcomer's repository: the plan, and the scripted agent.
 struct Newcomer(Checkout);
@@ -76,7 +76,7 @@ fn a_newcomers_first_hour() {
     // An edit that is not committed: refused, with the command to commit it.
     let edited = PLAN.replace(
         "## docs",
-        "### Sprint 2: Handlers\n- [ ] `api-sprint-2.txt` exists\n\n## docs",
+        "### Sprint 2: Handlers\n- [ ] `api/api-sprint-2.txt` exists\n\n## docs",
     );
     std::fs::write(me.0.root.join("EXECUTION_PLAN.md"), &edited).unwrap();
     let out = me.supervise(&["resume"]);

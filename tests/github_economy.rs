@@ -16,13 +16,13 @@ use support::get;
 
 /// Four units of one sprint each, all in the first layer.
 const FOUR: &str = "# Four\n\n| Work Unit | Directory |\n|---|---|\n| a | a |\n| b | b |\n| c | c |\n| d | d |\n\n\
-## a\n### Sprint 1: A\n- [ ] `a-sprint-1.txt` exists\n\
-## b\n### Sprint 1: B\n- [ ] `b-sprint-1.txt` exists\n\
-## c\n### Sprint 1: C\n- [ ] `c-sprint-1.txt` exists\n\
-## d\n### Sprint 1: D\n- [ ] `d-sprint-1.txt` exists\n";
+## a\n### Sprint 1: A\n- [ ] `a/a-sprint-1.txt` exists\n\
+## b\n### Sprint 1: B\n- [ ] `b/b-sprint-1.txt` exists\n\
+## c\n### Sprint 1: C\n- [ ] `c/c-sprint-1.txt` exists\n\
+## d\n### Sprint 1: D\n- [ ] `d/d-sprint-1.txt` exists\n";
 
 const ONE: &str = "# One\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n\
-## solo\n### Sprint 1: Solo\n- [ ] `solo-sprint-1.txt` exists\n";
+## solo\n### Sprint 1: Solo\n- [ ] `solo/solo-sprint-1.txt` exists\n";
 
 const SETTINGS: &str = "max_parallel: 4\nmodels:\n  haiku: claude-haiku\n  sonnet: claude-sonnet\n  opus: claude-opus\n";
 

@@ -553,7 +553,7 @@ async fn server_errors_and_a_rate_limit_window_do_not_stop_the_operation() {
 /// two minutes away here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sprint_waiting_for_ci_goes_on_when_its_check_suite_completes() {
-    let plan = "# Line\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n### Sprint 1: One\n- [ ] `solo-sprint-1.txt` exists\n### Sprint 2: Two\n- [ ] `solo-sprint-2.txt` exists\n";
+    let plan = "# Line\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n### Sprint 1: One\n- [ ] `solo/solo-sprint-1.txt` exists\n### Sprint 2: Two\n- [ ] `solo/solo-sprint-2.txt` exists\n";
     let s = Story::start(Setup::operation(plan, "").reconcile_secs(120)).await;
     s.fake.set_ci(REPO, "sleep 2");
     s.say("/supervise start").await;
@@ -576,7 +576,7 @@ async fn a_sprint_waiting_for_ci_goes_on_when_its_check_suite_completes() {
 /// follows a sprint that is not, so it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn work_done_before_the_start_is_taken_from_the_starting_commit() {
-    let plan = "# Line\n\nProgress is kept in `PROGRESS.md`.\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n| docs | docs |\n\n## solo\n### Sprint 1: One\n- [ ] `solo-sprint-1.txt` exists\n- [ ] `cargo test` passes\n### Sprint 2: Two\n- [ ] `solo-sprint-2.txt` exists\n### Sprint 3: Three\n- [ ] `solo-sprint-3.txt` exists\n\n## docs\n### Sprint 1: Guide\n- [ ] `docs-sprint-1.txt` exists\n";
+    let plan = "# Line\n\nProgress is kept in `PROGRESS.md`.\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n| docs | docs |\n\n## solo\n### Sprint 1: One\n- [ ] `solo/solo-sprint-1.txt` exists\n- [ ] `cargo test` passes\n### Sprint 2: Two\n- [ ] `solo/solo-sprint-2.txt` exists\n### Sprint 3: Three\n- [ ] `solo/solo-sprint-3.txt` exists\n\n## docs\n### Sprint 1: Guide\n- [ ] `docs/docs-sprint-1.txt` exists\n";
     let s = Story::start(Setup::operation(plan, "")).await;
     s.fake.add_file(
         REPO,
@@ -643,7 +643,7 @@ async fn a_prompt_too_long_for_the_inputs_travels_as_a_committed_file() {
         .collect();
     assert!(long.len() > supervise::contract::PROMPT_INPUT_LIMIT);
     let plan = format!(
-        "# Long\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n### Sprint 1: Everything\n{long}\n**Exit criteria:**\n- [ ] `solo-sprint-1.txt` exists\n"
+        "# Long\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n### Sprint 1: Everything\n{long}\n**Exit criteria:**\n- [ ] `solo/solo-sprint-1.txt` exists\n"
     );
     let s = Story::begin_with(&plan, "solo 1 prompt\n").await;
     s.say("/supervise start").await;
@@ -685,7 +685,7 @@ async fn calls_for(n: usize) -> Calls {
     );
     for i in 1..=n {
         plan.push_str(&format!(
-            "### Sprint {i}: Step {i}\n- [ ] `solo-sprint-{i}.txt` exists\n"
+            "### Sprint {i}: Step {i}\n- [ ] `solo/solo-sprint-{i}.txt` exists\n"
         ));
     }
     // The fake's repositories and runs in memory where the machine allows

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use support::{git, kill_after, Checkout, XorShift};
 
 const PLAN: &str = "# Shop\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n| docs | docs | 0 |\n| web | web | 1 |\n\n\
-## api\n### Sprint 1: Implement the API types\n- [ ] `api-sprint-1.txt` exists\n### Sprint 2: Implement the handlers\n- [ ] `api-sprint-2.txt` exists\n\
-## docs\n### Sprint 1: Write the guide\n- [ ] `docs-sprint-1.txt` exists\n\
-## web\n### Sprint 1: Build the page\n- [ ] `web-sprint-1.txt` exists\n";
+## api\n### Sprint 1: Implement the API types\n- [ ] `api/api-sprint-1.txt` exists\n### Sprint 2: Implement the handlers\n- [ ] `api/api-sprint-2.txt` exists\n\
+## docs\n### Sprint 1: Write the guide\n- [ ] `docs/docs-sprint-1.txt` exists\n\
+## web\n### Sprint 1: Build the page\n- [ ] `web/web-sprint-1.txt` exists\n";
 
 /// A repository with a plan, and the scripted agent.
 struct Repo(Checkout);
@@ -252,7 +252,7 @@ fn work_that_changes_what_judges_it_is_refused_locally_too() {
         &repo.root,
         &["show", &format!("{branch}:EXECUTION_PLAN.md")],
     );
-    assert!(plan.contains("`api-sprint-1.txt` exists"), "{plan}");
+    assert!(plan.contains("`api/api-sprint-1.txt` exists"), "{plan}");
     let workflows = git(
         &repo.root,
         &["log", &branch, "--format=%h", "--", ".github/workflows"],
@@ -453,8 +453,8 @@ fn sprints_done_before_the_start_are_recorded_complete_and_never_paid_for() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(
         repo.sprints_run(),
-        ["Tool 2", "Tool 3"],
-        "Sprint 1 was already done"
+        ["Tool 2"],
+        "Sprint 1 was already done, and Sprint 3's work is on the head"
     );
     let s1 = &repo.unit("Tool")["sprints"][0];
     assert_eq!(s1["status"], "COMPLETED");
@@ -470,8 +470,8 @@ fn sprints_done_before_the_start_are_recorded_complete_and_never_paid_for() {
 fn sprints_whose_criteria_already_pass_at_the_start_are_not_run_again() {
     // No progress file: the starting commit is the ground truth. Sprint 1's
     // file and command criteria both hold already; Sprint 2's command fails,
-    // so it and Sprint 3 (whose file is there too, but after a sprint that is
-    // not done) run.
+    // so it runs; Sprint 3's file is there too: found done when its turn
+    // comes, on the head it would start from, and never dispatched.
     let plan = "# Tool
 
 ## Sprint 1: Scaffold
@@ -493,8 +493,8 @@ fn sprints_whose_criteria_already_pass_at_the_start_are_not_run_again() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(
         repo.sprints_run(),
-        ["Tool 2", "Tool 3"],
-        "Sprint 1 was already done"
+        ["Tool 2"],
+        "Sprint 1 was already done, and Sprint 3's work is on the head"
     );
     let s1 = &repo.unit("Tool")["sprints"][0];
     assert_eq!(s1["status"], "COMPLETED");
@@ -626,7 +626,8 @@ fn run_after_a_sprint_is_added_to_a_finished_plan_runs_only_the_new_sprint() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let ran = repo.sprints_run();
     assert_eq!(ran.len(), 4, "{ran:?}");
-    let grown = format!("{PLAN}### Sprint 2: Style the page\n- [ ] `web-sprint-2.txt` exists\n");
+    let grown =
+        format!("{PLAN}### Sprint 2: Style the page\n- [ ] `web/web-sprint-2.txt` exists\n");
     std::fs::write(repo.root.join("EXECUTION_PLAN.md"), grown).unwrap();
     git(&repo.root, &["commit", "-qam", "a new sprint"]);
     let out = repo.run(&[]);
@@ -777,7 +778,7 @@ fn names_plan(names: &[String]) -> String {
         src.push_str(&format!("| {n} | d{i} | {dep} |\n"));
     }
     for (i, n) in names.iter().enumerate() {
-        src.push_str(&format!("\n## {n}\n### Sprint 1: First of d{i}\n- [ ] `done-1.txt` exists\n### Sprint 2: Second of d{i}\n- [ ] `done-2.txt` exists\n"));
+        src.push_str(&format!("\n## {n}\n### Sprint 1: First of d{i}\n- [ ] `d{i}/done-1.txt` exists\n### Sprint 2: Second of d{i}\n- [ ] `d{i}/done-2.txt` exists\n"));
     }
     src
 }
@@ -1196,7 +1197,7 @@ fn merged_work_that_vanishes_from_the_integration_branch_is_merged_again_never_r
     // Rewound after the last merge, with other work committed over it: the
     // end says so, with the fix, and exits 2.
     let repo = Repo::new(
-        "# Tiny\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n\n## api\n### Sprint 1: Types\n- [ ] `api-sprint-1.txt` exists\n",
+        "# Tiny\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n\n## api\n### Sprint 1: Types\n- [ ] `api/api-sprint-1.txt` exists\n",
         "",
     );
     let gate = "b=$(git symbolic-ref --short HEAD); git checkout -q --detach \"$(git rev-list --max-parents=0 HEAD)\" && mkdir -p api && echo other > api/api-sprint-1.txt && git add -A && git -c user.name=g -c user.email=g@g commit -qm other && git update-ref \"refs/heads/${b%/gate}/integration\" HEAD";
@@ -1336,4 +1337,128 @@ fn deleting_the_lock_file_does_not_let_a_second_supervisor_start() {
     let out = repo.cmd(&["killall"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(kill_after(&mut first, Duration::from_secs(60)).is_some());
+}
+
+/// The sprints each agent invocation was for, in order (`unit sprint`).
+fn invocations(repo: &Repo) -> Vec<String> {
+    std::fs::read_to_string(&repo.log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+const TWO_STEPS: &str = "# Lamp\n\n## Sprint 1: Lamp\n- [ ] `Lamp-sprint-1.txt` exists\n\n## Sprint 2: Lens\n- [ ] `Lamp-sprint-2.txt` exists\n";
+
+#[test]
+fn an_agent_that_does_the_next_sprint_too_is_paid_once_and_the_next_sprint_is_found_done() {
+    let repo = Repo::new(TWO_STEPS, "Lamp 1 overshoot\n");
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(invocations(&repo), ["Lamp 1"], "one dispatch, for Sprint 1");
+    let st = repo.state();
+    let second = &st["units"][0]["sprints"][1];
+    assert_eq!(second["status"], "COMPLETED");
+    assert_eq!(second["history"][0]["outcome"], "done before dispatch");
+    assert_eq!(second["history"][0]["charged"], false);
+    let note = second["completion"]["already_done"].as_str().unwrap();
+    assert!(note.contains("Lamp sprint 1 and the next"), "{note}");
+    let first_cost = st["units"][0]["sprints"][0]["history"][0]["dispatch"]
+        .as_str()
+        .map(|_| ());
+    assert!(first_cost.is_some());
+    let spent = st["cost_spent"].as_u64().unwrap();
+    let one = repo.cmd(&["spend", "--json"]).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&one.stdout).unwrap();
+    assert_eq!(json["operations"][0]["total"], spent);
+    let complete = std::fs::read_to_string(repo.root.join("COMPLETE_LAMP.md")).unwrap();
+    assert!(complete.contains("✓ VERIFICATION PASSED"), "{complete}");
+}
+
+#[test]
+fn a_later_sprint_committed_before_the_run_is_not_dispatched() {
+    let repo = Repo(Checkout::new(
+        &[
+            ("EXECUTION_PLAN.md", TWO_STEPS),
+            ("Lamp-sprint-2.txt", "by hand\n"),
+        ],
+        "tests/agents/scripted.sh",
+        "",
+    ));
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(invocations(&repo), ["Lamp 1"]);
+    let note = repo.state()["units"][0]["sprints"][1]["completion"]["already_done"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        note.contains("committed before the operation started"),
+        "{note}"
+    );
+}
+
+#[test]
+fn a_first_sprint_whose_only_criterion_already_passes_is_dispatched_not_skipped() {
+    let repo = Repo::new(
+        "# Greet\n\n## Sprint 1: Implement greet() in `src/greet.sh`\n- [ ] `test -d .` passes\n",
+        "",
+    );
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        invocations(&repo),
+        ["Greet 1"],
+        "a passing command is no evidence"
+    );
+    let s = &repo.state()["units"][0]["sprints"][0];
+    assert!(s["completion"]["already_done"].is_null(), "{s}");
+}
+
+#[test]
+fn a_later_sprint_that_breaks_an_earlier_criterion_fails_the_verification_naming_both() {
+    let repo = Repo::new(
+        "# Regress\n\n## Sprint 1: A\n- [ ] `Regress-sprint-1.txt` exists\n\n## Sprint 2: B\n- [ ] `Regress-sprint-2.txt` exists\n",
+        "Regress 2 clobber\n",
+    );
+    let out = repo.run(&[]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "VERIFICATION FAILED: {}",
+        text(&out)
+    );
+    let complete = std::fs::read_to_string(repo.root.join("COMPLETE_REGRESS.md")).unwrap();
+    assert!(complete.contains("✗ VERIFICATION FAILED"), "{complete}");
+    let regression = complete
+        .lines()
+        .find(|l| l.contains("**regression**"))
+        .unwrap_or_else(|| panic!("{complete}"));
+    assert!(
+        regression.contains("Regress Sprint 1: Regress-sprint-1.txt exists"),
+        "{regression}"
+    );
+    assert!(
+        regression.contains("Regress Sprint 2's merge"),
+        "{regression}"
+    );
+    assert!(text(&out).contains("VERIFICATION FAILED"), "{}", text(&out));
+    let head = repo.state()["head_verification"]["checks"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(head, 2, "every criterion ran again on the head");
+}
+
+#[test]
+fn file_and_command_criteria_read_paths_from_the_same_root_whatever_the_directory() {
+    let repo = Repo::new(
+        "# Core\n\n| Work Unit | Directory |\n|---|---|\n| core | core |\n\n## core\n### Sprint 1: Types\n- [ ] `core/core-sprint-1.txt` exists\n- [ ] `grep -q done core/core-sprint-1.txt` passes\n",
+        "",
+    );
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let s = &repo.state()["units"][0]["sprints"][0];
+    assert_eq!(s["status"], "COMPLETED");
+    assert_eq!(invocations(&repo), ["core 1"]);
 }

@@ -74,10 +74,16 @@ fn a_sprint_whose_criteria_got_no_result_is_not_verified() {
     let mut weak = success();
     weak.evidence.criteria.clear();
     sim.finish("api", weak.clone());
-    assert_eq!(sim.unit("api").sprints[0].continuations, 1, "PARTIAL, not COMPLETED");
+    assert_eq!(
+        sim.unit("api").sprints[0].continuations,
+        1,
+        "PARTIAL, not COMPLETED"
+    );
     let remaining = &sim.unit("api").sprints[0].remaining;
     assert!(
-        remaining.iter().any(|r| r.contains("make api-types passes (not checked")),
+        remaining
+            .iter()
+            .any(|r| r.contains("make api-types passes (not checked")),
         "{remaining:?}"
     );
     // Results that name another sprint's criteria count for nothing.

@@ -19,7 +19,11 @@ use crate::plan::{Assertion, Criterion, FileRole, Plan, ReferencedFile, Sprint, 
 /// starting commit (`failed_at_start`, by text). A sprint whose criteria are
 /// commands that passed before any work (`cargo test` on green tests)
 /// cannot be told done from not done, and is dispatched.
-pub fn work_is_there(sprint: &Sprint, results: &[CriterionResult], failed_at_start: &[String]) -> bool {
+pub fn work_is_there(
+    sprint: &Sprint,
+    results: &[CriterionResult],
+    failed_at_start: &[String],
+) -> bool {
     let own = crate::engine::cascade::own_results(sprint, results);
     let all_pass = !own.is_empty() && own.iter().all(|r| r.outcome == CriterionOutcome::Passed);
     all_pass
@@ -40,7 +44,10 @@ pub fn may_be_found_done(sprint: &Sprint) -> bool {
             | crate::plan::SprintType::Deferred
             | crate::plan::SprintType::Manual
     ) && !sprint.exit_criteria.is_empty()
-        && sprint.exit_criteria.iter().all(|c| c.is_machine_checkable())
+        && sprint
+            .exit_criteria
+            .iter()
+            .all(|c| c.is_machine_checkable())
 }
 
 /// A file as a place found it at the starting commit.
@@ -183,9 +190,7 @@ fn judge(plan: &Plan, unit: &WorkUnit, sprint: &Sprint, commit: &mut dyn Startin
             }
             e
         }
-        None if !crate::engine::cascade::file_evidence(sprint, &results) => {
-            return Judged::NotDone
-        }
+        None if !crate::engine::cascade::file_evidence(sprint, &results) => return Judged::NotDone,
         None => format!(
             "all {} exit criteria of Sprint {} pass at the starting commit",
             results.len(),

@@ -232,6 +232,12 @@ pub enum Input {
     AddWork {
         units: Vec<crate::plan::WorkUnit>,
     },
+    /// Every machine-checkable criterion of every completed sprint, run
+    /// again on the final integration head once the last unit completed
+    /// (the head a person will merge): the operation's verdict is about it.
+    HeadVerified {
+        verification: HeadVerification,
+    },
     /// The runner found a COMPLETED sprint's merge missing from the integration
     /// branch (something moved the branch back): its work must be redone.
     MergeLost {
@@ -239,6 +245,36 @@ pub enum Input {
         sprint: SprintId,
         detail: String,
     },
+}
+
+/// The final head's re-verification.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadVerification {
+    /// The integration head checked (a commit id).
+    pub head: String,
+    pub checks: Vec<HeadCheck>,
+}
+
+impl HeadVerification {
+    /// The checks that fail on the head.
+    pub fn failures(&self) -> impl Iterator<Item = &HeadCheck> {
+        self.checks
+            .iter()
+            .filter(|c| c.result.outcome == CriterionOutcome::Failed)
+    }
+}
+
+/// One criterion of one sprint, as it ran on the final head.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadCheck {
+    pub unit: String,
+    pub sprint: SprintId,
+    pub result: CriterionResult,
+    /// For a criterion that fails on the head: the first merge on the
+    /// integration branch after which it failed (found by bisecting its
+    /// merges), as `abc1234 ("Merge web Sprint 2 (…)")`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broken_by: Option<String>,
 }
 
 /// Why a dispatch waits to be launched, and until when.
@@ -479,6 +515,11 @@ pub enum Event {
         sprint: usize,
         at: DateTime<Utc>,
     },
+    /// The final head was verified again (see [`Input::HeadVerified`]).
+    HeadVerified {
+        verification: HeadVerification,
+        at: DateTime<Utc>,
+    },
 }
 
 impl Event {
@@ -506,7 +547,8 @@ impl Event {
             | Event::GateClosed { at, .. }
             | Event::Reopened { at, .. }
             | Event::StopTicked { at, .. }
-            | Event::Merged { at, .. } => *at,
+            | Event::Merged { at, .. }
+            | Event::HeadVerified { at, .. } => *at,
             Event::AttemptClosed { record, .. } => record.finished_at,
             Event::SprintCompleted { completion, .. } => completion.completed_at,
             Event::Decision { entry } => entry.at,

@@ -353,6 +353,10 @@ pub struct OperationState {
     pub cost_held: u64,
     pub gates: Vec<Gate>,
     pub stop_ticks: u32,
+    /// The final head's re-verification, once the last unit completed and
+    /// the place ran it (a place that cannot run criteria leaves it unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_verification: Option<super::HeadVerification>,
     /// Events applied so far (a replay check and a cheap change counter).
     pub version: u64,
     /// What is read from the plan and kept between decisions.
@@ -672,6 +676,7 @@ pub fn started(event: &Event) -> Option<OperationState> {
         cost_held: 0,
         gates: Vec::new(),
         stop_ticks: 0,
+        head_verification: None,
         version: 1,
     })
 }
@@ -908,6 +913,7 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
                 Arc::make_mut(&mut st.plan).work_units.push(u.clone());
             }
             st.derived = Derived::default();
+            st.head_verification = None;
             if st.status == OverallStatus::Completed {
                 st.status = OverallStatus::Running;
                 st.finished_at = None;
@@ -929,6 +935,9 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
             }
         }
         Event::StopTicked { ticks, .. } => st.stop_ticks = *ticks,
+        Event::HeadVerified { verification, .. } => {
+            st.head_verification = Some(verification.clone())
+        }
         Event::Merged { unit, sprint, .. } => {
             if let Some(c) = sprint_mut(st, *unit, *sprint).and_then(|s| s.completion.as_mut()) {
                 c.awaiting_merge = false;

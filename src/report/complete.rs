@@ -271,7 +271,58 @@ pub fn verification(st: &OperationState) -> Verification {
             }
         }
     }
+    if let Some(h) = &st.head_verification {
+        for f in h.failures() {
+            let mut details = format!(
+                "Exit criterion \"{}\" fails on the final head {}",
+                f.result.text,
+                crate::contract::short_id(&h.head)
+            );
+            if let Some(by) = &f.broken_by {
+                details.push_str(&format!("; it first failed after {by}"));
+            }
+            v.issues.push((
+                "CRITICAL",
+                format!("Regression: {} Sprint {} exit criterion fails on the final head", f.unit, f.sprint),
+                details,
+                "Fix it on the integration branch (or resume the unit whose merge broke it), then verify again".into(),
+            ));
+        }
+    }
     v
+}
+
+/// The final head's re-verification, criterion by criterion.
+fn head_section(st: &OperationState) -> String {
+    let mut out = String::from("### Final Head Re-verification\n");
+    let Some(h) = &st.head_verification else {
+        out.push_str("Not run here: the criteria were checked as each sprint ended, not again on the final head.\n\n");
+        return out;
+    };
+    let failing = h.failures().count();
+    let _ = writeln!(
+        out,
+        "Every machine-checkable exit criterion, run again on the final integration head `{}`: {} of {} pass.\n",
+        crate::contract::short_id(&h.head),
+        h.checks.len() - failing,
+        h.checks.len()
+    );
+    for c in &h.checks {
+        let _ = write!(
+            out,
+            "- {} {} Sprint {}: {}",
+            mark(c.result.outcome),
+            c.unit,
+            c.sprint,
+            c.result.text
+        );
+        if let Some(by) = &c.broken_by {
+            let _ = write!(out, " — **regression**, first failing after {by}");
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+    out
 }
 
 /// A completed sprint's exit criteria split in two: the machine-checkable ones
@@ -356,6 +407,7 @@ fn final_verification(st: &OperationState, now: DateTime<Utc>) -> String {
             format!("✗ {unverified} sprints have machine-checkable exit criteria that did not pass")
         }
     );
+    out.push_str(&head_section(st));
     if !v.needs_person.is_empty() {
         let _ = writeln!(
             out,
@@ -372,7 +424,7 @@ These criteria cannot be checked by a command; they are neither passed nor faile
         if let Some(why) = &d.c.already_done {
             let _ = writeln!(
                 out,
-                "- {} Sprint {}: done before the operation ({why})",
+                "- {} Sprint {}: no commits of its own, and no agent ({why})",
                 d.unit, d.sprint.id
             );
         } else if d.sprint.kind == SprintType::Code {
@@ -952,6 +1004,17 @@ pub fn final_summary(st: &OperationState) -> String {
         v.code_with_commits,
         v.code_sprints
     );
+    if let Some(h) = &st.head_verification {
+        let failing = h.failures().count();
+        let _ = writeln!(
+            out,
+            "{} Final head {}: {}/{} criteria pass",
+            super::tick(failing == 0),
+            crate::contract::short_id(&h.head),
+            h.checks.len() - failing,
+            h.checks.len()
+        );
+    }
     if !v.issues.is_empty() {
         let _ = writeln!(
             out,

@@ -2,7 +2,8 @@
 # Scripted agent for end-to-end tests. $AGENT_BEHAVIOUR holds lines
 #   <unit> <sprint> <action>[,<action>…]
 # and the k-th invocation for that sprint takes the k-th action (the last repeats).
-# Actions: ok | fail | missing (exit 127: the agent command is not found) | partial | hang | stubborn (ignores SIGTERM) | noop | dirty | slow
+# Actions: ok | overshoot (also does the next sprint) | clobber (deletes the
+#          sprint before's file) | fail | missing (exit 127: the agent command is not found) | partial | hang | stubborn (ignores SIGTERM) | noop | dirty | slow
 #          | leak (prints its environment and a token, then fails)
 #          | chatty (prints for ever, ignoring SIGTERM) | prompt (commits the prompt it read)
 #   | hostile (ignores SIGTERM, leaves a background and a daemonized child, silent)
@@ -47,6 +48,18 @@ case "$action" in
   prompt)
     cat > "$file"
     git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT (its prompt)"
+    echo "Done." ;;
+  overshoot)
+    # Does this sprint's work and the next one's too, as real agents often do.
+    echo "done by $SUPERVISE_DISPATCH_ID" > "$file"
+    echo "done ahead by $SUPERVISE_DISPATCH_ID" > "$dir/$SUPERVISE_UNIT-sprint-$((SUPERVISE_SPRINT + 1)).txt"
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT and the next"
+    echo "Done." ;;
+  clobber)
+    # Does its work, and deletes the sprint before's in a "cleanup".
+    echo "done by $SUPERVISE_DISPATCH_ID" > "$file"
+    git rm -q "$dir/$SUPERVISE_UNIT-sprint-$((SUPERVISE_SPRINT - 1)).txt"
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT, and a cleanup"
     echo "Done." ;;
   ok)
     echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"

@@ -274,7 +274,10 @@ pub fn check_invariants(before: Option<&OperationState>, e: &Event) {
 /// outcomes of `pattern`: none when it is empty; every criterion passes when
 /// all of it passed; otherwise the sprint's last criterion fails (with the
 /// first failure's detail) and the others pass.
-pub fn for_sprint(sprint: &supervise::plan::Sprint, pattern: &[CriterionResult]) -> Vec<CriterionResult> {
+pub fn for_sprint(
+    sprint: &supervise::plan::Sprint,
+    pattern: &[CriterionResult],
+) -> Vec<CriterionResult> {
     if pattern.is_empty() {
         return Vec::new();
     }

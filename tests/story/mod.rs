@@ -32,9 +32,9 @@ pub const WEB_CLIENT_SECRET: &str = "story-client-secret-2f6c";
 
 /// Three units in two layers: `web` needs `api` and `docs`.
 pub const PLAN: &str = "# Shop\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n| docs | docs | 0 |\n| web | web | 1 |\n\n\
-## api\n### Sprint 1: Implement the API types\n- [ ] `api-sprint-1.txt` exists\n### Sprint 2: Implement the handlers\n- [ ] `api-sprint-2.txt` exists\n\
-## docs\n### Sprint 1: Write the guide\n- [ ] `docs-sprint-1.txt` exists\n\
-## web\n### Sprint 1: Build the page\n- [ ] `web-sprint-1.txt` exists\n";
+## api\n### Sprint 1: Implement the API types\n- [ ] `api/api-sprint-1.txt` exists\n### Sprint 2: Implement the handlers\n- [ ] `api/api-sprint-2.txt` exists\n\
+## docs\n### Sprint 1: Write the guide\n- [ ] `docs/docs-sprint-1.txt` exists\n\
+## web\n### Sprint 1: Build the page\n- [ ] `web/web-sprint-1.txt` exists\n";
 
 pub const SETTINGS: &str = "max_parallel: 2\nbuild_gate: repository CI\nmodels:\n  haiku: claude-haiku\n  sonnet: claude-sonnet\n  opus: claude-opus\n";
 

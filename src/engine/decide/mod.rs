@@ -13,6 +13,7 @@ mod agents;
 mod commands;
 mod gates;
 mod settle;
+mod verdict;
 
 /// What one input caused.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -274,6 +275,7 @@ pub fn decide_shared(
             });
             c.settle();
         }
+        Input::HeadVerified { verification } => c.head_verified(verification)?,
         Input::Integrated { unit, sprint } => {
             let (u, s) = c.locate(&unit, &sprint)?;
             // Idempotent: a merge confirmed twice, or of a sprint since reopened,

@@ -366,6 +366,18 @@ impl LocalPlace {
                     .into_iter()
                     .map(|l| l.branch)
                     .collect();
+                // The verdict is about the head a person will merge: every
+                // criterion runs again there before the summary is shown.
+                let verification = self.verify_head(st)?;
+                let mut shown = st.clone();
+                engine::apply_to(
+                    &mut shown,
+                    &engine::Event::HeadVerified {
+                        verification: verification.clone(),
+                        at: chrono::Utc::now(),
+                    },
+                );
+                let st = &shown;
                 if !self.lost_at_end.is_empty() {
                     self.screen.notice(&format!(
                         "⚠️  Work merged earlier is missing from {}: something moved it back. Merge it again:\n{}",
@@ -378,9 +390,127 @@ impl LocalPlace {
                     ));
                 }
                 self.screen.notice(&report::final_summary(st));
-                Ok(Vec::new())
+                Ok(vec![Input::HeadVerified { verification }])
             }
         }
+    }
+
+    /// Every machine-checkable exit criterion of every completed sprint, run
+    /// again in a clean checkout of the final integration head. One that
+    /// fails there is traced to the merge after which it first failed, by
+    /// bisecting the integration branch's first-parent line from the
+    /// sprint's own merge (where it passed) to the head (where it fails):
+    /// a run of the criterion per step, log2 of the merges in between.
+    /// Work without a plan is left out: its later phases change what
+    /// earlier ones made on purpose (a debug round, a rewrite).
+    fn verify_head(&self, st: &OperationState) -> Result<engine::HeadVerification> {
+        let op = st.id.0.as_str();
+        let head = self.git.integration_head(op)?;
+        let mut verification = engine::HeadVerification {
+            head: head.to_string(),
+            checks: Vec::new(),
+        };
+        if st.workflow.is_some() {
+            return Ok(verification);
+        }
+        let root = self.git.gate_worktree_at(op, head)?;
+        for (i, u) in st.units.iter().enumerate() {
+            for (j, s) in u.sprints.iter().enumerate() {
+                if s.completion.is_none() {
+                    continue;
+                }
+                let sprint = &st.plan.work_units[i].sprints[j];
+                for c in sprint
+                    .exit_criteria
+                    .iter()
+                    .filter(|c| c.is_machine_checkable())
+                {
+                    let (outcome, detail) = criteria::check(c, &root, self.timeout());
+                    verification.checks.push(engine::HeadCheck {
+                        unit: u.name.clone(),
+                        sprint: s.id.clone(),
+                        result: engine::CriterionResult {
+                            line: c.line,
+                            text: c.text.clone(),
+                            outcome,
+                            detail: crate::scrub::scrub(&criteria::tail(&detail, 500)).into_owned(),
+                        },
+                        broken_by: None,
+                    });
+                }
+            }
+        }
+        let failing: Vec<usize> = (0..verification.checks.len())
+            .filter(|&k| verification.checks[k].result.outcome == engine::CriterionOutcome::Failed)
+            .collect();
+        if !failing.is_empty() {
+            let line = self.git.integration_line(op)?;
+            let merged = self.merged_branches();
+            for k in failing {
+                let check = &verification.checks[k];
+                let branch = sprint_branch(op, &st.unit_slug(&check.unit), check.sprint.as_str());
+                // Where the sprint's work landed: its recorded merge, else
+                // the line's start (found done at start: on it already).
+                let landed = merged
+                    .get(&branch)
+                    .copied()
+                    .flatten()
+                    .and_then(|m| line.iter().position(|&c| self.git.contains(c, m)))
+                    .unwrap_or(0);
+                let Some((criterion, _)) = st
+                    .plan
+                    .unit(&check.unit)
+                    .and_then(|u| u.sprints.iter().find(|s| s.id == check.sprint))
+                    .and_then(|s| s.exit_criteria.iter().find(|c| c.text == check.result.text))
+                    .map(|c| (c.clone(), ()))
+                else {
+                    continue;
+                };
+                let fails_at = |at: usize| -> Result<bool> {
+                    let root = self.git.gate_worktree_at(op, line[at])?;
+                    let (o, _) = criteria::check(&criterion, &root, self.timeout());
+                    Ok(o == engine::CriterionOutcome::Failed)
+                };
+                // The first commit of line[landed..] where it fails: it
+                // fails at the end, and is taken to pass before `landed`.
+                let (mut lo, mut hi) = (landed, line.len() - 1);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if fails_at(mid)? {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                let by = line[lo];
+                // Whose merge it was: the sprint whose recorded merge is the
+                // first on the line to hold the breaking commit.
+                let sprint = st
+                    .units
+                    .iter()
+                    .flat_map(|u| u.sprints.iter().map(move |s| (u, s)))
+                    .filter_map(|(u, s)| {
+                        let m = merged
+                            .get(&sprint_branch(op, &u.slug, s.id.as_str()))
+                            .copied()
+                            .flatten()?;
+                        let at = line.iter().position(|&c| self.git.contains(c, m))?;
+                        self.git
+                            .contains(m, by)
+                            .then(|| (at, format!("{} Sprint {}'s merge: ", u.name, s.id)))
+                    })
+                    .min()
+                    .map(|(_, name)| name)
+                    .unwrap_or_default();
+                verification.checks[k].broken_by = Some(format!(
+                    "{sprint}{} (\"{}\")",
+                    crate::contract::short_id(&by.to_string()),
+                    crate::scrub::scrub(&self.git.subject(by))
+                ));
+            }
+        }
+        self.git.remove_gate_worktree(op);
+        Ok(verification)
     }
 
     /// `merged`: the sprint branches this operation has merged, each with the

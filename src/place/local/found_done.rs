@@ -43,8 +43,10 @@ pub fn look(
         return None;
     }
     let mut results = Vec::new();
-    let (files, commands): (Vec<_>, Vec<_>) =
-        sprint.exit_criteria.iter().partition(|c| c.command.is_none());
+    let (files, commands): (Vec<_>, Vec<_>) = sprint
+        .exit_criteria
+        .iter()
+        .partition(|c| c.command.is_none());
     for c in files.into_iter().chain(commands) {
         let (outcome, detail) = criteria::check(c, root, timeout);
         if outcome != CriterionOutcome::Passed {
@@ -132,11 +134,14 @@ fn passed_at_start(
 /// onto the integration branch (or that it was there before the start).
 fn who_did(sprint: &Sprint, root: &Path, start: &str, head: &str) -> String {
     let short = crate::contract::short_id;
-    let path = sprint.exit_criteria.iter().find_map(|c| match &c.assertion {
-        Some(crate::plan::Assertion::FileExists { path })
-        | Some(crate::plan::Assertion::FileContains { path, .. }) => Some(path.clone()),
-        None => None,
-    });
+    let path = sprint
+        .exit_criteria
+        .iter()
+        .find_map(|c| match &c.assertion {
+            Some(crate::plan::Assertion::FileExists { path })
+            | Some(crate::plan::Assertion::FileContains { path, .. }) => Some(path.clone()),
+            None => None,
+        });
     let Some(path) = path else {
         return format!(
             "the work merged before it (its commands failed at the starting commit {} and pass on {})",
@@ -177,7 +182,11 @@ fn who_did(sprint: &Sprint, root: &Path, start: &str, head: &str) -> String {
 }
 
 fn git(dir: &Path, args: &[&str]) -> Option<String> {
-    let out = Command::new("git").args(args).current_dir(dir).output().ok()?;
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .ok()?;
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())

@@ -771,8 +771,12 @@ impl Git {
 
     /// A clean checkout of the integration head for the build gate.
     pub fn gate_worktree(&self, op: &str) -> Result<PathBuf> {
+        self.gate_worktree_at(op, self.integration_head(op)?)
+    }
+
+    /// The build gate's checkout, clean, at `head`.
+    pub fn gate_worktree_at(&self, op: &str, head: Oid) -> Result<PathBuf> {
         let branch = gate_branch(op);
-        let head = self.integration_head(op)?;
         let commit = self.repo.find_commit(head)?;
         self.repo.branch(&branch, &commit, true)?;
         let name = self.worktree_of(&branch);
@@ -784,6 +788,35 @@ impl Git {
         let wt = Repository::open(&path)?;
         wt.reset(wt.find_commit(head)?.as_object(), ResetType::Hard, None)?;
         Ok(path.join(&self.plan_rel))
+    }
+
+    /// The integration branch's first-parent history, oldest first: the
+    /// merges (and the starting commit) in the order they landed.
+    pub fn integration_line(&self, op: &str) -> Result<Vec<Oid>> {
+        let mut walk = self.repo.revwalk()?;
+        walk.push(self.integration_head(op)?)?;
+        walk.simplify_first_parent()?;
+        let mut line = walk.collect::<std::result::Result<Vec<_>, _>>()?;
+        line.reverse();
+        Ok(line)
+    }
+
+    /// Whether `commit` is `ancestor` or comes after it.
+    pub fn contains(&self, commit: Oid, ancestor: Oid) -> bool {
+        commit == ancestor
+            || self
+                .repo
+                .graph_descendant_of(commit, ancestor)
+                .unwrap_or(false)
+    }
+
+    /// A commit's first line, for people.
+    pub fn subject(&self, commit: Oid) -> String {
+        self.repo
+            .find_commit(commit)
+            .ok()
+            .map(|c| String::from_utf8_lossy(c.summary_bytes().unwrap_or_default()).into_owned())
+            .unwrap_or_default()
     }
 
     /// Removes the build gate's checkout until it is wanted again.

@@ -558,7 +558,10 @@ pub fn run_agent(dir: &Path) -> Result<()> {
             super::found_done::look(&spec.sprint, &spec.checkout, start, timeout)
         {
             let result = RunResult {
-                output_tail: format!("no agent was launched: the sprint's work is done by {}", found.by),
+                output_tail: format!(
+                    "no agent was launched: the sprint's work is done by {}",
+                    found.by
+                ),
                 criteria,
                 found_done: Some(found),
                 ..Default::default()
