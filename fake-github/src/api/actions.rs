@@ -169,6 +169,21 @@ pub(super) async fn deliver_run(f: &FakeGitHub, action: &str, run: &Run) {
     f.deliver("workflow_run", &payload).await;
 }
 
+/// A new directory for run `id`'s runner, made for it alone: fakes in one
+/// process (tests side by side) count their runs alike, and a directory a
+/// killed process left behind under a reused pid must not be taken over.
+fn runner_dir(id: i64) -> std::io::Result<std::path::PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("fake-runner-{}-{id}-{n}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            made => return made.map(|()| dir),
+        }
+    }
+}
+
 /// Runs a dispatched workflow: its jobs in order, each on a "runner" of its
 /// own, then the conclusion and the webhooks.
 pub(super) async fn execute(
@@ -185,10 +200,8 @@ pub(super) async fn execute(
     // Runners share nothing but artifacts: each job's directory is made
     // apart from the fake's own (where the repositories are), and a job that
     // may not push is not told where the repository is.
-    let runner =
-        std::env::temp_dir().join(format!("fake-runner-{}-{}", std::process::id(), run.id));
-    let success = match std::fs::create_dir_all(&runner) {
-        Ok(()) => {
+    let success = match runner_dir(run.id) {
+        Ok(runner) => {
             let mut ok = true;
             let mut started = false;
             for job in &workflow.jobs {
