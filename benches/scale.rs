@@ -64,7 +64,7 @@ fn plan() -> String {
     }
     for u in 0..UNITS {
         p.push_str(&format!(
-            "\n## u{u}\n### Sprint 1: Part {u}\n- [ ] `u{u}.txt` exists\n"
+            "\n## u{u}\n### Sprint 1: Part {u}\n- [ ] `u{u}/u{u}.txt` exists\n"
         ));
     }
     p

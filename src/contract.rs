@@ -108,10 +108,7 @@ pub fn is_supervisor_commit(message: &[u8]) -> bool {
     message.starts_with(COMMIT_PREFIX.as_bytes())
 }
 
-/// A commit's short id, as evidence and reports show it.
-pub fn short_id(sha: &str) -> String {
-    sha.get(..7).unwrap_or(sha).to_string()
-}
+pub use crate::text::short_id;
 
 /// Where a sprint's prompt is committed on its branch when it is too long to
 /// travel as the dispatch's `prompt` input (see [`prompt_input`]).

@@ -83,6 +83,25 @@ pub fn contains_word(hay: &str, needle: &str) -> bool {
 
 /// "1 agent", "3 agents": a number and its noun, agreeing (the nouns the
 /// product counts all take an `s`).
+/// A commit's short id, as evidence and reports show it.
+pub fn short_id(sha: &str) -> String {
+    sha.get(..7).unwrap_or(sha).to_string()
+}
+
+/// `s` as one word for a POSIX shell: as it is when nothing in it is
+/// special, else in single quotes. A next step printed with a name in it
+/// (a unit called `API v1`) must work when typed.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
 pub fn count(n: usize, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")

@@ -1775,3 +1775,108 @@ fn an_agent_command_that_cannot_run_is_refunded_everywhere() {
         .cost(sim.unit("api").sprints[0].history[0].tier);
     assert_eq!(sim.st().cost_spent, before - api_cost);
 }
+
+/// A place that says it found a sprint's work, with checks that do not show
+/// it, has its word refused: nothing is paid, nothing completes, and the
+/// sprint goes to an agent.
+#[test]
+fn a_found_done_claim_without_evidence_is_refused_unpaid_and_run_by_an_agent() {
+    let plan = "# X\n\n## Sprint 1: Implement it\n- [ ] `make` passes\n";
+    let mut sim = Sim::start(plan, EngineConfig::default());
+    let order = sim.order_for("X");
+    let mut claim = success();
+    claim.evidence.criteria = for_sprint(
+        &sim.st().plan.work_units[0].sprints[0],
+        &claim.evidence.criteria,
+    );
+    claim.evidence.commits.clear();
+    // `make` passed, but nothing says it failed at the start: no evidence.
+    claim.evidence.found_done = Some(FoundDone {
+        head: "0123456789abcdef".into(),
+        by: "a guess".into(),
+        failed_at_start: Vec::new(),
+    });
+    sim.finish_as_is("X", claim);
+    let s = &sim.unit("X").sprints[0];
+    assert!(s.completion.is_none());
+    assert_eq!(s.history[0].outcome, NOT_SHOWN_DONE);
+    assert!(!s.history[0].charged);
+    let again = sim.order_for("X");
+    assert_eq!(
+        sim.st().cost_spent,
+        sim.st().config.cost(again.tier),
+        "the refused claim cost nothing; the retry is paid for"
+    );
+    assert_ne!(again.dispatch, order.dispatch);
+    assert_eq!(
+        again.kind,
+        DispatchKind::Retry,
+        "a retry, which no place skips"
+    );
+}
+
+/// The final head's re-verification decides the verdict: a criterion that
+/// fails there is a regression, named with the merge that broke it, and the
+/// notice's next step works when typed (a name with a space is quoted).
+#[test]
+fn a_criterion_failing_on_the_final_head_fails_the_verdict_with_steps_that_type() {
+    let plan = "# X\n\n## API v1\n### Sprint 1: A\n- [ ] `a.txt` exists\n### Sprint 2: B\n- [ ] `b.txt` exists\n## docs\n### Sprint 1: Guide\n- [ ] `guide.md` exists\n";
+    let mut sim = Sim::start(plan, EngineConfig::default());
+    let early = sim.send(Input::HeadVerified {
+        verification: HeadVerification::default(),
+    });
+    assert!(matches!(early, Err(Refusal::NotAllowed(_))), "{early:?}");
+    sim.finish("API v1", success());
+    sim.finish("docs", success());
+    sim.finish("API v1", success());
+    assert_eq!(sim.st().status, OverallStatus::Completed);
+    assert!(report::verification(sim.st()).passed());
+    let check = |sprint: &str, text: &str, outcome, broken_by: Option<&str>| HeadCheck {
+        unit: "API v1".into(),
+        sprint: SprintId::parse(sprint).unwrap(),
+        result: CriterionResult {
+            line: 0,
+            text: text.into(),
+            outcome,
+            detail: String::new(),
+        },
+        broken_by: broken_by.map(str::to_string),
+    };
+    let verification = HeadVerification {
+        branch: "supervise/op1/integration".into(),
+        head: "89abcdef01234567".into(),
+        checks: vec![
+            check(
+                "1",
+                "a.txt exists",
+                CriterionOutcome::Failed,
+                Some("API v1 Sprint 2's merge: 89abcde (\"tidy\")"),
+            ),
+            check("2", "b.txt exists", CriterionOutcome::Passed, None),
+        ],
+    };
+    let d = sim
+        .send(Input::HeadVerified {
+            verification: verification.clone(),
+        })
+        .unwrap();
+    let notice = notices(&sim, NoticeKind::Blocked).join("\n");
+    assert!(
+        notice.contains("API v1 Sprint 1: `a.txt exists` passed when its sprint completed"),
+        "{notice}"
+    );
+    assert!(
+        notice.contains("broken by API v1 Sprint 2's merge"),
+        "{notice}"
+    );
+    assert!(
+        notice.contains("`git checkout supervise/op1/integration`")
+            && notice.contains("`supervise verify --unit 'API v1' --sprint 1`"),
+        "{notice}"
+    );
+    assert!(!report::verification(sim.st()).passed());
+    assert!(d.effects.contains(&Effect::PublishStatus));
+    // The same verification again changes nothing.
+    let again = sim.send(Input::HeadVerified { verification }).unwrap();
+    assert!(again.events.is_empty());
+}

@@ -810,7 +810,7 @@ async fn a_waves_sprints_merge_without_waiting_for_github() {
     }
     for u in ["a", "b", "c"] {
         plan.push_str(&format!(
-            "\n## {u}\n### Sprint 1: Part {u}\n- [ ] `{u}-sprint-1.txt` exists\n"
+            "\n## {u}\n### Sprint 1: Part {u}\n- [ ] `{u}/{u}-sprint-1.txt` exists\n"
         ));
     }
     let s = Story::start(Setup::operation(&plan, "")).await;

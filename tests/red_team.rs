@@ -8,7 +8,7 @@ mod support;
 use story::{Setup, Story, CANARY_KEY, REPO};
 
 const ONE: &str = "# One\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n\
-## solo\n### Sprint 1: Solo\n- [ ] `solo-sprint-1.txt` exists\n";
+## solo\n### Sprint 1: Solo\n- [ ] `solo/solo-sprint-1.txt` exists\n";
 
 /// Every place a secret could end up: comments and issues, pull requests,
 /// check runs, the repository's every commit, and the service's database.
@@ -129,8 +129,8 @@ async fn agents_that_attack_the_verdict_get_failed_attempts_that_say_why() {
     for (u, attack) in UNITS {
         let criterion = match u {
             // Its criterion runs a script in the repository, as a test suite is.
-            "daemon" => "`sh check.sh` passes".to_string(),
-            _ => format!("`{u}-sprint-1.txt` exists"),
+            "daemon" => "`sh daemon/check.sh` passes".to_string(),
+            _ => format!("`{u}/{u}-sprint-1.txt` exists"),
         };
         plan.push_str(&format!(
             "\n## {u}\n### Sprint 1: Work\n- [ ] {criterion}\n"

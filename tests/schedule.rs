@@ -104,9 +104,10 @@ fn simulate(g: &Generated, cap: u32) -> (i64, i64) {
         if fail {
             failed.push(key);
         }
+        let report = sim.for_order(&o, if fail { failure() } else { success() });
         sim.send(Input::AgentFinished {
             dispatch: d,
-            report: if fail { failure() } else { success() },
+            report,
         })
         .unwrap();
     }

@@ -266,10 +266,6 @@ pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome 
         || ev.progress.is_some()
         || signal == Some(Signal::Partial);
     let exhausted = report.turns_used.is_some_and(|t| t >= max_turns);
-    // Every criterion passes and a file criterion shows the work is on the
-    // head: done, whoever committed it (an earlier sprint's agent that did
-    // this one's step too, or a person before the start).
-    let work_there = all_pass && file_evidence(sprint, &own);
 
     if let Some(why) = &ev.refused {
         return Outcome::Failed(format!("the work was refused: {why}"));
@@ -300,7 +296,11 @@ pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome 
         }
         _ => {}
     }
-    let needs_commit = sprint.kind == SprintType::Code && !work_there;
+    // Work already on the head is found before an agent is dispatched (see
+    // `done_before::work_is_there`); an agent's own attempt must commit:
+    // its checkout is not the head, and a file it left uncommitted or
+    // ignored is not work a person can merge.
+    let needs_commit = sprint.kind == SprintType::Code;
     let contradicted = !failed.is_empty()
         || signal == Some(Signal::Failure) && !all_pass
         || !exit_ok && !exhausted

@@ -250,7 +250,9 @@ pub enum Input {
 /// The final head's re-verification.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeadVerification {
-    /// The integration head checked (a commit id).
+    /// The branch whose head was checked: where a person mends what fails.
+    pub branch: String,
+    /// The head checked (a commit id).
     pub head: String,
     pub checks: Vec<HeadCheck>,
 }

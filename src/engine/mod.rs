@@ -17,6 +17,7 @@ pub mod workflow;
 
 pub use decide::{
     decide, decide_mut, decide_shared, Decision, AGENT_COMMAND_FAILED, DONE_BEFORE_DISPATCH,
+    NOT_SHOWN_DONE,
 };
 pub use events::*;
 pub use state::*;

@@ -920,6 +920,8 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
             }
         }
         Event::Reopened { unit, sprint, .. } => {
+            // The head it verified is no longer the final one.
+            st.head_verification = None;
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 s.status = Some(SprintStatus::Pending);
                 s.completion = None;

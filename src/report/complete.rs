@@ -285,7 +285,12 @@ pub fn verification(st: &OperationState) -> Verification {
                 "CRITICAL",
                 format!("Regression: {} Sprint {} exit criterion fails on the final head", f.unit, f.sprint),
                 details,
-                "Fix it on the integration branch (or resume the unit whose merge broke it), then verify again".into(),
+                format!(
+                    "Fix it on {} and commit there, then check it with `supervise verify --unit {} --sprint {}`",
+                    crate::contract::integration_branch(&st.id.0),
+                    crate::text::shell_quote(&f.unit),
+                    f.sprint
+                ),
             ));
         }
     }

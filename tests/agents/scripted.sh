@@ -3,7 +3,7 @@
 #   <unit> <sprint> <action>[,<action>…]
 # and the k-th invocation for that sprint takes the k-th action (the last repeats).
 # Actions: ok | overshoot (also does the next sprint) | clobber (deletes the
-#          sprint before's file) | fail | missing (exit 127: the agent command is not found) | partial | hang | stubborn (ignores SIGTERM) | noop | dirty | slow
+#          sprint before's file) | stray (leaves the next sprint's file, ignored) | fail | missing (exit 127: the agent command is not found) | partial | hang | stubborn (ignores SIGTERM) | noop | dirty | slow
 #          | leak (prints its environment and a token, then fails)
 #          | chatty (prints for ever, ignoring SIGTERM) | prompt (commits the prompt it read)
 #   | hostile (ignores SIGTERM, leaves a background and a daemonized child, silent)
@@ -54,6 +54,14 @@ case "$action" in
     echo "done by $SUPERVISE_DISPATCH_ID" > "$file"
     echo "done ahead by $SUPERVISE_DISPATCH_ID" > "$dir/$SUPERVISE_UNIT-sprint-$((SUPERVISE_SPRINT + 1)).txt"
     git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT and the next"
+    echo "Done." ;;
+  stray)
+    # Does its work, and leaves the next sprint's file in the checkout,
+    # ignored and never committed.
+    echo "done by $SUPERVISE_DISPATCH_ID" > "$file"
+    echo "$SUPERVISE_UNIT-sprint-$((SUPERVISE_SPRINT + 1)).txt" >> "$dir/.gitignore"
+    echo "not committed" > "$dir/$SUPERVISE_UNIT-sprint-$((SUPERVISE_SPRINT + 1)).txt"
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"
     echo "Done." ;;
   clobber)
     # Does its work, and deletes the sprint before's in a "cleanup".
@@ -124,7 +132,8 @@ setsid sh -c 'for i in $(seq 300); do
   done
   sleep 0.01
 done' > /dev/null 2>&1 < /dev/null &
-test -f "$(basename "$PWD")-sprint-1.txt"
+d=$(dirname "$0")
+test -f "$d/$(basename "$d")-sprint-1.txt"
 CHECK
     git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"
     echo "Done. All checks pass." ;;

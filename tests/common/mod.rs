@@ -134,21 +134,28 @@ impl Sim {
     /// The agent for `unit` ends with `report`, whose criteria results are
     /// read as a pattern and reported for the sprint's real criteria (see
     /// [`for_sprint`]), as a place's verifier would report them.
-    pub fn finish(&mut self, unit: &str, mut report: AgentReport) -> Decision {
+    pub fn finish(&mut self, unit: &str, report: AgentReport) -> Decision {
         self.now += Duration::minutes(7);
         let o = self.order_for(unit);
-        let sprint = self
-            .st()
-            .plan
-            .unit(unit)
-            .and_then(|u| u.sprints.iter().find(|s| s.id == o.sprint))
-            .expect("the order's sprint is in the plan");
-        report.evidence.criteria = for_sprint(sprint, &report.evidence.criteria);
+        let report = self.for_order(&o, report);
         self.send(Input::AgentFinished {
             dispatch: o.dispatch,
             report,
         })
         .unwrap()
+    }
+
+    /// `report` with its criteria results given for the real criteria of
+    /// the sprint `o` is for (see [`for_sprint`]).
+    pub fn for_order(&self, o: &DispatchOrder, mut report: AgentReport) -> AgentReport {
+        let sprint = self
+            .st()
+            .plan
+            .unit(&o.unit)
+            .and_then(|u| u.sprints.iter().find(|s| s.id == o.sprint))
+            .expect("the order's sprint is in the plan");
+        report.evidence.criteria = for_sprint(sprint, &report.evidence.criteria);
+        report
     }
 
     /// The agent for `unit` ends with `report` exactly as given.

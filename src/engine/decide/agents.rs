@@ -4,7 +4,8 @@
 use super::{
     cascade, ActiveDispatch, AgentReport, AlreadyDone, AttemptRecord, CancelReason, Completion,
     CriterionResult, Decider, DispatchId, Effect, Event, Evidence, Hold, ModelTier, NoticeKind,
-    Refusal, SprintStatus, UnitStatus, AGENT_COMMAND_FAILED, DONE_BEFORE_DISPATCH,
+    Refusal, SprintStatus, UnitStatus, AGENT_COMMAND_FAILED, DONE_BEFORE_DISPATCH, NOT_SHOWN_DONE,
+    UNCHARGED,
 };
 
 impl Decider<'_> {
@@ -88,9 +89,7 @@ impl Decider<'_> {
             turns: report.turns_used,
             commits: report.evidence.commits.clone(),
             uncommitted: report.evidence.uncommitted.clone(),
-            charged: a.held.is_none()
-                && outcome != AGENT_COMMAND_FAILED
-                && outcome != DONE_BEFORE_DISPATCH,
+            charged: a.held.is_none() && !UNCHARGED.contains(&outcome),
         };
         self.emit(Event::AttemptClosed {
             unit: u,
@@ -201,7 +200,7 @@ impl Decider<'_> {
             // A claim without the evidence is no attempt of an agent: the
             // sprint is dispatched again (as a retry, which no place skips),
             // this time to an agent, and nothing is counted or paid.
-            self.close_attempt(u, s, DONE_BEFORE_DISPATCH, &report);
+            self.close_attempt(u, s, NOT_SHOWN_DONE, &report);
             self.effects.push(Effect::Refund {
                 dispatch: active.id.clone(),
             });
@@ -332,22 +331,39 @@ impl Decider<'_> {
             awaiting_merge: true,
             answer: report.evidence.answer.clone(),
         };
+        let id = self.sprint(u, s).id.clone();
+        self.completed_sprint(
+            u,
+            s,
+            completion,
+            &active.id,
+            format!("Sprint {id} COMPLETED"),
+            "verification cascade confirmed the exit criteria".into(),
+        );
+    }
+
+    /// Records a verified completion and asks for the sprint's merge (the
+    /// unit's next sprint and its dependents wait for it).
+    fn completed_sprint(
+        &mut self,
+        u: usize,
+        s: usize,
+        completion: Completion,
+        dispatch: &DispatchId,
+        what: String,
+        why: String,
+    ) {
         self.emit(Event::SprintCompleted {
             unit: u,
             sprint: s,
             completion,
         });
+        self.log(Some(u), Some(s), what, why);
         let (unit, sprint) = self.names(u, s);
-        self.log(
-            Some(u),
-            Some(s),
-            format!("Sprint {sprint} COMPLETED"),
-            "verification cascade confirmed the exit criteria".into(),
-        );
         self.effects.push(Effect::Integrate {
             unit,
             sprint,
-            dispatch: active.id.clone(),
+            dispatch: dispatch.clone(),
         });
     }
 
@@ -368,7 +384,7 @@ impl Decider<'_> {
         });
         let note = format!(
             "found done before dispatch: every exit criterion passes on {}; done by {}",
-            crate::contract::short_id(&found.head),
+            crate::text::short_id(&found.head),
             found.by
         );
         let completion = Completion {
@@ -387,23 +403,15 @@ impl Decider<'_> {
             awaiting_merge: true,
             answer: None,
         };
-        self.emit(Event::SprintCompleted {
-            unit: u,
-            sprint: s,
+        let id = self.sprint(u, s).id.clone();
+        self.completed_sprint(
+            u,
+            s,
             completion,
-        });
-        let (unit, sprint) = self.names(u, s);
-        self.log(
-            Some(u),
-            Some(s),
-            format!("Sprint {sprint} already done: COMPLETED without an agent"),
+            &active.id,
+            format!("Sprint {id} already done: COMPLETED without an agent"),
             note,
         );
-        self.effects.push(Effect::Integrate {
-            unit,
-            sprint,
-            dispatch: active.id.clone(),
-        });
     }
 
     /// A verified sprint that cannot be merged without a person: its unit is

@@ -324,6 +324,13 @@ pub const AGENT_COMMAND_FAILED: &str = "agent command could not run";
 /// to start from, and no agent ran: not paid for.
 pub const DONE_BEFORE_DISPATCH: &str = "done before dispatch";
 
+/// An attempt's outcome when a place launched no agent, saying the work was
+/// there, but its checks did not show it: not paid for, and run again.
+pub const NOT_SHOWN_DONE: &str = "no agent ran: the work said to be there was not shown";
+
+/// Outcomes of attempts that are not paid for: no agent ran.
+pub const UNCHARGED: [&str; 3] = [AGENT_COMMAND_FAILED, DONE_BEFORE_DISPATCH, NOT_SHOWN_DONE];
+
 impl Decider<'_> {
     pub(super) fn finish(mut self) -> Decision {
         if !self.events.is_empty() && !self.effects.contains(&Effect::PublishStatus) {

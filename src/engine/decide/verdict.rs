@@ -2,7 +2,9 @@
 //! last unit completed, the place runs every criterion again on the final
 //! integration head, and what it found is decided here.
 
-use super::{Decider, Effect, Event, HeadVerification, NoticeKind, OverallStatus, Refusal};
+use super::{
+    CriterionOutcome, Decider, Effect, Event, HeadVerification, NoticeKind, OverallStatus, Refusal,
+};
 
 impl Decider<'_> {
     /// Records the final head's re-verification. A criterion that fails
@@ -22,37 +24,29 @@ impl Decider<'_> {
         if st.head_verification.as_ref() == Some(&verification) {
             return Ok(());
         }
-        let head = crate::contract::short_id(&verification.head);
+        let head = crate::text::short_id(&verification.head);
+        let passed_then = |unit: &str, sprint: &crate::plan::SprintId, text: &str| {
+            st.unit_index(unit)
+                .and_then(|u| st.units[u].sprints.iter().find(|s| s.id == *sprint))
+                .and_then(|s| s.completion.as_ref())
+                .is_some_and(|c| {
+                    c.criteria
+                        .iter()
+                        .any(|r| r.text == text && r.outcome == CriterionOutcome::Passed)
+                })
+        };
         let mut lines = Vec::new();
         for f in verification.failures() {
-            let passed_then = st
-                .plan
-                .unit(&f.unit)
-                .and_then(|_| st.unit_index(&f.unit))
-                .and_then(|u| {
-                    st.units[u]
-                        .sprints
-                        .iter()
-                        .find(|s| s.id == f.sprint)?
-                        .completion
-                        .as_ref()
-                })
-                .is_some_and(|c| {
-                    c.criteria.iter().any(|r| {
-                        r.text == f.result.text
-                            && r.outcome == crate::engine::CriterionOutcome::Passed
-                    })
-                });
-            let what = if passed_then {
+            let what = if passed_then(&f.unit, &f.sprint, &f.result.text) {
                 "passed when its sprint completed and fails on the final head"
             } else {
                 "fails on the final head"
             };
-            let detail = f.result.detail.lines().last().unwrap_or("").trim();
             let mut line = format!(
                 "- {} Sprint {}: `{}` {what}",
                 f.unit, f.sprint, f.result.text
             );
+            let detail = f.result.detail.lines().last().unwrap_or("").trim();
             if !detail.is_empty() {
                 line.push_str(&format!(" ({detail})"));
             }
@@ -61,40 +55,44 @@ impl Decider<'_> {
             }
             lines.push(line);
         }
+        let branch = &verification.branch;
+        let first = verification
+            .failures()
+            .next()
+            .map(|f| (f.unit.clone(), f.sprint.clone()));
         self.emit(Event::HeadVerified {
             verification: verification.clone(),
             at: self.now,
         });
         let total = verification.checks.len();
-        if lines.is_empty() {
-            self.log(
+        match first {
+            None => self.log(
                 None,
                 None,
                 "Final head verified".into(),
                 format!("all {total} machine-checkable exit criteria pass on {head}"),
-            );
-        } else {
-            let failing = lines.len();
-            self.log(
-                None,
-                None,
-                "VERIFICATION FAILED on the final head".into(),
-                format!("{failing} of {total} criteria fail on {head}"),
-            );
-            let first = verification
-                .failures()
-                .next()
-                .expect("one failure at least");
-            self.effects.push(Effect::Notify {
-                kind: NoticeKind::Blocked,
-                unit: Some(first.unit.clone()),
-                text: format!(
-                    "VERIFICATION FAILED: every work unit completed, but {failing} of {total} exit criteria fail on the final head {head}:\n{}\nFix it on the integration branch (or resume the unit that broke it), then check a sprint again with `supervise verify --unit {} --sprint {}`.",
-                    lines.join("\n"),
-                    first.unit,
-                    first.sprint
-                ),
-            });
+            ),
+            Some((unit, sprint)) => {
+                let failing = lines.len();
+                self.log(
+                    None,
+                    None,
+                    "VERIFICATION FAILED on the final head".into(),
+                    format!("{failing} of {total} criteria fail on {head}"),
+                );
+                // Every step typed as it stands: the integration branch is
+                // where the work is, and `verify` checks the checkout it
+                // runs in.
+                self.effects.push(Effect::Notify {
+                    kind: NoticeKind::Blocked,
+                    unit: Some(unit.clone()),
+                    text: format!(
+                        "VERIFICATION FAILED: every work unit completed, but {failing} of {total} exit criteria fail on the final head {head}:\n{}\nTo mend it: `git checkout {branch}`, fix and commit there, then check with `supervise verify --unit {} --sprint {sprint}`.",
+                        lines.join("\n"),
+                        crate::text::shell_quote(&unit),
+                    ),
+                });
+            }
         }
         self.effects.push(Effect::PublishStatus);
         Ok(())

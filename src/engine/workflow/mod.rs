@@ -330,26 +330,16 @@ fn command(text: &str, cmd: &str) -> Criterion {
 fn file_written(path: &str) -> Criterion {
     command(
         &format!("`{path}` exists and is not empty"),
-        &format!("test -s {}", shell_quote(path)),
+        &format!("test -s {}", crate::text::shell_quote(path)),
     )
 }
 
 /// A research report as seed 002 asks for one: there, over 200 bytes, and
 /// with a Markdown title (a `# ` line) — a stub or a bare line is no report.
 fn report_written(path: &str) -> Criterion {
-    let p = shell_quote(path);
+    let p = crate::text::shell_quote(path);
     command(
         &format!("`{path}` is a report: over 200 bytes, with a `#` title"),
         &format!("test \"$(wc -c < {p})\" -gt 200 && grep -q '^# ' {p}"),
     )
-}
-
-fn shell_quote(s: &str) -> String {
-    if s.chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
 }

@@ -195,7 +195,7 @@ impl LocalPlace {
                     worktree_lock: Some(self.worktree_lock(&worktree)),
                     branch,
                     base,
-                    found_done: self.found_done_look(st, order),
+                    look_from: self.look_from(st, order),
                 };
                 let child = process::spawn(&dir, &spec, self.standby.take())?;
                 self.watch(order.dispatch.clone(), child);
@@ -370,13 +370,15 @@ impl LocalPlace {
                 // criterion runs again there before the summary is shown.
                 let verification = self.verify_head(st)?;
                 let mut shown = st.clone();
-                engine::apply_to(
-                    &mut shown,
-                    &engine::Event::HeadVerified {
-                        verification: verification.clone(),
-                        at: chrono::Utc::now(),
-                    },
-                );
+                if let Some(v) = &verification {
+                    engine::apply_to(
+                        &mut shown,
+                        &engine::Event::HeadVerified {
+                            verification: v.clone(),
+                            at: chrono::Utc::now(),
+                        },
+                    );
+                }
                 let st = &shown;
                 if !self.lost_at_end.is_empty() {
                     self.screen.notice(&format!(
@@ -390,7 +392,10 @@ impl LocalPlace {
                     ));
                 }
                 self.screen.notice(&report::final_summary(st));
-                Ok(vec![Input::HeadVerified { verification }])
+                Ok(verification
+                    .map(|verification| Input::HeadVerified { verification })
+                    .into_iter()
+                    .collect())
             }
         }
     }
@@ -401,19 +406,16 @@ impl LocalPlace {
     /// bisecting the integration branch's first-parent line from the
     /// sprint's own merge (where it passed) to the head (where it fails):
     /// a run of the criterion per step, log2 of the merges in between.
-    /// Work without a plan is left out: its later phases change what
-    /// earlier ones made on purpose (a debug round, a rewrite).
-    fn verify_head(&self, st: &OperationState) -> Result<engine::HeadVerification> {
+    /// None for work without a plan: its later phases change what earlier
+    /// ones made on purpose (a debug round, a rewrite).
+    fn verify_head(&self, st: &OperationState) -> Result<Option<engine::HeadVerification>> {
+        if st.workflow.is_some() {
+            return Ok(None);
+        }
         let op = st.id.0.as_str();
         let head = self.git.integration_head(op)?;
-        let mut verification = engine::HeadVerification {
-            head: head.to_string(),
-            checks: Vec::new(),
-        };
-        if st.workflow.is_some() {
-            return Ok(verification);
-        }
         let root = self.git.gate_worktree_at(op, head)?;
+        let mut checks = Vec::new();
         for (i, u) in st.units.iter().enumerate() {
             for (j, s) in u.sprints.iter().enumerate() {
                 if s.completion.is_none() {
@@ -426,7 +428,7 @@ impl LocalPlace {
                     .filter(|c| c.is_machine_checkable())
                 {
                     let (outcome, detail) = criteria::check(c, &root, self.timeout());
-                    verification.checks.push(engine::HeadCheck {
+                    let check = engine::HeadCheck {
                         unit: u.name.clone(),
                         sprint: s.id.clone(),
                         result: engine::CriterionResult {
@@ -436,81 +438,109 @@ impl LocalPlace {
                             detail: crate::scrub::scrub(&criteria::tail(&detail, 500)).into_owned(),
                         },
                         broken_by: None,
-                    });
+                    };
+                    checks.push((check, c));
                 }
             }
         }
-        let failing: Vec<usize> = (0..verification.checks.len())
-            .filter(|&k| verification.checks[k].result.outcome == engine::CriterionOutcome::Failed)
-            .collect();
-        if !failing.is_empty() {
+        if checks
+            .iter()
+            .any(|(c, _)| c.result.outcome == engine::CriterionOutcome::Failed)
+        {
             let line = self.git.integration_line(op)?;
-            let merged = self.merged_branches();
-            for k in failing {
-                let check = &verification.checks[k];
-                let branch = sprint_branch(op, &st.unit_slug(&check.unit), check.sprint.as_str());
-                // Where the sprint's work landed: its recorded merge, else
-                // the line's start (found done at start: on it already).
-                let landed = merged
-                    .get(&branch)
-                    .copied()
-                    .flatten()
-                    .and_then(|m| line.iter().position(|&c| self.git.contains(c, m)))
-                    .unwrap_or(0);
-                let Some((criterion, _)) = st
-                    .plan
-                    .unit(&check.unit)
-                    .and_then(|u| u.sprints.iter().find(|s| s.id == check.sprint))
-                    .and_then(|s| s.exit_criteria.iter().find(|c| c.text == check.result.text))
-                    .map(|c| (c.clone(), ()))
-                else {
+            let landings = self.landings(st, &line);
+            for (check, criterion) in checks
+                .iter_mut()
+                .filter(|(c, _)| c.result.outcome == engine::CriterionOutcome::Failed)
+            {
+                // Where the sprint's work landed; the line's start for one
+                // found done at start (its work was on it already).
+                let landed = landings
+                    .iter()
+                    .find(|l| l.unit == check.unit && l.sprint == check.sprint)
+                    .map_or(0, |l| l.at);
+                let Some(at) = self.first_failing(op, &line, landed, criterion) else {
                     continue;
                 };
-                let fails_at = |at: usize| -> Result<bool> {
-                    let root = self.git.gate_worktree_at(op, line[at])?;
-                    let (o, _) = criteria::check(&criterion, &root, self.timeout());
-                    Ok(o == engine::CriterionOutcome::Failed)
-                };
-                // The first commit of line[landed..] where it fails: it
-                // fails at the end, and is taken to pass before `landed`.
-                let (mut lo, mut hi) = (landed, line.len() - 1);
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    if fails_at(mid)? {
-                        hi = mid;
-                    } else {
-                        lo = mid + 1;
-                    }
-                }
-                let by = line[lo];
-                // Whose merge it was: the sprint whose recorded merge is the
-                // first on the line to hold the breaking commit.
-                let sprint = st
-                    .units
+                let by = line[at];
+                // Whose merge it was: the first to land at or after it (a
+                // merge commit lands where it is; a fast-forwarded sprint's
+                // own commits come just before its head lands).
+                let whose = landings
                     .iter()
-                    .flat_map(|u| u.sprints.iter().map(move |s| (u, s)))
-                    .filter_map(|(u, s)| {
-                        let m = merged
-                            .get(&sprint_branch(op, &u.slug, s.id.as_str()))
-                            .copied()
-                            .flatten()?;
-                        let at = line.iter().position(|&c| self.git.contains(c, m))?;
-                        self.git
-                            .contains(m, by)
-                            .then(|| (at, format!("{} Sprint {}'s merge: ", u.name, s.id)))
-                    })
-                    .min()
-                    .map(|(_, name)| name)
+                    .find(|l| l.at >= at)
+                    .map(|l| format!("{} Sprint {}'s merge: ", l.unit, l.sprint))
                     .unwrap_or_default();
-                verification.checks[k].broken_by = Some(format!(
-                    "{sprint}{} (\"{}\")",
+                check.broken_by = Some(format!(
+                    "{whose}{} (\"{}\")",
                     crate::contract::short_id(&by.to_string()),
                     crate::scrub::scrub(&self.git.subject(by))
                 ));
             }
         }
         self.git.remove_gate_worktree(op);
-        Ok(verification)
+        Ok(Some(engine::HeadVerification {
+            branch: integration_branch(op),
+            head: head.to_string(),
+            checks: checks.into_iter().map(|(c, _)| c).collect(),
+        }))
+    }
+
+    /// Where each sprint whose agent's work this operation merged landed on
+    /// the integration branch's first-parent `line`, in the order they landed.
+    fn landings(&self, st: &OperationState, line: &[git2::Oid]) -> Vec<Landing> {
+        let merged = self.merged_branches();
+        let mut landings: Vec<Landing> = st
+            .units
+            .iter()
+            .flat_map(|u| u.sprints.iter().map(move |s| (u, s)))
+            // A sprint found done merged nothing of its own.
+            .filter(|(_, s)| {
+                s.completion
+                    .as_ref()
+                    .is_some_and(|c| c.already_done.is_none())
+            })
+            .filter_map(|(u, s)| {
+                let branch = sprint_branch(&st.id.0, &u.slug, s.id.as_str());
+                let commit = merged.get(&branch).copied().flatten()?;
+                // The line only grows: once a commit of it holds the
+                // merge, every later one does.
+                let at = line.partition_point(|&c| !self.git.contains(c, commit));
+                (at < line.len()).then_some(())?;
+                Some(Landing {
+                    unit: u.name.clone(),
+                    sprint: s.id.clone(),
+                    at,
+                })
+            })
+            .collect();
+        landings.sort_by_key(|l| l.at);
+        landings
+    }
+
+    /// The first commit of `line[from..]` where `criterion` fails, taken to
+    /// fail at the line's end. None when a step could not be checked out:
+    /// the regression is reported without its cause rather than not at all.
+    fn first_failing(
+        &self,
+        op: &str,
+        line: &[git2::Oid],
+        from: usize,
+        criterion: &Criterion,
+    ) -> Option<usize> {
+        let (mut lo, mut hi) = (from, line.len().checked_sub(1)?);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let root = self.git.gate_worktree_at(op, line[mid]).ok()?;
+            if criteria::check(criterion, &root, self.timeout()).0
+                == engine::CriterionOutcome::Failed
+            {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Some(lo)
     }
 
     /// `merged`: the sprint branches this operation has merged, each with the
@@ -686,7 +716,7 @@ impl LocalPlace {
     /// starts: not for work without a plan (its agents' answers are the
     /// workflow's next input, and only an agent gives one), nor for an
     /// operation whose starting commit was not kept.
-    fn found_done_look(
+    fn look_from(
         &self,
         st: &OperationState,
         order: &engine::DispatchOrder,
@@ -804,6 +834,14 @@ impl done_before::StartingCommit for Checkout<'_> {
         criteria::check_command(c, self.root, self.timeout)
             .map(|(outcome, _)| outcome == engine::CriterionOutcome::Passed)
     }
+}
+
+/// Where a merged sprint's work landed on the integration branch.
+struct Landing {
+    unit: String,
+    sprint: SprintId,
+    /// Its place on the branch's first-parent line.
+    at: usize,
 }
 
 /// A sprint whose merged work the integration branch no longer holds.

@@ -5,17 +5,19 @@
 //! engine's rule ([`done_before::work_is_there`]); this module only checks.
 //!
 //! It runs in the attempt's wrapper, in the sprint's checkout, before the
-//! agent would start: files first (a missing one settles it at no cost),
-//! then commands one after another (they share the checkout, where two
-//! builds at once would race), each bounded by `verify_timeout`. Sprints of
-//! different units look at once, each in its own worktree. A command
-//! criterion that passes is evidence only if it failed at the operation's
-//! starting commit; that is run in a checkout of the starting commit once
-//! per command and kept under `.supervise/start-checks/`, so a slow command
-//! costs its run at the start once per operation, not once per sprint.
+//! agent would start: files first, read from the head's tree (a missing one
+//! settles it at no cost), then commands one after another (they share the
+//! checkout, where two builds at once would race), each bounded by
+//! `verify_timeout`. Sprints of different units look at once, each in its
+//! own worktree. A command criterion that passes is evidence only if it
+//! failed at the operation's starting commit; that is run in a checkout of
+//! the starting commit once per command and kept under
+//! `.supervise/start-checks/`, so a slow command costs its run at the start
+//! once per operation, not once per sprint.
 
 use super::criteria;
-use crate::engine::{done_before, CriterionOutcome, CriterionResult, FoundDone};
+use crate::engine::done_before::{self, check_assertion, Found};
+use crate::engine::{CriterionOutcome, CriterionResult, FoundDone};
 use crate::plan::Sprint;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -31,8 +33,16 @@ pub struct StartingPoint {
     pub cache: PathBuf,
 }
 
-/// The checks on the checkout at `root`, and what they found, when the
-/// sprint's work is there; None when an agent is needed.
+/// The checks on the head of the checkout at `root`, and what they found,
+/// when the sprint's work is there; None when an agent is needed.
+///
+/// The verdict is about the head, not the checkout: a file criterion is read
+/// from the head's tree (an earlier agent's untracked or ignored file is not
+/// work on the head), and commands run only in a checkout with nothing
+/// untracked or changed. A sprint without a file criterion can show its
+/// work only by a command that failed at the starting commit, so that is
+/// asked first (kept once per operation), and its commands run on the head
+/// only if one did.
 pub fn look(
     sprint: &Sprint,
     root: &Path,
@@ -42,36 +52,63 @@ pub fn look(
     if !done_before::may_be_found_done(sprint) {
         return None;
     }
-    let mut results = Vec::new();
     let (files, commands): (Vec<_>, Vec<_>) = sprint
         .exit_criteria
         .iter()
         .partition(|c| c.command.is_none());
-    for c in files.into_iter().chain(commands) {
-        let (outcome, detail) = criteria::check(c, root, timeout);
+    // A file missing from the checkout is missing from its head too: most
+    // fresh sprints end here, at the cost of a look at the disk, before the
+    // repository is opened (this is on the way to every agent's start).
+    if files
+        .iter()
+        .any(|c| criteria::check(c, root, timeout).0 != CriterionOutcome::Passed)
+    {
+        return None;
+    }
+    let repo = git2::Repository::discover(root).ok()?;
+    let head = HeadTree::of(&repo, root)?;
+    let passed = |c: &crate::plan::Criterion, detail: String| CriterionResult {
+        line: c.line,
+        text: c.text.clone(),
+        outcome: CriterionOutcome::Passed,
+        detail,
+    };
+    let mut results = Vec::new();
+    for c in &files {
+        let (outcome, detail) = check_assertion(c.assertion.as_ref()?, |p| head.read(p))?;
         if outcome != CriterionOutcome::Passed {
             return None;
         }
-        results.push(CriterionResult {
-            line: c.line,
-            text: c.text.clone(),
-            outcome,
-            detail,
-        });
+        results.push(passed(c, detail));
     }
-    results.sort_by_key(|r| r.line);
     let mut failed_at_start = Vec::new();
-    if !crate::engine::cascade::file_evidence(sprint, &results) {
-        for c in sprint.exit_criteria.iter().filter(|c| c.command.is_some()) {
-            if !passed_at_start(c, root, start, timeout) {
-                failed_at_start.push(c.text.clone());
+    if !commands.is_empty() {
+        if !clean(&repo) {
+            return None;
+        }
+        if files.is_empty() {
+            failed_at_start = commands
+                .iter()
+                .filter(|c| !passed_at_start(c, root, start, timeout))
+                .map(|c| c.text.clone())
+                .collect();
+            if failed_at_start.is_empty() {
+                return None;
             }
         }
+        for c in commands {
+            let (outcome, detail) = criteria::check(c, root, timeout);
+            if outcome != CriterionOutcome::Passed {
+                return None;
+            }
+            results.push(passed(c, detail));
+        }
     }
+    results.sort_by_key(|r| r.line);
     if !done_before::work_is_there(sprint, &results, &failed_at_start) {
         return None;
     }
-    let head = git(root, &["rev-parse", "HEAD"]).unwrap_or_default();
+    let head = head.commit.to_string();
     let by = who_did(sprint, root, &start.commit, &head);
     Some((
         results,
@@ -81,6 +118,63 @@ pub fn look(
             failed_at_start,
         },
     ))
+}
+
+/// The head commit's tree, read the way file criteria read a checkout (a
+/// directory exists with no bytes), from the directory the plan sits in.
+struct HeadTree<'r> {
+    repo: &'r git2::Repository,
+    commit: git2::Oid,
+    tree: git2::Tree<'r>,
+    prefix: PathBuf,
+}
+
+impl<'r> HeadTree<'r> {
+    fn of(repo: &'r git2::Repository, root: &Path) -> Option<HeadTree<'r>> {
+        let commit = repo.head().ok()?.peel_to_commit().ok()?;
+        let top = repo.workdir()?.canonicalize().ok()?;
+        let prefix = root
+            .canonicalize()
+            .ok()?
+            .strip_prefix(&top)
+            .ok()?
+            .to_path_buf();
+        Some(HeadTree {
+            repo,
+            commit: commit.id(),
+            tree: commit.tree().ok()?,
+            prefix,
+        })
+    }
+
+    fn read(&self, path: &str) -> Found {
+        let Ok(entry) = self.tree.get_path(&self.prefix.join(path)) else {
+            return Found::Missing;
+        };
+        match entry.to_object(self.repo) {
+            Ok(o) => match (o.as_blob(), o.as_tree()) {
+                (Some(b), _) => {
+                    let bytes = b.content();
+                    Found::File(
+                        bytes[..bytes.len().min(crate::contract::EVIDENCE_FILE_LIMIT)].to_vec(),
+                    )
+                }
+                (None, Some(_)) => Found::File(Vec::new()),
+                _ => Found::Missing,
+            },
+            Err(_) => Found::Missing,
+        }
+    }
+}
+
+/// Whether the checkout holds nothing the head does not: no untracked file
+/// (ignored ones, such as build output, aside) and no change.
+fn clean(repo: &git2::Repository) -> bool {
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false);
+    repo.statuses(Some(&mut opts)).is_ok_and(|s| s.is_empty())
 }
 
 /// Whether command criterion `c` passes at the starting commit: kept from an

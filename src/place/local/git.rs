@@ -787,6 +787,19 @@ impl Git {
         }
         let wt = Repository::open(&path)?;
         wt.reset(wt.find_commit(head)?.as_object(), ResetType::Hard, None)?;
+        // A reset keeps untracked files: what an earlier gate or check
+        // wrote would stand in for files the head lacks. Ignored ones (build
+        // output) stay, or every gate would build from nothing.
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(true).include_ignored(false);
+        for entry in wt.statuses(Some(&mut opts))?.iter() {
+            if entry.status().contains(git2::Status::WT_NEW) {
+                if let Ok(p) = entry.path() {
+                    let p = path.join(p);
+                    let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+                }
+            }
+        }
         Ok(path.join(&self.plan_rel))
     }
 
@@ -801,7 +814,8 @@ impl Git {
         Ok(line)
     }
 
-    /// Whether `commit` is `ancestor` or comes after it.
+    /// Whether `commit` is `ancestor` or comes after it (a lookup that fails
+    /// says no: for reports, where [`Git::holds_commit`] decides merges).
     pub fn contains(&self, commit: Oid, ancestor: Oid) -> bool {
         commit == ancestor
             || self

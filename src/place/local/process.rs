@@ -53,7 +53,7 @@ pub struct RunSpec {
     /// Set for a fresh attempt whose sprint may be found done before its
     /// agent starts (see [`super::found_done`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub found_done: Option<super::found_done::StartingPoint>,
+    pub look_from: Option<super::found_done::StartingPoint>,
 }
 
 /// The most agent output kept on disk: `output.log` is rotated to `output.log.1`
@@ -552,7 +552,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         &dir.join("started"),
         std::process::id().to_string().as_bytes(),
     )?;
-    if let Some(start) = &spec.found_done {
+    if let Some(start) = &spec.look_from {
         let timeout = Duration::from_secs(spec.verify_timeout_secs);
         if let Some((criteria, found)) =
             super::found_done::look(&spec.sprint, &spec.checkout, start, timeout)
