@@ -77,8 +77,11 @@ async fn quiet(s: &Story, for_secs: f64, secs: u64) {
     }
 }
 
+/// Waits for `n` runs in progress. The bound is generous: on a loaded CI
+/// machine the first operation alone has taken 28 s to start, and three
+/// operations dispatch nine runs one after another.
 async fn in_progress(s: &Story, n: usize) {
-    s.until("the runs in progress", 60, |s| {
+    s.until("the runs in progress", 180, |s| {
         s.fake
             .runs(REPO)
             .iter()

@@ -281,6 +281,11 @@ impl FakeGitHub {
             .collect()
     }
 
+    /// Every comment in `repo`, on any issue or pull request.
+    pub fn comments_in(&self, repo: &str) -> Vec<Comment> {
+        self.inner.lock().comments.in_repo(repo).cloned().collect()
+    }
+
     pub fn reactions(&self) -> Vec<(i64, String, String)> {
         self.inner.lock().reactions.clone()
     }

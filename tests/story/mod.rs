@@ -383,9 +383,15 @@ impl Story {
                 && !done(self)
             {
                 panic!(
-                    "{what}: not after {secs} s.\nstatus comment:\n{}\ncomments: {:#?}\nruns: {:#?}",
+                    "{what}: not after {secs} s.\nstatus comment:\n{}\ncomments: {:#?}\non other issues: {:#?}\nruns: {:#?}",
                     self.status_comment_on(issue),
                     self.bot_comments(issue),
+                    self.fake
+                        .comments_in(REPO)
+                        .into_iter()
+                        .filter(|c| c.issue != issue && c.user == "supervise[bot]")
+                        .map(|c| (c.issue, c.body.chars().take(400).collect::<String>()))
+                        .collect::<Vec<_>>(),
                     self.fake
                         .runs(REPO)
                         .iter()
