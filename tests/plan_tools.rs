@@ -748,3 +748,31 @@ fn a_plan_from_a_document_is_accepted_only_when_it_covers_and_checks_everything(
     );
     assert!(accept(doc, "no plan here", 50).is_err());
 }
+
+/// A sprint checked only by commands is dispatched even when its work is
+/// there (a command that passes before the work is no evidence): analyze
+/// says so, and a file criterion beside the command quiets it.
+#[test]
+fn analyze_warns_that_command_only_criteria_cannot_tell_done_from_not_done() {
+    let commands = "# Greet\n\n## Sprint 1: Greeting\n- [ ] Write greet() in `src/greet.sh`\n\
+                    **Exit criteria**:\n- [ ] `cargo test` passes\n";
+    let a = analyze::analyze(&read(commands), commands, 50);
+    let warned: Vec<_> = a
+        .findings
+        .iter()
+        .filter(|f| f.problem.contains("cannot tell done from not done"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{:#?}", a.findings);
+    assert_eq!(warned[0].line, 3, "the sprint's heading");
+    assert!(warned[0].recommendation.contains("exists"));
+    let with_file = "# Greet\n\n## Sprint 1: Greeting\n- [ ] Write greet() in `src/greet.sh`\n\
+                     **Exit criteria**:\n- [ ] `cargo test` passes\n- [ ] `src/greet.sh` contains \"greet()\"\n";
+    let a = analyze::analyze(&read(with_file), with_file, 50);
+    assert!(
+        a.findings
+            .iter()
+            .all(|f| !f.problem.contains("cannot tell done from not done")),
+        "{:#?}",
+        a.findings
+    );
+}

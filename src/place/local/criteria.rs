@@ -255,3 +255,111 @@ pub fn commit_record(
     ])?;
     Ok(path)
 }
+
+#[cfg(test)]
+mod tests {
+    //! Each kind of criterion, read from plan text by the real reader and
+    //! run by the real checker in a real directory: what passes, what fails
+    //! and what the failure says.
+    use super::*;
+
+    fn sprint(plan: &str) -> Sprint {
+        let plan = crate::plan::parse(plan, "Kinds").expect("the test plan reads");
+        plan.work_units[0].sprints[0].clone()
+    }
+
+    fn outcomes(plan: &str, root: &Path, timeout: Duration) -> Vec<(CriterionOutcome, String)> {
+        verify_sprint(&sprint(plan), root, timeout)
+            .into_iter()
+            .map(|r| (r.outcome, r.detail))
+            .collect()
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+    const ENOUGH: Duration = Duration::from_secs(20);
+
+    #[test]
+    fn expected_output_must_be_in_what_the_command_prints() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = |expected: &str| {
+            format!(
+                "# Kinds\n\n## Sprint 1: Count\n**Validate**:\n```bash\necho 12 tokens\n```\n\
+                 **Expected output**:\n```\n{expected}\n```\n"
+            )
+        };
+        let found = outcomes(&plan("12 tokens"), dir.path(), ENOUGH);
+        assert_eq!(found[0].0, CriterionOutcome::Passed, "{found:?}");
+        let found = outcomes(&plan("13 tokens"), dir.path(), ENOUGH);
+        assert_eq!(found[0].0, CriterionOutcome::Failed, "{found:?}");
+        assert!(
+            found[0].1.contains("13 tokens"),
+            "says what was missing: {found:?}"
+        );
+    }
+
+    #[test]
+    fn a_contains_assertion_fails_on_the_wrong_text_and_on_a_missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("report")).unwrap();
+        std::fs::write(dir.path().join("report/out.html"), "<b>Sum</b>").unwrap();
+        let plan = "# Kinds\n\n## Sprint 1: Page\n- [ ] `report/out.html` contains \"Total\"\n";
+        let found = outcomes(plan, dir.path(), ENOUGH);
+        assert_eq!(found[0].0, CriterionOutcome::Failed, "{found:?}");
+        std::fs::write(dir.path().join("report/out.html"), "<b>Total</b>").unwrap();
+        assert_eq!(
+            outcomes(plan, dir.path(), ENOUGH)[0].0,
+            CriterionOutcome::Passed
+        );
+        std::fs::remove_file(dir.path().join("report/out.html")).unwrap();
+        assert_eq!(
+            outcomes(plan, dir.path(), ENOUGH)[0].0,
+            CriterionOutcome::Failed
+        );
+    }
+
+    #[test]
+    fn a_command_past_its_time_fails_and_says_so_and_leaves_nothing_running() {
+        let dir = tempfile::tempdir().unwrap();
+        // The criterion would write `late` after its time: it must not.
+        let plan = "# Kinds\n\n## Sprint 1: Slow\n- [ ] `sleep 5; touch late` passes\n";
+        let found = outcomes(plan, dir.path(), SECOND);
+        assert_eq!(found[0].0, CriterionOutcome::Failed, "{found:?}");
+        assert!(found[0].1.contains("timed out after 1 s"), "{found:?}");
+        std::thread::sleep(Duration::from_secs(5));
+        assert!(
+            !dir.path().join("late").exists(),
+            "the timed-out command was killed"
+        );
+    }
+
+    #[test]
+    fn a_criterion_runs_without_the_checkers_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        // Variables named as secrets are set in this test process (each test
+        // runs in its own process under nextest; the names are this test's).
+        std::env::set_var("KINDS_TEST_API_KEY", "sk-ant-kinds-test-value");
+        std::env::set_var("KINDS_TEST_PLAIN", "visible");
+        let plan = "# Kinds\n\n## Sprint 1: Env\n\
+                    - [ ] `test -z \"$KINDS_TEST_API_KEY\"` passes\n\
+                    - [ ] `test \"$KINDS_TEST_PLAIN\" = visible` passes\n";
+        let found = outcomes(plan, dir.path(), ENOUGH);
+        assert_eq!(
+            found[0].0,
+            CriterionOutcome::Passed,
+            "the key is absent: {found:?}"
+        );
+        assert_eq!(
+            found[1].0,
+            CriterionOutcome::Passed,
+            "other variables stay: {found:?}"
+        );
+    }
+
+    #[test]
+    fn a_checklist_item_is_left_to_a_person() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = "# Kinds\n\n## Sprint 1: Look\n**Exit criteria**:\n- [ ] The page looks right\n";
+        let found = outcomes(plan, dir.path(), ENOUGH);
+        assert_eq!(found[0].0, CriterionOutcome::Unverified, "{found:?}");
+    }
+}

@@ -248,6 +248,35 @@ pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
             });
         }
     }
+    // A sprint checked only by commands cannot show its own work: `cargo
+    // test` on green tests passes before the work as after it, so the look
+    // before a dispatch can never find such a sprint done (it is dispatched
+    // even when its work is already on the head).
+    for u in &plan.work_units {
+        for s in &u.sprints {
+            let checkable: Vec<_> = s
+                .exit_criteria
+                .iter()
+                .filter(|c| c.is_machine_checkable())
+                .collect();
+            if s.kind == crate::plan::SprintType::Code
+                && !checkable.is_empty()
+                && checkable.iter().all(|c| c.assertion.is_none())
+            {
+                findings.push(Finding {
+                    pass: 2,
+                    severity: Severity::Optional,
+                    line: s.line,
+                    location: format!("{} Sprint {}", u.name, s.id),
+                    problem: format!(
+                        "every check of \"{}\" is a command; a command that passes before the work (a green `cargo test`) cannot tell done from not done, so this sprint is always given to an agent, even when its work is already there",
+                        s.name
+                    ),
+                    recommendation: "add a criterion about what the sprint makes: `path/to/file` exists, or `path/to/file` contains \"text\"".into(),
+                });
+            }
+        }
+    }
     // Pass 3: priority and parallelism.
     let priorities = prioritize(plan);
     for p in &priorities {
