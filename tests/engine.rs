@@ -338,6 +338,105 @@ fn manual_sprints_wait_for_a_person() {
     assert_eq!(sim.st().status, OverallStatus::Completed);
 }
 
+/// The gate opened when the phase's units are done.
+fn open_gate(sim: &Sim) -> (u32, Vec<String>) {
+    sim.effects
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Effect::RunGate { gate, units, .. } => Some((*gate, units.clone())),
+            _ => None,
+        })
+        .expect("a gate opened")
+}
+
+/// A gate's failure found by bisection to come in with one merge is that
+/// unit's, whatever the output names and wherever the unit sits in the table.
+#[test]
+fn a_gate_failure_is_charged_to_the_merge_that_brought_it() {
+    let cfg = EngineConfig {
+        build_gate: true,
+        ..Default::default()
+    };
+    let mut sim = Sim::start(THREE_UNITS, cfg);
+    sim.finish("api", success());
+    sim.finish("docs", success());
+    sim.finish("api", success());
+    let (gate, _) = open_gate(&sim);
+    sim.send(Input::GateResult {
+        gate,
+        passed: false,
+        output: "test api::handlers ... FAILED".into(),
+        blame: GateBlame::Merge {
+            unit: "docs".into(),
+            sprint: SprintId::parse("1").unwrap(),
+        },
+    })
+    .unwrap();
+    assert_eq!(
+        sim.unit("docs").sprints[0].failures,
+        1,
+        "the merge that broke it"
+    );
+    assert_eq!(
+        sim.unit("api").sprints[1].failures,
+        0,
+        "named, but its merge did not break it"
+    );
+    let prompt = sim.order_for("docs").prompt;
+    assert!(
+        prompt.contains("passed before docs Sprint 1 was merged and fails after it")
+            && prompt.contains("test api::handlers ... FAILED"),
+        "{prompt}"
+    );
+}
+
+/// `alpha` fails for good; `beta` is fine; the gate needs both. It fails
+/// before the phase's merges as after them, so beta's merge is not to blame:
+/// beta is not re-run and charged, but waits BLOCKED with a notice naming
+/// alpha, the build's output, and how to go on.
+#[test]
+fn a_gate_that_fails_for_want_of_a_blocked_unit_says_so_and_charges_nobody() {
+    let plan = "# Pair\n\n| Work Unit | Layer |\n|---|---|\n| alpha | 0 |\n| beta | 0 |\n| after | 1 |\n\n\
+## alpha\n### Sprint 1: A\n- [ ] `alpha/x.txt` exists\n\
+## beta\n### Sprint 1: B\n- [ ] `beta/x.txt` exists\n\
+## after\n### Sprint 1: C\n- [ ] `c/x.txt` exists\n";
+    let cfg = EngineConfig {
+        build_gate: true,
+        ..Default::default()
+    };
+    let mut sim = Sim::start(plan, cfg);
+    sim.finish("beta", success());
+    while sim.unit("alpha").status == UnitStatus::Running {
+        sim.finish("alpha", failure());
+    }
+    assert_eq!(sim.unit("alpha").status, UnitStatus::Blocked);
+    let (gate, units) = open_gate(&sim);
+    assert_eq!(units, ["beta"]);
+    sim.send(Input::GateResult {
+        gate,
+        passed: false,
+        output: String::new(),
+        blame: GateBlame::BeforePhase,
+    })
+    .unwrap();
+    assert_eq!(sim.unit("beta").sprints[0].failures, 0, "nothing charged");
+    assert_eq!(sim.unit("beta").status, UnitStatus::Blocked);
+    assert!(sim.out().is_empty(), "nobody is re-run");
+    let told = notices(&sim, NoticeKind::Blocked);
+    let beta = told
+        .iter()
+        .find(|t| t.starts_with("BLOCKED: beta"))
+        .expect("beta's notice");
+    assert!(beta.contains("alpha"), "{beta}");
+    assert!(beta.contains("(the build printed nothing)"), "{beta}");
+    assert!(
+        beta.contains("supervise resume alpha") && beta.contains("supervise resume beta"),
+        "{beta}"
+    );
+    assert_eq!(sim.unit("after").status, UnitStatus::NotStarted);
+}
+
 #[test]
 fn build_gates_hold_dependents_and_send_failures_back_to_the_phase() {
     let cfg = EngineConfig {
@@ -371,6 +470,7 @@ fn build_gates_hold_dependents_and_send_failures_back_to_the_phase() {
         gate: gate.0,
         passed: false,
         output: "test api::handlers ... FAILED".into(),
+        blame: Default::default(),
     })
     .unwrap();
     assert_eq!(
@@ -381,10 +481,9 @@ fn build_gates_hold_dependents_and_send_failures_back_to_the_phase() {
     assert_eq!(sim.unit("docs").sprints[0].failures, 0, "docs is not named");
     assert!(sim.out().iter().all(|o| o.unit != "docs"));
     assert_eq!(sim.order_for("api").kind, DispatchKind::Retry);
-    assert!(sim
-        .order_for("api")
-        .prompt
-        .contains("the coordinated build failed after this phase:\ntest api::handlers ... FAILED"));
+    assert!(sim.order_for("api").prompt.contains(
+        "the coordinated build (gate 1) failed after this phase:\ntest api::handlers ... FAILED"
+    ));
     sim.finish("api", success());
     let gate2 = sim.st().gates.last().unwrap().id;
     assert_eq!(gate2, 2);
@@ -392,6 +491,7 @@ fn build_gates_hold_dependents_and_send_failures_back_to_the_phase() {
         gate: gate2,
         passed: true,
         output: String::new(),
+        blame: Default::default(),
     })
     .unwrap();
     assert_eq!(sim.unit("web").status, UnitStatus::Running);
@@ -971,7 +1071,7 @@ proptest! {
                 }
                 Step::Gate(p) => {
                     if let Some(g) = sim.st().gates.iter().find(|g| g.passed.is_none()).map(|g| g.id) {
-                        let _ = sim.send(Input::GateResult { gate: g, passed: p, output: "x".into() });
+                        let _ = sim.send(Input::GateResult { gate: g, passed: p, output: "x".into(), blame: Default::default() });
                     }
                 }
             }
@@ -1094,7 +1194,7 @@ proptest! {
         loop {
             if let Some(g) = sim.st().gates.iter().find(|g| g.passed.is_none()).map(|g| g.id) {
                 let (_, k) = outcomes.next().unwrap();
-                sim.send(Input::GateResult { gate: g, passed: k != 3, output: "x".into() }).unwrap();
+                sim.send(Input::GateResult { gate: g, passed: k != 3, output: "x".into(), blame: Default::default() }).unwrap();
                 continue;
             }
             let out = sim.out();
@@ -1304,6 +1404,7 @@ fn a_gate_failure_that_names_no_unit_runs_the_gate_again_before_charging_anyone(
             gate,
             passed: false,
             output: "linker was killed (signal 9)".into(),
+            blame: Default::default(),
         })
         .unwrap();
     let rerun = d
@@ -1326,6 +1427,7 @@ fn a_gate_failure_that_names_no_unit_runs_the_gate_again_before_charging_anyone(
         gate: rerun.0,
         passed: false,
         output: "linker was killed (signal 9)".into(),
+        blame: Default::default(),
     })
     .unwrap();
     assert_eq!(

@@ -1481,3 +1481,66 @@ fn file_and_command_criteria_read_paths_from_the_same_root_whatever_the_director
     assert_eq!(s["status"], "COMPLETED");
     assert_eq!(repo.sprints_run(), ["core 1"]);
 }
+
+/// Three units of one phase, behind a build gate that breaks when b's first
+/// attempt is merged, and whose output points at a's files. The gate is run
+/// before the phase's merges and at them: b's merge is charged, not a (whom
+/// the output names), nor every unit; b's second attempt mends it.
+#[test]
+fn a_failing_build_gate_is_charged_to_the_merge_that_broke_it() {
+    let plan = "# Trio\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| a | a | 0 |\n| b | b | 0 |\n| c | c | 0 |\n\n\
+## a\n### Sprint 1: A\n- [ ] `a/a-sprint-1.txt` exists\n\
+## b\n### Sprint 1: B\n- [ ] `b/b-sprint-1.txt` exists\n\
+## c\n### Sprint 1: C\n- [ ] `c/c-sprint-1.txt` exists\n";
+    let repo = Repo::new(plan, "");
+    // Fails while b's file is the one its first attempt wrote.
+    let gate = "echo 'warning: see a/a-sprint-1.txt'; ! grep -q /a1 b/b-sprint-1.txt 2>/dev/null";
+    let out = repo.run(&["--build-gate", gate]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let runs = repo.sprints_run();
+    assert_eq!(
+        runs.iter().filter(|r| *r == "b 1").count(),
+        2,
+        "b again: {runs:?}"
+    );
+    assert_eq!(runs.iter().filter(|r| *r == "a 1").count(), 1, "{runs:?}");
+    assert_eq!(runs.iter().filter(|r| *r == "c 1").count(), 1, "{runs:?}");
+    let log =
+        std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap_or_default() + &said;
+    assert!(
+        log.contains("passed before b Sprint 1 was merged and fails after it"),
+        "{log}"
+    );
+}
+
+/// alpha fails for good, beta is fine, and the gate needs both: it fails
+/// before the phase's merges too, so beta is neither re-run nor charged; it
+/// waits BLOCKED with a notice that names alpha and what to do.
+#[test]
+fn a_build_gate_that_fails_for_want_of_a_blocked_unit_charges_nobody_else() {
+    let plan = "# Pair\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| alpha | alpha | 0 |\n| beta | beta | 0 |\n\n\
+## alpha\n### Sprint 1: A\n- [ ] `alpha/alpha-sprint-1.txt` exists\n\
+## beta\n### Sprint 1: B\n- [ ] `beta/beta-sprint-1.txt` exists\n";
+    let repo = Repo::new(plan, "alpha 1 fail\n");
+    let gate = "test -f alpha/alpha-sprint-1.txt && test -f beta/beta-sprint-1.txt";
+    let out = repo.run(&["--build-gate", gate]);
+    let said = text(&out);
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    let runs = repo.sprints_run();
+    assert_eq!(
+        runs.iter().filter(|r| *r == "beta 1").count(),
+        1,
+        "{runs:?}"
+    );
+    assert!(
+        said.contains("BLOCKED: beta is done, but build gate"),
+        "{said}"
+    );
+    assert!(said.contains("supervise resume alpha"), "{said}");
+    assert!(said.contains("(the build printed nothing)"), "{said}");
+    assert!(
+        !said.contains("attributed to the last sprint of: beta"),
+        "{said}"
+    );
+}

@@ -137,6 +137,22 @@ pub struct AgentReport {
     pub evidence: Evidence,
 }
 
+/// Where a failing build gate's failure came in: found by running the gate
+/// on the integration branch before the phase's merges and at each of them.
+/// A place that cannot look says `Unknown`, and the failure is charged to
+/// the units its output names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum GateBlame {
+    #[default]
+    Unknown,
+    /// The gate fails before any of the phase's merges as well: none of them
+    /// broke it.
+    BeforePhase,
+    /// The gate passed before this sprint's merge and fails after it.
+    Merge { unit: String, sprint: SprintId },
+}
+
 /// Everything that can happen to an operation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "input", rename_all = "snake_case")]
@@ -197,6 +213,9 @@ pub enum Input {
         gate: u32,
         passed: bool,
         output: String,
+        /// Where a failure came in, as far as the place could tell.
+        #[serde(default)]
+        blame: GateBlame,
     },
     ConditionPolled {
         unit: String,

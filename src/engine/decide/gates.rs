@@ -1,7 +1,10 @@
 //! The clock and the build gates (§3.5, §9, §10): stall checks, the stop
 //! drain's timeout, deferred polls, and gate results charged to units.
 
-use super::{CancelReason, Decider, Effect, Event, NoticeKind, OverallStatus, Refusal, UnitStatus};
+use super::{
+    CancelReason, Decider, Effect, Event, Gate, GateBlame, NoticeKind, OverallStatus, Refusal,
+    UnitStatus,
+};
 
 impl Decider<'_> {
     pub(super) fn tick(&mut self) {
@@ -102,6 +105,7 @@ impl Decider<'_> {
         gate: u32,
         passed: bool,
         output: &str,
+        blame: GateBlame,
     ) -> Result<(), Refusal> {
         let g = self
             .require()?
@@ -127,82 +131,167 @@ impl Decider<'_> {
                 format!("units: {}", g.units.join(", ")),
             );
         } else {
-            let tail: String = output
-                .lines()
-                .rev()
-                .take(20)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join("\n");
-            let named = self.units_named_in(&g.units, output);
-            if named.is_empty() && g.retry_of.is_none() {
-                // Nothing in the output points at a unit: the failure may be
-                // flaky or environmental, so run the gate once more before
-                // charging anyone an attempt.
-                let id = self.st().gates.len() as u32 + 1;
-                self.log(
-                    None,
-                    None,
-                    format!(
-                        "Build gate {gate} failed (layer {}); running it again as gate {id}",
-                        g.layer
-                    ),
-                    "the output names no unit's files or package; no attempt is charged yet".into(),
-                );
-                self.emit(Event::GateOpened {
-                    id,
-                    layer: g.layer,
-                    units: g.units.clone(),
-                    retry_of: Some(gate),
-                    at: self.now,
-                });
-                self.effects.push(Effect::RunGate {
-                    gate: id,
-                    layer: g.layer,
-                    units: g.units.clone(),
-                });
-                self.settle();
-                return Ok(());
-            }
-            let charged = if named.is_empty() {
-                g.units.clone()
-            } else {
-                named
-            };
-            self.log(
-                None,
-                None,
-                format!("Build gate {gate} failed (layer {})", g.layer),
-                format!(
-                    "failures attributed to the last sprint of: {}{}",
-                    charged.join(", "),
-                    if charged.len() < g.units.len() {
-                        " (named in the build output)"
-                    } else {
-                        ""
-                    }
-                ),
-            );
-            for name in &charged {
-                let Some(u) = self.st().unit_index(name) else {
-                    continue;
-                };
-                let Some(s) = self.st().units[u].sprints.len().checked_sub(1) else {
-                    continue;
-                };
-                if self.st().units[u].status == UnitStatus::Running {
-                    self.fail(
-                        u,
-                        s,
-                        format!("the coordinated build failed after this phase:\n{tail}"),
-                    );
-                }
-            }
+            self.gate_failed(&g, output, blame);
         }
         self.settle();
         Ok(())
+    }
+
+    /// A failed gate is charged where the failure came in: the merge the
+    /// place's bisection found; nobody of the phase when the gate failed
+    /// before its merges too and a unit of the layer is BLOCKED (its missing
+    /// work is the cause, and re-running the others would not help); else
+    /// the units its output names, after one re-run when it names none.
+    fn gate_failed(&mut self, g: &Gate, output: &str, blame: GateBlame) {
+        let gate = g.id;
+        let tail = last_lines(&crate::scrub::scrub(output), 20);
+        let shown = if tail.trim().is_empty() {
+            "(the build printed nothing)".to_string()
+        } else {
+            tail
+        };
+        if let GateBlame::Merge { unit, sprint } = &blame {
+            if let Some(u) = self
+                .st()
+                .unit_index(unit)
+                .filter(|_| g.units.contains(unit))
+            {
+                self.log(
+                    None,
+                    None,
+                    format!("Build gate {gate} failed (layer {})", g.layer),
+                    format!("it passed before {unit} Sprint {sprint} was merged and fails after it (found by running the gate at each of the phase's merges)"),
+                );
+                if let Some(s) = self.st().units[u].sprints.len().checked_sub(1) {
+                    if self.st().units[u].status == UnitStatus::Running {
+                        self.fail(
+                            u,
+                            s,
+                            format!("the coordinated build (gate {gate}) passed before {unit} Sprint {sprint} was merged and fails after it:\n{shown}"),
+                        );
+                    }
+                }
+                return;
+            }
+        }
+        if blame == GateBlame::BeforePhase {
+            let st = self.st();
+            let blocked: Vec<String> = (0..st.units.len())
+                .filter(|&u| {
+                    st.plan.work_units[u].layer == g.layer
+                        && st.units[u].status == UnitStatus::Blocked
+                        && !g.units.contains(&st.units[u].name)
+                })
+                .map(|u| st.units[u].name.clone())
+                .collect();
+            if !blocked.is_empty() {
+                self.gate_waits_for_blocked(g, &blocked, &shown);
+                return;
+            }
+        }
+        let named = self.units_named_in(&g.units, output);
+        if named.is_empty() && g.retry_of.is_none() {
+            // Nothing in the output points at a unit: the failure may be
+            // flaky or environmental, so run the gate once more before
+            // charging anyone an attempt.
+            let id = self.st().gates.len() as u32 + 1;
+            self.log(
+                None,
+                None,
+                format!(
+                    "Build gate {gate} failed (layer {}); running it again as gate {id}",
+                    g.layer
+                ),
+                "the output names no unit's files or package; no attempt is charged yet".into(),
+            );
+            self.emit(Event::GateOpened {
+                id,
+                layer: g.layer,
+                units: g.units.clone(),
+                retry_of: Some(gate),
+                at: self.now,
+            });
+            self.effects.push(Effect::RunGate {
+                gate: id,
+                layer: g.layer,
+                units: g.units.clone(),
+            });
+            return;
+        }
+        let charged = if named.is_empty() {
+            g.units.clone()
+        } else {
+            named
+        };
+        self.log(
+            None,
+            None,
+            format!("Build gate {gate} failed (layer {})", g.layer),
+            format!(
+                "failures attributed to the last sprint of: {}{}",
+                charged.join(", "),
+                if charged.len() < g.units.len() {
+                    " (named in the build output)"
+                } else {
+                    ""
+                }
+            ),
+        );
+        for name in &charged {
+            let Some(u) = self.st().unit_index(name) else {
+                continue;
+            };
+            let Some(s) = self.st().units[u].sprints.len().checked_sub(1) else {
+                continue;
+            };
+            if self.st().units[u].status == UnitStatus::Running {
+                self.fail(
+                    u,
+                    s,
+                    format!(
+                        "the coordinated build (gate {gate}) failed after this phase:\n{shown}"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// The gate fails before this phase's merges as after them, and units of
+    /// its layer are BLOCKED: their missing work is what it lacks. The units
+    /// that finished wait, BLOCKED, with nothing charged, until a person
+    /// resumes the blocked ones.
+    fn gate_waits_for_blocked(&mut self, g: &Gate, blocked: &[String], shown: &str) {
+        let gate = g.id;
+        let them = blocked.join(", ");
+        self.log(
+            None,
+            None,
+            format!("Build gate {gate} failed (layer {}) while {them} BLOCKED", g.layer),
+            format!("it fails before this phase's merges too, so none of {} broke it; no attempt is charged", g.units.join(", ")),
+        );
+        let first = crate::text::shell_quote(&blocked[0]);
+        for name in &g.units {
+            let Some(u) = self.st().unit_index(name) else {
+                continue;
+            };
+            if !self.st().units[u].status.can_become(UnitStatus::Blocked) {
+                continue;
+            }
+            self.unit_to(
+                u,
+                UnitStatus::Blocked,
+                "build gate fails without a BLOCKED unit",
+            );
+            self.effects.push(Effect::Notify {
+                kind: NoticeKind::Blocked,
+                unit: Some(name.clone()),
+                text: format!(
+                    "BLOCKED: {name} is done, but build gate {gate} fails, and it failed before this phase's merges too: none of them broke it. {them} of the same phase {} BLOCKED, and the build lacks its work.\nBuild output:\n{shown}\nTo go on: fix and resume {them} (supervise resume {first}), then supervise resume {}",
+                    if blocked.len() == 1 { "is" } else { "are" },
+                    crate::text::shell_quote(name),
+                ),
+            });
+        }
     }
 
     /// The gate's units that a build output points at: a path under the unit's
@@ -224,4 +313,10 @@ impl Decider<'_> {
             .cloned()
             .collect()
     }
+}
+
+/// The last `n` lines of `text`.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }

@@ -237,7 +237,8 @@ pub fn decide_shared(
             gate,
             passed,
             output,
-        } => c.gate_result(gate, passed, &output)?,
+            blame,
+        } => c.gate_result(gate, passed, &output, blame)?,
         Input::ConditionPolled {
             unit,
             sprint,

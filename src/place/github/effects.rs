@@ -139,6 +139,9 @@ impl GitHubExecutor<'_> {
                     gate: *gate,
                     passed: red.is_empty(),
                     output,
+                    // GitHub's checks are read on the head alone; the
+                    // output's names decide who is charged.
+                    blame: crate::engine::GateBlame::Unknown,
                 }]))
             }
             // Conditions are commands, and the service never runs a repository's

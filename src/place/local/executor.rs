@@ -267,17 +267,26 @@ impl LocalPlace {
                     .clone()
                     .unwrap_or_else(|| "true".into());
                 let dir = self.git.gate_worktree(op)?;
+                let phase = self.phase_merges(st, units)?;
+                let root = self.git.gate_root(op);
                 let (tx, gate, timeout) = (self.tx.clone(), *gate, self.timeout());
                 self.screen.notice(&format!(
                     "🏗️  Phase {layer} complete ({}). Running coordinated build: {cmd}",
                     units.join(", ")
                 ));
                 std::thread::spawn(move || {
-                    let (passed, output) = criteria::run_shell(&cmd, &dir, timeout);
+                    let run = |d: &Path| criteria::run_shell(&cmd, d, timeout);
+                    let (passed, output) = run(&dir);
+                    let blame = if passed {
+                        engine::GateBlame::Unknown
+                    } else {
+                        phase.blame(&root, || run(&dir).0)
+                    };
                     let _ = tx.send(Msg::Input(Box::new(Input::GateResult {
                         gate,
                         passed,
                         output,
+                        blame,
                     })));
                 });
                 Ok(Vec::new())
@@ -516,6 +525,27 @@ impl LocalPlace {
             .collect();
         landings.sort_by_key(|l| l.at);
         landings
+    }
+
+    /// The merges of `units`' sprints on the integration branch, in the
+    /// order they landed, and the commit before the first of them: where a
+    /// failing gate's failure is looked for.
+    fn phase_merges(&self, st: &OperationState, units: &[String]) -> Result<PhaseMerges> {
+        let line = self.git.integration_line(&st.id.0)?;
+        let landed: Vec<Landing> = self
+            .landings(st, &line)
+            .into_iter()
+            .filter(|l| units.contains(&l.unit))
+            .collect();
+        let before = landed
+            .first()
+            .and_then(|l| l.at.checked_sub(1))
+            .map(|i| line[i]);
+        let merges = landed
+            .into_iter()
+            .map(|l| (l.unit, l.sprint, line[l.at]))
+            .collect();
+        Ok(PhaseMerges { before, merges })
     }
 
     /// The first commit of `line[from..]` where `criterion` fails, taken to
@@ -842,6 +872,52 @@ struct Landing {
     sprint: SprintId,
     /// Its place on the branch's first-parent line.
     at: usize,
+}
+
+/// A phase's merges on the integration branch, for a failing gate's blame.
+struct PhaseMerges {
+    /// The commit before the phase's first merge.
+    before: Option<git2::Oid>,
+    /// (unit, sprint, the first commit of the branch that holds its merge).
+    merges: Vec<(String, SprintId, git2::Oid)>,
+}
+
+impl PhaseMerges {
+    /// Where the failure came in: `passes` runs the gate in the checkout at
+    /// `root` after each move. Before the phase's merges first; then a
+    /// bisection of the merges for the first after which it fails (a gate
+    /// runs a build: log₂ of the merges, not all of them). Unknown when a
+    /// commit cannot be checked out, or the gate passes after every merge
+    /// (what broke it came after them).
+    fn blame(&self, root: &Path, mut passes: impl FnMut() -> bool) -> engine::GateBlame {
+        let mut passes_at = |commit: git2::Oid| -> Option<bool> {
+            super::git::reset_clean(root, commit).ok()?;
+            Some(passes())
+        };
+        let (Some(before), false) = (self.before, self.merges.is_empty()) else {
+            return engine::GateBlame::Unknown;
+        };
+        match passes_at(before) {
+            None => return engine::GateBlame::Unknown,
+            Some(false) => return engine::GateBlame::BeforePhase,
+            Some(true) => {}
+        }
+        let last = self.merges.len() - 1;
+        if passes_at(self.merges[last].2) != Some(false) {
+            return engine::GateBlame::Unknown;
+        }
+        let (mut lo, mut hi) = (0, last);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match passes_at(self.merges[mid].2) {
+                None => return engine::GateBlame::Unknown,
+                Some(false) => hi = mid,
+                Some(true) => lo = mid + 1,
+            }
+        }
+        let (unit, sprint, _) = self.merges[lo].clone();
+        engine::GateBlame::Merge { unit, sprint }
+    }
 }
 
 /// A sprint whose merged work the integration branch no longer holds.

@@ -785,22 +785,14 @@ impl Git {
             let _held = self.lock()?;
             self.make_worktree(&name, &branch)?;
         }
-        let wt = Repository::open(&path)?;
-        wt.reset(wt.find_commit(head)?.as_object(), ResetType::Hard, None)?;
-        // A reset keeps untracked files: what an earlier gate or check
-        // wrote would stand in for files the head lacks. Ignored ones (build
-        // output) stay, or every gate would build from nothing.
-        let mut opts = StatusOptions::new();
-        opts.include_untracked(true).include_ignored(false);
-        for entry in wt.statuses(Some(&mut opts))?.iter() {
-            if entry.status().contains(git2::Status::WT_NEW) {
-                if let Ok(p) = entry.path() {
-                    let p = path.join(p);
-                    let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
-                }
-            }
-        }
+        reset_clean(&path, head)?;
         Ok(path.join(&self.plan_rel))
+    }
+
+    /// The root of the build gate's checkout (the gate runs in its plan's
+    /// directory below it).
+    pub fn gate_root(&self, op: &str) -> PathBuf {
+        self.worktrees.join(self.worktree_of(&gate_branch(op)))
     }
 
     /// The integration branch's first-parent history, oldest first: the
@@ -887,6 +879,27 @@ fn open_files() -> std::collections::HashSet<PathBuf> {
         }
     }
     open
+}
+
+/// Moves the checkout at `root` to `commit`, dropping what is not the
+/// commit's: a reset keeps untracked files, and what an earlier gate or check
+/// wrote would stand in for files the commit lacks. Ignored ones (build
+/// output) stay, or every gate would build from nothing. Opens the checkout
+/// itself, so a thread of its own can move it.
+pub fn reset_clean(root: &Path, commit: Oid) -> Result<()> {
+    let wt = Repository::open(root)?;
+    wt.reset(wt.find_commit(commit)?.as_object(), ResetType::Hard, None)?;
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true).include_ignored(false);
+    for entry in wt.statuses(Some(&mut opts))?.iter() {
+        if entry.status().contains(git2::Status::WT_NEW) {
+            if let Ok(p) = entry.path() {
+                let p = root.join(p);
+                let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
