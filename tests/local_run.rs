@@ -1544,3 +1544,132 @@ fn a_build_gate_that_fails_for_want_of_a_blocked_unit_charges_nobody_else() {
         "{said}"
     );
 }
+
+/// What a scripted agent does to its unit's files in the property below.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Does {
+    /// Its own sprint's file.
+    Ok,
+    /// Its own and the next sprint's.
+    Overshoot,
+    /// Its own, and deletes the sprint before's.
+    Clobber,
+    /// Nothing, and exits 1, every time: the unit ends BLOCKED.
+    Fail,
+}
+
+impl Does {
+    fn action(self) -> &'static str {
+        match self {
+            Does::Ok => "ok",
+            Does::Overshoot => "overshoot",
+            Does::Clobber => "clobber",
+            Does::Fail => "fail",
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 12, ..Default::default() })]
+
+    /// Random plans of independent units, each sprint checked by its own
+    /// file, and agents that do their sprint, more (the next sprint too),
+    /// damage (delete the sprint before's file) or fail. A model of each
+    /// unit's files says which sprints' work is on the head before their
+    /// dispatch: exactly those are never given to an agent, and every other
+    /// reached sprint is, once. The verdict passes (exit 0) exactly when
+    /// every unit completes and every sprint's file is on the final head;
+    /// a completed plan missing a file is a failed verification (exit 2).
+    #[test]
+    fn sprints_are_dispatched_exactly_when_their_work_is_not_there_and_the_verdict_follows_the_head(
+        units in proptest::collection::vec(
+            proptest::collection::vec(
+                proptest::prop_oneof![
+                    4 => proptest::strategy::Just(Does::Ok),
+                    2 => proptest::strategy::Just(Does::Overshoot),
+                    2 => proptest::strategy::Just(Does::Clobber),
+                    1 => proptest::strategy::Just(Does::Fail),
+                ],
+                1..=3,
+            ),
+            1..=3,
+        )
+    ) {
+        let mut plan = String::from("# Random\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n");
+        for u in 0..units.len() {
+            plan += &format!("| u{u} | u{u} | 0 |\n");
+        }
+        let mut behaviour = String::new();
+        for (u, sprints) in units.iter().enumerate() {
+            plan += &format!("\n## u{u}\n");
+            for (k, does) in sprints.iter().enumerate() {
+                let k = k + 1;
+                plan += &format!("### Sprint {k}: Step {k}\n- [ ] `u{u}/u{u}-sprint-{k}.txt` exists\n");
+                behaviour += &format!("u{u} {k} {}\n", does.action());
+            }
+        }
+        // The model: per unit, the sprints given to an agent, whether it
+        // ends BLOCKED, and its files at the end.
+        let mut expected = Vec::new();
+        let (mut blocked, mut missing) = (false, false);
+        for (u, sprints) in units.iter().enumerate() {
+            let mut files = std::collections::BTreeSet::new();
+            for (k, does) in sprints.iter().enumerate() {
+                let k = k + 1;
+                if files.contains(&k) {
+                    continue;
+                }
+                expected.push(format!("u{u} {k}"));
+                match does {
+                    Does::Fail => {
+                        blocked = true;
+                        break;
+                    }
+                    Does::Ok => {
+                        files.insert(k);
+                    }
+                    Does::Overshoot => {
+                        files.insert(k);
+                        files.insert(k + 1);
+                    }
+                    Does::Clobber => {
+                        files.insert(k);
+                        files.remove(&(k - 1));
+                    }
+                }
+            }
+            missing |= (1..=sprints.len()).any(|k| !files.contains(&k));
+        }
+        let repo = Repo::new(&plan, &behaviour);
+        let out = repo.run(&[]);
+        let said = text(&out);
+        let mut ran = repo.sprints_run();
+        ran.dedup();
+        let mut ran_sorted = ran.clone();
+        ran_sorted.sort();
+        ran_sorted.dedup();
+        expected.sort();
+        proptest::prop_assert_eq!(&ran_sorted, &expected, "{}\n{}", plan, said);
+        // A sprint is given to an agent more than once only when it fails.
+        let once: Vec<_> = repo.sprints_run();
+        for s in &expected {
+            let n = once.iter().filter(|r| *r == s).count();
+            let (u, k): (usize, usize) = {
+                let mut w = s.split(' ');
+                (w.next().unwrap()[1..].parse().unwrap(), w.next().unwrap().parse().unwrap())
+            };
+            if units[u][k - 1] != Does::Fail {
+                proptest::prop_assert_eq!(n, 1, "{} ran {} times\n{}", s, n, said);
+            }
+        }
+        let code = out.status.code();
+        if blocked {
+            proptest::prop_assert!(code != Some(0), "{}", said);
+        } else if missing {
+            proptest::prop_assert_eq!(code, Some(2), "{}", said);
+            proptest::prop_assert!(said.contains("VERIFICATION FAILED") || said.contains("regression"), "{}", said);
+        } else {
+            proptest::prop_assert_eq!(code, Some(0), "{}", said);
+        }
+    }
+}
