@@ -214,7 +214,8 @@ fn result(c: &Criterion, outcome: CriterionOutcome, detail: String) -> Criterion
     }
 }
 
-fn a_path(a: &Assertion) -> &str {
+/// The file an assertion is about, from the project's root.
+pub fn a_path(a: &Assertion) -> &str {
     match a {
         Assertion::FileExists { path } | Assertion::FileContains { path, .. } => path,
     }

@@ -57,6 +57,14 @@ impl GitHubExecutor<'_> {
                     sprint: sprint.clone(),
                 }];
                 let row = ops.store.run(&dispatch.0).await?;
+                // A sprint found done before its dispatch made no run and no
+                // branch: the integration branch holds its work already.
+                if row.as_ref().is_none_or(|r| r.run_id.is_none())
+                    && repo.branch_sha(&branch).await?.is_none()
+                    && found_done_before_dispatch(state, dispatch)
+                {
+                    return Ok(Outcome::Done(merged));
+                }
                 let number = match row.as_ref().and_then(|r| r.pull) {
                     Some(n) => n,
                     None => {
@@ -266,6 +274,12 @@ impl GitHubExecutor<'_> {
                 error: "cancelled before it was launched".into(),
             }]));
         }
+        if let Some(report) = self.look_before(state, order).await? {
+            return Ok(Outcome::Done(vec![Input::AgentFinished {
+                dispatch: d.clone(),
+                report,
+            }]));
+        }
         // Charged at the operator's prices: a repository whose settings made
         // every model free would otherwise pass the installation's cap.
         let cost = ops.limits.cost(order.tier);
@@ -441,6 +455,96 @@ impl GitHubExecutor<'_> {
         }
     }
 
+    /// The look before a fresh sprint's agent, as far as the service may
+    /// look: a sprint checked only by files has them read at the integration
+    /// head (which its branch would be cut from) through the contents API,
+    /// one at a time, stopping at the first that fails. When all pass, the
+    /// work is there: the engine completes the sprint unpaid, and nothing is
+    /// dispatched or charged. A sprint with a command criterion is
+    /// dispatched (no repository command runs here), as is one whose file
+    /// does not read.
+    async fn look_before(
+        &mut self,
+        state: Option<&OperationState>,
+        order: &engine::DispatchOrder,
+    ) -> Result<Option<engine::AgentReport>, OpError> {
+        use crate::engine::done_before::{self, Found};
+        let Some(st) = state else { return Ok(None) };
+        if order.kind != engine::DispatchKind::Fresh || st.workflow.is_some() {
+            return Ok(None);
+        }
+        let Some((u, s)) = st.find_dispatch(&order.dispatch) else {
+            return Ok(None);
+        };
+        let sprint = &st.plan.work_units[u].sprints[s];
+        if !done_before::may_be_found_done(sprint)
+            || sprint.exit_criteria.iter().any(|c| c.assertion.is_none())
+        {
+            return Ok(None);
+        }
+        let repo = self.ops.repo(&self.place.ctx);
+        let integration = integration_branch(&self.place.ctx.op);
+        let head = match self.place.integration_head.clone() {
+            Some(h) => h,
+            None => match repo.branch_sha(&integration).await? {
+                Some(h) => h,
+                None => return Ok(None),
+            },
+        };
+        // Still the starting commit: the start's check judged the unit's
+        // leading sprints there, and a sprint after one an agent did starts
+        // from that agent's merge, which moved the head.
+        if self.place.ctx.start_head.as_deref() == Some(head.as_str()) {
+            return Ok(None);
+        }
+        let mut results = Vec::new();
+        for c in &sprint.exit_criteria {
+            let Some(a) = &c.assertion else {
+                return Ok(None);
+            };
+            let path = done_before::a_path(a);
+            let bytes = match repo.file(path, Some(&head)).await {
+                Ok(found) => found.map(|(text, _)| text.into_bytes()),
+                Err(e) => {
+                    tracing::warn!(%path, error = %e, "reading a criterion's file before a dispatch; dispatching");
+                    return Ok(None);
+                }
+            };
+            let read = |_: &str| match &bytes {
+                Some(b) => Found::File(b.clone()),
+                None => Found::Missing,
+            };
+            match done_before::check_assertion(a, read) {
+                Some((engine::CriterionOutcome::Passed, detail)) => {
+                    results.push(engine::CriterionResult {
+                        line: c.line,
+                        text: c.text.clone(),
+                        outcome: engine::CriterionOutcome::Passed,
+                        detail,
+                    })
+                }
+                _ => return Ok(None),
+            }
+        }
+        let short = crate::text::short_id(&head);
+        Ok(Some(engine::AgentReport {
+            exit_code: Some(0),
+            output_tail: format!(
+                "no agent was launched: every exit criterion's file is on {integration} at {short}"
+            ),
+            turns_used: None,
+            evidence: engine::Evidence {
+                criteria: results,
+                found_done: Some(engine::FoundDone {
+                    by: format!("the integration branch at {short} (an earlier sprint's work, or a commit before the operation)"),
+                    head,
+                    failed_at_start: Vec::new(),
+                }),
+                ..Default::default()
+            },
+        }))
+    }
+
     /// Makes sure the sprint branch exists before something is committed on
     /// it: made from the integration head without looking first when no
     /// earlier try can have made it (`fresh`); true when made now.
@@ -610,4 +714,19 @@ impl Operations {
         .await?;
         Ok(())
     }
+}
+
+/// Whether the attempt `d` ended with its sprint found done before an agent
+/// was launched (so it has no run, branch or pull request to merge).
+fn found_done_before_dispatch(state: Option<&OperationState>, d: &DispatchId) -> bool {
+    state
+        .and_then(|st| {
+            st.units.iter().flat_map(|u| &u.sprints).find_map(|s| {
+                s.history
+                    .iter()
+                    .find(|h| &h.dispatch == d)
+                    .map(|h| h.outcome == engine::DONE_BEFORE_DISPATCH)
+            })
+        })
+        .unwrap_or(false)
 }

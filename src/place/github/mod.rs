@@ -92,6 +92,11 @@ pub struct OpContext {
     pub daily_budget: Option<u64>,
     /// When `start` was said (RFC 3339): the lower bound of comment look-ups.
     pub started_at: String,
+    /// The commit the operation started from, whose files the start's
+    /// check read: the look before a dispatch on that head would read them
+    /// again for nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_head: Option<String>,
 }
 
 /// Timings of the service's loop.
@@ -736,6 +741,7 @@ mod tests {
             merge: MergeMode::Immediately,
             daily_budget: None,
             started_at: "2026-11-27T00:00:00Z".into(),
+            start_head: None,
         };
         let row = OperationRow {
             id: "op".into(),

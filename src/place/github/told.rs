@@ -388,6 +388,7 @@ impl Operations {
                 .created_at
                 .clone()
                 .unwrap_or_else(|| chrono::Utc::now().to_rfc3339()),
+            start_head: Some(head.clone()),
         };
         let row = OperationRow {
             id: op.clone(),
