@@ -294,3 +294,33 @@ async fn sprints_held_by_a_cap_make_one_notice_not_one_each() {
     assert_eq!(waits.len(), 1, "{waits:#?}");
     assert_eq!(s.fake.runs(REPO).len(), 4);
 }
+
+/// The fake's runner directories (a clone of the repository each) go with
+/// their runs however the runs end: here the story ends while its agent
+/// hangs, and the runtime that ran the run drops it.
+#[test]
+fn a_runner_directory_goes_with_its_run_when_the_story_ends_first() {
+    let runners = || -> Vec<std::path::PathBuf> {
+        let mine = format!("fake-runner-{}-", std::process::id());
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&mine))
+            .map(|e| e.path())
+            .collect()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let during = rt.block_on(async {
+        let s = Story::start(Setup::operation(ONE, "solo 1 hang")).await;
+        s.say("/supervise start").await;
+        in_progress(&s, 1).await;
+        runners()
+    });
+    assert_eq!(during.len(), 1, "the hanging run's runner: {during:?}");
+    drop(rt);
+    assert!(runners().is_empty(), "left behind: {:?}", runners());
+}

@@ -17,6 +17,13 @@ pub(super) fn run_json(run: &Run) -> Value {
         "event": "workflow_dispatch", "path": format!(".github/workflows/{}", run.workflow),
         "created_at": run.created_at,
         "html_url": format!("https://github.com/{}/actions/runs/{}", run.repo, run.id),
+        // GitHub's description types these as email addresses: the fake's
+        // commits are made by its own bot identity.
+        "head_commit": {
+            "id": run.head_sha,
+            "author": {"name": "fake-github", "email": "fake-github@users.noreply.github.com"},
+            "committer": {"name": "GitHub", "email": "noreply@github.com"},
+        },
     })
 }
 
@@ -172,14 +179,47 @@ pub(super) async fn deliver_run(f: &FakeGitHub, action: &str, run: &Run) {
 /// A new directory for run `id`'s runner, made for it alone: fakes in one
 /// process (tests side by side) count their runs alike, and a directory a
 /// killed process left behind under a reused pid must not be taken over.
-fn runner_dir(id: i64) -> std::io::Result<std::path::PathBuf> {
+fn runner_dir(id: i64) -> std::io::Result<RunnerDir> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(sweep_dead_runners);
     loop {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("fake-runner-{}-{id}-{n}", std::process::id()));
         match std::fs::create_dir(&dir) {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            made => return made.map(|()| dir),
+            made => return made.map(|()| RunnerDir(dir)),
+        }
+    }
+}
+
+/// A run's runner directory, removed when the run ends however it ends: its
+/// jobs finish, or the test ends first and its runtime drops the run's task
+/// (a hanging agent's run, say). Each is a clone of the repository and more.
+struct RunnerDir(std::path::PathBuf);
+
+impl Drop for RunnerDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runner directories of test processes that are gone (killed before their
+/// runtime could drop anything): removed once per process, at its first run.
+fn sweep_dead_runners() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("fake-runner-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
         }
     }
 }
@@ -222,14 +262,14 @@ pub(super) async fn execute(
                     &repo,
                     job,
                     &inputs,
-                    &runner,
+                    &runner.0,
                     workflow.push_after,
                     &mut started,
                 )
                 .await;
                 ok = ok && ran;
             }
-            let _ = std::fs::remove_dir_all(&runner);
+            drop(runner);
             ok
         }
         Err(e) => {
