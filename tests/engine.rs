@@ -281,6 +281,11 @@ fn deferred_sprints_poll_without_attempts_and_report_after_twenty() {
     r.evidence.criteria[0].outcome = CriterionOutcome::Failed;
     sim.finish(&unit, r);
     assert!(sim.st().units[0].sprints[0].deferred_waiting);
+    let table = report::status_table(sim.st(), sim.now);
+    assert!(
+        table.contains("Next event: polling a deferred sprint's condition"),
+        "{table}"
+    );
     let d = sim.send(Input::Tick).unwrap();
     assert!(d
         .effects

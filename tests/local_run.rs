@@ -1673,3 +1673,36 @@ proptest::proptest! {
         }
     }
 }
+
+/// After a BLOCKED unit the run ends. `resume` with a flag that would change
+/// the operation's own settings is refused with the reason (it was dropped
+/// silently); plain `resume` goes on with the agent the operation ran with,
+/// though none is given (it said "No agent command").
+#[test]
+fn resume_keeps_the_operations_settings_and_its_agent() {
+    let repo = Repo::new(PLAN, "api 1 fail,fail,fail,ok\n");
+    let out = repo.run(&[]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    let out = repo
+        .cmd(&["resume", "--max-retries", "5", "--stop-timeout", "1"])
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("--max-retries 5 (it has 3)"), "{said}");
+    assert!(said.contains("--stop-timeout 1 s (it has 60 s)"), "{said}");
+    assert!(said.contains("supervise run --new"), "{said}");
+    let before = repo.invocations().len();
+    let out = repo
+        .cmd(&["resume"])
+        .env_remove("SUPERVISE_AGENT")
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        repo.invocations().len() > before,
+        "the remembered agent ran"
+    );
+    repo.assert_every_sprint_integrated();
+}

@@ -159,6 +159,110 @@ pub(super) fn load(path: Option<&Path>) -> Result<Result<LoadedPlan, i32>> {
     }
 }
 
+/// The engine-setting flags given that differ from the operation's own
+/// (`--max-retries 5 (it has 3)`).
+fn config_flags_changed(
+    flags: &RunFlags,
+    has: &crate::engine::EngineConfig,
+    asked: &crate::engine::EngineConfig,
+    tick_ms: u64,
+) -> Vec<String> {
+    let show = |flag: &str, given: bool, now: String, then: String| {
+        (given && now != then).then(|| format!("{flag} {now} (it has {then})"))
+    };
+    let budget = |b: Option<u64>| b.map_or("none".to_string(), |b| b.to_string());
+    // The engine counts the stop timeout in ticks of this run's length.
+    let secs = |ticks: u32| format!("{} s", u64::from(ticks) * tick_ms / 1000);
+    [
+        show(
+            "--max-retries",
+            flags.max_retries.is_some(),
+            asked.max_retries.to_string(),
+            has.max_retries.to_string(),
+        ),
+        show(
+            "--max-parallel",
+            flags.max_parallel.is_some(),
+            asked.max_parallel.to_string(),
+            has.max_parallel.to_string(),
+        ),
+        show(
+            "--max-turns",
+            flags.max_turns.is_some(),
+            asked.max_turns.to_string(),
+            has.max_turns.to_string(),
+        ),
+        show(
+            "--budget",
+            flags.budget.is_some(),
+            budget(asked.budget),
+            budget(has.budget),
+        ),
+        show(
+            "--model-haiku",
+            flags.model_haiku.is_some(),
+            asked.models.haiku.clone(),
+            has.models.haiku.clone(),
+        ),
+        show(
+            "--model-sonnet",
+            flags.model_sonnet.is_some(),
+            asked.models.sonnet.clone(),
+            has.models.sonnet.clone(),
+        ),
+        show(
+            "--model-opus",
+            flags.model_opus.is_some(),
+            asked.models.opus.clone(),
+            has.models.opus.clone(),
+        ),
+        show(
+            "--stall-timeout",
+            flags.stall_timeout.is_some(),
+            asked.stall_timeout_secs.to_string(),
+            has.stall_timeout_secs.to_string(),
+        ),
+        show(
+            "--max-agent-minutes",
+            flags.max_agent_minutes.is_some(),
+            (asked.max_agent_secs / 60).to_string(),
+            (has.max_agent_secs / 60).to_string(),
+        ),
+        show(
+            "--stop-timeout",
+            flags.stop_timeout.is_some(),
+            secs(asked.stop_timeout_ticks),
+            secs(has.stop_timeout_ticks),
+        ),
+        show(
+            "--build-gate",
+            flags.build_gate.is_some(),
+            asked.build_gate.to_string(),
+            has.build_gate.to_string(),
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Writes `text` to `path`, readable by its owner alone (an agent command
+/// may carry what others should not read).
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(text.as_bytes())
+}
+
 fn settings_for(plan: &LoadedPlan, flags: &RunFlags) -> Result<Settings> {
     let file = match settings::find_file(&plan.root) {
         Some(p) => settings::read_file(&p)?,
@@ -204,6 +308,14 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
     let mut settings = settings_for(&plan, flags)?;
     let cwd = std::env::current_dir()?;
     settings.agent = settings.agent.map(|a| resolve_agent(&a, &cwd, &plan.root));
+    // The agent an operation was run with is its own: `resume` after a stop
+    // goes on with it unless another is given.
+    let remembered = dir.join("agent");
+    if settings.agent.is_none() && mode != Mode::Start {
+        settings.agent = std::fs::read_to_string(&remembered)
+            .ok()
+            .filter(|a| !a.trim().is_empty());
+    }
     if settings.agent.is_none() {
         eprintln!("No agent command: pass --agent CMD (for example --agent 'claude -p \"$(cat $SUPERVISE_PROMPT_FILE)\"') or set `agent:` in .github/supervise.yml.");
         return Ok(exit::USAGE);
@@ -222,7 +334,30 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
         return Ok(exit::USAGE);
     }
     let out = flags.output();
+    if let Some(agent) = &settings.agent {
+        write_private(&remembered, agent)
+            .with_context(|| format!("remembering the agent in {}", remembered.display()))?;
+    }
+    let (asked, tick_ms) = (settings.engine.clone(), settings.tick_ms);
     let mut sup = Supervisor::open(plan, settings, Box::new(Terminal::new(out)))?;
+    // An operation keeps the engine settings it started with; a flag that
+    // would change one is refused with the reason, never dropped.
+    if let Some(st) = sup
+        .state()
+        .filter(|_| !(matches!(mode, Mode::Run | Mode::Start) && flags.new))
+    {
+        let changed = config_flags_changed(flags, &st.config, &asked, tick_ms);
+        if !changed.is_empty() && st.status != OverallStatus::Completed {
+            eprintln!(
+                "{} ({}) keeps the settings it started with, so {} cannot change them. Resume without {}, or start a new operation with them: `supervise stop`, then `supervise run --new …` (its log is kept in .supervise/finished/).",
+                st.name,
+                st.id.0,
+                changed.join(", "),
+                if changed.len() == 1 { "it" } else { "them" },
+            );
+            return Ok(exit::USAGE);
+        }
+    }
     let finished = sup
         .state()
         .filter(|st| st.status == OverallStatus::Completed)

@@ -543,8 +543,9 @@ impl OperationState {
             .map(|&u| self.plan.work_units[u].sprints.len())
             .sum();
         let mut line = format!(
-            "All {sprints} sprints executed across {} work units.",
-            kept.len()
+            "All {} executed across {}.",
+            crate::text::count(sprints, "sprint"),
+            crate::text::count(kept.len(), "work unit")
         );
         if !aside.is_empty() {
             let names: Vec<&str> = aside.iter().map(|&u| self.units[u].name.as_str()).collect();

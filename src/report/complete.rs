@@ -436,9 +436,10 @@ These criteria cannot be checked by a command; they are neither passed nor faile
             let n = d.c.commits.len();
             let _ = writeln!(
                 out,
-                "- {} Sprint {} (code): {n} commits found {}",
+                "- {} Sprint {} (code): {} found {}",
                 d.unit,
                 d.sprint.id,
+                crate::text::count(n, "commit"),
                 super::tick(n > 0)
             );
         } else {

@@ -34,6 +34,12 @@ fn next_event(st: &OperationState) -> String {
                 .any(|u| u.sprints.iter().any(|s| s.awaiting_confirmation))
             {
                 "waiting for a person to confirm a manual sprint".into()
+            } else if st
+                .units
+                .iter()
+                .any(|u| u.sprints.iter().any(|s| s.deferred_waiting))
+            {
+                "polling a deferred sprint's condition".into()
             } else {
                 "dispatching".into()
             }

@@ -436,13 +436,14 @@ impl Phases {
         if let Some(cmd) = &self.test_command {
             exit.push(command(&format!("`{cmd}` passes"), cmd));
         }
+        // "why `cargo test` fails", "why the project's tests fail".
         let tests = self
             .test_command
             .as_deref()
-            .map(|c| format!("`{c}`"))
-            .unwrap_or_else(|| "the project's tests".into());
+            .map(|c| format!("`{c}` fails"))
+            .unwrap_or_else(|| "the project's tests fail".into());
         let body = format!(
-            "You are the debugger for this request (at most {max} rounds; a round that leaves the tests failing is followed by the next, on this branch):\n\n{desc}\n\nFind why {tests} fail (the test run's results, if any, are in `{results}`). Add this round's analysis (cause, evidence, the fix) as a new section of `{report}`, apply the fix, run the tests again, end the section with `TEST_STATUS: passing` or `TEST_STATUS: failing`, and commit. End with: DEBUG_REPORT_CREATED: {report}",
+            "You are the debugger for this request (at most {max} rounds; a round that leaves the tests failing is followed by the next, on this branch):\n\n{desc}\n\nFind why {tests} (the test run's results, if any, are in `{results}`). Add this round's analysis (cause, evidence, the fix) as a new section of `{report}`, apply the fix, run the tests again, end the section with `TEST_STATUS: passing` or `TEST_STATUS: failing`, and commit. End with: DEBUG_REPORT_CREATED: {report}",
             max = self.debug_rounds,
             desc = quoted(&self.description),
             results = self.test_report_path(),
