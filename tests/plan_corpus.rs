@@ -86,6 +86,38 @@ fn malformed_plans_are_refused_with_their_lines() {
         problems("bad_unit_without_sprints.md"),
         [(6, "work unit `ui` has no sprints".to_string())]
     );
+    // `## transform` holds `### Normalise names` and a checklist, which the
+    // reader does not take for a sprint: read anyway, the plan would lose the
+    // unit and both edges through it, and `report` would start at once.
+    assert_eq!(
+        problems("bad_graph_names_a_unit_it_cannot_read.md"),
+        [(12, "the dependency graph (line 3) names `transform`, and its section here reads as no work unit: it has no sprint the reader knows, so `transform` and every dependency through it would be dropped".to_string())]
+    );
+}
+
+/// A graph node that is no unit and no section (a start, a deploy) drops
+/// the edges through it: warned of, with the line, not silently.
+#[test]
+fn a_graph_node_that_is_no_unit_is_warned_of() {
+    let src = "# Two\n\n```mermaid\ngraph TD\n  api --> deploy --> web\n  api --> wbe\n```\n\n## api\n### Sprint 1: A\n- [ ] `a.txt` exists\n\n## web\n### Sprint 1: W\n- [ ] `w.txt` exists\n";
+    let p = plan::parse(src, "two").expect("usable");
+    let warned: Vec<_> = p
+        .warnings
+        .iter()
+        .map(|w| (w.line, w.message.clone(), w.hint.clone()))
+        .collect();
+    assert!(
+        warned
+            .iter()
+            .any(|(l, m, _)| *l == 3 && m.contains("names `deploy`, which is no work unit")),
+        "{warned:?}"
+    );
+    assert!(
+        warned
+            .iter()
+            .any(|(_, m, h)| m.contains("`wbe`") && h.as_deref() == Some("did you mean `web`?")),
+        "{warned:?}"
+    );
 }
 
 #[test]

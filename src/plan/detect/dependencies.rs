@@ -84,6 +84,20 @@ pub(super) fn dependencies(
             }
         }
     }
+    // Mermaid graphs first, whatever the number of units read: a node that
+    // is no unit drops every dependency through it.
+    for b in &doc.blocks {
+        if let Block::Code {
+            lang, text, line, ..
+        } = b
+        {
+            if lang == "mermaid" {
+                for node in mermaid_edges(text, &names, &mut edges) {
+                    unknown_node(doc, &node, *line, &names, errors, warnings);
+                }
+            }
+        }
+    }
     if drafts.len() < 2 {
         return edges;
     }
@@ -109,7 +123,6 @@ pub(super) fn dependencies(
             }
             Block::Code { lang, text, .. } => {
                 if lang == "mermaid" {
-                    mermaid_edges(text, &names, &mut edges);
                     continue;
                 }
                 (
@@ -314,15 +327,67 @@ pub(super) fn arrow_edges(line: &str, index: &NameIndex, edges: &mut BTreeSet<(u
     }
 }
 
-/// Mermaid `graph`/`flowchart` edges; node ids or labels name units.
-pub(super) fn mermaid_edges(text: &str, names: &[String], edges: &mut BTreeSet<(usize, usize)>) {
+/// A node of a Mermaid graph (at `line`) that names no unit. When a section
+/// heading bears its name, the unit was there and was not read (its sprints
+/// have no headings the reader knows): the plan is refused with the fix,
+/// since every dependency through it would be dropped. Otherwise it is
+/// warned of (a graph may hold a node that is no unit: a start, a deploy).
+fn unknown_node(
+    doc: &Doc,
+    node: &str,
+    line: usize,
+    names: &[String],
+    errors: &mut Vec<Problem>,
+    warnings: &mut Vec<Problem>,
+) {
+    let section = doc.blocks.iter().find_map(|b| match b {
+        Block::Heading { text, line, .. } if squash(text) == squash(node) => Some(*line),
+        _ => None,
+    });
+    match section {
+        Some(at) => errors.push(
+            Problem::new(
+                at,
+                format!(
+                    "the dependency graph (line {line}) names `{node}`, and its section here reads as no work unit: it has no sprint the reader knows, so `{node}` and every dependency through it would be dropped"
+                ),
+            )
+            .hint(format!(
+                "give each of its sprints a heading such as `### Sprint 1: <name>` under the `{node}` section (a heading of its own followed by a checklist is not read as a sprint)"
+            )),
+        ),
+        None => {
+            let mut p = Problem::new(
+                line,
+                format!(
+                    "the dependency graph names `{node}`, which is no work unit; no dependency through it is read"
+                ),
+            );
+            if let Some(n) = nearest(node, names.iter().map(String::as_str)) {
+                p = p.hint(format!("did you mean `{n}`?"));
+            }
+            warnings.push(p);
+        }
+    }
+}
+
+/// Mermaid `graph`/`flowchart` edges; node ids or labels name units. Returns
+/// the nodes of edges that name no unit (by label where one is given).
+pub(super) fn mermaid_edges(
+    text: &str,
+    names: &[String],
+    edges: &mut BTreeSet<(usize, usize)>,
+) -> Vec<String> {
+    let mut unknown: Vec<String> = Vec::new();
     let mut lines = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with("%%"));
-    let Some(first) = lines.next() else { return };
+    let Some(first) = lines.next() else {
+        return unknown;
+    };
     if !(first.starts_with("graph") || first.starts_with("flowchart")) {
-        return;
+        return unknown;
     }
     let mut labels: BTreeMap<String, String> = BTreeMap::new();
     let node = |tok: &str, labels: &mut BTreeMap<String, String>| -> String {
@@ -386,6 +451,14 @@ pub(super) fn mermaid_edges(text: &str, names: &[String], edges: &mut BTreeSet<(
                         .and_then(|l| names.iter().position(|n| *n == l.to_lowercase()))
                 })
         };
+        for t in &toks {
+            if !t.is_empty() && resolve(t, &labels).is_none() {
+                let shown = labels.get(t).filter(|l| !l.is_empty()).unwrap_or(t);
+                if !unknown.contains(shown) {
+                    unknown.push(shown.clone());
+                }
+            }
+        }
         for w in toks.windows(2) {
             if let (Some(from), Some(to)) = (resolve(&w[0], &labels), resolve(&w[1], &labels)) {
                 if from != to {
@@ -394,6 +467,7 @@ pub(super) fn mermaid_edges(text: &str, names: &[String], edges: &mut BTreeSet<(
             }
         }
     }
+    unknown
 }
 
 pub(super) fn find_cycle(units: &[WorkUnit], graph: &UnitGraph) -> Option<Vec<String>> {
