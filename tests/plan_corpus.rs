@@ -95,6 +95,53 @@ fn malformed_plans_are_refused_with_their_lines() {
     );
 }
 
+/// Text the reader did not understand changes a plan's meaning silently:
+/// a fence never closed swallowed the rest ("1 work unit, 1 sprint"), and
+/// `### Sprint 1 Page` dropped its sprint. Both are refused at their line,
+/// with the fix; an unclosed code span, which leaves a criterion to a
+/// person, is warned of.
+#[test]
+fn text_the_reader_did_not_understand_is_named_with_its_line() {
+    assert_eq!(
+        problems("bad_unclosed_fence.md"),
+        [(4, "this code block is never closed, so the rest of the plan is read as code, 1 heading included (from `## Sprint 2: Style`)".to_string())]
+    );
+    assert_eq!(
+        problems("bad_sprint_without_colon.md"),
+        [(4, "the heading `Sprint 1 Page` looks like a sprint but is not read as one: the sprint would be dropped".to_string())]
+    );
+    let p = plan::parse(
+        "# Site\n\n## Sprint 1: Page\n**Exit criteria**:\n- [ ] `index.html exists\n",
+        "site",
+    )
+    .expect("usable");
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.line == 5 && w.message.contains("code span is not closed")),
+        "{:?}",
+        p.warnings
+    );
+    // An escape sequence in a sprint's name, a NUL in a unit's.
+    for (src, line) in [
+        ("# Site\n\n## Sprint 1: Page \u{1b}[2J\n- [ ] `a.txt` exists\n", 3),
+        ("# Site\n\n| Work Unit |\n|---|\n| we\u{0}b |\n\n## web\n### Sprint 1: A\n- [ ] `a.txt` exists\n", 5),
+    ] {
+        let e = plan::parse(src, "site").expect_err("refused");
+        assert!(
+            e.iter().any(|p| p.line == line && p.message.contains("control character")),
+            "{e:?}"
+        );
+    }
+    // A fence closed by a longer one, and one of tildes, are closed.
+    let p = plan::parse(
+        "# Site\n\n## Sprint 1: Page\n~~~\nmake\n~~~~\n- [ ] `a.txt` exists\n",
+        "site",
+    )
+    .expect("usable");
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+}
+
 /// A graph node that is no unit and no section (a start, a deploy) drops
 /// the edges through it: warned of, with the line, not silently.
 #[test]

@@ -14,6 +14,7 @@ mod files;
 mod outline;
 mod sprints;
 mod units;
+mod unread;
 
 use criteria::*;
 use dependencies::*;
@@ -218,6 +219,7 @@ pub(crate) fn read(doc: &Doc, fallback_name: &str) -> Result<Plan, Vec<Problem>>
         assign_depths(&mut units, &graph);
     }
 
+    unread::unread(doc, &mut errors, &mut warnings);
     if units.iter().all(|u| u.sprints.is_empty())
         && errors.iter().all(|e| !e.message.contains("no sprints"))
     {
