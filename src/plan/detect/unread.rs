@@ -25,16 +25,16 @@ pub(super) fn unread(doc: &Doc, errors: &mut Vec<Problem>, warnings: &mut Vec<Pr
                     );
                 }
             }
-            Block::Item { text, line, .. } | Block::Paragraph { text, line } => {
-                if text.matches('`').count() % 2 == 1 {
-                    warnings.push(
-                        Problem::new(
-                            *line,
-                            "a code span is not closed (an odd number of backticks): a command or path in it is not read, and a criterion here is left to a person",
-                        )
-                        .hint("close the span with a backtick: `path/to/file` exists, `cargo test` passes"),
-                    );
-                }
+            Block::Item { text, line, .. } | Block::Paragraph { text, line }
+                if text.matches('`').count() % 2 == 1 =>
+            {
+                warnings.push(
+                    Problem::new(
+                        *line,
+                        "a code span is not closed (an odd number of backticks): a command or path in it is not read, and a criterion here is left to a person",
+                    )
+                    .hint("close the span with a backtick: `path/to/file` exists, `cargo test` passes"),
+                );
             }
             _ => {}
         }
