@@ -513,6 +513,45 @@ async fn the_service_killed_at_random_points_finishes_every_sprint_once() {
     assert_eq!(started.len(), 1, "the start is answered once: {started:#?}");
 }
 
+/// Writes GitHub made and whose answers were lost (a 502 after the fact):
+/// a workflow dispatch, a pull request, a check run and a comment, each
+/// twice. None is made twice: each goes back to a look before it is made
+/// again, and the operation completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_whose_answers_are_lost_are_made_once() {
+    let s = Story::begin("").await;
+    for suffix in ["/dispatches", "/pulls", "/check-runs", "/comments"] {
+        s.fake.lose_answers(suffix, 2);
+    }
+    s.say("/supervise start").await;
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    s.assert_no_double_dispatch();
+    assert_eq!(s.fake.answers_lost(), 8, "every answer asked for was lost");
+    let started: Vec<String> = s
+        .bot_comments(s.issue)
+        .into_iter()
+        .filter(|c| c.starts_with("Started operation"))
+        .collect();
+    assert_eq!(started.len(), 1, "{started:#?}");
+    let mut heads: Vec<String> = s.fake.pulls(REPO).iter().map(|p| p.head.clone()).collect();
+    let all = heads.len();
+    heads.sort();
+    heads.dedup();
+    assert_eq!(heads.len(), all, "one pull request per branch: {heads:?}");
+    let mut checks: Vec<(String, String)> = s
+        .fake
+        .check_runs(REPO)
+        .iter()
+        .filter(|c| c.app == "supervise")
+        .map(|c| (c.name.clone(), c.head_sha.clone()))
+        .collect();
+    let all = checks.len();
+    checks.sort();
+    checks.dedup();
+    assert_eq!(checks.len(), all, "one check run per name and head");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn server_errors_and_a_rate_limit_window_do_not_stop_the_operation() {
     let s = Story::begin("").await;

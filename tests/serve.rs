@@ -627,3 +627,23 @@ async fn breakdown_on_an_issue_proposes_a_plan_in_a_pull_request() {
         .unwrap()
         .contains("Add a revoke endpoint"));
 }
+
+/// GitHub made the reply, and its answer was lost (a 502 after the comment
+/// was made), and would be three times over: a write whose outcome is
+/// unknown is not sent again blind (four replies), but handed to the
+/// look-before-make that finds it made. One reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_whose_answer_is_lost_is_made_once() {
+    let h = Story::start(Setup::commands_only()).await;
+    h.fake.lose_answers("/issues/21/comments", 3);
+    h.fake
+        .comment(REPO, 21, "mia", "/supervise status", false)
+        .await;
+    h.replies_after(21, 1).await;
+    // Whatever retries were coming have had their time.
+    h.settle().await;
+    // The first answer was lost; the look found the reply, so it was
+    // never posted again (the two other losses were never reached).
+    assert_eq!(h.fake.answers_lost(), 1);
+    assert_eq!(h.bot_comments(21).len(), 1, "{:#?}", h.bot_comments(21));
+}

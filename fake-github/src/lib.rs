@@ -65,9 +65,25 @@ async fn busy(
         return next.run(req).await;
     }
     let from = f.started.elapsed().as_secs_f64();
+    let post = (req.method() == axum::http::Method::POST).then(|| req.uri().path().to_string());
     let at_once = AtOnce::enter(&f);
-    let resp = next.run(req).await;
+    let mut resp = next.run(req).await;
     drop(at_once);
+    if let Some(path) = post.filter(|_| resp.status().is_success()) {
+        let mut s = f.inner.lock();
+        if let Some(lost) = s
+            .lost_answers
+            .iter_mut()
+            .find(|(suffix, n)| *n > 0 && path.ends_with(suffix.as_str()))
+        {
+            lost.1 -= 1;
+            s.answers_lost += 1;
+            resp = error(
+                StatusCode::BAD_GATEWAY,
+                "injected: made, and its answer lost",
+            );
+        }
+    }
     let to = f.started.elapsed().as_secs_f64();
     f.inner.lock().busy.push((from, to));
     resp
@@ -133,6 +149,11 @@ pub(crate) struct Inner {
     in_flight: usize,
     most_in_flight: usize,
     faults: Vec<Fault>,
+    /// POSTs whose path ends so that are made, and then answered 502 as if
+    /// the answer were lost on the way: (path suffix, how many more).
+    lost_answers: Vec<(String, u32)>,
+    /// How many answers were lost so.
+    answers_lost: u64,
     /// The announced rate-limit window: (announced at, reset).
     rate_limited: Option<(Instant, Instant)>,
     early_calls: u64,
@@ -474,6 +495,20 @@ impl FakeGitHub {
             reset_in,
             latency_ms,
         });
+    }
+
+    /// The next `times` POSTs whose path ends with `suffix` are made, and
+    /// then answered 502: GitHub did the work and the answer was lost.
+    pub fn lose_answers(&self, suffix: &str, times: u32) {
+        self.inner
+            .lock()
+            .lost_answers
+            .push((suffix.to_string(), times));
+    }
+
+    /// How many answers [`FakeGitHub::lose_answers`] has lost so far.
+    pub fn answers_lost(&self) -> u64 {
+        self.inner.lock().answers_lost
     }
 
     /// Posts a comment as `login` and delivers the webhook (twice if asked).

@@ -547,7 +547,11 @@ impl GitHub {
                     // A write that went unanswered may have been made: not
                     // asked again blindly here, but given back to its caller,
                     // whose retry looks for what it makes before making it.
-                    if timed_out && !matches!(method, Method::Get) {
+                    // A POST that failed on the way (a dropped connection)
+                    // is as unknown as one that timed out.
+                    if (timed_out && !matches!(method, Method::Get))
+                        || matches!(method, Method::Post)
+                    {
                         return Err(GitHubError::Transport {
                             what,
                             message: last,
@@ -621,6 +625,22 @@ impl GitHub {
                             wait_secs: wait.as_secs(),
                         });
                     }
+                }
+                // GitHub may answer 502 after making what a POST asked for:
+                // its outcome is unknown, and making it again would make two
+                // (two replies, two dispatches). Given back to the caller's
+                // look-before-make, as a timeout is. Other writes (edits,
+                // merges, file puts with their sha) are the same when sent
+                // twice, and reads are free to repeat.
+                500..=599 if matches!(method, Method::Post) => {
+                    metrics::counter!("supervise_github_unknown_writes_total").increment(1);
+                    return Err(GitHubError::Transport {
+                        what,
+                        message: format!(
+                            "{status} after a POST: it may have been made; {}",
+                            text.chars().take(200).collect::<String>()
+                        ),
+                    });
                 }
                 500..=599 => {
                     last = format!("{status}: {}", text.chars().take(200).collect::<String>());
