@@ -194,6 +194,11 @@ def main():
             for line in f:
                 checker.check(json.loads(line))
     print(f"OpenAPI check: {checker.checked} exchanges from {len(files)} fake GitHub(s)")
+    if checker.checked == 0:
+        # A check of nothing would pass: the recording was not made (the
+        # variable that turns it on was lost, or the tests did not run).
+        print("no exchange was recorded, so nothing was checked; failing")
+        return 1
     if not checker.violations:
         print("0 violations")
         return 0
