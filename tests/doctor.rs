@@ -295,3 +295,70 @@ fn a_repository_that_is_not_owner_slash_name_is_refused_before_any_request() {
         );
     }
 }
+
+/// In a clone whose `origin` is the repository on GitHub, `doctor` needs no
+/// `--repo` (as `gh` takes it from the remote); with nothing set it is no
+/// usage error but failed checks, each with what to do, under `--json` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_takes_the_repository_from_origin_and_names_what_is_missing() {
+    let story = Story::begin("").await;
+    let clone = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        assert!(std::process::Command::new("git")
+            .args(args)
+            .current_dir(clone.path())
+            .status()
+            .unwrap()
+            .success());
+    };
+    git(&["init", "-q"]);
+    git(&[
+        "remote",
+        "add",
+        "origin",
+        &format!("git@github.com:{REPO}.git"),
+    ]);
+    // The same findings as with `--repo`: the repository was taken from origin.
+    let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"));
+    cmd.arg("doctor")
+        .current_dir(clone.path())
+        .env("GITHUB_APP_ID", "42")
+        .env("GITHUB_PRIVATE_KEY_PATH", key)
+        .env("GITHUB_API_URL", story.fake.url())
+        .env("GITHUB_WEB_URL", "https://github.example")
+        .env_remove("SUPERVISE_PUBLIC_URL");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let from_origin = String::from_utf8_lossy(&out.stdout).to_string();
+    let (code, with_repo) = doctor(&story, &[], &[]).await;
+    assert_eq!(out.status.code(), Some(code), "{from_origin}");
+    assert_eq!(from_origin, with_repo);
+    let run = |json: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"));
+        cmd.arg("doctor")
+            .current_dir(std::env::temp_dir())
+            .env_remove("GITHUB_APP_ID")
+            .env_remove("GITHUB_PRIVATE_KEY")
+            .env_remove("GITHUB_PRIVATE_KEY_PATH");
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().unwrap()
+    };
+    let out = run(false);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    for check in ["repository", "App id", "App key"] {
+        assert!(said_of(&said, check).contains('→'), "{check}: {said}");
+    }
+    let out = run(true);
+    let findings: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(findings.as_array().map(Vec::len), Some(3), "{findings:#}");
+    assert!(findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["verdict"] == "fail" && f["fix"].is_string()));
+}

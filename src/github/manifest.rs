@@ -94,13 +94,20 @@ fn usable(c: &Conversion) -> Result<(), String> {
         return Err(if c.pem.trim().is_empty() {
             "GitHub's answer holds no private key".to_string()
         } else {
-            "GitHub's answer holds a private key that does not read as an RSA key in PEM".to_string()
+            "GitHub's answer holds a private key that does not read as an RSA key in PEM"
+                .to_string()
         });
     }
     if c.client_id.trim().is_empty() || c.client_secret.trim().is_empty() {
-        return Err("GitHub's answer holds no client id or secret (the web view's sign-in needs them)".into());
+        return Err(
+            "GitHub's answer holds no client id or secret (the web view's sign-in needs them)"
+                .into(),
+        );
     }
-    if c.webhook_secret.as_deref().is_some_and(|s| s.trim().is_empty()) {
+    if c.webhook_secret
+        .as_deref()
+        .is_some_and(|s| s.trim().is_empty())
+    {
         return Err("GitHub's answer holds an empty webhook secret".into());
     }
     Ok(())
@@ -127,10 +134,14 @@ mod tests {
     fn a_conversion_without_a_usable_key_is_refused_before_anything_is_written() {
         let key = include_str!("../../tests/fixtures/app/test-app-key.pem");
         assert_eq!(usable(&conversion(key)), Ok(()));
-        assert!(usable(&conversion("")).unwrap_err().contains("no private key"));
-        assert!(usable(&conversion("-----BEGIN RSA PRIVATE KEY-----\nnot a key\n-----END RSA PRIVATE KEY-----\n"))
+        assert!(usable(&conversion(""))
             .unwrap_err()
-            .contains("does not read"));
+            .contains("no private key"));
+        assert!(usable(&conversion(
+            "-----BEGIN RSA PRIVATE KEY-----\nnot a key\n-----END RSA PRIVATE KEY-----\n"
+        ))
+        .unwrap_err()
+        .contains("does not read"));
         let mut c = conversion(key);
         c.client_secret = String::new();
         assert!(usable(&c).unwrap_err().contains("client id or secret"));

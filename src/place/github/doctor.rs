@@ -38,7 +38,7 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn pass(check: &'static str, detail: impl Into<String>) -> Finding {
+    pub fn pass(check: &'static str, detail: impl Into<String>) -> Finding {
         Finding {
             check,
             verdict: Verdict::Pass,
@@ -47,7 +47,7 @@ impl Finding {
         }
     }
 
-    fn fail(check: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Finding {
+    pub fn fail(check: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Finding {
         Finding {
             check,
             verdict: Verdict::Fail,
@@ -56,7 +56,7 @@ impl Finding {
         }
     }
 
-    fn skipped(check: &'static str, why: impl Into<String>) -> Finding {
+    pub fn skipped(check: &'static str, why: impl Into<String>) -> Finding {
         Finding {
             check,
             verdict: Verdict::Skipped,
@@ -500,7 +500,11 @@ pub fn render(findings: &[Finding]) -> String {
         .count();
     out.push_str(&match failed {
         0 => "\nEverything a first operation needs is in place: comment `/supervise start` on an issue.\n".to_string(),
-        n => format!("\n{n} check(s) failed; fix them and run `supervise doctor` again.\n"),
+        n => format!(
+            "\n{} failed; fix {} and run `supervise doctor` again.\n",
+            crate::text::count(n, "check"),
+            if n == 1 { "it" } else { "them" }
+        ),
     });
     out
 }
