@@ -163,6 +163,9 @@ fn solve_stops_with_the_diagnostic_when_most_research_fails_and_resume_goes_on()
         said.contains("1 of 3 research reports were written"),
         "{said}"
     );
+    // Its next steps work when typed: `supervise resume` finds no plan here.
+    assert!(!said.contains("supervise resume"), "{said}");
+    assert!(said.contains("supervise solve"), "{said}");
     // A fresh description while it is under way is refused with the way on.
     let again = repo.run(&["solve", "Something else"]);
     assert_eq!(again.status.code(), Some(1));
@@ -416,6 +419,52 @@ fn killall_finds_a_running_solve_where_there_is_no_plan() {
     let ended = kill_after(&mut solve, Duration::from_secs(60));
     assert!(ended.is_some(), "solve ended by itself after killall");
     assert_eq!(repo.state("solve")["status"], "KILLED");
+}
+
+/// With an EXECUTION_PLAN.md beside a running `solve` (whose operation was
+/// never started), `status` shows the solve and `killall` ends it (it said
+/// "no operation has been started" and 8 of 8 agents ran on); what the
+/// killed solve prints as its next step is `supervise solve`, which goes on.
+#[test]
+fn status_and_killall_find_a_running_solve_beside_a_plan_and_its_next_step_works() {
+    let repo = Repo::new("research-1 slow\nresearch-2 slow\nresearch-3 slow\n");
+    std::fs::write(
+        repo.root.join("EXECUTION_PLAN.md"),
+        "# Other\n\n## Sprint 1: A\n- [ ] `a.txt` exists\n",
+    )
+    .unwrap();
+    let solve = repo
+        .cmd(&["solve", "Research how retries are done elsewhere"])
+        .env("AGENT_SLOW", "120")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = repo.root.join(".supervise").join("solve");
+    let began = std::time::Instant::now();
+    while supervise::place::local::supervisor::running_supervisor(&dir).is_none() {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "solve never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let out = repo.run(&["status"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("research-1"), "the solve's table: {said}");
+    let out = repo.run(&["killall"]);
+    assert!(text(&out).contains("supervise solve"), "{}", text(&out));
+    let out = solve.wait_with_output().unwrap();
+    let said = text(&out);
+    assert_eq!(repo.state("solve")["status"], "KILLED");
+    assert!(!said.contains("supervise resume"), "{said}");
+    assert!(said.contains("To resume: supervise solve"), "{said}");
+    std::fs::write(&repo.behaviour, "").unwrap();
+    let out = repo.run(&["solve"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(repo.state("solve")["status"], "COMPLETED");
 }
 
 /// `supervise plan breakdown` with an agent: the agent's first plan leaves a

@@ -550,11 +550,15 @@ pub fn preflight_agent(command: &str, dir: &Path) -> Result<(), String> {
 pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
     // Work without a plan has no plan to find its state by: with no plan
     // named and none here, a running `solve` or `manage` is the one meant.
-    let no_plan_here = path.is_none() && plan::locate(None, &std::env::current_dir()?).is_err();
-    if no_plan_here {
+    // A plan beside it whose operation is not running does not hide it.
+    let cwd = std::env::current_dir()?;
+    let no_plan_here = path.is_none() && plan::locate(None, &cwd).is_err();
+    if path.is_none() && !super::workflow_cmd::plan_supervisor_running(&cwd) {
         if let Some(code) = super::workflow_cmd::send_to_running(word)? {
             return Ok(code);
         }
+    }
+    if no_plan_here {
         if matches!(input, Input::Stop | Input::Killall) {
             // Nothing to stop: say that, not that a plan is missing.
             eprintln!(
@@ -631,11 +635,29 @@ pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
 }
 
 pub fn status(path: Option<&Path>, json: bool) -> Result<i32> {
+    // A running `solve` or `manage` is what `status` here is about, unless a
+    // plan's operation runs; with neither running, the plan's, then theirs.
+    let cwd = std::env::current_dir()?;
+    if path.is_none() && !super::workflow_cmd::plan_supervisor_running(&cwd) {
+        if let Some(code) = super::workflow_cmd::show_status(json, true)? {
+            return Ok(code);
+        }
+        if plan::locate(None, &cwd).is_err() {
+            if let Some(code) = super::workflow_cmd::show_status(json, false)? {
+                return Ok(code);
+            }
+        }
+    }
     let plan = match load(path)? {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
     let Some(st) = supervisor::read_state(&plan)? else {
+        if path.is_none() {
+            if let Some(code) = super::workflow_cmd::show_status(json, false)? {
+                return Ok(code);
+            }
+        }
         eprintln!(
             "No operation has been started for {}; run `supervise run`.",
             plan.path.display()

@@ -51,6 +51,9 @@ pub struct Terminal {
     /// clears the screen, and a BLOCKED notice or the final summary must
     /// not vanish with it.
     notices: Vec<String>,
+    /// How a person goes on with this operation, when it is not
+    /// `supervise resume` (work without a plan: `supervise solve`).
+    resume: Option<String>,
 }
 
 /// Notices a live frame keeps under the table.
@@ -62,7 +65,22 @@ impl Terminal {
             out,
             last_draw: None,
             notices: Vec::new(),
+            resume: None,
         }
+    }
+
+    /// `text` with its next steps said as this operation's command.
+    fn said(&self, text: &str) -> String {
+        match &self.resume {
+            Some(command) => report::resume_as(text, command),
+            None => text.to_string(),
+        }
+    }
+
+    /// Next steps that say `supervise resume` are said as `command`.
+    pub fn resuming_with(mut self, command: impl Into<String>) -> Terminal {
+        self.resume = Some(command.into());
+        self
     }
 
     fn draw(&mut self, st: &OperationState) {
@@ -87,7 +105,7 @@ impl Terminal {
         }
         // Agents' words reach the frame (failure reasons): only this
         // module's own escape sequences reach the terminal.
-        print!("\x1b[H\x1b[2J{}", text::for_terminal(&frame));
+        print!("\x1b[H\x1b[2J{}", text::for_terminal(&self.said(&frame)));
         let _ = std::io::stdout().flush();
     }
 }
@@ -103,7 +121,7 @@ impl Screen for Terminal {
                 }
                 OutputMode::Lines => {
                     if let engine::Event::Decision { entry: d } = e {
-                        let line = report::decision_line(d).replacen(' ', "] ", 1);
+                        let line = self.said(&report::decision_line(d).replacen(' ', "] ", 1));
                         println!("[{}", text::for_terminal(&line));
                     }
                 }
@@ -113,7 +131,8 @@ impl Screen for Terminal {
     }
 
     fn notice(&mut self, text: &str) {
-        let text = text::for_terminal(text);
+        let said = self.said(text);
+        let text = text::for_terminal(&said);
         match self.out {
             OutputMode::Quiet => {}
             OutputMode::Json => eprintln!("{text}"),
@@ -164,8 +183,12 @@ pub fn exit_code(ending: Ending) -> i32 {
 /// says what its completion section would) and where the work is, with the
 /// commands to look at it and take it.
 pub fn farewell(out: OutputMode, ending: Ending, st: &OperationState) {
+    let said = |t: &str| match report::resume_command(st) {
+        Some(command) => report::resume_as(t, command),
+        None => t.to_string(),
+    };
     if ending == Ending::AwaitingPerson {
-        Terminal::new(out).notice("Waiting for a person: a manual sprint needs confirming. Review it, then run `supervise resume`.");
+        Terminal::new(out).notice(&said("Waiting for a person: a manual sprint needs confirming. Review it, then run `supervise resume`."));
     }
     if matches!(out, OutputMode::Quiet | OutputMode::Json) {
         return;
@@ -175,7 +198,7 @@ pub fn farewell(out: OutputMode, ending: Ending, st: &OperationState) {
         println!("\n{}", text::for_terminal(&board));
     }
     if st.status == OverallStatus::Killed {
-        println!("\n{}", text::for_terminal(&report::kill_summary(st)));
+        println!("\n{}", text::for_terminal(&said(&report::kill_summary(st))));
     }
     let merged = st.units.iter().flat_map(|u| &u.sprints).any(|s| {
         s.completion

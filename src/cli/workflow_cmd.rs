@@ -216,7 +216,8 @@ where
     } else {
         terminal::default_output(flags.json)
     };
-    let mut sup = Supervisor::open_in(loaded, settings, Box::new(Terminal::new(out)), dir)?;
+    let screen = Terminal::new(out).resuming_with(format!("supervise {kind}"));
+    let mut sup = Supervisor::open_in(loaded, settings, Box::new(screen), dir)?;
     let first = match workflow {
         Some(w) => {
             if sup.state().is_some() {
@@ -269,6 +270,50 @@ pub fn send_to_running(word: &str) -> Result<Option<i32>> {
         }
     }
     Ok(None)
+}
+
+/// Shows the status of the `supervise solve` or `supervise manage` of this
+/// repository (only a running one when `only_running`). `None` when there
+/// is none to show.
+pub fn show_status(json: bool, only_running: bool) -> Result<Option<i32>> {
+    let Ok(root) = repo_top(&std::env::current_dir()?) else {
+        return Ok(None);
+    };
+    for kind in ["solve", "manage"] {
+        let dir = root.join(".supervise").join(kind);
+        let running = crate::place::local::supervisor::running_supervisor(&dir).is_some();
+        if only_running && !running {
+            continue;
+        }
+        let Some(st) = crate::store::FileLedger::read(dir.join("events.jsonl"))?.state else {
+            continue;
+        };
+        if json {
+            println!("{}", serde_json::to_string_pretty(&st)?);
+        } else {
+            let table = crate::report::status_table(&st, chrono::Utc::now());
+            print!(
+                "{}",
+                crate::text::for_terminal(&crate::report::resume_as(
+                    &table,
+                    &format!("supervise {kind}")
+                ))
+            );
+            if !running && matches!(st.status, OverallStatus::Running | OverallStatus::Stopping) {
+                println!("(no supervisor is running for it; `supervise {kind}` picks it up)");
+            }
+        }
+        return Ok(Some(exit::COMPLETED));
+    }
+    Ok(None)
+}
+
+/// Whether a supervisor runs for the plan `supervise` would find here.
+pub fn plan_supervisor_running(cwd: &Path) -> bool {
+    crate::plan::locate(None, cwd)
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(".supervise")))
+        .is_some_and(|dir| crate::place::local::supervisor::running_supervisor(&dir).is_some())
 }
 
 fn repo_top(dir: &Path) -> Result<PathBuf> {

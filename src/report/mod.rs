@@ -102,3 +102,57 @@ pub(crate) fn elapsed(secs: i64) -> String {
         _ => format!("{}h {:02}m", secs / 3600, (secs % 3600) / 60),
     }
 }
+
+/// The command that goes on with an operation in a terminal: `supervise
+/// resume` for a plan's; for work without a plan, the command that started
+/// it, run again without a description (it resumes everything, so a unit
+/// named after `resume` is dropped).
+pub fn resume_command(st: &crate::engine::OperationState) -> Option<&'static str> {
+    match st.workflow.as_ref() {
+        None => None,
+        Some(crate::engine::workflow::Workflow::Phases(_)) => Some("supervise solve"),
+        Some(crate::engine::workflow::Workflow::Manager(_)) => Some("supervise manage"),
+    }
+}
+
+/// `text` with every `supervise resume [unit]` said as `command`.
+pub fn resume_as(text: &str, command: &str) -> String {
+    const WORDS: &str = "supervise resume";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(WORDS) {
+        out.push_str(&rest[..i]);
+        out.push_str(command);
+        rest = &rest[i + WORDS.len()..];
+        // The unit argument, if any: a space and a word (quoted or not).
+        if let Some(arg) = rest.strip_prefix(' ') {
+            let end = if let Some(q) = arg.strip_prefix('\'') {
+                q.find('\'').map_or(arg.len(), |j| j + 2)
+            } else {
+                arg.find(|c: char| c.is_whitespace() || c == '`' || c == ')')
+                    .unwrap_or(arg.len())
+            };
+            let word = &arg[..end];
+            if !word.is_empty() && !word.starts_with("--") && !word.starts_with('(') {
+                rest = &arg[end..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod resume_tests {
+    #[test]
+    fn resume_is_said_as_the_command_that_goes_on() {
+        let said = super::resume_as(
+            "To retry: supervise resume api\n(resume resets …) Run `supervise resume 'my unit'` or supervise resume.\nTo resume: supervise resume\n",
+            "supervise solve",
+        );
+        assert_eq!(
+            said,
+            "To retry: supervise solve\n(resume resets …) Run `supervise solve` or supervise solve.\nTo resume: supervise solve\n"
+        );
+    }
+}

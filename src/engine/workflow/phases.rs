@@ -759,7 +759,7 @@ impl Phases {
     ) -> String {
         let paths: String = paths.iter().map(|p| format!("\n  - {p}")).collect();
         format!(
-            "ERROR [{phase}]: checkpoint failed\n   Expected: {expected}\n   Found: {found}\nDIAGNOSTIC INFORMATION:\n  - Topic directory: {topic}/{paths}\nDiagnostic Commands:\n  git ls-tree -r --name-only HEAD -- {topic}\nMost Likely Causes:\n  {causes}\nTo go on: fix the cause, then `resume` (the failed units run again).",
+            "ERROR [{phase}]: checkpoint failed\n   Expected: {expected}\n   Found: {found}\nDIAGNOSTIC INFORMATION:\n  - Topic directory: {topic}/{paths}\nDiagnostic Commands:\n  git ls-tree -r --name-only HEAD -- {topic}\nMost Likely Causes:\n  {causes}\nTo go on: fix the cause, then `supervise resume` (the failed units run again).",
             topic = self.topic,
         )
     }
