@@ -558,15 +558,13 @@ pub fn command(path: Option<&Path>, input: Input, word: &str) -> Result<i32> {
             return Ok(code);
         }
     }
-    if no_plan_here {
-        if matches!(input, Input::Stop | Input::Killall) {
-            // Nothing to stop: say that, not that a plan is missing.
-            eprintln!(
-                "Nothing is running here: no plan (EXECUTION_PLAN.md) in {} or above, and no `supervise solve` or `supervise manage` running in this repository. Name a plan with --plan if its operation runs elsewhere.",
-                std::env::current_dir()?.display()
-            );
-            return Ok(exit::USAGE);
-        }
+    if no_plan_here && matches!(input, Input::Stop | Input::Killall) {
+        // Nothing to stop: say that, not that a plan is missing.
+        eprintln!(
+            "Nothing is running here: no plan (EXECUTION_PLAN.md) in {} or above, and no `supervise solve` or `supervise manage` running in this repository. Name a plan with --plan if its operation runs elsewhere.",
+            cwd.display()
+        );
+        return Ok(exit::USAGE);
     }
     let plan = match load(path)? {
         Ok(p) => p,
