@@ -647,3 +647,30 @@ async fn a_reply_whose_answer_is_lost_is_made_once() {
     assert_eq!(h.fake.answers_lost(), 1);
     assert_eq!(h.bot_comments(21).len(), 1, "{:#?}", h.bot_comments(21));
 }
+
+/// One account saying thirty commands costs GitHub calls for the first ten
+/// only (a burst, then one every few seconds): the rest are dropped before
+/// any call, so one person cannot spend the installation's rate limit (1,249
+/// commands paused it for an hour). Another person is answered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_commands_from_one_person_costs_a_bounded_number_of_calls() {
+    let h = Story::start(Setup::commands_only()).await;
+    for i in 0..30 {
+        h.fake
+            .comment(REPO, 30 + i, "eve", "/supervise status", false)
+            .await;
+    }
+    h.fake
+        .comment(REPO, 70, "mia", "/supervise status", false)
+        .await;
+    h.replies_after(70, 1).await;
+    h.settle().await;
+    let asked = h
+        .fake
+        .request_log()
+        .iter()
+        .filter(|(_, e, _)| e.contains("/permission"))
+        .count();
+    // eve's burst and mia's one, and a refill or two while the test ran.
+    assert!((11..=14).contains(&asked), "{asked} permission look-ups");
+}

@@ -169,6 +169,7 @@ pub fn run(args: ActionArgs) -> Result<i32> {
             github,
             ops: ops.clone(),
             bot_allow_list: args.bot_allow_list.clone(),
+            throttle: Default::default(),
         };
         match args.event_name.as_str() {
             "issue_comment" | "workflow_run" | "pull_request" => {

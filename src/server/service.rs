@@ -112,6 +112,7 @@ impl Service {
                 github,
                 ops,
                 bot_allow_list,
+                throttle: Default::default(),
             },
             secrets,
             metrics,

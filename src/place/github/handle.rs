@@ -26,6 +26,8 @@ pub struct Handler {
     pub ops: Arc<Operations>,
     /// Bot logins whose commands are acted on (exact match).
     pub bot_allow_list: Vec<String>,
+    /// Commands per person, before any call to GitHub.
+    pub throttle: super::throttle::CommandThrottle,
 }
 
 /// A payload read, or `None` when it cannot be (said in the log: GitHub
@@ -188,6 +190,18 @@ impl Handler {
             created_at: ev.created_at.clone(),
         };
         let login = ev.login.as_str();
+        if !self
+            .throttle
+            .admit(&ev.repo, login, std::time::Instant::now())
+        {
+            metrics::counter!("supervise_commands_throttled_total").increment(1);
+            tracing::info!(
+                login,
+                repo = %ev.repo,
+                "more commands from one person than the throttle allows; not acted on (no call to GitHub)"
+            );
+            return Ok(());
+        }
         let actor = Actor {
             login,
             kind: &ev.kind,

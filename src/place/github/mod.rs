@@ -344,6 +344,7 @@ mod merges;
 mod publish;
 mod runs;
 pub mod starter;
+pub mod throttle;
 mod told;
 
 impl Operations {
