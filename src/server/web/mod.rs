@@ -36,6 +36,9 @@ const MAX_STREAMS: usize = 1000;
 /// A page's live part is sent again this often without an event, so the
 /// running bars and "now" move.
 const TICK: Duration = Duration::from_secs(5);
+/// How long a live stream goes without asking again whether its viewer may
+/// still see it (GitHub's answer is kept as long).
+const ACCESS_RECHECK: Duration = Duration::from_secs(60);
 
 /// Who may look.
 pub enum Access {
@@ -126,6 +129,7 @@ impl Web {
 
 /// Who a request is from: `Ok(viewer and session)` or the answer for an
 /// unsigned one (the sign-in page, or 401 for the API).
+#[derive(Clone)]
 enum Who {
     Local,
     Person { session: String, login: String },
@@ -376,26 +380,37 @@ async fn api_operation_events(
     let changes = web.views.changes();
     let stream = futures_util::stream::unfold(
         (web, changes, id, None::<(u64, usize)>, permit),
-        move |(web, mut changes, id, mut last, permit)| async move {
-            loop {
-                let shown = web.views.get(&id)?;
-                let (html, gzipped) = web.live_part(&shown);
-                let key = (shown.state.version, Arc::as_ptr(&html) as usize);
-                if last != Some(key) {
-                    last = Some(key);
-                    let (name, data) = match gzip {
-                        true => ("update-gzip", gzipped.as_str()),
-                        false => ("update", html.as_str()),
-                    };
-                    let ev = Event::default()
-                        .event(name)
-                        .id(shown.state.version.to_string())
-                        .data(data);
-                    return Some((Ok::<_, Infallible>(ev), (web, changes, id, last, permit)));
-                }
-                tokio::select! {
-                    r = changes.changed() => { r.ok()?; }
-                    _ = tokio::time::sleep(TICK), if shown.state.finished_at.is_none() => {}
+        move |(web, mut changes, id, mut last, permit)| {
+            let who = who.clone();
+            async move {
+                loop {
+                    let shown = web.views.get(&id)?;
+                    // Access is asked again before anything is sent (GitHub's
+                    // answer is kept a minute), and at least each minute while
+                    // nothing changes: a viewer who lost access, or whose
+                    // session ended, sees the stream end.
+                    if !may_see(&web, &who, &shown).await {
+                        return None;
+                    }
+                    let (html, gzipped) = web.live_part(&shown);
+                    let key = (shown.state.version, Arc::as_ptr(&html) as usize);
+                    if last != Some(key) {
+                        last = Some(key);
+                        let (name, data) = match gzip {
+                            true => ("update-gzip", gzipped.as_str()),
+                            false => ("update", html.as_str()),
+                        };
+                        let ev = Event::default()
+                            .event(name)
+                            .id(shown.state.version.to_string())
+                            .data(data);
+                        return Some((Ok::<_, Infallible>(ev), (web, changes, id, last, permit)));
+                    }
+                    tokio::select! {
+                        r = changes.changed() => { r.ok()?; }
+                        _ = tokio::time::sleep(TICK), if shown.state.finished_at.is_none() => {}
+                        _ = tokio::time::sleep(ACCESS_RECHECK) => {}
+                    }
                 }
             }
         },

@@ -194,7 +194,12 @@ impl Sessions {
     pub async fn may_read(&self, session: &str, repo: &str) -> bool {
         let token = {
             let map = self.map.locked();
-            let Some(s) = map.get(session) else {
+            // A session that ended (signed out, or past its life) reads
+            // nothing, also for a stream opened while it lasted.
+            let Some(s) = map
+                .get(session)
+                .filter(|s| s.since.elapsed() < SESSION_LIFE)
+            else {
                 return false;
             };
             if let Some((ok, at)) = s.readable.get(repo) {
