@@ -1706,3 +1706,19 @@ fn resume_keeps_the_operations_settings_and_its_agent() {
     );
     repo.assert_every_sprint_integrated();
 }
+
+/// `resume nosuch` says the unit is not in the plan, with the nearest name,
+/// before anything about the agent or the operation.
+#[test]
+fn resume_of_a_unit_not_in_the_plan_says_so_first() {
+    let repo = Repo::new(PLAN, "");
+    let out = repo
+        .cmd(&["resume", "apu"])
+        .env_remove("SUPERVISE_AGENT")
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("no work unit `apu`. Did you mean `api`?"), "{said}");
+    assert!(!said.contains("agent"), "{said}");
+}

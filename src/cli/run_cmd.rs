@@ -281,6 +281,26 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
+    // A unit that is not in the plan is said first: no agent, setting or
+    // running supervisor makes `resume nosuch` mean anything.
+    if let Mode::Resume(Some(unit)) = &mode {
+        if plan.plan.unit(unit).is_none() {
+            let names = plan.plan.work_units.iter().map(|u| u.name.as_str());
+            let hint = crate::text::nearest(unit, names)
+                .map(|n| format!(" Did you mean `{n}`?"))
+                .unwrap_or_default();
+            eprintln!(
+                "The plan has no work unit `{unit}`.{hint} Its units: {}.",
+                plan.plan
+                    .work_units
+                    .iter()
+                    .map(|u| u.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            return Ok(exit::USAGE);
+        }
+    }
     let dir = supervisor::state_dir(&plan);
     if let Some(pid) = supervisor::running_supervisor(&dir) {
         if let Mode::Resume(unit) = &mode {
