@@ -1454,6 +1454,8 @@ async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
             && !reply.contains("acme/shop"),
         "{reply}"
     );
+    // The prices it says are the ones charged (SUPERVISE_COSTS), not the defaults.
+    assert!(reply.contains("haiku 10, sonnet 10, opus 10"), "{reply}");
     let _ = r1.kill();
     let _ = r1.wait();
     let _ = r2.kill();

@@ -1719,6 +1719,9 @@ fn resume_of_a_unit_not_in_the_plan_says_so_first() {
         .unwrap();
     let said = text(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
-    assert!(said.contains("no work unit `apu`. Did you mean `api`?"), "{said}");
+    assert!(
+        said.contains("no work unit `apu`. Did you mean `api`?"),
+        "{said}"
+    );
     assert!(!said.contains("agent"), "{said}");
 }

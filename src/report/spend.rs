@@ -121,6 +121,9 @@ pub struct SpendRecord {
 pub struct DailyCaps {
     pub installation: Option<u64>,
     pub repo: Option<u64>,
+    /// What one dispatch of each tier (haiku, sonnet, opus) was charged
+    /// against them: the operator's prices.
+    pub prices: [u64; 3],
 }
 
 fn of_cap(spent: u64, cap: Option<u64>) -> String {
@@ -223,6 +226,10 @@ pub fn spend_comment(
         "The installation (every repository it covers): {} in the last 24 h, {all_week}× in 7 days.",
         of_cap(all_day, caps.installation)
     );
-    out.push_str("\n<sub>Relative cost per dispatch: haiku 1, sonnet 10, opus 30 unless `costs:` in `.github/supervise.yml` says otherwise; retries count.</sub>\n");
+    let [h, so, op] = caps.prices;
+    let _ = writeln!(
+        out,
+        "\n<sub>Charged per dispatch against these budgets, at the service operator's prices: haiku {h}, sonnet {so}, opus {op}; retries count.</sub>"
+    );
     out
 }

@@ -50,6 +50,7 @@ impl Operations {
             report::DailyCaps {
                 installation: self.limits.daily_budget,
                 repo: ctx.daily_budget,
+                prices: self.limits.costs,
             },
         );
         if let Some(b) = self

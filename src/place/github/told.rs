@@ -34,6 +34,7 @@ impl Operations {
             report::DailyCaps {
                 installation: self.limits.daily_budget,
                 repo: repo_cap,
+                prices: self.limits.costs,
             },
             now,
         ))
