@@ -363,9 +363,20 @@ fn stop_from_a_second_terminal_drains_and_resume_finishes() {
 
 #[test]
 fn killall_terminates_agents_and_keeps_their_work_for_inspection() {
-    let repo = Repo::new(PLAN, "api 1 hang,ok\ndocs 1 hang,ok\n");
+    let repo = Repo::new(PLAN, "api 1 wip,ok\ndocs 1 hang,ok\n");
     let mut sup = repo.spawn(&[]);
-    repo.wait_for("two agents running", |r| r.invocations().len() >= 2);
+    let worktrees = repo.root.join(".supervise/worktrees");
+    let wip = || {
+        std::fs::read_dir(&worktrees)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|w| w.path().join("api/api-sprint-1.txt.wip"))
+            .find(|p| p.exists())
+    };
+    repo.wait_for("two agents running, api's work begun", |r| {
+        r.invocations().len() >= 2 && wip().is_some()
+    });
     repo.cmd(&["killall"]).output().unwrap();
     assert_eq!(sup.wait().unwrap().code(), Some(4));
     assert_eq!(repo.state()["status"], "KILLED");
@@ -384,6 +395,9 @@ fn killall_terminates_agents_and_keeps_their_work_for_inspection() {
             "an agent outlived killall"
         );
     }
+    // What the killed agent had not committed is kept where it worked.
+    let kept = wip().expect("the uncommitted work is kept in the unit's worktree");
+    assert_eq!(std::fs::read_to_string(kept).unwrap(), "half done\n");
     let out = repo.run(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }

@@ -31,10 +31,12 @@ fn everything_published(s: &Story) -> String {
     }
     let bare = s.tmp.path().join("github/repos/acme/shop.git");
     all.push_str(&support::git(&bare, &["log", "--all", "-p"]));
-    for f in ["supervise.db", "supervise.db-wal"] {
-        if let Ok(bytes) = std::fs::read(s.tmp.path().join(f)) {
-            all.push_str(&String::from_utf8_lossy(&bytes));
-        }
+    // The store: its database always (a search that silently skipped it
+    // would find nothing), its write-ahead log when it has one.
+    let db = std::fs::read(s.tmp.path().join("supervise.db")).expect("the store's database");
+    all.push_str(&String::from_utf8_lossy(&db));
+    if let Ok(bytes) = std::fs::read(s.tmp.path().join("supervise.db-wal")) {
+        all.push_str(&String::from_utf8_lossy(&bytes));
     }
     all
 }

@@ -102,6 +102,12 @@ async fn real_deliveries_are_answered_during_an_idle_flood_slow_clients_and_huge
             idle.push(c);
         }
     }
+    // The premise: the flood is there.
+    assert!(
+        idle.len() as u64 * 10 >= idle_n * 9,
+        "only {} of {idle_n} idle connections were made",
+        idle.len()
+    );
     // Slow headers: a byte at a time.
     let slow: Vec<_> = (0..5)
         .map(|i| {
@@ -585,6 +591,12 @@ async fn idle_sockets_at_the_connection_cap_give_way_to_a_real_delivery() {
             idle.push(c);
         }
     }
+    // The premise: more idle sockets than the cap's 64 places.
+    assert!(
+        idle.len() >= 270,
+        "only {} idle connections were made",
+        idle.len()
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let began = Instant::now();
     let (_, statuses) = s

@@ -5,6 +5,7 @@
 # Actions: ok | overshoot (also does the next sprint) | clobber (deletes the
 #          sprint before's file) | stray (leaves the next sprint's file, ignored) | fail | missing (exit 127: the agent command is not found) | partial | hang | stubborn (ignores SIGTERM) | noop | dirty | slow
 #          | leak (prints its environment and a token, then fails)
+#          | wip (leaves uncommitted work, then hangs)
 #          | chatty (prints for ever, ignoring SIGTERM) | prompt (commits the prompt it read)
 #   | hostile (ignores SIGTERM, leaves a background and a daemonized child, silent)
 # Attacks on the trust boundary (each claims success and does not do the work):
@@ -84,6 +85,7 @@ case "$action" in
   missing) echo "sh: 1: the-agent: not found"; exit 127 ;;
   leak) env; echo "debug: token ghs_16C7e42F292c6912E7710c838347Ae178B4a"; echo "error: could not build"; exit 1 ;;
   hang) sleep 600 ;;
+  wip) echo "half done" > "$file.wip"; sleep 600 ;;
   chatty) trap '' TERM; while :; do echo "still working"; sleep 0.2; done ;;
   stubborn) trap '' TERM; sleep 600 ;;
   hostile)
