@@ -776,3 +776,25 @@ fn analyze_warns_that_command_only_criteria_cannot_tell_done_from_not_done() {
         a.findings
     );
 }
+
+/// analyze agrees with itself: a missed opportunity for parallelism is no
+/// PASS, the maximum parallelism says what taking it gives, and an open
+/// question is placed at its own line, not its sprint heading's.
+#[test]
+fn analyze_agrees_with_itself_on_parallelism_and_places_open_questions() {
+    let src = "# Site\n\n| Work Unit | Layer | Dependencies |\n|---|---|---|\n| api | 0 | — |\n| web | 1 | api |\n| docs | 2 | — |\n\n## api\n### Sprint 1: Types\n- [ ] Write the types\n- [ ] `api/types.txt` exists\n\n## web\n### Sprint 1: Page\n- [ ] Build the page, TBD which framework\n- [ ] `web/index.html` exists\n\n## docs\n### Sprint 1: Guide\n- [ ] `docs/guide.md` exists\n";
+    let a = analyze::analyze(&read(src), src, 50);
+    let summary = analyze::summary(&a);
+    assert!(
+        summary.contains("| Priority & Parallelism | NEEDS_WORK |"),
+        "{summary}"
+    );
+    let report = analyze::report(&a, "EXECUTION_PLAN.md", "now");
+    assert!(report.contains("- docs: layer 2 → 0"), "{report}");
+    assert!(
+        report.contains("**Maximum Parallelism**: 2 agents at once once the missed opportunities above are taken (1 as the plan stands)"),
+        "{report}"
+    );
+    assert_eq!(a.open_questions.len(), 1);
+    assert_eq!(a.open_questions[0].1, 16, "the task's own line");
+}

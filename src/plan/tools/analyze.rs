@@ -47,6 +47,9 @@ pub struct Analysis {
     pub layer_moves: Vec<String>,
     /// Units that can run at once under the plan's own layers (the largest).
     pub current_parallelism: usize,
+    /// The largest number of units at one dependency depth once the missed
+    /// opportunities are taken; None when there are none.
+    pub parallelism_after_moves: Option<usize>,
     pub findings: Vec<Finding>,
 }
 
@@ -177,11 +180,12 @@ pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
                     .chain(UNSPECIFIC.iter())
                     .find(|w| lower.contains(*w));
                 if let Some(w) = hit {
-                    open_questions.push((at.clone(), s.line, t.clone()));
+                    let line = line_of(source, t, s.line);
+                    open_questions.push((at.clone(), line, t.clone()));
                     findings.push(Finding {
                         pass: 1,
                         severity: Severity::Critical,
-                        line: s.line,
+                        line,
                         location: at.clone(),
                         problem: format!("open question (\"{w}\"): {t}"),
                         recommendation: "decide it in the plan before an agent is paid to guess"
@@ -300,10 +304,11 @@ pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
         }
     }
     let layer_moves = super::rewrite::layer_moves(plan, source);
+    // A missed opportunity is work to do: the pass cannot say PASS beside it.
     for m in &layer_moves {
         findings.push(Finding {
             pass: 3,
-            severity: Severity::Optional,
+            severity: Severity::Recommended,
             line: 0,
             location: "work units".into(),
             problem: format!("a missed opportunity for parallelism: {m}"),
@@ -325,6 +330,9 @@ pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
     Analysis {
         current_parallelism: per_layer.values().copied().max().unwrap_or(0),
         bottlenecks,
+        parallelism_after_moves: (!layer_moves.is_empty())
+            .then(|| parallelism_after_moves(plan, source))
+            .flatten(),
         layer_moves,
         point_a,
         point_b,
@@ -405,6 +413,26 @@ fn graph(plan: &Plan) -> ((Vec<String>, usize), Vec<Vec<String>>) {
         layers[*d].push(units[u].name.clone());
     }
     ((chain, length), layers)
+}
+
+/// The line of `text` in the plan, at or after `from` (its sprint's
+/// heading); `from` when it cannot be found as written.
+fn line_of(source: &str, text: &str, from: usize) -> usize {
+    let probe: String = text.chars().take(40).collect();
+    source
+        .lines()
+        .enumerate()
+        .skip(from.saturating_sub(1))
+        .find(|(_, l)| l.contains(probe.trim()))
+        .map_or(from, |(i, _)| i + 1)
+}
+
+/// Units at once at the largest dependency depth, once the plan's missed
+/// opportunities are taken (`prioritize`'s layer moves applied).
+fn parallelism_after_moves(plan: &Plan, source: &str) -> Option<usize> {
+    let moved = super::rewrite::prioritized(plan, source);
+    let moved = crate::plan::parse(&moved.text, &plan.title).ok()?;
+    graph(&moved).1.iter().map(Vec::len).max()
 }
 
 fn mark(ok: bool) -> &'static str {
@@ -563,7 +591,13 @@ pub fn report(a: &Analysis, plan_path: &str, generated: &str) -> String {
     for m in &a.layer_moves {
         let _ = writeln!(o, "- {m}");
     }
-    let _ = writeln!(o, "\n**Maximum Parallelism**: {max_parallel} agents at once (units at the same dependency depth)\n\n### Priority Analysis\n\n| Sprint | Priority | Current Position | Recommended Position | Justification |\n|--------|----------|-----------------|---------------------|---------------|");
+    let most = match a.parallelism_after_moves {
+        Some(after) if after > max_parallel => format!(
+            "{after} agents at once once the missed opportunities above are taken ({max_parallel} as the plan stands)"
+        ),
+        _ => format!("{max_parallel} agents at once (units at the same dependency depth)"),
+    };
+    let _ = writeln!(o, "\n**Maximum Parallelism**: {most}\n\n### Priority Analysis\n\n| Sprint | Priority | Current Position | Recommended Position | Justification |\n|--------|----------|-----------------|---------------------|---------------|");
     for p in &a.priorities {
         let _ = writeln!(
             o,
