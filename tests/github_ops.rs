@@ -188,13 +188,28 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     );
 
     // A check run per sprint, green, with the criteria table.
+    const FINAL: &str = "supervise: final verification";
     let checks: Vec<_> = s
         .fake
         .check_runs(REPO)
         .into_iter()
-        .filter(|c| c.app == "supervise" && c.name != RECORD_CHECK)
+        .filter(|c| c.app == "supervise" && c.name != RECORD_CHECK && c.name != FINAL)
         .collect();
     assert_eq!(checks.len(), 4, "{checks:#?}");
+    // And one on the final head, every criterion of every sprint on it.
+    let fin: Vec<_> = s
+        .fake
+        .check_runs(REPO)
+        .into_iter()
+        .filter(|c| c.name == FINAL)
+        .collect();
+    assert_eq!(fin.len(), 1, "{fin:#?}");
+    assert_eq!(
+        fin[0].conclusion.as_deref(),
+        Some("success"),
+        "{}",
+        fin[0].summary
+    );
     // Each result the service took, vouched for by the workflow's trusted job.
     let records = s
         .fake
@@ -602,7 +617,11 @@ async fn a_sprint_waiting_for_ci_goes_on_when_its_check_suite_completes() {
         .fake
         .check_runs(REPO)
         .into_iter()
-        .filter(|c| c.app == "supervise" && c.conclusion.as_deref() == Some("success"))
+        .filter(|c| {
+            c.app == "supervise"
+                && c.conclusion.as_deref() == Some("success")
+                && c.name != "supervise: final verification"
+        })
         .count();
     assert_eq!(verified, 2, "both sprints verified after their CI");
 }
@@ -1773,4 +1792,76 @@ async fn work_already_on_the_integration_head_is_never_dispatched() {
     let status = s.status_comment();
     assert!(status.contains("| sonnet | 1 | 1 | 10× |"), "{status}");
     assert!(status.contains("acme/shop 10×"), "{status}");
+    // The final head holds every sprint's file, found done or not.
+    let check = s
+        .fake
+        .check_runs(REPO)
+        .into_iter()
+        .find(|c| c.name == "supervise: final verification")
+        .expect("the final verification's check run");
+    assert_eq!(
+        check.conclusion.as_deref(),
+        Some("success"),
+        "{}",
+        check.summary
+    );
+    assert_eq!(check.summary.matches("- ✓").count(), 3, "{}", check.summary);
+}
+
+/// Sprint 2's agent deletes Sprint 1's file in a "cleanup": both sprints
+/// pass as they end, but the final integration head has lost Sprint 1's
+/// work. The service reads every file criterion again on that head: the
+/// check run `supervise: final verification` fails naming it, the verdict is
+/// VERIFICATION FAILED with a notice naming the criterion and how to mend
+/// it, and no final pull request is opened on a head that fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_regression_on_the_final_head_fails_the_verdict_and_holds_the_final_pull_request() {
+    let plan = "# Regress\n\n| Work Unit | Directory |\n|---|---|\n| conf | conf |\n\n## conf\n\
+### Sprint 1: A\n- [ ] `conf/conf-sprint-1.txt` exists\n\
+### Sprint 2: B\n- [ ] `conf/conf-sprint-2.txt` exists\n- [ ] `test -f conf/conf-sprint-2.txt` passes\n";
+    let s = Story::start(Setup::operation(plan, "conf 2 clobber\n")).await;
+    s.say("/supervise start").await;
+    s.until("the final verification's check run", 120, |s| {
+        s.fake
+            .check_runs(REPO)
+            .iter()
+            .any(|c| c.name == "supervise: final verification")
+    })
+    .await;
+    let check = s
+        .fake
+        .check_runs(REPO)
+        .into_iter()
+        .find(|c| c.name == "supervise: final verification")
+        .unwrap();
+    assert_eq!(check.conclusion.as_deref(), Some("failure"), "{check:?}");
+    assert!(
+        check
+            .summary
+            .contains("✗ conf Sprint 1: conf/conf-sprint-1.txt exists"),
+        "{}",
+        check.summary
+    );
+    assert!(
+        check.summary.contains("✓ conf Sprint 2"),
+        "{}",
+        check.summary
+    );
+    assert!(
+        check
+            .summary
+            .contains("not run here: conf Sprint 2: test -f conf/conf-sprint-2.txt passes"),
+        "{}",
+        check.summary
+    );
+    s.until("the verdict and the notice", 60, |s| {
+        let all = s.bot_comments(s.issue).join("\n");
+        all.contains("VERIFICATION FAILED")
+            && all.contains("conf Sprint 1: `conf/conf-sprint-1.txt exists` passed when its sprint completed and fails on the final head")
+    })
+    .await;
+    assert!(
+        s.final_pull().is_none(),
+        "no final pull request on a failing head"
+    );
 }

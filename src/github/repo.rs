@@ -319,6 +319,18 @@ impl Repo<'_> {
             .map(Some)
     }
 
+    /// Every path (files and directories) of the tree at `commit`, in one
+    /// request; None when GitHub cut the listing (a very large tree).
+    pub async fn paths_at(
+        &self,
+        commit: &str,
+    ) -> Result<Option<std::collections::HashSet<String>>, GitHubError> {
+        let tree: answers::Tree = self
+            .get(&format!("/git/trees/{}?recursive=1", enc(commit)))
+            .await?;
+        Ok((!tree.truncated).then(|| tree.tree.into_iter().map(|e| e.path).collect()))
+    }
+
     /// Removes every file under `prefixes` from `branch` in one commit
     /// through the git data API (a tree read, a tree, a commit, a
     /// fast-forward of the branch): four requests however many files. Returns

@@ -13,6 +13,9 @@ use crate::github::repo::Merge;
 use crate::store::sql::{Admission, Admitted, Caps};
 use serde_json::json;
 
+/// The check run on the final integration head that lists every criterion.
+pub const FINAL_CHECK: &str = "supervise: final verification";
+
 impl GitHubExecutor<'_> {
     pub(super) async fn effect(
         &mut self,
@@ -217,8 +220,31 @@ impl GitHubExecutor<'_> {
                 let Some(st) = state else {
                     return Ok(Outcome::Done(vec![]));
                 };
-                ops.final_report(&ctx, st, &p.key.to_string()).await?;
-                Ok(Outcome::Done(vec![]))
+                // The verdict is about the head a person will merge: its
+                // files are read again before the report (once: a report
+                // sent again after a crash keeps the first reading).
+                let verification = match &st.head_verification {
+                    Some(v) => Some(v.clone()),
+                    None => ops.verify_head_files(&ctx, st).await?,
+                };
+                let mut shown = st.clone();
+                if let Some(v) = &verification {
+                    engine::apply_to(
+                        &mut shown,
+                        &engine::Event::HeadVerified {
+                            verification: v.clone(),
+                            at: chrono::Utc::now(),
+                        },
+                    );
+                }
+                ops.final_report(&ctx, &shown, &p.key.to_string()).await?;
+                Ok(Outcome::Done(
+                    verification
+                        .filter(|_| st.head_verification.is_none())
+                        .map(|verification| Input::HeadVerified { verification })
+                        .into_iter()
+                        .collect(),
+                ))
             }
         }
     }
@@ -613,6 +639,128 @@ impl Operations {
         Ok(())
     }
 
+    /// The final integration head's re-verification as far as the service
+    /// may go: every file criterion of every completed sprint read again at
+    /// the head through the contents API (one read per file); a command
+    /// criterion is listed as not run here (the service runs no repository
+    /// code; it passed in its sprint's verifying job). The result is also a
+    /// check run `supervise: final verification` on that head. None for
+    /// work without a plan, whose later phases change earlier work on
+    /// purpose.
+    pub(super) async fn verify_head_files(
+        &self,
+        ctx: &OpContext,
+        st: &OperationState,
+    ) -> Result<Option<engine::HeadVerification>, OpError> {
+        use crate::engine::done_before::{self, Found};
+        if st.workflow.is_some() {
+            return Ok(None);
+        }
+        let repo = self.repo(ctx);
+        let branch = integration_branch(&ctx.op);
+        let Some(head) = repo.branch_sha(&branch).await? else {
+            return Ok(None);
+        };
+        // One listing of the head answers every `exists` (and every file
+        // that is not there); only a `contains` of a file that is there is
+        // read.
+        let listed = repo.paths_at(&head).await?;
+        let mut files: std::collections::HashMap<String, Option<Vec<u8>>> = Default::default();
+        let mut checks = Vec::new();
+        for (i, u) in st.units.iter().enumerate() {
+            for (j, sp) in u.sprints.iter().enumerate() {
+                if sp.completion.is_none() {
+                    continue;
+                }
+                let sprint = &st.plan.work_units[i].sprints[j];
+                for c in sprint
+                    .exit_criteria
+                    .iter()
+                    .filter(|c| c.is_machine_checkable())
+                {
+                    let (outcome, detail) = match &c.assertion {
+                        Some(a) => {
+                            let path = done_before::a_path(a).to_string();
+                            let known = listed.as_ref().map(|l| l.contains(path.trim_end_matches('/')));
+                            if !files.contains_key(&path) {
+                                let read = match (known, a) {
+                                    (Some(false), _) => None,
+                                    (Some(true), crate::plan::Assertion::FileExists { .. }) => {
+                                        Some(Vec::new())
+                                    }
+                                    _ => repo
+                                        .file(&path, Some(&head))
+                                        .await?
+                                        .map(|(text, _)| text.into_bytes()),
+                                };
+                                files.insert(path.clone(), read);
+                            }
+                            let bytes = files.get(&path).cloned().flatten();
+                            done_before::check_assertion(a, |_| match &bytes {
+                                Some(b) => Found::File(b.clone()),
+                                None => Found::Missing,
+                            })
+                            .unwrap_or((engine::CriterionOutcome::Failed, "could not be read".into()))
+                        }
+                        None => (
+                            engine::CriterionOutcome::Unverified,
+                            "a command: not run again by the service, which runs no repository code (it passed in its sprint's verifying job)".into(),
+                        ),
+                    };
+                    checks.push(engine::HeadCheck {
+                        unit: u.name.clone(),
+                        sprint: sp.id.clone(),
+                        result: engine::CriterionResult {
+                            line: c.line,
+                            text: c.text.clone(),
+                            outcome,
+                            detail,
+                        },
+                        broken_by: None,
+                    });
+                }
+            }
+        }
+        let verification = engine::HeadVerification {
+            branch,
+            head: head.clone(),
+            checks,
+        };
+        let failing = verification.failures().count();
+        let lines: Vec<String> = verification
+            .checks
+            .iter()
+            .map(|c| {
+                let mark = match c.result.outcome {
+                    engine::CriterionOutcome::Passed => "✓",
+                    engine::CriterionOutcome::Failed => "✗",
+                    engine::CriterionOutcome::Unverified => "☐ not run here:",
+                };
+                format!("- {mark} {} Sprint {}: {}", c.unit, c.sprint, c.result.text)
+            })
+            .collect();
+        repo.create_check(json!({
+            "name": FINAL_CHECK,
+            "head_sha": head,
+            "status": "completed",
+            "conclusion": if failing == 0 { "success" } else { "failure" },
+            "external_id": ctx.op,
+            "output": {
+                "title": if failing == 0 {
+                    "Every file criterion holds on the final head".to_string()
+                } else {
+                    format!("{failing} criteria fail on the final head")
+                },
+                "summary": format!(
+                    "Every exit criterion of every sprint, on the final integration head. Files are read again here; commands ran in each sprint's verifying job and are not run by the service.\n\n{}",
+                    lines.join("\n")
+                ),
+            },
+        }))
+        .await?;
+        Ok(Some(verification))
+    }
+
     pub(super) async fn final_report(
         &self,
         ctx: &OpContext,
@@ -655,6 +803,15 @@ impl Operations {
             "supervise: SUPERVISOR_STATE.md",
         )
         .await?;
+        // The final pull request is opened only on a head that passed: a
+        // regression is mended on the integration branch first.
+        if st
+            .head_verification
+            .as_ref()
+            .is_some_and(|v| v.failures().next().is_some())
+        {
+            return Ok(());
+        }
         let body = format!(
             "Operation `{}` (#{}) is complete: every sprint was verified and merged here.\n\n{summary}\n\nSee `{complete}` for the final verification and cadence analysis.",
             ctx.op, ctx.issue
