@@ -34,6 +34,21 @@ impl Repo {
         ))
     }
 
+    /// Waits (30 s at most) until a `supervise solve` runs here and has had
+    /// a moment to launch its agents.
+    fn wait_for_solve(&self) {
+        let dir = self.root.join(".supervise").join("solve");
+        let began = std::time::Instant::now();
+        while supervise::place::local::supervisor::running_supervisor(&dir).is_none() {
+            assert!(
+                began.elapsed() < Duration::from_secs(30),
+                "solve never started"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
     fn run(&self, args: &[&str]) -> Output {
         self.cmd(args).output().unwrap()
     }
@@ -403,16 +418,7 @@ fn killall_finds_a_running_solve_where_there_is_no_plan() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let dir = repo.root.join(".supervise").join("solve");
-    let began = std::time::Instant::now();
-    while supervise::place::local::supervisor::running_supervisor(&dir).is_none() {
-        assert!(
-            began.elapsed() < Duration::from_secs(30),
-            "solve never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(500));
+    repo.wait_for_solve();
     let out = repo.run(&["killall"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("supervise solve"), "{}", text(&out));
@@ -440,16 +446,7 @@ fn status_and_killall_find_a_running_solve_beside_a_plan_and_its_next_step_works
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let dir = repo.root.join(".supervise").join("solve");
-    let began = std::time::Instant::now();
-    while supervise::place::local::supervisor::running_supervisor(&dir).is_none() {
-        assert!(
-            began.elapsed() < Duration::from_secs(30),
-            "solve never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(500));
+    repo.wait_for_solve();
     let out = repo.run(&["status"]);
     let said = text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");

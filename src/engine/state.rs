@@ -532,6 +532,29 @@ impl OperationState {
             .filter(|u| u.status == UnitStatus::Blocked && !self.superseded(&u.name))
     }
 
+    /// Every machine-checkable exit criterion of every completed sprint,
+    /// with its unit's name and the sprint's id: what a verification of the
+    /// final head runs again, wherever it runs.
+    pub fn completed_criteria(&self) -> Vec<(&str, &SprintId, &crate::plan::Criterion)> {
+        let mut out = Vec::new();
+        for (i, u) in self.units.iter().enumerate() {
+            for (j, s) in u.sprints.iter().enumerate() {
+                if s.completion.is_none() {
+                    continue;
+                }
+                let sprint = &self.plan.work_units[i].sprints[j];
+                out.extend(
+                    sprint
+                        .exit_criteria
+                        .iter()
+                        .filter(|c| c.is_machine_checkable())
+                        .map(|c| (u.name.as_str(), &s.id, c)),
+                );
+            }
+        }
+        out
+    }
+
     /// "All N sprints executed across M work units." — counting what ran:
     /// units a workflow went on without (a research agent under its
     /// threshold, a failing test run handed to debugging) are named apart.

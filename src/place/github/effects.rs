@@ -667,59 +667,47 @@ impl Operations {
         let listed = repo.paths_at(&head).await?;
         let mut files: std::collections::HashMap<String, Option<Vec<u8>>> = Default::default();
         let mut checks = Vec::new();
-        for (i, u) in st.units.iter().enumerate() {
-            for (j, sp) in u.sprints.iter().enumerate() {
-                if sp.completion.is_none() {
-                    continue;
-                }
-                let sprint = &st.plan.work_units[i].sprints[j];
-                for c in sprint
-                    .exit_criteria
-                    .iter()
-                    .filter(|c| c.is_machine_checkable())
-                {
-                    let (outcome, detail) = match &c.assertion {
-                        Some(a) => {
-                            let path = done_before::a_path(a).to_string();
-                            let known = listed.as_ref().map(|l| l.contains(path.trim_end_matches('/')));
-                            if !files.contains_key(&path) {
-                                let read = match (known, a) {
-                                    (Some(false), _) => None,
-                                    (Some(true), crate::plan::Assertion::FileExists { .. }) => {
-                                        Some(Vec::new())
-                                    }
-                                    _ => repo
-                                        .file(&path, Some(&head))
-                                        .await?
-                                        .map(|(text, _)| text.into_bytes()),
-                                };
-                                files.insert(path.clone(), read);
+        for (unit, sprint, c) in st.completed_criteria() {
+            let (outcome, detail) = match &c.assertion {
+                Some(a) => {
+                    let path = done_before::a_path(a).to_string();
+                    let known = listed.as_ref().map(|l| l.contains(path.trim_end_matches('/')));
+                    if !files.contains_key(&path) {
+                        let read = match (known, a) {
+                            (Some(false), _) => None,
+                            (Some(true), crate::plan::Assertion::FileExists { .. }) => {
+                                Some(Vec::new())
                             }
-                            let bytes = files.get(&path).cloned().flatten();
-                            done_before::check_assertion(a, |_| match &bytes {
-                                Some(b) => Found::File(b.clone()),
-                                None => Found::Missing,
-                            })
-                            .unwrap_or((engine::CriterionOutcome::Failed, "could not be read".into()))
-                        }
-                        None => (
-                            engine::CriterionOutcome::Unverified,
-                            "a command: not run again by the service, which runs no repository code (it passed in its sprint's verifying job)".into(),
-                        ),
-                    };
-                    checks.push(engine::HeadCheck {
-                        unit: u.name.clone(),
-                        sprint: sp.id.clone(),
-                        result: engine::CriterionResult {
-                            line: c.line,
-                            text: c.text.clone(),
-                            outcome,
-                            detail,
-                        },
-                        broken_by: None,
-                    });
+                            _ => repo
+                                .file(&path, Some(&head))
+                                .await?
+                                .map(|(text, _)| text.into_bytes()),
+                        };
+                        files.insert(path.clone(), read);
+                    }
+                    let bytes = files.get(&path).cloned().flatten();
+                    done_before::check_assertion(a, |_| match &bytes {
+                        Some(b) => Found::File(b.clone()),
+                        None => Found::Missing,
+                    })
+                    .unwrap_or((engine::CriterionOutcome::Failed, "could not be read".into()))
                 }
-            }
+                None => (
+                    engine::CriterionOutcome::Unverified,
+                    "a command: not run again by the service, which runs no repository code (it passed in its sprint's verifying job)".into(),
+                ),
+            };
+            checks.push(engine::HeadCheck {
+                unit: unit.to_string(),
+                sprint: sprint.clone(),
+                result: engine::CriterionResult {
+                    line: c.line,
+                    text: c.text.clone(),
+                    outcome,
+                    detail,
+                },
+                broken_by: None,
+            });
         }
         let verification = engine::HeadVerification {
             branch,

@@ -425,32 +425,20 @@ impl LocalPlace {
         let head = self.git.integration_head(op)?;
         let root = self.git.gate_worktree_at(op, head)?;
         let mut checks = Vec::new();
-        for (i, u) in st.units.iter().enumerate() {
-            for (j, s) in u.sprints.iter().enumerate() {
-                if s.completion.is_none() {
-                    continue;
-                }
-                let sprint = &st.plan.work_units[i].sprints[j];
-                for c in sprint
-                    .exit_criteria
-                    .iter()
-                    .filter(|c| c.is_machine_checkable())
-                {
-                    let (outcome, detail) = criteria::check(c, &root, self.timeout());
-                    let check = engine::HeadCheck {
-                        unit: u.name.clone(),
-                        sprint: s.id.clone(),
-                        result: engine::CriterionResult {
-                            line: c.line,
-                            text: c.text.clone(),
-                            outcome,
-                            detail: crate::scrub::scrub(&criteria::tail(&detail, 500)).into_owned(),
-                        },
-                        broken_by: None,
-                    };
-                    checks.push((check, c));
-                }
-            }
+        for (unit, sprint, c) in st.completed_criteria() {
+            let (outcome, detail) = criteria::check(c, &root, self.timeout());
+            let check = engine::HeadCheck {
+                unit: unit.to_string(),
+                sprint: sprint.clone(),
+                result: engine::CriterionResult {
+                    line: c.line,
+                    text: c.text.clone(),
+                    outcome,
+                    detail: crate::scrub::scrub(&criteria::tail(&detail, 500)).into_owned(),
+                },
+                broken_by: None,
+            };
+            checks.push((check, c));
         }
         if checks
             .iter()
