@@ -214,7 +214,10 @@ pub fn answer_path(order: &DispatchOrder, checkout: &Path, own: &Path) -> PathBu
 
 /// Reads an answer the agent left, if it left one.
 pub fn read_answer(path: &Path) -> Option<String> {
-    read_untrusted(path, ANSWER_LIMIT).map(|b| String::from_utf8_lossy(&b).into_owned())
+    // An answer is recorded, logged, shown and published: never with a key
+    // the agent printed into it.
+    read_untrusted(path, ANSWER_LIMIT)
+        .map(|b| crate::scrub::scrub(&String::from_utf8_lossy(&b)).into_owned())
 }
 
 /// Reads a file an agent (or repository code it touched) could have made:

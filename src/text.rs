@@ -475,8 +475,9 @@ pub fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// A character a reader does not see: control characters but the line break
 /// and the tab, zero-width and joining marks, bidirectional controls, the
-/// byte-order mark, and the tag characters that can spell words invisibly.
-fn hidden(c: char) -> bool {
+/// byte-order mark, the tag characters that can spell words invisibly,
+/// variation selectors, and the fillers that render as nothing.
+pub(crate) fn hidden(c: char) -> bool {
     (c.is_control() && c != '\n' && c != '\t')
         || matches!(c,
             '\u{00AD}'
@@ -486,9 +487,15 @@ fn hidden(c: char) -> bool {
             | '\u{202A}'..='\u{202E}'
             | '\u{2060}'..='\u{2064}'
             | '\u{2066}'..='\u{206F}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
             | '\u{FEFF}'
+            | '\u{FFA0}'
             | '\u{FFF9}'..='\u{FFFB}'
-            | '\u{E0000}'..='\u{E007F}')
+            | '\u{E0000}'..='\u{E007F}'
+            | '\u{E0100}'..='\u{E01EF}')
 }
 
 #[cfg(test)]

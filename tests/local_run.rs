@@ -1739,3 +1739,69 @@ fn resume_of_a_unit_not_in_the_plan_says_so_first() {
     );
     assert!(!said.contains("agent"), "{said}");
 }
+
+/// Locally too, work that carries a secret of this machine's environment
+/// (a variable whose name says CRED, base64-encoded in a committed file) or
+/// a token's shape (in a commit message) is refused and set aside, never
+/// merged; the retry finishes; and the key the agent wrote in its answer is
+/// in none of the supervisor's own files.
+#[test]
+fn work_that_carries_a_secret_is_refused_locally_and_nothing_keeps_it() {
+    const CRED: &str = "deploy-cred-0c4f9a1e7b2d5f83";
+    let repo = Repo::new(PLAN, "api 1 keyfile,ok\ndocs 1 keymsg,ok\n");
+    let out = repo
+        .cmd(&["run"])
+        .env("MY_DEPLOY_CRED", CRED)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let state = std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap();
+    for (unit, at) in [
+        ("api", "`api/app.yml` line 2"),
+        ("docs", "the message of commit"),
+    ] {
+        let line = state
+            .lines()
+            .find(|l| l.contains(&format!("| {unit} | 1 |")) && l.contains("attempt 1/3 failed"))
+            .unwrap_or_else(|| panic!("no failed attempt of {unit}:\n{state}"));
+        assert!(
+            line.contains("carry a secret") && line.contains(at),
+            "{line}"
+        );
+    }
+    let integration = git(&repo.root, &["branch", "--list", "supervise/*/integration"]);
+    let branch = integration.trim().trim_start_matches("* ").to_string();
+    let kept = git(&repo.root, &["log", &branch, "-p", "--format=%B"]);
+    assert!(
+        !kept.contains("xghp_") && !kept.contains("app.yml"),
+        "{kept}"
+    );
+    let mut files = vec![repo.root.join("SUPERVISOR_STATE.md")];
+    let mut dirs = vec![repo.root.join(".supervise")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.ends_with("worktrees") {
+                dirs.push(p);
+            } else if p.is_file() && !p.ends_with("answer") && !p.ends_with("output.log") {
+                // (The agent's own files in its run directory are what it
+                // wrote, on the machine whose key it held: not ours.)
+                files.push(p);
+            }
+        }
+    }
+    let status = repo.cmd(&["status", "--json"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&status.stdout).contains(CRED));
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(CRED),
+            "{} holds the key",
+            f.display()
+        );
+    }
+    assert!(
+        files.iter().any(|f| f.ends_with("events.jsonl")),
+        "{files:?}"
+    );
+}

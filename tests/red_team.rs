@@ -276,3 +276,71 @@ git add -A && git commit -qm "supervise: results of $INPUT_DISPATCH_ID"
     .await;
     s.settle().await;
 }
+
+/// Two agents that do the work and carry a secret in it: one commits its
+/// model key, base64-encoded, in a config file; one glues a GitHub token
+/// into its commit message. Neither commit is pushed anywhere: each
+/// attempt is refused with the file (or message) and line, the secret
+/// itself named nowhere, and the honest retry finishes the unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn work_that_carries_a_secret_is_refused_not_pushed() {
+    let plan = "# Keys\n\n| Work Unit | Directory |\n|---|---|\n| keyfile | keyfile |\n| keymsg | keymsg |\n\n\
+## keyfile\n### Sprint 1: Work\n- [ ] `keyfile/keyfile-sprint-1.txt` exists\n\n\
+## keymsg\n### Sprint 1: Work\n- [ ] `keymsg/keymsg-sprint-1.txt` exists\n";
+    let s = Story::start(Setup::operation(
+        plan,
+        "keyfile 1 keyfile,ok\nkeymsg 1 keymsg,ok\n",
+    ))
+    .await;
+    s.say("/supervise start").await;
+    s.until("the final pull request", 180, |s| s.final_pull().is_some())
+        .await;
+    let fin = s.final_pull().unwrap();
+    let state = s
+        .fake
+        .file(REPO, &fin.head, "SUPERVISOR_STATE.md")
+        .expect("the state file is on the integration branch");
+    let failure = |unit: &str| -> String {
+        state
+            .lines()
+            .find(|l| l.contains(&format!("| {unit} | 1 |")) && l.contains("attempt 1/3 failed"))
+            .unwrap_or_else(|| panic!("no failed attempt of {unit}:\n{state}"))
+            .to_string()
+    };
+    assert!(
+        failure("keyfile").contains("carry a secret")
+            && failure("keyfile").contains("keyfile/app.yml` line 2"),
+        "{}",
+        failure("keyfile")
+    );
+    assert!(
+        failure("keymsg").contains("carry a secret")
+            && failure("keymsg").contains("message of commit"),
+        "{}",
+        failure("keymsg")
+    );
+    for u in ["keyfile", "keymsg"] {
+        assert_eq!(s.runs_of(&format!("/{u}/1/")).len(), 2, "{u}");
+    }
+    let bare = s.tmp.path().join("github/repos/acme/shop.git");
+    assert_eq!(
+        support::git(
+            &bare,
+            &["log", "--all", "--format=%h", "--", "keyfile/app.yml"]
+        ),
+        "",
+        "the commit carrying the key was pushed"
+    );
+    let published = everything_published(&s);
+    let encoded = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(format!("key={CANARY_KEY}"))
+    };
+    for secret in [
+        CANARY_KEY,
+        encoded.as_str(),
+        "16C7e42F292c6912E7710c838347Ae178B4a",
+    ] {
+        assert!(!published.contains(secret), "{secret} was published");
+    }
+}

@@ -165,6 +165,13 @@ pub enum Command {
         after_help = "Examples (in the agent workflow's publish job):\n  GITHUB_TOKEN=… supervise publish --handoff handoff --verdict verdict --record \"$DISPATCH_ID\" --branch \"$BRANCH\""
     )]
     Publish(publish_cmd::PublishArgs),
+    /// The agent workflow's step before `verify`, holding the keys the
+    /// agent's job held: refuses work whose commits carry a secret, and
+    /// masks those keys in the agent's output and answer.
+    #[command(
+        after_help = "Examples (in the agent workflow's verify job):\n  SUPERVISE_SECRETS=\"$KEYS\" supervise scan --handoff handoff --branch \"$BRANCH\" --out scan"
+    )]
+    Scan(run_cmd::ScanArgs),
     /// The GitHub App service: hears `/supervise` commands in comments.
     #[command(
         after_help = "Examples:\n  GITHUB_APP_ID=123 GITHUB_PRIVATE_KEY_PATH=app.pem GITHUB_WEBHOOK_SECRET=… supervise serve\n  DATABASE_URL=postgres://… supervise serve --listen 0.0.0.0:8080"
@@ -402,6 +409,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Verify(args) => run_cmd::verify_cmd(&args),
         Command::Publish(args) => publish_cmd::publish(&args),
+        Command::Scan(args) => run_cmd::scan_cmd(&args),
         Command::Scrub => {
             use std::io::{Read, Write};
             crate::scrub::register_environment();

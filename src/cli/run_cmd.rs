@@ -747,6 +747,45 @@ pub struct VerifyArgs {
     /// Where the verdict is written for `supervise publish` (with `--handoff`).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// What `supervise scan` found in the same work (with `--handoff`): a
+    /// secret it names refuses the work, and so does a missing file.
+    #[arg(long, requires = "handoff")]
+    pub scan: Option<PathBuf>,
+}
+
+/// `supervise scan`: the agent workflow's step that looks for secrets in
+/// what the agent's job handed on, holding the keys that job held.
+#[derive(Debug, clap::Args)]
+pub struct ScanArgs {
+    /// The directory the agent's job handed on.
+    #[arg(long)]
+    pub handoff: PathBuf,
+    /// The sprint branch the work goes to.
+    #[arg(long)]
+    pub branch: String,
+    /// Where the finding is written for `supervise verify --scan` (empty:
+    /// nothing found).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The checkout (default: the current directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// Exits 0 whatever it finds (the finding refuses the work in the verdict),
+/// 1 when it could not look.
+pub fn scan_cmd(a: &ScanArgs) -> Result<i32> {
+    let root = match &a.dir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir()?,
+    };
+    let found = crate::place::github::handoff::scan(&root, &a.branch, &a.handoff, &a.out)
+        .context("scanning the agent's work for secrets")?;
+    match found {
+        Some(why) => eprintln!("found: {why}"),
+        None => eprintln!("no secret in the work handed on"),
+    }
+    Ok(0)
 }
 
 /// The sprint definition committed for a dispatch whose work no plan file
@@ -894,6 +933,7 @@ fn verify_handoff(
         &root,
         &attempt,
         handoff,
+        a.scan.as_deref(),
         out,
         Duration::from_secs(a.timeout),
     )

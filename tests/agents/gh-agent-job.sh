@@ -31,17 +31,23 @@ esac
 # on this runner.
 mkdir -p "$RUNNER_TEMP/bin"
 cp "$SUPERVISE_INSTALL_FROM" "$RUNNER_TEMP/bin/supervise"
+release="$SUPERVISE_INSTALL_FROM"
 unset SUPERVISE_INSTALL_FROM
 export PATH="$RUNNER_TEMP/bin:$PATH"
 out="$RUNNER_TEMP/agent-output.txt"
 sh -c "$AGENT" < "$SUPERVISE_PROMPT_FILE" > "$out" 2>&1
 code=$?
-# Hand the work on, its output and answer scrubbed of this runner's secrets
-# (the jobs after it do not hold them, so cannot know what to mask).
+# Hand the work on, as the shipped step does: without the model key, and
+# with a binary installed afresh (the one on the agent's PATH may be the
+# agent's), masking the secrets' shapes. The verify job's scan step, which
+# holds the key, masks it by value.
+unset ANTHROPIC_API_KEY OPENAI_API_KEY
+fresh="$(mktemp -d)"
+cp "$release" "$fresh/supervise"
 handoff="$FAKE_ARTIFACTS_OUT"
 printf '%s' "$code" > "$handoff/agent-exit"
-supervise scrub < "$out" > "$handoff/agent-output.txt"
-[ -f "$SUPERVISE_RESULT_FILE" ] && supervise scrub < "$SUPERVISE_RESULT_FILE" > "$handoff/answer"
+"$fresh/supervise" scrub < "$out" > "$handoff/agent-output.txt"
+[ -f "$SUPERVISE_RESULT_FILE" ] && "$fresh/supervise" scrub < "$SUPERVISE_RESULT_FILE" > "$handoff/answer"
 if [ "$(git rev-parse HEAD)" != "$SUPERVISE_BASE" ]; then
   git bundle create "$handoff/work.bundle" "$SUPERVISE_BASE..HEAD" 2> /dev/null
 fi

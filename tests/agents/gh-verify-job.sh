@@ -5,6 +5,11 @@
 # ($FAKE_ARTIFACTS_IN/agent). The verdict goes to $FAKE_ARTIFACTS_OUT (the
 # `supervise-verdict` artifact).
 set -eu
+# The scan step: the only one holding the keys the agent's job held
+# ($SCAN_SECRETS stands for the step's `secrets.*`), before any work runs.
+SUPERVISE_SECRETS="${SCAN_SECRETS:-}" "$SUPERVISE_BIN" scan --branch "$INPUT_BRANCH" \
+  --handoff "$FAKE_ARTIFACTS_IN/agent" --out "$RUNNER_TEMP/scan" 2> /dev/null
+unset SCAN_SECRETS
 "$SUPERVISE_BIN" verify --plan "$INPUT_PLAN" --unit "$INPUT_UNIT" --sprint "$INPUT_SPRINT" \
   --record "$INPUT_DISPATCH_ID" --branch "$INPUT_BRANCH" \
-  --handoff "$FAKE_ARTIFACTS_IN/agent" --out "$FAKE_ARTIFACTS_OUT" > /dev/null
+  --handoff "$FAKE_ARTIFACTS_IN/agent" --scan "$RUNNER_TEMP/scan" --out "$FAKE_ARTIFACTS_OUT" > /dev/null

@@ -16,6 +16,9 @@
 #   | workflow (does the work, and adds a workflow of its own)
 #   | daemon (does nothing, but commits a check.sh that its criterion runs: it
 #     leaves a detached process rewriting the verdict as passing)
+#   | keyfile (does the work, and commits its model key, base64-encoded, in a
+#     config file, and writes it plainly in its answer) | keymsg (does the work, with a GitHub token glued into its
+#     commit message)
 # With $AGENT_PIDS set, hostile records its processes in $AGENT_PIDS.<unit>, and
 # every invocation notes in $AGENT_PIDS.overlap any of its unit's earlier
 # processes still alive when it starts.
@@ -138,6 +141,17 @@ d=$(dirname "$0")
 test -f "$d/$(basename "$d")-sprint-1.txt"
 CHECK
     git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"
+    echo "Done. All checks pass." ;;
+  keyfile)
+    echo "done by $SUPERVISE_DISPATCH_ID" > "$file"
+    key="${ANTHROPIC_API_KEY:-${MY_DEPLOY_CRED:-}}"
+    printf 'model: opus\nkey: %s\n' "$(printf 'key=%s' "$key" | base64 -w0)" > "$SUPERVISE_UNIT/app.yml"
+    [ -n "${SUPERVISE_RESULT_FILE:-}" ] && echo "configured with $key" > "$SUPERVISE_RESULT_FILE"
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"
+    echo "Done. All checks pass." ;;
+  keymsg)
+    echo "done by $SUPERVISE_DISPATCH_ID" > "$file"
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT" -m "used xghp_16C7e42F292c6912E7710c838347Ae178B4a to fetch"
     echo "Done. All checks pass." ;;
   workflow)
     echo "done by $SUPERVISE_DISPATCH_ID" > "$file"

@@ -20,6 +20,17 @@ pub fn agent_workflow_jobs(agent_env: Vec<(String, String)>, bin: &str) -> Vec<f
         format!("sh {}", root.join("tests/agents").join(name).display())
     };
     let mut agent_env = agent_env;
+    // The model keys the agent's job holds, given again to the verifying
+    // job's scan step only, as the shipped workflow gives `secrets.*`.
+    let keys: Vec<&str> = agent_env
+        .iter()
+        .filter(|(k, _)| k.ends_with("_API_KEY"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let verify_env = vec![
+        ("SUPERVISE_BIN".to_string(), bin.to_string()),
+        ("SCAN_SECRETS".to_string(), keys.join("\n")),
+    ];
     agent_env.push(("SUPERVISE_INSTALL_FROM".into(), bin.into()));
     let trusted_env = vec![("SUPERVISE_BIN".to_string(), bin.to_string())];
     vec![
@@ -33,7 +44,7 @@ pub fn agent_workflow_jobs(agent_env: Vec<(String, String)>, bin: &str) -> Vec<f
         Job {
             name: "verify".into(),
             command: script("gh-verify-job.sh"),
-            env: trusted_env.clone(),
+            env: verify_env,
             access: Access::Read,
             runs_if: RunsIf::NotCancelled,
         },

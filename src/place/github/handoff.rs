@@ -161,6 +161,50 @@ fn fetch_work(root: &Path, handoff: &Path, base: &str) -> std::result::Result<St
     Ok(head)
 }
 
+/// The first step of the verifying job, before any of the work runs on its
+/// runner and the only one that holds the keys the agent's job held
+/// ([`crate::scrub::SECRETS_VAR`]): whether the agent's commits carry a
+/// secret, written to `out` (empty when they do not) for [`verify`]; and the
+/// agent's output and answer in the handoff masked of those keys, which the
+/// agent's own job could not be trusted to do.
+pub fn scan(root: &Path, branch: &str, handoff: &Path, out: &Path) -> Result<Option<String>> {
+    for name in [files::AGENT_OUTPUT, files::ANSWER] {
+        let path = handoff.join(name);
+        if let Some(bytes) = read_untrusted(&path, 64 << 20) {
+            let text = String::from_utf8_lossy(&bytes);
+            if let std::borrow::Cow::Owned(masked) = crate::scrub::scrub(&text) {
+                // The agent's file may be a link: replaced, never written through.
+                let _ = std::fs::remove_file(&path);
+                std::fs::write(&path, masked)
+                    .with_context(|| format!("masking {}", path.display()))?;
+            }
+        }
+    }
+    let base = base_of(root, branch)?;
+    let found = match fetch_work(root, handoff, &base) {
+        Ok(head) => crate::place::local::git::secret_in_commits(root, &base, &head)?,
+        // The verifying step refuses it for this reason itself.
+        Err(_) => None,
+    };
+    std::fs::write(out, found.as_deref().unwrap_or(""))
+        .with_context(|| format!("writing {}", out.display()))?;
+    Ok(found)
+}
+
+/// What the scan step found, read by the step that runs the work: a
+/// refusal when it found a secret, or when its answer is missing (a scan
+/// that did not run is not a clean one).
+fn scanned_refusal(path: &Path) -> Option<String> {
+    match read_untrusted(path, 64 << 10) {
+        Some(b) if b.is_empty() => None,
+        Some(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        None => Some(format!(
+            "the secret scan's result ({}) is missing, so the work was not taken; the agent workflow's scan step must run before `supervise verify`",
+            path.display()
+        )),
+    }
+}
+
 /// What the trusted verifying job decides: the record, and the commit that
 /// goes on the sprint branch (the base itself when the work was refused).
 pub struct Verdict {
@@ -175,6 +219,7 @@ pub fn verify(
     root: &Path,
     a: &Attempt<'_>,
     handoff: &Path,
+    scanned: Option<&Path>,
     out: &Path,
     timeout: Duration,
 ) -> Result<Verdict> {
@@ -217,7 +262,14 @@ pub fn verify(
             let after = rules
                 .plan_path
                 .and_then(|p| git(root, &["show", &format!("{head}:{p}")]).ok());
-            refusal(&rules, &changed, after.as_deref())
+            let why = refusal(&rules, &changed, after.as_deref())
+                .or_else(|| scanned.and_then(scanned_refusal));
+            match why {
+                Some(why) => Some(why),
+                // Again with the secrets this step knows: the scan step
+                // knew the model keys as well.
+                None => crate::place::local::git::secret_in_commits(root, &base, head)?,
+            }
         }
     };
     let head = match (&fetched, &refused) {

@@ -776,7 +776,12 @@ impl LocalPlace {
         // The same rule as on GitHub: work that changes what judges it (the
         // plan's criteria, the supervisor's records, the workflows) is refused.
         if result.refused.is_none() {
-            result.refused = self.refusal(st, &branch)?;
+            result.refused = match self.refusal(st, &branch)? {
+                Some(why) => Some(why),
+                // Nor is work that carries a secret taken into the branch a
+                // person merges.
+                None => self.git.secret_in_branch(&st.id.0, &branch)?,
+            };
             // Refused work is not built on: set aside, as on GitHub, where
             // it is never pushed.
             if let (Some(_), Some(base)) = (
@@ -801,7 +806,7 @@ impl LocalPlace {
                 criteria: result.criteria,
                 ci_passed: None,
                 merge_conflict: git.merge_conflict,
-                answer: result.answer,
+                answer: result.answer.map(|a| crate::scrub::scrub(&a).into_owned()),
                 refused: result.refused,
                 // Its note names commits by their subjects, which agents wrote.
                 found_done: result.found_done.map(|mut f| {

@@ -668,6 +668,19 @@ impl Git {
         Ok((changed, plan_path, plan))
     }
 
+    /// Why the sprint branch's own commits (since it left the integration
+    /// branch) are refused for carrying a secret, if they are
+    /// ([`secret_in_commits`]).
+    pub fn secret_in_branch(&self, op: &str, branch: &str) -> Result<Option<String>> {
+        let integ = self.integration_head(op)?;
+        let Some(head) = self.branch_oid(branch)? else {
+            return Ok(None);
+        };
+        let base = self.repo.merge_base(integ, head)?;
+        let dir = self.repo.path().to_path_buf();
+        secret_in_commits(&dir, &base.to_string(), &head.to_string())
+    }
+
     pub fn evidence(&self, op: &str, branch: &str) -> Result<BranchEvidence> {
         let mut ev = BranchEvidence::default();
         let integ = self.integration_head(op)?;
@@ -900,6 +913,91 @@ pub fn reset_clean(root: &Path, commit: Oid) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Why the agent's work is refused for carrying a secret, if it is: the first added line
+/// of the commits `base..head` (each commit's own diff, as history keeps
+/// every one of them) or the first line of their messages that
+/// [`crate::scrub::holds_secret`] finds, named by file, line and commit —
+/// never the secret. Work too large to read whole is refused too: unread is
+/// not clean. Binary files are not read.
+pub fn secret_in_commits(dir: &Path, base: &str, head: &str) -> Result<Option<String>> {
+    /// How many added bytes are read before the work counts as too large.
+    const READ_LIMIT: usize = 64 << 20;
+    let repo = Repository::discover(dir).context("opening the repository to scan the work")?;
+    let oid = |rev: &str| -> Result<Oid> {
+        Ok(repo
+            .revparse_single(rev)
+            .with_context(|| format!("finding {rev}"))?
+            .peel_to_commit()?
+            .id())
+    };
+    let (base, head) = (oid(base)?, oid(head)?);
+    let mut walk = repo.revwalk()?;
+    walk.push(head)?;
+    walk.hide(base)?;
+    let mut read = 0usize;
+    for id in walk {
+        let commit = repo.find_commit(id?)?;
+        let short = crate::contract::short_id(&commit.id().to_string());
+        let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+        if let Some(n) = message.lines().position(crate::scrub::holds_secret) {
+            return Ok(Some(secret_refusal(&format!(
+                "the message of commit {short}, line {}",
+                n + 1
+            ))));
+        }
+        let parent = match commit.parent_count() {
+            0 => None,
+            _ => Some(commit.parent(0)?.tree()?),
+        };
+        let diff = repo.diff_tree_to_tree(parent.as_ref(), Some(&commit.tree()?), None)?;
+        let mut found: Option<String> = None;
+        let walked = diff.foreach(
+            &mut |_, _| true,
+            None,
+            None,
+            Some(&mut |delta, _, line| {
+                if line.origin() != '+' {
+                    return true;
+                }
+                read += line.content().len();
+                if read > READ_LIMIT {
+                    found = Some(format!(
+                        "the agent's commits add more than {} MiB of text (by commit {short}), more than is read for secrets; the work was not taken. Split the change, or commit generated files elsewhere",
+                        READ_LIMIT >> 20
+                    ));
+                    return false;
+                }
+                let text = String::from_utf8_lossy(line.content());
+                if crate::scrub::holds_secret(&text) {
+                    let path = delta
+                        .new_file()
+                        .path()
+                        .map(|p| p.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    found = Some(secret_refusal(&format!(
+                        "`{path}` line {} (commit {short})",
+                        line.new_lineno().unwrap_or(0)
+                    )));
+                    return false;
+                }
+                true
+            }),
+        );
+        if found.is_some() {
+            return Ok(found);
+        }
+        walked?;
+    }
+    Ok(None)
+}
+
+/// The refusal of work that carries a secret at `at`.
+fn secret_refusal(at: &str) -> String {
+    format!(
+        "the agent's commits carry a secret, at {at}; the work was not taken. The secret is masked in everything published. Rewrite those commits without it (a later commit that deletes it leaves it in history) and rotate it if it is real"
+    )
 }
 
 #[cfg(test)]

@@ -4,15 +4,22 @@
 //! commits, and every log line. It replaces with `***`:
 //!
 //! - the values of every secret this process knows: those it was given (the
-//!   webhook secrets, the App's private key, the database URL's password) and
-//!   every environment variable whose name says KEY, TOKEN, SECRET or
-//!   PASSWORD (in a runner: the agent's API keys, the workflow's token);
-//! - the well-known shapes of secrets, whoever's: GitHub tokens, PEM private
-//!   keys, cloud and model-provider API keys.
+//!   webhook secrets, the App's private key, the database URL's password),
+//!   every environment variable whose name says KEY, TOKEN, SECRET, PASS,
+//!   CRED or PRIVATE (in a runner: the agent's API keys, the workflow's
+//!   token), and each line of `SUPERVISE_SECRETS`, for secrets whose names
+//!   say nothing;
+//! - the well-known shapes of secrets, whoever's: GitHub tokens, PEM and PGP
+//!   private keys, cloud and model-provider API keys, even glued to a word;
+//! - either of those written so that a pattern would not see it but a reader
+//!   or a program would get it back ([`reveal`]): split by invisible
+//!   characters, spelled in HTML entities, or base64-encoded.
 //!
 //! GitHub masks secrets in an Actions log only, never in a comment, a check
 //! run or a committed file: an agent that prints its environment must not
 //! publish a key through us.
+
+mod reveal;
 
 use regex::Regex;
 use std::borrow::Cow;
@@ -43,22 +50,30 @@ pub fn register(secret: &str) {
     k.sort_by_key(|s| std::cmp::Reverse(s.len()));
 }
 
-/// Whether an environment variable's name says it holds a secret.
+/// Whether an environment variable's name says it holds a secret
+/// (`DB_PASS`, `MY_DEPLOY_CRED` and `SSH_PRIVATE` as well as `API_KEY`).
 pub fn secret_name(name: &str) -> bool {
     let n = name.to_ascii_uppercase();
-    ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"]
+    ["KEY", "TOKEN", "SECRET", "PASS", "CRED", "PRIVATE"]
         .iter()
         .any(|w| n.contains(w))
 }
 
+/// The variable whose every line is a secret, whatever it is called where
+/// it came from: the agent workflow lists the job's secrets in it.
+pub const SECRETS_VAR: &str = "SUPERVISE_SECRETS";
+
 /// Registers the value of every environment variable whose name says it is
-/// a secret, and the password of a URL in `DATABASE_URL`.
+/// a secret, each line of [`SECRETS_VAR`], and the password of a URL in
+/// `DATABASE_URL`.
 pub fn register_environment() {
     for (name, value) in std::env::vars_os() {
         let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
             continue;
         };
-        if secret_name(name) {
+        if name == SECRETS_VAR {
+            value.lines().for_each(register);
+        } else if secret_name(name) {
             register(value);
         }
         if name.ends_with("DATABASE_URL") {
@@ -81,16 +96,19 @@ fn shapes() -> &'static Regex {
     static SHAPES: OnceLock<Regex> = OnceLock::new();
     SHAPES.get_or_init(|| {
         Regex::new(concat!(
-            // PEM private keys, whole blocks (or what is left of one).
-            r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?s:.*?)(-----END [A-Z ]*PRIVATE KEY-----|\z)",
-            // GitHub: classic and fine-grained tokens of every kind.
-            r"|\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{22,})",
-            // Anthropic, OpenAI (sk-, sk-proj-…), and other sk- keys.
+            // PEM and PGP private keys, whole blocks (or what is left of one).
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----(?s:.*?)(-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|\z)",
+            // GitHub: classic and fine-grained tokens of every kind, glued
+            // to what precedes them or not (`xghp_…` is still a token).
+            r"|(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{22,})",
+            // Anthropic and OpenAI keys wherever they stand; other sk- keys
+            // at a word's start (so `task-…` in a branch name is not one).
+            r"|sk-(ant|proj|svcacct|admin)-[A-Za-z0-9_\-]{20,}",
             r"|\bsk-[A-Za-z0-9_\-]{20,}",
             // AWS access key ids; Google API keys; Slack tokens.
-            r"|\b(AKIA|ASIA)[0-9A-Z]{16}\b",
-            r"|\bAIza[0-9A-Za-z_\-]{35}",
-            r"|\bxox[abprs]-[A-Za-z0-9\-]{10,}",
+            r"|(AKIA|ASIA)[0-9A-Z]{16}\b",
+            r"|AIza[0-9A-Za-z_\-]{35}",
+            r"|xox[abprs]-[A-Za-z0-9\-]{10,}",
             // A bearer token in a pasted header.
             r"|(?i:authorization:\s*(bearer|token)\s+)[A-Za-z0-9._\-]{16,}",
         ))
@@ -99,8 +117,20 @@ fn shapes() -> &'static Regex {
 }
 
 /// `text` with every known secret and every secret shape replaced by
-/// [`MASK`]; borrowed when there was nothing to hide.
+/// [`MASK`], however it was written ([`reveal`]); borrowed when there was
+/// nothing to hide.
 pub fn scrub(text: &str) -> Cow<'_, str> {
+    reveal::unhide(mask(text))
+}
+
+/// Whether `text` holds a secret, in any form [`scrub`] masks.
+pub fn holds_secret(text: &str) -> bool {
+    matches!(scrub(text), Cow::Owned(_))
+}
+
+/// `text` with the known secrets and the shapes masked as written;
+/// borrowed (and only then) when it holds none.
+fn mask(text: &str) -> Cow<'_, str> {
     let mut out: Cow<'_, str> = Cow::Borrowed(text);
     {
         let k = known().read().unwrap_or_else(|p| p.into_inner());
