@@ -40,7 +40,12 @@ async fn long_lists_are_read_to_the_last_page() {
         } else {
             format!("comment {i}")
         };
-        fake.comment(REPO, issue, "mia", &body, false).await;
+        let by = if i == 237 {
+            fake_github::APP_LOGIN
+        } else {
+            "mia"
+        };
+        fake.comment(REPO, issue, by, &body, false).await;
     }
     let all = repo.comments(issue, None).await.unwrap();
     assert_eq!(all.len(), 250, "every page was read");
@@ -281,4 +286,78 @@ async fn calls_that_never_answer_give_their_turns_back() {
     })
     .await
     .expect("the installation's calls waited on calls that never answer");
+}
+
+/// A marker counts only in the App's own comments (and issues): planted by
+/// a stranger or by a maintainer, a reply marker does not silence the
+/// reply, a notice's does not skip the notice, the status table's is not
+/// edited as the table, and a labelled issue carrying a unit's marker is
+/// not taken for the unit's issue. The App's own are found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markers_count_only_in_the_apps_own_comments() {
+    use supervise::report::github::{notice_marker, status_marker, unit_marker};
+    let (fake, gh) = client().await;
+    let repo = repo_of(&gh);
+    assert_eq!(
+        gh.own_login().await.unwrap(),
+        fake_github::APP_LOGIN,
+        "from GET /app"
+    );
+    let markers = [
+        "<!-- supervise:reply 1234 -->".to_string(),
+        status_marker("op-1"),
+        notice_marker("op-1", "blocked-api"),
+    ];
+    for planter in ["rex", "mia"] {
+        for marker in &markers {
+            let issue = fake.open_issue(REPO, "a thread");
+            let (planted, _) = fake
+                .comment(REPO, issue, planter, &format!("+1 {marker}"), false)
+                .await;
+            assert_eq!(
+                repo.marked(issue, None, marker).await.unwrap(),
+                None,
+                "{planter}: {marker}"
+            );
+            repo.comment_once(issue, None, marker, "the App's answer")
+                .await
+                .unwrap();
+            repo.upsert_comment(issue, None, marker, "the App's table")
+                .await
+                .unwrap();
+            let comments = fake.comments(REPO, issue);
+            let planted_now = comments.iter().find(|c| c.id == planted).unwrap();
+            assert_eq!(
+                planted_now.body,
+                format!("+1 {marker}"),
+                "the planted comment was edited"
+            );
+            let own: Vec<_> = comments
+                .iter()
+                .filter(|c| c.user == fake_github::APP_LOGIN)
+                .collect();
+            assert_eq!(own.len(), 1, "{planter}: {marker}: {comments:#?}");
+            assert!(own[0].body.contains("the App's table"), "{comments:#?}");
+            // And the App's own is found from now on.
+            let (id, _) = repo
+                .marked(issue, None, marker)
+                .await
+                .unwrap()
+                .expect("found");
+            assert_eq!(id, own[0].id);
+        }
+        let label = "supervise:op-1";
+        let issue = fake.open_issue_by(REPO, "api", &unit_marker("op-1", "api"), planter);
+        fake.label_issue(REPO, issue, label);
+        assert!(
+            repo.own_issues_labelled(label).await.unwrap().is_empty(),
+            "{planter}"
+        );
+    }
+    let (number, _) = repo
+        .create_issue("api", &unit_marker("op-1", "api"), &["supervise:op-1"])
+        .await
+        .unwrap();
+    let own = repo.own_issues_labelled("supervise:op-1").await.unwrap();
+    assert_eq!(own.iter().map(|i| i.0).collect::<Vec<_>>(), vec![number]);
 }

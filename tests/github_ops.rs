@@ -1865,3 +1865,67 @@ async fn a_regression_on_the_final_head_fails_the_verdict_and_holds_the_final_pu
         "no final pull request on a failing head"
     );
 }
+
+/// A sprint whose criteria no machine can check is completed on the agent's
+/// word and said so: its check run is `neutral`, titled "on the agent's
+/// word", the status table names it for review, and with no `merge:` in
+/// the settings its pull request waits for an approving review (the next
+/// sprint with it). A sprint checked by a machine merges at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sprint_on_the_agents_word_is_said_so_and_waits_for_a_review() {
+    let plan = "# Word\n\n| Work Unit | Directory |\n|---|---|\n| copy | copy |\n\n\
+## copy\n### Sprint 1: Tone\n**Exit Criteria:**\n- [ ] The wording reads well to a new user\n- [ ] The tone matches the style guide\n\
+### Sprint 2: Files\n- [ ] `copy/copy-sprint-2.txt` exists\n";
+    let s = Story::start(Setup::operation(plan, "")).await;
+    s.say("/supervise start").await;
+    s.until("copy Sprint 1's check run", 120, |s| {
+        s.fake
+            .check_runs(REPO)
+            .iter()
+            .any(|c| c.name == "supervise: copy Sprint 1" && c.conclusion.is_some())
+    })
+    .await;
+    let check = s
+        .fake
+        .check_runs(REPO)
+        .into_iter()
+        .find(|c| c.name == "supervise: copy Sprint 1" && c.conclusion.is_some())
+        .unwrap();
+    assert_eq!(check.conclusion.as_deref(), Some("neutral"), "{check:?}");
+    assert!(
+        check
+            .title
+            .contains("COMPLETED on the agent's word (2 criteria unverified)"),
+        "{}",
+        check.title
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let pr = s
+        .fake
+        .pulls(REPO)
+        .into_iter()
+        .find(|p| p.head.ends_with("/copy/sprint-1"))
+        .expect("Sprint 1's pull request");
+    assert!(!pr.merged, "merged on the agent's word alone");
+    assert!(
+        s.runs_of("/copy/2/").is_empty(),
+        "Sprint 2 waits for the review"
+    );
+    let status = s.status_comment();
+    assert!(
+        status.contains(
+            "copy Sprint 1: COMPLETED on the agent's word (2 criteria unverified) — review it"
+        ),
+        "{status}"
+    );
+    s.fake.approve(REPO, pr.number, "mia");
+    s.until("the final pull request", 120, |s| s.final_pull().is_some())
+        .await;
+    let sprint_2 = s
+        .fake
+        .pulls(REPO)
+        .into_iter()
+        .find(|p| p.head.ends_with("/copy/sprint-2"))
+        .expect("Sprint 2's pull request");
+    assert!(sprint_2.merged, "a machine-checked sprint merges at once");
+}

@@ -1805,3 +1805,32 @@ fn work_that_carries_a_secret_is_refused_locally_and_nothing_keeps_it() {
         "{files:?}"
     );
 }
+
+/// A sprint with nothing a machine can check is completed on the agent's
+/// word, and every place a person reads says so: the status table, the
+/// state file's decision log and the completion report — never "verified".
+#[test]
+fn a_sprint_on_the_agents_word_is_said_so_everywhere() {
+    let repo = Repo::new(
+        "# Word\n\n## Sprint 1: Tone\n**Exit Criteria:**\n- [ ] The wording reads well to a new user\n- [ ] The tone matches the style guide\n",
+        "",
+    );
+    repo.run_ok();
+    let said = "COMPLETED on the agent's word (2 criteria unverified)";
+    let status = repo.cmd(&["status"]).output().unwrap();
+    assert!(text(&status).contains(said), "{}", text(&status));
+    let state = std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap();
+    assert!(state.contains(said), "{state}");
+    assert!(
+        !state.contains("verification cascade confirmed"),
+        "{state}"
+    );
+    let report = std::fs::read_dir(&repo.root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().contains("COMPLETE"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .expect("the completion report");
+    assert!(report.contains(&format!("**Status**: {said}")), "{report}");
+}

@@ -911,6 +911,20 @@ pub(crate) enum TokenKind {
     Workflow { write: bool },
 }
 
+/// The login GitHub gives what the App makes: its slug and `[bot]`.
+pub const APP_LOGIN: &str = "sprint-supervisor[bot]";
+/// The login GitHub gives what a workflow's `GITHUB_TOKEN` makes.
+pub const ACTIONS_LOGIN: &str = "github-actions[bot]";
+
+/// Who a request's token writes as: the App's bot for its installation
+/// tokens, GitHub Actions' for a workflow's token.
+pub(crate) fn author(f: &FakeGitHub, headers: &HeaderMap) -> String {
+    match f.inner.lock().tokens.get(bearer(headers)).map(|t| t.kind) {
+        Some(TokenKind::Workflow { .. }) => ACTIONS_LOGIN.into(),
+        _ => APP_LOGIN.into(),
+    }
+}
+
 /// The token in a request's `Authorization` header ("" without one).
 fn bearer(headers: &HeaderMap) -> &str {
     headers
@@ -1088,8 +1102,7 @@ async fn react(
         .iter()
         .any(|(c, content, _)| *c == id && *content == b.content);
     if !exists {
-        s.reactions
-            .push((id, b.content.clone(), "supervise[bot]".into()));
+        s.reactions.push((id, b.content.clone(), APP_LOGIN.into()));
     }
     let status = if exists {
         StatusCode::OK
@@ -1144,13 +1157,14 @@ async fn create_comment(
     if let Some(r) = api::issues::too_long(&b.body) {
         return r;
     }
+    let user = author(&f, &headers);
     let mut s = f.inner.lock();
     s.next_id += 1;
     let c = Comment {
         id: 1000 + s.next_id,
         repo: format!("{o}/{r}"),
         issue: n,
-        user: "supervise[bot]".into(),
+        user,
         body: b.body,
     };
     s.comments.push(c.clone());

@@ -35,6 +35,12 @@ pub struct ActionArgs {
     /// (Empty: none, as the action passes an unset input.)
     #[arg(long, env = "SUPERVISE_APP_ID")]
     pub app_id: Option<String>,
+    /// Who GitHub says writes what the token writes, when the token is not
+    /// the workflow's `GITHUB_TOKEN` (whose comments are by
+    /// `github-actions[bot]`): an App installation token's `{slug}[bot]`.
+    /// Only comments by it are taken as the supervisor's own.
+    #[arg(long, env = "SUPERVISE_BOT_LOGIN")]
+    pub bot_login: Option<String>,
     /// Bot logins whose commands are acted on (exact match).
     pub bot_allow_list: Vec<String>,
     /// Seconds to wait for the repository's CI to report; each Action run is a
@@ -145,9 +151,12 @@ pub fn run(args: ActionArgs) -> Result<i32> {
         let store = SqlStore::connect(&database_url)
             .await
             .context("opening the Action's store")?;
-        let github = Arc::new(
-            GitHub::with_token(&args.api_url, &SecretString::from(token))?.acting_for_app(app_id),
-        );
+        let mut github =
+            GitHub::with_token(&args.api_url, &SecretString::from(token))?.acting_for_app(app_id);
+        if let Some(login) = args.bot_login.as_deref().filter(|l| !l.trim().is_empty()) {
+            github = github.writing_as(login.trim());
+        }
+        let github = Arc::new(github);
         let ops = Operations::new(
             "github-action".into(),
             github.clone(),

@@ -380,6 +380,41 @@ pub struct Completion {
     pub answer: Option<String>,
 }
 
+impl Completion {
+    /// How many of the sprint's criteria nobody checked, when no machine
+    /// checked any: the sprint was completed on the agent's word (a
+    /// checklist of things only a person can judge, or no criteria at
+    /// all). `None` when a criterion passed a check.
+    pub fn on_agents_word(&self) -> Option<usize> {
+        let checked = self
+            .criteria
+            .iter()
+            .any(|c| c.outcome == CriterionOutcome::Passed);
+        (!checked).then(|| {
+            self.criteria
+                .iter()
+                .filter(|c| c.outcome == CriterionOutcome::Unverified)
+                .count()
+        })
+    }
+}
+
+/// What a completed sprint's state is called wherever it is shown:
+/// `COMPLETED`, or `COMPLETED on the agent's word (N criteria unverified)`.
+pub fn completed_words(c: &Completion) -> String {
+    c.on_agents_word()
+        .map_or_else(|| "COMPLETED".into(), agents_word_words)
+}
+
+/// `COMPLETED on the agent's word (N criteria unverified)`.
+pub fn agents_word_words(unverified: usize) -> String {
+    match unverified {
+        0 => "COMPLETED on the agent's word (no criteria to check)".into(),
+        1 => "COMPLETED on the agent's word (1 criterion unverified)".into(),
+        n => format!("COMPLETED on the agent's word ({n} criteria unverified)"),
+    }
+}
+
 /// The facts the engine records. `apply` folds them into state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]

@@ -307,6 +307,9 @@ pub struct Comment {
     pub id: i64,
     #[serde(default)]
     pub body: Option<String>,
+    /// Its author (absent only for a deleted account's).
+    #[serde(default)]
+    pub user: Option<Login>,
 }
 
 /// The answer to a workflow dispatch asked to return the run's details.

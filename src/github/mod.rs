@@ -142,6 +142,9 @@ pub struct GitHub {
     budgets: Mutex<HashMap<u64, Budget>>,
     /// How many calls may be in flight at once.
     turns: turns::Turns,
+    /// The login GitHub gives what this client makes (`{slug}[bot]`),
+    /// learnt once: only comments and issues by it carry markers honoured.
+    own_login: tokio::sync::OnceCell<String>,
     /// See [`base_path`].
     base_path: String,
     /// The longest pause one call accepts before giving the work back to the queue.
@@ -235,6 +238,9 @@ fn header_num<T: std::str::FromStr>(h: &http::HeaderMap, name: &str) -> Option<T
     h.get(name)?.to_str().ok()?.trim().parse().ok()
 }
 
+/// The author GitHub gives what a workflow's `GITHUB_TOKEN` makes.
+pub const ACTIONS_LOGIN: &str = "github-actions[bot]";
+
 impl GitHub {
     pub fn new(
         api_url: &str,
@@ -272,6 +278,7 @@ impl GitHub {
             etags: Mutex::new(etags::EtagCache::new(ETAG_ENTRIES, ETAG_BYTES)),
             budgets: Mutex::new(HashMap::new()),
             turns: turns::Turns::new(turns::PER_INSTALLATION, turns::IN_ALL),
+            own_login: tokio::sync::OnceCell::new(),
             base_path: base_path(api_url),
             max_wait: Duration::from_secs(15 * 60),
             backoff: Duration::from_millis(250),
@@ -360,6 +367,37 @@ impl GitHub {
     /// The App this client acts as, if it is an App's.
     pub fn app_id(&self) -> Option<u64> {
         self.app_id
+    }
+
+    /// A token client whose comments and issues GitHub attributes to
+    /// `login` (an App installation token's `{slug}[bot]`, or a person's
+    /// for a personal token), instead of [`ACTIONS_LOGIN`].
+    pub fn writing_as(self, login: &str) -> GitHub {
+        let _ = self.own_login.set(login.to_string());
+        self
+    }
+
+    /// Who GitHub says made what this client makes: for the App, its bot
+    /// (`{slug}[bot]`, the slug from `GET /app`, asked once); for a token,
+    /// what [`GitHub::writing_as`] set, else GitHub Actions' bot, the author
+    /// of what a workflow's `GITHUB_TOKEN` makes. A marker in anyone else's
+    /// comment is text, never the App's record.
+    pub async fn own_login(&self) -> Result<&str, GitHubError> {
+        self.own_login
+            .get_or_try_init(|| async {
+                if self.token_client.is_some() {
+                    return Ok(ACTIONS_LOGIN.to_string());
+                }
+                let reply = self.app_get("/app").await?;
+                let app: answers::AppInfo = answers::read("GET /app", reply.json())?;
+                let slug = app.slug.ok_or_else(|| GitHubError::Unexpected {
+                    what: "GET /app".into(),
+                    message: "the App has no slug".into(),
+                })?;
+                Ok(format!("{slug}[bot]"))
+            })
+            .await
+            .map(String::as_str)
     }
 
     /// A GET as the App itself, signed with its key (a JWT): `/app`,

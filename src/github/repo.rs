@@ -706,10 +706,13 @@ impl Repo<'_> {
     }
 
     /// Issues (any state) carrying `label`, as (number, id, body).
-    pub async fn issues_labelled(
+    /// The issues the App itself opened with `label`: (number, id, body).
+    /// Anyone who can label can label an issue; only the App's are its own.
+    pub async fn own_issues_labelled(
         &self,
         label: &str,
     ) -> Result<Vec<(i64, IssueId, String)>, GitHubError> {
+        let own = self.gh.own_login().await?;
         let v: Vec<answers::Issue> = self
             .list(
                 &format!("/issues?state=all&per_page=100&labels={}", enc(label)),
@@ -717,6 +720,7 @@ impl Repo<'_> {
             )
             .await?;
         Ok(v.into_iter()
+            .filter(|i| i.user.as_ref().is_some_and(|u| u.login == own))
             .map(|i| (i.number, i.id, i.body.unwrap_or_default()))
             .collect())
     }
@@ -820,17 +824,29 @@ impl Repo<'_> {
         .await
     }
 
-    /// The comment on `issue` (since `since`) carrying `marker`: (id, body).
-    async fn marked(
+    /// The App's own comment on `issue` (since `since`) carrying `marker`:
+    /// (id, body). Only the App's: anyone who can comment can write a
+    /// marker, and one a stranger planted must not silence a reply, skip a
+    /// notice or be edited as the status table.
+    pub async fn marked(
         &self,
         issue: i64,
         since: Option<&str>,
         marker: &str,
     ) -> Result<Option<(i64, String)>, GitHubError> {
-        Ok(self
-            .comments(issue, since)
-            .await?
-            .into_iter()
+        let own = self.gh.own_login().await?;
+        let since = since
+            .map(|s| format!("&since={}", enc(s)))
+            .unwrap_or_default();
+        let v: Vec<answers::Comment> = self
+            .list(
+                &format!("/issues/{issue}/comments?per_page=100{since}"),
+                None,
+            )
+            .await?;
+        Ok(v.into_iter()
+            .filter(|c| c.user.as_ref().is_some_and(|u| u.login == own))
+            .map(|c| (c.id, c.body.unwrap_or_default()))
             .find(|(_, b)| b.contains(marker)))
     }
 

@@ -124,8 +124,17 @@ pub fn complete_md(st: &OperationState, now: DateTime<Utc>) -> String {
         let c = d.c;
         let _ = writeln!(
             out,
-            "### ✓ {} Sprint {}: {}\n- **Work Unit**: {}\n- **Status**: COMPLETED",
-            d.unit, d.sprint.id, d.sprint.name, d.unit
+            "### {} {} Sprint {}: {}\n- **Work Unit**: {}\n- **Status**: {}",
+            if c.on_agents_word().is_some() {
+                "☐"
+            } else {
+                "✓"
+            },
+            d.unit,
+            d.sprint.id,
+            d.sprint.name,
+            d.unit,
+            crate::engine::completed_words(c)
         );
         let _ = writeln!(
             out,

@@ -150,15 +150,27 @@ pub fn sprint_check(
         .iter()
         .filter(|c| c.outcome == CriterionOutcome::Failed)
         .count();
+    // Completed with nothing a machine checked: neutral, never success,
+    // and the title says whose word it is.
+    let own = crate::engine::cascade::own_results(sprint, criteria);
+    let unverified = own
+        .iter()
+        .filter(|c| c.outcome == CriterionOutcome::Unverified)
+        .count();
+    let on_word = !own.iter().any(|c| c.outcome == CriterionOutcome::Passed);
     let conclusion = match verdict {
+        Some(SprintStatus::Completed) if on_word => "neutral",
         Some(SprintStatus::Completed) => "success",
         Some(SprintStatus::Partial) => "neutral",
         _ => "failure",
     };
+    let state = match verdict {
+        Some(SprintStatus::Completed) if on_word => crate::engine::agents_word_words(unverified),
+        v => v.map_or("not verified".to_string(), |v| v.to_string()),
+    };
     let title = format!(
-        "{unit} Sprint {}: {} — {} of {} criteria passed",
+        "{unit} Sprint {}: {state} — {} of {} criteria passed",
         sprint.id,
-        verdict.map_or("not verified".to_string(), |v| v.to_string()),
         criteria.len() - failed,
         criteria.len()
     );

@@ -171,6 +171,23 @@ fn board(
             cell(&deps),
         );
     }
+    // Completed on the agent's word: said under the table, where a person
+    // reading "COMPLETED" above would otherwise take it for checked.
+    for (u, s, c) in st.units.iter().flat_map(|u| {
+        u.sprints
+            .iter()
+            .filter_map(move |s| s.completion.as_ref().map(|c| (u, s, c)))
+    }) {
+        if c.on_agents_word().is_some() && st.workflow.is_none() {
+            let _ = writeln!(
+                out,
+                "\n☐ {} Sprint {}: {} — review it",
+                cell(&u.name),
+                s.id,
+                crate::engine::completed_words(c)
+            );
+        }
+    }
     let blocked = st.blocked_units().count();
     let _ = writeln!(out, "\nActive agents: {}", st.launched_count());
     for u in &st.units {

@@ -340,7 +340,9 @@ impl Story {
         self.fake
             .comments(REPO, issue)
             .into_iter()
-            .filter(|c| c.user == "supervise[bot]")
+            .filter(|c| {
+                [fake_github::APP_LOGIN, fake_github::ACTIONS_LOGIN].contains(&c.user.as_str())
+            })
             .map(|c| c.body)
             .collect()
     }
@@ -389,7 +391,7 @@ impl Story {
                     self.fake
                         .comments_in(REPO)
                         .into_iter()
-                        .filter(|c| c.issue != issue && c.user == "supervise[bot]")
+                        .filter(|c| c.issue != issue && [fake_github::APP_LOGIN, fake_github::ACTIONS_LOGIN].contains(&c.user.as_str()))
                         .map(|c| (c.issue, c.body.chars().take(400).collect::<String>()))
                         .collect::<Vec<_>>(),
                     self.fake

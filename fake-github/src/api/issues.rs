@@ -56,6 +56,7 @@ pub(super) async fn create_issue(
     let Some(title) = b.title else {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "title is required");
     };
+    let user = crate::author(&f, &h);
     let mut s = f.inner.lock();
     let (id, number) = (s.api.id(), s.api.number(&name));
     let i = Issue {
@@ -66,7 +67,7 @@ pub(super) async fn create_issue(
         body: b.body.unwrap_or_default(),
         state: "open".into(),
         labels: b.labels.unwrap_or_default(),
-        user: "supervise[bot]".into(),
+        user,
         sub_issues: vec![],
     };
     s.api.issues.push(i.clone());

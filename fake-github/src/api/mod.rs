@@ -280,6 +280,19 @@ impl FakeGitHub {
         number
     }
 
+    /// Adds `label` to issue `number`, as anyone who may triage can.
+    pub fn label_issue(&self, repo: &str, number: i64, label: &str) {
+        let mut s = self.inner.lock();
+        if let Some(i) = s
+            .api
+            .issues
+            .iter_mut()
+            .find(|i| i.repo == repo && i.number == number)
+        {
+            i.labels.push(label.into());
+        }
+    }
+
     /// The Actions workflow `file` runs `command` (through `sh -c`) in a checkout
     /// of the dispatched ref, with `INPUT_<NAME>` for each input and `env` added.
     /// Its checkout holds the write credential, and what it committed is

@@ -332,14 +332,18 @@ impl Decider<'_> {
             answer: report.evidence.answer.clone(),
         };
         let id = self.sprint(u, s).id.clone();
-        self.completed_sprint(
-            u,
-            s,
-            completion,
-            &active.id,
-            format!("Sprint {id} COMPLETED"),
-            "verification cascade confirmed the exit criteria".into(),
-        );
+        let (what, why) = match completion.on_agents_word() {
+            None => (
+                format!("Sprint {id} COMPLETED"),
+                "verification cascade confirmed the exit criteria".to_string(),
+            ),
+            // Nothing a machine can check: said as it is, never as verified.
+            Some(_) => (
+                format!("Sprint {id} {}", crate::engine::completed_words(&completion)),
+                "no criterion a machine can check: the agent says it is done and a person should review it".to_string(),
+            ),
+        };
+        self.completed_sprint(u, s, completion, &active.id, what, why);
     }
 
     /// Records a verified completion and asks for the sprint's merge (the

@@ -83,7 +83,9 @@ impl GitHubExecutor<'_> {
                         pr.number
                     }
                 };
-                if ctx.merge == MergeMode::AfterReview && !repo.approved(number).await? {
+                if merge_mode(&ctx, state, unit, sprint) == MergeMode::AfterReview
+                    && !repo.approved(number).await?
+                {
                     return Ok(Outcome::Wait(vec![]));
                 }
                 // Merged at the head that was verified: a branch moved since
@@ -863,6 +865,39 @@ impl Operations {
 
 /// Whether the attempt `d` ended with its sprint found done before an agent
 /// was launched (so it has no run, branch or pull request to merge).
+/// How a sprint's pull request is merged: as the repository's settings say;
+/// where they say nothing, immediately — but after an approving review for
+/// a sprint completed on the agent's word, which no machine checked.
+fn merge_mode(
+    ctx: &OpContext,
+    state: Option<&OperationState>,
+    unit: &str,
+    sprint: &crate::plan::SprintId,
+) -> MergeMode {
+    if let Some(mode) = ctx.merge {
+        return mode;
+    }
+    // (Work without a plan is judged by its workflow, which reads what
+    // each agent hands back: not a sprint a person reviews.)
+    let on_word = state
+        .filter(|st| st.workflow.is_none())
+        .and_then(|st| {
+            let u = st.unit_index(unit)?;
+            st.units[u]
+                .sprints
+                .iter()
+                .find(|s| &s.id == sprint)?
+                .completion
+                .as_ref()
+        })
+        .is_some_and(|c| c.on_agents_word().is_some());
+    if on_word {
+        MergeMode::AfterReview
+    } else {
+        MergeMode::Immediately
+    }
+}
+
 fn found_done_before_dispatch(state: Option<&OperationState>, d: &DispatchId) -> bool {
     state
         .and_then(|st| {

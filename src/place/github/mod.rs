@@ -86,7 +86,10 @@ pub struct OpContext {
     pub default_branch: String,
     pub plan_path: String,
     pub workflow: String,
-    pub merge: MergeMode,
+    /// `merge:` as the settings at start said it; `None` when they did not
+    /// (immediately, but after review for a sprint on the agent's word).
+    #[serde(default)]
+    pub merge: Option<MergeMode>,
     /// The repository's daily cap (`daily_budget` in its settings at start).
     #[serde(default)]
     pub daily_budget: Option<u64>,
@@ -739,7 +742,7 @@ mod tests {
             default_branch: "main".into(),
             plan_path: "EXECUTION_PLAN.md".into(),
             workflow: "supervise-agent.yml".into(),
-            merge: MergeMode::Immediately,
+            merge: None,
             daily_budget: None,
             started_at: "2026-11-27T00:00:00Z".into(),
             start_head: None,

@@ -71,10 +71,8 @@ impl Operations {
             let id = match live.place.status_comment {
                 Some(id) => Some(id),
                 None => repo
-                    .comments(ctx.issue, Some(&ctx.started_at))
+                    .marked(ctx.issue, Some(&ctx.started_at), &marker)
                     .await?
-                    .into_iter()
-                    .find(|(_, b)| b.contains(&marker))
                     .map(|(id, _)| id),
             };
             let id = match id {
@@ -110,7 +108,7 @@ impl Operations {
         let own_issue = |u: &str| st.workflow.as_ref().is_none_or(|w| w.has_own_issue(u));
         let wanted = st.units.iter().filter(|u| own_issue(&u.name)).count();
         if known.len() < wanted {
-            let existing = repo.issues_labelled(&label).await?;
+            let existing = repo.own_issues_labelled(&label).await?;
             for u in &st.plan.work_units {
                 if known.iter().any(|k| k.unit == u.name) || !own_issue(&u.name) {
                     continue;

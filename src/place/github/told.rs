@@ -383,7 +383,7 @@ impl Operations {
                 .workflow
                 .clone()
                 .unwrap_or_else(|| DEFAULT_WORKFLOW.into()),
-            merge: file_settings.merge.unwrap_or_default(),
+            merge: file_settings.merge,
             daily_budget: file_settings.daily_budget,
             started_at: o
                 .created_at
