@@ -1821,10 +1821,7 @@ fn a_sprint_on_the_agents_word_is_said_so_everywhere() {
     assert!(text(&status).contains(said), "{}", text(&status));
     let state = std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap();
     assert!(state.contains(said), "{state}");
-    assert!(
-        !state.contains("verification cascade confirmed"),
-        "{state}"
-    );
+    assert!(!state.contains("verification cascade confirmed"), "{state}");
     let report = std::fs::read_dir(&repo.root)
         .unwrap()
         .flatten()

@@ -344,3 +344,55 @@ async fn work_that_carries_a_secret_is_refused_not_pushed() {
         assert!(!published.contains(secret), "{secret} was published");
     }
 }
+
+/// An earlier sprint cannot loosen the rules for a later one: Sprint 1's
+/// agent sets `agent_may_change_workflows: true` in the settings (and does
+/// its work), Sprint 2's adds a workflow. The settings change is refused
+/// with the reason, so the integration branch keeps the settings people put
+/// there, and Sprint 2's workflow is refused under them; both honest retries
+/// finish, and no workflow and no settings change reaches any branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_earlier_sprint_cannot_loosen_the_rules_for_a_later_one() {
+    let plan = "# Loose\n\n| Work Unit | Directory |\n|---|---|\n| loose | loose |\n\n\
+## loose\n### Sprint 1: One\n- [ ] `loose/loose-sprint-1.txt` exists\n\
+### Sprint 2: Two\n- [ ] `loose/loose-sprint-2.txt` exists\n";
+    let s = Story::start(Setup::operation(
+        plan,
+        "loose 1 loosen,ok\nloose 2 workflow,ok\n",
+    ))
+    .await;
+    s.say("/supervise start").await;
+    s.until("the final pull request", 180, |s| s.final_pull().is_some())
+        .await;
+    let fin = s.final_pull().unwrap();
+    let state = s
+        .fake
+        .file(REPO, &fin.head, "SUPERVISOR_STATE.md")
+        .expect("the state file is on the integration branch");
+    let failure = |sprint: u32| -> String {
+        state
+            .lines()
+            .find(|l| {
+                l.contains(&format!("| loose | {sprint} |")) && l.contains("attempt 1/3 failed")
+            })
+            .unwrap_or_else(|| panic!("no failed attempt of Sprint {sprint}:\n{state}"))
+            .to_string()
+    };
+    assert!(
+        failure(1).contains("repository's settings"),
+        "{}",
+        failure(1)
+    );
+    assert!(failure(2).contains("change workflows"), "{}", failure(2));
+    let bare = s.tmp.path().join("github/repos/acme/shop.git");
+    let git = |args: &[&str]| support::git(&bare, args);
+    assert_eq!(
+        git(&["log", "--all", "--format=%h", "--", ".github/workflows"]),
+        ""
+    );
+    let settings = git(&["log", "--all", "-p", "--", ".github/supervise.yml"]);
+    assert!(
+        !settings.contains("agent_may_change_workflows"),
+        "{settings}"
+    );
+}

@@ -1,7 +1,11 @@
 //! What an agent's work may not touch. The trusted step that checks an
 //! attempt (in the runner, after the agent's job has ended) refuses work that
-//! changes the supervisor's own records, the repository's workflows, or the
-//! criteria the work is judged by — before any of it is run. Pure: it is given
+//! changes the supervisor's own records, the repository's settings or
+//! workflows, or the criteria the work is judged by and the plan's structure
+//! (units, their directories and dependencies) — before any of it is run.
+//! Because no agent's change to the settings is ever taken, the settings on
+//! the integration branch, which the verifying job reads, are the ones
+//! people with write access put there. Pure: it is given
 //! the paths the work changes and the plan before and after it.
 
 use crate::plan::{Criterion, Plan};
@@ -13,6 +17,11 @@ pub const SUPERVISOR_DIR: &str = ".supervise/";
 /// Workflows run with the repository's credentials: a workflow an agent wrote
 /// is a privilege it gave itself.
 pub const WORKFLOWS_DIR: &str = ".github/workflows/";
+
+/// The repository's settings: the rules the verifying job applies to the
+/// next sprint (`agent_may_change_workflows` among them). An agent that
+/// could change them would loosen the rules a later agent is judged by.
+pub const SETTINGS_FILES: [&str; 2] = [".github/supervise.yml", ".github/supervise.yaml"];
 
 /// What the work is checked against.
 pub struct Rules<'a> {
@@ -44,6 +53,14 @@ pub fn refusal(rules: &Rules<'_>, changed: &[String], plan_after: Option<&str>) 
             records.join(", ")
         ));
     }
+    if let Some(settings) = changed
+        .iter()
+        .find(|p| SETTINGS_FILES.contains(&p.as_str()))
+    {
+        return Some(format!(
+            "the agent's commits change the repository's settings ({settings}), which set the rules work is verified by; only people with write access change them"
+        ));
+    }
     let workflows = listed(WORKFLOWS_DIR);
     if !workflows.is_empty() && !rules.workflows_allowed {
         return Some(format!(
@@ -68,9 +85,15 @@ pub fn refusal(rules: &Rules<'_>, changed: &[String], plan_after: Option<&str>) 
                 why.join("; ")
             ))
         }
-        Ok(after) => criteria_change(before, &after).map(|what| {
-            format!("the agent's commits change the exit or entry criteria in `{path}` ({what}); criteria are the plan's authors' to change")
-        }),
+        Ok(after) => criteria_change(before, &after)
+            .map(|what| {
+                format!("the agent's commits change the exit or entry criteria in `{path}` ({what}); criteria are the plan's authors' to change")
+            })
+            .or_else(|| {
+                structure_change(before, &after).map(|what| {
+                    format!("the agent's commits change the plan's structure in `{path}` ({what}), which says what is verified where; only the plan's authors change it")
+                })
+            }),
     }
 }
 
@@ -103,6 +126,27 @@ fn criteria_change(before: &Plan, after: &Plan) -> Option<String> {
         }
     }
     None
+}
+
+/// The first unit whose directory (where its criteria's paths and
+/// commands are taken from) or dependencies (which work it is checked
+/// after) differ, or a unit added, named. Prose — descriptions, notes,
+/// ticked boxes — an agent may edit.
+fn structure_change(before: &Plan, after: &Plan) -> Option<String> {
+    for unit in &before.work_units {
+        let other = after.unit(&unit.name)?;
+        if unit.directory != other.directory {
+            return Some(format!("work unit {}'s directory", unit.name));
+        }
+        if unit.depends_on != other.depends_on {
+            return Some(format!("work unit {}'s dependencies", unit.name));
+        }
+    }
+    after
+        .work_units
+        .iter()
+        .find(|u| before.unit(&u.name).is_none())
+        .map(|u| format!("work unit {} is new", u.name))
 }
 
 #[cfg(test)]
@@ -163,6 +207,51 @@ mod tests {
             ..rules(&p)
         };
         assert_eq!(refusal(&allowed, &paths, None), None);
+    }
+
+    #[test]
+    fn the_settings_are_protected_whatever_the_repository_allows() {
+        let p = plan(PLAN);
+        let loose = Rules {
+            workflows_allowed: true,
+            ..rules(&p)
+        };
+        for path in [".github/supervise.yml", ".github/supervise.yaml"] {
+            let why = refusal(&loose, &changed(&["src/lib.rs", path]), None).expect("refused");
+            assert!(why.contains(path) && why.contains("settings"), "{why}");
+        }
+    }
+
+    #[test]
+    fn a_plan_whose_directories_dependencies_or_units_change_is_refused_but_prose_is_not() {
+        const TWO: &str = "# Plan\n\n| Work Unit | Directory | Depends On |\n|---|---|---|\n| api | api | — |\n| web | web | api |\n\n## api\n### Sprint 1: Base\n- [ ] `done.txt` exists\n\n## web\n### Sprint 1: Page\n- [ ] `page.txt` exists\n";
+        let p = plan(TWO);
+        let paths = changed(&["EXECUTION_PLAN.md"]);
+        for (after, what) in [
+            (
+                TWO.replace("| api | api | — |", "| api | . | — |"),
+                "api's directory",
+            ),
+            (
+                TWO.replace("| web | web | api |", "| web | web | — |"),
+                "web's dependencies",
+            ),
+            (
+                TWO.replace(
+                    "| web | web | api |\n",
+                    "| web | web | api |\n| ops | ops | — |\n",
+                ) + "\n## ops\n### Sprint 1: Ops\n- [ ] `ops.txt` exists\n",
+                "ops is new",
+            ),
+        ] {
+            let why = refusal(&rules(&p), &paths, Some(&after)).expect("refused");
+            assert!(why.contains("structure") && why.contains(what), "{why}");
+        }
+        let prose = TWO.replace(
+            "### Sprint 1: Page\n",
+            "### Sprint 1: Page\nThe landing page, as the designer drew it.\n",
+        );
+        assert_eq!(refusal(&rules(&p), &paths, Some(&prose)), None);
     }
 
     #[test]
