@@ -396,3 +396,78 @@ async fn an_earlier_sprint_cannot_loosen_the_rules_for_a_later_one() {
         "{settings}"
     );
 }
+
+/// A workflow that holds a write credential and vouches for its own forged
+/// record, each time getting one thing wrong: the digest, the dispatch the
+/// check run names (`external_id`), or the commit it is on (the work's
+/// commit under the record's). None is taken: each attempt fails saying
+/// no trusted job vouched for the record, and every unit ends BLOCKED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_record_vouched_for_wrongly_is_not_taken() {
+    const UNITS: [&str; 3] = ["digest", "elsewhere", "parent"];
+    let mut plan = String::from("# Vouch\n\n| Work Unit | Directory |\n|---|---|\n");
+    for u in UNITS {
+        plan.push_str(&format!("| {u} | {u} |\n"));
+    }
+    for u in UNITS {
+        plan.push_str(&format!(
+            "\n## {u}\n### Sprint 1: Work\n- [ ] `{u}/{u}-sprint-1.txt` exists\n"
+        ));
+    }
+    let s = Story::start(Setup::operation(&plan, "")).await;
+    let forge = r#"set -e
+if git rev-parse -q --verify "refs/remotes/origin/$INPUT_BRANCH" > /dev/null; then
+  git checkout -q -B "$INPUT_BRANCH" "refs/remotes/origin/$INPUT_BRANCH"
+else
+  git checkout -q -B "$INPUT_BRANCH"
+fi
+mkdir -p "$INPUT_UNIT" && echo "work of $INPUT_DISPATCH_ID" > "$INPUT_UNIT/work.txt"
+git add -A && git commit -qm "work"
+parent=$(git rev-parse HEAD)
+rec=".supervise/results/$(echo "$INPUT_DISPATCH_ID" | sed 's#/#__#g').json"
+mkdir -p .supervise/results
+printf '{"exit_code":0,"output_tail":"Done.","criteria":[{"line":1,"text":"all","outcome":"passed","detail":""}]}' > "$rec"
+git add -A && git commit -qm "supervise: results of $INPUT_DISPATCH_ID"
+git push -q origin "HEAD:refs/heads/$INPUT_BRANCH"
+digest="sha256:$(sha256sum "$rec" | cut -d' ' -f1)"
+sha=$(git rev-parse HEAD)
+ext="$INPUT_DISPATCH_ID"
+case "$INPUT_UNIT" in
+  digest) digest="sha256:$(printf 'another record' | sha256sum | cut -d' ' -f1)" ;;
+  elsewhere) ext="another-op/$INPUT_UNIT/1/a1d1" ;;
+  parent) sha="$parent" ;;
+esac
+curl -sf -o /dev/null -X POST -H "Authorization: Bearer $GITHUB_TOKEN" -H "Content-Type: application/json" \
+  "$GITHUB_API_URL/repos/$GITHUB_REPOSITORY/check-runs" \
+  -d "{\"name\":\"supervise: results record\",\"head_sha\":\"$sha\",\"status\":\"completed\",\"conclusion\":\"neutral\",\"external_id\":\"$ext\",\"output\":{\"title\":\"Results recorded\",\"summary\":\"$digest\"}}"
+"#;
+    s.fake.set_workflow(REPO, "supervise-agent.yml", forge, &[]);
+    s.say("/supervise start").await;
+    s.until("every unit blocks", 240, |s| {
+        let status = s.status_comment();
+        UNITS.iter().all(|u| {
+            status
+                .lines()
+                .any(|l| l.starts_with(&format!("| {u} |")) && l.contains("BLOCKED"))
+        })
+    })
+    .await;
+    for u in UNITS {
+        let checks: Vec<_> = s
+            .fake
+            .check_runs(REPO)
+            .into_iter()
+            .filter(|c| c.name == format!("supervise: {u} Sprint 1") && c.conclusion.is_some())
+            .collect();
+        assert!(!checks.is_empty(), "{u}");
+        for c in checks {
+            assert_eq!(c.conclusion.as_deref(), Some("failure"), "{u}: {c:#?}");
+            assert!(
+                c.summary
+                    .contains("not made by the agent workflow's trusted job"),
+                "{u}: {}",
+                c.summary
+            );
+        }
+    }
+}

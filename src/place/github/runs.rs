@@ -491,3 +491,103 @@ pub(super) fn vouched_record(
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::vouched_record;
+    use crate::contract::{record_digest_line, RECORD_CHECK};
+    use crate::github::repo::Check;
+
+    const DISPATCH: &str = "op-1/api/1/a1d1";
+    fn record() -> String {
+        serde_json::to_string(&crate::contract::RunResult::default()).unwrap()
+    }
+
+    fn check(name: &str, app: &str, app_id: u64, external_id: &str, summary: &str) -> Check {
+        Check {
+            name: name.into(),
+            app: app.into(),
+            app_id: Some(app_id),
+            completed: true,
+            conclusion: Some("neutral".into()),
+            external_id: external_id.into(),
+            summary: summary.into(),
+        }
+    }
+
+    /// The checks the supervisor counts as its own, as the place filters
+    /// a head's check runs (the App is 42).
+    fn own(checks: Vec<Check>) -> Vec<Check> {
+        checks
+            .into_iter()
+            .filter(|c| c.is_supervisors(Some(42)))
+            .collect()
+    }
+
+    #[test]
+    fn a_record_is_taken_only_with_the_right_digest_dispatch_and_app() {
+        let record = record();
+        let digest = record_digest_line(record.as_bytes());
+        let taken =
+            |checks: Vec<Check>| vouched_record(DISPATCH, Some(record.clone()), &own(checks));
+        assert!(taken(vec![check(
+            RECORD_CHECK,
+            "supervise",
+            42,
+            DISPATCH,
+            &digest
+        )])
+        .is_ok());
+        assert!(taken(vec![check(
+            RECORD_CHECK,
+            "github-actions",
+            15368,
+            DISPATCH,
+            &digest
+        )])
+        .is_ok());
+        let wrong_digest = record_digest_line(b"another record");
+        for (what, c) in [
+            (
+                "a wrong digest",
+                check(RECORD_CHECK, "supervise", 42, DISPATCH, &wrong_digest),
+            ),
+            (
+                "another dispatch",
+                check(RECORD_CHECK, "supervise", 42, "op-1/api/1/a2d1", &digest),
+            ),
+            (
+                "another App",
+                check(RECORD_CHECK, "helpful-bot", 99, DISPATCH, &digest),
+            ),
+            (
+                "another check's name",
+                check(
+                    "supervise: api Sprint 1",
+                    "supervise",
+                    42,
+                    DISPATCH,
+                    &digest,
+                ),
+            ),
+            (
+                "the digest inside a word",
+                check(
+                    RECORD_CHECK,
+                    "supervise",
+                    42,
+                    DISPATCH,
+                    &format!("x{digest}"),
+                ),
+            ),
+        ] {
+            let why = taken(vec![c]).expect_err(what);
+            assert!(
+                why.contains("not made by the agent workflow's trusted job"),
+                "{what}: {why}"
+            );
+        }
+        // No record at all is no record, not a refusal.
+        assert!(matches!(vouched_record(DISPATCH, None, &[]), Ok(None)));
+    }
+}
