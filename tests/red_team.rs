@@ -471,3 +471,49 @@ curl -sf -o /dev/null -X POST -H "Authorization: Bearer $GITHUB_TOKEN" -H "Conte
         }
     }
 }
+
+/// The fake grants each job of the agent workflow what the shipped YAML
+/// says: the agent's and the verifying job's credentials cannot write, and
+/// the publishing job, which can, runs only after verification succeeded.
+#[test]
+fn the_fake_grants_what_the_shipped_workflow_says() {
+    use fake_github::{Access, RunsIf};
+    assert_eq!(
+        support::job_grants(&support::shipped_agent_workflow()),
+        vec![
+            ("agent".to_string(), Access::Read, RunsIf::NotCancelled),
+            ("verify".to_string(), Access::Read, RunsIf::NotCancelled),
+            (
+                "publish".to_string(),
+                Access::Write,
+                RunsIf::PreviousSucceeded
+            ),
+        ]
+    );
+}
+
+/// The tests cross the shipped workflow's boundary, not a copy of it: with
+/// the agent's job widened in the YAML (`contents: write`, and its checkout
+/// keeping the credential), the pushing agent of the red-team story gets
+/// its commit onto the default branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_widened_agent_job_in_the_yaml_lets_the_push_through() {
+    let shipped = support::shipped_agent_workflow();
+    let agent_job = shipped.find("  agent:\n").expect("the agent job");
+    let (before, after) = shipped.split_at(agent_job);
+    let widened = format!(
+        "{before}{}",
+        after
+            .replacen("      contents: read\n", "      contents: write\n", 1)
+            .replacen("          persist-credentials: false\n", "", 1)
+    );
+    assert_ne!(widened, shipped, "the YAML was widened");
+    let s = Story::start(Setup::operation(ONE, "solo 1 push,ok")).await;
+    s.use_agent_workflow(&widened);
+    s.say("/supervise start").await;
+    let bare = s.tmp.path().join("github/repos/acme/shop.git");
+    s.until("the push reaches main", 120, |_| {
+        support::git(&bare, &["log", "main", "--format=%s"]).contains("pwn")
+    })
+    .await;
+}

@@ -238,6 +238,12 @@ impl Story {
         set_agent_workflow(&self.fake, REPO, self.tmp.path(), agent);
     }
 
+    /// The agent workflow of the story's repository is `yaml` (a changed
+    /// copy of the shipped one) from now on: its jobs get what it grants.
+    pub fn use_agent_workflow(&self, yaml: &str) {
+        set_agent_workflow_as(&self.fake, REPO, self.tmp.path(), SCRIPTED_AGENT, yaml);
+    }
+
     /// Starts the service through the story's door (again, after a kill).
     pub async fn serve_up(&mut self) {
         match self.door {
@@ -493,6 +499,10 @@ const WORKFLOW_AGENT: &str = "examples/agents/workflow-agent.sh";
 /// from the story's file; the verifying job (no credential) and the
 /// publishing job (the App's token) run the trusted binary.
 fn set_agent_workflow(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str) {
+    set_agent_workflow_as(fake, repo, tmp, agent, &support::shipped_agent_workflow());
+}
+
+fn set_agent_workflow_as(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str, yaml: &str) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let agent_env = [
         ("AGENT", manifest.join(agent).display().to_string()),
@@ -512,7 +522,7 @@ fn set_agent_workflow(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str) {
     fake.set_workflow_jobs(
         repo,
         "supervise-agent.yml",
-        support::agent_workflow_jobs(agent_env, env!("CARGO_BIN_EXE_supervise")),
+        support::agent_workflow_jobs_as(yaml, agent_env, env!("CARGO_BIN_EXE_supervise")),
     );
 }
 

@@ -9,12 +9,77 @@ use std::time::{Duration, Instant};
 
 pub const SECRET: &str = "s3cret";
 
+/// The shipped agent workflow, as the repository holds it.
+pub fn shipped_agent_workflow() -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(".github/workflows/supervise-agent.yml"),
+    )
+    .expect("the shipped agent workflow")
+}
+
+/// What a workflow's YAML grants each job, in its order: whether its
+/// credentials can write (`permissions: contents: write` *and* a checkout
+/// that keeps its credential — `persist-credentials` not `false`), and
+/// whether it runs only when the job before it succeeded (an `if:` on a
+/// needed job's `result == 'success'`). The fake grants what the YAML
+/// says, so a change to the YAML is a change to what the tests cross.
+pub fn job_grants(yaml: &str) -> Vec<(String, fake_github::Access, fake_github::RunsIf)> {
+    use fake_github::{Access, RunsIf};
+    let doc: serde_yaml::Value = serde_yaml::from_str(yaml).expect("the workflow reads as YAML");
+    let jobs = doc["jobs"].as_mapping().expect("the workflow has jobs");
+    jobs.iter()
+        .map(|(name, job)| {
+            let contents = job["permissions"]["contents"]
+                .as_str()
+                .or_else(|| doc["permissions"]["contents"].as_str())
+                .unwrap_or("none");
+            let persists = job["steps"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .find(|step| {
+                    step["uses"]
+                        .as_str()
+                        .is_some_and(|u| u.starts_with("actions/checkout@"))
+                })
+                .is_some_and(|checkout| {
+                    let persist = &checkout["with"]["persist-credentials"];
+                    !(persist.as_bool() == Some(false) || persist.as_str() == Some("false"))
+                });
+            let access = if contents == "write" && persists {
+                Access::Write
+            } else {
+                Access::Read
+            };
+            let condition = job["if"].as_str().unwrap_or("");
+            let runs_if = if condition.contains("needs.") && condition.contains("== 'success'") {
+                RunsIf::PreviousSucceeded
+            } else {
+                RunsIf::NotCancelled
+            };
+            (name.as_str().unwrap_or("").to_string(), access, runs_if)
+        })
+        .collect()
+}
+
 /// The shipped agent workflow's three jobs, for the fake GitHub's runner:
 /// the agent's (read-only; `agent_env` holds the agent and its keys), the
 /// verifying job (no credential) and the publishing job (the App's token),
 /// the trusted two running `supervise` from `bin`.
 pub fn agent_workflow_jobs(agent_env: Vec<(String, String)>, bin: &str) -> Vec<fake_github::Job> {
-    use fake_github::{Access, Job, RunsIf};
+    agent_workflow_jobs_as(&shipped_agent_workflow(), agent_env, bin)
+}
+
+/// [`agent_workflow_jobs`] for the agent workflow `yaml` (the shipped one,
+/// or one a test changed): each job's credentials and condition are what
+/// `yaml` grants ([`job_grants`]); its steps are the job's script in
+/// `tests/agents/gh-<job>-job.sh`.
+pub fn agent_workflow_jobs_as(
+    yaml: &str,
+    agent_env: Vec<(String, String)>,
+    bin: &str,
+) -> Vec<fake_github::Job> {
+    use fake_github::Job;
     let script = |name: &str| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         format!("sh {}", root.join("tests/agents").join(name).display())
@@ -33,29 +98,23 @@ pub fn agent_workflow_jobs(agent_env: Vec<(String, String)>, bin: &str) -> Vec<f
     ];
     agent_env.push(("SUPERVISE_INSTALL_FROM".into(), bin.into()));
     let trusted_env = vec![("SUPERVISE_BIN".to_string(), bin.to_string())];
-    vec![
-        Job {
-            name: "agent".into(),
-            command: script("gh-agent-job.sh"),
-            env: agent_env,
-            access: Access::Read,
-            runs_if: RunsIf::NotCancelled,
-        },
-        Job {
-            name: "verify".into(),
-            command: script("gh-verify-job.sh"),
-            env: verify_env,
-            access: Access::Read,
-            runs_if: RunsIf::NotCancelled,
-        },
-        Job {
-            name: "publish".into(),
-            command: script("gh-publish-job.sh"),
-            env: trusted_env,
-            access: Access::Write,
-            runs_if: RunsIf::PreviousSucceeded,
-        },
-    ]
+    let grants = job_grants(yaml);
+    assert_eq!(
+        grants.iter().map(|g| g.0.as_str()).collect::<Vec<_>>(),
+        ["agent", "verify", "publish"],
+        "the agent workflow's jobs"
+    );
+    let mut envs = [agent_env, verify_env, trusted_env].into_iter();
+    grants
+        .into_iter()
+        .map(|(name, access, runs_if)| Job {
+            command: script(&format!("gh-{name}-job.sh")),
+            env: envs.next().unwrap_or_default(),
+            name,
+            access,
+            runs_if,
+        })
+        .collect()
 }
 
 /// A port to listen on later, free now. Taken below the kernel's range for

@@ -464,9 +464,18 @@ async fn run_job(
     };
     let before = repo.branches();
     let mut cmd = tokio::process::Command::new("sh");
+    // A job starts from a clean environment, as on a runner: what the
+    // workflow gives it, and nothing of the process that runs the fake.
+    cmd.env_clear();
+    for keep in ["PATH", "LANG"] {
+        if let Some(v) = std::env::var_os(keep) {
+            cmd.env(keep, v);
+        }
+    }
     cmd.arg("-c")
         .arg(&job.command)
         .current_dir(&dir)
+        .env("HOME", &home)
         .env("GITHUB_RUN_ID", run.id.to_string())
         .env("GITHUB_REF_NAME", &run.head_branch)
         .env("GITHUB_SHA", &run.head_sha)
