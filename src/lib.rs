@@ -7,6 +7,7 @@
 //! adapters ([`github`] for GitHub's REST API, [`store`] for the log); the
 //! front doors ([`cli`], [`server`]) are thin.
 
+pub mod attempt;
 pub mod cli;
 pub mod commands;
 pub mod contract;

@@ -41,6 +41,22 @@ fn everything_published(s: &Story) -> String {
     all
 }
 
+/// The row of the first failed attempt whose row starts `| {row} |` (a unit,
+/// or a unit and its sprint) in the decision log the final pull request's
+/// head holds.
+fn first_failure(s: &Story, row: &str) -> String {
+    let fin = s.final_pull().expect("the final pull request");
+    let state = s
+        .fake
+        .file(REPO, &fin.head, "SUPERVISOR_STATE.md")
+        .expect("the state file is on the integration branch");
+    state
+        .lines()
+        .find(|l| l.contains(&format!("| {row} |")) && l.contains("attempt 1/3 failed"))
+        .unwrap_or_else(|| panic!("no failed attempt of {row}:\n{state}"))
+        .to_string()
+}
+
 /// An agent that prints its environment (as a crash dump or a debugging
 /// step would) and a GitHub token: its output is quoted in the results
 /// record, the check run and the retry's evidence, and neither the runner's
@@ -295,18 +311,7 @@ async fn work_that_carries_a_secret_is_refused_not_pushed() {
     s.say("/supervise start").await;
     s.until("the final pull request", 180, |s| s.final_pull().is_some())
         .await;
-    let fin = s.final_pull().unwrap();
-    let state = s
-        .fake
-        .file(REPO, &fin.head, "SUPERVISOR_STATE.md")
-        .expect("the state file is on the integration branch");
-    let failure = |unit: &str| -> String {
-        state
-            .lines()
-            .find(|l| l.contains(&format!("| {unit} | 1 |")) && l.contains("attempt 1/3 failed"))
-            .unwrap_or_else(|| panic!("no failed attempt of {unit}:\n{state}"))
-            .to_string()
-    };
+    let failure = |unit: &str| first_failure(&s, &format!("{unit} | 1"));
     assert!(
         failure("keyfile").contains("carry a secret")
             && failure("keyfile").contains("keyfile/app.yml` line 2"),
@@ -364,20 +369,7 @@ async fn an_earlier_sprint_cannot_loosen_the_rules_for_a_later_one() {
     s.say("/supervise start").await;
     s.until("the final pull request", 180, |s| s.final_pull().is_some())
         .await;
-    let fin = s.final_pull().unwrap();
-    let state = s
-        .fake
-        .file(REPO, &fin.head, "SUPERVISOR_STATE.md")
-        .expect("the state file is on the integration branch");
-    let failure = |sprint: u32| -> String {
-        state
-            .lines()
-            .find(|l| {
-                l.contains(&format!("| loose | {sprint} |")) && l.contains("attempt 1/3 failed")
-            })
-            .unwrap_or_else(|| panic!("no failed attempt of Sprint {sprint}:\n{state}"))
-            .to_string()
-    };
+    let failure = |sprint: u32| first_failure(&s, &format!("loose | {sprint}"));
     assert!(
         failure(1).contains("repository's settings"),
         "{}",

@@ -1,9 +1,10 @@
 //! `supervise run | start | resume | status | stop | killall | name-feature | verify`.
 
 use super::terminal::{self, default_output, exit, OutputMode, Terminal};
+use crate::attempt::criteria;
 use crate::engine::{Input, OverallStatus, Refusal};
+use crate::place::local::process;
 use crate::place::local::supervisor::{self, Supervisor};
-use crate::place::local::{criteria, process};
 use crate::plan::{self, LoadedPlan};
 use crate::report;
 use crate::settings::{self, FileSettings, ModelIdsFile, Settings};
@@ -850,34 +851,38 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
         .find(|s| s.id == id)
         .ok_or_else(|| anyhow!("work unit `{unit}` has no sprint {sprint}"))?;
     let root: PathBuf = a.dir.clone().unwrap_or_else(|| plan.root.clone());
-    let results = criteria::verify_sprint(s, &root, Duration::from_secs(a.timeout));
-    if let Some(dispatch) = &a.record {
-        let output = a
-            .agent_output
-            .as_deref()
-            .map(crate::contract::read_output)
-            .unwrap_or_default();
-        let since = a.since.clone().or_else(|| std::env::var("GITHUB_SHA").ok());
-        let run = since
-            .as_deref()
-            .and_then(|since| crate::place::local::git::agent_commits(&root, since, None));
-        let answer = match spec.as_ref().and_then(|s| s.answer_file.as_deref()) {
-            Some(rel) => crate::contract::read_answer(&root.join(rel)),
-            None => std::env::var_os("SUPERVISE_RESULT_FILE")
-                .and_then(|p| crate::contract::read_answer(Path::new(&p))),
-        };
-        let result = criteria::results_record(
-            &output,
-            a.agent_exit,
-            results.clone(),
-            criteria::progress_marker(&plan.plan, u, s, &root),
-            run,
-            answer,
-            None,
-        );
-        let path = criteria::record_result(&root, dispatch, &result)?;
-        eprintln!("recorded {} criteria in {}", results.len(), path.display());
-    }
+    let timeout = Duration::from_secs(a.timeout);
+    let results = match &a.record {
+        None => criteria::verify_sprint(s, &root, timeout),
+        Some(dispatch) => {
+            let left = crate::attempt::Left {
+                output: a
+                    .agent_output
+                    .as_deref()
+                    .map(crate::contract::read_output)
+                    .unwrap_or_default(),
+                exit_code: a.agent_exit,
+                answer: match spec.as_ref().and_then(|s| s.answer_file.as_deref()) {
+                    Some(rel) => crate::contract::read_answer(&root.join(rel)),
+                    None => std::env::var_os("SUPERVISE_RESULT_FILE")
+                        .and_then(|p| crate::contract::read_answer(Path::new(&p))),
+                },
+            };
+            let since = a.since.clone().or_else(|| std::env::var("GITHUB_SHA").ok());
+            let commits = since
+                .as_deref()
+                .map(|since| crate::attempt::Commits { since, head: None });
+            let result =
+                crate::attempt::verify(&plan.plan, u, s, &root, left, commits, None, timeout);
+            let path = crate::attempt::record::record_result(&root, dispatch, &result)?;
+            eprintln!(
+                "recorded {} criteria in {}",
+                result.criteria.len(),
+                path.display()
+            );
+            result.criteria
+        }
+    };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {

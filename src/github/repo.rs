@@ -790,18 +790,29 @@ impl Repo<'_> {
         issue: i64,
         since: Option<&str>,
     ) -> Result<Vec<(i64, String)>, GitHubError> {
+        Ok(self
+            .comment_list(issue, since)
+            .await?
+            .into_iter()
+            .map(|c| (c.id, c.body.unwrap_or_default()))
+            .collect())
+    }
+
+    /// Every comment on an issue, optionally only since a time, as GitHub
+    /// gives them (with their authors).
+    async fn comment_list(
+        &self,
+        issue: i64,
+        since: Option<&str>,
+    ) -> Result<Vec<answers::Comment>, GitHubError> {
         let since = since
             .map(|s| format!("&since={}", enc(s)))
             .unwrap_or_default();
-        let v: Vec<answers::Comment> = self
-            .list(
-                &format!("/issues/{issue}/comments?per_page=100{since}"),
-                None,
-            )
-            .await?;
-        Ok(v.into_iter()
-            .map(|c| (c.id, c.body.unwrap_or_default()))
-            .collect())
+        self.list(
+            &format!("/issues/{issue}/comments?per_page=100{since}"),
+            None,
+        )
+        .await
     }
 
     pub async fn comment(&self, issue: i64, body: &str) -> Result<i64, GitHubError> {
@@ -835,16 +846,10 @@ impl Repo<'_> {
         marker: &str,
     ) -> Result<Option<(i64, String)>, GitHubError> {
         let own = self.gh.own_login().await?;
-        let since = since
-            .map(|s| format!("&since={}", enc(s)))
-            .unwrap_or_default();
-        let v: Vec<answers::Comment> = self
-            .list(
-                &format!("/issues/{issue}/comments?per_page=100{since}"),
-                None,
-            )
-            .await?;
-        Ok(v.into_iter()
+        Ok(self
+            .comment_list(issue, since)
+            .await?
+            .into_iter()
             .filter(|c| c.user.as_ref().is_some_and(|u| u.login == own))
             .map(|c| (c.id, c.body.unwrap_or_default()))
             .find(|(_, b)| b.contains(marker)))

@@ -17,7 +17,6 @@
 
 use crate::contract::{read_untrusted, sprint_spec_path, RunResult, SprintSpec};
 use crate::engine::trust::{refusal, Rules};
-use crate::place::local::criteria;
 use crate::plan::{Plan, SprintId};
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -182,7 +181,7 @@ pub fn scan(root: &Path, branch: &str, handoff: &Path, out: &Path) -> Result<Opt
     }
     let base = base_of(root, branch)?;
     let found = match fetch_work(root, handoff, &base) {
-        Ok(head) => crate::place::local::git::secret_in_commits(root, &base, &head)?,
+        Ok(head) => crate::attempt::evidence::secret_in_commits(root, &base, &head)?,
         // The verifying step refuses it for this reason itself.
         Err(_) => None,
     };
@@ -223,10 +222,6 @@ pub fn verify(
     out: &Path,
     timeout: Duration,
 ) -> Result<Verdict> {
-    // Criteria run repository code the agent may have written: whatever it
-    // starts, however it detaches, stays below this process and is ended
-    // before the verdict is written.
-    crate::place::local::process::become_subreaper();
     let base = base_of(root, a.branch)?;
     let def = definition(root, a, &base)?;
     let unit = def
@@ -268,7 +263,7 @@ pub fn verify(
                 Some(why) => Some(why),
                 // Again with the secrets this step knows: the scan step
                 // knew the model keys as well.
-                None => crate::place::local::git::secret_in_commits(root, &base, head)?,
+                None => crate::attempt::evidence::secret_in_commits(root, &base, head)?,
             }
         }
     };
@@ -277,25 +272,31 @@ pub fn verify(
         _ => base.clone(),
     };
     git(root, &["checkout", "-q", "-f", "--detach", &head])?;
-    let results = if refused.is_none() {
-        criteria::verify_sprint(&sprint, &def.root, timeout)
-    } else {
-        Vec::new()
+    let left = crate::attempt::Left {
+        output: crate::contract::read_output(&handoff.join(files::AGENT_OUTPUT)),
+        exit_code: read_untrusted(&handoff.join(files::AGENT_EXIT), 32)
+            .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<i32>().ok()),
+        answer: match &def.answer_file {
+            Some(rel) => crate::contract::read_answer(&root.join(rel)),
+            None => crate::contract::read_answer(&handoff.join(files::ANSWER)),
+        },
     };
-    crate::place::local::process::end_descendants();
-    let output = crate::contract::read_output(&handoff.join(files::AGENT_OUTPUT));
-    let exit_code = read_untrusted(&handoff.join(files::AGENT_EXIT), 32)
-        .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<i32>().ok());
-    // The criteria ran repository code, which may have moved HEAD: what is
+    // The criteria run repository code, which may move HEAD: what is
     // recorded is of the head checked and published.
-    let run = crate::place::local::git::agent_commits(root, &base, Some(&head));
-    let answer = match &def.answer_file {
-        Some(rel) => crate::contract::read_answer(&root.join(rel)),
-        None => crate::contract::read_answer(&handoff.join(files::ANSWER)),
+    let commits = crate::attempt::Commits {
+        since: &base,
+        head: Some(&head),
     };
-    let progress = criteria::progress_marker(&def.plan, &unit, &sprint, &def.root);
-    let record =
-        criteria::results_record(&output, exit_code, results, progress, run, answer, refused);
+    let record = crate::attempt::verify(
+        &def.plan,
+        &unit,
+        &sprint,
+        &def.root,
+        left,
+        Some(commits),
+        refused,
+        timeout,
+    );
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     std::fs::write(out.join(files::RECORD), serde_json::to_vec_pretty(&record)?)?;
     std::fs::write(out.join(files::HEAD), &head)?;
@@ -348,7 +349,7 @@ pub fn publish(root: &Path, a: &Attempt<'_>, handoff: &Path, verdict: &Path) -> 
         head
     };
     git(root, &["checkout", "-q", "-f", "-B", a.branch, &target])?;
-    criteria::commit_record(root, a.dispatch, &record)?;
+    crate::attempt::record::commit_record(root, a.dispatch, &record)?;
     git(
         root,
         &[

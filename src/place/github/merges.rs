@@ -167,7 +167,7 @@ mod tests {
                 }
                 let tip = commit(&repo, &[began], &files);
                 // What the runner records of the branch.
-                let changed = crate::place::local::git::changed_paths(&repo, began, tip).unwrap();
+                let changed = crate::attempt::evidence::changed_paths(&repo, began, tip).unwrap();
                 let head = *heads.last().unwrap();
                 let said = log.merges_cleanly(&head.to_string(), &began.to_string(), &changed);
                 let ours = repo.find_commit(head).unwrap();

@@ -3,10 +3,10 @@
 //! sprint's branch, merges into the operation's integration branch, build
 //! gates and condition polls run here, and the report files beside the plan.
 
-use super::criteria;
 use super::git::Git;
 use super::process::{self, RunSpec, Watched};
 use super::screen::{Msg, Screen};
+use crate::attempt::criteria;
 use crate::contract::{integration_branch, sprint_branch, RunResult};
 use crate::drive::{Entry, Executor, Failure, Outcome};
 use crate::engine::{

@@ -15,7 +15,7 @@
 //! `.supervise/start-checks/`, so a slow command costs its run at the start
 //! once per operation, not once per sprint.
 
-use super::criteria;
+use crate::attempt::criteria;
 use crate::engine::done_before::{self, check_assertion, Found};
 use crate::engine::{CriterionOutcome, CriterionResult, FoundDone};
 use crate::plan::Sprint;

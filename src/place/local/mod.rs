@@ -3,12 +3,12 @@
 //! [`supervisor`] is the drive loop's home here (the plan's lock, control
 //! files, when a run is over); [`executor`] carries the engine's effects out
 //! (worktrees, merges, agent processes, build gates); [`process`] is the
-//! detached wrapper around one agent; [`criteria`] runs exit criteria (also
-//! in the agent workflow's verifying job on GitHub); [`found_done`] looks
+//! detached wrapper around one agent, whose criteria it runs with
+//! [`crate::attempt`] (as the agent workflow's verifying job on GitHub
+//! does); [`found_done`] looks
 //! for a fresh sprint's work on its head before its agent; [`git`] is the
 //! repository; [`screen`] what the loop shows and hears.
 
-pub mod criteria;
 pub mod executor;
 pub mod found_done;
 pub mod git;

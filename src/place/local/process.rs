@@ -11,10 +11,8 @@
 //! handed its run directory on standard input the moment a dispatch needs it,
 //! and from then on it is exactly the wrapper a dispatch would have started.
 
-mod tree;
-
-pub use tree::{become_subreaper, descendants, end_descendants};
-use tree::{end_attempt_processes, reap, signal_all};
+pub use crate::attempt::tree::{become_subreaper, descendants, end_descendants};
+use crate::attempt::tree::{end_attempt_processes, reap, signal_all};
 
 use crate::contract::RunResult;
 use crate::engine::DispatchOrder;
@@ -145,7 +143,7 @@ pub fn output_tail(dir: &Path, max: usize) -> String {
         bytes = older;
     }
     let start = bytes.len().saturating_sub(max);
-    super::criteria::tail(&String::from_utf8_lossy(&bytes[start..]), max)
+    crate::attempt::criteria::tail(&String::from_utf8_lossy(&bytes[start..]), max)
 }
 
 pub fn run_dir(runs: &Path, dispatch: &str) -> PathBuf {
@@ -400,22 +398,7 @@ pub fn await_assignment() -> Result<Option<PathBuf>> {
     Ok(Some(dir))
 }
 
-/// The agent's turn count, if it printed `supervise:turns=N` or `turns used: N`.
-pub fn parse_turns(output: &str) -> Option<u32> {
-    output.lines().rev().find_map(|l| {
-        let l = l.to_lowercase();
-        let at = l
-            .find("supervise:turns=")
-            .map(|i| i + 16)
-            .or_else(|| l.find("turns used:").map(|i| i + 11))?;
-        l[at..]
-            .trim_start()
-            .split(|c: char| !c.is_ascii_digit())
-            .next()?
-            .parse()
-            .ok()
-    })
-}
+pub use crate::attempt::record::parse_turns;
 
 /// The words of an agent command that a shell would run as they stand — no
 /// quoting, expansion, redirection, globbing, assignment or builtin — which
@@ -680,7 +663,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         criteria.push(still_running(&spec.sprint));
     }
     if !cancelled {
-        criteria.extend(super::criteria::verify_sprint(
+        criteria.extend(crate::attempt::criteria::verify_sprint(
             &spec.sprint,
             &spec.checkout,
             Duration::from_secs(spec.verify_timeout_secs),
@@ -702,20 +685,18 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         let _ = copier.join();
     }
     let output = output_tail(dir, 64 * 1024);
-    let result = RunResult {
+    // The record as every place assembles it; locally the supervisor reads
+    // the branch (commits, progress files) itself. (Not `attempt::verify`
+    // whole: a background sprint's process must outlive this check.)
+    let result = crate::attempt::record::results_record(
+        &output,
         exit_code,
-        turns_used: parse_turns(&output),
-        output_tail: super::criteria::tail(&output, 4000),
         criteria,
-        progress: None,
-        // Locally the supervisor reads the branch itself.
-        commits: None,
-        began_at: None,
-        changed: None,
-        answer: crate::contract::read_answer(&answer_file),
-        refused: None,
-        found_done: None,
-    };
+        None,
+        None,
+        crate::contract::read_answer(&answer_file),
+        None,
+    );
     // Whole, but not waited for on disk: the supervisor records what it reads
     // here durably before acting on it, and a result a power cut loses only
     // makes the attempt count as failed (it is retried, never run twice).

@@ -101,7 +101,7 @@ fn descendants_by_scan(root: i32) -> Vec<i32> {
     found
 }
 
-pub(super) fn signal_all(pgid: i32, sig: libc::c_int) {
+pub(crate) fn signal_all(pgid: i32, sig: libc::c_int) {
     // SAFETY: signalling processes; no memory is shared. The group is the agent's
     // own (created at spawn), never the wrapper's.
     unsafe { libc::kill(-pgid, sig) };
@@ -140,7 +140,7 @@ pub fn end_descendants() {
 }
 
 /// Reaps every exited child of the wrapper (orphans re-parented to it included).
-pub(super) fn reap() {
+pub(crate) fn reap() {
     loop {
         // SAFETY: waitpid on our own children with WNOHANG never blocks.
         let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
@@ -152,7 +152,7 @@ pub(super) fn reap() {
 
 /// Ends every process the attempt left: SIGTERM, then SIGKILL after `grace`,
 /// until none is left. Returns when the attempt's process tree is empty.
-pub(super) fn end_attempt_processes(pgid: i32, grace: Duration) {
+pub(crate) fn end_attempt_processes(pgid: i32, grace: Duration) {
     let me = std::process::id() as i32;
     if descendants(me).is_empty() {
         reap();

@@ -1,8 +1,7 @@
-//! `supervise verify`: runs a sprint's exit criteria in the agent's checkout and
-//! records each result, and reads progress files for §5c markers. Runs where the
-//! agent ran (a local worktree or an Actions runner), never on a server.
+//! A sprint's exit criteria run in a checkout, each to a result, and the
+//! §5c markers of its progress files. Runs where the agent ran (a local
+//! worktree or an Actions runner), never on a server.
 
-use crate::contract::results_path;
 use crate::engine::done_before::{check_assertion, marker_in, progress_files, Found};
 use crate::engine::{CriterionOutcome, CriterionResult, ProgressMarker};
 use crate::plan::{Criterion, Plan, Sprint, WorkUnit};
@@ -166,94 +165,6 @@ pub fn progress_marker(
             _ => None,
         })
         .next()
-}
-
-/// An attempt's results record as a checking step writes it: the end of
-/// what the agent printed and every criterion's detail scrubbed of secrets
-/// (the record is committed and quoted in public), the agent's commits as
-/// `run` found them.
-pub fn results_record(
-    output: &str,
-    exit_code: Option<i32>,
-    criteria: Vec<CriterionResult>,
-    progress: Option<ProgressMarker>,
-    run: Option<crate::place::local::git::RunCommits>,
-    answer: Option<String>,
-    refused: Option<String>,
-) -> crate::contract::RunResult {
-    crate::contract::RunResult {
-        exit_code,
-        turns_used: crate::place::local::process::parse_turns(output),
-        output_tail: crate::scrub::scrub(&tail(output, 4000)).into_owned(),
-        criteria: criteria
-            .into_iter()
-            .map(|mut c| {
-                c.detail = crate::scrub::scrub(&c.detail).into_owned();
-                c
-            })
-            .collect(),
-        progress,
-        commits: run.as_ref().map(|r| r.commits.clone()),
-        changed: run.as_ref().and_then(|r| r.changed.clone()),
-        began_at: run.and_then(|r| r.began_at),
-        answer,
-        refused,
-        found_done: None,
-    }
-}
-
-/// Writes a dispatch's results into the checkout and commits them (with the
-/// person's or the runner's git identity), so the supervisor reads them from the
-/// sprint branch. The commit message starts with `supervise:`, which tells the
-/// supervisor it is not the agent's work.
-pub fn record_result(
-    root: &Path,
-    dispatch: &str,
-    result: &crate::contract::RunResult,
-) -> anyhow::Result<std::path::PathBuf> {
-    commit_record(root, dispatch, &serde_json::to_vec_pretty(result)?)
-}
-
-/// Writes a record's exact bytes at [`results_path`] in the checkout at
-/// `root` and commits that file alone (the trusted publishing job vouches for
-/// these bytes, so they are written as they are).
-pub fn commit_record(
-    root: &Path,
-    dispatch: &str,
-    record: &[u8],
-) -> anyhow::Result<std::path::PathBuf> {
-    use anyhow::Context;
-    let rel = results_path(dispatch);
-    let top = std::process::Command::new("git")
-        .args(["rev-parse", "--show-toplevel"])
-        .current_dir(root)
-        .output()
-        .context("running git")?;
-    let top = std::path::PathBuf::from(String::from_utf8_lossy(&top.stdout).trim());
-    let path = top.join(&rel);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&path, record)?;
-    let git = |args: &[&str]| -> anyhow::Result<()> {
-        let st = std::process::Command::new("git")
-            .args(args)
-            .current_dir(&top)
-            .status()
-            .with_context(|| format!("running git {}", args.join(" ")))?;
-        anyhow::ensure!(st.success(), "git {} failed", args.join(" "));
-        Ok(())
-    };
-    git(&["add", "-f", &rel])?;
-    git(&[
-        "commit",
-        "-q",
-        "-m",
-        &format!("supervise: results of {dispatch}"),
-        "--",
-        &rel,
-    ])?;
-    Ok(path)
 }
 
 #[cfg(test)]
