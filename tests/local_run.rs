@@ -712,27 +712,52 @@ fn a_finished_run_says_it_once_in_lines() {
     );
 }
 
-/// In a terminal (a pseudo-terminal made by `script`), the live table's last
-/// frame is the final state, and the final summary is drawn with it: the
-/// throttle that paces redraws must not leave a frame from the middle of the
-/// run on screen above "Sprint Supervisor Complete".
-#[test]
-fn the_live_tables_last_frame_is_the_final_state() {
-    let repo = Repo::new(PLAN, "");
+/// `supervise run` in a terminal (a pseudo-terminal made by `script`), with
+/// `extra` in its environment.
+fn run_in_a_terminal(repo: &Repo, extra: &[(&str, &str)]) -> Output {
     let supervise = env!("CARGO_BIN_EXE_supervise");
     // The checkout's environment (agent, identity, tick) around `script`.
     let mut env = repo.cmd(&[]);
     env.env("TERM", "xterm").env("SUPERVISE_BIN", supervise);
-    let out = std::process::Command::new("script")
+    for (k, v) in extra {
+        env.env(k, v);
+    }
+    std::process::Command::new("script")
         .args(["-qec", "\"$SUPERVISE_BIN\" run", "/dev/null"])
         .current_dir(&repo.root)
         .envs(env.get_envs().filter_map(|(k, v)| Some((k, v?))))
         .stdin(Stdio::null())
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// In a terminal, the live table's last frame is the final state, and the
+/// final summary is drawn with it: the throttle that paces redraws must not
+/// leave a frame from the middle of the run on screen above "Sprint
+/// Supervisor Complete". Frames are drawn over the last one (the cursor
+/// moved up, what is below erased), never by clearing the screen, so the
+/// scrollback keeps what was there; the table's columns are aligned and
+/// its states in colour.
+#[test]
+fn the_live_tables_last_frame_is_the_final_state() {
+    let repo = Repo::new(PLAN, "");
+    let out = run_in_a_terminal(&repo, &[]);
     let shown = text(&out);
     assert_eq!(out.status.code(), Some(0), "{shown}");
-    let frames: Vec<&str> = shown.split("\x1b[H\x1b[2J").collect();
+    assert!(
+        !shown.contains("\x1b[2J"),
+        "the screen was cleared: {shown}"
+    );
+    assert!(
+        shown.contains("F\x1b[J"),
+        "a frame is drawn over the last: {shown}"
+    );
+    assert!(shown.contains("\x1b[32mCOMPLETED\x1b[0m"), "{shown}");
+    assert!(
+        shown.contains("| Work Unit | Deps      | State       |"),
+        "aligned: {shown}"
+    );
+    let frames: Vec<&str> = shown.split("\x1b[J").collect();
     assert!(frames.len() > 1, "a live terminal is redrawn: {shown}");
     let last = frames.last().unwrap();
     assert!(last.contains("status: completed"), "{last}");
@@ -742,6 +767,23 @@ fn the_live_tables_last_frame_is_the_final_state() {
         "the final summary is on the final frame: {last}"
     );
     assert_eq!(last.matches("sprints executed").count(), 1, "{last}");
+}
+
+/// `NO_COLOR` is honoured: the live table is drawn without a colour, and
+/// piped output (not a terminal) has neither colour nor redraws.
+#[test]
+fn no_color_and_pipes_get_no_colour() {
+    let repo = Repo::new(PLAN, "");
+    let out = run_in_a_terminal(&repo, &[("NO_COLOR", "1")]);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("\x1b[J"), "still live: {shown}");
+    assert!(
+        !shown.contains("\x1b[32m") && !shown.contains("\x1b[31m"),
+        "{shown}"
+    );
+    let piped = Repo::new(PLAN, "").run_ok();
+    assert!(!text(&piped).contains('\x1b'), "{}", text(&piped));
 }
 
 /// An agent command the shell cannot run (exit status 127) launched no model:

@@ -54,18 +54,34 @@ pub struct Terminal {
     /// How a person goes on with this operation, when it is not
     /// `supervise resume` (work without a plan: `supervise solve`).
     resume: Option<String>,
+    /// Lines on screen since the last frame began (the frame and the
+    /// notices under it): the next frame is drawn over them, not below a
+    /// cleared screen, so the scrollback keeps what was there before.
+    drawn_lines: usize,
+    /// States in colour (a live terminal, unless `NO_COLOR` is set or the
+    /// terminal is `dumb`).
+    colour: bool,
 }
+
+/// The sequence that starts every live frame: the cursor back up over the
+/// lines the last one drew, and everything below it erased.
+pub const REDRAW: &str = "\x1b[J";
 
 /// Notices a live frame keeps under the table.
 const LIVE_NOTICES: usize = 4;
 
 impl Terminal {
     pub fn new(out: OutputMode) -> Terminal {
+        let colour = out == OutputMode::Live
+            && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+            && std::env::var("TERM").map_or(true, |t| t != "dumb");
         Terminal {
             out,
             last_draw: None,
             notices: Vec::new(),
             resume: None,
+            drawn_lines: 0,
+            colour,
         }
     }
 
@@ -105,7 +121,14 @@ impl Terminal {
         }
         // Agents' words reach the frame (failure reasons): only this
         // module's own escape sequences reach the terminal.
-        print!("\x1b[H\x1b[2J{}", text::for_terminal(&self.said(&frame)));
+        let shown = aligned(&text::for_terminal(&self.said(&frame)));
+        let shown = if self.colour { painted(&shown) } else { shown };
+        let up = match self.drawn_lines {
+            0 => String::new(),
+            n => format!("\x1b[{n}F"),
+        };
+        print!("{up}{REDRAW}{shown}");
+        self.drawn_lines = shown.matches('\n').count();
         let _ = std::io::stdout().flush();
     }
 }
@@ -138,6 +161,7 @@ impl Screen for Terminal {
             OutputMode::Json => eprintln!("{text}"),
             OutputMode::Live => {
                 println!("{text}");
+                self.drawn_lines += text.matches('\n').count() + 1;
                 if self.notices.len() == LIVE_NOTICES {
                     self.notices.remove(0);
                 }
@@ -163,6 +187,117 @@ impl Screen for Terminal {
         if self.out == OutputMode::Live {
             self.draw(st);
         }
+    }
+}
+
+/// `text` with each run of Markdown table rows padded into columns, for a
+/// person reading a terminal (piped output stays plain Markdown).
+pub fn aligned(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 4);
+    let lines: Vec<&str> = text.split('\n').collect();
+    let mut i = 0;
+    while i < lines.len() {
+        let is_row = |l: &str| l.starts_with('|') && l.trim_end().ends_with('|');
+        if !is_row(lines[i]) {
+            out.push_str(lines[i]);
+            i += 1;
+            if i < lines.len() {
+                out.push('\n');
+            }
+            continue;
+        }
+        let start = i;
+        while i < lines.len() && is_row(lines[i]) {
+            i += 1;
+        }
+        let rows: Vec<Vec<&str>> = lines[start..i]
+            .iter()
+            .map(|l| {
+                l.trim()
+                    .trim_matches('|')
+                    .split('|')
+                    .map(str::trim)
+                    .collect()
+            })
+            .collect();
+        let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+        let width = |c: usize| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .filter(|cell| !is_rule(cell))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(3)
+                .max(3)
+        };
+        let widths: Vec<usize> = (0..columns).map(width).collect();
+        for row in &rows {
+            out.push('|');
+            for (c, w) in widths.iter().enumerate() {
+                let cell = row.get(c).copied().unwrap_or("");
+                if is_rule(cell) {
+                    out.push_str(&format!("-{}-|", "-".repeat(*w)));
+                } else {
+                    let pad = w - cell.chars().count().min(*w);
+                    out.push_str(&format!(" {cell}{} |", " ".repeat(pad)));
+                }
+            }
+            out.push('\n');
+        }
+        if i == lines.len() {
+            out.pop();
+        }
+    }
+    out
+}
+
+/// A table's rule cell (`---`, `:--:`).
+fn is_rule(cell: &str) -> bool {
+    !cell.is_empty() && cell.chars().all(|c| c == '-' || c == ':')
+}
+
+/// `text` with the states a person looks for in colour: done in green,
+/// stuck in red, under way in yellow.
+pub fn painted(text: &str) -> String {
+    static STATES: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let states = STATES.get_or_init(|| {
+        regex::Regex::new(
+            r"\b(COMPLETED|BLOCKED|FATAL|KILLED|RUNNING|DISPATCHED|PARTIAL|BACKOFF)\b|[✓✗]",
+        )
+        .expect("valid")
+    });
+    states
+        .replace_all(text, |c: &regex::Captures<'_>| {
+            let colour = match &c[0] {
+                "COMPLETED" | "✓" => "32",
+                "BLOCKED" | "FATAL" | "KILLED" | "✗" => "31",
+                _ => "33",
+            };
+            format!("\x1b[{colour}m{}\x1b[0m", &c[0])
+        })
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{aligned, painted};
+
+    #[test]
+    fn tables_are_aligned_and_the_rest_is_left_alone() {
+        let text = "title\n| Unit | State |\n|---|---|\n| api | COMPLETED |\n| a-long-name | RUNNING |\nafter";
+        assert_eq!(
+            aligned(text),
+            "title\n| Unit        | State     |\n|-------------|-----------|\n| api         | COMPLETED |\n| a-long-name | RUNNING   |\nafter"
+        );
+        assert_eq!(aligned("no table\n"), "no table\n");
+    }
+
+    #[test]
+    fn states_are_painted_and_nothing_else() {
+        assert_eq!(
+            painted("| api | COMPLETED | BLOCKEDX | ✗ |"),
+            "| api | \x1b[32mCOMPLETED\x1b[0m | BLOCKEDX | \x1b[31m✗\x1b[0m |"
+        );
     }
 }
 
