@@ -278,29 +278,6 @@ pub fn painted(text: &str) -> String {
         .into_owned()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::{aligned, painted};
-
-    #[test]
-    fn tables_are_aligned_and_the_rest_is_left_alone() {
-        let text = "title\n| Unit | State |\n|---|---|\n| api | COMPLETED |\n| a-long-name | RUNNING |\nafter";
-        assert_eq!(
-            aligned(text),
-            "title\n| Unit        | State     |\n|-------------|-----------|\n| api         | COMPLETED |\n| a-long-name | RUNNING   |\nafter"
-        );
-        assert_eq!(aligned("no table\n"), "no table\n");
-    }
-
-    #[test]
-    fn states_are_painted_and_nothing_else() {
-        assert_eq!(
-            painted("| api | COMPLETED | BLOCKEDX | ✗ |"),
-            "| api | \x1b[32mCOMPLETED\x1b[0m | BLOCKEDX | \x1b[31m✗\x1b[0m |"
-        );
-    }
-}
-
 /// The exit status of a run that ended so.
 pub fn exit_code(ending: Ending) -> i32 {
     match ending {
@@ -344,6 +321,29 @@ pub fn farewell(out: OutputMode, ending: Ending, st: &OperationState) {
         let branch = crate::contract::integration_branch(&st.id.0);
         println!(
             "\nThe work is on branch {branch} (your own branch and checkout are untouched):\n  git log --oneline {branch}   # what the agents did\n  git diff HEAD...{branch}     # all of it as one change\n  git merge {branch}           # take it into your branch"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{aligned, painted};
+
+    #[test]
+    fn tables_are_aligned_and_the_rest_is_left_alone() {
+        let text = "title\n| Unit | State |\n|---|---|\n| api | COMPLETED |\n| a-long-name | RUNNING |\nafter";
+        assert_eq!(
+            aligned(text),
+            "title\n| Unit        | State     |\n|-------------|-----------|\n| api         | COMPLETED |\n| a-long-name | RUNNING   |\nafter"
+        );
+        assert_eq!(aligned("no table\n"), "no table\n");
+    }
+
+    #[test]
+    fn states_are_painted_and_nothing_else() {
+        assert_eq!(
+            painted("| api | COMPLETED | BLOCKEDX | ✗ |"),
+            "| api | \x1b[32mCOMPLETED\x1b[0m | BLOCKEDX | \x1b[31m✗\x1b[0m |"
         );
     }
 }
