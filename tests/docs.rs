@@ -6,6 +6,7 @@
 
 #[path = "support/documents.rs"]
 mod documents;
+mod support;
 
 use documents::documents;
 use std::collections::BTreeSet;
@@ -206,4 +207,62 @@ fn the_plan_format_chapters_examples_print_what_the_chapter_shows() {
     }
     assert!(ran >= 5, "the chapter's examples were found ({ran})");
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The guide's "Trying it without GitHub" works as written: its `curl`
+/// lines, played against the fake GitHub and the real `supervise serve`,
+/// take an operation from `/supervise start` to the final pull request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn trying_it_without_github_plays_an_operation() {
+    let page = std::fs::read_to_string(root().join("docs/src/testing.md")).unwrap();
+    let section = page
+        .split("## Trying it without GitHub")
+        .nth(1)
+        .expect("the section");
+    let block = section
+        .split("```sh\n")
+        .nth(3)
+        .and_then(|b| b.split("\n```").next())
+        .expect("the third shell block: the lines a person types");
+    assert!(block.contains("/supervise start"), "{block}");
+    let port = support::free_port();
+    let fake = support::fake_github(Some(port), None).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/try.db?mode=rwc", tmp.path().display());
+    let mut serve = support::spawn_serve(port, &fake.url(), &db, &[]);
+    support::wait_listening(port).await;
+    let out = std::process::Command::new("sh")
+        .args(["-ec", block])
+        .env("FAKE", fake.url())
+        .env("REPO_ROOT", root())
+        .env("SUPERVISE", env!("CARGO_BIN_EXE_supervise"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let finished = loop {
+        let done = fake
+            .pulls("acme/shop")
+            .into_iter()
+            .any(|p| p.base == "main" && p.head.ends_with("/integration"));
+        if done || std::time::Instant::now() > deadline {
+            break done;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert!(
+        finished,
+        "no final pull request: {:#?}",
+        fake.comments_in("acme/shop")
+            .iter()
+            .map(|c| c.body.clone())
+            .collect::<Vec<_>>()
+    );
 }

@@ -241,6 +241,7 @@ impl Drop for StateGuard<'_> {
     }
 }
 
+pub mod agent_workflow;
 mod api;
 mod app;
 mod by_repo;
@@ -719,6 +720,14 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
             get(app::repo_installation),
         )
         .route("/repos/{owner}/{repo}/actions/secrets", get(app::secrets))
+        .route("/_fake/repos", post(control_repo))
+        .route("/_fake/repos/{owner}/{repo}", get(control_repo_state))
+        .route("/_fake/files", post(control_file))
+        .route("/_fake/issues", post(control_issue))
+        .route("/_fake/workflows", post(control_workflow))
+        .route("/_fake/agent-workflow", post(control_agent_workflow))
+        .route("/_fake/ci", post(control_ci))
+        .route("/_fake/approvals", post(control_approval))
         .route("/_fake/users", post(control_user))
         .route("/_fake/comments", post(control_comment))
         .route("/_fake/edit", post(control_edit))
@@ -1202,6 +1211,149 @@ struct UserBody {
 
 async fn control_user(State(f): State<Shared>, Json(b): Json<UserBody>) -> StatusCode {
     f.add_user(&b.login, &b.role, b.kind.as_deref().unwrap_or("User"));
+    StatusCode::NO_CONTENT
+}
+
+// The control API for a person driving the fake by hand (see `fake-github
+// --help` and the guide's "Trying it without GitHub"): each route is one of
+// the calls the tests make in process.
+
+#[derive(Deserialize)]
+struct NewRepo {
+    repo: String,
+}
+
+async fn control_repo(State(f): State<Shared>, Json(b): Json<NewRepo>) -> StatusCode {
+    f.ensure_repo(&b.repo);
+    StatusCode::NO_CONTENT
+}
+
+async fn control_repo_state(
+    State(f): State<Shared>,
+    Path((o, r)): Path<(String, String)>,
+) -> Json<Value> {
+    let repo = format!("{o}/{r}");
+    Json(json!({
+        "issues": f.issues(&repo),
+        "comments": f.comments_in(&repo),
+        "pulls": f.pulls(&repo),
+        "check_runs": f.check_runs(&repo),
+        "runs": f.runs(&repo),
+    }))
+}
+
+#[derive(Deserialize)]
+struct NewFile {
+    repo: String,
+    path: String,
+    content: String,
+}
+
+async fn control_file(State(f): State<Shared>, Json(b): Json<NewFile>) -> StatusCode {
+    f.ensure_repo(&b.repo);
+    f.add_file(&b.repo, &b.path, &b.content);
+    StatusCode::NO_CONTENT
+}
+
+#[derive(Deserialize)]
+struct NewIssue {
+    repo: String,
+    title: String,
+    #[serde(default)]
+    body: String,
+    #[serde(default = "default_login")]
+    login: String,
+}
+
+fn default_login() -> String {
+    "mia".into()
+}
+
+async fn control_issue(State(f): State<Shared>, Json(b): Json<NewIssue>) -> Json<Value> {
+    f.ensure_repo(&b.repo);
+    Json(json!({ "number": f.open_issue_by(&b.repo, &b.title, &b.body, &b.login) }))
+}
+
+#[derive(Deserialize)]
+struct NewWorkflow {
+    repo: String,
+    file: String,
+    command: String,
+    #[serde(default)]
+    env: std::collections::BTreeMap<String, String>,
+}
+
+async fn control_workflow(State(f): State<Shared>, Json(b): Json<NewWorkflow>) -> StatusCode {
+    let env: Vec<(&str, &str)> = b
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    f.set_workflow(&b.repo, &b.file, &b.command, &env);
+    StatusCode::NO_CONTENT
+}
+
+#[derive(Deserialize)]
+struct NewAgentWorkflow {
+    repo: String,
+    /// The agent workflow's YAML file (its jobs' grants are read from it).
+    yaml: String,
+    /// The directory holding `gh-agent-job.sh`, `gh-verify-job.sh` and
+    /// `gh-publish-job.sh`.
+    scripts: String,
+    /// The `supervise` binary the jobs install.
+    supervise: String,
+    /// The agent's command, and what else its job's environment holds.
+    agent: String,
+    #[serde(default)]
+    env: std::collections::BTreeMap<String, String>,
+}
+
+async fn control_agent_workflow(
+    State(f): State<Shared>,
+    Json(b): Json<NewAgentWorkflow>,
+) -> Response {
+    let yaml = match std::fs::read_to_string(&b.yaml) {
+        Ok(y) => y,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("{}: {e}", b.yaml)),
+    };
+    let mut env: Vec<(String, String)> = b.env.into_iter().collect();
+    env.push(("AGENT".into(), b.agent));
+    match agent_workflow::jobs(&yaml, std::path::Path::new(&b.scripts), &b.supervise, env) {
+        Ok(jobs) => {
+            let file = std::path::Path::new(&b.yaml)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            f.ensure_repo(&b.repo);
+            f.set_workflow_jobs(&b.repo, &file, jobs);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(why) => error(StatusCode::BAD_REQUEST, &why),
+    }
+}
+
+#[derive(Deserialize)]
+struct NewCi {
+    repo: String,
+    command: String,
+}
+
+async fn control_ci(State(f): State<Shared>, Json(b): Json<NewCi>) -> StatusCode {
+    f.set_ci(&b.repo, &b.command);
+    StatusCode::NO_CONTENT
+}
+
+#[derive(Deserialize)]
+struct NewApproval {
+    repo: String,
+    pull: i64,
+    #[serde(default = "default_login")]
+    login: String,
+}
+
+async fn control_approval(State(f): State<Shared>, Json(b): Json<NewApproval>) -> StatusCode {
+    f.approve(&b.repo, b.pull, &b.login);
     StatusCode::NO_CONTENT
 }
 

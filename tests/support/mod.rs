@@ -17,51 +17,6 @@ pub fn shipped_agent_workflow() -> String {
     .expect("the shipped agent workflow")
 }
 
-/// What a workflow's YAML grants each job, in its order: whether its
-/// credentials can write (`permissions: contents: write` *and* a checkout
-/// that keeps its credential — `persist-credentials` not `false`), and
-/// whether it runs only when the job before it succeeded (an `if:` on a
-/// needed job's `result == 'success'`). The fake grants what the YAML
-/// says, so a change to the YAML is a change to what the tests cross.
-pub fn job_grants(yaml: &str) -> Vec<(String, fake_github::Access, fake_github::RunsIf)> {
-    use fake_github::{Access, RunsIf};
-    let doc: serde_yaml::Value = serde_yaml::from_str(yaml).expect("the workflow reads as YAML");
-    let jobs = doc["jobs"].as_mapping().expect("the workflow has jobs");
-    jobs.iter()
-        .map(|(name, job)| {
-            let contents = job["permissions"]["contents"]
-                .as_str()
-                .or_else(|| doc["permissions"]["contents"].as_str())
-                .unwrap_or("none");
-            let persists = job["steps"]
-                .as_sequence()
-                .into_iter()
-                .flatten()
-                .find(|step| {
-                    step["uses"]
-                        .as_str()
-                        .is_some_and(|u| u.starts_with("actions/checkout@"))
-                })
-                .is_some_and(|checkout| {
-                    let persist = &checkout["with"]["persist-credentials"];
-                    !(persist.as_bool() == Some(false) || persist.as_str() == Some("false"))
-                });
-            let access = if contents == "write" && persists {
-                Access::Write
-            } else {
-                Access::Read
-            };
-            let condition = job["if"].as_str().unwrap_or("");
-            let runs_if = if condition.contains("needs.") && condition.contains("== 'success'") {
-                RunsIf::PreviousSucceeded
-            } else {
-                RunsIf::NotCancelled
-            };
-            (name.as_str().unwrap_or("").to_string(), access, runs_if)
-        })
-        .collect()
-}
-
 /// The shipped agent workflow's three jobs, for the fake GitHub's runner:
 /// the agent's (read-only; `agent_env` holds the agent and its keys), the
 /// verifying job (no credential) and the publishing job (the App's token),
@@ -71,50 +26,21 @@ pub fn agent_workflow_jobs(agent_env: Vec<(String, String)>, bin: &str) -> Vec<f
 }
 
 /// [`agent_workflow_jobs`] for the agent workflow `yaml` (the shipped one,
-/// or one a test changed): each job's credentials and condition are what
-/// `yaml` grants ([`job_grants`]); its steps are the job's script in
-/// `tests/agents/gh-<job>-job.sh`.
+/// or one a test changed): see [`fake_github::agent_workflow::jobs`].
 pub fn agent_workflow_jobs_as(
     yaml: &str,
     agent_env: Vec<(String, String)>,
     bin: &str,
 ) -> Vec<fake_github::Job> {
-    use fake_github::Job;
-    let script = |name: &str| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        format!("sh {}", root.join("tests/agents").join(name).display())
-    };
-    let mut agent_env = agent_env;
-    // The model keys the agent's job holds, given again to the verifying
-    // job's scan step only, as the shipped workflow gives `secrets.*`.
-    let keys: Vec<&str> = agent_env
-        .iter()
-        .filter(|(k, _)| k.ends_with("_API_KEY"))
-        .map(|(_, v)| v.as_str())
-        .collect();
-    let verify_env = vec![
-        ("SUPERVISE_BIN".to_string(), bin.to_string()),
-        ("SCAN_SECRETS".to_string(), keys.join("\n")),
-    ];
-    agent_env.push(("SUPERVISE_INSTALL_FROM".into(), bin.into()));
-    let trusted_env = vec![("SUPERVISE_BIN".to_string(), bin.to_string())];
-    let grants = job_grants(yaml);
-    assert_eq!(
-        grants.iter().map(|g| g.0.as_str()).collect::<Vec<_>>(),
-        ["agent", "verify", "publish"],
-        "the agent workflow's jobs"
-    );
-    let mut envs = [agent_env, verify_env, trusted_env].into_iter();
-    grants
-        .into_iter()
-        .map(|(name, access, runs_if)| Job {
-            command: script(&format!("gh-{name}-job.sh")),
-            env: envs.next().unwrap_or_default(),
-            name,
-            access,
-            runs_if,
-        })
-        .collect()
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents");
+    fake_github::agent_workflow::jobs(yaml, &scripts, bin, agent_env)
+        .expect("the agent workflow's jobs")
+}
+
+/// What a workflow's YAML grants each job (see
+/// [`fake_github::agent_workflow::grants`]).
+pub fn job_grants(yaml: &str) -> Vec<(String, fake_github::Access, fake_github::RunsIf)> {
+    fake_github::agent_workflow::grants(yaml).expect("the workflow's jobs")
 }
 
 /// A port to listen on later, free now. Taken below the kernel's range for
