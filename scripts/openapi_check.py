@@ -105,6 +105,14 @@ class Checker:
         rooted["components"] = self.spec["components"]
         v = OAS30Validator(rooted)
         for e in v.iter_errors(data):
+            # GitHub's description says `oneOf` where it means "one of these
+            # shapes": a plain error body ({message, documentation_url}) is
+            # valid under both `basic-error` and
+            # `repository-rule-violation-error` (neither requires a field),
+            # so GitHub's own 409s would fail a strict `oneOf`. Matching more
+            # than one shape is matching.
+            if e.validator == "oneOf" and "is valid under each of" in e.message:
+                continue
             loc = "/".join(str(p) for p in e.absolute_path)
             self.note(f"{where}: {e.message[:160]} (at /{loc})", None)
 

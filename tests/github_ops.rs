@@ -1929,3 +1929,30 @@ async fn a_sprint_on_the_agents_word_is_said_so_and_waits_for_a_review() {
         .expect("Sprint 2's pull request");
     assert!(sprint_2.merged, "a machine-checked sprint merges at once");
 }
+
+/// When the repository's CI fails on a sprint's head, the next agent is
+/// told what it said: the failing check's name and output are in its
+/// prompt, and the attempt's record says it was the CI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_red_ci_is_quoted_to_the_next_agent() {
+    let plan = "# Red\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n\
+## solo\n### Sprint 1: Parse\n- [ ] `solo/solo-sprint-1.txt` exists\n";
+    let s = Story::start(Setup::operation(plan, "")).await;
+    // Red on the first dispatch's work only (its id, `…/a1d1`, is in the file it writes).
+    s.fake.set_ci(
+        REPO,
+        "if grep -qs '/a1d1 ' solo/solo-sprint-1.txt; then echo 'test parse::numbers FAILED: expected 3, got 4'; exit 1; fi",
+    );
+    s.say("/supervise start").await;
+    s.until("the final pull request", 180, |s| s.final_pull().is_some())
+        .await;
+    let runs = s.runs_of("/solo/1/");
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    let second = s.prompt_of(&runs[1]);
+    assert!(
+        second.contains("CI failed")
+            && second.contains("test parse::numbers FAILED: expected 3, got 4"),
+        "{second}"
+    );
+    assert!(second.contains("`ci` failure"), "{second}");
+}

@@ -70,6 +70,22 @@ impl Repo {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
+    /// The decision log's row of `unit` Sprint 1's first failed attempt.
+    fn first_failure(&self, unit: &str) -> String {
+        let state = std::fs::read_to_string(self.root.join("SUPERVISOR_STATE.md")).unwrap();
+        state
+            .lines()
+            .find(|l| l.contains(&format!("| {unit} | 1 |")) && l.contains("attempt 1/3 failed"))
+            .unwrap_or_else(|| panic!("no failed attempt of {unit}:\n{state}"))
+            .to_string()
+    }
+
+    /// The operation's integration branch.
+    fn integration_branch(&self) -> String {
+        let listed = git(&self.root, &["branch", "--list", "supervise/*/integration"]);
+        listed.trim().trim_start_matches("* ").to_string()
+    }
+
     fn unit(&self, name: &str) -> serde_json::Value {
         self.state()["units"]
             .as_array()
@@ -242,19 +258,14 @@ fn work_that_changes_what_judges_it_is_refused_locally_too() {
     let repo = Repo::new(PLAN, "api 1 weaken,ok\ndocs 1 workflow,ok\n");
     let out = repo.run(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let state = std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap();
     for (unit, why) in [("api", "criteria"), ("docs", "change workflows")] {
-        let line = state
-            .lines()
-            .find(|l| l.contains(&format!("| {unit} | 1 |")) && l.contains("attempt 1/3 failed"))
-            .unwrap_or_else(|| panic!("no failed attempt of {unit}:\n{state}"));
+        let line = repo.first_failure(unit);
         assert!(
             line.contains("the work was refused") && line.contains(why),
             "{line}"
         );
     }
-    let integration = git(&repo.root, &["branch", "--list", "supervise/*/integration"]);
-    let branch = integration.trim().trim_start_matches("* ").to_string();
+    let branch = repo.integration_branch();
     let plan = git(
         &repo.root,
         &["show", &format!("{branch}:EXECUTION_PLAN.md")],
@@ -1797,22 +1808,17 @@ fn work_that_carries_a_secret_is_refused_locally_and_nothing_keeps_it() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let state = std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap();
     for (unit, at) in [
         ("api", "`api/app.yml` line 2"),
         ("docs", "the message of commit"),
     ] {
-        let line = state
-            .lines()
-            .find(|l| l.contains(&format!("| {unit} | 1 |")) && l.contains("attempt 1/3 failed"))
-            .unwrap_or_else(|| panic!("no failed attempt of {unit}:\n{state}"));
+        let line = repo.first_failure(unit);
         assert!(
             line.contains("carry a secret") && line.contains(at),
             "{line}"
         );
     }
-    let integration = git(&repo.root, &["branch", "--list", "supervise/*/integration"]);
-    let branch = integration.trim().trim_start_matches("* ").to_string();
+    let branch = repo.integration_branch();
     let kept = git(&repo.root, &["log", &branch, "-p", "--format=%B"]);
     assert!(
         !kept.contains("xghp_") && !kept.contains("app.yml"),

@@ -1,7 +1,7 @@
 //! §5 the verification cascade: from the agent's output, git state, progress
 //! files, exit-criteria results and task type to one outcome.
 
-use super::events::{AgentReport, CriterionOutcome, CriterionResult, ProgressMarker};
+use super::events::{AgentReport, CriterionOutcome, CriterionResult, Evidence, ProgressMarker};
 use crate::plan::{Sprint, SprintType};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -328,6 +328,9 @@ pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome 
         if needs_commit && !committed {
             remaining.push("commit the sprint's work on the sprint branch".into());
         }
+        if ev.ci_passed == Some(false) {
+            remaining.push(format!("make it pass: {}", ci_failed(ev)));
+        }
         for c in own.iter().filter(|c| c.detail == NO_RESULT) {
             remaining.push(format!("{} (not checked: {NO_RESULT})", c.text));
         }
@@ -346,6 +349,18 @@ pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome 
     Outcome::Failed(failure_reason(report, &failed))
 }
 
+/// What the repository's red CI said, as the next agent is told it.
+fn ci_failed(ev: &Evidence) -> String {
+    if ev.ci_failures.is_empty() {
+        "the repository's CI failed on the sprint's head".to_string()
+    } else {
+        format!(
+            "the repository's CI failed on the sprint's head: {}",
+            ev.ci_failures.join("; ")
+        )
+    }
+}
+
 fn failure_reason(report: &AgentReport, failed: &[String]) -> String {
     let mut parts = Vec::new();
     match report.exit_code {
@@ -358,6 +373,9 @@ fn failure_reason(report: &AgentReport, failed: &[String]) -> String {
     }
     if !failed.is_empty() {
         parts.push(format!("failing criteria: {}", failed.join("; ")));
+    }
+    if report.evidence.ci_passed == Some(false) {
+        parts.push(ci_failed(&report.evidence));
     }
     let tail: String = report
         .output_tail

@@ -94,6 +94,10 @@ pub struct Evidence {
     pub criteria: Vec<CriterionResult>,
     /// The repository's own CI on the sprint's head, when known.
     pub ci_passed: Option<bool>,
+    /// Where that CI failed: a line per failing check (its name, conclusion
+    /// and what it said), scrubbed and bounded — quoted to the next agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ci_failures: Vec<String>,
     /// The sprint branch does not merge cleanly into the integration branch.
     pub merge_conflict: Option<String>,
     /// What the agent handed back (`$SUPERVISE_RESULT_FILE`, or the file the

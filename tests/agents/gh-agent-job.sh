@@ -42,7 +42,9 @@ code=$?
 # agent's), masking the secrets' shapes. The verify job's scan step, which
 # holds the key, masks it by value.
 unset ANTHROPIC_API_KEY OPENAI_API_KEY
-fresh="$(mktemp -d)"
+# A fresh directory of an unforeseeable name, inside the job's own temp
+# (gone with the job).
+fresh="$(mktemp -d "$RUNNER_TEMP/hand-on.XXXXXX")" || exit 1
 cp "$release" "$fresh/supervise"
 handoff="$FAKE_ARTIFACTS_OUT"
 printf '%s' "$code" > "$handoff/agent-exit"

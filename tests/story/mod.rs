@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Child;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use supervise::place::github::{InstallationLimits, OpTimings};
 use supervise::server::run::{self, ServiceConfig};
 
@@ -419,10 +419,51 @@ impl Story {
         self.bot_comments(issue)
     }
 
-    /// Long enough for a delivery to have been acted on if it were going to
-    /// be: for stories that show that nothing happens.
+    /// Until the service has handled everything it was told, for stories
+    /// that show that nothing (more) happens: every delivery the store took
+    /// is done or given up — read from the store itself — and then GitHub
+    /// heard nothing from it for half a second. (An operation's effects may
+    /// rightly wait — on a cap, on a review — so they are not waited for.)
     pub async fn settle(&self) {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let deliveries = self.unfinished_deliveries();
+            if deliveries == 0 {
+                let heard = self.fake.request_log().len();
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                if self.unfinished_deliveries() == 0 && self.fake.request_log().len() == heard {
+                    return;
+                }
+                continue;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the service did not settle: {deliveries} deliveries unfinished"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The store's file, when the story's store is SQLite.
+    fn store_file(&self) -> Option<std::path::PathBuf> {
+        let path = self.db_url.strip_prefix("sqlite://")?;
+        Some(path.split('?').next()?.into())
+    }
+
+    /// A count the story's store answers (0 when it cannot be read yet).
+    fn store_count(&self, sql: &str) -> i64 {
+        let Some(file) = self.store_file() else {
+            return 0;
+        };
+        rusqlite::Connection::open_with_flags(&file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|c| c.query_row(sql, [], |r| r.get(0)))
+            .unwrap_or(0)
+    }
+
+    fn unfinished_deliveries(&self) -> i64 {
+        self.store_count(
+            "SELECT COUNT(*) FROM deliveries WHERE status IN ('pending', 'processing')",
+        )
     }
 
     pub fn final_pull(&self) -> Option<fake_github::Pull> {

@@ -200,7 +200,15 @@ struct RunnerDir(std::path::PathBuf);
 
 impl Drop for RunnerDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // A job dropped mid-step (its checkout still being written, say) may
+        // add a file while the directory is being removed: try again, a
+        // few times, rather than leave a clone behind.
+        for _ in 0..10 {
+            if std::fs::remove_dir_all(&self.0).is_ok() || !self.0.exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 }
 

@@ -269,6 +269,7 @@ impl Operations {
         };
         let HeadChecks { ci, own } = ci;
         let ci_passed = (!ci.is_empty()).then(|| ci.iter().all(|c| c.green()));
+        let ci_failures = ci_failures(&ci);
         let file = repo
             .file(&results_path(&d.0), Some(&head))
             .await?
@@ -351,6 +352,7 @@ impl Operations {
                     progress: r.progress,
                     criteria: r.criteria,
                     ci_passed,
+                    ci_failures: ci_failures.clone(),
                     merge_conflict,
                     answer: r.answer,
                     refused: r.refused,
@@ -372,6 +374,7 @@ impl Operations {
                 evidence: Evidence {
                     commits,
                     ci_passed,
+                    ci_failures: ci_failures.clone(),
                     merge_conflict,
                     refused: forged,
                     ..Default::default()
@@ -439,6 +442,36 @@ impl Operations {
         first_seen.remove(head);
         Ok(Some(HeadChecks { ci, own }))
     }
+}
+
+/// What the repository's failing checks said, a line each (at most five,
+/// each at most 400 characters, scrubbed): what the next agent is told.
+fn ci_failures(ci: &[Check]) -> Vec<String> {
+    ci.iter()
+        .filter(|c| !c.green())
+        .take(5)
+        .map(|c| {
+            let said: String = c
+                .summary
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .chars()
+                .take(400)
+                .collect();
+            let line = format!(
+                "`{}` {}{}",
+                c.name,
+                c.conclusion.as_deref().unwrap_or("failed"),
+                if said.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {said}")
+                }
+            );
+            crate::scrub::scrub(&line).into_owned()
+        })
+        .collect()
 }
 
 /// Whether the merges this process made since a run began touched none of

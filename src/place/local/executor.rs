@@ -805,6 +805,7 @@ impl LocalPlace {
                 progress,
                 criteria: result.criteria,
                 ci_passed: None,
+                ci_failures: Vec::new(),
                 merge_conflict: git.merge_conflict,
                 answer: result.answer.map(|a| crate::scrub::scrub(&a).into_owned()),
                 refused: result.refused,
