@@ -300,6 +300,9 @@ pub struct Issue {
 #[derive(Debug, Deserialize)]
 pub struct Login {
     pub login: String,
+    /// `User`, `Bot` or `Organization`.
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

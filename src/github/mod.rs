@@ -145,6 +145,8 @@ pub struct GitHub {
     /// The login GitHub gives what this client makes (`{slug}[bot]`),
     /// learnt once: only comments and issues by it carry markers honoured.
     own_login: tokio::sync::OnceCell<String>,
+    /// A token client was told its login ([`GitHub::writing_as`]).
+    login_told: bool,
     /// See [`base_path`].
     base_path: String,
     /// The longest pause one call accepts before giving the work back to the queue.
@@ -279,6 +281,7 @@ impl GitHub {
             budgets: Mutex::new(HashMap::new()),
             turns: turns::Turns::new(turns::PER_INSTALLATION, turns::IN_ALL),
             own_login: tokio::sync::OnceCell::new(),
+            login_told: false,
             base_path: base_path(api_url),
             max_wait: Duration::from_secs(15 * 60),
             backoff: Duration::from_millis(250),
@@ -372,9 +375,22 @@ impl GitHub {
     /// A token client whose comments and issues GitHub attributes to
     /// `login` (an App installation token's `{slug}[bot]`, or a person's
     /// for a personal token), instead of [`ACTIONS_LOGIN`].
-    pub fn writing_as(self, login: &str) -> GitHub {
+    pub fn writing_as(mut self, login: &str) -> GitHub {
         let _ = self.own_login.set(login.to_string());
+        self.login_told = true;
         self
+    }
+
+    /// Whether `user` made something as this client: the App's bot; for a
+    /// token told its login, that login; for a token that was not (the
+    /// Action with `GITHUB_TOKEN`, or an App installation token without
+    /// `bot-login`), any bot — a person, stranger or maintainer, never.
+    pub async fn made_by_us(&self, user: Option<&answers::Login>) -> Result<bool, GitHubError> {
+        let Some(user) = user else { return Ok(false) };
+        if self.token_client.is_some() && !self.login_told {
+            return Ok(user.kind.as_deref() == Some("Bot") || user.login == ACTIONS_LOGIN);
+        }
+        Ok(user.login == self.own_login().await?)
     }
 
     /// Who GitHub says made what this client makes: for the App, its bot

@@ -712,17 +712,19 @@ impl Repo<'_> {
         &self,
         label: &str,
     ) -> Result<Vec<(i64, IssueId, String)>, GitHubError> {
-        let own = self.gh.own_login().await?;
         let v: Vec<answers::Issue> = self
             .list(
                 &format!("/issues?state=all&per_page=100&labels={}", enc(label)),
                 None,
             )
             .await?;
-        Ok(v.into_iter()
-            .filter(|i| i.user.as_ref().is_some_and(|u| u.login == own))
-            .map(|i| (i.number, i.id, i.body.unwrap_or_default()))
-            .collect())
+        let mut own = Vec::new();
+        for i in v {
+            if self.gh.made_by_us(i.user.as_ref()).await? {
+                own.push((i.number, i.id, i.body.unwrap_or_default()));
+            }
+        }
+        Ok(own)
     }
 
     pub async fn add_sub_issue(&self, parent: i64, child: IssueId) -> Result<(), GitHubError> {
@@ -845,14 +847,13 @@ impl Repo<'_> {
         since: Option<&str>,
         marker: &str,
     ) -> Result<Option<(i64, String)>, GitHubError> {
-        let own = self.gh.own_login().await?;
-        Ok(self
-            .comment_list(issue, since)
-            .await?
-            .into_iter()
-            .filter(|c| c.user.as_ref().is_some_and(|u| u.login == own))
-            .map(|c| (c.id, c.body.unwrap_or_default()))
-            .find(|(_, b)| b.contains(marker)))
+        for c in self.comment_list(issue, since).await? {
+            let body = c.body.unwrap_or_default();
+            if body.contains(marker) && self.gh.made_by_us(c.user.as_ref()).await? {
+                return Ok(Some((c.id, body)));
+            }
+        }
+        Ok(None)
     }
 
     /// Posts a comment unless one carrying `marker` is already on the issue.

@@ -12,7 +12,7 @@ pub(super) fn issue_json(i: &Issue) -> Value {
         "id": i.id, "number": i.number, "title": i.title, "body": i.body, "state": i.state,
         "labels": i.labels.iter().map(|l| json!({ "name": l })).collect::<Vec<_>>(),
         "html_url": format!("https://github.com/{}/issues/{}", i.repo, i.number),
-        "user": { "login": i.user },
+        "user": { "login": i.user, "type": if i.user.ends_with("[bot]") { "Bot" } else { "User" } },
     })
 }
 
