@@ -181,6 +181,14 @@ pub const CHANGED_LIMIT: usize = 2_000;
 /// without a matching one did not come from the trusted step.
 pub const RECORD_CHECK: &str = "supervise: results record";
 
+/// The check run on the final integration head that lists every criterion
+/// of every sprint as it ran there: made by the service where files alone
+/// decide, else by the agent workflow's trusted publishing job, whose
+/// `output.text` carries the results (JSON). Only the check run's maker can
+/// change it, so it is taken from a check run the supervisor's App or a
+/// workflow's token made, with the dispatch's id.
+pub const FINAL_CHECK: &str = "supervise: final verification";
+
 /// How a record's digest is written in its check run's summary.
 pub fn record_digest_line(record: &[u8]) -> String {
     use sha2::Digest;

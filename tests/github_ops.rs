@@ -634,7 +634,7 @@ async fn a_sprint_waiting_for_ci_goes_on_when_its_check_suite_completes() {
 /// follows a sprint that is not, so it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn work_done_before_the_start_is_taken_from_the_starting_commit() {
-    let plan = "# Line\n\nProgress is kept in `PROGRESS.md`.\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n| docs | docs |\n\n## solo\n### Sprint 1: One\n- [ ] `solo/solo-sprint-1.txt` exists\n- [ ] `cargo test` passes\n### Sprint 2: Two\n- [ ] `solo/solo-sprint-2.txt` exists\n### Sprint 3: Three\n- [ ] `solo/solo-sprint-3.txt` exists\n\n## docs\n### Sprint 1: Guide\n- [ ] `docs/docs-sprint-1.txt` exists\n";
+    let plan = "# Line\n\nProgress is kept in `PROGRESS.md`.\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n| docs | docs |\n\n## solo\n### Sprint 1: One\n- [ ] `solo/solo-sprint-1.txt` exists\n- [ ] `test -f solo/solo-sprint-1.txt` passes\n### Sprint 2: Two\n- [ ] `solo/solo-sprint-2.txt` exists\n### Sprint 3: Three\n- [ ] `solo/solo-sprint-3.txt` exists\n\n## docs\n### Sprint 1: Guide\n- [ ] `docs/docs-sprint-1.txt` exists\n";
     let s = Story::start(Setup::operation(plan, "")).await;
     s.fake.add_file(
         REPO,
@@ -1810,14 +1810,17 @@ async fn work_already_on_the_integration_head_is_never_dispatched() {
 
 /// Sprint 2's agent deletes Sprint 1's file in a "cleanup": both sprints
 /// pass as they end, but the final integration head has lost Sprint 1's
-/// work. The service reads every file criterion again on that head: the
-/// check run `supervise: final verification` fails naming it, the verdict is
-/// VERIFICATION FAILED with a notice naming the criterion and how to mend
-/// it, and no final pull request is opened on a head that fails.
+/// work. With commands among the criteria, the agent workflow is dispatched
+/// once more as the final verification: its verifying job runs every
+/// criterion on that head (files and commands) and bisects the failure to
+/// Sprint 2's merge, and its publishing job reports the check run
+/// `supervise: final verification`, failing and naming both. The verdict is
+/// VERIFICATION FAILED with a notice naming the criterion and the merge,
+/// and no final pull request is opened on a head that fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_regression_on_the_final_head_fails_the_verdict_and_holds_the_final_pull_request() {
     let plan = "# Regress\n\n| Work Unit | Directory |\n|---|---|\n| conf | conf |\n\n## conf\n\
-### Sprint 1: A\n- [ ] `conf/conf-sprint-1.txt` exists\n\
+### Sprint 1: A\n- [ ] `conf/conf-sprint-1.txt` exists\n- [ ] `test -f conf/conf-sprint-1.txt` passes\n\
 ### Sprint 2: B\n- [ ] `conf/conf-sprint-2.txt` exists\n- [ ] `test -f conf/conf-sprint-2.txt` passes\n";
     let s = Story::start(Setup::operation(plan, "conf 2 clobber\n")).await;
     s.say("/supervise start").await;
@@ -1847,17 +1850,31 @@ async fn a_regression_on_the_final_head_fails_the_verdict_and_holds_the_final_pu
         "{}",
         check.summary
     );
+    // The command ran too, on the head, and its failure was bisected to
+    // the merge of Sprint 2's pull request.
+    let line = check
+        .summary
+        .lines()
+        .find(|l| l.contains("✗ conf Sprint 1: test -f conf/conf-sprint-1.txt passes"))
+        .unwrap_or_else(|| panic!("{}", check.summary));
+    assert!(line.contains("broken by conf Sprint 2's merge: "), "{line}");
     assert!(
         check
             .summary
-            .contains("not run here: conf Sprint 2: test -f conf/conf-sprint-2.txt passes"),
+            .contains("✓ conf Sprint 2: test -f conf/conf-sprint-2.txt passes"),
         "{}",
         check.summary
     );
+    assert!(!check.summary.contains("not run"), "{}", check.summary);
+    // One run per sprint's attempt, and one for the final verification.
+    let runs = s.fake.runs(REPO);
+    assert_eq!(runs.len(), 3, "{runs:#?}");
     s.until("the verdict and the notice", 60, |s| {
         let all = s.bot_comments(s.issue).join("\n");
         all.contains("VERIFICATION FAILED")
             && all.contains("conf Sprint 1: `conf/conf-sprint-1.txt exists` passed when its sprint completed and fails on the final head")
+            && all.contains("conf Sprint 1: `test -f conf/conf-sprint-1.txt passes` passed when its sprint completed and fails on the final head")
+            && all.contains("broken by conf Sprint 2's merge")
     })
     .await;
     assert!(

@@ -10,6 +10,7 @@
 
 pub mod criteria;
 pub mod evidence;
+pub mod head;
 pub mod record;
 pub mod tree;
 

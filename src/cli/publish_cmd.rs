@@ -16,8 +16,14 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Args)]
 pub struct PublishArgs {
     /// What the agent's job handed on (its work as a git bundle).
-    #[arg(long)]
-    pub handoff: PathBuf,
+    #[arg(long, required_unless_present = "final_verification")]
+    pub handoff: Option<PathBuf>,
+    /// Publish a final verification (what `supervise verify --final` wrote
+    /// to `--verdict`): a check run `supervise: final verification` on the
+    /// head it checked, listing every criterion, its results as JSON in the
+    /// details and vouched for by their digest. Nothing is pushed.
+    #[arg(long = "final", conflicts_with = "handoff")]
+    pub final_verification: bool,
     /// What `supervise verify --handoff` wrote (the record and the commit).
     #[arg(long)]
     pub verdict: PathBuf,
@@ -43,6 +49,9 @@ pub struct PublishArgs {
 pub fn publish(a: &PublishArgs) -> Result<i32> {
     let token = super::secret_from_env("GITHUB_TOKEN", None)?;
     crate::scrub::register(&token);
+    let Some(handoff_dir) = &a.handoff else {
+        return publish_final(a, token);
+    };
     let root = match &a.dir {
         Some(d) => d.clone(),
         None => std::env::current_dir()?,
@@ -54,7 +63,7 @@ pub fn publish(a: &PublishArgs) -> Result<i32> {
         dispatch: &a.record,
         branch: &a.branch,
     };
-    let published = handoff::publish(&root, &attempt, &a.handoff, &a.verdict)
+    let published = handoff::publish(&root, &attempt, handoff_dir, &a.verdict)
         .context("publishing the verdict")?;
     let record: crate::contract::RunResult = serde_json::from_slice(&published.record)?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -93,4 +102,74 @@ pub fn publish(a: &PublishArgs) -> Result<i32> {
         crate::contract::short_id(&published.commit)
     );
     Ok(if handoff::passed(&record) { 0 } else { 1 })
+}
+
+/// `supervise publish --final`: the final verification's check run, made by
+/// the trusted job so the service, which runs no repository code, can take
+/// its results. Exits 0 when every criterion passed there, 1 when one
+/// failed (the run's colour says so).
+fn publish_final(a: &PublishArgs, token: String) -> Result<i32> {
+    let path = a.verdict.join(crate::attempt::head::FINAL_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading the final verification at {}", path.display()))?;
+    let v: crate::engine::HeadVerification = serde_json::from_str(&text)
+        .with_context(|| format!("reading the final verification at {}", path.display()))?;
+    let failing = v.failures().count();
+    let lines: Vec<String> = v
+        .checks
+        .iter()
+        .map(|c| {
+            let mark = match c.result.outcome {
+                crate::engine::CriterionOutcome::Passed => "✓",
+                crate::engine::CriterionOutcome::Failed => "✗",
+                crate::engine::CriterionOutcome::Unverified => "☐",
+            };
+            let by = c
+                .broken_by
+                .as_deref()
+                .map(|b| format!(" — broken by {b}"))
+                .unwrap_or_default();
+            format!(
+                "- {mark} {} Sprint {}: {}{by}",
+                c.unit, c.sprint, c.result.text
+            )
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let github = GitHub::with_token(&a.api_url, &SecretString::from(token))?;
+        let repo = Repo {
+            gh: &github,
+            installation: 0,
+            name: &a.repository,
+        };
+        repo.create_check(json!({
+            "name": crate::contract::FINAL_CHECK,
+            "head_sha": v.head,
+            "status": "completed",
+            "conclusion": if failing == 0 { "success" } else { "failure" },
+            "external_id": a.record,
+            "output": {
+                "title": if failing == 0 {
+                    "Every criterion holds on the final head".to_string()
+                } else {
+                    format!("{failing} criteria fail on the final head")
+                },
+                "summary": format!(
+                    "Every machine-checkable exit criterion of every completed sprint, run again on the final integration head by the agent workflow's verifying job (files and commands alike).\n\n{}",
+                    lines.join("\n"),
+                ),
+                "text": text,
+            },
+        }))
+        .await
+        .context("creating the final verification's check run")
+    })?;
+    eprintln!(
+        "published the final verification of {} ({failing} failing)",
+        crate::contract::short_id(&v.head)
+    );
+    Ok(if failing == 0 { 0 } else { 1 })
 }

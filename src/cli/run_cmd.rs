@@ -752,6 +752,19 @@ pub struct VerifyArgs {
     /// secret it names refuses the work, and so does a missing file.
     #[arg(long, requires = "handoff")]
     pub scan: Option<PathBuf>,
+    /// The final verification, in the agent workflow's verifying job (a
+    /// dispatch with sprint `final`): what to check, as JSON (the
+    /// dispatch's `prompt` input). Every machine-checkable criterion of the
+    /// sprints it names runs on this checkout's HEAD, each failure is
+    /// bisected along the first-parent line, and the results go to `--out`
+    /// for `supervise publish --final`. With `--record`, `--branch`, `--out`.
+    #[arg(
+        long = "final",
+        value_name = "ORDER",
+        requires_all = ["record", "branch", "out"],
+        conflicts_with = "handoff"
+    )]
+    pub final_order: Option<String>,
 }
 
 /// `supervise scan`: the agent workflow's step that looks for secrets in
@@ -815,6 +828,9 @@ pub fn verify_cmd(a: &VerifyArgs) -> Result<i32> {
         (&a.handoff, &a.record, &a.branch, &a.out)
     {
         return verify_handoff(a, &here, handoff, dispatch, branch, out);
+    }
+    if let (Some(order), Some(branch), Some(out)) = (&a.final_order, &a.branch, &a.out) {
+        return verify_final(a, &here, order, branch, out);
     }
     let spec = a
         .record
@@ -951,6 +967,53 @@ fn verify_handoff(
             crate::contract::short_id(&verdict.head)
         ),
     }
+    Ok(0)
+}
+
+/// `supervise verify --final`: the final head's criteria, in the checkout
+/// (the commit dispatched on), written to `out/final.json` for the
+/// publishing job. Exits 0 whatever the criteria found (the publishing job
+/// runs only after a verifying job that succeeded, and must report a
+/// failing head too).
+fn verify_final(a: &VerifyArgs, here: &Path, order: &str, branch: &str, out: &Path) -> Result<i32> {
+    let order: crate::attempt::head::FinalOrder = match serde_json::from_str(order) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!(
+                "--final: the order does not read ({e}). It is the JSON the supervisor dispatches as the `prompt` input of a final verification; dispatch it again from the supervisor rather than by hand."
+            );
+            return Ok(exit::USAGE);
+        }
+    };
+    let root = a.dir.clone().unwrap_or_else(|| here.to_path_buf());
+    let plan_path = root.join(a.plan.as_deref().unwrap_or(Path::new("EXECUTION_PLAN.md")));
+    let plan = match plan::load(&plan_path) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(exit::USAGE);
+        }
+    };
+    let verification = crate::attempt::head::verify_checkout(
+        &root,
+        &plan.plan,
+        &order,
+        branch,
+        Duration::from_secs(a.timeout),
+    )
+    .context("verifying the final head")?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    std::fs::write(
+        out.join(crate::attempt::head::FINAL_FILE),
+        crate::attempt::head::to_check_text(&verification)?,
+    )
+    .with_context(|| format!("writing the results under {}", out.display()))?;
+    eprintln!(
+        "checked {} criteria on {}: {} fail",
+        verification.checks.len(),
+        crate::contract::short_id(&verification.head),
+        verification.failures().count()
+    );
     Ok(0)
 }
 

@@ -282,6 +282,8 @@ pub struct SecretName {
 pub struct CheckOutput {
     #[serde(default)]
     pub summary: Option<String>,
+    #[serde(default)]
+    pub text: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

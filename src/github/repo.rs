@@ -158,6 +158,9 @@ pub struct Check {
     pub conclusion: Option<String>,
     pub external_id: String,
     pub summary: String,
+    /// `output.text`: the details (the final verification's results, as
+    /// JSON).
+    pub text: String,
 }
 
 impl Check {
@@ -622,14 +625,18 @@ impl Repo<'_> {
             )
             .await?;
         Ok(v.into_iter()
-            .map(|c| Check {
-                name: c.name,
-                app_id: c.app.as_ref().and_then(|a| a.id),
-                app: c.app.and_then(|a| a.slug).unwrap_or_default(),
-                completed: c.status == "completed",
-                conclusion: c.conclusion,
-                external_id: c.external_id.unwrap_or_default(),
-                summary: c.output.and_then(|o| o.summary).unwrap_or_default(),
+            .map(|c| {
+                let (summary, text) = c.output.map(|o| (o.summary, o.text)).unwrap_or_default();
+                Check {
+                    name: c.name,
+                    app_id: c.app.as_ref().and_then(|a| a.id),
+                    app: c.app.and_then(|a| a.slug).unwrap_or_default(),
+                    completed: c.status == "completed",
+                    conclusion: c.conclusion,
+                    external_id: c.external_id.unwrap_or_default(),
+                    summary: summary.unwrap_or_default(),
+                    text: text.unwrap_or_default(),
+                }
             })
             .collect())
     }

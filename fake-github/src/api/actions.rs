@@ -212,6 +212,16 @@ impl Drop for RunnerDir {
     }
 }
 
+/// A job's process group, killed if the job's future is dropped before the
+/// job ended (forgotten once it ended).
+struct KillOnDrop(Option<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        signal(self.0, libc::SIGKILL);
+    }
+}
+
 /// Runner directories of test processes that are gone (killed before their
 /// runtime could drop anything): removed once per process, at its first run.
 fn sweep_dead_runners() {
@@ -415,6 +425,7 @@ async fn publish_simulated(f: &Shared, run: &Run) -> Result<(), String> {
             conclusion: Some(c.conclusion),
             title: String::new(),
             summary: c.summary,
+            text: String::new(),
             annotations: Vec::new(),
             external_id: c.external_id,
         });
@@ -533,7 +544,12 @@ async fn run_job(
             {
                 signal(pgid, libc::SIGTERM);
             }
+            // A run dropped mid-job (the test ended while its agent hung)
+            // takes the job's processes with it: one left running would
+            // write into the runner directory as it is removed.
+            let group = KillOnDrop(pgid);
             let ok = child.wait().await.map(|s| s.success()).unwrap_or(false);
+            std::mem::forget(group);
             // A cancelled run ends when its last process does: a step that
             // ignores the cancel keeps the run going until a force-cancel.
             while f

@@ -12,7 +12,7 @@ pub(super) fn check_json(c: &CheckRun) -> Value {
         "id": c.id, "name": c.name, "head_sha": c.head_sha, "status": c.status,
         "conclusion": c.conclusion, "external_id": c.external_id,
         "app": { "id": c.app_id, "slug": c.app },
-        "output": { "title": c.title, "summary": c.summary },
+        "output": { "title": c.title, "summary": c.summary, "text": c.text },
     })
 }
 
@@ -30,6 +30,8 @@ pub(super) struct CheckBody {
 pub(super) struct CheckOutput {
     title: String,
     summary: String,
+    #[serde(default)]
+    text: Option<String>,
     #[serde(default)]
     annotations: Vec<Value>,
 }
@@ -88,18 +90,27 @@ pub(super) async fn create_check_run(
         return error(StatusCode::UNPROCESSABLE_ENTITY, &why);
     }
     if let Some(o) = &b.output {
-        if o.summary.chars().count() > 65_535 {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Invalid request.\n\nOnly 65535 characters are allowed; 'output.summary' is too long.",
-            );
+        for (field, t) in [("summary", Some(&o.summary)), ("text", o.text.as_ref())] {
+            if t.is_some_and(|t| t.chars().count() > 65_535) {
+                return error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    &format!("Invalid request.\n\nOnly 65535 characters are allowed; 'output.{field}' is too long."),
+                );
+            }
         }
     }
     let mut s = f.inner.lock();
     let id = s.api.id();
-    let (title, summary, annotations) = b
+    let (title, summary, text, annotations) = b
         .output
-        .map(|o| (o.title, o.summary, o.annotations))
+        .map(|o| {
+            (
+                o.title,
+                o.summary,
+                o.text.unwrap_or_default(),
+                o.annotations,
+            )
+        })
         .unwrap_or_default();
     let c = CheckRun {
         id,
@@ -116,6 +127,7 @@ pub(super) async fn create_check_run(
         conclusion: b.conclusion,
         title,
         summary,
+        text,
         annotations,
         external_id: b.external_id.unwrap_or_default(),
     };
@@ -144,6 +156,9 @@ pub(super) async fn update_check_run(
     if let Some(out) = b.output {
         c.title = out.title;
         c.summary = out.summary;
+        if let Some(t) = out.text {
+            c.text = t;
+        }
         c.annotations.extend(out.annotations);
     }
     ok(check_json(c))

@@ -74,6 +74,8 @@ pub struct CheckRun {
     pub conclusion: Option<String>,
     pub title: String,
     pub summary: String,
+    /// `output.text`, the details.
+    pub text: String,
     /// Every annotation sent with it, as sent.
     pub annotations: Vec<Value>,
     pub external_id: String,
@@ -504,6 +506,7 @@ impl FakeGitHub {
                 conclusion: None,
                 title: String::new(),
                 summary: String::new(),
+                text: String::new(),
                 annotations: Vec::new(),
                 external_id: String::new(),
             });

@@ -13,9 +13,6 @@ use crate::github::repo::Merge;
 use crate::store::sql::{Admission, Admitted, Caps};
 use serde_json::json;
 
-/// The check run on the final integration head that lists every criterion.
-pub const FINAL_CHECK: &str = "supervise: final verification";
-
 impl GitHubExecutor<'_> {
     pub(super) async fn effect(
         &mut self,
@@ -227,7 +224,12 @@ impl GitHubExecutor<'_> {
                 // sent again after a crash keeps the first reading).
                 let verification = match &st.head_verification {
                     Some(v) => Some(v.clone()),
-                    None => ops.verify_head_files(&ctx, st).await?,
+                    None => match ops.verify_head(&ctx, st).await? {
+                        super::head::Verifying::Done(v) => v,
+                        // The verifying job is still at it: the report
+                        // waits for its check run.
+                        super::head::Verifying::Waiting => return Ok(Outcome::Wait(vec![])),
+                    },
                 };
                 let mut shown = st.clone();
                 if let Some(v) = &verification {
@@ -639,116 +641,6 @@ impl Operations {
             })
             .await?;
         Ok(())
-    }
-
-    /// The final integration head's re-verification as far as the service
-    /// may go: every file criterion of every completed sprint read again at
-    /// the head through the contents API (one read per file); a command
-    /// criterion is listed as not run here (the service runs no repository
-    /// code; it passed in its sprint's verifying job). The result is also a
-    /// check run `supervise: final verification` on that head. None for
-    /// work without a plan, whose later phases change earlier work on
-    /// purpose.
-    pub(super) async fn verify_head_files(
-        &self,
-        ctx: &OpContext,
-        st: &OperationState,
-    ) -> Result<Option<engine::HeadVerification>, OpError> {
-        use crate::engine::done_before::{self, Found};
-        if st.workflow.is_some() {
-            return Ok(None);
-        }
-        let repo = self.repo(ctx);
-        let branch = integration_branch(&ctx.op);
-        let Some(head) = repo.branch_sha(&branch).await? else {
-            return Ok(None);
-        };
-        // One listing of the head answers every `exists` (and every file
-        // that is not there); only a `contains` of a file that is there is
-        // read.
-        let listed = repo.paths_at(&head).await?;
-        let mut files: std::collections::HashMap<String, Option<Vec<u8>>> = Default::default();
-        let mut checks = Vec::new();
-        for (unit, sprint, c) in st.completed_criteria() {
-            let (outcome, detail) = match &c.assertion {
-                Some(a) => {
-                    let path = done_before::a_path(a).to_string();
-                    let known = listed.as_ref().map(|l| l.contains(path.trim_end_matches('/')));
-                    if !files.contains_key(&path) {
-                        let read = match (known, a) {
-                            (Some(false), _) => None,
-                            (Some(true), crate::plan::Assertion::FileExists { .. }) => {
-                                Some(Vec::new())
-                            }
-                            _ => repo
-                                .file(&path, Some(&head))
-                                .await?
-                                .map(|(text, _)| text.into_bytes()),
-                        };
-                        files.insert(path.clone(), read);
-                    }
-                    let bytes = files.get(&path).cloned().flatten();
-                    done_before::check_assertion(a, |_| match &bytes {
-                        Some(b) => Found::File(b.clone()),
-                        None => Found::Missing,
-                    })
-                    .unwrap_or((engine::CriterionOutcome::Failed, "could not be read".into()))
-                }
-                None => (
-                    engine::CriterionOutcome::Unverified,
-                    "a command: not run again by the service, which runs no repository code (it passed in its sprint's verifying job)".into(),
-                ),
-            };
-            checks.push(engine::HeadCheck {
-                unit: unit.to_string(),
-                sprint: sprint.clone(),
-                result: engine::CriterionResult {
-                    line: c.line,
-                    text: c.text.clone(),
-                    outcome,
-                    detail,
-                },
-                broken_by: None,
-            });
-        }
-        let verification = engine::HeadVerification {
-            branch,
-            head: head.clone(),
-            checks,
-        };
-        let failing = verification.failures().count();
-        let lines: Vec<String> = verification
-            .checks
-            .iter()
-            .map(|c| {
-                let mark = match c.result.outcome {
-                    engine::CriterionOutcome::Passed => "✓",
-                    engine::CriterionOutcome::Failed => "✗",
-                    engine::CriterionOutcome::Unverified => "☐ not run here:",
-                };
-                format!("- {mark} {} Sprint {}: {}", c.unit, c.sprint, c.result.text)
-            })
-            .collect();
-        repo.create_check(json!({
-            "name": FINAL_CHECK,
-            "head_sha": head,
-            "status": "completed",
-            "conclusion": if failing == 0 { "success" } else { "failure" },
-            "external_id": ctx.op,
-            "output": {
-                "title": if failing == 0 {
-                    "Every file criterion holds on the final head".to_string()
-                } else {
-                    format!("{failing} criteria fail on the final head")
-                },
-                "summary": format!(
-                    "Every exit criterion of every sprint, on the final integration head. Files are read again here; commands ran in each sprint's verifying job and are not run by the service.\n\n{}",
-                    lines.join("\n")
-                ),
-            },
-        }))
-        .await?;
-        Ok(Some(verification))
     }
 
     pub(super) async fn final_report(

@@ -343,6 +343,7 @@ pub mod doctor;
 mod effects;
 pub mod handle;
 pub mod handoff;
+mod head;
 mod merges;
 mod publish;
 mod runs;

@@ -545,6 +545,7 @@ mod tests {
             conclusion: Some("neutral".into()),
             external_id: external_id.into(),
             summary: summary.into(),
+            text: String::new(),
         }
     }
 

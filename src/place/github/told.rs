@@ -509,6 +509,7 @@ impl Operations {
         let work = async {
             self.acquire(&mut live).await?;
             let dispatch = DispatchId(row.dispatch.clone());
+            let is_final = super::head::is_final_dispatch(&row.dispatch);
             self.store
                 .put_run(&RunRow {
                     run_id: Some(run.id),
@@ -517,7 +518,7 @@ impl Operations {
                 })
                 .await?;
             match ev.action.as_str() {
-                "completed" => {
+                "completed" if !is_final => {
                     self.finish(
                         &mut live,
                         &dispatch,
@@ -526,13 +527,16 @@ impl Operations {
                     )
                     .await?
                 }
-                "in_progress" => live
+                "in_progress" if !is_final => live
                     .driver
                     .queue
                     .push_back(Input::AgentStarted { dispatch }),
                 _ => {}
             }
-            self.drive(&mut live).await?;
+            // A final verification's run is no engine dispatch: the report
+            // waiting on it is asked again now.
+            self.drive_with(&mut live, is_final && ev.action == "completed")
+                .await?;
             self.flush(&mut live, false).await
         };
         tracing::Instrument::instrument(work, span).await

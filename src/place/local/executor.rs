@@ -6,7 +6,10 @@
 use super::git::Git;
 use super::process::{self, RunSpec, Watched};
 use super::screen::{Msg, Screen};
-use crate::attempt::criteria;
+use crate::attempt::{
+    criteria,
+    head::{self, Landing},
+};
 use crate::contract::{integration_branch, sprint_branch, RunResult};
 use crate::drive::{Entry, Executor, Failure, Outcome};
 use crate::engine::{
@@ -424,22 +427,11 @@ impl LocalPlace {
         let op = st.id.0.as_str();
         let head = self.git.integration_head(op)?;
         let root = self.git.gate_worktree_at(op, head)?;
-        let mut checks = Vec::new();
-        for (unit, sprint, c) in st.completed_criteria() {
-            let (outcome, detail) = criteria::check(c, &root, self.timeout());
-            let check = engine::HeadCheck {
-                unit: unit.to_string(),
-                sprint: sprint.clone(),
-                result: engine::CriterionResult {
-                    line: c.line,
-                    text: c.text.clone(),
-                    outcome,
-                    detail: crate::scrub::scrub(&criteria::tail(&detail, 500)).into_owned(),
-                },
-                broken_by: None,
-            };
-            checks.push((check, c));
-        }
+        let criteria = st
+            .completed_criteria()
+            .into_iter()
+            .map(|(unit, sprint, c)| (unit.to_string(), sprint.clone(), c));
+        let mut checks = head::check_all(criteria, &root, self.timeout());
         if checks
             .iter()
             .any(|(c, _)| c.result.outcome == engine::CriterionOutcome::Failed)
@@ -456,23 +448,22 @@ impl LocalPlace {
                     .iter()
                     .find(|l| l.unit == check.unit && l.sprint == check.sprint)
                     .map_or(0, |l| l.at);
-                let Some(at) = self.first_failing(op, &line, landed, criterion) else {
-                    continue;
-                };
-                let by = line[at];
-                // Whose merge it was: the first to land at or after it (a
-                // merge commit lands where it is; a fast-forwarded sprint's
-                // own commits come just before its head lands).
-                let whose = landings
-                    .iter()
-                    .find(|l| l.at >= at)
-                    .map(|l| format!("{} Sprint {}'s merge: ", l.unit, l.sprint))
-                    .unwrap_or_default();
-                check.broken_by = Some(format!(
-                    "{whose}{} (\"{}\")",
-                    crate::contract::short_id(&by.to_string()),
-                    crate::scrub::scrub(&self.git.subject(by))
-                ));
+                let found = head::first_failing(landed, line.len(), |i| {
+                    let root = self.git.gate_worktree_at(op, line[i]).ok()?;
+                    Some(
+                        criteria::check(criterion, &root, self.timeout()).0
+                            == engine::CriterionOutcome::Failed,
+                    )
+                });
+                if let Some(at) = found {
+                    let by = line[at];
+                    check.broken_by = Some(head::broken_by(
+                        &landings,
+                        at,
+                        &by.to_string(),
+                        &self.git.subject(by),
+                    ));
+                }
             }
         }
         self.git.remove_gate_worktree(op);
@@ -534,31 +525,6 @@ impl LocalPlace {
             .map(|l| (l.unit, l.sprint, line[l.at]))
             .collect();
         Ok(PhaseMerges { before, merges })
-    }
-
-    /// The first commit of `line[from..]` where `criterion` fails, taken to
-    /// fail at the line's end. None when a step could not be checked out:
-    /// the regression is reported without its cause rather than not at all.
-    fn first_failing(
-        &self,
-        op: &str,
-        line: &[git2::Oid],
-        from: usize,
-        criterion: &Criterion,
-    ) -> Option<usize> {
-        let (mut lo, mut hi) = (from, line.len().checked_sub(1)?);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            let root = self.git.gate_worktree_at(op, line[mid]).ok()?;
-            if criteria::check(criterion, &root, self.timeout()).0
-                == engine::CriterionOutcome::Failed
-            {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
-        Some(lo)
     }
 
     /// `merged`: the sprint branches this operation has merged, each with the
@@ -858,14 +824,6 @@ impl done_before::StartingCommit for Checkout<'_> {
         criteria::check_command(c, self.root, self.timeout)
             .map(|(outcome, _)| outcome == engine::CriterionOutcome::Passed)
     }
-}
-
-/// Where a merged sprint's work landed on the integration branch.
-struct Landing {
-    unit: String,
-    sprint: SprintId,
-    /// Its place on the branch's first-parent line.
-    at: usize,
 }
 
 /// A phase's merges on the integration branch, for a failing gate's blame.
