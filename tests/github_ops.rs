@@ -1883,6 +1883,47 @@ async fn a_regression_on_the_final_head_fails_the_verdict_and_holds_the_final_pu
     );
 }
 
+/// The build gate on GitHub is the repository's CI on the integration
+/// head, and CI ran on each of the phase's merge commits as it landed: a
+/// failure is charged to the first merge whose CI turned red after a green
+/// commit, never by position or by the names in the output. Here CI breaks
+/// once b's first attempt is merged (whoever merges after it); b is sent
+/// back with the gate's output and mends it, a and c run once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_gate_on_github_is_charged_to_the_merge_whose_ci_turned_red() {
+    let plan = "# Trio\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| a | a | 0 |\n| b | b | 0 |\n| c | c | 0 |\n\n\
+## a\n### Sprint 1: A\n- [ ] `a/a-sprint-1.txt` exists\n\
+## b\n### Sprint 1: B\n- [ ] `b/b-sprint-1.txt` exists\n\
+## c\n### Sprint 1: C\n- [ ] `c/c-sprint-1.txt` exists\n";
+    let s = Story::start(Setup::operation(plan, "")).await;
+    // Red on a merge commit that holds b's first attempt; green on every
+    // sprint branch (no merge there) and once b's second attempt landed.
+    s.fake.set_ci(
+        REPO,
+        "echo 'warning: see a/a-sprint-1.txt'; ! { grep -q /a1 b/b-sprint-1.txt 2>/dev/null && git rev-parse -q --verify HEAD^2 >/dev/null; }",
+    );
+    s.say("/supervise start").await;
+    s.until("the final pull request", 180, |s| s.final_pull().is_some())
+        .await;
+    let ran: Vec<String> = s
+        .agent_log()
+        .iter()
+        .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    let count = |who: &str| ran.iter().filter(|r| *r == who).count();
+    assert_eq!(
+        (count("a 1"), count("b 1"), count("c 1")),
+        (1, 2, 1),
+        "{ran:?}"
+    );
+    s.settle().await;
+    let said = s.bot_comments(s.issue).join("\n") + &s.status_comment();
+    assert!(
+        !said.contains("attributed to the last sprint of"),
+        "charged by CI on the merges, not by position: {said}"
+    );
+}
+
 /// A sprint whose criteria no machine can check is completed on the agent's
 /// word and said so: its check run is `neutral`, titled "on the agent's
 /// word", the status table names it for review, and with no `merge:` in

@@ -33,6 +33,7 @@ ENDPOINTS = [
     ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/files"),
     ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/reviews"),
     ("get", "/repos/{owner}/{repo}/commits/{ref}/check-runs"),
+    ("get", "/repos/{owner}/{repo}/commits/{ref}"),
     ("post", "/repos/{owner}/{repo}/check-runs"),
     ("get", "/repos/{owner}/{repo}/issues"),
     ("post", "/repos/{owner}/{repo}/issues"),

@@ -109,6 +109,18 @@ impl Repo {
         commit_id(&self.open().ok()?, rev).map(|id| id.to_string())
     }
 
+    /// A commit's id, subject and parents' ids.
+    pub fn commit(&self, rev: &str) -> Option<(String, String, Vec<String>)> {
+        let repo = self.open().ok()?;
+        let c = repo.find_commit(commit_id(&repo, rev)?).ok()?;
+        let subject = String::from_utf8_lossy(c.summary_bytes().unwrap_or_default()).into_owned();
+        Some((
+            c.id().to_string(),
+            subject,
+            c.parent_ids().map(|p| p.to_string()).collect(),
+        ))
+    }
+
     pub fn branch_sha(&self, branch: &str) -> Option<String> {
         self.resolve(&format!("refs/heads/{branch}"))
     }

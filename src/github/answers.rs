@@ -191,6 +191,8 @@ pub struct Pull {
     pub state: String,
     pub merged_at: Option<String>,
     #[serde(default)]
+    pub merge_commit_sha: Option<String>,
+    #[serde(default)]
     pub merged: Option<bool>,
     #[serde(default)]
     pub mergeable: Option<bool>,
@@ -431,4 +433,15 @@ mod tests {
             assert!(e.to_string().contains("GET /runs"), "{e}");
         }
     }
+}
+
+/// `GET /repos/{owner}/{repo}/commits/{ref}`, as far as it is read.
+#[derive(Debug, Deserialize)]
+pub struct Commit {
+    pub parents: Vec<CommitParent>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CommitParent {
+    pub sha: String,
 }

@@ -98,6 +98,9 @@ pub struct PullRequest {
     pub merged: bool,
     pub mergeable: Option<bool>,
     pub head_sha: Option<String>,
+    /// Once merged: the merge's commit, and when (RFC 3339).
+    pub merge_sha: Option<String>,
+    pub merged_at: Option<String>,
 }
 
 impl From<answers::Pull> for PullRequest {
@@ -109,6 +112,8 @@ impl From<answers::Pull> for PullRequest {
             merged: p.merged == Some(true) || p.merged_at.is_some(),
             mergeable: p.mergeable,
             head_sha: Some(p.head.sha),
+            merge_sha: p.merge_commit_sha.filter(|_| p.merged_at.is_some()),
+            merged_at: p.merged_at,
         }
     }
 }
@@ -448,6 +453,15 @@ impl Repo<'_> {
 
     /// The pull request from `head` (open or not), if there is one.
     pub async fn pull_for(&self, head: &str) -> Result<Option<PullRequest>, GitHubError> {
+        // The open one, if any: a sprint done again after its merge has a
+        // merged pull request besides.
+        let mut pulls = self.pulls_for(head).await?;
+        let open = pulls.iter().position(|p| p.state == "open").unwrap_or(0);
+        Ok((!pulls.is_empty()).then(|| pulls.swap_remove(open)))
+    }
+
+    /// Every pull request from `head` (the sprint branch), open or not.
+    pub async fn pulls_for(&self, head: &str) -> Result<Vec<PullRequest>, GitHubError> {
         let owner = self.name.split('/').next().unwrap_or("");
         let v: Vec<answers::Pull> = self
             .list(
@@ -458,7 +472,22 @@ impl Repo<'_> {
                 None,
             )
             .await?;
-        Ok(v.into_iter().next().map(PullRequest::from))
+        Ok(v.into_iter().map(PullRequest::from).collect())
+    }
+
+    /// The parents of a commit, first parent first; None when GitHub does
+    /// not know the commit.
+    pub async fn parents(&self, sha: &str) -> Result<Option<Vec<String>>, GitHubError> {
+        match self
+            .get::<answers::Commit>(&format!("/commits/{}", enc(sha)))
+            .await
+        {
+            Ok(c) => Ok(Some(c.parents.into_iter().map(|p| p.sha).collect())),
+            Err(GitHubError::Http {
+                status: 404 | 422, ..
+            }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     pub async fn pull(&self, number: i64) -> Result<PullRequest, GitHubError> {

@@ -208,3 +208,29 @@ pub(super) async fn compare(
         Err(e) => error(StatusCode::NOT_FOUND, &e),
     }
 }
+
+/// One commit: its id, message and parents (what the supervisor reads: the
+/// commit before a merge).
+pub(super) async fn get_commit(
+    State(f): State<Shared>,
+    Path((o, r, rev)): Path<(String, String, String)>,
+    h: HeaderMap,
+) -> Response {
+    let (name, repo) = enter!(f, "GET /repos/{o}/{r}/commits/{ref}", h, o, r);
+    let Some((sha, message, parents)) = repo.commit(&rev) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("No commit found for SHA: {rev}"),
+        );
+    };
+    let url = format!("{}/repos/{name}/commits/{sha}", f.url());
+    ok(json!({
+        "sha": sha,
+        "url": url,
+        "commit": { "message": message },
+        "parents": parents
+            .iter()
+            .map(|p| json!({ "sha": p, "url": format!("{}/repos/{name}/commits/{p}", f.url()) }))
+            .collect::<Vec<_>>(),
+    }))
+}

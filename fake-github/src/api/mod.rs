@@ -578,6 +578,7 @@ pub(crate) fn routes(r: Router<Shared>) -> Router<Shared> {
             get(get_contents).put(put_contents),
         )
         .route("/repos/{o}/{r}/compare/{*basehead}", get(compare))
+        .route("/repos/{o}/{r}/commits/{rev}", get(get_commit))
         .route("/repos/{o}/{r}/pulls", get(list_pulls).post(create_pull))
         .route("/repos/{o}/{r}/pulls/{n}", get(get_pull))
         .route("/repos/{o}/{r}/pulls/{n}/merge", put(merge_pull))

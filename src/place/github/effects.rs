@@ -117,7 +117,7 @@ impl GitHubExecutor<'_> {
                     .into()),
                 }
             }
-            Effect::RunGate { gate, .. } => {
+            Effect::RunGate { gate, units, .. } => {
                 let head = match self.place.integration_head.clone() {
                     Some(h) => h,
                     None => repo
@@ -145,13 +145,18 @@ impl GitHubExecutor<'_> {
                 } else {
                     format!("failing on {short}: {}", red.join(", "))
                 };
+                // Charged where CI's results on the phase's merges say the
+                // failure came in (see gate.rs); else the output's names
+                // decide.
+                let blame = match state {
+                    Some(st) if !red.is_empty() => ops.gate_blame(&ctx, st, units).await?,
+                    _ => crate::engine::GateBlame::Unknown,
+                };
                 Ok(Outcome::Done(vec![Input::GateResult {
                     gate: *gate,
                     passed: red.is_empty(),
                     output,
-                    // GitHub's checks are read on the head alone; the
-                    // output's names decide who is charged.
-                    blame: crate::engine::GateBlame::Unknown,
+                    blame,
                 }]))
             }
             // Conditions are commands, and the service never runs a repository's

@@ -341,6 +341,7 @@ fn conclusion_exit(c: Option<&str>) -> Option<i32> {
 
 pub mod doctor;
 mod effects;
+mod gate;
 pub mod handle;
 pub mod handoff;
 mod head;

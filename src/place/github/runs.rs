@@ -198,19 +198,26 @@ impl Operations {
             .and_then(|r| r.pull)
             .or_else(|| live.place.pulls.get(&branch).copied());
         let waited = live.place.awaiting_ci.remove(d);
+        let open = || async {
+            let title = format!("{} — Sprint {}: {}", unit.name, sprint.id, sprint.name);
+            let body = report::github::sprint_pr_body(&ctx.op, &unit, &sprint, url);
+            repo.open_pull(&branch, &integration_branch(&ctx.op), &title, &body)
+                .await
+        };
         let pr = match (waited.as_ref(), known) {
             (Some(w), _) => w.pr.clone(),
-            (None, Some(n)) => Some(repo.pull(n).await?),
-            (None, None) => {
-                let title = format!("{} — Sprint {}: {}", unit.name, sprint.id, sprint.name);
-                let body = report::github::sprint_pr_body(&ctx.op, &unit, &sprint, url);
-                repo.open_pull(&branch, &integration_branch(&ctx.op), &title, &body)
-                    .await?
-            }
+            (None, Some(n)) => match repo.pull(n).await? {
+                // The sprint was merged and is being done again (a build
+                // gate charged it, or its merge was lost): its new work
+                // needs a pull request of its own to land.
+                p if p.merged => open().await?,
+                p => Some(p),
+            },
+            (None, None) => open().await?,
         };
         if let Some(p) = &pr {
             live.place.pulls.insert(branch.clone(), p.number);
-            if known.is_none() {
+            if known != Some(p.number) {
                 self.store
                     .put_run(&RunRow {
                         dispatch: d.0.clone(),
