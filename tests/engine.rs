@@ -1987,3 +1987,96 @@ fn a_criterion_failing_on_the_final_head_fails_the_verdict_with_steps_that_type(
     let again = sim.send(Input::HeadVerified { verification }).unwrap();
     assert!(again.events.is_empty());
 }
+
+/// What Claude Code prints when the provider is overloaded.
+fn overloaded() -> AgentReport {
+    AgentReport {
+        exit_code: Some(1),
+        output_tail: r#"{"type":"result","subtype":"success","is_error":true,"num_turns":1,"result":"API Error: 529 {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}","api_error_status":529}"#.into(),
+        turns_used: None,
+        evidence: Evidence::default(),
+    }
+}
+
+/// A storm of 529s on one sprint: each run it ends is waited out and sent
+/// again on the same model, no attempt counted, one notice for the wait;
+/// the sprint completes after the storm on its first attempt's model.
+#[test]
+fn the_providers_bad_minute_is_waited_out_not_escalated() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    let first = sim.order_for("docs");
+    for n in 0..4 {
+        sim.finish("docs", overloaded());
+        let sp = &sim.unit("docs").sprints[0];
+        assert_eq!(sp.failures, 0, "storm run {n}: no attempt counted");
+        assert!(
+            sim.out().iter().all(|o| o.unit != "docs"),
+            "not sent again before the wait is over"
+        );
+        sim.advance(15 * 60);
+        sim.send(Input::Tick).unwrap();
+        let again = sim.order_for("docs");
+        assert_eq!(
+            (again.tier, again.attempt),
+            (first.tier, 1),
+            "the same model, the same attempt"
+        );
+    }
+    assert_eq!(
+        notices(&sim, NoticeKind::Held)
+            .iter()
+            .filter(|t| t.contains("Waiting on the model provider"))
+            .count(),
+        1,
+        "people are told once"
+    );
+    sim.finish("docs", success());
+    assert_eq!(
+        sim.unit("docs").sprints[0].status(),
+        SprintStatus::Completed
+    );
+}
+
+/// An agent that says the provider failed, for ever, is bounded: after
+/// PROVIDER_RETRIES uncounted runs the next counts as a failed attempt.
+#[test]
+fn a_provider_error_said_for_ever_counts_in_the_end() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    for _ in 0..=supervise::engine::provider::PROVIDER_RETRIES {
+        sim.finish("docs", overloaded());
+        sim.advance(15 * 60);
+        sim.send(Input::Tick).unwrap();
+    }
+    let sp = &sim.unit("docs").sprints[0];
+    assert_eq!(sp.failures, 1, "{:?}", sp.last_failure);
+    assert!(
+        sp.last_failure
+            .as_deref()
+            .is_some_and(|f| f.contains("the model provider ended 7 runs in a row")),
+        "{:?}",
+        sp.last_failure
+    );
+}
+
+/// A CLI that stopped at its turn limit left unfinished work: a
+/// continuation, not a failed attempt.
+#[test]
+fn a_stop_at_the_turn_limit_is_continued_not_failed() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    sim.finish(
+        "docs",
+        AgentReport {
+            exit_code: Some(1),
+            output_tail:
+                r#"{"type":"result","subtype":"error_max_turns","is_error":true,"num_turns":50}"#
+                    .into(),
+            turns_used: None,
+            evidence: Evidence::default(),
+        },
+    );
+    let sp = &sim.unit("docs").sprints[0];
+    assert_eq!((sp.failures, sp.continuations), (0, 1));
+    let next = sim.order_for("docs");
+    assert_eq!(next.kind, DispatchKind::Continuation);
+    assert!(next.prompt.contains("turn limit"), "{}", next.prompt);
+}

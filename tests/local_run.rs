@@ -1879,3 +1879,32 @@ fn a_sprint_on_the_agents_word_is_said_so_everywhere() {
         .expect("the completion report");
     assert!(report.contains(&format!("**Status**: {said}")), "{report}");
 }
+
+/// The model provider overloaded twice (as Claude Code reports it), then
+/// fine: the sprint runs three times on the same model, one attempt is
+/// counted, nothing escalates, and the operation completes.
+#[test]
+fn an_overloaded_provider_is_waited_out_on_the_same_model() {
+    let plan = "# Solo\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n### Sprint 1: One\n- [ ] `solo/solo-sprint-1.txt` exists\n";
+    let repo = Repo::new(plan, "solo 1 overloaded,overloaded,ok\n");
+    let out = repo.run(&[]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(repo.sprints_run(), ["solo 1", "solo 1", "solo 1"]);
+    let state = repo.state();
+    let sprint = &state["units"][0]["sprints"][0];
+    assert_eq!(sprint["status"], "COMPLETED", "{sprint}");
+    assert_eq!(sprint["failures"], 0, "{sprint}");
+    let tiers: Vec<&serde_json::Value> = sprint["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| &h["tier"])
+        .collect();
+    assert_eq!(tiers.len(), 3, "{sprint}");
+    assert!(
+        tiers.iter().all(|t| *t == tiers[0]),
+        "no escalation: {tiers:?}"
+    );
+    assert!(said.contains("Waiting on the model provider"), "{said}");
+}

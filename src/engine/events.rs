@@ -520,6 +520,17 @@ pub enum Event {
         remaining: Vec<String>,
         at: DateTime<Utc>,
     },
+    /// The model provider ended the run (a rate limit, an overload, a 5xx):
+    /// no attempt is counted, and the sprint is dispatched again on the
+    /// same model once `until` has passed.
+    ProviderWait {
+        unit: usize,
+        sprint: usize,
+        /// The provider's HTTP status.
+        status: u16,
+        until: DateTime<Utc>,
+        at: DateTime<Utc>,
+    },
     SprintCompleted {
         unit: usize,
         sprint: usize,
@@ -600,6 +611,7 @@ impl Event {
             | Event::FailureCounted { at, .. }
             | Event::FailuresReset { at, .. }
             | Event::ContinuationCounted { at, .. }
+            | Event::ProviderWait { at, .. }
             | Event::AwaitingConfirmation { at, .. }
             | Event::DeferredWaiting { at, .. }
             | Event::UnitNote { at, .. }

@@ -10,6 +10,7 @@ pub mod done_before;
 pub mod events;
 pub mod naming;
 pub mod prompt;
+pub mod provider;
 pub mod select;
 mod state;
 pub mod trust;

@@ -179,6 +179,12 @@ pub struct SprintRun {
     pub deferred_polls: u32,
     pub completion: Option<Completion>,
     pub uncommitted: Vec<String>,
+    /// Runs in a row the model provider ended (not counted as attempts).
+    #[serde(default)]
+    pub provider_retries: u32,
+    /// Not dispatched again before this (waiting out the provider).
+    #[serde(default)]
+    pub not_before: Option<DateTime<Utc>>,
 }
 
 impl SprintRun {
@@ -838,6 +844,10 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
                     }
                 }
                 s.active = None;
+                if record.outcome != crate::engine::provider::OUTCOME {
+                    s.provider_retries = 0;
+                    s.not_before = None;
+                }
                 s.history.push(record.clone());
                 if !record.uncommitted.is_empty() {
                     s.uncommitted = record.uncommitted.clone();
@@ -862,6 +872,18 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 s.failures = 0;
                 s.continuations = 0;
+            }
+        }
+        Event::ProviderWait {
+            unit,
+            sprint,
+            until,
+            ..
+        } => {
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.provider_retries += 1;
+                s.not_before = Some(*until);
+                s.status = Some(SprintStatus::Backoff);
             }
         }
         Event::ContinuationCounted {

@@ -28,6 +28,18 @@ fn next_event(st: &OperationState) -> String {
                 format!("waiting to launch an agent: {}", h.reason)
             } else if active > 0 {
                 "polling active agents".into()
+            } else if let Some(t) = st
+                .units
+                .iter()
+                .flat_map(|u| &u.sprints)
+                .filter(|s| s.provider_retries > 0)
+                .filter_map(|s| s.not_before)
+                .min()
+            {
+                format!(
+                    "waiting on the model provider; the next try is about {} UTC",
+                    t.format("%H:%M:%S")
+                )
             } else if st
                 .units
                 .iter()

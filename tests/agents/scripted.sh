@@ -4,6 +4,7 @@
 # and the k-th invocation for that sprint takes the k-th action (the last repeats).
 # Actions: ok | overshoot (also does the next sprint) | clobber (deletes the
 #          sprint before's file) | stray (leaves the next sprint's file, ignored) | fail | missing (exit 127: the agent command is not found) | partial | hang | stubborn (ignores SIGTERM) | noop | dirty | slow
+#          | overloaded (prints Claude Code's report of an HTTP 529, exits 1)
 #          | leak (prints its environment and a token, then fails)
 #          | wip (leaves uncommitted work, then hangs)
 #          | chatty (prints for ever, ignoring SIGTERM) | prompt (commits the prompt it read)
@@ -86,6 +87,11 @@ case "$action" in
     echo "uncommitted" > "$file"
     echo "done (forgot to commit)" ;;
   fail) echo "error: could not build"; exit 1 ;;
+  overloaded)
+    # What Claude Code prints (--output-format json) when the provider is
+    # overloaded; the provider asked for a one-second wait.
+    echo '{"type":"result","subtype":"success","is_error":true,"num_turns":1,"result":"API Error: 529 overloaded_error","api_error_status":529,"retry_after":1}'
+    exit 1 ;;
   missing) echo "sh: 1: the-agent: not found"; exit 127 ;;
   leak) env; echo "debug: token ghs_16C7e42F292c6912E7710c838347Ae178B4a"; echo "error: could not build"; exit 1 ;;
   hang) sleep 600 ;;

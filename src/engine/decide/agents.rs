@@ -2,10 +2,10 @@
 //! merged or failed, deferred conditions and manual confirmations.
 
 use super::{
-    cascade, ActiveDispatch, AgentReport, AlreadyDone, AttemptRecord, CancelReason, Completion,
-    CriterionResult, Decider, DispatchId, Effect, Event, Evidence, Hold, ModelTier, NoticeKind,
-    Refusal, SprintStatus, UnitStatus, AGENT_COMMAND_FAILED, DONE_BEFORE_DISPATCH, NOT_SHOWN_DONE,
-    UNCHARGED,
+    cascade, provider, ActiveDispatch, AgentReport, AlreadyDone, AttemptRecord, CancelReason,
+    Completion, CriterionResult, Decider, DispatchId, Effect, Event, Evidence, Hold, ModelTier,
+    NoticeKind, Refusal, SprintStatus, UnitStatus, AGENT_COMMAND_FAILED, DONE_BEFORE_DISPATCH,
+    NOT_SHOWN_DONE, UNCHARGED,
 };
 
 impl Decider<'_> {
@@ -67,6 +67,64 @@ impl Decider<'_> {
         Ok(())
     }
 
+    /// The provider ended the run: the attempt is closed as its, and the
+    /// sprint waits (what the provider asked, else a doubling backoff) to
+    /// go again on the same model. People are told when the first sprint
+    /// starts waiting, not at every retry.
+    fn provider_wait(
+        &mut self,
+        u: usize,
+        s: usize,
+        report: &AgentReport,
+        trouble: provider::Trouble,
+    ) {
+        self.close_attempt(u, s, provider::OUTCOME, report);
+        let n = self.sprint(u, s).provider_retries + 1;
+        let secs = provider::wait_secs(&trouble, n);
+        let until = self.now + chrono::Duration::seconds(secs as i64);
+        let others_wait = self
+            .st()
+            .units
+            .iter()
+            .flat_map(|x| x.sprints.iter())
+            .any(|sp| sp.not_before.is_some_and(|t| t > self.now) && sp.provider_retries > 0);
+        self.emit(Event::ProviderWait {
+            unit: u,
+            sprint: s,
+            status: trouble.status,
+            until,
+            at: self.now,
+        });
+        let id = self.sprint(u, s).id.clone();
+        let unit = self.st().units[u].name.clone();
+        let what = match trouble.status {
+            429 => "rate-limited",
+            529 => "overloaded",
+            _ => "failing",
+        };
+        self.log(
+            Some(u),
+            Some(s),
+            format!("Sprint {id}: the model provider is {what} (HTTP {})", trouble.status),
+            format!(
+                "not counted as an attempt ({n} of {} such runs in a row); the same model goes again in {secs} s",
+                provider::PROVIDER_RETRIES
+            ),
+        );
+        if n == 1 && !others_wait {
+            self.effects.push(Effect::Notify {
+                kind: NoticeKind::Held,
+                unit: None,
+                text: format!(
+                    "Waiting on the model provider: it is {what} (HTTP {}), {unit} Sprint {id} first. Runs it ends are not counted as attempts and go again on the same model after a wait (about {} UTC for this one); after {} in a row, one counts as failed.",
+                    trouble.status,
+                    until.format("%H:%M"),
+                    provider::PROVIDER_RETRIES
+                ),
+            });
+        }
+    }
+
     pub(super) fn close_attempt(
         &mut self,
         u: usize,
@@ -86,7 +144,9 @@ impl Decider<'_> {
             dispatched_at: a.dispatched_at,
             finished_at: self.now,
             outcome: outcome.to_string(),
-            turns: report.turns_used,
+            turns: report
+                .turns_used
+                .or_else(|| provider::turns(&report.output_tail)),
             commits: report.evidence.commits.clone(),
             uncommitted: report.evidence.uncommitted.clone(),
             charged: a.held.is_none() && !UNCHARGED.contains(&outcome),
@@ -209,7 +269,34 @@ impl Decider<'_> {
             return Ok(());
         }
         let plan_sprint = &self.st().plan.work_units[u].sprints[s];
-        let outcome = cascade::assess(plan_sprint, &report, self.st().config.max_turns);
+        let mut outcome = cascade::assess(plan_sprint, &report, self.st().config.max_turns);
+        // How the CLI says it ended, where the work is not done: the
+        // provider's trouble is waited out on the same model, uncounted (a
+        // bounded number of times: the output is the agent's); a stop at
+        // the turn limit is unfinished work, continued.
+        if matches!(
+            outcome,
+            cascade::Outcome::Failed(_) | cascade::Outcome::Partial(_)
+        ) {
+            if let Some(trouble) = provider::trouble(&report.output_tail) {
+                if self.sprint(u, s).provider_retries < provider::PROVIDER_RETRIES {
+                    self.provider_wait(u, s, &report, trouble);
+                    self.settle();
+                    return Ok(());
+                }
+                outcome = cascade::Outcome::Failed(format!(
+                    "the model provider ended {} runs in a row (last: HTTP {})",
+                    provider::PROVIDER_RETRIES + 1,
+                    trouble.status
+                ));
+            } else if provider::hit_turn_limit(&report.output_tail) {
+                if let cascade::Outcome::Failed(reason) = &outcome {
+                    outcome = cascade::Outcome::Partial(vec![format!(
+                        "the agent stopped at its turn limit before finishing ({reason})"
+                    )]);
+                }
+            }
+        }
         let label = match &outcome {
             cascade::Outcome::Completed => "completed",
             cascade::Outcome::Partial(_) => "partial",

@@ -4,7 +4,7 @@
 
 use super::events::*;
 use super::state::*;
-use super::{cascade, naming, prompt, select, workflow};
+use super::{cascade, naming, prompt, provider, select, workflow};
 use crate::text::nearest;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;

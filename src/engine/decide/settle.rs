@@ -150,6 +150,10 @@ impl Decider<'_> {
             if sp.deferred_waiting || active >= cap {
                 continue;
             }
+            // Waiting out the model provider's trouble (a tick goes on).
+            if kind == DispatchKind::Retry && sp.not_before.is_some_and(|t| t > self.now) {
+                continue;
+            }
             let complexity = select::complexity(&st.plan, st.graph(), u, s);
             let ctx = select::SelectionContext {
                 failures: sp.failures,

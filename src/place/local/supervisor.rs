@@ -10,7 +10,7 @@ use super::process;
 use super::screen::{Msg, Screen};
 use crate::commands::Command;
 use crate::drive::{finish_now, Decided, Driver};
-use crate::engine::{self, Input, OperationId, OperationState, OverallStatus};
+use crate::engine::{self, Input, OperationId, OperationState, OverallStatus, SprintStatus};
 use crate::plan::LoadedPlan;
 use crate::report;
 use crate::settings::Settings;
@@ -330,6 +330,12 @@ impl Supervisor {
                 .units
                 .iter()
                 .any(|u| u.sprints.iter().any(|s| s.deferred_waiting))
+            // Waiting out the model provider: a tick sends it again.
+            && !st.units.iter().any(|u| {
+                u.sprints
+                    .iter()
+                    .any(|s| s.status() == SprintStatus::Backoff && s.not_before.is_some())
+            })
             && self.driver.queue.is_empty()
             && self.driver.pending.is_empty()
     }

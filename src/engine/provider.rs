@@ -1,0 +1,143 @@
+//! What an agent CLI's own report says about how it ended, read from the
+//! end of its output (the engine's only view of it, the same in every
+//! place): the model provider's trouble (a rate limit, an overload, a 5xx),
+//! which is no failure of the agent's, and a stop at the turn limit, which
+//! is unfinished work rather than failed work. Claude Code's JSON result
+//! (`claude -p --output-format json`) says both: `is_error` with
+//! `api_error_status`, and `subtype: error_max_turns`; its plain-text mode
+//! prints `API Error: 529 …`.
+//!
+//! The output is the agent's, so it may lie: a run that says the provider
+//! failed is retried on the same model, without counting an attempt, at
+//! most [`PROVIDER_RETRIES`] times in a row before it counts as failed.
+
+/// Consecutive runs of one sprint ended by the provider that are retried
+/// without counting an attempt.
+pub const PROVIDER_RETRIES: u32 = 6;
+
+/// An attempt's outcome when the provider ended its run.
+pub const OUTCOME: &str = "ended by the model provider";
+
+/// The longest wait before a retry, whatever `retry-after` says.
+pub const LONGEST_WAIT_SECS: u64 = 15 * 60;
+
+/// The provider's error that ended a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trouble {
+    /// The HTTP status the provider answered (429, 529, 5xx).
+    pub status: u16,
+    /// Seconds the provider asked to wait, when it said.
+    pub retry_after: Option<u64>,
+}
+
+/// Whether a status is the provider's trouble rather than the request's
+/// fault: a rate limit, an overload, a server error.
+fn transient(status: u16) -> bool {
+    status == 429 || status == 529 || (500..=599).contains(&status)
+}
+
+/// The provider's trouble that ended the run, if its report says so.
+pub fn trouble(tail: &str) -> Option<Trouble> {
+    let status = json_number(tail, "api_error_status")
+        .filter(|_| tail.contains("\"is_error\":true") || tail.contains("\"is_error\": true"))
+        .or_else(|| {
+            let at = tail.rfind("API Error: ")? + "API Error: ".len();
+            tail[at..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .and_then(|s| u16::try_from(s).ok())
+        .filter(|s| transient(*s))?;
+    let retry_after = json_number(tail, "retry_after")
+        .or_else(|| json_number(tail, "retry-after"))
+        .map(|s| s.min(LONGEST_WAIT_SECS));
+    Some(Trouble {
+        status,
+        retry_after,
+    })
+}
+
+/// Whether the run stopped at its turn limit.
+pub fn hit_turn_limit(tail: &str) -> bool {
+    tail.contains("\"subtype\":\"error_max_turns\"")
+        || tail.contains("\"subtype\": \"error_max_turns\"")
+}
+
+/// The turns the CLI reports it took (`num_turns`).
+pub fn turns(tail: &str) -> Option<u32> {
+    json_number(tail, "num_turns").and_then(|n| u32::try_from(n).ok())
+}
+
+/// The number after the last `"key":` in `text` (whitespace allowed).
+fn json_number(text: &str, key: &str) -> Option<u64> {
+    let pat = format!("\"{key}\"");
+    let at = text.rfind(&pat)? + pat.len();
+    let rest = text[at..].trim_start().strip_prefix(':')?.trim_start();
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
+/// How long to wait before the `n`-th retry (from 1): what the provider
+/// asked, else 30 s doubling, never more than [`LONGEST_WAIT_SECS`].
+pub fn wait_secs(trouble: &Trouble, n: u32) -> u64 {
+    trouble
+        .retry_after
+        .unwrap_or_else(|| 30u64.saturating_mul(1 << n.saturating_sub(1).min(10)))
+        .clamp(1, LONGEST_WAIT_SECS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OVERLOADED: &str = r#"{"type":"result","subtype":"success","is_error":true,"duration_ms":812,"num_turns":1,"result":"API Error: 529 {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}","api_error_status":529,"total_cost_usd":0}"#;
+
+    #[test]
+    fn claude_codes_report_of_an_overload_is_the_providers_trouble() {
+        let t = trouble(OVERLOADED).expect("an overload");
+        assert_eq!(t.status, 529);
+        assert_eq!(t.retry_after, None);
+        assert_eq!(turns(OVERLOADED), Some(1));
+        assert!(!hit_turn_limit(OVERLOADED));
+    }
+
+    #[test]
+    fn plain_text_and_rate_limits_are_read_and_the_wait_is_bounded() {
+        let t =
+            trouble("working…\nAPI Error: 429 rate_limit_error \"retry_after\": 99999").unwrap();
+        assert_eq!(t.status, 429);
+        assert_eq!(t.retry_after, Some(LONGEST_WAIT_SECS));
+        assert_eq!(wait_secs(&t, 1), LONGEST_WAIT_SECS);
+        let plain = Trouble {
+            status: 500,
+            retry_after: None,
+        };
+        assert_eq!(wait_secs(&plain, 1), 30);
+        assert_eq!(wait_secs(&plain, 3), 120);
+        assert_eq!(wait_secs(&plain, 40), LONGEST_WAIT_SECS);
+    }
+
+    #[test]
+    fn the_agents_own_errors_are_not_the_providers() {
+        // A request the provider refused as bad is the agent's (or the
+        // prompt's) problem; an error without `is_error` is text.
+        assert_eq!(trouble(r#"{"is_error":true,"api_error_status":400}"#), None);
+        assert_eq!(
+            trouble(r#"{"is_error":false,"api_error_status":529}"#),
+            None
+        );
+        assert_eq!(trouble("error: could not build"), None);
+        assert_eq!(trouble("API Error: 401 invalid x-api-key"), None);
+    }
+
+    #[test]
+    fn a_stop_at_the_turn_limit_is_read() {
+        let tail =
+            r#"{"type":"result","subtype":"error_max_turns","is_error":true,"num_turns":51}"#;
+        assert!(hit_turn_limit(tail));
+        assert_eq!(trouble(tail), None);
+        assert_eq!(turns(tail), Some(51));
+    }
+}
