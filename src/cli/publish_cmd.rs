@@ -66,17 +66,10 @@ pub fn publish(a: &PublishArgs) -> Result<i32> {
     let published = handoff::publish(&root, &attempt, handoff_dir, &a.verdict)
         .context("publishing the verdict")?;
     let record: crate::contract::RunResult = serde_json::from_slice(&published.record)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let github = GitHub::with_token(&a.api_url, &SecretString::from(token))?;
-        let repo = Repo {
-            gh: &github,
-            installation: 0,
-            name: &a.repository,
-        };
-        repo.create_check(json!({
+    post_check(
+        a,
+        token,
+        json!({
             "name": RECORD_CHECK,
             "head_sha": published.commit,
             "status": "completed",
@@ -91,10 +84,9 @@ pub fn publish(a: &PublishArgs) -> Result<i32> {
                     record_digest_line(&published.record)
                 ),
             },
-        }))
-        .await
-        .context("creating the record's check run")
-    })?;
+        }),
+    )
+    .context("creating the record's check run")?;
     eprintln!(
         "published {} on {} ({})",
         files::RECORD,
@@ -115,26 +107,33 @@ fn publish_final(a: &PublishArgs, token: String) -> Result<i32> {
     let v: crate::engine::HeadVerification = serde_json::from_str(&text)
         .with_context(|| format!("reading the final verification at {}", path.display()))?;
     let failing = v.failures().count();
-    let lines: Vec<String> = v
-        .checks
-        .iter()
-        .map(|c| {
-            let mark = match c.result.outcome {
-                crate::engine::CriterionOutcome::Passed => "✓",
-                crate::engine::CriterionOutcome::Failed => "✗",
-                crate::engine::CriterionOutcome::Unverified => "☐",
-            };
-            let by = c
-                .broken_by
-                .as_deref()
-                .map(|b| format!(" — broken by {b}"))
-                .unwrap_or_default();
-            format!(
-                "- {mark} {} Sprint {}: {}{by}",
-                c.unit, c.sprint, c.result.text
-            )
-        })
-        .collect();
+    let (conclusion, title, summary) = crate::report::github::final_check(
+        &v,
+        "Every machine-checkable exit criterion of every completed sprint, run again on the final integration head by the agent workflow's verifying job (files and commands alike).",
+        "☐",
+    );
+    post_check(
+        a,
+        token,
+        json!({
+            "name": crate::contract::FINAL_CHECK,
+            "head_sha": v.head,
+            "status": "completed",
+            "conclusion": conclusion,
+            "external_id": a.record,
+            "output": { "title": title, "summary": summary, "text": text },
+        }),
+    )
+    .context("creating the final verification's check run")?;
+    eprintln!(
+        "published the final verification of {} ({failing} failing)",
+        crate::contract::short_id(&v.head)
+    );
+    Ok(if failing == 0 { 0 } else { 1 })
+}
+
+/// Makes one check run with the workflow's token.
+fn post_check(a: &PublishArgs, token: String, body: serde_json::Value) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -145,31 +144,6 @@ fn publish_final(a: &PublishArgs, token: String) -> Result<i32> {
             installation: 0,
             name: &a.repository,
         };
-        repo.create_check(json!({
-            "name": crate::contract::FINAL_CHECK,
-            "head_sha": v.head,
-            "status": "completed",
-            "conclusion": if failing == 0 { "success" } else { "failure" },
-            "external_id": a.record,
-            "output": {
-                "title": if failing == 0 {
-                    "Every criterion holds on the final head".to_string()
-                } else {
-                    format!("{failing} criteria fail on the final head")
-                },
-                "summary": format!(
-                    "Every machine-checkable exit criterion of every completed sprint, run again on the final integration head by the agent workflow's verifying job (files and commands alike).\n\n{}",
-                    lines.join("\n"),
-                ),
-                "text": text,
-            },
-        }))
-        .await
-        .context("creating the final verification's check run")
-    })?;
-    eprintln!(
-        "published the final verification of {} ({failing} failing)",
-        crate::contract::short_id(&v.head)
-    );
-    Ok(if failing == 0 { 0 } else { 1 })
+        Ok(repo.create_check(body).await?)
+    })
 }

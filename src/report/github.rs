@@ -235,3 +235,48 @@ pub fn unit_issue_body(op: &str, unit: &WorkUnit, parent_issue: i64) -> String {
     );
     out
 }
+
+/// The check run `supervise: final verification` of `v`: its conclusion,
+/// title and summary, a line per criterion (a regression with the merge
+/// that broke it). `how` says who checked what, and `not_run` marks a
+/// criterion that was not run there.
+pub fn final_check(
+    v: &crate::engine::HeadVerification,
+    how: &str,
+    not_run: &str,
+) -> (&'static str, String, String) {
+    use crate::engine::CriterionOutcome;
+    let failing = v.failures().count();
+    let lines: Vec<String> = v
+        .checks
+        .iter()
+        .map(|c| {
+            let mark = match c.result.outcome {
+                CriterionOutcome::Passed => "✓",
+                CriterionOutcome::Failed => "✗",
+                CriterionOutcome::Unverified => not_run,
+            };
+            let by = c
+                .broken_by
+                .as_deref()
+                .map(|b| format!(" — broken by {b}"))
+                .unwrap_or_default();
+            format!(
+                "- {mark} {} Sprint {}: {}{by}",
+                c.unit, c.sprint, c.result.text
+            )
+        })
+        .collect();
+    let (conclusion, title) = if failing == 0 {
+        (
+            "success",
+            "Every criterion holds on the final head".to_string(),
+        )
+    } else {
+        (
+            "failure",
+            format!("{failing} criteria fail on the final head"),
+        )
+    };
+    (conclusion, title, format!("{how}\n\n{}", lines.join("\n")))
+}

@@ -244,36 +244,18 @@ impl Operations {
             head: head.clone(),
             checks,
         };
-        let failing = verification.failures().count();
-        let lines: Vec<String> = verification
-            .checks
-            .iter()
-            .map(|c| {
-                let mark = match c.result.outcome {
-                    engine::CriterionOutcome::Passed => "✓",
-                    engine::CriterionOutcome::Failed => "✗",
-                    engine::CriterionOutcome::Unverified => "☐ not run here:",
-                };
-                format!("- {mark} {} Sprint {}: {}", c.unit, c.sprint, c.result.text)
-            })
-            .collect();
+        let how = format!(
+            "Every exit criterion of every sprint, on the final integration head. Files are read again here; a command is not ({commands})."
+        );
+        let (conclusion, title, summary) =
+            crate::report::github::final_check(&verification, &how, "☐ not run here:");
         repo.create_check(json!({
             "name": FINAL_CHECK,
             "head_sha": head,
             "status": "completed",
-            "conclusion": if failing == 0 { "success" } else { "failure" },
+            "conclusion": conclusion,
             "external_id": ctx.op,
-            "output": {
-                "title": if failing == 0 {
-                    "Every file criterion holds on the final head".to_string()
-                } else {
-                    format!("{failing} criteria fail on the final head")
-                },
-                "summary": format!(
-                    "Every exit criterion of every sprint, on the final integration head. Files are read again here; a command is not ({commands}).\n\n{}",
-                    lines.join("\n")
-                ),
-            },
+            "output": { "title": title, "summary": summary },
         }))
         .await?;
         Ok(verification)
