@@ -247,6 +247,7 @@ mod app;
 mod by_repo;
 pub mod git;
 mod manifest;
+pub mod model;
 mod paging;
 mod quota;
 mod record;

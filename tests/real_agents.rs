@@ -1,0 +1,100 @@
+//! The agent CLIs people run, really run: Claude Code (npm
+//! `@anthropic-ai/claude-code`, installed into target/npm by scripts/test)
+//! against the scripted model server of `fake_github::model`, driven by
+//! the README's own first-run command.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use support::Checkout;
+
+/// The README's first-run agent command, as printed there.
+fn readme_agent_command() -> String {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("the README");
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("supervise run --agent 'claude -p"))
+        .expect("the README's first-run command");
+    let quoted = line
+        .strip_prefix("supervise run --agent '")
+        .and_then(|l| l.strip_suffix('\''))
+        .expect("the agent command in single quotes");
+    quoted.to_string()
+}
+
+/// Where scripts/test installs the pinned Claude Code.
+fn claude_bin() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/npm/node_modules/.bin");
+    assert!(
+        dir.join("claude").exists(),
+        "Claude Code is not installed in {}: scripts/test installs it (npm @anthropic-ai/claude-code, pinned there)",
+        dir.display()
+    );
+    dir
+}
+
+/// A two-unit plan with a dependency, its sprints done by real Claude Code
+/// through its own Bash tool, the model a script, the agent command the
+/// README's: everything completes, verifies and merges, one attempt each.
+#[test]
+fn real_claude_code_completes_a_plan_from_the_readmes_command() {
+    let bin = claude_bin();
+    let model = fake_github::model::ModelServer::start();
+    let plan = "# Real\n\n| Work Unit | Directory | Depends On |\n|---|---|---|\n| core | core | — |\n| web | web | core |\n\n\
+## core\n### Sprint 1: Types\n- [ ] `core/core-1.txt` exists\n### Sprint 2: Money\n- [ ] `core/core-2.txt` exists\n\
+## web\n### Sprint 1: Page\n- [ ] `web/web-1.txt` exists\n";
+    let repo = Checkout::new(
+        &[("EXECUTION_PLAN.md", plan)],
+        "tests/agents/scripted.sh",
+        "",
+    );
+    let home = repo.root.parent().unwrap().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = repo
+        .cmd(&["run", "--agent", &readme_agent_command()])
+        .env("PATH", path)
+        .env("HOME", &home)
+        .env("ANTHROPIC_BASE_URL", &model.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-api03-scripted-model-key")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_MAX_RETRIES", "0")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    // Each sprint's file was made by the CLI's own tool call, and merged.
+    let integration = support::git(&repo.root, &["branch", "--list", "supervise/*/integration"]);
+    let branch = integration.trim().trim_start_matches("* ").to_string();
+    for f in ["core/core-1.txt", "core/core-2.txt", "web/web-1.txt"] {
+        let shown = support::git(&repo.root, &["show", &format!("{branch}:{f}")]);
+        assert_eq!(shown.trim(), "made by the scripted model", "{f}");
+    }
+    // One attempt each: the work was the CLI's first.
+    let status = repo.cmd(&["status", "--json"]).output().unwrap();
+    let state: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    for unit in state["units"].as_array().unwrap() {
+        for sprint in unit["sprints"].as_array().unwrap() {
+            assert_eq!(sprint["status"], "COMPLETED", "{sprint}");
+            assert_eq!(sprint["history"].as_array().unwrap().len(), 1, "{sprint}");
+        }
+    }
+    let requests = model.requests();
+    assert_eq!(
+        requests.len(),
+        6,
+        "a tool call and an answer per sprint: {requests:?}"
+    );
+    assert!(requests.iter().all(|r| r.tools > 0), "{requests:?}");
+}
