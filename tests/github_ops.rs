@@ -646,11 +646,7 @@ async fn work_done_before_the_start_is_taken_from_the_starting_commit() {
     s.say("/supervise start").await;
     s.until("the final pull request", 120, |s| s.final_pull().is_some())
         .await;
-    let mut ran: Vec<String> = s
-        .agent_log()
-        .iter()
-        .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
-        .collect();
+    let mut ran: Vec<String> = s.sprints_run();
     ran.sort();
     assert_eq!(
         ran,
@@ -1777,11 +1773,7 @@ async fn work_already_on_the_integration_head_is_never_dispatched() {
     s.say("/supervise start").await;
     s.until("the final pull request", 120, |s| s.final_pull().is_some())
         .await;
-    let ran: Vec<String> = s
-        .agent_log()
-        .iter()
-        .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
-        .collect();
+    let ran: Vec<String> = s.sprints_run();
     assert_eq!(ran, ["lamp 1"], "only the sprint whose work was not there");
     assert_eq!(s.fake.runs(REPO).len(), 1, "one workflow run");
     s.until("the status comment shows completion", 30, |s| {
@@ -1905,11 +1897,7 @@ async fn a_failing_gate_on_github_is_charged_to_the_merge_whose_ci_turned_red() 
     s.say("/supervise start").await;
     s.until("the final pull request", 180, |s| s.final_pull().is_some())
         .await;
-    let ran: Vec<String> = s
-        .agent_log()
-        .iter()
-        .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
-        .collect();
+    let ran: Vec<String> = s.sprints_run();
     let count = |who: &str| ran.iter().filter(|r| *r == who).count();
     assert_eq!(
         (count("a 1"), count("b 1"), count("c 1")),

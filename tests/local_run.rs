@@ -6,7 +6,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::{git, kill_after, Checkout, XorShift};
+use support::{git, kill_after, text, Checkout, XorShift};
 
 const PLAN: &str = "# Shop\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| api | api | 0 |\n| docs | docs | 0 |\n| web | web | 1 |\n\n\
 ## api\n### Sprint 1: Implement the API types\n- [ ] `api/api-sprint-1.txt` exists\n### Sprint 2: Implement the handlers\n- [ ] `api/api-sprint-2.txt` exists\n\
@@ -135,14 +135,6 @@ impl Repo {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[test]

@@ -6,7 +6,7 @@ mod support;
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
-use support::{git, kill_after, Checkout, XorShift};
+use support::{git, kill_after, text, Checkout, XorShift};
 
 /// A repository with settings for work without a plan, and the agent that
 /// plays every role.
@@ -89,14 +89,6 @@ impl Repo {
             ],
         )
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[test]

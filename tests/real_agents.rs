@@ -68,11 +68,7 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
         .env("CLAUDE_CODE_MAX_RETRIES", "0")
         .output()
         .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = support::text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
     // Each sprint's file was made by the CLI's own tool call, and merged.
     let integration = support::git(&repo.root, &["branch", "--list", "supervise/*/integration"]);

@@ -174,6 +174,10 @@ pub fn verify_checkout(
             .filter(|c| c.is_machine_checkable())
             .map(move |c| (unit.name.clone(), sprint.id.clone(), c))
     });
+    // The commands run code the agents wrote: whatever they start, however
+    // it detaches, stays below this process and is ended before the
+    // results are written (a daemon could otherwise rewrite them).
+    super::tree::become_subreaper();
     let mut checks = check_all(criteria, root, timeout);
     if checks
         .iter()
@@ -210,6 +214,7 @@ pub fn verify_checkout(
             }
         }
     }
+    super::tree::end_descendants();
     Ok(HeadVerification {
         branch: branch.to_string(),
         head: head.to_string(),

@@ -41,9 +41,13 @@ pub fn trouble(tail: &str) -> Option<Trouble> {
     let status = json_number(tail, "api_error_status")
         .filter(|_| tail.contains("\"is_error\":true") || tail.contains("\"is_error\": true"))
         .or_else(|| {
-            let at = tail.rfind("API Error: ")? + "API Error: ".len();
-            tail[at..]
-                .split(|c: char| !c.is_ascii_digit())
+            // Claude Code's text mode: a line of its own, not the words
+            // anywhere in what the agent printed.
+            let line = tail
+                .lines()
+                .rev()
+                .find_map(|l| l.trim_start().strip_prefix("API Error: "))?;
+            line.split(|c: char| !c.is_ascii_digit())
                 .next()?
                 .parse()
                 .ok()
@@ -130,6 +134,11 @@ mod tests {
         );
         assert_eq!(trouble("error: could not build"), None);
         assert_eq!(trouble("API Error: 401 invalid x-api-key"), None);
+        // The agent's own words about the code it is working on.
+        assert_eq!(
+            trouble("the handler returns `API Error: 500` when the key is unset"),
+            None
+        );
     }
 
     #[test]

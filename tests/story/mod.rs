@@ -481,6 +481,14 @@ impl Story {
             .collect()
     }
 
+    /// "<unit> <sprint>" of each agent run, in order.
+    pub fn sprints_run(&self) -> Vec<String> {
+        self.agent_log()
+            .iter()
+            .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+            .collect()
+    }
+
     /// Dispatch ids per run: each must appear once.
     pub fn runs_per_dispatch(&self) -> BTreeMap<String, usize> {
         let mut m = BTreeMap::new();

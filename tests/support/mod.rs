@@ -180,6 +180,15 @@ pub async fn get(port: u16, path: &str) -> (u16, String) {
     (status, text)
 }
 
+/// What a command printed, its standard output then its error output.
+pub fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 /// Runs git in `dir` with a fixed identity; panics with git's words if it fails.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")

@@ -89,23 +89,27 @@ impl Operations {
             return Ok(GateBlame::Unknown);
         }
         // In the order they landed: by time, and where two landed in one
-        // second, the one whose merge is the other's first parent first.
+        // second, by how many of the others lie on its first-parent chain
+        // (a key, so the order is total whatever GitHub answers).
         let mut parents = std::collections::HashMap::new();
         for (_, sha, _, _) in &merges {
             parents.insert(sha.clone(), repo.parents(sha).await?.unwrap_or_default());
         }
-        merges.sort_by(|a, b| {
-            a.0.cmp(&b.0).then_with(|| {
-                if parents[&b.1].first() == Some(&a.1) {
-                    std::cmp::Ordering::Less
-                } else if parents[&a.1].first() == Some(&b.1) {
-                    std::cmp::Ordering::Greater
-                } else {
-                    std::cmp::Ordering::Equal
+        let first_parent = |sha: &String| parents.get(sha).and_then(|p| p.first());
+        let depth = |sha: &String| {
+            let mut at = sha;
+            let mut n = 0;
+            while let Some(p) = first_parent(at).filter(|p| parents.contains_key(*p)) {
+                n += 1;
+                at = p;
+                if n > parents.len() {
+                    break;
                 }
-            })
-        });
-        let before = match parents[&merges[0].1].first() {
+            }
+            n
+        };
+        merges.sort_by_cached_key(|m| (m.0.clone(), depth(&m.1)));
+        let before = match first_parent(&merges[0].1) {
             Some(p) => ci_of(&repo, p).await?,
             None => Ci::Unknown,
         };

@@ -75,7 +75,16 @@ impl Operations {
                 },
             )));
         }
-        let row = self.store.run(&dispatch).await?;
+        let mut row = self.store.run(&dispatch).await?;
+        // Dispatched without an answer naming the run: its name does.
+        if row.as_ref().is_some_and(|r| r.run_id.is_none()) {
+            let d = crate::engine::DispatchId(dispatch.clone());
+            if let Some(run) = self.find_run(ctx, None, &d).await? {
+                self.record_run(ctx, &d, run.id, &run.html_url, Some(head.clone()))
+                    .await?;
+                row = self.store.run(&dispatch).await?;
+            }
+        }
         if let Some(id) = row.as_ref().and_then(|r| r.run_id) {
             let over = repo.run(id).await?;
             return match over {
@@ -135,14 +144,6 @@ impl Operations {
                 .collect(),
         };
         let branch = integration_branch(&ctx.op);
-        self.store
-            .put_run(&RunRow {
-                dispatch: dispatch.to_string(),
-                op: ctx.op.clone(),
-                base_sha: Some(head.to_string()),
-                ..Default::default()
-            })
-            .await?;
         let inputs = json!({
             "dispatch_id": dispatch,
             "plan": ctx.plan_path,
@@ -156,14 +157,28 @@ impl Operations {
             "prompt": serde_json::to_string(&order).map_err(crate::store::sql::SqlError::from)?,
             "branch": branch,
         });
+        // Recorded after GitHub took it: a crash in between dispatches it
+        // again, which costs a runner and no agent (the first run's check
+        // run is taken), where recording first would wait for ever on a
+        // run that was never made.
+        let recorded = |run_id: Option<i64>, html_url: Option<String>| RunRow {
+            dispatch: dispatch.to_string(),
+            op: ctx.op.clone(),
+            base_sha: Some(head.to_string()),
+            run_id,
+            html_url,
+            ..Default::default()
+        };
         match repo.dispatch(&ctx.workflow, &branch, inputs).await {
             Ok(Some((id, url))) => {
-                let d = crate::engine::DispatchId(dispatch.to_string());
-                self.record_run(ctx, &d, id, &url, None).await?;
+                self.store.put_run(&recorded(Some(id), Some(url))).await?;
                 Ok(None)
             }
-            // An older GitHub: the run's webhook names it.
-            Ok(None) => Ok(None),
+            // An older GitHub: the run is found by its name.
+            Ok(None) => {
+                self.store.put_run(&recorded(None, None)).await?;
+                Ok(None)
+            }
             // Refused (the workflow is gone or older than this supervisor):
             // the report is not held for ever on it.
             Err(crate::github::GitHubError::Http { status, .. }) if status == 404 || status == 422 => {
