@@ -1,7 +1,7 @@
 //! What the trust boundary's job layout costs an attempt, measured where it can
-//! be: the fake GitHub runs the agent workflow's three jobs (agent, verify,
-//! publish — each a fresh checkout on a "runner" of its own, with the work
-//! handed on as a bundle) against the one-job layout it replaced (one
+//! be: the fake GitHub runs the shipped agent workflow from its YAML (three
+//! jobs — agent, verify, publish — each a fresh checkout on a "runner" of its
+//! own, each installing the release, the work handed on as a bundle) against the one-job layout it replaced (one
 //! checkout: the agent, then `supervise verify --record` and a push, all
 //! holding the write credential). The same scripted agent does the same
 //! sprint in both. A hosted runner's start (the larger cost on GitHub: two
@@ -46,10 +46,13 @@ async fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let agent = root.join("tests/agents/scripted.sh").display().to_string();
     let bin = env!("CARGO_BIN_EXE_supervise");
-    fake.set_workflow_jobs(
+    let stand_in = std::env::temp_dir().join(format!("agent-layout-{}", std::process::id()));
+    let claude = fake_github::workflow::scripted_claude(&stand_in, &format!("sh {agent}"), &[])
+        .expect("the agent's command line");
+    fake.set_workflow_yaml(
         REPO,
         "three-jobs.yml",
-        support::agent_workflow_jobs(vec![("AGENT".into(), agent.clone())], bin),
+        support::agent_workflow(&support::shipped_agent_workflow(), &claude, &[]),
     );
     // The layout before: one job, one checkout, the credential throughout.
     let one_job = format!(

@@ -1,7 +1,7 @@
 //! Whole operations on GitHub, end to end: the real `supervise serve` binary
-//! against the fake GitHub over HTTP, real bare repositories, and the agent
-//! workflow "run" by the fake as a real process (tests/agents/gh-agent-job.sh
-//! around the scripted agent). Each test reads as a story: seed a repository,
+//! against the fake GitHub over HTTP, real bare repositories, and the shipped
+//! agent workflow run by the fake from its YAML, step by step (the scripted
+//! agent playing Claude Code's command line). Each test reads as a story: seed a repository,
 //! say `/supervise start`, let the agents run, read what GitHub shows.
 
 mod story;

@@ -176,7 +176,10 @@ async fn agents_that_attack_the_verdict_get_failed_attempts_that_say_why() {
         !records.contains("\"text\":\"all\""),
         "the forged record reached a branch:\n{records}"
     );
-    // The API refused the agent's token every write.
+    // The agent's job held no token (none in its environment, as on
+    // GitHub), and any write a job's token tried but publish's was refused.
+    let pwned = git(&["log", "--all", "-p", "--", "PWNED.txt"]);
+    assert!(pwned.contains("+pwned; token: none"), "{pwned}");
     let calls = s.fake.runner_log();
     for endpoint in [
         "PUT /repos/{o}/{r}/contents/{path}",
@@ -187,9 +190,8 @@ async fn agents_that_attack_the_verdict_get_failed_attempts_that_say_why() {
             .filter(|(_, e, _)| e == endpoint)
             .map(|(_, _, st)| *st)
             .collect();
-        assert_eq!(
-            statuses,
-            vec![403],
+        assert!(
+            statuses.iter().all(|st| *st == 403),
             "{endpoint}: {calls:#?}\n{}",
             git(&["log", "--all", "-p", "--", ".supervise/results"])
         );
@@ -462,26 +464,6 @@ curl -sf -o /dev/null -X POST -H "Authorization: Bearer $GITHUB_TOKEN" -H "Conte
             );
         }
     }
-}
-
-/// The fake grants each job of the agent workflow what the shipped YAML
-/// says: the agent's and the verifying job's credentials cannot write, and
-/// the publishing job, which can, runs only after verification succeeded.
-#[test]
-fn the_fake_grants_what_the_shipped_workflow_says() {
-    use fake_github::{Access, RunsIf};
-    assert_eq!(
-        support::job_grants(&support::shipped_agent_workflow()),
-        vec![
-            ("agent".to_string(), Access::Read, RunsIf::NotCancelled),
-            ("verify".to_string(), Access::Read, RunsIf::NotCancelled),
-            (
-                "publish".to_string(),
-                Access::Write,
-                RunsIf::PreviousSucceeded
-            ),
-        ]
-    );
 }
 
 /// The tests cross the shipped workflow's boundary, not a copy of it: with

@@ -241,7 +241,6 @@ impl Drop for StateGuard<'_> {
     }
 }
 
-pub mod agent_workflow;
 mod api;
 mod app;
 mod by_repo;
@@ -253,9 +252,10 @@ mod quota;
 mod record;
 mod shapes;
 mod signin;
+pub mod workflow;
 pub use api::{
-    Access, CheckRun, Issue, Job, Pull, Run, RunsIf, SimulatedCheck, SimulatedPublisher,
-    SimulatedRecord, SimulatedWork,
+    CheckRun, Issue, Job, Pull, Run, SimulatedCheck, SimulatedPublisher, SimulatedRecord,
+    SimulatedWork,
 };
 
 impl FakeGitHub {
@@ -402,6 +402,16 @@ impl FakeGitHub {
     /// and every write is refused as GitHub refuses it.
     pub fn mint_read_token(&self) -> String {
         self.mint("ghs_read", TokenKind::Workflow { write: false })
+    }
+
+    /// A workflow job's `GITHUB_TOKEN`: one that may write when the job's
+    /// `permissions` grant `contents: write`.
+    pub fn mint_workflow_token(&self, write: bool) -> String {
+        if write {
+            self.mint("ghs_actions", TokenKind::Workflow { write: true })
+        } else {
+            self.mint_read_token()
+        }
     }
 
     /// A token for a job the fake runs.
@@ -1297,37 +1307,67 @@ async fn control_workflow(State(f): State<Shared>, Json(b): Json<NewWorkflow>) -
 #[derive(Deserialize)]
 struct NewAgentWorkflow {
     repo: String,
-    /// The agent workflow's YAML file (its jobs' grants are read from it).
+    /// The agent workflow's YAML file, run as GitHub runs it.
     yaml: String,
-    /// The directory holding `gh-agent-job.sh`, `gh-verify-job.sh` and
-    /// `gh-publish-job.sh`.
-    scripts: String,
-    /// The `supervise` binary the jobs install.
+    /// The `supervise` binary its install steps fetch as the release.
     supervise: String,
-    /// The agent's command, and what else its job's environment holds.
-    agent: String,
+    /// `scripts/install-release` (default: beside the YAML's repository,
+    /// `<root>/scripts/install-release` for `<root>/.github/workflows/…`).
     #[serde(default)]
-    env: std::collections::BTreeMap<String, String>,
+    install_release: Option<String>,
+    /// The agent's command, run with its prompt on stdin, as Claude Code.
+    agent: String,
+    /// What the agent's command has in its environment besides the job's.
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    /// The repository's secrets and variables, over those of
+    /// [`workflow::Setup::claude_code`].
+    #[serde(default)]
+    secrets: BTreeMap<String, String>,
+    #[serde(default)]
+    vars: BTreeMap<String, String>,
 }
 
 async fn control_agent_workflow(
     State(f): State<Shared>,
     Json(b): Json<NewAgentWorkflow>,
 ) -> Response {
-    let yaml = match std::fs::read_to_string(&b.yaml) {
+    let yaml_path = std::path::Path::new(&b.yaml);
+    let yaml = match std::fs::read_to_string(yaml_path) {
         Ok(y) => y,
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("{}: {e}", b.yaml)),
     };
-    let mut env: Vec<(String, String)> = b.env.into_iter().collect();
-    env.push(("AGENT".into(), b.agent));
-    match agent_workflow::jobs(&yaml, std::path::Path::new(&b.scripts), &b.supervise, env) {
-        Ok(jobs) => {
-            let file = std::path::Path::new(&b.yaml)
+    let install_release = b
+        .install_release
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let root = yaml_path
+                .ancestors()
+                .nth(3)
+                .unwrap_or(std::path::Path::new("."));
+            root.join("scripts/install-release")
+        });
+    let env: Vec<(String, String)> = b.env.into_iter().collect();
+    let agents = f.data_dir.join("agents").join(&b.repo);
+    let claude = match workflow::scripted_claude(&agents, &b.agent, &env) {
+        Ok(c) => c,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    };
+    let mut setup = workflow::Setup::claude_code(
+        &claude,
+        std::path::Path::new(&b.supervise),
+        &install_release,
+    );
+    setup.secrets.extend(b.secrets);
+    setup.vars.extend(b.vars);
+    match workflow::Planned::new(&yaml, setup) {
+        Ok(planned) => {
+            let file = yaml_path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             f.ensure_repo(&b.repo);
-            f.set_workflow_jobs(&b.repo, &file, jobs);
+            f.set_workflow_yaml(&b.repo, &file, planned);
             StatusCode::NO_CONTENT.into_response()
         }
         Err(why) => error(StatusCode::BAD_REQUEST, &why),

@@ -23,8 +23,10 @@ Control API (JSON bodies; what a test does in process, for a person with curl):
   POST /_fake/users      {\"login\", \"role\": \"write\"|\"read\"|\"admin\"}
   POST /_fake/comments   {\"repo\", \"issue\", \"login\", \"body\"}   delivers issue_comment
   POST /_fake/workflows  {\"repo\", \"file\", \"command\", \"env\": {}}   a dispatch runs command
-  POST /_fake/agent-workflow {\"repo\", \"yaml\", \"scripts\", \"supervise\", \"agent\", \"env\": {}}
-                         the agent workflow's three jobs, granted what its YAML says
+  POST /_fake/agent-workflow {\"repo\", \"yaml\", \"supervise\", \"agent\", \"env\": {},
+                         \"install_release\", \"secrets\": {}, \"vars\": {}}
+                         the agent workflow run from its YAML, as GitHub runs it; the
+                         agent command plays Claude Code (the prompt on its stdin)
   POST /_fake/ci         {\"repo\", \"command\"}   the repository's CI
   POST /_fake/approvals  {\"repo\", \"pull\", \"login\"}
   POST /_fake/faults     {\"status\", \"times\"}   the next calls fail so

@@ -553,26 +553,25 @@ fn set_agent_workflow(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str) {
 
 fn set_agent_workflow_as(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str, yaml: &str) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let agent_env = [
-        ("AGENT", manifest.join(agent).display().to_string()),
+    let agent_env: Vec<(String, String)> = [
         ("AGENT_LOG", tmp.join("agent.log").display().to_string()),
         (
             "AGENT_BEHAVIOUR",
             tmp.join("behaviour").display().to_string(),
         ),
         ("AGENT_SLOW", "1".into()),
-        // A secret the agent's runner holds, as a real agent's API key: a
-        // canary that must never reach anything published.
-        ("ANTHROPIC_API_KEY", CANARY_KEY.into()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    fake.set_workflow_jobs(
-        repo,
-        "supervise-agent.yml",
-        support::agent_workflow_jobs_as(yaml, agent_env, env!("CARGO_BIN_EXE_supervise")),
-    );
+    let command = format!("sh {}", manifest.join(agent).display());
+    let claude =
+        fake_github::workflow::scripted_claude(&tmp.join("claude-code"), &command, &agent_env)
+            .expect("the agent's command line");
+    // A secret the agent's step holds, as a real agent's API key: a canary
+    // that must never reach anything published.
+    let planned = support::agent_workflow(yaml, &claude, &[("ANTHROPIC_API_KEY", CANARY_KEY)]);
+    fake.set_workflow_yaml(repo, "supervise-agent.yml", planned);
 }
 
 /// The service's timings, shortened so a whole operation runs in seconds.

@@ -17,30 +17,26 @@ pub fn shipped_agent_workflow() -> String {
     .expect("the shipped agent workflow")
 }
 
-/// The shipped agent workflow's three jobs, for the fake GitHub's runner:
-/// the agent's (read-only; `agent_env` holds the agent and its keys), the
-/// verifying job (no credential) and the publishing job (the App's token),
-/// the trusted two running `supervise` from `bin`.
-pub fn agent_workflow_jobs(agent_env: Vec<(String, String)>, bin: &str) -> Vec<fake_github::Job> {
-    agent_workflow_jobs_as(&shipped_agent_workflow(), agent_env, bin)
-}
-
-/// [`agent_workflow_jobs`] for the agent workflow `yaml` (the shipped one,
-/// or one a test changed): see [`fake_github::agent_workflow::jobs`].
-pub fn agent_workflow_jobs_as(
+/// The agent workflow `yaml` (the shipped one, or one a test changed) as
+/// the fake GitHub's runner runs it, for a repository that runs Claude Code
+/// (`claude`, an executable playing its command line) with `secrets` added
+/// to the App's credentials (see [`fake_github::workflow::Setup::claude_code`]);
+/// the install steps fetch this build's `supervise` as the release.
+pub fn agent_workflow(
     yaml: &str,
-    agent_env: Vec<(String, String)>,
-    bin: &str,
-) -> Vec<fake_github::Job> {
-    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents");
-    fake_github::agent_workflow::jobs(yaml, &scripts, bin, agent_env)
-        .expect("the agent workflow's jobs")
-}
-
-/// What a workflow's YAML grants each job (see
-/// [`fake_github::agent_workflow::grants`]).
-pub fn job_grants(yaml: &str) -> Vec<(String, fake_github::Access, fake_github::RunsIf)> {
-    fake_github::agent_workflow::grants(yaml).expect("the workflow's jobs")
+    claude: &Path,
+    secrets: &[(&str, &str)],
+) -> fake_github::workflow::Planned {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut setup = fake_github::workflow::Setup::claude_code(
+        claude,
+        Path::new(env!("CARGO_BIN_EXE_supervise")),
+        &root.join("scripts/install-release"),
+    );
+    for (k, v) in secrets {
+        setup.secrets.insert(k.to_string(), v.to_string());
+    }
+    fake_github::workflow::Planned::new(yaml, setup).expect("the agent workflow reads")
 }
 
 /// A port to listen on later, free now. Taken below the kernel's range for

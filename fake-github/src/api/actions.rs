@@ -2,8 +2,8 @@
 //! and the `workflow_run` webhooks they deliver.
 
 use super::{
-    enter, error, now, ok, Access, FakeGitHub, HashMap, HeaderMap, Job, Json, Path, Query, Repo,
-    Response, Run, RunsIf, Shared, State, StatusCode, Value, Workflow,
+    enter, error, now, ok, FakeGitHub, HashMap, HeaderMap, Job, Json, Path, Query, Repo, Response,
+    Run, Shared, State, StatusCode, Value, Workflow,
 };
 use axum::response::IntoResponse;
 use serde::Deserialize;
@@ -108,14 +108,21 @@ pub(super) async fn dispatch(
             )
         })
         .collect();
-    // The template's `run-name` puts the dispatch id in the run's title.
-    let title = format!(
-        "supervise {}",
-        b.inputs
-            .get("dispatch_id")
-            .and_then(Value::as_str)
-            .unwrap_or(&b.reference)
-    );
+    // The workflow's `run-name` (for a workflow given as commands, the
+    // template's) puts the dispatch id in the run's title.
+    let title = workflow
+        .planned
+        .as_ref()
+        .and_then(|p| p.title(&inputs))
+        .unwrap_or_else(|| {
+            format!(
+                "supervise {}",
+                b.inputs
+                    .get("dispatch_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or(&b.reference)
+            )
+        });
     let run = {
         let mut s = f.inner.lock();
         let id = s.api.id() + 100_000;
@@ -260,33 +267,24 @@ pub(super) async fn execute(
     // may not push is not told where the repository is.
     let success = match runner_dir(run.id) {
         Ok(runner) => {
-            let mut ok = true;
             let mut started = false;
-            for job in &workflow.jobs {
-                let cancelled = f
-                    .runs(&run.repo)
-                    .iter()
-                    .any(|r| r.id == run.id && r.cancel_requested);
-                let runs = match job.runs_if {
-                    RunsIf::NotCancelled => !cancelled,
-                    RunsIf::PreviousSucceeded => !cancelled && ok,
-                };
-                if !runs {
-                    continue;
+            let ok = match &workflow.planned {
+                Some(planned) => {
+                    crate::workflow::run::run_jobs(
+                        &f,
+                        &run,
+                        &repo,
+                        planned,
+                        &inputs,
+                        &runner.0,
+                        &mut started,
+                    )
+                    .await
                 }
-                let ran = run_job(
-                    &f,
-                    &run,
-                    &repo,
-                    job,
-                    &inputs,
-                    &runner.0,
-                    workflow.push_after,
-                    &mut started,
-                )
-                .await;
-                ok = ok && ran;
-            }
+                None => {
+                    run_commands(&f, &run, &repo, &workflow, &inputs, &runner.0, &mut started).await
+                }
+            };
             drop(runner);
             ok
         }
@@ -312,6 +310,26 @@ pub(super) async fn execute(
     if let Some(r) = done {
         deliver_run(&f, "completed", &r).await;
     }
+}
+
+/// A workflow of one-command jobs, in order, each unless the run was
+/// cancelled.
+async fn run_commands(
+    f: &Shared,
+    run: &Run,
+    repo: &Repo,
+    workflow: &Workflow,
+    inputs: &[(String, String)],
+    runner: &std::path::Path,
+    started: &mut bool,
+) -> bool {
+    let mut ok = true;
+    for job in &workflow.jobs {
+        if !is_cancelled(f, run) {
+            ok = run_job(f, run, repo, job, inputs, runner, started).await && ok;
+        }
+    }
+    ok
 }
 
 /// A run that does no work: in progress for a duration drawn in
@@ -434,9 +452,9 @@ async fn publish_simulated(f: &Shared, run: &Run) -> Result<(), String> {
 }
 
 /// One job: a fresh checkout of the commit dispatched on (as
-/// `actions/checkout` at `github.sha`), its command, and what it leaves.
+/// `actions/checkout` at `github.sha`, keeping the App's credential), its
+/// command, and a push of what it committed to its `branch` input.
 /// `started`: whether the run was said to be in progress yet.
-#[allow(clippy::too_many_arguments)]
 async fn run_job(
     f: &Shared,
     run: &Run,
@@ -444,43 +462,15 @@ async fn run_job(
     job: &Job,
     inputs: &[(String, String)],
     runner: &std::path::Path,
-    push_after: bool,
     started: &mut bool,
 ) -> bool {
     let home = runner.join(&job.name);
     let dir = home.join("checkout");
     let temp = home.join("temp");
-    let artifacts_in = home.join("artifacts-in");
-    let artifacts_out = home.join("artifacts-out");
-    let shared = runner.join("artifacts");
-    let setup = (|| -> Result<(), String> {
-        for d in [&temp, &artifacts_out, &shared] {
-            std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
-        }
-        // A copy: a job reads what the jobs before it uploaded, and changes
-        // nothing of it for the jobs after.
-        copy_dir(&shared, &artifacts_in).map_err(|e| e.to_string())?;
-        repo.checkout(&run.head_sha, &dir)?;
-        if job.access == Access::Read {
-            // `persist-credentials: false`: the remote's branches are known,
-            // but nothing can be pushed there.
-            let (o, r) = run.repo.split_once('/').unwrap_or(("o", "r"));
-            crate::git::git(
-                &dir,
-                &[
-                    "remote",
-                    "set-url",
-                    "origin",
-                    &format!("https://fake-github.invalid/{o}/{r}.git"),
-                ],
-            )?;
-        }
-        Ok(())
-    })();
-    let token = match job.access {
-        Access::Read => f.mint_read_token(),
-        Access::Write => f.mint_installation_token(),
-    };
+    let setup = std::fs::create_dir_all(&temp)
+        .map_err(|e| e.to_string())
+        .and_then(|()| repo.checkout(&run.head_sha, &dir));
+    let token = f.mint_installation_token();
     let before = repo.branches();
     let mut cmd = tokio::process::Command::new("sh");
     // A job starts from a clean environment, as on a runner: what the
@@ -502,11 +492,8 @@ async fn run_job(
         .env("GITHUB_API_URL", f.url())
         .env("GITHUB_TOKEN", &token)
         .env("RUNNER_TEMP", &temp)
-        .env("FAKE_ARTIFACTS_IN", &artifacts_in)
-        .env("FAKE_ARTIFACTS_OUT", &artifacts_out)
         .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .process_group(0);
+        .stderr(std::process::Stdio::inherit());
     match std::fs::File::create(home.join("log")) {
         Ok(log) => {
             cmd.stdout(std::process::Stdio::from(log));
@@ -521,65 +508,27 @@ async fn run_job(
     for (k, v) in &job.env {
         cmd.env(k, v);
     }
-    let child = match setup {
-        Ok(()) => cmd.spawn().map_err(|e| e.to_string()),
+    let ok = match setup {
+        Ok(()) => run_process(f, run, cmd, started).await,
         Err(e) => Err(e),
     };
-    let ok = match child {
-        Ok(mut child) => {
-            let pgid = child.id();
-            if let Some(r) = set_run(f, run.id, |r| {
-                r.status = "in_progress".into();
-                r.pgid = pgid;
-            }) {
-                if !*started {
-                    *started = true;
-                    deliver_run(f, "in_progress", &r).await;
-                }
-            }
-            // A cancel that arrived while the run was queued.
-            if f.runs(&run.repo)
+    let ok = match ok {
+        Ok(ok) => {
+            // What the job committed goes where its `branch` input says, as
+            // its checkout's credentials would push it.
+            let push_to = inputs
                 .iter()
-                .any(|r| r.id == run.id && r.cancel_requested)
-            {
-                signal(pgid, libc::SIGTERM);
-            }
-            // A run dropped mid-job (the test ended while its agent hung)
-            // takes the job's processes with it: one left running would
-            // write into the runner directory as it is removed.
-            let group = KillOnDrop(pgid);
-            let ok = child.wait().await.map(|s| s.success()).unwrap_or(false);
-            std::mem::forget(group);
-            // A cancelled run ends when its last process does: a step that
-            // ignores the cancel keeps the run going until a force-cancel.
-            while f
-                .runs(&run.repo)
-                .iter()
-                .any(|r| r.id == run.id && r.cancel_requested)
-                && group_alive(pgid)
-            {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            // The runner goes away with the job: nothing it started lives on
-            // into the next job.
-            signal(pgid, libc::SIGKILL);
-            if push_after {
-                // What the job committed goes where its `branch` input says,
-                // as its checkout's credentials would push it.
-                let push_to = inputs
-                    .iter()
-                    .find(|(k, _)| k == "branch")
-                    .map_or_else(|| run.head_branch.clone(), |(_, v)| v.clone());
-                let _ = crate::git::git(
-                    &dir,
-                    &[
-                        "push",
-                        "-q",
-                        "origin",
-                        &format!("HEAD:refs/heads/{push_to}"),
-                    ],
-                );
-            }
+                .find(|(k, _)| k == "branch")
+                .map_or_else(|| run.head_branch.clone(), |(_, v)| v.clone());
+            let _ = crate::git::git(
+                &dir,
+                &[
+                    "push",
+                    "-q",
+                    "origin",
+                    &format!("HEAD:refs/heads/{push_to}"),
+                ],
+            );
             ok
         }
         Err(e) => {
@@ -597,15 +546,62 @@ async fn run_job(
             f.on_push(&run.repo, sha);
         }
     }
-    // Its artifacts, under its name, for the jobs after it.
-    let _ = std::fs::rename(&artifacts_out, shared.join(&job.name));
     let _ = std::fs::remove_dir_all(&home);
     ok
 }
 
+/// Whether a cancel of `run` was asked for.
+pub(crate) fn is_cancelled(f: &FakeGitHub, run: &Run) -> bool {
+    f.runs(&run.repo)
+        .iter()
+        .any(|r| r.id == run.id && r.cancel_requested)
+}
+
+/// Runs one process of a run's job (a one-command job, or one step) in a
+/// process group of its own, noted on the run so that a cancel reaches it;
+/// the run is said to be in progress when its first process starts
+/// (`started`). A cancelled run ends when its last process does (a step
+/// that ignores the cancel keeps the run going until a force-cancel), and
+/// nothing the process started lives on after it.
+pub(crate) async fn run_process(
+    f: &Shared,
+    run: &Run,
+    mut cmd: tokio::process::Command,
+    started: &mut bool,
+) -> Result<bool, String> {
+    cmd.process_group(0);
+    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+    let pgid = child.id();
+    if let Some(r) = set_run(f, run.id, |r| {
+        r.status = "in_progress".into();
+        r.pgid = pgid;
+    }) {
+        if !*started {
+            *started = true;
+            deliver_run(f, "in_progress", &r).await;
+        }
+    }
+    // A cancel that arrived while the run was queued, or between steps.
+    if is_cancelled(f, run) {
+        signal(pgid, libc::SIGTERM);
+    }
+    // A run dropped mid-job (the test ended while its agent hung) takes the
+    // job's processes with it: one left running would write into the runner
+    // directory as it is removed.
+    let group = KillOnDrop(pgid);
+    let ok = child.wait().await.map(|s| s.success()).unwrap_or(false);
+    std::mem::forget(group);
+    while is_cancelled(f, run) && group_alive(pgid) {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The runner goes away with the job: nothing it started lives on.
+    signal(pgid, libc::SIGKILL);
+    Ok(ok)
+}
+
 /// Copies a directory tree (regular files and directories; links are not
 /// followed, nor copied).
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

@@ -136,50 +136,29 @@ pub type SimulatedPublisher = Arc<dyn Fn(&Run) -> Option<SimulatedWork> + Send +
 /// GitHub Actions' App id on github.com: what a workflow token makes names it.
 pub const GITHUB_ACTIONS_APP_ID: u64 = 15368;
 
-/// A workflow: its jobs, run one after another, each on a runner of its own
-/// (a fresh checkout in a directory of its own, nothing else shared but the
-/// artifacts it leaves). `push_after`: the fake pushes the last job's HEAD to
-/// the `branch` input, as a one-job workflow whose checkout holds the write
-/// credential does (see [`FakeGitHub::set_workflow`]).
+/// A workflow: one-command jobs run one after another, each on a runner of
+/// its own, pushing what it committed (see [`FakeGitHub::set_workflow`]); or
+/// its YAML, run as GitHub runs it (see [`FakeGitHub::set_workflow_yaml`]).
 #[derive(Clone)]
 pub(crate) struct Workflow {
     jobs: Vec<Job>,
-    push_after: bool,
     /// No jobs at all: each run is in progress for a time drawn from this
     /// range (milliseconds) and then concludes `success` — for benchmarks
     /// that need thousands of runs and none of their work.
     simulated: Option<(u64, u64)>,
+    /// Read from its YAML: jobs, steps and conditions as GitHub runs them
+    /// (see [`crate::workflow`]); `jobs` is then empty.
+    planned: Option<Arc<crate::workflow::Planned>>,
 }
 
-/// One job of a workflow the fake runs.
+/// One job of a workflow the fake runs as a command: a checkout holding the
+/// write credential, the command, and a push of what it committed.
 #[derive(Clone, Debug)]
 pub struct Job {
     pub name: String,
     /// Run through `sh -c` in the job's checkout.
     pub command: String,
     pub env: Vec<(String, String)>,
-    pub access: Access,
-    pub runs_if: RunsIf,
-}
-
-/// What a job's credentials let it do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// `permissions: contents: read` and `persist-credentials: false`: its
-    /// `GITHUB_TOKEN` reads, and its checkout's `origin` takes no push.
-    Read,
-    /// The App's credentials: `GITHUB_TOKEN` is an installation token, and
-    /// its checkout's `origin` takes pushes.
-    Write,
-}
-
-/// When a job runs, given the jobs before it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunsIf {
-    /// `if: ${{ !cancelled() }}`: unless the run was cancelled.
-    NotCancelled,
-    /// `if: needs.<previous>.result == 'success'`.
-    PreviousSucceeded,
 }
 
 #[derive(Default)]
@@ -307,31 +286,27 @@ impl FakeGitHub {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            access: Access::Write,
-            runs_if: RunsIf::NotCancelled,
         };
         self.inner.lock().api.workflows.insert(
             (repo.into(), file.into()),
             Workflow {
                 jobs: vec![job],
-                push_after: true,
                 simulated: None,
+                planned: None,
             },
         );
     }
 
-    /// The Actions workflow `file` runs `jobs` in order, each on a runner of
-    /// its own, with `INPUT_<NAME>` for each input, `FAKE_ARTIFACTS_IN` (what
-    /// the jobs before it left, a directory each, by job name) and
-    /// `FAKE_ARTIFACTS_OUT` (what it leaves). Nothing is pushed for it: a
-    /// [`Access::Write`] job pushes itself.
-    pub fn set_workflow_jobs(&self, repo: &str, file: &str, jobs: Vec<Job>) {
+    /// The Actions workflow `file` is run from its YAML, as GitHub runs it,
+    /// with what the repository gives it (`planned`'s secrets, variables and
+    /// what the runner's stand-ins serve): see [`crate::workflow`].
+    pub fn set_workflow_yaml(&self, repo: &str, file: &str, planned: crate::workflow::Planned) {
         self.inner.lock().api.workflows.insert(
             (repo.into(), file.into()),
             Workflow {
-                jobs,
-                push_after: false,
+                jobs: Vec::new(),
                 simulated: None,
+                planned: Some(Arc::new(planned)),
             },
         );
     }
@@ -354,8 +329,8 @@ impl FakeGitHub {
             (repo.into(), file.into()),
             Workflow {
                 jobs: Vec::new(),
-                push_after: false,
                 simulated: Some((min_ms, max_ms.max(min_ms))),
+                planned: None,
             },
         );
     }
@@ -481,7 +456,7 @@ impl FakeGitHub {
     }
 
     /// Runs CI for a new head, if the repository has CI.
-    fn on_push(self: &Arc<Self>, repo: &str, sha: &str) {
+    pub(crate) fn on_push(self: &Arc<Self>, repo: &str, sha: &str) {
         let Some(cmd) = self.inner.lock().api.ci.get(repo).cloned() else {
             return;
         };
@@ -662,7 +637,7 @@ fn created(v: Value) -> Response {
 }
 
 // The handlers, by API area (after `enter!`, which they use).
-mod actions;
+pub(crate) mod actions;
 mod checks;
 mod contents;
 mod gitdata;
