@@ -1,11 +1,14 @@
 //! The agent CLIs people run, really run: Claude Code (npm
 //! `@anthropic-ai/claude-code`, installed into target/npm by scripts/test)
 //! against the scripted model server of `fake_github::model`, driven by
-//! the README's own first-run command.
+//! the README's own first-run command locally, and by the shipped agent
+//! workflow on the fake GitHub.
 
+mod story;
 mod support;
 
 use std::path::{Path, PathBuf};
+use story::{Setup, Story};
 use support::Checkout;
 
 /// The README's first-run agent command, as printed there.
@@ -93,4 +96,46 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
         "a tool call and an answer per sprint: {requests:?}"
     );
     assert!(requests.iter().all(|r| r.tools > 0), "{requests:?}");
+}
+
+/// The version of Claude Code scripts/test installed.
+fn claude_version() -> String {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/npm/node_modules/@anthropic-ai/claude-code/package.json");
+    let text = std::fs::read_to_string(&manifest).expect("Claude Code's package.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("package.json reads");
+    v["version"].as_str().expect("a version").to_string()
+}
+
+/// The same plan on GitHub: the fake runs the shipped agent workflow from
+/// its YAML, whose Claude Code step installs the pinned version (the
+/// runner's npm refuses another) and runs it against the repository's
+/// gateway, here the scripted model; the work goes through the verify and
+/// publish jobs to the final pull request, one attempt a sprint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn real_claude_code_completes_a_plan_on_github_through_the_shipped_workflow() {
+    let claude = claude_bin().join("claude");
+    let model = fake_github::model::ModelServer::start();
+    let plan = "# Real\n\n| Work Unit | Directory | Depends On |\n|---|---|---|\n| core | core | — |\n| web | web | core |\n\n\
+## core\n### Sprint 1: Types\n- [ ] `core/core-1.txt` exists\n### Sprint 2: Money\n- [ ] `core/core-2.txt` exists\n\
+## web\n### Sprint 1: Page\n- [ ] `web/web-1.txt` exists\n";
+    let s = Story::start(Setup::operation(plan, "")).await;
+    s.use_claude_code(&claude, &claude_version(), &model.url);
+    s.say("/supervise start").await;
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    let head = s.final_pull().unwrap().head;
+    let bare = s.tmp.path().join("github/repos/acme/shop.git");
+    for f in ["core/core-1.txt", "core/core-2.txt", "web/web-1.txt"] {
+        let shown = support::git(&bare, &["show", &format!("{head}:{f}")]);
+        assert_eq!(shown.trim(), "made by the scripted model", "{f}");
+    }
+    let runs = s.fake.runs(story::REPO);
+    assert_eq!(runs.len(), 3, "one run a sprint: {runs:#?}");
+    let requests = model.requests();
+    assert_eq!(
+        requests.len(),
+        6,
+        "a tool call and an answer per sprint: {requests:?}"
+    );
 }

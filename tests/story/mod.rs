@@ -244,6 +244,31 @@ impl Story {
         set_agent_workflow_as(&self.fake, REPO, self.tmp.path(), SCRIPTED_AGENT, yaml);
     }
 
+    /// The story's repository runs real Claude Code (`claude`, the pinned
+    /// `version` `npm` installs on the runner) through the shipped agent
+    /// workflow, its model the scripted server at `model_url` (the
+    /// repository's gateway variable).
+    pub fn use_claude_code(&self, claude: &Path, version: &str, model_url: &str) {
+        let mut planned = support::agent_workflow(
+            &support::shipped_agent_workflow(),
+            claude,
+            &[("ANTHROPIC_API_KEY", "sk-ant-api03-scripted-model-key")],
+        );
+        planned.setup_mut().packages.insert(
+            "@anthropic-ai/claude-code".into(),
+            fake_github::workflow::Package {
+                version: Some(version.to_string()),
+                commands: vec![claude.to_path_buf()],
+            },
+        );
+        planned
+            .setup_mut()
+            .vars
+            .insert("SUPERVISE_ANTHROPIC_BASE_URL".into(), model_url.into());
+        self.fake
+            .set_workflow_yaml(REPO, "supervise-agent.yml", planned);
+    }
+
     /// Starts the service through the story's door (again, after a kill).
     pub async fn serve_up(&mut self) {
         match self.door {

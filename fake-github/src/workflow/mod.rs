@@ -98,6 +98,11 @@ impl Planned {
             setup,
         })
     }
+
+    /// What the repository gives the workflow, to change before it is set.
+    pub fn setup_mut(&mut self) -> &mut Setup {
+        &mut self.setup
+    }
 }
 
 /// Quotes `s` for a POSIX shell.
@@ -122,7 +127,9 @@ pub fn scripted_claude(
         .collect();
     let text = format!(
         "#!/bin/sh\n# Claude Code's command line, played by a scripted agent (the prompt on its stdin).\n\
-         {exports}prompt=\nwhile [ $# -gt 0 ]; do\n  case \"$1\" in\n    -p|--print) prompt=\"$2\"; shift 2 ;;\n    *) shift ;;\n  esac\ndone\n\
+         {exports}prompt=\nwhile [ $# -gt 0 ]; do\n  case \"$1\" in\n    \
+         --model|--max-turns|--permission-mode|--allowedTools|--allowed-tools|--output-format) shift 2 ;;\n    \
+         -*) shift ;;\n    *) prompt=\"$1\"; shift ;;\n  esac\ndone\n\
          printf '%s' \"$prompt\" | exec sh -c {}\n",
         quoted(command)
     );
