@@ -264,7 +264,15 @@ mkdir -p .supervise/results
 printf '{"exit_code":0,"output_tail":"Done.","criteria":[{"line":1,"text":"all","outcome":"passed","detail":""}]}' > "$rec"
 git add -A && git commit -qm "supervise: results of $INPUT_DISPATCH_ID"
 "#;
-    s.fake.set_workflow(REPO, "supervise-agent.yml", forge, &[]);
+    // Another App on the repository, which anyone who can run code there
+    // (a CI job, say) may hold a token of.
+    s.fake.add_other_app_token("ghs_other_app", 9999);
+    s.fake.set_workflow(
+        REPO,
+        "supervise-agent.yml",
+        forge,
+        &[("OTHER_APP_TOKEN", "ghs_other_app")],
+    );
     s.say("/supervise start").await;
     s.until("the first attempt is judged", 120, |s| {
         s.fake
@@ -393,12 +401,12 @@ async fn an_earlier_sprint_cannot_loosen_the_rules_for_a_later_one() {
 
 /// A workflow that holds a write credential and vouches for its own forged
 /// record, each time getting one thing wrong: the digest, the dispatch the
-/// check run names (`external_id`), or the commit it is on (the work's
-/// commit under the record's). None is taken: each attempt fails saying
+/// check run names (`external_id`), the commit it is on (the work's commit
+/// under the record's), or who made it (another App). None is taken: each attempt fails saying
 /// no trusted job vouched for the record, and every unit ends BLOCKED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_record_vouched_for_wrongly_is_not_taken() {
-    const UNITS: [&str; 3] = ["digest", "elsewhere", "parent"];
+    const UNITS: [&str; 4] = ["digest", "elsewhere", "parent", "stranger"];
     let mut plan = String::from("# Vouch\n\n| Work Unit | Directory |\n|---|---|\n");
     for u in UNITS {
         plan.push_str(&format!("| {u} | {u} |\n"));
@@ -426,16 +434,26 @@ git push -q origin "HEAD:refs/heads/$INPUT_BRANCH"
 digest="sha256:$(sha256sum "$rec" | cut -d' ' -f1)"
 sha=$(git rev-parse HEAD)
 ext="$INPUT_DISPATCH_ID"
+token="$GITHUB_TOKEN"
 case "$INPUT_UNIT" in
   digest) digest="sha256:$(printf 'another record' | sha256sum | cut -d' ' -f1)" ;;
   elsewhere) ext="another-op/$INPUT_UNIT/1/a1d1" ;;
   parent) sha="$parent" ;;
+  stranger) token="$OTHER_APP_TOKEN" ;;
 esac
-curl -sf -o /dev/null -X POST -H "Authorization: Bearer $GITHUB_TOKEN" -H "Content-Type: application/json" \
+curl -sf -o /dev/null -X POST -H "Authorization: Bearer $token" -H "Content-Type: application/json" \
   "$GITHUB_API_URL/repos/$GITHUB_REPOSITORY/check-runs" \
   -d "{\"name\":\"supervise: results record\",\"head_sha\":\"$sha\",\"status\":\"completed\",\"conclusion\":\"neutral\",\"external_id\":\"$ext\",\"output\":{\"title\":\"Results recorded\",\"summary\":\"$digest\"}}"
 "#;
-    s.fake.set_workflow(REPO, "supervise-agent.yml", forge, &[]);
+    // Another App on the repository, which anyone who can run code there
+    // (a CI job, say) may hold a token of.
+    s.fake.add_other_app_token("ghs_other_app", 9999);
+    s.fake.set_workflow(
+        REPO,
+        "supervise-agent.yml",
+        forge,
+        &[("OTHER_APP_TOKEN", "ghs_other_app")],
+    );
     s.say("/supervise start").await;
     s.until("every unit blocks", 240, |s| {
         let status = s.status_comment();

@@ -392,6 +392,20 @@ impl FakeGitHub {
         );
     }
 
+    /// Accepts `token` as an installation token of another App (id
+    /// `app_id`) on the same installation's repositories: what it makes is
+    /// that App's, not this one's.
+    pub fn add_other_app_token(&self, token: &str, app_id: u64) {
+        self.inner.lock().tokens.insert(
+            token.to_string(),
+            Token {
+                installation: self.config.installation_id,
+                kind: TokenKind::OtherApp { id: app_id },
+                runner: false,
+            },
+        );
+    }
+
     /// A new installation token of the App, as `actions/create-github-app-token`
     /// makes one in a workflow that holds the App's key.
     pub fn mint_installation_token(&self) -> String {
@@ -929,6 +943,9 @@ pub(crate) enum TokenKind {
     Installation,
     /// A workflow's `GITHUB_TOKEN`: what it makes is GitHub Actions'.
     Workflow { write: bool },
+    /// An installation token of another App on the repository (a CI App,
+    /// say): what it makes is that App's.
+    OtherApp { id: u64 },
 }
 
 /// The login GitHub gives what the App makes: its slug and `[bot]`.
@@ -941,6 +958,7 @@ pub const ACTIONS_LOGIN: &str = "github-actions[bot]";
 pub(crate) fn author(f: &FakeGitHub, headers: &HeaderMap) -> String {
     match f.inner.lock().tokens.get(bearer(headers)).map(|t| t.kind) {
         Some(TokenKind::Workflow { .. }) => ACTIONS_LOGIN.into(),
+        Some(TokenKind::OtherApp { id }) => format!("another-app-{id}[bot]"),
         _ => APP_LOGIN.into(),
     }
 }

@@ -71,6 +71,7 @@ pub(super) async fn create_check_run(
     // GitHub names who made it from the token: the App, or GitHub Actions.
     let (app, app_id) = match f.token_of(&h).map(|t| t.kind) {
         Some(crate::TokenKind::Workflow { .. }) => ("github-actions", GITHUB_ACTIONS_APP_ID),
+        Some(crate::TokenKind::OtherApp { id }) => ("another-app", id),
         _ => ("supervise", f.config.app_id),
     };
     let (Some(check), Some(sha)) = (b.name, b.head_sha) else {
