@@ -134,6 +134,9 @@ pub fn prompt_input(prompt: &str) -> Option<&str> {
 pub struct RunResult {
     pub exit_code: Option<i32>,
     pub turns_used: Option<u32>,
+    /// What the agent's CLI reported the run used (its own JSON result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::engine::usage::Usage>,
     pub output_tail: String,
     pub criteria: Vec<CriterionResult>,
     /// What the plan's progress files say (recorded by the step that ran the criteria).

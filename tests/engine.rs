@@ -1994,6 +1994,7 @@ fn overloaded() -> AgentReport {
         exit_code: Some(1),
         output_tail: r#"{"type":"result","subtype":"success","is_error":true,"num_turns":1,"result":"API Error: 529 {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}","api_error_status":529}"#.into(),
         turns_used: None,
+        usage: None,
         evidence: Evidence::default(),
     }
 }
@@ -2071,6 +2072,7 @@ fn a_stop_at_the_turn_limit_is_continued_not_failed() {
                 r#"{"type":"result","subtype":"error_max_turns","is_error":true,"num_turns":50}"#
                     .into(),
             turns_used: None,
+            usage: None,
             evidence: Evidence::default(),
         },
     );

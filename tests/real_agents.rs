@@ -80,15 +80,33 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
         let shown = support::git(&repo.root, &["show", &format!("{branch}:{f}")]);
         assert_eq!(shown.trim(), "made by the scripted model", "{f}");
     }
-    // One attempt each: the work was the CLI's first.
+    // One attempt each: the work was the CLI's first. Each attempt's usage
+    // is what the CLI reported of the scripted model's figures (two
+    // responses a sprint, each 1,000 tokens in and 200 out), with its price.
     let status = repo.cmd(&["status", "--json"]).output().unwrap();
     let state: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let mut dollars = 0.0;
     for unit in state["units"].as_array().unwrap() {
         for sprint in unit["sprints"].as_array().unwrap() {
             assert_eq!(sprint["status"], "COMPLETED", "{sprint}");
-            assert_eq!(sprint["history"].as_array().unwrap().len(), 1, "{sprint}");
+            let history = sprint["history"].as_array().unwrap();
+            assert_eq!(history.len(), 1, "{sprint}");
+            let usage = &history[0]["usage"];
+            assert_eq!(usage["input_tokens"], 2000, "{sprint}");
+            assert_eq!(usage["output_tokens"], 400, "{sprint}");
+            let cost = usage["cost"].as_f64().expect("the CLI priced the run");
+            assert!(cost > 0.0, "{sprint}");
+            dollars += cost;
         }
     }
+    // The operation's figure is the sum of the attempts', to the millionth.
+    let report = repo.cmd(&["status"]).output().unwrap();
+    let shown = format!("${dollars:.4} reported by the agents");
+    assert!(
+        support::text(&report).contains(&shown),
+        "{shown}:\n{}",
+        support::text(&report)
+    );
     let requests = model.requests();
     assert_eq!(
         requests.len(),
@@ -138,4 +156,9 @@ async fn real_claude_code_completes_a_plan_on_github_through_the_shipped_workflo
         6,
         "a tool call and an answer per sprint: {requests:?}"
     );
+    // What the CLI reported reached the service through the results record.
+    s.until("the spend reported", 30, |s| {
+        s.status_comment().contains("reported by the agents")
+    })
+    .await;
 }

@@ -10,6 +10,7 @@ pub fn report(ok: bool) -> AgentReport {
         exit_code: Some(if ok { 0 } else { 1 }),
         output_tail: if ok { "done".into() } else { "error".into() },
         turns_used: Some(10),
+        usage: None,
         evidence: Evidence {
             commits: if ok { vec!["abc1234".into()] } else { vec![] },
             criteria: vec![CriterionResult {

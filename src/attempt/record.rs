@@ -23,7 +23,8 @@ pub fn results_record(
 ) -> RunResult {
     RunResult {
         exit_code,
-        turns_used: parse_turns(output),
+        turns_used: parse_turns(output).or_else(|| crate::engine::provider::turns(output)),
+        usage: crate::engine::provider::usage(output),
         output_tail: crate::scrub::scrub(&tail(output, 4000)).into_owned(),
         criteria: criteria
             .into_iter()

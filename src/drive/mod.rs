@@ -463,6 +463,7 @@ mod tests {
             exit_code: Some(0),
             output_tail: "Done.".into(),
             turns_used: Some(3),
+            usage: None,
             evidence: Evidence {
                 commits: vec!["abc1234".into()],
                 criteria: vec![CriterionResult {

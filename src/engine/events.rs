@@ -138,6 +138,9 @@ pub struct AgentReport {
     /// The end of the agent's output (§5a looks for signal words there).
     pub output_tail: String,
     pub turns_used: Option<u32>,
+    /// What the agent's CLI reported the run used (tokens, dollars).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<super::usage::Usage>,
     pub evidence: Evidence,
 }
 
@@ -342,6 +345,9 @@ pub struct AttemptRecord {
     /// log written before this field counts every attempt, as it did then.
     #[serde(default = "charged_by_default")]
     pub charged: bool,
+    /// What the agent's CLI reported the attempt used, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<super::usage::Usage>,
 }
 
 fn charged_by_default() -> bool {

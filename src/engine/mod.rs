@@ -14,6 +14,7 @@ pub mod provider;
 pub mod select;
 mod state;
 pub mod trust;
+pub mod usage;
 pub mod workflow;
 
 pub use decide::{

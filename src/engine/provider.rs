@@ -74,6 +74,30 @@ pub fn turns(tail: &str) -> Option<u32> {
     json_number(tail, "num_turns").and_then(|n| u32::try_from(n).ok())
 }
 
+/// What Claude Code's JSON result (`--output-format json`, its last line
+/// that reads as `{"type":"result",…}`) says the run used: tokens, and the
+/// dollars it priced them at.
+pub fn usage(output: &str) -> Option<super::usage::Usage> {
+    let result: serde_json::Value = output.lines().rev().find_map(|l| {
+        let l = l.trim();
+        l.starts_with('{')
+            .then(|| serde_json::from_str::<serde_json::Value>(l).ok())
+            .flatten()
+            .filter(|v| v["type"] == "result")
+    })?;
+    let u = &result["usage"];
+    let n = |k: &str| u[k].as_u64().unwrap_or(0);
+    Some(super::usage::Usage {
+        input_tokens: n("input_tokens"),
+        output_tokens: n("output_tokens"),
+        cache_read_tokens: n("cache_read_input_tokens"),
+        cache_write_tokens: n("cache_creation_input_tokens"),
+        cost: result["total_cost_usd"]
+            .as_f64()
+            .map(super::usage::Usd::from_dollars),
+    })
+}
+
 /// The number after the last `"key":` in `text` (whitespace allowed).
 fn json_number(text: &str, key: &str) -> Option<u64> {
     let pat = format!("\"{key}\"");
@@ -97,6 +121,18 @@ mod tests {
     use super::*;
 
     const OVERLOADED: &str = r#"{"type":"result","subtype":"success","is_error":true,"duration_ms":812,"num_turns":1,"result":"API Error: 529 {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}","api_error_status":529,"total_cost_usd":0}"#;
+
+    #[test]
+    fn claude_codes_result_says_what_the_run_used() {
+        let out = "working…\n{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"num_turns\":2,\
+            \"result\":\"Done.\",\"total_cost_usd\":0.006015,\"usage\":{\"input_tokens\":2000,\
+            \"cache_creation_input_tokens\":10,\"cache_read_input_tokens\":5,\"output_tokens\":402}}\n";
+        let u = usage(out).expect("a report");
+        assert_eq!((u.input_tokens, u.output_tokens), (2000, 402));
+        assert_eq!((u.cache_write_tokens, u.cache_read_tokens), (10, 5));
+        assert_eq!(u.cost.map(|c| c.micros()), Some(6015));
+        assert_eq!(usage("Done. {\"type\": \"other\"}\nno json here"), None);
+    }
 
     #[test]
     fn claude_codes_report_of_an_overload_is_the_providers_trouble() {

@@ -616,6 +616,13 @@ impl OperationState {
             .filter(|h| h.charged)
     }
 
+    /// What the agents' CLIs reported the closed, charged attempts used.
+    pub fn reported_usage(&self) -> super::usage::Reported {
+        let usages: Vec<Option<super::usage::Usage>> =
+            self.charged_attempts().map(|h| h.usage).collect();
+        super::usage::Reported::over(&usages)
+    }
+
     /// Every paid dispatch as (when, tier): closed attempts that were
     /// charged, and the ones in flight that launched. What every report of
     /// spend counts, so their sums agree with `cost_spent`.

@@ -764,6 +764,9 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
             c as f64 * 100.0 / total
         );
     }
+    if let Some(line) = st.reported_usage().line() {
+        let _ = writeln!(out, "{line}");
+    }
     let _ = writeln!(out, "```\n**Cost optimization opportunities**: {} first-attempt sprint(s) on sonnet/opus used under 30% of their turns.\n**Potential savings**: {saving}× ({:.0}% of the completing dispatches' {by_cost}×)\n", cheap.len(), saving as f64 * 100.0 / by_cost.max(1) as f64);
     out
 }

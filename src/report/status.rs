@@ -117,9 +117,13 @@ fn board(
         0 => String::new(),
         h => format!(" · {h}× more waiting to launch"),
     };
+    let reported = match st.reported_usage().usage.cost {
+        Some(dollars) => format!(" ({dollars} reported by the agents)"),
+        None => String::new(),
+    };
     let _ = writeln!(
         out,
-        "{} · status: {} · {verb} {running} · {cost} {}×{held}{budget}\n",
+        "{} · status: {} · {verb} {running} · {cost} {}×{reported}{held}{budget}\n",
         st.name, st.status, st.cost_spent
     );
     if let Some(w) = &st.workflow {

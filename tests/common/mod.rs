@@ -320,6 +320,7 @@ pub fn success() -> AgentReport {
         exit_code: Some(0),
         output_tail: "All checks pass. Committed.".into(),
         turns_used: Some(12),
+        usage: None,
         evidence: Evidence {
             commits: vec!["a1b2c3d".into()],
             criteria: vec![CriterionResult {
@@ -350,6 +351,7 @@ pub fn failure() -> AgentReport {
         exit_code: Some(1),
         output_tail: "error: could not compile".into(),
         turns_used: Some(50),
+        usage: None,
         evidence: Evidence::default(),
     }
 }

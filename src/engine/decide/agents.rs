@@ -150,6 +150,7 @@ impl Decider<'_> {
             commits: report.evidence.commits.clone(),
             uncommitted: report.evidence.uncommitted.clone(),
             charged: a.held.is_none() && !UNCHARGED.contains(&outcome),
+            usage: report.usage,
         };
         self.emit(Event::AttemptClosed {
             unit: u,

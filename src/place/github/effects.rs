@@ -568,6 +568,7 @@ impl GitHubExecutor<'_> {
                 "no agent was launched: every exit criterion's file is on {integration} at {short}"
             ),
             turns_used: None,
+            usage: None,
             evidence: engine::Evidence {
                 criteria: results,
                 found_done: Some(engine::FoundDone {

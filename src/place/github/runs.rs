@@ -353,6 +353,7 @@ impl Operations {
                 exit_code: r.exit_code.or(conclusion_exit(conclusion)),
                 output_tail: r.output_tail,
                 turns_used: r.turns_used,
+                usage: r.usage,
                 evidence: Evidence {
                     commits,
                     uncommitted: vec![],
@@ -378,6 +379,7 @@ impl Operations {
                     ),
                 },
                 turns_used: None,
+                usage: None,
                 evidence: Evidence {
                     commits,
                     ci_passed,

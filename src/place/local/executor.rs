@@ -765,6 +765,7 @@ impl LocalPlace {
             exit_code: result.exit_code,
             output_tail: result.output_tail,
             turns_used: result.turns_used,
+            usage: result.usage,
             evidence: Evidence {
                 commits: git.commits,
                 uncommitted: git.uncommitted,

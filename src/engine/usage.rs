@@ -1,0 +1,201 @@
+//! What an agent CLI reports an attempt used: tokens, and dollars when the
+//! CLI priced them itself (Claude Code's `total_cost_usd`). Dollars are
+//! held in millionths, so that sums over many attempts are exact and equal
+//! wherever they are added up.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+/// An amount of US dollars, in millionths of a dollar.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Usd(u64);
+
+impl Usd {
+    /// From a dollar figure as a CLI prints it (negative or not a number:
+    /// nothing).
+    pub fn from_dollars(dollars: f64) -> Usd {
+        if dollars.is_finite() && dollars > 0.0 {
+            Usd((dollars * 1e6).round() as u64)
+        } else {
+            Usd(0)
+        }
+    }
+
+    pub fn micros(self) -> u64 {
+        self.0
+    }
+
+    pub fn dollars(self) -> f64 {
+        self.0 as f64 / 1e6
+    }
+}
+
+impl std::ops::Add for Usd {
+    type Output = Usd;
+    fn add(self, other: Usd) -> Usd {
+        Usd(self.0.saturating_add(other.0))
+    }
+}
+
+impl std::iter::Sum for Usd {
+    fn sum<I: Iterator<Item = Usd>>(iter: I) -> Usd {
+        iter.fold(Usd(0), |a, b| a + b)
+    }
+}
+
+/// `$0.0123` below a dollar (cents hide what small runs cost), `$4.56` above.
+impl fmt::Display for Usd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 < 1_000_000 {
+            write!(f, "${:.4}", self.dollars())
+        } else {
+            write!(f, "${:.2}", self.dollars())
+        }
+    }
+}
+
+/// Written as dollars (`0.012345`), the way the CLIs and people write them.
+impl Serialize for Usd {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.dollars())
+    }
+}
+
+impl<'de> Deserialize<'de> for Usd {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Usd, D::Error> {
+        f64::deserialize(d).map(Usd::from_dollars)
+    }
+}
+
+/// One attempt's use of the model, as its CLI reported it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+    /// What the CLI priced the run at (`None`: it reported tokens only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Usd>,
+}
+
+impl std::ops::Add for Usage {
+    type Output = Usage;
+    fn add(self, o: Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.saturating_add(o.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(o.output_tokens),
+            cache_read_tokens: self.cache_read_tokens.saturating_add(o.cache_read_tokens),
+            cache_write_tokens: self.cache_write_tokens.saturating_add(o.cache_write_tokens),
+            cost: match (self.cost, o.cost) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or_default() + b.unwrap_or_default()),
+            },
+        }
+    }
+}
+
+/// What an operation's agents reported in all: the sum, and how many of
+/// the attempts reported anything (the others are not in the sum).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reported {
+    pub usage: Usage,
+    pub attempts: usize,
+    pub of: usize,
+}
+
+impl Reported {
+    /// Over attempts' usage (`None`: that attempt's CLI reported nothing).
+    pub fn over<'a>(usages: impl IntoIterator<Item = &'a Option<Usage>>) -> Reported {
+        usages.into_iter().fold(Reported::default(), |mut r, u| {
+            r.of += 1;
+            if let Some(u) = u {
+                r.usage = r.usage + *u;
+                r.attempts += 1;
+            }
+            r
+        })
+    }
+
+    /// One line for people, or `None` when no attempt reported anything:
+    /// "$0.0361 reported by the agents (12,000 tokens in, 1,206 out; 6 of 6 attempts)".
+    pub fn line(&self) -> Option<String> {
+        if self.attempts == 0 {
+            return None;
+        }
+        let u = &self.usage;
+        let spent = u
+            .cost
+            .map_or_else(|| "no dollar figure".to_string(), |c| c.to_string());
+        Some(format!(
+            "{spent} reported by the agents ({} tokens in, {} out; {} of {} attempts)",
+            thousands(u.input_tokens + u.cache_read_tokens + u.cache_write_tokens),
+            thousands(u.output_tokens),
+            self.attempts,
+            self.of
+        ))
+    }
+}
+
+/// `12345` as `12,345`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn dollars_read_and_print_as_people_write_them() {
+        assert_eq!(Usd::from_dollars(0.012345).micros(), 12_345);
+        assert_eq!(Usd::from_dollars(-1.0), Usd::default());
+        assert_eq!(Usd::from_dollars(f64::NAN), Usd::default());
+        assert_eq!(Usd::from_dollars(0.0361).to_string(), "$0.0361");
+        assert_eq!(Usd::from_dollars(12.5).to_string(), "$12.50");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(999), "999");
+        let u: Usage =
+            serde_json::from_str(r#"{"input_tokens":1,"output_tokens":2,"cost":0.5}"#).unwrap();
+        assert_eq!(u.cost, Some(Usd::from_dollars(0.5)));
+        assert_eq!(serde_json::to_string(&u.cost.unwrap()).unwrap(), "0.5");
+    }
+
+    #[test]
+    fn an_operation_with_no_report_says_nothing() {
+        assert_eq!(Reported::over(&[None, None]).line(), None);
+        let one = Some(Usage {
+            input_tokens: 2000,
+            output_tokens: 402,
+            cost: Some(Usd::from_dollars(0.012)),
+            ..Usage::default()
+        });
+        assert_eq!(
+            Reported::over(&[one, None]).line().unwrap(),
+            "$0.0120 reported by the agents (2,000 tokens in, 402 out; 1 of 2 attempts)"
+        );
+    }
+
+    proptest! {
+        /// However attempts' dollars are grouped, their sum is the same.
+        #[test]
+        fn sums_of_dollars_do_not_depend_on_their_grouping(xs in proptest::collection::vec(0.0f64..50.0, 0..40), cut in 0usize..40) {
+            let us: Vec<Usd> = xs.iter().map(|x| Usd::from_dollars(*x)).collect();
+            let cut = cut.min(us.len());
+            let whole: Usd = us.iter().copied().sum();
+            let parts: Usd = us[..cut].iter().copied().sum::<Usd>() + us[cut..].iter().copied().sum::<Usd>();
+            prop_assert_eq!(whole, parts);
+        }
+    }
+}
