@@ -11,6 +11,23 @@ use std::path::{Path, PathBuf};
 use story::{Setup, Story};
 use support::Checkout;
 
+/// Three units, one depending on another; `ops`'s file is one the scripted
+/// model leaves out the first time (see `fake_github::model`): that sprint
+/// fails once and is fixed on its retry.
+const PLAN: &str = "# Real\n\n| Work Unit | Directory | Depends On |\n|---|---|---|\n\
+| core | core | — |\n| web | web | core |\n| ops | ops | — |\n\n\
+## core\n### Sprint 1: Types\n- [ ] `core/core-1.txt` exists\n### Sprint 2: Money\n- [ ] `core/core-2.txt` exists\n\
+## web\n### Sprint 1: Page\n- [ ] `web/web-1.txt` exists\n\
+## ops\n### Sprint 1: Deploy\n- [ ] `ops/ops-flaky.txt` exists\n";
+
+/// The files the plan's criteria name.
+const FILES: [&str; 4] = [
+    "core/core-1.txt",
+    "core/core-2.txt",
+    "web/web-1.txt",
+    "ops/ops-flaky.txt",
+];
+
 /// The README's first-run agent command, as printed there.
 fn readme_agent_command() -> String {
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
@@ -37,16 +54,15 @@ fn claude_bin() -> PathBuf {
     dir
 }
 
-/// A two-unit plan with a dependency, its sprints done by real Claude Code
+/// A three-unit plan with a dependency, its sprints done by real Claude Code
 /// through its own Bash tool, the model a script, the agent command the
-/// README's: everything completes, verifies and merges, one attempt each.
+/// README's: everything completes, verifies and merges, one attempt each but
+/// the sprint whose first try left its file out, retried on a stronger model.
 #[test]
 fn real_claude_code_completes_a_plan_from_the_readmes_command() {
     let bin = claude_bin();
     let model = fake_github::model::ModelServer::start();
-    let plan = "# Real\n\n| Work Unit | Directory | Depends On |\n|---|---|---|\n| core | core | — |\n| web | web | core |\n\n\
-## core\n### Sprint 1: Types\n- [ ] `core/core-1.txt` exists\n### Sprint 2: Money\n- [ ] `core/core-2.txt` exists\n\
-## web\n### Sprint 1: Page\n- [ ] `web/web-1.txt` exists\n";
+    let plan = PLAN;
     let repo = Checkout::new(
         &[("EXECUTION_PLAN.md", plan)],
         "tests/agents/scripted.sh",
@@ -76,13 +92,15 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
     // Each sprint's file was made by the CLI's own tool call, and merged.
     let integration = support::git(&repo.root, &["branch", "--list", "supervise/*/integration"]);
     let branch = integration.trim().trim_start_matches("* ").to_string();
-    for f in ["core/core-1.txt", "core/core-2.txt", "web/web-1.txt"] {
+    for f in FILES {
         let shown = support::git(&repo.root, &["show", &format!("{branch}:{f}")]);
         assert_eq!(shown.trim(), "made by the scripted model", "{f}");
     }
-    // One attempt each: the work was the CLI's first. Each attempt's usage
-    // is what the CLI reported of the scripted model's figures (two
-    // responses a sprint, each 1,000 tokens in and 200 out), with its price.
+    // One attempt each but ops's, whose first failed and whose retry ran on
+    // a stronger model. Each attempt's usage is what the CLI reported of the
+    // scripted model's figures (each response 1,000 tokens in and 200 out:
+    // two responses for work, one for the attempt that did nothing), with
+    // its price.
     let status = repo.cmd(&["status", "--json"]).output().unwrap();
     let state: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     let mut dollars = 0.0;
@@ -90,13 +108,21 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
         for sprint in unit["sprints"].as_array().unwrap() {
             assert_eq!(sprint["status"], "COMPLETED", "{sprint}");
             let history = sprint["history"].as_array().unwrap();
-            assert_eq!(history.len(), 1, "{sprint}");
-            let usage = &history[0]["usage"];
-            assert_eq!(usage["input_tokens"], 2000, "{sprint}");
-            assert_eq!(usage["output_tokens"], 400, "{sprint}");
-            let cost = usage["cost"].as_f64().expect("the CLI priced the run");
-            assert!(cost > 0.0, "{sprint}");
-            dollars += cost;
+            let responses: Vec<u64> = if unit["name"] == "ops" {
+                assert_ne!(history[0]["tier"], history[1]["tier"], "{sprint}");
+                vec![1, 2]
+            } else {
+                vec![2]
+            };
+            assert_eq!(history.len(), responses.len(), "{sprint}");
+            for (attempt, n) in history.iter().zip(responses) {
+                let usage = &attempt["usage"];
+                assert_eq!(usage["input_tokens"], 1000 * n, "{sprint}");
+                assert_eq!(usage["output_tokens"], 200 * n, "{sprint}");
+                let cost = usage["cost"].as_f64().expect("the CLI priced the run");
+                assert!(cost > 0.0, "{sprint}");
+                dollars += cost;
+            }
         }
     }
     // The operation's figure is the sum of the attempts', to the millionth.
@@ -110,8 +136,8 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
     let requests = model.requests();
     assert_eq!(
         requests.len(),
-        6,
-        "a tool call and an answer per sprint: {requests:?}"
+        4 * 2 + 1,
+        "a tool call and an answer per sprint, and the misstep: {requests:?}"
     );
     assert!(requests.iter().all(|r| r.tools > 0), "{requests:?}");
 }
@@ -125,18 +151,16 @@ fn claude_version() -> String {
     v["version"].as_str().expect("a version").to_string()
 }
 
-/// The same plan on GitHub: the fake runs the shipped agent workflow from
-/// its YAML, whose Claude Code step installs the pinned version (the
+/// The same plan on GitHub (the misstep retried there too): the fake runs
+/// the shipped agent workflow from its YAML, whose Claude Code step installs the pinned version (the
 /// runner's npm refuses another) and runs it against the repository's
 /// gateway, here the scripted model; the work goes through the verify and
-/// publish jobs to the final pull request, one attempt a sprint.
+/// publish jobs to the final pull request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn real_claude_code_completes_a_plan_on_github_through_the_shipped_workflow() {
     let claude = claude_bin().join("claude");
     let model = fake_github::model::ModelServer::start();
-    let plan = "# Real\n\n| Work Unit | Directory | Depends On |\n|---|---|---|\n| core | core | — |\n| web | web | core |\n\n\
-## core\n### Sprint 1: Types\n- [ ] `core/core-1.txt` exists\n### Sprint 2: Money\n- [ ] `core/core-2.txt` exists\n\
-## web\n### Sprint 1: Page\n- [ ] `web/web-1.txt` exists\n";
+    let plan = PLAN;
     let s = Story::start(Setup::operation(plan, "")).await;
     s.use_claude_code(&claude, &claude_version(), &model.url);
     s.say("/supervise start").await;
@@ -144,17 +168,21 @@ async fn real_claude_code_completes_a_plan_on_github_through_the_shipped_workflo
         .await;
     let head = s.final_pull().unwrap().head;
     let bare = s.tmp.path().join("github/repos/acme/shop.git");
-    for f in ["core/core-1.txt", "core/core-2.txt", "web/web-1.txt"] {
+    for f in FILES {
         let shown = support::git(&bare, &["show", &format!("{head}:{f}")]);
         assert_eq!(shown.trim(), "made by the scripted model", "{f}");
     }
     let runs = s.fake.runs(story::REPO);
-    assert_eq!(runs.len(), 3, "one run a sprint: {runs:#?}");
+    assert_eq!(
+        runs.len(),
+        4 + 1,
+        "one run a sprint, and the retry: {runs:#?}"
+    );
     let requests = model.requests();
     assert_eq!(
         requests.len(),
-        6,
-        "a tool call and an answer per sprint: {requests:?}"
+        4 * 2 + 1,
+        "a tool call and an answer per sprint, and the misstep: {requests:?}"
     );
     // What the CLI reported reached the service through the results record.
     s.until("the spend reported", 30, |s| {

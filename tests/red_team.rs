@@ -264,15 +264,7 @@ mkdir -p .supervise/results
 printf '{"exit_code":0,"output_tail":"Done.","criteria":[{"line":1,"text":"all","outcome":"passed","detail":""}]}' > "$rec"
 git add -A && git commit -qm "supervise: results of $INPUT_DISPATCH_ID"
 "#;
-    // Another App on the repository, which anyone who can run code there
-    // (a CI job, say) may hold a token of.
-    s.fake.add_other_app_token("ghs_other_app", 9999);
-    s.fake.set_workflow(
-        REPO,
-        "supervise-agent.yml",
-        forge,
-        &[("OTHER_APP_TOKEN", "ghs_other_app")],
-    );
+    s.fake.set_workflow(REPO, "supervise-agent.yml", forge, &[]);
     s.say("/supervise start").await;
     s.until("the first attempt is judged", 120, |s| {
         s.fake
