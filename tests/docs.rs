@@ -266,3 +266,35 @@ async fn trying_it_without_github_plays_an_operation() {
             .collect::<Vec<_>>()
     );
 }
+
+/// The architecture page's import graph is the code's: the block between
+/// its `import-graph` markers is what `scripts/import_graph.py` prints now
+/// (modules by level, the counts, no cycle), so the page and the code
+/// cannot drift apart.
+#[test]
+fn the_architecture_pages_import_graph_is_the_codes() {
+    let page = std::fs::read_to_string(root().join("docs/src/architecture.md")).unwrap();
+    let block = page
+        .split("<!-- import-graph -->")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- /import-graph -->").next())
+        .expect("the page's import-graph block");
+    let shown = block
+        .trim()
+        .trim_start_matches("```text")
+        .trim_end_matches("```")
+        .trim();
+    let out = std::process::Command::new("python3")
+        .arg(root().join("scripts/import_graph.py"))
+        .arg(root().join("src"))
+        .output()
+        .expect("python3 runs scripts/import_graph.py");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let measured = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        shown,
+        measured.trim(),
+        "docs/src/architecture.md: paste the output of `python3 scripts/import_graph.py src` between its import-graph markers"
+    );
+    assert!(measured.contains(" 0 cycle(s)"), "{measured}");
+}
