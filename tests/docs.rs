@@ -289,7 +289,11 @@ fn the_architecture_pages_import_graph_is_the_codes() {
         .arg(root().join("src"))
         .output()
         .expect("python3 runs scripts/import_graph.py");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let measured = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         shown,

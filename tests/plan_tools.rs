@@ -204,12 +204,6 @@ mod breakdown_of_documents {
         for (u, d) in plan.work_units.iter().zip(&b.units) {
             assert_eq!(u.name, d.name);
             assert_eq!(u.sprints.len(), d.sprints.len(), "{name}: {}", u.name);
-            let small = d.sprints.iter().filter(|s| s.tasks.len() < 3).count();
-            assert!(
-                small <= 1,
-                "{name}: {small} sprints of fewer than 3 tasks in {}",
-                u.name
-            );
             for (s, ds) in u.sprints.iter().zip(&d.sprints) {
                 assert_eq!(s.tasks, ds.tasks, "{name}: tasks read back");
                 assert!(
@@ -228,6 +222,31 @@ mod breakdown_of_documents {
             .map(|s| s.tasks.len())
             .sum();
         assert_eq!(planned, b.tasks.len(), "{name}: every task is in a sprint");
+        // A change and its tests stay together: a requirement of at most
+        // seven tasks is in one sprint.
+        let sprints: Vec<&Vec<String>> = b
+            .units
+            .iter()
+            .flat_map(|u| &u.sprints)
+            .map(|s| &s.tasks)
+            .collect();
+        for r in 0..b.requirements.len() {
+            let tasks: Vec<&String> = b
+                .tasks
+                .iter()
+                .filter(|t| t.requirement == r)
+                .map(|t| &t.text)
+                .collect();
+            let holding = sprints
+                .iter()
+                .filter(|s| tasks.iter().any(|t| s.contains(t)))
+                .count();
+            assert!(
+                tasks.len() > 7 || holding <= 1,
+                "{name}: requirement {} is spread over {holding} sprints",
+                b.requirements[r].text
+            );
+        }
         insta::assert_snapshot!(format!("breakdown_{name}"), b.plan);
         // Held to what any plan made from a document is held to: every
         // requirement in some sprint, a machine check in every sprint, none
@@ -712,6 +731,57 @@ fn breakdown_keeps_each_concern_in_its_own_sprint_and_loses_no_word() {
             s.tasks
         );
     }
+}
+
+/// §15 on the rate-limiting PRD a user tried: four requirements of four
+/// different changes become four sprints, one requirement each, named by
+/// the whole gist of their requirement; the coverage table gives each its
+/// own line; the one with a file to show has it as its exit criterion.
+#[test]
+fn breakdown_gives_each_requirement_its_own_sprint_and_whole_title() {
+    use supervise::plan::tools::breakdown::breakdown;
+    let doc = "# Rate limiting for the public API\n\n\
+- The API MUST reject more than 100 requests per minute per API key with HTTP 429 responses.\n\
+- Every response MUST carry an `X-RateLimit-Remaining` header with the requests left in the window.\n\
+- Counters SHOULD live in Redis so that every replica shares them.\n\
+- Limits MUST be configurable per plan in `config/limits.toml`.\n";
+    let b = breakdown(doc, "api");
+    let sprints: Vec<_> = b.units.iter().flat_map(|u| &u.sprints).collect();
+    assert_eq!(sprints.len(), 4, "{}", b.plan);
+    for (s, r) in sprints.iter().zip(&b.requirements) {
+        let theirs: Vec<usize> = b
+            .tasks
+            .iter()
+            .filter(|t| s.tasks.contains(&t.text))
+            .map(|t| t.requirement)
+            .collect();
+        assert!(
+            !theirs.is_empty() && theirs.iter().all(|&i| b.requirements[i].text == r.text),
+            "{}: {:?}",
+            s.name,
+            s.tasks
+        );
+    }
+    assert_eq!(
+        sprints[0].name,
+        "Reject more than 100 requests per minute per API key with HTTP 429 responses"
+    );
+    assert_eq!(
+        b.requirements.iter().map(|r| r.line).collect::<Vec<_>>(),
+        [3, 4, 5, 6]
+    );
+    assert!(
+        sprints[3]
+            .exit
+            .contains(&"`config/limits.toml` exists".to_string()),
+        "{:?}",
+        sprints[3].exit
+    );
+    assert!(
+        !sprints[2].exit.iter().any(|e| e.contains("limits.toml")),
+        "{:?}",
+        sprints[2].exit
+    );
 }
 
 /// What any plan made from a document is held to: each failure named, so

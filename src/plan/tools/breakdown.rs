@@ -108,10 +108,12 @@ pub(super) fn concern_words(text: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// §17a single concern: the tasks in clusters of requirements that share
-/// what they are about (`JSON export` and `tests for the JSON export`, not
-/// `bm search`), each cluster in the order its first task came. A sprint is
-/// cut from one cluster only.
+/// §17a single concern: the tasks in clusters of requirements that are one
+/// change — they share two words of what they are about, or all of the
+/// smaller one's (`JSON export` and `tests for the JSON export`, not `bm
+/// search`; "requests per minute … 429" and "requests left … header" are two
+/// changes) — each cluster in the order its first task came. A sprint is cut
+/// from one cluster only.
 fn concerns<'a>(ordered: &[&'a Task], requirements: &[Requirement]) -> Vec<Vec<&'a Task>> {
     let mut reqs: Vec<usize> = Vec::new();
     for t in ordered {
@@ -134,7 +136,9 @@ fn concerns<'a>(ordered: &[&'a Task], requirements: &[Requirement]) -> Vec<Vec<&
     }
     for a in 0..reqs.len() {
         for b in a + 1..reqs.len() {
-            if !words[a].is_disjoint(&words[b]) {
+            let shared = words[a].intersection(&words[b]).count();
+            let smaller = words[a].len().min(words[b].len());
+            if shared >= 2 || (shared >= 1 && shared == smaller) {
                 let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
                 parent[rb] = ra;
             }
@@ -162,8 +166,9 @@ fn chunk_sizes(n: usize) -> Vec<usize> {
 }
 
 /// A sprint's name: its subsection's heading, else the gist of its first
-/// task — the part after a MUST/SHOULD, up to the first clause break, at most
-/// eight words and not ending on a little word.
+/// task — the part after a MUST/SHOULD, up to the first clause break, whole
+/// up to fourteen words (longer: cut before a little word, never ending on
+/// one).
 fn sprint_name(tasks: &[String], subsection: Option<&str>) -> String {
     if let Some(s) = subsection.filter(|s| !s.is_empty()) {
         return s.to_string();
@@ -197,15 +202,36 @@ fn sprint_name(tasks: &[String], subsection: Option<&str>) -> String {
             text = words[i + 1..].join(" ");
         }
     }
-    let cut = [" (", ",", ";", ":", " — ", " that ", " so "]
+    // A clause ends at a comma followed by a space (not inside "10,000"),
+    // unless the comma is a list's ("GET, PUT and DELETE").
+    let in_list = |at: usize| {
+        let next: Vec<&str> = text[at + 2..].split_whitespace().take(4).collect();
+        next.iter().skip(1).any(|w| matches!(*w, "and" | "or"))
+            && !next.first().is_some_and(|w| matches!(*w, "and" | "or"))
+    };
+    let cut = [" (", ", ", "; ", ": ", " — ", " that ", " so "]
         .iter()
-        .filter_map(|p| text.find(p))
+        .filter_map(|p| {
+            text.match_indices(p)
+                .map(|(at, _)| at)
+                .find(|&at| *p != ", " || !in_list(at))
+        })
         .min()
         .unwrap_or(text.len());
-    let mut words: Vec<&str> = text[..cut].split_whitespace().take(8).collect();
+    let mut words: Vec<&str> = text[..cut].split_whitespace().collect();
     const LITTLE: &[&str] = &[
         "a", "an", "the", "with", "in", "of", "to", "and", "for", "by", "on", "its", "their",
+        "per", "at", "from", "as", "or", "into", "than", "every", "each",
     ];
+    if words.len() > 14 {
+        // The longest start of at most fourteen words that ends before a
+        // little word: a phrase, not half of one.
+        let keep = (3..=14)
+            .rev()
+            .find(|&n| LITTLE.contains(&words[n].to_lowercase().as_str()))
+            .unwrap_or(14);
+        words.truncate(keep);
+    }
     while words.len() > 2
         && words
             .last()
@@ -307,27 +333,17 @@ pub fn breakdown(doc: &str, project: &str) -> Breakdown {
         let files: Vec<String> = ordered.iter().flat_map(|t| files_in(&t.text)).collect();
         let directory = common_directory(&files);
         let mut sprints = Vec::new();
-        // One concern per sprint (§17a), 3–7 tasks (§15e): a concern of
-        // three tasks or more is its sprints alone; smaller ones (a bug and
-        // its test) are gathered into sprints of small pieces, whole.
+        // One concern per sprint (§17a), at most 7 tasks (§15e): a change
+        // and its tests are a sprint of their own however small, so that
+        // each is verified, retried and reviewed alone; a larger concern is
+        // cut into even sprints.
         let mut chunks: Vec<Vec<&Task>> = Vec::new();
-        let mut small: Vec<&Task> = Vec::new();
         for cluster in concerns(&ordered, &requirements) {
-            if cluster.len() < 3 {
-                if small.len() + cluster.len() > 7 {
-                    chunks.push(std::mem::take(&mut small));
-                }
-                small.extend(cluster);
-                continue;
-            }
             let mut at = 0;
             for size in chunk_sizes(cluster.len()) {
                 chunks.push(cluster[at..at + size].to_vec());
                 at += size;
             }
-        }
-        if !small.is_empty() {
-            chunks.push(small);
         }
         let one_sprint = chunks.len() == 1;
         for chunk in &chunks {
