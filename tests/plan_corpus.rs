@@ -476,3 +476,60 @@ fn a_dependency_that_fits_several_units_or_none_is_refused_with_the_nearest_name
     assert_eq!(p.unit("app").unwrap().depends_on, ["core-api"]);
     assert_eq!(p.unit("docs").unwrap().depends_on, ["web-api"]);
 }
+
+/// `supervise plan evaluate` settles in one pass: over every plan of the
+/// corpus (and each plan the rewrite makes from it), evaluating again what
+/// one evaluation wrote changes nothing more.
+#[test]
+fn evaluate_twice_is_evaluate_once() {
+    let mut rewritten = 0;
+    // The corpus, what breakdown makes of each requirements document, and a
+    // unit whose one sprint does too much of two things.
+    let mut plans: Vec<(String, String)> = fixtures()
+        .into_iter()
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            (name, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect();
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/requirements");
+    for e in std::fs::read_dir(docs).unwrap() {
+        let p = e.unwrap().path();
+        let doc = std::fs::read_to_string(&p).unwrap();
+        let b = supervise::plan::tools::breakdown::breakdown(&doc, "project");
+        plans.push((format!("breakdown of {}", p.display()), b.plan));
+    }
+    let mut big = String::from("# Big\n\n| Work Unit | Directory |\n|---|---|\n| api | api |\n\n## api\n### Sprint 1: Everything\n**Tasks**:\n");
+    for i in 1..=9 {
+        big.push_str(&format!(
+            "{i}. Add the handler `api/src/h{i}.rs` and its tests\n"
+        ));
+    }
+    for i in 1..=5 {
+        big.push_str(&format!(
+            "{}. Write the deploy manifest `deploy/m{i}.yaml`\n",
+            9 + i
+        ));
+    }
+    big.push_str(
+        "**Exit criteria**:\n- [ ] `cargo test -p api` passes\n- [ ] `deploy/m1.yaml` exists\n",
+    );
+    plans.push(("a sprint of two concerns, over its budget".into(), big));
+    for (name, source) in plans {
+        let Ok(plan) = supervise::plan::parse(&source, &name) else {
+            continue;
+        };
+        let once = supervise::plan::tools::rewrite::evaluated(&plan, &source, 50);
+        let again_plan = supervise::plan::parse(&once.text, &name)
+            .unwrap_or_else(|p| panic!("{name}: the rewrite does not read back: {p:?}"));
+        rewritten += usize::from(once.text != source);
+        let twice = supervise::plan::tools::rewrite::evaluated(&again_plan, &once.text, 50);
+        assert_eq!(
+            twice.text, once.text,
+            "{name}: a second evaluation changed the first's plan ({:?})",
+            twice.changes
+        );
+    }
+    // The property is tried on plans the first pass did change.
+    assert!(rewritten >= 1, "no plan was rewritten");
+}

@@ -26,7 +26,7 @@ fn evaluate_flags_vague_and_manual_only_criteria_and_sizes_by_the_turn_formula()
         "\"works correctly\" is on §17d's list"
     );
     assert!(!api.machine_verifiable);
-    assert!(api.fixes.iter().any(|f| f.contains("machine check")));
+    assert!(api.advice.iter().any(|f| f.contains("machine check")));
     let core1 = &ev.sprints[0];
     assert!(core1.atomic() && core1.testable(), "{core1:?}");
     // §17e thresholds: > 80% of the budget is oversized, < 15% undersized.

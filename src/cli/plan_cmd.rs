@@ -275,7 +275,7 @@ pub fn evaluate(
         agent.filter(|f| !flags.json && super::workflow_cmd::agent_configured(f))
     {
         let ev = tools::evaluate::evaluate(&loaded.plan, flags.max_turns);
-        if ev.sprints.iter().all(|c| c.fixes.is_empty()) {
+        if ev.sprints.iter().all(|c| c.all_fixes().next().is_none()) {
             print!("{}", tools::evaluate::render(&ev));
             println!("\nNothing to fix: no agent was asked.");
             return Ok(0);
@@ -311,11 +311,17 @@ pub fn evaluate(
         );
         return Ok(0);
     }
-    print!(
-        "{}",
-        tools::evaluate::render(&tools::evaluate::evaluate(&loaded.plan, flags.max_turns))
-    );
-    apply(&loaded, &rw, flags.dry_run)?;
+    let ev = tools::evaluate::evaluate(&loaded.plan, flags.max_turns);
+    print!("{}", tools::evaluate::render(&ev));
+    if rw.text == loaded.source && ev.sprints.iter().any(|c| !c.fixes.is_empty()) {
+        // Listed as fixes, but this plan's shape does not let the rewrite
+        // make them: say so rather than "nothing to change".
+        println!(
+            "The fixes above were not made: a sprint is split or merged only where its heading is `### Sprint N: …`, it is a code sprint, and its tasks and exit criteria are list items. Edit it so, or let an agent make them with `--agent`."
+        );
+    } else {
+        apply(&loaded, &rw, flags.dry_run)?;
+    }
     print!(
         "\n{}",
         tools::rewrite::evaluate_summary(&loaded.plan, &rw, flags.max_turns)
@@ -357,7 +363,7 @@ fn apply(
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_else(|| "EXECUTION_PLAN.md".into());
     if rw.text == loaded.source {
-        println!("{name}: nothing to change.");
+        println!("{name}: left as it is (no split or merge to make).");
         return Ok(());
     }
     if let Err(problems) = crate::plan::parse(&rw.text, &name) {

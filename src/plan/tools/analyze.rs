@@ -209,7 +209,7 @@ pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
         // A FAIL in the tables is always a finding, so the summary can never
         // say PASS beside one (a failed check whose fix evaluate could not
         // name is reported as the failed checks themselves).
-        if c.fixes.is_empty() && !(c.atomic() && c.testable()) {
+        if c.all_fixes().next().is_none() && !(c.atomic() && c.testable()) {
             let failed: Vec<&str> = [
                 (c.single_concern, "single concern"),
                 (c.clear_artifact, "clear artifact"),
@@ -236,7 +236,7 @@ pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
                 recommendation: "rewrite the sprint so each failed check holds (see §17)".into(),
             });
         }
-        for fix in &c.fixes {
+        for fix in c.all_fixes() {
             let severity = if fix.starts_with("merge into") {
                 Severity::Optional
             } else {

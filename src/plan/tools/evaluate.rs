@@ -46,8 +46,12 @@ pub struct SprintCheck {
     // §17e context fitness
     pub estimated_turns: u32,
     pub fitness: Fitness,
-    /// What §17f would do about each failed check.
+    /// What §17f would do about each failed check that `supervise plan
+    /// evaluate` rewrites by itself: splits and merges.
     pub fixes: Vec<String>,
+    /// What the failed checks ask that no rewrite can make (naming files,
+    /// a machine check, plainer words): for a person or an agent.
+    pub advice: Vec<String>,
 }
 
 impl SprintCheck {
@@ -57,6 +61,11 @@ impl SprintCheck {
 
     pub fn testable(&self) -> bool {
         self.machine_verifiable && self.no_vague_language && self.full_coverage
+    }
+
+    /// Every fix and piece of advice, in that order.
+    pub fn all_fixes(&self) -> impl Iterator<Item = &String> {
+        self.fixes.iter().chain(&self.advice)
     }
 }
 
@@ -162,35 +171,37 @@ fn check(plan: &Plan, unit: &str, first: bool, s: &Sprint, budget: u32) -> Sprin
             areas.iter().copied().collect::<Vec<_>>().join(", ")
         ));
     }
+    // The rest no rewrite can make: what to write is the plan's authors'.
+    let mut advice = Vec::new();
     if !clear_artifact {
-        fixes.push("name the files or outputs the sprint produces".into());
+        advice.push("name the files or outputs the sprint produces".into());
     }
     if !explicit_io {
-        fixes.push(if s.exit_criteria.is_empty() {
+        advice.push(if s.exit_criteria.is_empty() {
             "add exit criteria that name verifiable outcomes".into()
         } else {
             "say in the entry criteria which artifacts the sprint starts from".into()
         });
     }
     if !machine_verifiable {
-        fixes.push(match uncovered.first() {
+        advice.push(match uncovered.first() {
             Some(f) => format!("add a machine check, e.g. `{f}` exists, or the build/test command"),
             None => "add a machine check: the build or test command that proves it".into(),
         });
     }
     if !no_vague_language {
-        fixes.push(
+        advice.push(
             "replace vague wording (\"works correctly\", \"is complete\") with a command or a file check"
                 .into(),
         );
     }
     if !full_coverage && !uncovered.is_empty() {
-        fixes.push(format!(
+        advice.push(format!(
             "cover the tasks' files in the exit criteria: {}",
             uncovered.join(", ")
         ));
     } else if !full_coverage && !s.exit_criteria.is_empty() {
-        fixes.push(format!(
+        advice.push(format!(
             "give its {} tasks more than one exit criterion: one check cannot cover them all",
             s.tasks.len()
         ));
@@ -210,6 +221,7 @@ fn check(plan: &Plan, unit: &str, first: bool, s: &Sprint, budget: u32) -> Sprin
         estimated_turns: turns,
         fitness,
         fixes,
+        advice,
     }
 }
 
@@ -244,8 +256,24 @@ pub fn render(ev: &Evaluation) -> String {
     if !fixes.is_empty() {
         let _ = writeln!(
             out,
-            "\nFixes (`supervise plan evaluate` applies them; `--dry-run` shows the diff):\n{}",
+            "\nFixes (`supervise plan evaluate` makes them where a unit's sprints are numbered and adjacent; `--dry-run` shows the diff):\n{}",
             fixes.join("\n")
+        );
+    }
+    let advice: Vec<String> = ev
+        .sprints
+        .iter()
+        .flat_map(|c| {
+            c.advice
+                .iter()
+                .map(move |f| format!("- {} Sprint {}: {f}", c.unit, c.sprint))
+        })
+        .collect();
+    if !advice.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nAdvice (no rewrite can make these: edit the plan, or let an agent with `--agent`):\n{}",
+            advice.join("\n")
         );
     }
     out
