@@ -174,7 +174,13 @@ impl Settings {
         Settings {
             engine: EngineConfig {
                 max_retries: pick(file.max_retries, flags.max_retries, d.max_retries).max(1),
-                max_parallel: pick(file.max_parallel, flags.max_parallel, d.max_parallel).max(1),
+                // At least one agent, whatever the settings say.
+                max_parallel: std::num::NonZeroU32::new(pick(
+                    file.max_parallel,
+                    flags.max_parallel,
+                    d.max_parallel.get(),
+                ))
+                .unwrap_or(std::num::NonZeroU32::MIN),
                 max_turns: pick(file.max_turns, flags.max_turns, d.max_turns).max(1),
                 budget: flags.budget.or(file.budget),
                 models: ModelIds {
@@ -238,7 +244,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        assert_eq!(s.engine.max_parallel, 5);
+        assert_eq!(s.engine.max_parallel.get(), 5);
         assert_eq!(s.engine.budget, Some(100));
         assert_eq!(s.engine.models.opus, "claude-opus-4");
         assert_eq!(s.engine.models.haiku, "haiku");

@@ -252,7 +252,7 @@ fn killall_cancels_everything_and_resume_redispatches_with_attempts_kept() {
 #[test]
 fn killall_leaves_a_unit_that_never_got_an_agent_not_started() {
     let config = EngineConfig {
-        max_parallel: 1,
+        max_parallel: std::num::NonZeroU32::new(1).unwrap(),
         ..EngineConfig::default()
     };
     let mut sim = Sim::start(THREE_UNITS, config);
@@ -526,7 +526,7 @@ fn the_budget_drains_like_stop_and_says_why() {
 #[test]
 fn the_parallel_cap_is_honoured() {
     let cfg = EngineConfig {
-        max_parallel: 1,
+        max_parallel: std::num::NonZeroU32::new(1).unwrap(),
         ..Default::default()
     };
     let mut sim = Sim::start(THREE_UNITS, cfg);
@@ -1033,7 +1033,7 @@ proptest! {
     fn random_event_sequences_keep_every_invariant(steps in prop::collection::vec(step(), 1..80), gate in any::<bool>(), cap in 1u32..4) {
         let cfg = EngineConfig {
             build_gate: gate,
-            max_parallel: cap,
+            max_parallel: std::num::NonZeroU32::new(cap).unwrap(),
             stall_timeout_secs: 900,
             ..Default::default()
         };
@@ -1189,7 +1189,7 @@ proptest! {
     #[test]
     fn random_plans_and_outcomes_never_strand_a_ready_unit(src in random_plan(), outcomes in prop::collection::vec((0usize..8, 0u8..5), 1..120), cap in 1u32..4, gate in any::<bool>()) {
         let cfg = EngineConfig {
-            max_parallel: cap,
+            max_parallel: std::num::NonZeroU32::new(cap).unwrap(),
             build_gate: gate,
             ..Default::default()
         };
@@ -1453,7 +1453,7 @@ proptest! {
     #[test]
     fn no_work_branches_from_an_integration_branch_missing_a_merge(src in random_plan(), steps in prop::collection::vec((0usize..8, 0u8..6), 1..200), cap in 1u32..4) {
         let cfg = EngineConfig {
-            max_parallel: cap,
+            max_parallel: std::num::NonZeroU32::new(cap).unwrap(),
             ..Default::default()
         };
         let mut sim = Sim::start(&src, cfg);
@@ -1563,7 +1563,7 @@ fn when_the_cap_binds_the_longest_remaining_path_goes_first_and_the_log_says_why
 ## long\n### Sprint 1: One\n- [ ] `make l1` passes\n### Sprint 2: Two\n- [ ] `make l2` passes\n\
 ## after\n### Sprint 1: One\n- [ ] `make a1` passes\n";
     let cfg = EngineConfig {
-        max_parallel: 1,
+        max_parallel: std::num::NonZeroU32::new(1).unwrap(),
         ..Default::default()
     };
     let sim = Sim::start(src, cfg);
@@ -1581,7 +1581,7 @@ fn when_the_cap_binds_the_longest_remaining_path_goes_first_and_the_log_says_why
             && d.rationale.contains("longest remaining path (3 sprints)")));
     // With room for everyone, plan order and no such note.
     let cfg = EngineConfig {
-        max_parallel: 4,
+        max_parallel: std::num::NonZeroU32::new(4).unwrap(),
         ..Default::default()
     };
     let sim = Sim::start(src, cfg);
@@ -1817,7 +1817,7 @@ fn a_long_chain_is_ordered_without_overflowing_a_small_stack() {
                     operation: OperationId("op".into()),
                     plan: Box::new(plan),
                     config: EngineConfig {
-                        max_parallel: 1,
+                        max_parallel: std::num::NonZeroU32::new(1).unwrap(),
                         ..Default::default()
                     },
                     seed: 1,

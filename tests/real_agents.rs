@@ -184,7 +184,21 @@ async fn real_claude_code_completes_a_plan_on_github_through_the_shipped_workflo
         4 * 2 + 1,
         "a tool call and an answer per sprint, and the misstep: {requests:?}"
     );
-    // What the CLI reported reached the service through the results record.
+    // What the CLI reported reached the service through the results record:
+    // in each attempt's check run, and added up in the status comment.
+    let checks = s.fake.check_runs(story::REPO);
+    let core = checks
+        .iter()
+        .find(|c| {
+            c.name == "supervise: core Sprint 1" && c.conclusion.as_deref() == Some("success")
+        })
+        .expect("core Sprint 1's check run");
+    assert!(
+        core.summary.contains("used, as its CLI reported: $")
+            && core.summary.contains("2,000 tokens in and 400 out"),
+        "{}",
+        core.summary
+    );
     s.until("the spend reported", 30, |s| {
         s.status_comment().contains("reported by the agents")
     })

@@ -74,7 +74,7 @@ fn generate(rng: &mut Lcg) -> Generated {
 /// Runs the plan to the end; returns (makespan, lower bound) in minutes.
 fn simulate(g: &Generated, cap: u32) -> (i64, i64) {
     let cfg = EngineConfig {
-        max_parallel: cap,
+        max_parallel: std::num::NonZeroU32::new(cap).unwrap(),
         ..Default::default()
     };
     let mut sim = Sim::start(&g.src, cfg);

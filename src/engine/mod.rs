@@ -51,8 +51,8 @@ impl Default for ModelIds {
 pub struct EngineConfig {
     /// Attempts per sprint before FATAL (§1).
     pub max_retries: u32,
-    /// Agents in flight at once.
-    pub max_parallel: u32,
+    /// Agents in flight at once: never none.
+    pub max_parallel: std::num::NonZeroU32,
     pub max_turns: u32,
     /// PARTIAL continuations before a PARTIAL counts as a failed attempt; keeps an
     /// agent that always does a little from looping for ever.
@@ -79,7 +79,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             max_retries: 3,
-            max_parallel: 4,
+            max_parallel: std::num::NonZeroU32::MIN.saturating_add(3),
             max_turns: 50,
             max_continuations: 3,
             models: ModelIds::default(),

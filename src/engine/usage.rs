@@ -81,6 +81,28 @@ pub struct Usage {
     pub cost: Option<Usd>,
 }
 
+impl Usage {
+    /// Every input token: fresh, read from the cache, written to it.
+    pub fn tokens_in(&self) -> u64 {
+        self.input_tokens
+            .saturating_add(self.cache_read_tokens)
+            .saturating_add(self.cache_write_tokens)
+    }
+
+    /// "$0.0120, 2,000 tokens in and 400 out" (dollars only when priced).
+    pub fn said(&self) -> String {
+        let tokens = format!(
+            "{} tokens in and {} out",
+            thousands(self.tokens_in()),
+            thousands(self.output_tokens)
+        );
+        match self.cost {
+            Some(c) => format!("{c}, {tokens}"),
+            None => tokens,
+        }
+    }
+}
+
 impl std::ops::Add for Usage {
     type Output = Usage;
     fn add(self, o: Usage) -> Usage {
@@ -131,7 +153,7 @@ impl Reported {
             .map_or_else(|| "no dollar figure".to_string(), |c| c.to_string());
         Some(format!(
             "{spent} reported by the agents ({} tokens in, {} out; {} of {} attempts)",
-            thousands(u.input_tokens + u.cache_read_tokens + u.cache_write_tokens),
+            thousands(u.tokens_in()),
             thousands(u.output_tokens),
             self.attempts,
             self.of
@@ -175,12 +197,14 @@ mod tests {
     #[test]
     fn an_operation_with_no_report_says_nothing() {
         assert_eq!(Reported::over(&[None, None]).line(), None);
-        let one = Some(Usage {
+        let usage = Usage {
             input_tokens: 2000,
             output_tokens: 402,
             cost: Some(Usd::from_dollars(0.012)),
             ..Usage::default()
-        });
+        };
+        let one = Some(usage);
+        assert_eq!(usage.said(), "$0.0120, 2,000 tokens in and 402 out");
         assert_eq!(
             Reported::over(&[one, None]).line().unwrap(),
             "$0.0120 reported by the agents (2,000 tokens in, 402 out; 1 of 2 attempts)"

@@ -568,7 +568,7 @@ fn pace(st: &OperationState, done: &[Done]) -> Option<Pace> {
     let end = done.iter().map(|d| d.c.completed_at).max()?;
     let elapsed = ((end - start).num_milliseconds() as f64 / 1000.0).max(0.001);
     let active: f64 = done.iter().map(|d| secs(d.c)).sum();
-    let slots = st.config.max_parallel.max(1) as f64;
+    let slots = st.config.max_parallel.get() as f64;
     Some(Pace {
         start,
         end,
@@ -608,7 +608,7 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
     let _ = writeln!(
         out,
         "- **Parallelism efficiency**: {efficiency:.0}% (of {} at once)",
-        crate::text::count(st.config.max_parallel.max(1) as usize, "agent")
+        crate::text::count(st.config.max_parallel.get() as usize, "agent")
     );
     let _ = writeln!(
         out,
@@ -1066,7 +1066,7 @@ pub fn final_summary(st: &OperationState) -> String {
             ts(p.end),
             mins(p.active) / done.len() as f64,
             p.efficiency,
-            crate::text::count(st.config.max_parallel.max(1) as usize, "agent")
+            crate::text::count(st.config.max_parallel.get() as usize, "agent")
         );
     }
     let _ = writeln!(

@@ -175,9 +175,12 @@ pub fn sprint_check(
         criteria.len()
     );
     let mut s = String::new();
+    let used = report
+        .usage
+        .map(|u| format!(" · used, as its CLI reported: {}", u.said()));
     let _ = writeln!(
         s,
-        "Attempt {attempt} on `{model}` · agent exit {} · {} commit(s) since dispatch{}\n",
+        "Attempt {attempt} on `{model}` · agent exit {} · {} commit(s) since dispatch{}{}\n",
         report
             .exit_code
             .map_or("unknown".to_string(), |c| c.to_string()),
@@ -186,7 +189,8 @@ pub fn sprint_check(
             Some(true) => " · repository CI green",
             Some(false) => " · repository CI red",
             None => "",
-        }
+        },
+        used.unwrap_or_default()
     );
     s.push_str("| Line | Criterion | Result | Detail |\n|---|---|---|---|\n");
     for c in criteria {

@@ -123,7 +123,7 @@ impl Decider<'_> {
         // dispatch makes one more), rather than recounted over every sprint
         // for every unit.
         let mut active = self.st().active_count();
-        let cap = self.st().config.max_parallel.max(1) as usize;
+        let cap = self.st().config.max_parallel.get() as usize;
         // With every place taken nothing below can be dispatched: most
         // decisions of a busy operation end here.
         if active >= cap {
@@ -397,7 +397,7 @@ impl Decider<'_> {
                     && unit.current().is_some()
             })
             .count();
-        let free = (st.config.max_parallel.max(1) as usize).saturating_sub(active);
+        let free = (st.config.max_parallel.get() as usize).saturating_sub(active);
         if waiting <= free || free == 0 {
             return (plan_order, Default::default());
         }

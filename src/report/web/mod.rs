@@ -108,6 +108,9 @@ pub struct Summary {
     pub spent: u64,
     pub held: u64,
     pub budget: Option<u64>,
+    /// Dollars the agents' CLIs reported, when any did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reported_usd: Option<crate::engine::usage::Usd>,
     pub started_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Changes with every event: a client refetches when it moves.
@@ -127,6 +130,7 @@ pub fn summary(st: &OperationState, origin: Origin) -> Summary {
         spent: st.cost_spent,
         held: st.cost_held,
         budget: st.config.budget,
+        reported_usd: st.reported_usage().usage.cost,
         started_at: st.started_at,
         updated_at: st.updated_at,
         version: st.version,
@@ -330,9 +334,13 @@ fn progress(s: &Summary) -> String {
 }
 
 fn spend(s: &Summary) -> String {
-    match s.budget {
+    let units = match s.budget {
         Some(b) => format!("{} of {} budget", s.spent, b),
         None => format!("{} (no budget)", s.spent),
+    };
+    match s.reported_usd {
+        Some(dollars) => format!("{units} · {dollars} reported by the agents"),
+        None => units,
     }
 }
 
