@@ -89,11 +89,21 @@ jobs:
       - run: git push -q origin HEAD:refs/heads/third-ran
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_workflow_runs_as_github_runs_its_yaml() {
+#[test]
+fn a_workflow_runs_as_github_runs_its_yaml() {
     // Nothing of the test process reaches a job.
-    // SAFETY: set before any thread of this test reads the environment.
+    // SAFETY: set while this process has one thread; the runtime's threads
+    // are started after it.
     unsafe { std::env::set_var("SUPERVISE_FAKE_RUNNER_PROBE", "leaked") };
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(runs_as_github_runs_its_yaml());
+}
+
+async fn runs_as_github_runs_its_yaml() {
     let tmp = tempfile::tempdir().unwrap();
     let fake = fake_github::start(fake_github::Config {
         webhook_secret: "s".into(),

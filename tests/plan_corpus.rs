@@ -499,7 +499,7 @@ fn evaluate_twice_is_evaluate_once() {
         let b = supervise::plan::tools::breakdown::breakdown(&doc, "project");
         plans.push((format!("breakdown of {}", p.display()), b.plan));
     }
-    let mut big = String::from("# Big\n\n| Work Unit | Directory |\n|---|---|\n| api | api |\n\n## api\n### Sprint 1: Everything\n**Tasks**:\n");
+    let mut big = String::from("# Big\n\n| Work Unit | Directory |\n|---|---|\n| api | api |\n\n## api\n\n### Sprint 1: Everything\n\n**Tasks**:\n\n");
     for i in 1..=9 {
         big.push_str(&format!(
             "{i}. Add the handler `api/src/h{i}.rs` and its tests\n"
@@ -512,7 +512,7 @@ fn evaluate_twice_is_evaluate_once() {
         ));
     }
     big.push_str(
-        "**Exit criteria**:\n- [ ] `cargo test -p api` passes\n- [ ] `deploy/m1.yaml` exists\n",
+        "\n**Exit criteria**:\n\n- [ ] `cargo test -p api` passes\n- [ ] `deploy/m1.yaml` exists\n",
     );
     plans.push(("a sprint of two concerns, over its budget".into(), big));
     for (name, source) in plans {

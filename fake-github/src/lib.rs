@@ -382,11 +382,16 @@ impl FakeGitHub {
     /// Accepts `token` as a workflow's `GITHUB_TOKEN` that may write (what
     /// the calls it makes are attributed to: GitHub Actions).
     pub fn add_token(&self, token: &str) {
+        self.accept_token(token, TokenKind::Workflow { write: true });
+    }
+
+    /// Accepts `token` (one a test made, not a job's) as being of `kind`.
+    fn accept_token(&self, token: &str, kind: TokenKind) {
         self.inner.lock().tokens.insert(
             token.to_string(),
             Token {
                 installation: self.config.installation_id,
-                kind: TokenKind::Workflow { write: true },
+                kind,
                 runner: false,
             },
         );
@@ -396,14 +401,7 @@ impl FakeGitHub {
     /// `app_id`) on the same installation's repositories: what it makes is
     /// that App's, not this one's.
     pub fn add_other_app_token(&self, token: &str, app_id: u64) {
-        self.inner.lock().tokens.insert(
-            token.to_string(),
-            Token {
-                installation: self.config.installation_id,
-                kind: TokenKind::OtherApp { id: app_id },
-                runner: false,
-            },
-        );
+        self.accept_token(token, TokenKind::OtherApp { id: app_id });
     }
 
     /// A new installation token of the App, as `actions/create-github-app-token`
@@ -1369,6 +1367,9 @@ async fn control_agent_workflow(
     let agents = f.data_dir.join("agents").join(&b.repo);
     let claude = match workflow::scripted_claude(&agents, &b.agent, &env) {
         Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            return error(StatusCode::BAD_REQUEST, &format!("env: {e}"))
+        }
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     };
     let mut setup = workflow::Setup::claude_code(

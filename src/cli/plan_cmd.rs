@@ -317,7 +317,7 @@ pub fn evaluate(
         // Listed as fixes, but this plan's shape does not let the rewrite
         // make them: say so rather than "nothing to change".
         println!(
-            "The fixes above were not made: a sprint is split or merged only where its heading is `### Sprint N: …`, it is a code sprint, and its tasks and exit criteria are list items. Edit it so, or let an agent make them with `--agent`."
+            "The fixes above were not made: a sprint is split or merged only where its heading is `### Sprint N: …`, it is a code sprint, and its tasks and exit criteria are list items (`supervise plan show` shows how each line was read). Edit it so, or have an agent make them with `--agent`."
         );
     } else {
         apply(&loaded, &rw, flags.dry_run)?;

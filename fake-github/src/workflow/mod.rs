@@ -110,16 +110,33 @@ pub(crate) fn quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// Writes a script the runner runs, executable.
+pub(crate) fn write_executable(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+}
+
 /// Writes `dir/claude`, Claude Code's command line (`claude -p PROMPT …`)
 /// played by a scripted agent: `command` (through `sh -c`) with the prompt
 /// on its stdin and `env` exported. What the shipped agent workflow's
-/// Claude Code step runs, when the runner's `npm` installs this.
+/// Claude Code step runs, when the runner's `npm` installs this. A name in
+/// `env` that is not a shell variable's is refused (it would be code).
 pub fn scripted_claude(
     dir: &Path,
     command: &str,
     env: &[(String, String)],
 ) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
+    let variable = |k: &str| {
+        k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    if let Some((bad, _)) = env.iter().find(|(k, _)| !variable(k)) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("`{bad}` is not a variable name (letters, digits and _, not first a digit)"),
+        ));
+    }
     std::fs::create_dir_all(dir)?;
     let exports: String = env
         .iter()
@@ -134,8 +151,7 @@ pub fn scripted_claude(
         quoted(command)
     );
     let path = dir.join("claude");
-    std::fs::write(&path, text)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+    write_executable(&path, &text)?;
     Ok(path)
 }
 

@@ -4,7 +4,8 @@
 //! - `curl` serves `raw.githubusercontent.com/<repo>/<ref>/scripts/install-release`
 //!   and a release's assets (`github.com/<repo>/releases/download/<tag>/<asset>`:
 //!   the `supervise` binary packed as `scripts/install-release` expects it,
-//!   with its `SHA256SUMS`) from local files; any other host is unreachable.
+//!   with its `SHA256SUMS`) from local files; every other address goes to
+//!   the machine's own curl (the fake GitHub's API, a model server here).
 //! - `npm install -g <name>@<version>` installs a package the test provided
 //!   (its commands linked onto the `PATH`), refusing another version than
 //!   the one provided; nothing comes from a registry.
@@ -12,7 +13,7 @@
 //! Both are plain shell scripts with their paths written in, so a job's
 //! environment holds nothing the YAML did not give it.
 
-use super::{quoted, Setup};
+use super::{quoted, write_executable, Setup};
 use std::path::{Path, PathBuf};
 
 /// Writes the stand-ins into `bin`; `npm` links what it installs into
@@ -32,7 +33,7 @@ pub(crate) fn install(setup: &Setup, bin: &Path, npm_bin: &Path) -> Result<(), S
         r#"#!/bin/sh
 # curl on the fake GitHub's runner, standing in for the network (see
 # fake-github/src/workflow/tools.rs): install-release and a release's assets
-# from local files; any other host is unreachable.
+# from local files; any other address through the machine's own curl.
 out=- url=
 read_args() {{
   while [ $# -gt 0 ]; do
@@ -114,8 +115,7 @@ esac
     );
     for (file, text) in [("curl", curl), ("npm", npm)] {
         let path = bin.join(file);
-        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-        make_executable(&path)?;
+        write_executable(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
 }
@@ -128,12 +128,6 @@ fn real_curl() -> Option<String> {
         .map(|d| d.join("curl"))
         .find(|c| c.is_file())
         .map(|c| c.display().to_string())
-}
-
-fn make_executable(path: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The release directory serving `binary`: `supervise-<target>.tar.gz` for

@@ -244,39 +244,36 @@ pub fn render(ev: &Evaluation) -> String {
             c.fitness.as_str()
         );
     }
-    let fixes: Vec<String> = ev
-        .sprints
-        .iter()
-        .flat_map(|c| {
-            c.fixes
-                .iter()
-                .map(move |f| format!("- {} Sprint {}: {f}", c.unit, c.sprint))
-        })
-        .collect();
-    if !fixes.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nFixes (`supervise plan evaluate` makes them where a unit's sprints are numbered and adjacent; `--dry-run` shows the diff):\n{}",
-            fixes.join("\n")
-        );
-    }
-    let advice: Vec<String> = ev
-        .sprints
-        .iter()
-        .flat_map(|c| {
-            c.advice
-                .iter()
-                .map(move |f| format!("- {} Sprint {}: {f}", c.unit, c.sprint))
-        })
-        .collect();
-    if !advice.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nAdvice (no rewrite can make these: edit the plan, or let an agent with `--agent`):\n{}",
-            advice.join("\n")
-        );
-    }
+    list(
+        &mut out,
+        ev,
+        "Fixes (`supervise plan evaluate` makes them where the plan's shape allows; `--dry-run` shows the diff)",
+        |c| &c.fixes,
+    );
+    list(
+        &mut out,
+        ev,
+        "Advice (no rewrite can make these: edit the plan, or have an agent do them with `--agent`)",
+        |c| &c.advice,
+    );
     out
+}
+
+/// One list of the evaluation's (fixes, or advice) under its heading, a
+/// line per sprint's item; nothing when it is empty.
+fn list(out: &mut String, ev: &Evaluation, heading: &str, of: impl Fn(&SprintCheck) -> &[String]) {
+    let listed: Vec<String> = ev
+        .sprints
+        .iter()
+        .flat_map(|c| {
+            of(c)
+                .iter()
+                .map(move |f| format!("- {} Sprint {}: {f}", c.unit, c.sprint))
+        })
+        .collect();
+    if !listed.is_empty() {
+        let _ = writeln!(out, "\n{heading}:\n{}", listed.join("\n"));
+    }
 }
 
 /// Whether `revised` (an agent's fixes to `original`) may replace it: the
