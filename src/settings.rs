@@ -53,6 +53,39 @@ pub struct FileSettings {
     /// On GitHub: whether an agent's commits may change `.github/workflows/`
     /// (refused by default: a workflow runs with the repository's credentials).
     pub agent_may_change_workflows: Option<bool>,
+    /// Locally: where notices go besides the terminal (an outgoing webhook).
+    pub notify: Option<NotifySettings>,
+}
+
+/// An outgoing webhook for notices (see [`crate::notify`]). Its signing key
+/// is never in a file: `SUPERVISE_NOTIFY_SECRET` on the supervisor's side.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NotifySettings {
+    /// The receiver (`http://` or `https://`).
+    pub url: Option<String>,
+    /// `json` (the default) or `slack`.
+    pub format: Option<crate::notify::Format>,
+    /// The notices it wants (default: every one), by name: `blocked`,
+    /// `held`, `budget_reached`, `waiting_for_review`, `completed`, …
+    pub events: Option<Vec<String>>,
+}
+
+impl NotifySettings {
+    /// The receiver these settings name, `None` without a URL, or what is
+    /// wrong with them.
+    pub fn hook(&self) -> std::result::Result<Option<crate::notify::Hook>, String> {
+        let Some(url) = self.url.as_deref().filter(|u| !u.trim().is_empty()) else {
+            return Ok(None);
+        };
+        let kinds = self
+            .events
+            .iter()
+            .flatten()
+            .map(|e| crate::notify::kind_by_name(e))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        crate::notify::Hook::new(url, self.format.unwrap_or_default(), kinds).map(Some)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
@@ -91,6 +124,8 @@ pub struct Settings {
     pub without_plan: crate::engine::workflow::WorkflowSettings,
     /// An agent's commits may change `.github/workflows/`.
     pub agent_may_change_workflows: bool,
+    /// Where notices go besides the terminal.
+    pub notify: Option<crate::notify::Hook>,
 }
 
 /// Where a repository keeps its settings, from its top.
@@ -133,6 +168,7 @@ pub const KEYS: &[&str] = &[
     "merge",
     "without_plan",
     "agent_may_change_workflows",
+    "notify",
 ];
 
 /// Parses settings text; the error names `origin`, the line and column, and the
@@ -141,13 +177,17 @@ pub fn parse(text: &str, origin: &str) -> std::result::Result<FileSettings, Stri
     if text.trim().is_empty() {
         return Ok(FileSettings::default());
     }
-    serde_yaml::from_str(text).map_err(|e| {
+    let file: FileSettings = serde_yaml::from_str(text).map_err(|e| {
         let at = e.location().map(|l| format!(":{}:{}", l.line(), l.column())).unwrap_or_default();
         format!(
             "{origin}{at}: {e}\n  valid keys: {}\n  (models and costs: haiku, sonnet, opus; merge: immediately or after_review; schema: schema/supervise.schema.json)",
             KEYS.join(", ")
         )
-    })
+    })?;
+    if let Some(n) = &file.notify {
+        n.hook().map_err(|e| format!("{origin}: notify: {e}"))?;
+    }
+    Ok(file)
 }
 
 impl Settings {
@@ -219,8 +259,28 @@ impl Settings {
             tick_ms,
             without_plan: flags.without_plan.or(file.without_plan).unwrap_or_default(),
             agent_may_change_workflows: file.agent_may_change_workflows.unwrap_or(false),
+            notify: notify(file.notify, flags.notify),
         }
     }
+}
+
+/// The receiver of notices: the file's, each part the flags give on top.
+/// Both were checked where they were read; one that is wrong here is said
+/// and left out.
+fn notify(
+    file: Option<NotifySettings>,
+    flags: Option<NotifySettings>,
+) -> Option<crate::notify::Hook> {
+    let mut n = file.unwrap_or_default();
+    if let Some(f) = flags {
+        n.url = f.url.or(n.url);
+        n.format = f.format.or(n.format);
+        n.events = f.events.or(n.events);
+    }
+    n.hook()
+        .map_err(|e| tracing::warn!(error = %e, "notify: not used"))
+        .ok()
+        .flatten()
 }
 
 #[cfg(test)]

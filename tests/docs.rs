@@ -302,3 +302,43 @@ fn the_architecture_pages_import_graph_is_the_codes() {
     );
     assert!(measured.contains(" 0 cycle(s)"), "{measured}");
 }
+
+/// The App guide names every comment command: a word added to the table
+/// and not to the guide fails here, with the line to write.
+#[test]
+fn every_command_is_in_the_app_guide() {
+    let guide = std::fs::read_to_string(root().join("docs/src/github-app.md")).unwrap();
+    for c in supervise::commands::COMMANDS {
+        assert!(
+            guide.contains(&format!("`{}", c.name)),
+            "docs/src/github-app.md does not name `/supervise {}`: add it to \"Commands on the operation's issue\"",
+            c.name
+        );
+    }
+}
+
+/// Every path CONTRIBUTING's recipes send a reader to is there: a recipe
+/// that names a moved file would send the next person to the wrong place.
+#[test]
+fn the_contributing_recipes_name_files_that_exist() {
+    let text = std::fs::read_to_string(root().join("CONTRIBUTING.md")).unwrap();
+    let mut named = 0;
+    for span in text.split('`').skip(1).step_by(2) {
+        let path = span.split_whitespace().next().unwrap_or("");
+        let looks_like_path = ["src/", "tests/", "docs/", "schema/", "scripts/"]
+            .iter()
+            .any(|p| path.starts_with(p))
+            && !path.contains(['<', '*']);
+        if looks_like_path {
+            named += 1;
+            assert!(
+                root().join(path).exists(),
+                "CONTRIBUTING.md names `{path}`, which is not in the tree"
+            );
+        }
+    }
+    assert!(
+        named >= 10,
+        "found only {named} paths; did the recipes' format change?"
+    );
+}

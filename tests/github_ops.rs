@@ -1977,8 +1977,11 @@ async fn a_sprint_on_the_agents_word_is_said_so_and_waits_for_a_review() {
 }
 
 /// When the repository's CI fails on a sprint's head, the next agent is
-/// told what it said: the failing check's name and output are in its
-/// prompt, and the attempt's record says it was the CI.
+/// shown what it said, as GitHub Actions reports it: the failing check's
+/// annotations (from `::error` workflow commands) and the end of its job's
+/// log (read through the redirect GitHub answers with), quoted apart from
+/// the instructions. The attempt's one-line reason names the check only:
+/// the words come from code on the agent's branch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_red_ci_is_quoted_to_the_next_agent() {
     let plan = "# Red\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n\
@@ -1987,7 +1990,9 @@ async fn a_red_ci_is_quoted_to_the_next_agent() {
     // Red on the first dispatch's work only (its id, `…/a1d1`, is in the file it writes).
     s.fake.set_ci(
         REPO,
-        "if grep -qs '/a1d1 ' solo/solo-sprint-1.txt; then echo 'test parse::numbers FAILED: expected 3, got 4'; exit 1; fi",
+        "if grep -qs '/a1d1 ' solo/solo-sprint-1.txt; then echo 'running 3 tests'; \
+         echo '::error file=solo/parse.rs,line=7::expected 3, got 4'; \
+         echo 'test parse::numbers FAILED'; exit 1; fi",
     );
     s.say("/supervise start").await;
     s.until("the final pull request", 180, |s| s.final_pull().is_some())
@@ -1995,10 +2000,24 @@ async fn a_red_ci_is_quoted_to_the_next_agent() {
     let runs = s.runs_of("/solo/1/");
     assert_eq!(runs.len(), 2, "{runs:#?}");
     let second = s.prompt_of(&runs[1]);
-    assert!(
-        second.contains("CI failed")
-            && second.contains("test parse::numbers FAILED: expected 3, got 4"),
-        "{second}"
-    );
+    let quoted = |said: &str| {
+        second
+            .lines()
+            .any(|l| l.starts_with("> ") && l.contains(said))
+    };
     assert!(second.contains("`ci` failure"), "{second}");
+    assert!(quoted("solo/parse.rs:7: expected 3, got 4"), "{second}");
+    assert!(quoted("test parse::numbers FAILED"), "{second}");
+    assert!(
+        second.lines().any(|l| l == "> running 3 tests"),
+        "the log's lines without GitHub's times: {second}"
+    );
+    let unquoted: Vec<&str> = second
+        .lines()
+        .filter(|l| !l.starts_with('>') && l.contains("expected 3"))
+        .collect();
+    assert!(
+        unquoted.is_empty(),
+        "CI's words outside the quote: {unquoted:?}"
+    );
 }

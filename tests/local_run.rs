@@ -1900,3 +1900,152 @@ fn an_overloaded_provider_is_waited_out_on_the_same_model() {
     );
     assert!(said.contains("Waiting on the model provider"), "{said}");
 }
+
+/// One request a receiver took: its headers (names in lower case) and body.
+type Received = (Vec<(String, String)>, Vec<u8>);
+
+/// A stand-in receiver of notices: records each request and answers 200,
+/// or (`answer: false`) takes the request and never answers.
+struct Receiver {
+    url: String,
+    got: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
+}
+
+impl Receiver {
+    fn start(answer: bool) -> Receiver {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = got.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for conn in listener.incoming().flatten() {
+                let mut r = BufReader::new(conn);
+                let mut headers = Vec::new();
+                let mut line = String::new();
+                let _ = r.read_line(&mut line);
+                loop {
+                    line.clear();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                        break;
+                    }
+                    if let Some((k, v)) = line.trim().split_once(':') {
+                        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+                    }
+                }
+                let len: usize = headers
+                    .iter()
+                    .find(|(k, _)| k == "content-length")
+                    .and_then(|(_, v)| v.parse().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0; len];
+                let _ = r.read_exact(&mut body);
+                seen.lock().unwrap().push((headers, body));
+                let mut conn = r.into_inner();
+                if answer {
+                    let _ = conn.write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    );
+                } else {
+                    held.push(conn);
+                }
+            }
+        });
+        Receiver { url, got }
+    }
+
+    /// Each notice received: its headers by name, and its body as JSON.
+    fn notices(&self) -> Vec<(std::collections::HashMap<String, String>, Vec<u8>)> {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(h, b)| (h.iter().cloned().collect(), b.clone()))
+            .collect()
+    }
+}
+
+/// Notices reach an outgoing webhook: a unit that turns BLOCKED and the
+/// operation that completes after `resume`, each once, as JSON signed with
+/// the supervisor's key (HMAC-SHA256, GitHub's scheme), with a delivery id
+/// per notice. The key is only in the supervisor's environment.
+#[test]
+fn notices_reach_a_signed_webhook_once_each() {
+    use hmac::{Hmac, KeyInit, Mac};
+    let receiver = Receiver::start(true);
+    let repo = Repo::new(PLAN, "api 1 fail,fail,fail,ok\n");
+    let notify = ["--notify", receiver.url.as_str()];
+    let run = |args: &[&str]| {
+        repo.cmd(args)
+            .env("SUPERVISE_NOTIFY_SECRET", "notify-key")
+            .output()
+            .unwrap()
+    };
+    let out = run(&[&["run"][..], &notify].concat());
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let out = run(&[&["resume", "api"][..], &notify].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let notices = receiver.notices();
+    let mut events = Vec::new();
+    let mut deliveries = std::collections::HashSet::new();
+    for (headers, body) in &notices {
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"notify-key").unwrap();
+        mac.update(body);
+        let want = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        assert_eq!(headers.get("x-supervise-signature-256"), Some(&want));
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+        assert_eq!(
+            headers.get("x-supervise-event").map(String::as_str),
+            v["event"].as_str()
+        );
+        assert_eq!(
+            headers.get("x-supervise-delivery").map(String::as_str),
+            v["delivery"].as_str()
+        );
+        assert!(
+            deliveries.insert(v["delivery"].as_str().unwrap().to_string()),
+            "sent twice: {v}"
+        );
+        assert!(!String::from_utf8_lossy(body).contains("notify-key"));
+        events.push((v["event"].as_str().unwrap().to_string(), v["unit"].clone()));
+    }
+    let count = |e: &str| events.iter().filter(|(x, _)| x == e).count();
+    assert_eq!((count("blocked"), count("completed")), (1, 1), "{events:?}");
+    assert!(
+        events.contains(&("blocked".into(), serde_json::json!("api"))),
+        "{events:?}"
+    );
+}
+
+/// A receiver that takes notices and never answers holds nothing up: the
+/// operation runs to its end while the receiver still holds the request.
+#[test]
+fn a_receiver_that_never_answers_does_not_hold_the_operation() {
+    let receiver = Receiver::start(false);
+    let repo = Repo::new(PLAN, "");
+    let out = repo
+        .cmd(&["run", "--notify", &receiver.url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(repo.state()["status"], "COMPLETED");
+    assert!(
+        !receiver.notices().is_empty(),
+        "the completed notice was taken, and is still unanswered"
+    );
+}
+
+/// A receiver's address that is not an http(s) URL is refused before any
+/// work starts, with the flag named.
+#[test]
+fn a_bad_notify_address_is_refused_before_anything_runs() {
+    let repo = Repo::new(PLAN, "");
+    let out = repo
+        .cmd(&["run", "--notify", "hooks.example.com/x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("--notify"), "{}", text(&out));
+    assert!(!repo.root.join(".supervise/events.jsonl").exists());
+}

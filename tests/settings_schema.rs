@@ -162,3 +162,22 @@ fn the_guides_settings_chapter_is_the_schema_written_out() {
         "docs/src/settings.md is not the schema written out; run `UPDATE_DOCS=1 cargo test --test settings_schema` and commit it"
     );
 }
+
+/// The notices the schema offers under `notify: events:` are the ones the
+/// reader takes.
+#[test]
+fn the_schemas_notices_are_the_readers() {
+    let schema = schema();
+    let offered: Vec<String> = schema["properties"]["notify"]["properties"]["events"]["items"]
+        ["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let known: Vec<String> = supervise::notify::KINDS
+        .iter()
+        .map(|k| supervise::notify::kind_name(*k).to_string())
+        .collect();
+    assert_eq!(offered, known);
+}

@@ -35,6 +35,7 @@ ENDPOINTS = [
     ("get", "/repos/{owner}/{repo}/commits/{ref}/check-runs"),
     ("get", "/repos/{owner}/{repo}/commits/{ref}"),
     ("post", "/repos/{owner}/{repo}/check-runs"),
+    ("get", "/repos/{owner}/{repo}/check-runs/{check_run_id}/annotations"),
     ("get", "/repos/{owner}/{repo}/issues"),
     ("post", "/repos/{owner}/{repo}/issues"),
     ("get", "/repos/{owner}/{repo}/issues/{issue_number}"),

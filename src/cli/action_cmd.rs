@@ -5,8 +5,10 @@
 //! handles the event through the same handler as `supervise serve`, makes
 //! one pass over every operation, and exits; the Action then saves the store.
 
+use crate::github::event::{Event, Unread};
 use crate::github::payload::{CommentEvent, DispatchEvent};
 use crate::github::GitHub;
+use crate::notify::Notifier;
 use crate::place::github::handle::Handler;
 use crate::place::github::{InstallationLimits, OpTimings, Operations};
 use crate::store::sql::SqlStore;
@@ -171,6 +173,8 @@ pub fn run(args: ActionArgs) -> Result<i32> {
             },
             // One repository: its own `daily_budget` is the cap that applies.
             InstallationLimits::default(),
+            // The workflow's environment may name a receiver (the job's secrets).
+            Notifier::from_env().map_err(|e| anyhow!(e))?,
         );
         ops.load_all().await.context("loading the operations")?;
         let handler = Handler {
@@ -180,20 +184,22 @@ pub fn run(args: ActionArgs) -> Result<i32> {
             bot_allow_list: args.bot_allow_list.clone(),
             throttle: Default::default(),
         };
-        match args.event_name.as_str() {
-            "issue_comment" | "workflow_run" | "pull_request" => {
-                handler.event(&args.event_name, &payload).await?
-            }
+        match (args.event_name.as_str(), Event::read(&args.event_name, &payload)) {
+            (_, Ok(event)) => handler.event(event).await?,
             // Run from the Actions tab or `gh workflow run` with a command.
-            "workflow_dispatch" => {
+            ("workflow_dispatch", _) => {
                 let ev = DispatchEvent::parse(&payload)
                     .map_err(|e| anyhow!("workflow_dispatch: {e}"))?;
                 if let Some(event) = dispatch_as_comment(&handler, ev).await? {
-                    handler.comment_event(event).await?;
+                    handler.comment(event).await?;
                 }
             }
+            // Said in the job's log; the pass below still reconciles.
+            (name, Err(Unread::Unusable(why))) => {
+                tracing::warn!(event = name, error = %why, "the event file is unusable; not acted on")
+            }
             // `schedule`: the pass below is the work.
-            _ => {}
+            (_, Err(Unread::NotHandled(_))) => {}
         }
         ops.run_once().await?;
         Ok::<_, anyhow::Error>(0)

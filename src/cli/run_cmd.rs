@@ -62,6 +62,11 @@ pub struct RunFlags {
     /// Milliseconds between supervisor ticks (stall checks, polls, the stop timeout).
     #[arg(long, env = "SUPERVISE_TICK_MS")]
     pub tick_ms: Option<u64>,
+    /// Also send notices (BLOCKED, held by a cap, completed, …) to this URL,
+    /// as JSON signed with `$SUPERVISE_NOTIFY_SECRET` (`notify:` in the settings
+    /// chooses the format and the notices).
+    #[arg(long, env = "SUPERVISE_NOTIFY_URL", value_name = "URL")]
+    pub notify: Option<String>,
     /// Print one JSON object per event instead of the status table.
     #[arg(long)]
     pub json: bool,
@@ -98,6 +103,10 @@ impl RunFlags {
             ("--verify-timeout", f.verify_timeout.is_some()),
             ("--kill-grace", f.kill_grace.is_some()),
             ("--stop-timeout", f.stop_timeout.is_some()),
+            (
+                "--notify",
+                f.notify.is_some() && self.notify != std::env::var("SUPERVISE_NOTIFY_URL").ok(),
+            ),
         ]
         .into_iter()
         .filter(|(_, set)| *set)
@@ -124,6 +133,10 @@ impl RunFlags {
             kill_grace: self.kill_grace,
             stop_timeout: self.stop_timeout,
             tick_ms: self.tick_ms,
+            notify: self.notify.clone().map(|url| settings::NotifySettings {
+                url: Some(url),
+                ..Default::default()
+            }),
             ..FileSettings::default()
         }
     }
@@ -269,7 +282,11 @@ fn settings_for(plan: &LoadedPlan, flags: &RunFlags) -> Result<Settings> {
         Some(p) => settings::read_file(&p)?,
         None => FileSettings::default(),
     };
-    Ok(Settings::merge(file, flags.as_file()))
+    let flags = flags.as_file();
+    if let Some(n) = &flags.notify {
+        n.hook().map_err(|e| anyhow!("--notify: {e}"))?;
+    }
+    Ok(Settings::merge(file, flags))
 }
 
 fn refused(r: Refusal) -> i32 {

@@ -257,6 +257,7 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
             },
             delivery_retention,
             web,
+            notifier: crate::notify::Notifier::from_env().map_err(anyhow::Error::msg)?,
             limits: InstallationLimits {
                 daily_budget: args.installation_daily_budget,
                 costs: args.costs,

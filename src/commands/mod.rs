@@ -7,6 +7,7 @@
 
 pub mod auth;
 
+use crate::engine::Input;
 use crate::text::code_span;
 use auth::Permission;
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
@@ -15,20 +16,21 @@ use std::ops::Range;
 
 pub const PREFIX: &str = "/supervise";
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     /// A bare `/supervise`: resume if an operation exists, else start (§3).
     Default,
     Start {
         plan: Option<String>,
     },
-    Resume {
-        unit: Option<String>,
+    /// A command that acts on the issue's running operation (`resume`,
+    /// `stop`, …): the engine input its table entry made of it.
+    Operation {
+        word: &'static str,
+        /// Boxed: the engine's input is large beside the other commands.
+        input: Box<Input>,
     },
     Status,
-    Stop,
-    Killall,
-    NameFeature,
     Breakdown {
         doc: Option<String>,
         /// `offline`: the heuristics' plan, at once and free, instead of a
@@ -57,9 +59,10 @@ pub enum Command {
 const MAX_EXTRA: usize = 2000;
 
 /// One comment command: its word, the argument it takes, what it does (the
-/// help text), the least role it needs unless a repository says otherwise, and
-/// whether a workflow run may carry it (`workflow_dispatch` input `command`).
-/// The parser, the help, the authorisation and the Action all read this table.
+/// help text), the least role it needs unless a repository says otherwise,
+/// whether a workflow run may carry it (`workflow_dispatch` input `command`),
+/// and how it acts. The parser, the help, the authorisation, the Action and a
+/// local supervisor's control files all read this table.
 #[derive(Debug, Clone, Copy)]
 pub struct CommandSpec {
     pub name: &'static str,
@@ -67,6 +70,32 @@ pub struct CommandSpec {
     pub help: &'static str,
     pub needs: Permission,
     pub from_workflow: bool,
+    pub acts: Acts,
+}
+
+/// How a command acts.
+#[derive(Debug, Clone, Copy)]
+pub enum Acts {
+    /// On the issue's running operation, through the engine: the whole of
+    /// such a command is this entry, its [`Input`], and the engine's handling
+    /// of the input (`src/engine/decide/commands.rs`).
+    OnOperation(OnOperation),
+    /// In its own way: an arm in `parse_line` and in the GitHub place's
+    /// `Handler::answer`.
+    Itself,
+}
+
+/// What a command on the operation becomes and says.
+#[derive(Debug, Clone, Copy)]
+pub struct OnOperation {
+    /// The engine input its argument (if it takes one) makes; the argument
+    /// is checked here.
+    pub input: fn(Option<String>) -> Result<Input, ParseError>,
+    /// The reply once the engine has taken it.
+    pub done: &'static str,
+    /// The reply on an issue without an operation; `None`: the usual
+    /// "nothing started here".
+    pub without: Option<&'static str>,
 }
 
 const fn spec(
@@ -82,6 +111,33 @@ const fn spec(
         help,
         needs,
         from_workflow,
+        acts: Acts::Itself,
+    }
+}
+
+/// A command that acts on the operation (see [`Acts::OnOperation`]).
+const fn on_operation(
+    name: &'static str,
+    argument: Option<&'static str>,
+    help: &'static str,
+    needs: Permission,
+    on: OnOperation,
+) -> CommandSpec {
+    CommandSpec {
+        acts: Acts::OnOperation(on),
+        ..spec(name, argument, help, needs, true)
+    }
+}
+
+/// `resume [UNIT]`: a unit's name is at most 100 characters.
+fn resume(unit: Option<String>) -> Result<Input, ParseError> {
+    match unit {
+        Some(u) if u.chars().count() > 100 => Err(ParseError::BadArgument {
+            command: "resume",
+            argument: u.chars().take(80).collect(),
+            why: "unit names are at most 100 characters",
+        }),
+        unit => Ok(Input::Resume { unit }),
     }
 }
 
@@ -93,12 +149,16 @@ pub const COMMANDS: &[CommandSpec] = &[
         Permission::Write,
         true,
     ),
-    spec(
+    on_operation(
         "resume",
         Some("UNIT"),
         "resume stopped, killed or blocked units (all, or one)",
         Permission::Write,
-        true,
+        OnOperation {
+            input: resume,
+            done: "Resumed.",
+            without: None,
+        },
     ),
     spec(
         "status",
@@ -107,27 +167,42 @@ pub const COMMANDS: &[CommandSpec] = &[
         Permission::Read,
         true,
     ),
-    spec(
+    on_operation(
         "stop",
         None,
         "graceful shutdown: drain, wait, then force-cancel",
         Permission::Write,
-        true,
+        OnOperation {
+            input: |_| Ok(Input::Stop),
+            done: "Stopping: no new sprints; agents in flight finish (or are cancelled after the stop timeout).",
+            without: None,
+        },
     ),
-    spec(
+    on_operation(
         "killall",
         None,
         "emergency stop: cancel every agent now",
         Permission::Maintain,
-        true,
+        OnOperation {
+            input: |_| Ok(Input::Killall),
+            done: "Killing every agent in flight; unfinished work stays on its branch.",
+            without: None,
+        },
     ),
-    spec(
-        "name-feature",
-        None,
-        "rename the operation (the naming ritual)",
-        Permission::Write,
-        false,
-    ),
+    CommandSpec {
+        from_workflow: false,
+        ..on_operation(
+            "name-feature",
+            None,
+            "rename the operation (the naming ritual)",
+            Permission::Write,
+            OnOperation {
+                input: |_| Ok(Input::NameFeature),
+                done: "Done.",
+                without: Some(crate::engine::naming::REPROACH),
+            },
+        )
+    },
     spec(
         "breakdown",
         Some("DOC"),
@@ -195,15 +270,50 @@ pub fn spec_of(name: &str) -> Option<&'static CommandSpec> {
 impl Command {
     /// The engine input a command that acts on a running operation becomes
     /// (the same on GitHub and for a local supervisor's control files).
-    pub fn operation_input(&self) -> Option<crate::engine::Input> {
-        use crate::engine::Input;
-        Some(match self {
-            Command::Resume { unit } => Input::Resume { unit: unit.clone() },
-            Command::Stop => Input::Stop,
-            Command::Killall => Input::Killall,
-            Command::NameFeature => Input::NameFeature,
-            _ => return None,
-        })
+    pub fn operation_input(&self) -> Option<Input> {
+        match self {
+            Command::Operation { input, .. } => Some(*input.clone()),
+            _ => None,
+        }
+    }
+
+    /// A command on the operation with its table entry: the input and what to
+    /// reply.
+    pub fn on_operation(&self) -> Option<(Input, OnOperation)> {
+        let Command::Operation { word, input } = self else {
+            return None;
+        };
+        match spec_of(word)?.acts {
+            Acts::OnOperation(on) => Some((*input.clone(), on)),
+            Acts::Itself => None,
+        }
+    }
+
+    /// `resume` of every unit: what a bare `/supervise` is on an issue with
+    /// an operation.
+    pub fn resume_all() -> Command {
+        Command::Operation {
+            word: "resume",
+            input: Box::new(Input::Resume { unit: None }),
+        }
+    }
+
+    /// What the command was given, as said: recorded with the command.
+    pub fn argument(&self) -> Option<String> {
+        match self {
+            Command::Start { plan } => plan.clone(),
+            Command::Operation { input, .. } => match input.as_ref() {
+                Input::Resume { unit } => unit.clone(),
+                _ => None,
+            },
+            Command::Breakdown { doc, .. } => doc.clone(),
+            Command::Solve { scope, extra } => {
+                let scope = scope.map_or("", |s| s.as_str());
+                Some(format!("{scope} {extra}").trim().to_string()).filter(|s| !s.is_empty())
+            }
+            Command::Manage { extra } => Some(extra.clone()).filter(|s| !s.is_empty()),
+            _ => None,
+        }
     }
 
     /// Reads one command said without the prefix (`stop`, `resume api`), as a
@@ -219,11 +329,8 @@ impl Command {
         match self {
             Command::Default => "",
             Command::Start { .. } => "start",
-            Command::Resume { .. } => "resume",
+            Command::Operation { word, .. } => word,
             Command::Status => "status",
-            Command::Stop => "stop",
-            Command::Killall => "killall",
-            Command::NameFeature => "name-feature",
             Command::Breakdown { .. } => "breakdown",
             Command::Analyze => "analyze",
             Command::Prioritize => "prioritize",
@@ -375,17 +482,14 @@ fn parse_line(rest: &str) -> Result<Command, ParseError> {
     }
     let arg = words.next().map(str::to_string);
     let extra: Vec<&str> = words.collect();
-    let name = COMMANDS
-        .iter()
-        .find(|c| c.name.eq_ignore_ascii_case(word))
-        .map(|c| (c.name, c.argument.is_some()));
-    let Some((name, takes_arg)) = name else {
+    let Some(spec) = COMMANDS.iter().find(|c| c.name.eq_ignore_ascii_case(word)) else {
         let suggestion = crate::text::nearest(word, COMMANDS.iter().map(|c| c.name));
         return Err(ParseError::Unknown {
             word: word.chars().take(40).collect(),
             suggestion,
         });
     };
+    let (name, takes_arg) = (spec.name, spec.argument.is_some());
     let too_many = |e: String| ParseError::ExtraArguments {
         command: name,
         extra: e.chars().take(80).collect(),
@@ -398,26 +502,17 @@ fn parse_line(rest: &str) -> Result<Command, ParseError> {
     if !extra.is_empty() {
         return Err(too_many(extra.join(" ")));
     }
+    if let Acts::OnOperation(on) = spec.acts {
+        return (on.input)(arg).map(|input| Command::Operation {
+            word: name,
+            input: Box::new(input),
+        });
+    }
     Ok(match name {
         "start" => Command::Start {
             plan: arg.map(|a| check_path("start", &a)).transpose()?,
         },
-        "resume" => Command::Resume {
-            unit: match arg {
-                Some(u) if u.chars().count() > 100 => {
-                    return Err(ParseError::BadArgument {
-                        command: "resume",
-                        argument: u.chars().take(80).collect(),
-                        why: "unit names are at most 100 characters",
-                    })
-                }
-                other => other,
-            },
-        },
         "status" => Command::Status,
-        "stop" => Command::Stop,
-        "killall" => Command::Killall,
-        "name-feature" => Command::NameFeature,
         "breakdown" => Command::Breakdown {
             doc: arg.map(|a| check_path("breakdown", &a)).transpose()?,
             offline,
@@ -492,6 +587,31 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A command on the operation is whole from its table entry: the
+    /// comment parser, the reply, a local supervisor's control file and the
+    /// help all get it from there (the recipe in CONTRIBUTING.md).
+    #[test]
+    fn a_command_on_the_operation_is_whole_from_its_table_entry() {
+        let mut seen = 0;
+        for spec in COMMANDS {
+            let Acts::OnOperation(on) = spec.acts else {
+                continue;
+            };
+            seen += 1;
+            let parsed = parse_comment(&format!("{PREFIX} {}", spec.name))
+                .remove(0)
+                .unwrap();
+            let (input, said) = parsed.on_operation().expect(spec.name);
+            assert_eq!(Some(input.clone()), (on.input)(None).ok(), "{}", spec.name);
+            assert_eq!(said.done, on.done);
+            let bare = Command::parse_bare(spec.name).and_then(|c| c.operation_input());
+            assert_eq!(bare, Some(input), "a control file saying `{}`", spec.name);
+            assert!(help_text().contains(&format!("`{PREFIX} {}", spec.name)));
+        }
+        assert_eq!(seen, 4, "resume, stop, killall, name-feature");
+        assert!(Command::Status.on_operation().is_none());
     }
 
     #[test]
@@ -598,15 +718,24 @@ mod tests {
         );
         assert_eq!(
             one("  /supervise RESUME parser\r\n"),
-            Ok(Command::Resume {
-                unit: Some("parser".into())
+            Ok(Command::Operation {
+                word: "resume",
+                input: Box::new(Input::Resume {
+                    unit: Some("parser".into())
+                })
             })
         );
         assert_eq!(
             one("Please\n/supervise killall\nthanks"),
-            Ok(Command::Killall)
+            Ok(Command::Operation {
+                word: "killall",
+                input: Box::new(Input::Killall)
+            })
         );
-        assert_eq!(one("/supervise name-feature"), Ok(Command::NameFeature));
+        assert_eq!(
+            one("/supervise name-feature").map(|c| c.operation_input()),
+            Ok(Some(Input::NameFeature))
+        );
     }
 
     #[test]

@@ -354,9 +354,10 @@ fn ci_failed(ev: &Evidence) -> String {
     if ev.ci_failures.is_empty() {
         "the repository's CI failed on the sprint's head".to_string()
     } else {
+        let lines: Vec<String> = ev.ci_failures.iter().map(|f| f.line()).collect();
         format!(
             "the repository's CI failed on the sprint's head: {}",
-            ev.ci_failures.join("; ")
+            lines.join("; ")
         )
     }
 }

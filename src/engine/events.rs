@@ -94,10 +94,10 @@ pub struct Evidence {
     pub criteria: Vec<CriterionResult>,
     /// The repository's own CI on the sprint's head, when known.
     pub ci_passed: Option<bool>,
-    /// Where that CI failed: a line per failing check (its name, conclusion
-    /// and what it said), scrubbed and bounded — quoted to the next agent.
+    /// Where that CI failed: per failing check, what it said (scrubbed and
+    /// bounded by the place) — quoted to the next agent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ci_failures: Vec<String>,
+    pub ci_failures: Vec<CiFailure>,
     /// The sprint branch does not merge cleanly into the integration branch.
     pub merge_conflict: Option<String>,
     /// What the agent handed back (`$SUPERVISE_RESULT_FILE`, or the file the
@@ -326,6 +326,80 @@ pub enum HoldKind {
     Budget,
 }
 
+/// One failing check of the repository's CI on a sprint's head, as the place
+/// gathered it: scrubbed and bounded there. Its words come from code on the
+/// agent's branch, so they are quoted to the next agent as data.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "CiFailureForm")]
+pub struct CiFailure {
+    pub name: String,
+    pub conclusion: String,
+    /// What the check's output said.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub summary: String,
+    /// Its annotations, `path:line: message` each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub annotations: Vec<String>,
+    /// The last lines of its job's log (a GitHub Actions job).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub log_tail: String,
+}
+
+/// How a [`CiFailure`] is read: a log written before the details were kept
+/// holds one line per check.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CiFailureForm {
+    Line(String),
+    Full {
+        name: String,
+        conclusion: String,
+        #[serde(default)]
+        summary: String,
+        #[serde(default)]
+        annotations: Vec<String>,
+        #[serde(default)]
+        log_tail: String,
+    },
+}
+
+impl From<CiFailureForm> for CiFailure {
+    fn from(f: CiFailureForm) -> CiFailure {
+        match f {
+            CiFailureForm::Line(summary) => CiFailure {
+                summary,
+                ..CiFailure::default()
+            },
+            CiFailureForm::Full {
+                name,
+                conclusion,
+                summary,
+                annotations,
+                log_tail,
+            } => CiFailure {
+                name,
+                conclusion,
+                summary,
+                annotations,
+                log_tail,
+            },
+        }
+    }
+}
+
+impl CiFailure {
+    /// One line for a reason or a status table: the check's name and
+    /// conclusion. What it said stays out: those words come from the
+    /// agent's branch, and the next prompt quotes them apart (a line from
+    /// an older log is that line).
+    pub fn line(&self) -> String {
+        if self.name.is_empty() {
+            return self.summary.clone();
+        }
+        format!("`{}` {}", self.name, self.conclusion)
+    }
+}
+
 /// A record of one finished dispatch, kept for reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttemptRecord {
@@ -348,6 +422,10 @@ pub struct AttemptRecord {
     /// What the agent's CLI reported the attempt used, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<super::usage::Usage>,
+    /// Where the repository's CI failed on its head: the next attempt's
+    /// prompt quotes it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ci_failures: Vec<CiFailure>,
 }
 
 fn charged_by_default() -> bool {

@@ -219,7 +219,12 @@ pub struct Review {
 
 #[derive(Debug, Deserialize)]
 pub struct CheckRun {
+    pub id: i64,
     pub name: String,
+    /// Where a person reads more; for an Actions job, its page (the job's
+    /// id is its last part).
+    #[serde(default)]
+    pub details_url: Option<String>,
     pub status: String,
     pub conclusion: Option<String>,
     /// The app that reported it (nullable in GitHub's description).
@@ -228,6 +233,19 @@ pub struct CheckRun {
     pub external_id: Option<String>,
     #[serde(default)]
     pub output: Option<CheckOutput>,
+}
+
+/// `GET /check-runs/{id}/annotations`: one annotation of a check run.
+#[derive(Debug, Deserialize)]
+pub struct Annotation {
+    pub path: String,
+    pub start_line: i64,
+    #[serde(default)]
+    pub annotation_level: Option<String>,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -84,6 +84,19 @@ fn base_path(api_url: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Where people read what the API at `api_url` serves: `https://github.com`
+/// for `https://api.github.com`, the host of a GitHub Enterprise Server's
+/// `…/api/v3`, else the address itself (a test's fake serves both).
+pub fn web_url_of(api_url: &str) -> String {
+    let url = api_url.trim_end_matches('/');
+    if let Some(rest) = url.strip_prefix("https://api.github.com") {
+        if rest.is_empty() {
+            return "https://github.com".into();
+        }
+    }
+    url.strip_suffix("/api/v3").unwrap_or(url).to_string()
+}
+
 /// The most pages one list is followed through (100 items each).
 const MAX_PAGES: usize = 50;
 
@@ -120,6 +133,7 @@ const ETAG_BYTES: usize = 32 << 20;
 
 pub mod answers;
 pub mod etags;
+pub mod event;
 pub mod manifest;
 pub mod payload;
 pub mod repo;
@@ -149,6 +163,8 @@ pub struct GitHub {
     login_told: bool,
     /// See [`base_path`].
     base_path: String,
+    /// See [`web_url_of`].
+    web_url: String,
     /// The longest pause one call accepts before giving the work back to the queue.
     pub max_wait: Duration,
     /// First backoff after a 5xx or a transport error; doubles per retry.
@@ -283,6 +299,7 @@ impl GitHub {
             own_login: tokio::sync::OnceCell::new(),
             login_told: false,
             base_path: base_path(api_url),
+            web_url: web_url_of(api_url),
             max_wait: Duration::from_secs(15 * 60),
             backoff: Duration::from_millis(250),
             call_timeout: Duration::from_secs(30),
@@ -305,6 +322,11 @@ impl GitHub {
             Some(Arc::new(client)),
             api_url,
         ))
+    }
+
+    /// Where people read what this client's API serves (see [`web_url_of`]).
+    pub fn web_url(&self) -> &str {
+        &self.web_url
     }
 
     /// What GitHub last said of the installation's rate limit, if it has.

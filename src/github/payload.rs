@@ -1,9 +1,9 @@
 //! The webhook payloads the service acts on, as types. Only the fields used are
 //! read; everything else GitHub sends is ignored.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommentEvent {
     pub action: String,
     pub installation: Option<u64>,
@@ -32,7 +32,7 @@ struct Raw {
 #[derive(Deserialize)]
 struct RawIssue {
     number: i64,
-    pull_request: Option<serde_json::Value>,
+    pull_request: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -81,7 +81,7 @@ impl CommentEvent {
 }
 
 /// A `pull_request` event: which pull request, at which head.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PullRequestEvent {
     pub action: String,
     pub installation: Option<u64>,
@@ -139,9 +139,10 @@ impl PullRequestEvent {
 }
 
 /// A `check_suite` event: a suite of some App's checks on a commit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckSuiteEvent {
     pub action: String,
+    pub installation: Option<u64>,
     pub repo: String,
     pub head_sha: String,
 }
@@ -151,6 +152,7 @@ struct RawCheckSuiteEvent {
     action: String,
     check_suite: RawSuite,
     repository: RawRepo,
+    installation: Option<RawId>,
 }
 
 #[derive(Deserialize)]
@@ -171,6 +173,7 @@ impl CheckSuiteEvent {
             serde_json::from_str(payload).map_err(|e| format!("not a check_suite payload: {e}"))?;
         Ok(CheckSuiteEvent {
             action: r.action,
+            installation: r.installation.map(|i| i.id),
             repo: r.repository.full_name,
             head_sha: r.check_suite.head_sha,
         })
@@ -179,10 +182,11 @@ impl CheckSuiteEvent {
 
 /// A `workflow_run` event: the run it is about, read as the REST answer for a
 /// run is (the webhook carries the same object).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkflowRunEvent {
     /// `requested`, `in_progress` or `completed`.
     pub action: String,
+    pub installation: Option<u64>,
     pub run: crate::github::repo::WorkflowRun,
 }
 
@@ -192,16 +196,16 @@ impl WorkflowRunEvent {
         #[derive(Deserialize)]
         struct Raw {
             action: String,
-            workflow_run: serde_json::Value,
+            workflow_run: crate::github::answers::Run,
+            installation: Option<RawId>,
         }
         let r: Raw = serde_json::from_str(payload)
             .map_err(|e| format!("not a workflow_run payload: {e}"))?;
-        crate::github::repo::WorkflowRun::from_payload(&r.workflow_run)
-            .map(|run| WorkflowRunEvent {
-                action: r.action,
-                run,
-            })
-            .map_err(|e| e.to_string())
+        Ok(WorkflowRunEvent {
+            action: r.action,
+            installation: r.installation.map(|i| i.id),
+            run: r.workflow_run.into(),
+        })
     }
 }
 
@@ -267,235 +271,6 @@ impl DispatchEvent {
             issue,
             plan: text("plan"),
         })
-    }
-}
-
-/// What intake reads of any delivery before storing it: the installation, the
-/// action, and the ids its dedupe key is made of. Each is `None` unless it is
-/// there with the expected type (`installation.id` an integer, say), as
-/// indexing a `serde_json::Value` would give; the rest of the body is skipped
-/// without being built, so a 10 KB payload costs a scan, not a tree.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct DeliveryKeys {
-    pub action: Option<String>,
-    pub installation: Option<i64>,
-    pub workflow_run: Option<i64>,
-    pub comment: Option<i64>,
-}
-
-impl DeliveryKeys {
-    /// `Err` only when the body is not JSON.
-    pub fn read(body: &[u8]) -> Result<DeliveryKeys, serde_json::Error> {
-        serde_json::from_slice(body)
-    }
-}
-
-/// The deserializing side of [`DeliveryKeys`]: one visitor that says what
-/// kind of value it met, reading only what the keys need of it.
-mod keys {
-    use super::DeliveryKeys;
-    use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-    use std::borrow::Cow;
-    use std::fmt;
-
-    /// A value as the keys see it.
-    enum Probe {
-        /// An integer that fits an `i64`.
-        Int(i64),
-        Str(String),
-        /// An object: its `id`, if that is such an integer (a key given twice
-        /// counts as its last, as in a `Value`).
-        Object {
-            id: Option<i64>,
-        },
-        /// Anything else, skipped.
-        Other,
-    }
-
-    impl<'de> Deserialize<'de> for Probe {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_any(ProbeVisitor)
-        }
-    }
-
-    struct ProbeVisitor;
-
-    impl<'de> Visitor<'de> for ProbeVisitor {
-        type Value = Probe;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a JSON value")
-        }
-        fn visit_i64<E>(self, v: i64) -> Result<Probe, E> {
-            Ok(Probe::Int(v))
-        }
-        fn visit_u64<E>(self, v: u64) -> Result<Probe, E> {
-            Ok(i64::try_from(v).map_or(Probe::Other, Probe::Int))
-        }
-        fn visit_str<E>(self, v: &str) -> Result<Probe, E> {
-            Ok(Probe::Str(v.to_string()))
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<Probe, E> {
-            Ok(Probe::Other)
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<Probe, E> {
-            Ok(Probe::Other)
-        }
-        fn visit_unit<E>(self) -> Result<Probe, E> {
-            Ok(Probe::Other)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Probe, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok(Probe::Other)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Probe, A::Error> {
-            let mut id = None;
-            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                if key == "id" {
-                    id = match map.next_value::<Probe>()? {
-                        Probe::Int(v) => Some(v),
-                        _ => None,
-                    };
-                } else {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-            Ok(Probe::Object { id })
-        }
-    }
-
-    impl<'de> Deserialize<'de> for DeliveryKeys {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = DeliveryKeys;
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("a JSON document")
-                }
-                fn visit_map<A: MapAccess<'de>>(
-                    self,
-                    mut map: A,
-                ) -> Result<DeliveryKeys, A::Error> {
-                    let mut k = DeliveryKeys::default();
-                    let id = |p: Probe| match p {
-                        Probe::Object { id } => id,
-                        _ => None,
-                    };
-                    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                        match &*key {
-                            "action" => {
-                                k.action = match map.next_value::<Probe>()? {
-                                    Probe::Str(s) => Some(s),
-                                    _ => None,
-                                }
-                            }
-                            "installation" => k.installation = id(map.next_value()?),
-                            "workflow_run" => k.workflow_run = id(map.next_value()?),
-                            "comment" => k.comment = id(map.next_value()?),
-                            _ => {
-                                map.next_value::<IgnoredAny>()?;
-                            }
-                        }
-                    }
-                    Ok(k)
-                }
-                // Any other document is valid JSON with none of the keys.
-                fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<DeliveryKeys, A::Error> {
-                    ProbeVisitor.visit_seq(seq).map(|_| DeliveryKeys::default())
-                }
-                fn visit_str<E>(self, _: &str) -> Result<DeliveryKeys, E> {
-                    Ok(DeliveryKeys::default())
-                }
-                fn visit_i64<E>(self, _: i64) -> Result<DeliveryKeys, E> {
-                    Ok(DeliveryKeys::default())
-                }
-                fn visit_u64<E>(self, _: u64) -> Result<DeliveryKeys, E> {
-                    Ok(DeliveryKeys::default())
-                }
-                fn visit_f64<E>(self, _: f64) -> Result<DeliveryKeys, E> {
-                    Ok(DeliveryKeys::default())
-                }
-                fn visit_bool<E>(self, _: bool) -> Result<DeliveryKeys, E> {
-                    Ok(DeliveryKeys::default())
-                }
-                fn visit_unit<E>(self) -> Result<DeliveryKeys, E> {
-                    Ok(DeliveryKeys::default())
-                }
-            }
-            d.deserialize_any(V)
-        }
-    }
-}
-
-#[cfg(test)]
-mod delivery_keys_tests {
-    use super::DeliveryKeys;
-    use proptest::prelude::*;
-    use serde_json::Value;
-
-    /// What indexing a parsed `Value` gives: the reference the keys are held to.
-    fn by_value(v: &Value) -> DeliveryKeys {
-        DeliveryKeys {
-            action: v["action"].as_str().map(str::to_string),
-            installation: v["installation"]["id"].as_i64(),
-            workflow_run: v["workflow_run"]["id"].as_i64(),
-            comment: v["comment"]["id"].as_i64(),
-        }
-    }
-
-    fn json() -> impl Strategy<Value = Value> {
-        let key = prop_oneof![
-            Just("id".to_string()),
-            Just("action".to_string()),
-            Just("installation".to_string()),
-            Just("workflow_run".to_string()),
-            Just("comment".to_string()),
-            "[a-z]{1,3}",
-        ];
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            (-1e6f64..1e6).prop_map(Value::from),
-            "[a-z\"\\\\é]{0,4}".prop_map(Value::from),
-        ];
-        leaf.prop_recursive(4, 40, 6, move |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                prop::collection::vec((key.clone(), inner), 0..6)
-                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
-            ]
-        })
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
-        #[test]
-        fn the_keys_are_what_indexing_the_parsed_value_gives(v in json()) {
-            let text = serde_json::to_vec(&v).unwrap();
-            prop_assert_eq!(DeliveryKeys::read(&text).unwrap(), by_value(&v));
-        }
-    }
-
-    #[test]
-    fn repeated_keys_count_as_their_last_and_bad_json_is_an_error() {
-        let text = br#"{"action":"a","action":"created","comment":{"id":1,"id":2},"installation":{"id":"7"}}"#;
-        let v: Value = serde_json::from_slice(text).unwrap();
-        assert_eq!(DeliveryKeys::read(text).unwrap(), by_value(&v));
-        assert_eq!(DeliveryKeys::read(text).unwrap().comment, Some(2));
-        assert!(DeliveryKeys::read(b"{\"action\":").is_err());
-        // What a parsed Value refuses, the keys refuse too, even where they
-        // skip: a raw control character in a string. (Invalid UTF-8 in a
-        // skipped string is not looked at: intake checks the whole body.)
-        for bad in [&b"{\"x\":\"a\x00b\"}"[..], &b"{\"x\":[\"\x01\"]}"[..]] {
-            assert!(serde_json::from_slice::<Value>(bad).is_err());
-            assert!(
-                DeliveryKeys::read(bad).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
-        }
-        assert!(DeliveryKeys::read(b"{} trailing").is_err());
     }
 }
 

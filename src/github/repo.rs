@@ -118,7 +118,7 @@ impl From<answers::Pull> for PullRequest {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct WorkflowRun {
     pub id: i64,
     pub title: String,
@@ -141,11 +141,6 @@ impl From<answers::Run> for WorkflowRun {
 }
 
 impl WorkflowRun {
-    /// A run from a `workflow_run` webhook's `workflow_run` object.
-    pub fn from_payload(v: &Value) -> Result<WorkflowRun, GitHubError> {
-        read::<answers::Run>("the workflow_run event", v.clone()).map(WorkflowRun::from)
-    }
-
     /// Whether this run carries `dispatch` in its name (the template's `run-name`).
     pub fn carries(&self, dispatch: &str) -> bool {
         self.title.split_whitespace().any(|w| w == dispatch)
@@ -155,7 +150,10 @@ impl WorkflowRun {
 /// A check run someone else (the repository's CI) reported on a commit.
 #[derive(Debug, Clone)]
 pub struct Check {
+    pub id: i64,
     pub name: String,
+    /// Where a person reads more (for an Actions job, its page).
+    pub details_url: Option<String>,
     /// Who made it: the App's slug and id as GitHub names them.
     pub app: String,
     pub app_id: Option<u64>,
@@ -178,6 +176,14 @@ impl Check {
         self.name.starts_with("supervise:")
             && (app.is_some() && self.app_id == app
                 || self.app == crate::contract::GITHUB_ACTIONS_APP)
+    }
+
+    /// The GitHub Actions job behind the check, if it is one: its id is the
+    /// last part of the job's page (`…/actions/runs/{run}/job/{job}`).
+    pub fn job(&self) -> Option<i64> {
+        let url = self.details_url.as_deref()?;
+        let (before, id) = url.trim_end_matches('/').rsplit_once('/')?;
+        before.ends_with("/job").then(|| id.parse().ok()).flatten()
     }
 
     pub fn green(&self) -> bool {
@@ -657,7 +663,9 @@ impl Repo<'_> {
             .map(|c| {
                 let (summary, text) = c.output.map(|o| (o.summary, o.text)).unwrap_or_default();
                 Check {
+                    id: c.id,
                     name: c.name,
+                    details_url: c.details_url,
                     app_id: c.app.as_ref().and_then(|a| a.id),
                     app: c.app.and_then(|a| a.slug).unwrap_or_default(),
                     completed: c.status == "completed",
@@ -668,6 +676,27 @@ impl Repo<'_> {
                 }
             })
             .collect())
+    }
+
+    /// A check run's annotations: the first 50, which is all a prompt quotes.
+    pub async fn annotations(&self, check: i64) -> Result<Vec<answers::Annotation>, GitHubError> {
+        let path = self.path(&format!("/check-runs/{check}/annotations?per_page=50"));
+        let reply = self.gh.get(self.installation, &path).await?;
+        answers::read_list(&format!("GET {path}"), &reply.body, None)
+    }
+
+    /// An Actions job's log, or `None` when GitHub keeps none (expired, or
+    /// not a job). GitHub answers with a redirect to a download that needs
+    /// no token; the client follows it and drops the token on the way.
+    pub async fn job_log(&self, job: i64) -> Result<Option<String>, GitHubError> {
+        let path = self.path(&format!("/actions/jobs/{job}/logs"));
+        match self.gh.get(self.installation, &path).await {
+            Ok(reply) => Ok(Some(reply.body)),
+            Err(GitHubError::Http {
+                status: 404 | 410, ..
+            }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Makes a check run. An attempt whose outcome is unknown (its answer

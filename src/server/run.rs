@@ -38,6 +38,8 @@ pub struct ServiceConfig {
     pub timings: OpTimings,
     /// Caps above one operation, per installation.
     pub limits: InstallationLimits,
+    /// The operator's receiver of notices (`SUPERVISE_NOTIFY_URL`).
+    pub notifier: crate::notify::Notifier,
     /// Where `GET /metrics` reads from; `None` answers it empty.
     pub metrics: Option<PrometheusHandle>,
     /// How long finished deliveries are kept; `None`: for ever.
@@ -115,6 +117,7 @@ pub async fn run(
         store.clone(),
         config.timings,
         config.limits,
+        config.notifier,
     );
     let loaded = ops
         .load_all()

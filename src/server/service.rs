@@ -7,6 +7,7 @@
 //! installation.
 
 use super::signature;
+use crate::github::event::{Event, Unread};
 use crate::github::{GitHub, GitHubError};
 use crate::place::github::handle::Handler;
 use crate::place::github::{OpError, Operations};
@@ -198,13 +199,10 @@ async fn metrics(State(svc): State<Arc<Service>>) -> String {
     svc.metrics.as_ref().map(|h| h.render()).unwrap_or_default()
 }
 
-/// The events this service acts on; others are acknowledged and dropped.
-const HANDLED: &[&str] = Handler::HANDLED;
-
 /// A verified delivery's event as a metric label: handled events by name,
 /// anything else as `other` (the set of series stays fixed).
 fn event_label(event: &str) -> &'static str {
-    HANDLED
+    Event::NAMES
         .iter()
         .copied()
         .chain(["ping", "installation", "installation_repositories"])
@@ -300,34 +298,37 @@ async fn intake(State(svc): State<Arc<Service>>, request: Request) -> (StatusCod
                     "X-GitHub-Event and X-GitHub-Delivery are required\n",
                 );
             }
-            if !HANDLED.contains(&event.as_str()) {
-                return outcome("ignored", StatusCode::ACCEPTED, "ignored\n");
-            }
-            // JSON is UTF-8 throughout: checked here for the whole body, as
-            // the keys below skip most of it unread.
-            let (Ok(text), Ok(keys)) = (
-                std::str::from_utf8(&body),
-                crate::github::payload::DeliveryKeys::read(&body),
-            ) else {
+            // JSON is UTF-8 throughout: checked here for the whole body.
+            let Ok(text) = std::str::from_utf8(&body) else {
                 return outcome("bad_request", StatusCode::BAD_REQUEST, "body is not JSON\n");
             };
-            let action = keys.action.as_deref().unwrap_or("");
-            let dedupe = match event.as_str() {
-                "workflow_run" => keys.workflow_run.map(|r| format!("run:{r}:{action}")),
-                _ => keys.comment.map(|c| format!("comment:{c}:{action}")),
+            // Read once, here: the worker gets the event, not GitHub's body.
+            let (payload, dedupe, installation, settled) = match Event::read(&event, text) {
+                Err(Unread::NotHandled(_)) => return outcome("ignored", StatusCode::ACCEPTED, "ignored\n"),
+                Ok(ev) => {
+                    // A delivery that needs nothing done is stored done in the
+                    // same commit, not queued.
+                    let settled = !svc.handler.may_act(&ev);
+                    (ev.stored(), ev.dedupe_key(), ev.installation(), settled)
+                }
+                // GitHub signed it, so it is kept as it came (settled, for a
+                // person to look at); it is not ours to answer.
+                Err(Unread::Unusable(why)) => {
+                    if serde_json::from_str::<serde::de::IgnoredAny>(text).is_err() {
+                        return outcome("bad_request", StatusCode::BAD_REQUEST, "body is not JSON\n");
+                    }
+                    tracing::warn!(error = %why, "unusable payload; stored, not acted on");
+                    (text.to_owned(), None, None, true)
+                }
             };
-            let installation = keys.installation;
-            // Read as the worker would read it: a delivery that needs nothing
-            // done is stored done in the same commit, not queued.
-            let settled = !svc.handler.may_act(&event, text);
             let stored = svc
                 .intake
                 .submit(NewDelivery {
                     id: delivery.clone(),
                     event: event.clone(),
                     dedupe,
-                    installation,
-                    payload: text.to_owned(),
+                    installation: installation.and_then(|i| i64::try_from(i).ok()),
+                    payload,
                     settled,
                 })
                 .await;
@@ -551,7 +552,16 @@ async fn worker(svc: Arc<Service>) {
 /// task or a timer being made); a panic in it is caught here, the delivery
 /// retried later, and the worker goes on.
 async fn process(svc: &Arc<Service>, d: &Claimed) -> Result<(), OpError> {
-    carry_out(svc, d, svc.handler.event(&d.event, &d.payload)).await
+    let work = async {
+        match Event::from_stored(&d.event, &d.payload) {
+            Ok(ev) => svc.handler.event(ev).await,
+            Err(why) => {
+                tracing::warn!(error = %why, "a stored delivery that does not read; not acted on");
+                Ok(())
+            }
+        }
+    };
+    carry_out(svc, d, work).await
 }
 
 /// [`process`] with the work given: the permit, the lease's renewal and the
@@ -688,6 +698,7 @@ mod tests {
             store.clone(),
             OpTimings::default(),
             InstallationLimits::default(),
+            Default::default(),
         );
         Service::new(store, github, ops, Vec::new(), None, Vec::new(), 2, lease)
     }

@@ -224,6 +224,18 @@ pub fn code_span(text: &str) -> String {
     format!("{fence}{pad}{t}{pad}{fence}")
 }
 
+/// `text` as a fenced code block no line inside can close: the fence is
+/// longer than the longest run of backticks in it.
+pub fn code_block(text: &str) -> String {
+    let (mut longest, mut run) = (0, 0);
+    for c in text.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat((longest + 1).max(3));
+    format!("{fence}\n{}\n{fence}", text.trim_end_matches('\n'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,4 +448,4 @@ mod mention_tests {
 
 mod untrusted;
 pub(crate) use untrusted::hidden;
-pub use untrusted::{clean_untrusted, for_terminal};
+pub use untrusted::{clean_untrusted, for_terminal, quoted};

@@ -177,6 +177,16 @@ fn remove(text: &str, mut cut: Vec<Range<usize>>) -> String {
     out
 }
 
+/// Untrusted text as a quotation in a prompt: cleaned of what a reader
+/// cannot see, every line quoted, so nothing in it reads as the prompt's own.
+pub fn quoted(text: &str) -> String {
+    clean_untrusted(text)
+        .lines()
+        .map(|l| format!("> {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Text for a terminal: what [`clean_untrusted`] removes as unseen, removed
 /// here too (an escape sequence in an agent's words, quoted in a failure
 /// reason, would otherwise clear the person's screen, retitle the window or

@@ -672,5 +672,6 @@ fn in_process_config(
         metrics,
         delivery_retention: Some(supervise::store::sql::MIN_RETENTION),
         web: None,
+        notifier: Default::default(),
     }
 }

@@ -446,6 +446,7 @@ async fn publish_simulated(f: &Shared, run: &Run) -> Result<(), String> {
             text: String::new(),
             annotations: Vec::new(),
             external_id: c.external_id,
+            details_url: None,
         });
     }
     Ok(())

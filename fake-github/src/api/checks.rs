@@ -4,6 +4,7 @@ use super::{
     created, enter, error, ok, CheckRun, HeaderMap, Json, Path, Response, Shared, State,
     StatusCode, Value, GITHUB_ACTIONS_APP_ID,
 };
+use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -12,6 +13,7 @@ pub(super) fn check_json(c: &CheckRun) -> Value {
         "id": c.id, "name": c.name, "head_sha": c.head_sha, "status": c.status,
         "conclusion": c.conclusion, "external_id": c.external_id,
         "app": { "id": c.app_id, "slug": c.app },
+        "details_url": c.details_url,
         "output": { "title": c.title, "summary": c.summary, "text": c.text },
     })
 }
@@ -131,6 +133,7 @@ pub(super) async fn create_check_run(
         text,
         annotations,
         external_id: b.external_id.unwrap_or_default(),
+        details_url: None,
     };
     s.api.check_runs.push(c.clone());
     created(check_json(&c))
@@ -182,4 +185,41 @@ pub(super) async fn list_check_runs(
         .map(check_json)
         .collect();
     ok(json!({ "total_count": list.len(), "check_runs": list }))
+}
+
+/// `GET /repos/{o}/{r}/check-runs/{id}/annotations`: as they were sent (or
+/// made of a job's workflow commands).
+pub(super) async fn list_annotations(
+    State(f): State<Shared>,
+    Path((o, r, id)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
+    let (name, _) = enter!(f, "GET /repos/{o}/{r}/check-runs/{id}/annotations", h, o, r);
+    match f.check_runs(&name).into_iter().find(|c| c.id == id) {
+        Some(c) => ok(Value::Array(c.annotations)),
+        None => error(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}
+
+/// `GET /repos/{o}/{r}/actions/jobs/{id}/logs`: as GitHub does, a `302` to
+/// where the log can be downloaded for a minute, without a token.
+pub(super) async fn job_logs(
+    State(f): State<Shared>,
+    Path((o, r, id)): Path<(String, String, i64)>,
+    h: HeaderMap,
+) -> Response {
+    let _ = enter!(f, "GET /repos/{o}/{r}/actions/jobs/{id}/logs", h, o, r);
+    if !f.inner.lock().api.job_logs.contains_key(&id) {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    }
+    let to = format!("/_fake/blobs/job-logs/{id}");
+    (StatusCode::FOUND, [(axum::http::header::LOCATION, to)]).into_response()
+}
+
+/// Where [`job_logs`] sends the client: the log as plain text.
+pub(super) async fn job_log_blob(State(f): State<Shared>, Path(id): Path<i64>) -> Response {
+    match f.inner.lock().api.job_logs.get(&id) {
+        Some(log) => log.clone().into_response(),
+        None => error(StatusCode::NOT_FOUND, "Not Found"),
+    }
 }

@@ -79,6 +79,9 @@ pub struct CheckRun {
     /// Every annotation sent with it, as sent.
     pub annotations: Vec<Value>,
     pub external_id: String,
+    /// Where a person reads more: for a GitHub Actions job, its page,
+    /// `…/actions/runs/{run}/job/{job}`.
+    pub details_url: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -185,6 +188,8 @@ pub(crate) struct ApiState {
     /// with any other is refused, as GitHub refuses it.
     declared_inputs: HashMap<(String, String), Vec<String>>,
     ci: HashMap<String, String>,
+    /// The log of each job the fake's CI ran, by job id (= its check run's id).
+    pub(crate) job_logs: HashMap<i64, String>,
 }
 
 impl ApiState {
@@ -484,6 +489,9 @@ impl FakeGitHub {
                 text: String::new(),
                 annotations: Vec::new(),
                 external_id: String::new(),
+                details_url: Some(format!(
+                    "https://github.com/{repo}/actions/runs/{id}/job/{id}"
+                )),
             });
             id
         };
@@ -517,8 +525,12 @@ impl FakeGitHub {
                 if let Some(c) = s.api.check_runs.iter_mut().find(|c| c.id == id) {
                     c.status = "completed".into();
                     c.conclusion = Some(conclusion.into());
-                    c.summary = output.chars().take(2000).collect();
+                    // As an Actions job reports: no summary; what the steps
+                    // print is in the job's log, and workflow commands
+                    // (`::error file=…,line=…::…`) become annotations.
+                    c.annotations = workflow_annotations(&output);
                 }
+                s.api.job_logs.insert(id, job_log(&output));
             }
             // The CI's suite is complete: GitHub tells every App that may
             // read checks, whoever's suite it is.
@@ -538,6 +550,53 @@ impl FakeGitHub {
             fake.deliver("check_suite", &payload).await;
         });
     }
+}
+
+/// The annotations GitHub Actions makes of the workflow commands a job
+/// prints: `::error file=F,line=N::message` (and `warning`, `notice`).
+fn workflow_annotations(output: &str) -> Vec<Value> {
+    output
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("::")?;
+            let (head, message) = rest.split_once("::")?;
+            let (level, params) = head.split_once(' ').unwrap_or((head, ""));
+            let level = match level {
+                "error" => "failure",
+                "warning" => "warning",
+                "notice" => "notice",
+                _ => return None,
+            };
+            let param = |k: &str| {
+                params
+                    .split(',')
+                    .find_map(|p| p.trim().strip_prefix(k)?.strip_prefix('='))
+            };
+            let line: u64 = param("line").and_then(|n| n.parse().ok()).unwrap_or(1);
+            Some(serde_json::json!({
+                "path": param("file").unwrap_or(".github"),
+                "start_line": line, "end_line": line,
+                "start_column": null, "end_column": null,
+                "annotation_level": level,
+                "title": param("title"),
+                "message": message,
+                "raw_details": null,
+                "blob_href": "",
+            }))
+        })
+        .collect()
+}
+
+/// A job's log as GitHub keeps it: each line behind its time.
+fn job_log(output: &str) -> String {
+    let now = chrono::Utc::now();
+    // Seven digits of the second, as GitHub writes them.
+    let at = format!(
+        "{}.{:07}Z",
+        now.format("%Y-%m-%dT%H:%M:%S"),
+        now.timestamp_subsec_nanos() / 100
+    );
+    output.lines().map(|l| format!("{at} {l}\n")).collect()
 }
 
 pub(crate) fn routes(r: Router<Shared>) -> Router<Shared> {
@@ -561,6 +620,15 @@ pub(crate) fn routes(r: Router<Shared>) -> Router<Shared> {
         .route("/repos/{o}/{r}/pulls/{n}/reviews", get(list_reviews))
         .route("/repos/{o}/{r}/check-runs", post(create_check_run))
         .route("/repos/{o}/{r}/check-runs/{id}", patch(update_check_run))
+        .route(
+            "/repos/{o}/{r}/check-runs/{id}/annotations",
+            get(checks::list_annotations),
+        )
+        .route(
+            "/repos/{o}/{r}/actions/jobs/{id}/logs",
+            get(checks::job_logs),
+        )
+        .route("/_fake/blobs/job-logs/{id}", get(checks::job_log_blob))
         .route(
             "/repos/{o}/{r}/commits/{rev}/check-runs",
             get(list_check_runs),

@@ -151,6 +151,7 @@ impl Decider<'_> {
             uncommitted: report.evidence.uncommitted.clone(),
             charged: a.held.is_none() && !UNCHARGED.contains(&outcome),
             usage: report.usage,
+            ci_failures: report.evidence.ci_failures.clone(),
         };
         self.emit(Event::AttemptClosed {
             unit: u,

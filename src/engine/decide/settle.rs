@@ -203,6 +203,7 @@ impl Decider<'_> {
                 attempt,
                 last_failure: sp.last_failure.as_deref(),
                 remaining: &sp.remaining,
+                ci_report: sp.history.last().map_or(&[], |r| r.ci_failures.as_slice()),
                 parallel_with_gate: st.config.build_gate && others,
             });
             let order = DispatchOrder {

@@ -789,15 +789,7 @@ impl Phases {
 }
 
 /// Untrusted text (an issue's body) set apart from the instructions around it.
-/// Untrusted text as a quotation in a prompt: cleaned of what a reader
-/// cannot see, every line quoted (see [`crate::text::clean_untrusted`]).
-pub(super) fn quoted(text: &str) -> String {
-    crate::text::clean_untrusted(text)
-        .lines()
-        .map(|l| format!("> {l}"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
+pub(super) use crate::text::quoted;
 
 #[cfg(test)]
 mod tests {

@@ -177,6 +177,18 @@ impl GitHubExecutor<'_> {
                     report::notice_prefix(*kind),
                     report::github::as_comment_commands(text)
                 );
+                // Sent once its effect is carried out; the delivery id lets a
+                // receiver drop the same notice after a restart.
+                let mut notice =
+                    crate::notify::Notice::new(op, p.key, *kind, unit.as_deref(), &body);
+                notice.repository = Some(ctx.repo.clone());
+                notice.link = Some(format!(
+                    "{}/{}/issues/{}",
+                    ops.gh.web_url(),
+                    ctx.repo,
+                    ctx.issue
+                ));
+                ops.notifier.tell(*kind, notice);
                 // One notice per operation says that agents wait: edited
                 // when the reason changes, never a comment per held sprint.
                 if *kind == NoticeKind::Held {

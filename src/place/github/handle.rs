@@ -7,9 +7,8 @@
 
 use crate::commands::auth::{self, Actor, Permission, Policy, Verdict};
 use crate::commands::{help_text, parse_comment, Command, ParseError};
-use crate::engine::naming;
-use crate::engine::Input;
-use crate::github::payload::{CommentEvent, PullRequestEvent, WorkflowRunEvent};
+use crate::github::event::Event;
+use crate::github::payload::{CheckSuiteEvent, CommentEvent, PullRequestEvent};
 use crate::github::{GitHub, GitHubError};
 use crate::place::github::{OpError, Operations, Origin, WorkflowKind};
 use crate::store::sql::SqlStore;
@@ -28,13 +27,6 @@ pub struct Handler {
     pub bot_allow_list: Vec<String>,
     /// Commands per person, before any call to GitHub.
     pub throttle: super::throttle::CommandThrottle,
-}
-
-/// A payload read, or `None` when it cannot be (said in the log: GitHub
-/// signed it, so it is not ours to answer).
-fn usable<T>(read: Result<T, String>) -> Option<T> {
-    read.map_err(|e| tracing::warn!(error = %e, "unusable payload; dropped"))
-        .ok()
 }
 
 /// A comment with commands to act on, and the installation to act in.
@@ -108,35 +100,25 @@ impl Handler {
             .await
     }
 
-    /// What of an `issue_comment` payload is acted on — `None` when there
-    /// is nothing to act on (an unusable payload, an edit or a deletion, no
-    /// command).
-    fn comment_to_act_on(&self, payload: &str) -> Option<ToActOn> {
-        self.event_to_act_on(usable(CommentEvent::parse(payload))?)
-    }
-
-    /// [`Handler::comment_to_act_on`] for a comment already read.
-    fn event_to_act_on(&self, ev: CommentEvent) -> Option<ToActOn> {
+    /// What of a comment is acted on — `None` when there is nothing to act
+    /// on (an edit or a deletion, no command, no installation).
+    fn comment_to_act_on(
+        &self,
+        ev: &CommentEvent,
+    ) -> Option<(u64, Vec<Result<Command, ParseError>>)> {
         // Only new comments act: edits and deletions never do.
         let installation = self
             .installation(ev.installation)
             .filter(|_| ev.action == "created")?;
         let commands = parse_comment(&ev.body);
-        (!commands.is_empty()).then_some(ToActOn {
-            ev,
-            installation,
-            commands,
-        })
+        (!commands.is_empty()).then_some((installation, commands))
     }
 
-    /// The pull request of a `pull_request` payload and the installation to
-    /// check it in — `None` when it is not worth checking (see
-    /// [`PullRequestEvent::worth_checking`]) or the payload is unusable.
-    fn pull_to_check(&self, payload: &str) -> Option<(PullRequestEvent, u64)> {
-        let ev = usable(PullRequestEvent::parse(payload))?;
+    /// The installation to check a pull request in — `None` when it is not
+    /// worth checking (see [`PullRequestEvent::worth_checking`]).
+    fn pull_to_check(&self, ev: &PullRequestEvent) -> Option<u64> {
         self.installation(ev.installation)
             .filter(|_| ev.worth_checking())
-            .map(|i| (ev, i))
     }
 
     /// The installation a delivery acts in: its own; with a token (the
@@ -146,32 +128,30 @@ impl Handler {
     }
 
     /// Whether [`Handler::event`] may do anything with this delivery:
-    /// `false` only when it certainly does nothing, decided by the reading
-    /// it starts with — so the service can store such a delivery as done
-    /// instead of queueing it for a worker (most comments carry no command).
-    pub fn may_act(&self, name: &str, payload: &str) -> bool {
-        match name {
-            "issue_comment" => self.comment_to_act_on(payload).is_some(),
-            "pull_request" => self.pull_to_check(payload).is_some(),
-            "check_suite" => usable(crate::github::payload::CheckSuiteEvent::parse(payload))
-                .is_some_and(|ev| ev.may_matter()),
-            _ => true,
+    /// `false` only when it certainly does nothing — so the service can
+    /// store such a delivery as done instead of queueing it for a worker
+    /// (most comments carry no command).
+    pub fn may_act(&self, ev: &Event) -> bool {
+        match ev {
+            Event::IssueComment(c) => self.comment_to_act_on(c).is_some(),
+            Event::PullRequest(pr) => self.pull_to_check(pr).is_some(),
+            Event::CheckSuite(suite) => suite.may_matter(),
+            Event::WorkflowRun(_) => true,
         }
     }
 
-    /// Acts on one stored `issue_comment` delivery.
-    pub async fn comment(&self, payload: &str) -> Result<(), OpError> {
-        match self.comment_to_act_on(payload) {
-            Some(act) => self.act_on(act).await,
-            None => Ok(()),
-        }
-    }
-
-    /// Acts on a comment already read (the Action's `workflow_dispatch`
-    /// posts one and hands it on as it is, not as JSON to read again).
-    pub async fn comment_event(&self, ev: CommentEvent) -> Result<(), OpError> {
-        match self.event_to_act_on(ev) {
-            Some(act) => self.act_on(act).await,
+    /// Acts on a comment (from a delivery, or the comment the Action's
+    /// `workflow_dispatch` posts and hands on).
+    pub async fn comment(&self, ev: CommentEvent) -> Result<(), OpError> {
+        match self.comment_to_act_on(&ev) {
+            Some((installation, commands)) => {
+                self.act_on(ToActOn {
+                    ev,
+                    installation,
+                    commands,
+                })
+                .await
+            }
             None => Ok(()),
         }
     }
@@ -276,32 +256,30 @@ impl Handler {
         Ok(self.reply(&place, &text).await?)
     }
 
-    /// Every event either door hands on, by its name (`X-GitHub-Event`); the
-    /// service stores only these (see `HANDLED`).
-    pub async fn event(&self, name: &str, payload: &str) -> Result<(), OpError> {
-        match name {
-            "issue_comment" => self.comment(payload).await,
-            "workflow_run" => self.workflow_run(payload).await,
-            "pull_request" => self.pull_request(payload).await,
-            "check_suite" => self.ops.check_suite(payload).await,
-            _ => Ok(()),
+    /// Every event either door hands on, read once where it arrived.
+    pub async fn event(&self, ev: Event) -> Result<(), OpError> {
+        match ev {
+            Event::IssueComment(c) => self.comment(c).await,
+            Event::WorkflowRun(run) => self.ops.workflow_run(run).await,
+            Event::PullRequest(pr) => self.pull_request(pr).await,
+            Event::CheckSuite(suite) => self.check_suite(suite).await,
         }
     }
 
-    /// The events [`Handler::event`] acts on.
-    pub const HANDLED: &'static [&'static str] = &[
-        "issue_comment",
-        "workflow_run",
-        "pull_request",
-        "check_suite",
-    ];
+    /// A finished check suite: verifications waiting for CI on its head go on.
+    async fn check_suite(&self, suite: CheckSuiteEvent) -> Result<(), OpError> {
+        if !suite.may_matter() {
+            return Ok(());
+        }
+        self.ops.check_suite(&suite).await
+    }
 
     /// A pull request opened or pushed to: if it changes a plan, the plan at its
     /// head is read and analysed (never run) and the verdict published as the
     /// check run `supervise: plan`, with annotations on the plan's lines.
-    pub async fn pull_request(&self, payload: &str) -> Result<(), OpError> {
+    async fn pull_request(&self, ev: PullRequestEvent) -> Result<(), OpError> {
         use crate::report::plan_check;
-        let Some((ev, installation)) = self.pull_to_check(payload) else {
+        let Some(installation) = self.pull_to_check(&ev) else {
             return Ok(());
         };
         let repo = crate::github::repo::Repo {
@@ -353,14 +331,6 @@ impl Handler {
         }))
         .await?;
         Ok(())
-    }
-
-    /// A `workflow_run` delivery: one of our agent runs started or finished.
-    pub async fn workflow_run(&self, payload: &str) -> Result<(), OpError> {
-        match usable(WorkflowRunEvent::parse(payload)) {
-            Some(ev) => self.ops.workflow_run(ev).await,
-            None => Ok(()),
-        }
     }
 
     /// `/supervise breakdown [doc]`: the issue's text (or the document on the
@@ -556,17 +526,7 @@ impl Handler {
         cmd: &Command,
     ) -> Result<String, OpError> {
         let ops = &self.ops;
-        let argument = match cmd {
-            Command::Start { plan } => plan.clone(),
-            Command::Resume { unit } => unit.clone(),
-            Command::Breakdown { doc, .. } => doc.clone(),
-            Command::Solve { scope, extra } => {
-                let scope = scope.map_or("", |s| s.as_str());
-                Some(format!("{scope} {extra}").trim().to_string()).filter(|s| !s.is_empty())
-            }
-            Command::Manage { extra } => Some(extra.clone()).filter(|s| !s.is_empty()),
-            _ => None,
-        };
+        let argument = cmd.argument();
         let name = if cmd.name().is_empty() {
             "default"
         } else {
@@ -582,6 +542,15 @@ impl Handler {
                 argument.as_deref(),
             )
             .await?;
+        let on_operation = |cmd: &Command| {
+            let on = cmd.on_operation();
+            async move {
+                match on {
+                    Some((input, on)) => ops.command(&p.repo, p.issue, input, on).await,
+                    None => Ok(help_text()),
+                }
+            }
+        };
         // One arm per command: what it does here.
         let text = match cmd {
         Command::Help => Ok(help_text()),
@@ -595,18 +564,10 @@ impl Handler {
         Command::Start { plan } => ops.start(p, plan.as_deref()).await,
         // §: resume when an operation exists here, otherwise start.
         Command::Default => match ops.on_issue(&p.repo, p.issue).await? {
-            Some(_) => ops.command(&p.repo, p.issue, Input::Resume { unit: None }).await,
+            Some(_) => on_operation(&Command::resume_all()).await,
             None => ops.start(p, None).await,
         },
-        Command::NameFeature => match ops.on_issue(&p.repo, p.issue).await? {
-            Some(_) => ops.command(&p.repo, p.issue, Input::NameFeature).await,
-            None => Ok(naming::REPROACH.to_string()),
-        },
-        // (`operation_input` is Some for each of these; Status is never used.)
-        Command::Resume { .. } | Command::Stop | Command::Killall => {
-            let input = cmd.operation_input().unwrap_or(Input::Status);
-            ops.command(&p.repo, p.issue, input).await
-        }
+        Command::Operation { .. } => on_operation(cmd).await,
         Command::Analyze | Command::Evaluate | Command::Prioritize => self.plan_tool(p, cmd).await,
         Command::Breakdown { doc, offline: true } => self.breakdown(p, doc.as_deref()).await,
         Command::Breakdown { doc, offline: false } => {

@@ -280,6 +280,8 @@ pub struct Operations {
     live: Mutex<HashMap<String, LoadedOp>>,
     /// What the web view shows of them.
     views: Arc<Views>,
+    /// Where notices go besides the issue (the operator's receiver).
+    notifier: crate::notify::Notifier,
 }
 
 /// A loaded operation, and its repository, which can be read without the
@@ -361,6 +363,7 @@ impl Operations {
         store: SqlStore,
         timings: OpTimings,
         limits: InstallationLimits,
+        notifier: crate::notify::Notifier,
     ) -> Arc<Operations> {
         Arc::new(Operations {
             owner,
@@ -370,6 +373,7 @@ impl Operations {
             limits,
             live: Mutex::new(HashMap::new()),
             views: Views::new(),
+            notifier,
         })
     }
 
@@ -734,6 +738,7 @@ mod tests {
             gh,
             store.clone(),
             timings,
+            Default::default(),
             Default::default(),
         );
         let ctx = OpContext {

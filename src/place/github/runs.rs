@@ -6,6 +6,7 @@ use super::{
     AwaitingCi, Check, Decided, DispatchId, Duration, Effect, Evidence, GhPlace, HashMap, HashSet,
     Input, Instant, Live, OpError, Operations, Repo, RunResult, RunRow,
 };
+use crate::engine::CiFailure;
 use serde_json::json;
 
 impl Operations {
@@ -276,7 +277,7 @@ impl Operations {
         };
         let HeadChecks { ci, own } = ci;
         let ci_passed = (!ci.is_empty()).then(|| ci.iter().all(|c| c.green()));
-        let ci_failures = ci_failures(&ci);
+        let ci_failures = ci_failures(&repo, &ci).await;
         let file = repo
             .file(&results_path(&d.0), Some(&head))
             .await?
@@ -453,34 +454,89 @@ impl Operations {
     }
 }
 
-/// What the repository's failing checks said, a line each (at most five,
-/// each at most 400 characters, scrubbed): what the next agent is told.
-fn ci_failures(ci: &[Check]) -> Vec<String> {
-    ci.iter()
-        .filter(|c| !c.green())
-        .take(5)
-        .map(|c| {
-            let said: String = c
-                .summary
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-                .chars()
-                .take(400)
-                .collect();
-            let line = format!(
-                "`{}` {}{}",
-                c.name,
-                c.conclusion.as_deref().unwrap_or("failed"),
-                if said.is_empty() {
+/// The most failing checks whose words are gathered, and of each: the
+/// characters of its summary, the annotations, and the lines and
+/// characters of its log's end. A prompt has room for a failure's gist,
+/// not for a whole log.
+const CI_CHECKS: usize = 5;
+const CI_SUMMARY_CHARS: usize = 1500;
+const CI_ANNOTATIONS: usize = 10;
+const CI_ANNOTATION_CHARS: usize = 300;
+const CI_LOG_LINES: usize = 40;
+const CI_LOG_CHARS: usize = 4000;
+
+/// What the repository's failing checks said — summary, annotations, and
+/// for an Actions job the end of its log — bounded and scrubbed: what the
+/// next agent is shown. What cannot be read is left out (said in the log):
+/// the verdict never waits on it.
+async fn ci_failures(repo: &Repo<'_>, ci: &[Check]) -> Vec<CiFailure> {
+    let mut out = Vec::new();
+    for c in ci.iter().filter(|c| !c.green()).take(CI_CHECKS) {
+        let annotations = match repo.annotations(c.id).await {
+            Ok(list) => list
+                .into_iter()
+                .take(CI_ANNOTATIONS)
+                .map(|a| {
+                    let title = a.title.filter(|t| !t.is_empty()).map(|t| format!("{t}: "));
+                    let line = format!(
+                        "{}:{}: {}{}",
+                        a.path,
+                        a.start_line,
+                        title.unwrap_or_default(),
+                        a.message.unwrap_or_default()
+                    );
+                    bounded(
+                        &line.split_whitespace().collect::<Vec<_>>().join(" "),
+                        CI_ANNOTATION_CHARS,
+                    )
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(check = %c.name, error = %e, "could not read the check's annotations");
+                Vec::new()
+            }
+        };
+        let log_tail = match c.job() {
+            Some(job) => match repo.job_log(job).await {
+                Ok(log) => log_tail(&log.unwrap_or_default()),
+                Err(e) => {
+                    tracing::warn!(check = %c.name, error = %e, "could not read the job's log");
                     String::new()
-                } else {
-                    format!(": {said}")
                 }
-            );
-            crate::scrub::scrub(&line).into_owned()
+            },
+            None => String::new(),
+        };
+        out.push(CiFailure {
+            name: bounded(&c.name, 100),
+            conclusion: c.conclusion.clone().unwrap_or_else(|| "failed".into()),
+            summary: bounded(c.summary.trim(), CI_SUMMARY_CHARS),
+            annotations,
+            log_tail,
+        });
+    }
+    out
+}
+
+/// `text` cut to `max` characters and scrubbed of secrets.
+fn bounded(text: &str, max: usize) -> String {
+    let cut: String = text.chars().take(max).collect();
+    crate::scrub::scrub(&cut).into_owned()
+}
+
+/// The end of a job's log as the next agent reads it: the last lines,
+/// without the time GitHub puts before each, bounded and scrubbed.
+fn log_tail(log: &str) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .map(|l| match l.split_once(' ') {
+            Some((at, rest)) if chrono::DateTime::parse_from_rfc3339(at).is_ok() => rest,
+            _ => l,
         })
-        .collect()
+        .collect();
+    let tail = lines[lines.len().saturating_sub(CI_LOG_LINES)..].join("\n");
+    // The end is what matters: cut from the front.
+    let skip = tail.chars().count().saturating_sub(CI_LOG_CHARS);
+    bounded(&tail.chars().skip(skip).collect::<String>(), CI_LOG_CHARS)
 }
 
 /// Whether the merges this process made since a run began touched none of
@@ -536,7 +592,7 @@ pub(super) fn vouched_record(
 
 #[cfg(test)]
 mod tests {
-    use super::vouched_record;
+    use super::{log_tail, vouched_record, CI_LOG_CHARS};
     use crate::contract::{record_digest_line, RECORD_CHECK};
     use crate::github::repo::Check;
 
@@ -545,8 +601,46 @@ mod tests {
         serde_json::to_string(&crate::contract::RunResult::default()).unwrap()
     }
 
+    /// The end of a job's log, as the next agent reads it: GitHub's times
+    /// gone, the last lines kept, a long one cut from the front, secrets out.
+    #[test]
+    fn a_logs_end_is_its_last_lines_without_times() {
+        let log: String = (1..=100)
+            .map(|n| format!("2026-11-29T10:00:00.1234567Z line {n}\n"))
+            .collect();
+        let tail = log_tail(&log);
+        assert!(
+            tail.starts_with("line 61\n") && tail.ends_with("line 100"),
+            "{tail}"
+        );
+        let long = format!("{}\nthe end", "x".repeat(10_000));
+        assert!(log_tail(&long).ends_with("the end"));
+        assert_eq!(log_tail(&long).chars().count(), CI_LOG_CHARS);
+        let secret = "token ghp_0123456789abcdefghijABCDEFGHIJ012345 leaked";
+        assert!(
+            !log_tail(secret).contains("ghp_0123"),
+            "{}",
+            log_tail(secret)
+        );
+        // A line that only starts like a time keeps its words.
+        assert_eq!(log_tail("2026 was a year"), "2026 was a year");
+    }
+
+    #[test]
+    fn an_actions_checks_job_is_the_end_of_its_page() {
+        let mut c = check("ci", "github-actions", 15368, "", "");
+        c.details_url = Some("https://github.com/o/r/actions/runs/12/job/345".into());
+        assert_eq!(c.job(), Some(345));
+        c.details_url = Some("https://ci.example.com/builds/345".into());
+        assert_eq!(c.job(), None);
+        c.details_url = None;
+        assert_eq!(c.job(), None);
+    }
+
     fn check(name: &str, app: &str, app_id: u64, external_id: &str, summary: &str) -> Check {
         Check {
+            id: 1,
+            details_url: None,
             name: name.into(),
             app: app.into(),
             app_id: Some(app_id),

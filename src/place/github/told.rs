@@ -7,8 +7,9 @@ use super::{
     OpContext, OpError, OperationId, OperationRow, Operations, Origin, OverallStatus, Refusal,
     Repo, RunRow, Settings, SqlError, Workflow, WorkflowKind, DEFAULT_WORKFLOW,
 };
+use crate::commands::OnOperation;
 use crate::engine::done_before::{self, Found, StartingCommit};
-use crate::github::payload::WorkflowRunEvent;
+use crate::github::payload::{CheckSuiteEvent, WorkflowRunEvent};
 use crate::sync::LockExt;
 use crate::telemetry::{waited, WaitStage};
 
@@ -429,22 +430,26 @@ impl Operations {
         Ok(self.store.operation_on(repo, issue).await?.map(|r| r.id))
     }
 
-    /// `resume`, `stop`, `killall`, `name-feature` on the issue's operation.
-    pub async fn command(&self, repo: &str, issue: i64, input: Input) -> Result<String, OpError> {
+    /// A command on the issue's operation (`resume`, `stop`, …), replied to as
+    /// its table entry says.
+    pub async fn command(
+        &self,
+        repo: &str,
+        issue: i64,
+        input: Input,
+        on: OnOperation,
+    ) -> Result<String, OpError> {
         let Some(row) = self.store.operation_on(repo, issue).await? else {
-            return Ok(Refusal::NotStarted
-                .to_string()
-                .replace("`start`", "`/supervise start`"));
+            return Ok(match on.without {
+                Some(text) => text.to_string(),
+                None => Refusal::NotStarted
+                    .to_string()
+                    .replace("`start`", "`/supervise start`"),
+            });
         };
         let l = self.open(&row).await?;
         let mut live = l.lock().await;
         self.acquire(&mut live).await?;
-        let what = match &input {
-            Input::Stop => "Stopping: no new sprints; agents in flight finish (or are cancelled after the stop timeout).",
-            Input::Killall => "Killing every agent in flight; unfinished work stays on its branch.",
-            Input::Resume { .. } => "Resumed.",
-            _ => "Done.",
-        };
         match self.submit(&mut live, input).await? {
             Decided::Acted(_) => {
                 if row.active {
@@ -452,7 +457,7 @@ impl Operations {
                 } else {
                     self.store.set_active(&row.id, true).await?;
                 }
-                Ok(format!("{what} Operation `{}`.", row.id))
+                Ok(format!("{} Operation `{}`.", on.done, row.id))
             }
             Decided::Refused(r) => Ok(r.to_string()),
         }
@@ -546,17 +551,7 @@ impl Operations {
     /// often): a verification waiting for CI on that commit, or a build gate
     /// waiting for it on the integration branch's head, goes on now, not at
     /// the next reconciliation.
-    pub async fn check_suite(&self, payload: &str) -> Result<(), OpError> {
-        let ev = match crate::github::payload::CheckSuiteEvent::parse(payload) {
-            Ok(ev) => ev,
-            Err(e) => {
-                tracing::warn!(error = %e, "an unusable check_suite event; dropped");
-                return Ok(());
-            }
-        };
-        if !ev.may_matter() {
-            return Ok(());
-        }
+    pub async fn check_suite(&self, ev: &CheckSuiteEvent) -> Result<(), OpError> {
         let (repo, head) = (ev.repo.as_str(), ev.head_sha.as_str());
         let lives: Vec<_> = self
             .live

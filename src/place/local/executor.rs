@@ -66,6 +66,16 @@ pub(super) struct LocalPlace {
     /// Worktrees (by name) of units whose last sprint is merged, to be
     /// removed once nothing waits on this process.
     merged_worktrees: Vec<String>,
+    /// Where notices go besides the terminal (`notify:`, `--notify`).
+    notifier: crate::notify::Notifier,
+}
+
+impl Drop for LocalPlace {
+    /// The last notices (the operation completed, say) are sent before the
+    /// command ends — waiting a few seconds at most for a receiver.
+    fn drop(&mut self) {
+        std::mem::take(&mut self.notifier).finish(std::time::Duration::from_secs(5));
+    }
 }
 
 impl Executor for LocalPlace {
@@ -78,6 +88,12 @@ impl Executor for LocalPlace {
         state: Option<&OperationState>,
         entry: &Entry,
     ) -> Result<Outcome, LocalError> {
+        if let (Effect::Notify { kind, unit, text }, Some(st)) = (&entry.effect, state) {
+            let said = format!("{}{text}", report::notice_prefix(*kind));
+            let notice =
+                crate::notify::Notice::new(&st.id.0, entry.key, *kind, unit.as_deref(), &said);
+            self.notifier.tell(*kind, notice);
+        }
         self.effect(state, &entry.effect)
             .map(Outcome::Done)
             .map_err(LocalError)
@@ -105,15 +121,19 @@ impl LocalPlace {
             plan,
             dir,
             git,
-            settings,
             screen,
             tx,
             watching: HashSet::new(),
             lost_at_end: Vec::new(),
             integrated_head: None,
             standby: process::StandbyPool::default(),
+            notifier: crate::notify::Notifier::start(
+                settings.notify.clone().into_iter().collect(),
+                crate::notify::secret_from_env(),
+            ),
             status_due: true,
             merged_worktrees: Vec::new(),
+            settings,
         }
     }
 
