@@ -4,6 +4,8 @@
 //! agent playing Claude Code's command line). Each test reads as a story: seed a repository,
 //! say `/supervise start`, let the agents run, read what GitHub shows.
 
+#[path = "support/receiver.rs"]
+mod receiver;
 mod story;
 mod support;
 
@@ -292,6 +294,55 @@ fn tier_rank(model: &str) -> usize {
 
 fn model_of(run: &fake_github::Run) -> String {
     run.inputs["model"].as_str().unwrap_or("").to_string()
+}
+
+/// On GitHub, a unit that turns BLOCKED reaches the operator's receiver as
+/// well as the issue: once, signed with the operator's key, naming the
+/// repository, the unit and the issue where a person acts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_blocked_unit_is_told_to_the_operators_receiver() {
+    use hmac::{Hmac, KeyInit, Mac};
+    let receiver = receiver::Receiver::start(true);
+    let s =
+        Story::start(Setup::operation(PLAN, "api 1 fail\n").notify(&receiver.url, "op-key")).await;
+    s.say("/supervise start").await;
+    s.until("api is BLOCKED", 180, |s| {
+        s.status_comment().contains("| api | — | BLOCKED")
+    })
+    .await;
+    let blocked = || {
+        receiver
+            .notices()
+            .into_iter()
+            .filter(|(h, _)| h.get("x-supervise-event").map(String::as_str) == Some("blocked"))
+            .collect::<Vec<_>>()
+    };
+    let start = Instant::now();
+    while blocked().is_empty() && start.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    s.settle().await;
+    let blocked = blocked();
+    assert_eq!(blocked.len(), 1, "{:?}", receiver.notices());
+    let (headers, body) = &blocked[0];
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"op-key").unwrap();
+    mac.update(body);
+    let want = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    assert_eq!(headers.get("x-supervise-signature-256"), Some(&want));
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+    assert_eq!(
+        (v["repository"].as_str(), v["unit"].as_str()),
+        (Some(REPO), Some("api"))
+    );
+    let link = v["link"].as_str().unwrap_or_default();
+    assert!(
+        link.ends_with(&format!("/{REPO}/issues/{}", s.issue)),
+        "{v}"
+    );
+    assert!(
+        v["text"].as_str().unwrap_or_default().contains("api"),
+        "{v}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -934,9 +985,12 @@ async fn requests_per_sprint_are_a_small_constant() {
     }
 }
 
+/// With `merge: after_review` a verified sprint's pull request waits for an
+/// approving review, and is merged on the review's webhook: reconciliation
+/// here comes only every ten minutes, so nothing else could have merged it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_merge_after_review_a_sprint_waits_for_an_approval() {
-    let s = Story::begin("").await;
+    let s = Story::start(Setup::operation(PLAN, "").reconcile_secs(600)).await;
     s.fake.add_file(
         REPO,
         ".github/supervise.yml",
@@ -967,7 +1021,7 @@ async fn with_merge_after_review_a_sprint_waits_for_an_approval() {
         "Sprint 2 waits for Sprint 1's merge"
     );
     s.fake.approve(REPO, pr.number, "mia");
-    s.until("api Sprint 2 dispatched after the approval", 120, |s| {
+    s.until("api Sprint 2 dispatched after the approval", 60, |s| {
         !s.runs_of("/api/2/").is_empty()
     })
     .await;

@@ -74,6 +74,25 @@ fn every_check_suite_example_parses() {
     }
 }
 
+/// A review's fields the service reads (an approval lets a sprint merge at
+/// once) are in GitHub's examples of `pull_request_review`.
+#[test]
+fn every_pull_request_review_example_parses() {
+    let list = examples_of("pull_request_review");
+    assert!(!list.is_empty());
+    for (i, ex) in list.iter().enumerate() {
+        let ev = supervise::github::payload::ReviewEvent::parse(&ex.to_string())
+            .unwrap_or_else(|e| panic!("example {i}: {e}"));
+        assert_eq!(ev.repo, ex["repository"]["full_name"].as_str().unwrap());
+        assert_eq!(ev.number, ex["pull_request"]["number"].as_i64().unwrap());
+        assert_eq!(
+            ev.state,
+            ex["review"]["state"].as_str().unwrap().to_ascii_lowercase()
+        );
+        assert_eq!(ev.login, ex["review"]["user"]["login"].as_str().unwrap());
+    }
+}
+
 #[test]
 fn other_events_are_not_mistaken_for_comments() {
     let all = examples();

@@ -324,7 +324,11 @@ mod tests {
         /// once per halving; on a line that fails at its start, it names
         /// none.
         #[test]
-        fn bisection_names_the_first_failing_step(len in 2usize..200, from_frac in 0.0f64..1.0, flip_frac in 0.0f64..1.0) {
+        fn bisection_names_the_first_failing_step(
+            len in 2usize..200,
+            from_frac in 0.0f64..1.0,
+            flip_frac in 0.0f64..1.0,
+        ) {
             let from = ((len - 1) as f64 * from_frac) as usize;
             let flip = from + ((len - from) as f64 * flip_frac) as usize;
             let flip = flip.min(len - 1);

@@ -214,7 +214,10 @@ mod tests {
     proptest! {
         /// However attempts' dollars are grouped, their sum is the same.
         #[test]
-        fn sums_of_dollars_do_not_depend_on_their_grouping(xs in proptest::collection::vec(0.0f64..50.0, 0..40), cut in 0usize..40) {
+        fn sums_of_dollars_do_not_depend_on_their_grouping(
+            xs in proptest::collection::vec(0.0f64..50.0, 0..40),
+            cut in 0usize..40,
+        ) {
             let us: Vec<Usd> = xs.iter().map(|x| Usd::from_dollars(*x)).collect();
             let cut = cut.min(us.len());
             let whole: Usd = us.iter().copied().sum();

@@ -8,7 +8,9 @@
 //! payload is ~10 KB of repository and user objects; what is acted on is a
 //! few hundred bytes).
 
-use super::payload::{CheckSuiteEvent, CommentEvent, PullRequestEvent, WorkflowRunEvent};
+use super::payload::{
+    CheckSuiteEvent, CommentEvent, PullRequestEvent, ReviewEvent, WorkflowRunEvent,
+};
 use serde::{Deserialize, Serialize};
 
 /// The events the supervisor acts on.
@@ -20,6 +22,7 @@ pub enum Event {
     IssueComment(CommentEvent),
     WorkflowRun(WorkflowRunEvent),
     PullRequest(PullRequestEvent),
+    PullRequestReview(ReviewEvent),
     CheckSuite(CheckSuiteEvent),
 }
 
@@ -41,6 +44,7 @@ impl Event {
         "issue_comment",
         "workflow_run",
         "pull_request",
+        "pull_request_review",
         "check_suite",
     ];
 
@@ -58,6 +62,9 @@ impl Event {
             "pull_request" => PullRequestEvent::parse(payload)
                 .map(Event::PullRequest)
                 .map_err(unusable),
+            "pull_request_review" => ReviewEvent::parse(payload)
+                .map(Event::PullRequestReview)
+                .map_err(unusable),
             "check_suite" => CheckSuiteEvent::parse(payload)
                 .map(Event::CheckSuite)
                 .map_err(unusable),
@@ -71,6 +78,7 @@ impl Event {
             Event::IssueComment(_) => "issue_comment",
             Event::WorkflowRun(_) => "workflow_run",
             Event::PullRequest(_) => "pull_request",
+            Event::PullRequestReview(_) => "pull_request_review",
             Event::CheckSuite(_) => "check_suite",
         }
     }
@@ -81,6 +89,7 @@ impl Event {
             Event::IssueComment(e) => e.installation,
             Event::WorkflowRun(e) => e.installation,
             Event::PullRequest(e) => e.installation,
+            Event::PullRequestReview(e) => e.installation,
             Event::CheckSuite(e) => e.installation,
         }
     }
@@ -92,7 +101,7 @@ impl Event {
         match self {
             Event::IssueComment(e) => Some(format!("comment:{}:{}", e.comment_id, e.action)),
             Event::WorkflowRun(e) => Some(format!("run:{}:{}", e.run.id, e.action)),
-            Event::PullRequest(_) | Event::CheckSuite(_) => None,
+            Event::PullRequest(_) | Event::PullRequestReview(_) | Event::CheckSuite(_) => None,
         }
     }
 

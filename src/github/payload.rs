@@ -138,6 +138,61 @@ impl PullRequestEvent {
     }
 }
 
+/// A `pull_request_review` event: a review submitted, edited or dismissed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewEvent {
+    pub action: String,
+    pub installation: Option<u64>,
+    pub repo: String,
+    pub number: i64,
+    /// The pull request's head branch.
+    pub head_ref: String,
+    /// `approved`, `changes_requested`, `commented` or `dismissed`, in lower
+    /// case (the webhook writes it so; the REST API in capitals).
+    pub state: String,
+    pub login: String,
+}
+
+#[derive(Deserialize)]
+struct RawReviewEvent {
+    action: String,
+    review: RawReview,
+    pull_request: RawPull,
+    repository: RawRepo,
+    installation: Option<RawId>,
+}
+
+#[derive(Deserialize)]
+struct RawReview {
+    state: String,
+    user: RawUser,
+}
+
+impl ReviewEvent {
+    /// A `pull_request_review` payload; the error says which field is missing.
+    pub fn parse(payload: &str) -> Result<ReviewEvent, String> {
+        let r: RawReviewEvent = serde_json::from_str(payload)
+            .map_err(|e| format!("not a pull_request_review payload: {e}"))?;
+        Ok(ReviewEvent {
+            action: r.action,
+            installation: r.installation.map(|i| i.id),
+            repo: r.repository.full_name,
+            number: r.pull_request.number,
+            head_ref: r.pull_request.head.branch,
+            state: r.review.state.to_ascii_lowercase(),
+            login: r.review.user.login,
+        })
+    }
+
+    /// Whether it may let a sprint's pull request merge: an approval
+    /// submitted on one of the supervisor's own branches.
+    pub fn approves_a_sprint(&self) -> bool {
+        self.action == "submitted"
+            && self.state == "approved"
+            && self.head_ref.starts_with("supervise/")
+    }
+}
+
 /// A `check_suite` event: a suite of some App's checks on a commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckSuiteEvent {

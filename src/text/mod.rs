@@ -292,7 +292,8 @@ mod tests {
             proptest::prop_assert_eq!(unique.len(), names.len());
             for s in &slugs {
                 proptest::prop_assert!(!s.is_empty() && s.len() <= 56, "{}", s);
-                proptest::prop_assert!(s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{}", s);
+                let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+                proptest::prop_assert!(s.chars().all(allowed), "{}", s);
                 proptest::prop_assert!(!s.starts_with('-') && !s.ends_with('-'), "{}", s);
             }
         }

@@ -70,6 +70,8 @@ pub struct Setup {
     pub github_dir: Option<std::sync::Arc<tempfile::TempDir>>,
     /// The operator's caps above one operation (in-process door only).
     pub limits: InstallationLimits,
+    /// The operator's receiver of notices and its key (in-process door only).
+    pub notify: Option<(String, String)>,
 }
 
 impl Setup {
@@ -84,6 +86,7 @@ impl Setup {
             without_plan: None,
             github_dir: None,
             limits: InstallationLimits::default(),
+            notify: None,
         }
     }
 
@@ -100,6 +103,7 @@ impl Setup {
             without_plan: Some((settings.into(), issue_body.into())),
             github_dir: None,
             limits: InstallationLimits::default(),
+            notify: None,
         }
     }
 
@@ -114,6 +118,7 @@ impl Setup {
             without_plan: None,
             github_dir: None,
             limits: InstallationLimits::default(),
+            notify: None,
         }
     }
 
@@ -125,6 +130,12 @@ impl Setup {
     /// Seconds between reconciliations with GitHub (1 unless said).
     pub fn reconcile_secs(mut self, secs: u64) -> Setup {
         self.reconcile_secs = secs;
+        self
+    }
+
+    /// The operator's receiver of notices, signing with `key`.
+    pub fn notify(mut self, url: &str, key: &str) -> Setup {
+        self.notify = Some((url.into(), key.into()));
         self
     }
 
@@ -160,6 +171,7 @@ pub struct Story {
     pub issue: i64,
     _github_dir: Option<Arc<tempfile::TempDir>>,
     limits: InstallationLimits,
+    notify: Option<(String, String)>,
 }
 
 impl Story {
@@ -217,6 +229,7 @@ impl Story {
             issue,
             _github_dir: setup.github_dir.clone(),
             limits: setup.limits,
+            notify: setup.notify.clone(),
         };
         story.serve_up().await;
         story
@@ -286,8 +299,18 @@ impl Story {
                     .await
                     .unwrap();
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let notifier = match &self.notify {
+                    Some((url, key)) => supervise::notify::Notifier::start(
+                        vec![
+                            supervise::notify::Hook::new(url, Default::default(), vec![]).unwrap(),
+                        ],
+                        Some(SecretString::from(key.clone())),
+                    ),
+                    None => Default::default(),
+                };
                 let config = ServiceConfig {
                     limits: self.limits,
+                    notifier,
                     web: Some(run::WebSignIn {
                         client_id: WEB_CLIENT_ID.into(),
                         client_secret: SecretString::from(WEB_CLIENT_SECRET.to_string()),

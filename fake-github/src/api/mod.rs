@@ -362,12 +362,44 @@ impl FakeGitHub {
         self.inner.lock().api.ci.insert(repo.into(), command.into());
     }
 
-    pub fn approve(&self, repo: &str, pr: i64, login: &str) {
-        self.inner
-            .lock()
-            .api
-            .reviews
-            .push((repo.into(), pr, login.into(), "APPROVED".into()));
+    /// `login` approves pull request `pr`: listed in its reviews, and told
+    /// to the App as GitHub tells it (`pull_request_review`, `submitted`).
+    pub fn approve(self: &Arc<Self>, repo: &str, pr: i64, login: &str) {
+        let head = {
+            let mut s = self.inner.lock();
+            s.api
+                .reviews
+                .push((repo.into(), pr, login.into(), "APPROVED".into()));
+            let found = s
+                .api
+                .pulls
+                .in_repo(repo)
+                .find(|p| p.number == pr)
+                .map(|p| (p.head.clone(), p.base.clone()));
+            found
+        };
+        let Some((head, base)) = head else { return };
+        let (owner, name) = repo.split_once('/').unwrap_or(("o", "r"));
+        let sha = self.branch(repo, &head).unwrap_or_default();
+        let payload = serde_json::json!({
+            "action": "submitted",
+            "review": {
+                "id": self.inner.lock().api.id(),
+                "state": "approved",
+                "user": { "login": login, "type": "User" },
+            },
+            "pull_request": {
+                "number": pr,
+                "head": { "ref": head, "sha": sha },
+                "base": { "ref": base },
+            },
+            "repository": { "full_name": repo, "name": name, "owner": { "login": owner } },
+            "installation": { "id": self.installation_of(repo) },
+        });
+        let fake = self.clone();
+        tokio::spawn(async move {
+            fake.deliver("pull_request_review", &payload).await;
+        });
     }
 
     pub fn issues(&self, repo: &str) -> Vec<Issue> {

@@ -136,6 +136,7 @@ impl Handler {
             Event::IssueComment(c) => self.comment_to_act_on(c).is_some(),
             Event::PullRequest(pr) => self.pull_to_check(pr).is_some(),
             Event::CheckSuite(suite) => suite.may_matter(),
+            Event::PullRequestReview(review) => review.approves_a_sprint(),
             Event::WorkflowRun(_) => true,
         }
     }
@@ -263,6 +264,10 @@ impl Handler {
             Event::WorkflowRun(run) => self.ops.workflow_run(run).await,
             Event::PullRequest(pr) => self.pull_request(pr).await,
             Event::CheckSuite(suite) => self.check_suite(suite).await,
+            Event::PullRequestReview(review) if review.approves_a_sprint() => {
+                self.ops.approved(&review.repo).await
+            }
+            Event::PullRequestReview(_) => Ok(()),
         }
     }
 

@@ -4,8 +4,8 @@
 
 use super::{
     integration_branch, report, settings, AwaitingCi, Decided, DispatchId, GitHubError, Input,
-    OpContext, OpError, OperationId, OperationRow, Operations, Origin, OverallStatus, Refusal,
-    Repo, RunRow, Settings, SqlError, Workflow, WorkflowKind, DEFAULT_WORKFLOW,
+    Live, OpContext, OpError, OperationId, OperationRow, Operations, Origin, OverallStatus,
+    Refusal, Repo, RunRow, Settings, SqlError, Workflow, WorkflowKind, DEFAULT_WORKFLOW,
 };
 use crate::commands::OnOperation;
 use crate::engine::done_before::{self, Found, StartingCommit};
@@ -552,15 +552,8 @@ impl Operations {
     /// waiting for it on the integration branch's head, goes on now, not at
     /// the next reconciliation.
     pub async fn check_suite(&self, ev: &CheckSuiteEvent) -> Result<(), OpError> {
-        let (repo, head) = (ev.repo.as_str(), ev.head_sha.as_str());
-        let lives: Vec<_> = self
-            .live
-            .locked()
-            .values()
-            .filter(|l| l.repo == repo)
-            .map(|l| l.live.clone())
-            .collect();
-        for l in lives {
+        let head = ev.head_sha.as_str();
+        for l in self.lives_of(&ev.repo) {
             let mut live = l.lock().await;
             let waiting: Vec<(DispatchId, AwaitingCi)> = live
                 .place
@@ -576,16 +569,55 @@ impl Operations {
             }
             let span = tracing::info_span!("operation", op = %live.place.ctx.op);
             let work = async {
-                match self.acquire(&mut live).await {
-                    // Another replica holds the operation now: it reconciles.
-                    Err(OpError::Busy(_)) => return Ok(()),
-                    r => r?,
+                if !self.acquired(&mut live).await? {
+                    return Ok(());
                 }
                 for (d, w) in waiting {
                     self.finish(&mut live, &d, w.conclusion.as_deref(), &w.url)
                         .await?;
                 }
                 self.drive_with(&mut live, on_integration).await?;
+                self.flush(&mut live, false).await
+            };
+            tracing::Instrument::instrument(work, span).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Operations {
+    /// The repository's loaded operations, to be locked one at a time.
+    fn lives_of(&self, repo: &str) -> Vec<std::sync::Arc<tokio::sync::Mutex<Live>>> {
+        self.live
+            .locked()
+            .values()
+            .filter(|l| l.repo == repo)
+            .map(|l| l.live.clone())
+            .collect()
+    }
+
+    /// Whether this replica holds the operation to act on it now; `false`
+    /// when another does (it reconciles).
+    async fn acquired(&self, live: &mut Live) -> Result<bool, OpError> {
+        match self.acquire(live).await {
+            Err(OpError::Busy(_)) => Ok(false),
+            r => r.map(|_| true),
+        }
+    }
+
+    /// A sprint's pull request was approved: the repository's operations
+    /// ask again at once whether their sprints waiting for a review may
+    /// merge (a merge waits on GitHub's word, which reconciliation would
+    /// otherwise ask for only every `SUPERVISE_RECONCILE_SECS`).
+    pub async fn approved(&self, repo: &str) -> Result<(), OpError> {
+        for l in self.lives_of(repo) {
+            let mut live = l.lock().await;
+            let span = tracing::info_span!("operation", op = %live.place.ctx.op);
+            let work = async {
+                if !self.acquired(&mut live).await? {
+                    return Ok(());
+                }
+                self.drive_with(&mut live, true).await?;
                 self.flush(&mut live, false).await
             };
             tracing::Instrument::instrument(work, span).await?;
