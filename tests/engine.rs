@@ -67,6 +67,48 @@ fn partial_is_continued_without_an_attempt_on_at_least_sonnet() {
     );
 }
 
+/// Work that no longer merges gets conflict rounds — continuations on the
+/// same model whose task is the merge, no failure counted — and after two a
+/// person is asked: the unit is BLOCKED with the conflict named.
+#[test]
+fn a_conflict_gets_two_rounds_on_the_same_model_then_a_person() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    let first = sim.order_for("docs");
+    let conflict = || {
+        let mut r = success();
+        r.evidence.merge_conflict =
+            Some("`git merge supervise/x/integration` conflicts in README.md".into());
+        r
+    };
+    for round in 1..=2 {
+        sim.finish("docs", conflict());
+        let s = &sim.unit("docs").sprints[0];
+        assert_eq!((s.failures, s.continuations), (0, round), "round {round}");
+        let next = sim.order_for("docs");
+        assert_eq!(next.kind, DispatchKind::Continuation);
+        assert_eq!(
+            next.tier, first.tier,
+            "round {round}: no stronger model for a merge"
+        );
+        assert!(
+            next.prompt.contains("conflicts in README.md")
+                && next.prompt.contains("Do not redo the sprint's work"),
+            "{}",
+            next.prompt
+        );
+    }
+    sim.finish("docs", conflict());
+    assert_eq!(sim.unit("docs").status, UnitStatus::Blocked);
+    let blocked = notices(&sim, NoticeKind::Blocked);
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert!(
+        blocked[0].contains("still does not merge after 2 conflict rounds")
+            && blocked[0].contains("README.md"),
+        "{}",
+        blocked[0]
+    );
+}
+
 #[test]
 fn failure_retries_on_a_stronger_model_with_what_went_wrong() {
     let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
@@ -662,6 +704,7 @@ fn model_selection_follows_the_worked_rules() {
         failures: 0,
         partial: false,
         previous: None,
+        conflict: false,
     };
     assert_eq!(select(&c(5), fresh).0, ModelTier::Haiku);
     assert_eq!(select(&c(6), fresh).0, ModelTier::Sonnet);
@@ -713,6 +756,20 @@ fn model_selection_follows_the_worked_rules() {
         .0,
         ModelTier::Opus
     );
+    // A conflict round stays on the model that did the work, haiku included.
+    assert_eq!(
+        select(
+            &c(1),
+            SelectionContext {
+                partial: true,
+                previous: Some(ModelTier::Haiku),
+                conflict: true,
+                ..fresh
+            }
+        )
+        .0,
+        ModelTier::Haiku
+    );
     let vague = Complexity {
         vague_criteria: true,
         ..c(1)
@@ -762,9 +819,8 @@ fn the_verification_cascade_favours_partial_over_failure() {
     );
     let mut conflict = success();
     conflict.evidence.merge_conflict = Some("src/lib.rs".into());
-    assert!(
-        matches!(assess(s, &conflict, 50), Outcome::Failed(ref r) if r.contains("does not merge"))
-    );
+    // Work that no longer merges is a conflict round, not a failure.
+    assert!(matches!(assess(s, &conflict, 50), Outcome::Conflict(ref r) if r == "src/lib.rs"));
 }
 
 /// `report` with its criteria results given for `s`'s real criteria.

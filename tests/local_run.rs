@@ -1987,3 +1987,52 @@ fn a_bad_notify_address_is_refused_before_anything_runs() {
     assert!(text(&out).contains("--notify"), "{}", text(&out));
     assert!(!repo.root.join(".supervise/events.jsonl").exists());
 }
+
+/// Two units that change the same lines in parallel: the one that lands
+/// second no longer merges. It gets a conflict round — a continuation on
+/// the same model whose one task is the merge, its conflicting files named
+/// with the command to run — not a failed attempt escalated to a stronger
+/// model; the agent merges, both sides are kept, and the plan completes.
+#[test]
+fn a_conflict_between_parallel_units_gets_a_conflict_round_on_the_same_model() {
+    let plan = "# Two\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| a | a | 0 |\n| b | b | 0 |\n\n\
+## a\n### Sprint 1: A\n- [ ] `a/a-sprint-1.txt` exists\n\
+## b\n### Sprint 1: B\n- [ ] `b/b-sprint-1.txt` exists\n";
+    let repo = Repo::new(plan, "a 1 shared,resolve\nb 1 shared,resolve\n");
+    repo.run_ok();
+    let histories: Vec<Vec<serde_json::Value>> = ["a", "b"]
+        .iter()
+        .map(|u| {
+            repo.unit(u)["sprints"][0]["history"]
+                .as_array()
+                .unwrap()
+                .clone()
+        })
+        .collect();
+    let twice: Vec<&Vec<serde_json::Value>> = histories.iter().filter(|h| h.len() > 1).collect();
+    assert_eq!(
+        twice.len(),
+        1,
+        "one unit lands second and merges: {histories:#?}"
+    );
+    let h = twice[0];
+    let outcomes: Vec<&str> = h.iter().map(|r| r["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["conflict", "completed"], "{h:#?}");
+    assert_eq!(h[1]["kind"], "continuation", "{h:#?}");
+    assert_eq!(
+        h[0]["tier"], h[1]["tier"],
+        "no stronger model for a conflict: {h:#?}"
+    );
+    assert_eq!(repo.state()["units"][0]["sprints"][0]["failures"], 0);
+    let op = repo.state()["id"].as_str().unwrap().to_string();
+    let shared = git(
+        &repo.root,
+        &["show", &format!("supervise/{op}/integration:shared.txt")],
+    );
+    assert!(
+        shared.contains("a was here") && shared.contains("b was here"),
+        "{shared}"
+    );
+    let decisions = std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap();
+    assert!(decisions.contains("CONFLICT (round 1/2)"), "{decisions}");
+}

@@ -14,6 +14,11 @@ pub enum Outcome {
     Waiting,
     /// A manual sprint: a person has to confirm.
     AwaitConfirmation,
+    /// The work is there but its branch no longer merges into the
+    /// integration branch (another unit changed the same lines): a conflict
+    /// round, not a failure — the next agent merges and resolves, on the
+    /// same model.
+    Conflict(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,9 +276,7 @@ pub fn assess(sprint: &Sprint, report: &AgentReport, max_turns: u32) -> Outcome 
         return Outcome::Failed(format!("the work was refused: {why}"));
     }
     if let Some(conflict) = &ev.merge_conflict {
-        return Outcome::Failed(format!(
-            "the sprint branch does not merge into the integration branch: {conflict}"
-        ));
+        return Outcome::Conflict(conflict.clone());
     }
     match sprint.kind {
         SprintType::Manual => {

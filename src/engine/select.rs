@@ -138,6 +138,8 @@ pub struct SelectionContext {
     pub failures: u32,
     pub partial: bool,
     pub previous: Option<ModelTier>,
+    /// A conflict round: the work is done and only its merge is asked.
+    pub conflict: bool,
 }
 
 /// The tier for a score, then every override of §6a, with the reason.
@@ -157,6 +159,12 @@ pub fn select(c: &Complexity, ctx: SelectionContext) -> (ModelTier, String) {
             .collect::<Vec<_>>()
             .join(", ")
     )];
+    if let (true, Some(p)) = (ctx.conflict, ctx.previous) {
+        // The sprint's work is done; merging it is not harder work than
+        // doing it was, so no stronger model is paid for.
+        reasons.push(format!("a conflict round stays on {}", p.as_str()));
+        return (p, reasons.join("; "));
+    }
     let mut tier = base;
     let mut raise = |to: ModelTier, why: String, tier: &mut ModelTier| {
         if to > *tier {

@@ -8,6 +8,10 @@
 #          | leak (prints its environment and a token, then fails)
 #          | wip (leaves uncommitted work, then hangs)
 #          | chatty (prints for ever, ignoring SIGTERM) | prompt (commits the prompt it read)
+#          | shared (does its work and adds a line of its own to shared.txt, as
+#            another unit may: their branches then conflict)
+#          | resolve (runs the `git merge …` its prompt names and resolves the
+#            conflicts keeping both sides, as asked; otherwise as ok)
 #   | hostile (ignores SIGTERM, leaves a background and a daemonized child, silent)
 # Attacks on the trust boundary (each claims success and does not do the work):
 #   push (commits, pushes to the default branch, writes and comments through the API)
@@ -74,6 +78,25 @@ case "$action" in
     echo "done by $SUPERVISE_DISPATCH_ID" > "$file"
     git rm -q "$dir/$SUPERVISE_UNIT-sprint-$((SUPERVISE_SPRINT - 1)).txt"
     git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT, and a cleanup"
+    echo "Done." ;;
+  shared)
+    echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"
+    echo "$SUPERVISE_UNIT was here" >> shared.txt
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT (and shared.txt)"
+    echo "Done." ;;
+  resolve)
+    merge=$(grep -o 'git merge [^`]*' "$SUPERVISE_PROMPT_FILE" | head -n 1)
+    if [ -n "$merge" ]; then
+      if ! $merge -q -m "merge the integration branch" >/dev/null 2>&1; then
+        for f in $(git diff --name-only --diff-filter=U); do
+          grep -v '^<<<<<<<\|^=======\|^>>>>>>>' "$f" > "$f.resolved"; mv "$f.resolved" "$f"
+        done
+        git add -A && git commit -qm "merge the integration branch, both sides kept"
+      fi
+    else
+      echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"
+      git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"
+    fi
     echo "Done." ;;
   ok)
     echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"

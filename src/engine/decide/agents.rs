@@ -4,8 +4,8 @@
 use super::{
     cascade, provider, ActiveDispatch, AgentReport, AlreadyDone, AttemptRecord, CancelReason,
     Completion, CriterionResult, Decider, DispatchId, Effect, Event, Evidence, Hold, ModelTier,
-    NoticeKind, Refusal, SprintStatus, UnitStatus, AGENT_COMMAND_FAILED, DONE_BEFORE_DISPATCH,
-    NOT_SHOWN_DONE, UNCHARGED,
+    NoticeKind, Refusal, SprintStatus, UnitStatus, AGENT_COMMAND_FAILED, CONFLICT, CONFLICT_ROUNDS,
+    DONE_BEFORE_DISPATCH, NOT_SHOWN_DONE, UNCHARGED,
 };
 
 impl Decider<'_> {
@@ -305,6 +305,7 @@ impl Decider<'_> {
             cascade::Outcome::Failed(_) => "failed",
             cascade::Outcome::Waiting => "waiting",
             cascade::Outcome::AwaitConfirmation => "awaiting confirmation",
+            cascade::Outcome::Conflict(_) => CONFLICT,
         };
         self.close_attempt(u, s, label, &report);
         let id = self.sprint(u, s).id.clone();
@@ -360,6 +361,7 @@ impl Decider<'_> {
                 }
             }
             cascade::Outcome::Failed(reason) => self.fail(u, s, reason),
+            cascade::Outcome::Conflict(conflict) => self.conflict(u, s, conflict),
             cascade::Outcome::Waiting => {
                 self.emit(Event::DeferredWaiting {
                     unit: u,
@@ -623,6 +625,46 @@ impl Decider<'_> {
     }
 
     /// A failed attempt: BACKOFF, or FATAL and BLOCKED once retries are spent (§9).
+    /// A sprint whose work no longer merges: a conflict round — a
+    /// continuation on the same model whose one task is the merge — up to
+    /// [`CONFLICT_ROUNDS`]; then its unit is BLOCKED for a person, the
+    /// conflict named. A conflict is nobody's failure: no attempt is
+    /// counted and no stronger model is paid for.
+    fn conflict(&mut self, u: usize, s: usize, conflict: String) {
+        let id = self.names(u, s).1;
+        let rounds = self
+            .sprint(u, s)
+            .history
+            .iter()
+            .filter(|r| r.outcome == CONFLICT)
+            .count();
+        if rounds > CONFLICT_ROUNDS {
+            self.block(
+                u,
+                s,
+                format!("its branch still does not merge after {CONFLICT_ROUNDS} conflict rounds"),
+                &conflict,
+            );
+            return;
+        }
+        self.sprint_to(u, s, SprintStatus::Partial);
+        self.log(
+            Some(u),
+            Some(s),
+            format!("Sprint {id} CONFLICT (round {rounds}/{CONFLICT_ROUNDS})"),
+            conflict.clone(),
+        );
+        let task = format!(
+            "this sprint's work is done but its branch no longer merges into the integration branch: {conflict}. Merge the integration branch into this branch, resolve every conflict so both sides' changes are kept, make the exit criteria pass again, and commit the merge. Do not redo the sprint's work: it is on this branch already."
+        );
+        self.emit(Event::ContinuationCounted {
+            unit: u,
+            sprint: s,
+            remaining: vec![task],
+            at: self.now,
+        });
+    }
+
     pub(super) fn fail(&mut self, u: usize, s: usize, reason: String) {
         self.emit(Event::FailureCounted {
             unit: u,
@@ -633,34 +675,9 @@ impl Decider<'_> {
         self.sprint_to(u, s, SprintStatus::Backoff);
         let failures = self.sprint(u, s).failures;
         let max = self.st().max_attempts(u);
-        let (unit, id) = self.names(u, s);
-        let absorbed = self
-            .st()
-            .workflow
-            .as_ref()
-            .is_some_and(|w| w.absorbs_failure(&unit));
+        let (_, id) = self.names(u, s);
         if failures >= max {
-            self.sprint_to(u, s, SprintStatus::Fatal);
-            self.unit_to(u, UnitStatus::Blocked, "sprint FATAL");
-            self.log(
-                Some(u),
-                Some(s),
-                format!("Sprint {id} FATAL; {unit} BLOCKED"),
-                format!("failed {failures} of {max} attempts; last failure: {reason}"),
-            );
-            if absorbed {
-                // The workflow answers this failure (the next debug round, the
-                // research threshold); a BLOCKED notice would ask a person
-                // for what needs none.
-                return;
-            }
-            self.effects.push(Effect::Notify {
-                kind: NoticeKind::Blocked,
-                unit: Some(unit.clone()),
-                text: format!(
-                    "BLOCKED: {unit} Sprint {id} failed after {max} attempts.\nLast failure: {reason}\nTo retry: supervise resume {unit}\n(resume resets the sprint to PENDING and the work unit to RUNNING)"
-                ),
-            });
+            self.block(u, s, format!("failed after {max} attempts"), &reason);
         } else {
             self.log(
                 Some(u),
@@ -669,6 +686,39 @@ impl Decider<'_> {
                 reason,
             );
         }
+    }
+
+    /// The sprint is FATAL and its unit BLOCKED, `why` (`failed after 3
+    /// attempts`) and the last failure said in the decision log and, unless
+    /// a workflow answers it, in the BLOCKED notice.
+    fn block(&mut self, u: usize, s: usize, why: String, last: &str) {
+        let (unit, id) = self.names(u, s);
+        let absorbed = self
+            .st()
+            .workflow
+            .as_ref()
+            .is_some_and(|w| w.absorbs_failure(&unit));
+        self.sprint_to(u, s, SprintStatus::Fatal);
+        self.unit_to(u, UnitStatus::Blocked, "sprint FATAL");
+        self.log(
+            Some(u),
+            Some(s),
+            format!("Sprint {id} FATAL; {unit} BLOCKED"),
+            format!("{why}; last failure: {last}"),
+        );
+        if absorbed {
+            // The workflow answers this failure (the next debug round, the
+            // research threshold); a BLOCKED notice would ask a person
+            // for what needs none.
+            return;
+        }
+        self.effects.push(Effect::Notify {
+            kind: NoticeKind::Blocked,
+            unit: Some(unit.clone()),
+            text: format!(
+                "BLOCKED: {unit} Sprint {id} {why}.\nLast failure: {last}\nTo retry: supervise resume {unit}\n(resume resets the sprint to PENDING and the work unit to RUNNING)"
+            ),
+        });
     }
 
     pub(super) fn condition(

@@ -329,6 +329,13 @@ pub const DONE_BEFORE_DISPATCH: &str = "done before dispatch";
 /// there, but its checks did not show it: not paid for, and run again.
 pub const NOT_SHOWN_DONE: &str = "no agent ran: the work said to be there was not shown";
 
+/// An attempt's outcome when its work no longer merged into the integration
+/// branch: a conflict round follows (see `Decider::conflict`).
+pub const CONFLICT: &str = "conflict";
+
+/// The conflict rounds a sprint gets before a person is asked to merge.
+pub const CONFLICT_ROUNDS: usize = 2;
+
 /// Outcomes of attempts that are not paid for: no agent ran.
 pub const UNCHARGED: [&str; 3] = [AGENT_COMMAND_FAILED, DONE_BEFORE_DISPATCH, NOT_SHOWN_DONE];
 

@@ -159,6 +159,11 @@ impl Decider<'_> {
                 failures: sp.failures,
                 partial: kind == DispatchKind::Continuation,
                 previous: sp.history.last().map(|h| h.tier),
+                conflict: kind == DispatchKind::Continuation
+                    && sp
+                        .history
+                        .last()
+                        .is_some_and(|h| h.outcome == super::CONFLICT),
             };
             let (tier, mut why) = select::select(&complexity, ctx);
             if let Some(path) = reordered.get(&u) {

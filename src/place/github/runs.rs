@@ -343,8 +343,7 @@ impl Operations {
             .await?;
         let merge_conflict = match pr {
             Some(number) if mergeable == Some(false) => Some(format!(
-                "pull request #{} does not merge cleanly into {}",
-                number,
+                "pull request #{number} does not merge cleanly into {0} (in the runner: `git merge origin/{0}`)",
                 integration_branch(&ctx.op)
             )),
             _ => None,

@@ -654,10 +654,10 @@ impl Git {
                             .map(|e| String::from_utf8_lossy(&e.path).into_owned())
                     })
                     .collect();
+                let integration = integration_branch(op);
                 ev.merge_conflict = Some(format!(
-                    "conflicts in {}; merge {} into this branch and resolve them",
+                    "`git merge {integration}` conflicts in {}",
                     paths.join(", "),
-                    integration_branch(op)
                 ));
             }
         }
