@@ -67,7 +67,7 @@ pub struct NotifySettings {
     /// `json` (the default) or `slack`.
     pub format: Option<crate::notify::Format>,
     /// The notices it wants (default: every one), by name: `blocked`,
-    /// `held`, `budget_reached`, `waiting_for_review`, `completed`, …
+    /// `held`, `budget_reached`, `manual_check`, `completed`, …
     pub events: Option<Vec<String>>,
 }
 

@@ -1497,6 +1497,13 @@ async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
         },
     )
     .await;
+    // The blog's settings raise its cap now; the operation in progress keeps
+    // the cap it started with, and the reply shows that one and says so.
+    s.fake.add_file(
+        BLOG,
+        ".github/supervise.yml",
+        &format!("{SETTINGS}{tens}daily_budget: 500\n"),
+    );
     // What was spent, on request: this repository's operations only.
     s.fake
         .comment(BLOG, blog, "mia", "/supervise spend", false)
@@ -1525,6 +1532,11 @@ async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
     );
     // The prices it says are the ones charged (SUPERVISE_COSTS), not the defaults.
     assert!(reply.contains("haiku 10, sonnet 10, opus 10"), "{reply}");
+    assert!(
+        reply.contains("enforce the cap their settings had when they started (20× a day)")
+            && reply.contains("now says 500× a day"),
+        "{reply}"
+    );
     let _ = r1.kill();
     let _ = r1.wait();
     let _ = r2.kill();

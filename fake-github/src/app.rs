@@ -51,6 +51,7 @@ impl Default for Grant {
             "issue_comment",
             "workflow_run",
             "pull_request",
+            "pull_request_review",
             "check_suite",
         ]
         .into_iter()

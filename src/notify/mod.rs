@@ -1,6 +1,6 @@
 //! Outgoing webhooks: telling whoever must act. The engine's notices — a
-//! unit BLOCKED, work held by a cap, a sprint that waits for a person's
-//! review, the operation completed — go, besides the issue or the terminal,
+//! unit BLOCKED, work held by a cap, a manual sprint that waits for a
+//! person's check, the operation completed — go, besides the issue or the terminal,
 //! to the addresses configured (`--notify`, `SUPERVISE_NOTIFY_URL`,
 //! `notify:` in the settings), as JSON signed like GitHub signs its webhooks
 //! (HMAC-SHA256 over the body, `X-Supervise-Signature-256: sha256=…`), or as
@@ -117,7 +117,7 @@ pub fn kind_name(kind: NoticeKind) -> &'static str {
     match kind {
         NoticeKind::Blocked => "blocked",
         NoticeKind::DeferredWaiting => "deferred_waiting",
-        NoticeKind::ManualCheck => "waiting_for_review",
+        NoticeKind::ManualCheck => "manual_check",
         NoticeKind::BudgetReached => "budget_reached",
         NoticeKind::Held => "held",
         NoticeKind::Draining => "draining",

@@ -15,15 +15,45 @@ use crate::telemetry::{waited, WaitStage};
 
 impl Operations {
     /// `/supervise spend`: this repository's operations over the last day and
-    /// week, against the daily budgets (the repository's from its settings on
-    /// the default branch).
+    /// week, against the daily budgets. The repository's cap shown is the one
+    /// its operations in progress enforce (captured from the settings when
+    /// each started); the settings on the default branch are read only for
+    /// the next start, and a difference is said.
     pub async fn spend(&self, o: &Origin) -> Result<String, OpError> {
         let repo = o.repo(&self.gh);
         // A file that does not read sets no cap here; `start` says why.
-        let repo_cap = super::repo_settings(&repo, None)
+        let file_cap = super::repo_settings(&repo, None)
             .await?
             .ok()
             .and_then(|f| f.daily_budget);
+        // From the store, not this replica's memory: another replica may
+        // hold an operation of the repository.
+        let mut enforced: Vec<Option<u64>> = self
+            .store
+            .operations(true)
+            .await?
+            .into_iter()
+            .filter(|row| row.repo == o.repo)
+            .filter_map(|row| serde_json::from_str::<OpContext>(&row.context).ok())
+            .map(|ctx| ctx.daily_budget)
+            .collect();
+        enforced.sort();
+        enforced.dedup();
+        // The strictest cap in force is the one that holds a dispatch first.
+        let repo_cap = if enforced.is_empty() {
+            file_cap
+        } else {
+            enforced.iter().flatten().min().copied()
+        };
+        let note = match enforced.as_slice() {
+            [] => None,
+            [only] if *only == file_cap => None,
+            _ => Some(format!(
+                "\n\nThe operations in progress enforce the cap their settings had when they started ({}); `.github/supervise.yml` on the default branch now says {}, which operations started from now on will use.",
+                enforced.iter().map(|c| cap_text(*c)).collect::<Vec<_>>().join(", "),
+                cap_text(file_cap)
+            )),
+        };
         let now = chrono::Utc::now();
         let records = self
             .store
@@ -38,7 +68,7 @@ impl Operations {
                 prices: self.limits.costs,
             },
             now,
-        ))
+        ) + note.as_deref().unwrap_or(""))
     }
 
     /// `/supervise start [plan]`: reads the plan and settings from the default
@@ -583,6 +613,11 @@ impl Operations {
         }
         Ok(())
     }
+}
+
+/// A daily cap as the spend reply writes it.
+fn cap_text(cap: Option<u64>) -> String {
+    cap.map_or_else(|| "no cap".to_string(), |c| format!("{c}× a day"))
 }
 
 impl Operations {
