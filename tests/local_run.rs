@@ -309,6 +309,51 @@ fn spend_counts_every_dispatch_of_every_operation_at_its_tier() {
         "{}",
         text(&out)
     );
+    // The scripted agent prices nothing: no dollars are made up.
+    assert_eq!(json["all"]["usd"]["attempts"], 0, "{json}");
+    assert!(text(&out).contains("| **—** |"), "{}", text(&out));
+}
+
+/// Dollars the agents' CLIs report are summed beside the relative units:
+/// two attempts that priced themselves at $0.0125 each (a failure between
+/// them, which reported nothing) are $0.0250 today, this week and in all.
+#[test]
+fn spend_adds_up_the_dollars_the_agents_reported() {
+    let repo = Repo::new(
+        "# Two
+
+## Sprint 1: Implement it
+- [ ] `Two-sprint-1.txt` exists
+## Sprint 2: Then this
+- [ ] `Two-sprint-2.txt` exists
+",
+        "Two 1 fail,priced
+Two 2 priced
+",
+    );
+    let out = repo.run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = repo.cmd(&["spend", "--json"]).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let usd = &json["operations"][0]["usd"];
+    assert_eq!(
+        (usd["day"].as_f64(), usd["total"].as_f64()),
+        (Some(0.025), Some(0.025)),
+        "{json}"
+    );
+    assert_eq!(usd["attempts"], 2, "{json}");
+    assert_eq!(json["all"]["usd"], *usd);
+    let out = repo.cmd(&["spend"]).output().unwrap();
+    assert!(
+        text(&out).contains("$0.0250 / $0.0250 / $0.0250"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("the 2 attempt(s) that priced themselves"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// Never silent, never done: only the wall-clock cap ends it (a minute, the

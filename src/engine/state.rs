@@ -616,6 +616,15 @@ impl OperationState {
             .filter(|h| h.charged)
     }
 
+    /// The dollars the agents' CLIs priced each closed, charged attempt at,
+    /// with when it was dispatched (attempts that reported none left out).
+    pub fn reported_dollars(
+        &self,
+    ) -> impl Iterator<Item = (DateTime<Utc>, super::usage::Usd)> + '_ {
+        self.charged_attempts()
+            .filter_map(|h| Some((h.dispatched_at, h.usage?.cost?)))
+    }
+
     /// What the agents' CLIs reported the closed, charged attempts used.
     pub fn reported_usage(&self) -> super::usage::Reported {
         let usages: Vec<Option<super::usage::Usage>> =

@@ -2,8 +2,11 @@
 //! 10, opus 30 per dispatch by default): every launched dispatch counts,
 //! retries and the one in flight included, at the cost its operation was
 //! configured with; one that never launched, or whose agent command could
-//! not run, costs nothing.
+//! not run, costs nothing. Beside them, the dollars the agents' CLIs
+//! reported for the attempts they priced (Claude Code does), summed over
+//! the same periods.
 
+use crate::engine::usage::Usd;
 use crate::engine::OperationState;
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
@@ -20,6 +23,56 @@ pub struct SpendRow {
     pub week: u64,
     pub total: u64,
     pub budget: Option<u64>,
+    /// Dollars the agents reported, over the same three periods.
+    pub usd: Dollars,
+}
+
+/// Dollars the agents' CLIs reported, in the 24 hours and 7 days before
+/// `now` and in all; `attempts`: how many attempts priced themselves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Dollars {
+    pub day: Usd,
+    pub week: Usd,
+    pub total: Usd,
+    pub attempts: usize,
+}
+
+impl Dollars {
+    fn of(st: &OperationState, now: DateTime<Utc>) -> Dollars {
+        st.reported_dollars()
+            .fold(Dollars::default(), |d, (at, usd)| Dollars {
+                day: if now - at <= Duration::days(1) {
+                    d.day + usd
+                } else {
+                    d.day
+                },
+                week: if now - at <= Duration::days(7) {
+                    d.week + usd
+                } else {
+                    d.week
+                },
+                total: d.total + usd,
+                attempts: d.attempts + 1,
+            })
+    }
+
+    fn plus(self, o: Dollars) -> Dollars {
+        Dollars {
+            day: self.day + o.day,
+            week: self.week + o.week,
+            total: self.total + o.total,
+            attempts: self.attempts + o.attempts,
+        }
+    }
+
+    /// `$0.0100 / $0.0300 / $0.0300`, or `—` when no attempt priced itself.
+    fn cell(self) -> String {
+        if self.attempts == 0 {
+            "—".to_string()
+        } else {
+            format!("{} / {} / {}", self.day, self.week, self.total)
+        }
+    }
 }
 
 /// One row per operation, newest first.
@@ -48,6 +101,7 @@ pub fn spend(states: &[OperationState], now: DateTime<Utc>) -> Vec<SpendRow> {
                     week,
                     total,
                     budget: st.config.budget,
+                    usd: Dollars::of(st, now),
                 },
             )
         })
@@ -62,6 +116,7 @@ pub struct SpendTotals {
     pub day: u64,
     pub week: u64,
     pub total: u64,
+    pub usd: Dollars,
 }
 
 impl SpendTotals {
@@ -70,6 +125,7 @@ impl SpendTotals {
             day: t.day + r.day,
             week: t.week + r.week,
             total: t.total + r.total,
+            usd: t.usd.plus(r.usd),
         })
     }
 }
@@ -81,26 +137,40 @@ pub fn spend_json(rows: &[SpendRow]) -> serde_json::Value {
 
 pub fn spend_table(rows: &[SpendRow]) -> String {
     let mut out = String::from(
-        "| Operation | Name | Status | Last 24 h | Last 7 days | Total | Budget |\n|---|---|---|---|---|---|---|\n",
+        "| Operation | Name | Status | Last 24 h | Last 7 days | Total | Budget | Reported by agents (24 h / 7 days / total) |\n|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {}× | {}× | {}× | {} |",
+            "| {} | {} | {} | {}× | {}× | {}× | {} | {} |",
             r.operation,
             r.name,
             r.status,
             r.day,
             r.week,
             r.total,
-            r.budget.map_or("—".to_string(), |b| format!("{b}×"))
+            r.budget.map_or("—".to_string(), |b| format!("{b}×")),
+            r.usd.cell()
         );
     }
-    let SpendTotals { day, week, total } = SpendTotals::of(rows);
+    let SpendTotals {
+        day,
+        week,
+        total,
+        usd,
+    } = SpendTotals::of(rows);
     let _ = writeln!(
         out,
-        "| **all** | | | **{day}×** | **{week}×** | **{total}×** | |"
+        "| **all** | | | **{day}×** | **{week}×** | **{total}×** | | **{}** |",
+        usd.cell()
     );
+    if usd.attempts > 0 {
+        let _ = writeln!(
+            out,
+            "\nDollars are what the agents' CLIs reported for the {} attempt(s) that priced themselves; the budget counts every dispatch in the units on the left.",
+            usd.attempts
+        );
+    }
     out
 }
 

@@ -10,6 +10,8 @@
 #          | chatty (prints for ever, ignoring SIGTERM) | prompt (commits the prompt it read)
 #          | shared (does its work and adds a line of its own to shared.txt, as
 #            another unit may: their branches then conflict)
+#          | priced (as ok, and ends with Claude Code's JSON result: 1,000
+#            tokens in, 200 out, $0.0125)
 #          | resolve (runs the `git merge …` its prompt names and resolves the
 #            conflicts keeping both sides, as asked; otherwise as ok)
 #   | hostile (ignores SIGTERM, leaves a background and a daemonized child, silent)
@@ -98,6 +100,10 @@ case "$action" in
       git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"
     fi
     echo "Done." ;;
+  priced)
+    echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"
+    echo '{"type":"result","subtype":"success","is_error":false,"num_turns":4,"result":"Done.","total_cost_usd":0.0125,"usage":{"input_tokens":1000,"output_tokens":200}}' ;;
   ok)
     echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"
     git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"
