@@ -985,6 +985,56 @@ async fn requests_per_sprint_are_a_small_constant() {
     }
 }
 
+/// An approval counts only from someone who may write to the repository,
+/// however the supervisor comes to look: here reconciliation asks every
+/// second, and a passer-by's approval, looked at again and again, merges
+/// nothing and starts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_approval_by_someone_who_cannot_write_merges_nothing() {
+    let s = Story::begin("").await;
+    s.fake.add_file(
+        REPO,
+        ".github/supervise.yml",
+        &format!("{SETTINGS}merge: after_review\n"),
+    );
+    s.say("/supervise start").await;
+    s.until("api Sprint 1's pull request", 120, |s| {
+        s.fake
+            .pulls(REPO)
+            .iter()
+            .any(|p| p.head.ends_with("/api/sprint-1"))
+            && s.fake.check_runs(REPO).iter().any(|c| {
+                c.name == "supervise: api Sprint 1" && c.conclusion.as_deref() == Some("success")
+            })
+    })
+    .await;
+    let pr = s
+        .fake
+        .pulls(REPO)
+        .into_iter()
+        .find(|p| p.head.ends_with("/api/sprint-1"))
+        .unwrap();
+    let since = s.fake.now();
+    s.fake.approve(REPO, pr.number, "passer-by");
+    s.until("the reviews read three times since the approval", 60, |s| {
+        s.fake
+            .request_log()
+            .iter()
+            .filter(|(at, endpoint, _)| *at > since && endpoint.ends_with("/pulls/{n}/reviews"))
+            .count()
+            >= 3
+    })
+    .await;
+    assert!(
+        !s.fake
+            .pulls(REPO)
+            .iter()
+            .any(|p| p.number == pr.number && p.merged),
+        "a passer-by's approval merged the sprint"
+    );
+    assert!(s.runs_of("/api/2/").is_empty(), "Sprint 2 started on it");
+}
+
 /// With `merge: after_review` a verified sprint's pull request waits for an
 /// approving review, and is merged on the review's webhook: reconciliation
 /// here comes only every ten minutes, so nothing else could have merged it.
@@ -1020,6 +1070,18 @@ async fn with_merge_after_review_a_sprint_waits_for_an_approval() {
         s.runs_of("/api/2/").is_empty(),
         "Sprint 2 waits for Sprint 1's merge"
     );
+    // Anyone may review a public repository's pull request: an approval by
+    // someone who cannot write merges nothing.
+    s.fake.approve(REPO, pr.number, "passer-by");
+    s.settle().await;
+    assert!(
+        !s.fake
+            .pulls(REPO)
+            .iter()
+            .any(|p| p.number == pr.number && p.merged),
+        "a stranger's approval merged the sprint"
+    );
+    assert!(s.runs_of("/api/2/").is_empty());
     s.fake.approve(REPO, pr.number, "mia");
     s.until("api Sprint 2 dispatched after the approval", 60, |s| {
         !s.runs_of("/api/2/").is_empty()

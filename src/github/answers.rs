@@ -215,6 +215,9 @@ pub struct DiffEntry {
 #[derive(Debug, Deserialize)]
 pub struct Review {
     pub state: String,
+    /// Who reviewed (null for a deleted account).
+    #[serde(default)]
+    pub user: Option<Login>,
 }
 
 #[derive(Debug, Deserialize)]

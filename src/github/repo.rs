@@ -633,11 +633,31 @@ impl Repo<'_> {
         }
     }
 
-    pub async fn approved(&self, number: i64) -> Result<bool, GitHubError> {
+    /// The reviewers whose latest word on pull request `number` is an
+    /// approval, as GitHub counts them: each person's last approval, request
+    /// for changes or dismissal stands, and a comment changes neither.
+    /// Whether they may approve is the caller's to ask.
+    pub async fn approvers(&self, number: i64) -> Result<Vec<String>, GitHubError> {
         let v: Vec<answers::Review> = self
             .list(&format!("/pulls/{number}/reviews?per_page=100"), None)
             .await?;
-        Ok(v.iter().any(|r| r.state == "APPROVED"))
+        let mut latest: Vec<(String, String)> = Vec::new();
+        for r in v {
+            let Some(user) = r.user else { continue };
+            if !matches!(
+                r.state.as_str(),
+                "APPROVED" | "CHANGES_REQUESTED" | "DISMISSED"
+            ) {
+                continue;
+            }
+            latest.retain(|(login, _)| *login != user.login);
+            latest.push((user.login, r.state));
+        }
+        Ok(latest
+            .into_iter()
+            .filter(|(_, state)| state == "APPROVED")
+            .map(|(login, _)| login)
+            .collect())
     }
 
     /// The files a pull request changes and is left with (removed ones left out).

@@ -81,7 +81,7 @@ impl GitHubExecutor<'_> {
                     }
                 };
                 if merge_mode(&ctx, state, unit, sprint) == MergeMode::AfterReview
-                    && !repo.approved(number).await?
+                    && !approved_by_a_writer(&repo, number).await?
                 {
                     return Ok(Outcome::Wait(vec![]));
                 }
@@ -778,6 +778,21 @@ impl Operations {
 /// How a sprint's pull request is merged: as the repository's settings say;
 /// where they say nothing, immediately — but after an approving review for
 /// a sprint completed on the agent's word, which no machine checked.
+/// Whether someone who may write to the repository approves the pull
+/// request: anyone can review a public repository's pull request, and an
+/// approval by someone who could not merge it lets nothing merge here.
+async fn approved_by_a_writer(repo: &Repo<'_>, number: i64) -> Result<bool, GitHubError> {
+    use crate::commands::auth::Permission;
+    for login in repo.approvers(number).await? {
+        if let Ok(role) = repo.role(&login).await? {
+            if Permission::parse(&role) >= Permission::Write {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
 fn merge_mode(
     ctx: &OpContext,
     state: Option<&OperationState>,

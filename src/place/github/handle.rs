@@ -8,7 +8,7 @@
 use crate::commands::auth::{self, Actor, Permission, Policy, Verdict};
 use crate::commands::{help_text, parse_comment, Command, ParseError};
 use crate::github::event::Event;
-use crate::github::payload::{CheckSuiteEvent, CommentEvent, PullRequestEvent};
+use crate::github::payload::{CheckSuiteEvent, CommentEvent, PullRequestEvent, ReviewEvent};
 use crate::github::{GitHub, GitHubError};
 use crate::place::github::{OpError, Operations, Origin, WorkflowKind};
 use crate::store::sql::SqlStore;
@@ -265,9 +265,33 @@ impl Handler {
             Event::PullRequest(pr) => self.pull_request(pr).await,
             Event::CheckSuite(suite) => self.check_suite(suite).await,
             Event::PullRequestReview(review) if review.approves_a_sprint() => {
-                self.ops.approved(&review.repo).await
+                self.review_approved(review).await
             }
             Event::PullRequestReview(_) => Ok(()),
+        }
+    }
+
+    /// An approval of a sprint's pull request: if its reviewer may write to
+    /// the repository, the operations waiting for it merge now. Anyone can
+    /// review a public repository's pull request; a stranger's approval
+    /// costs one question and moves nothing.
+    async fn review_approved(&self, review: ReviewEvent) -> Result<(), OpError> {
+        let Some(installation) = self.installation(review.installation) else {
+            return Ok(());
+        };
+        let repo = crate::github::repo::Repo {
+            gh: &self.github,
+            installation,
+            name: &review.repo,
+        };
+        match repo.role(&review.login).await? {
+            Ok(role) if Permission::parse(&role) >= Permission::Write => {
+                self.ops.approved(&review.repo).await
+            }
+            _ => {
+                tracing::info!(login = %review.login, "an approval by someone who cannot write; not acted on");
+                Ok(())
+            }
         }
     }
 
