@@ -1,9 +1,12 @@
 //! What the supervisor does with what is said to it on GitHub, whichever door
-//! the event came in by (`supervise serve` or the Action): a comment's
-//! commands are parsed, authorised against the person's role and the
-//! repository's rules, carried out on the operation and answered in
-//! one reply; a `workflow_run` event goes to its operation; a `pull_request`
-//! that changes a plan gets the `supervise: plan` check run.
+//! the event came in by (`supervise serve` or the Action), once it is read
+//! into an [`Event`]: a comment's commands are parsed, authorised against
+//! the person's role and the repository's rules, carried out on the issue's
+//! operation and answered in one reply; a `workflow_run` goes to its
+//! operation; a `pull_request` that changes a plan gets the `supervise:
+//! plan` check run; an approval by someone who may write lets the sprints
+//! waiting for it merge now; a finished `check_suite` lets verifications
+//! waiting for CI go on.
 
 use crate::commands::auth::{self, Actor, Permission, Policy, Verdict};
 use crate::commands::{help_text, parse_comment, Command, ParseError};
