@@ -7,7 +7,7 @@
 //! it, the secrets its agents need (names only), the plan and the settings.
 
 use crate::contract::AGENT_WORKFLOW_INPUTS;
-use crate::github::answers::{read, AppInfo, HookDelivery, SecretNames};
+use crate::github::answers::{read, AppInfo, HookDelivery, Installation, SecretNames};
 use crate::github::repo::Repo;
 use crate::github::{GitHub, GitHubError};
 use serde::Serialize;
@@ -101,51 +101,21 @@ fn delivery_reason(code: i64) -> &'static str {
     }
 }
 
+/// What the App's manifest asks of an installation.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Manifest {
+    #[serde(default)]
+    default_permissions: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    default_events: Vec<String>,
+}
+
 /// Runs every check; the ones that cannot run without an earlier one say so.
 pub async fn check(t: &Target<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
-    let manifest: serde_json::Value = serde_json::from_str(MANIFEST).unwrap_or_default();
     // 1. The App's key.
-    let app = match t.github.app_get("/app").await {
-        Ok(r) => match serde_json::from_str(&r.body)
-            .map_err(|e| e.to_string())
-            .and_then(|v| read::<AppInfo>("GET /app", v).map_err(|e| e.to_string()))
-        {
-            Ok(a) => {
-                out.push(Finding::pass(
-                    "App credentials",
-                    format!("GitHub accepts the key of App {} (id {})", a.name, a.id),
-                ));
-                Some(a)
-            }
-            Err(e) => {
-                out.push(Finding::fail(
-                    "App credentials",
-                    e,
-                    "check GITHUB_API_URL: it must be GitHub's REST API",
-                ));
-                None
-            }
-        },
-        Err(GitHubError::Http {
-            status: 401, body, ..
-        }) => {
-            out.push(Finding::fail(
-                "App credentials",
-                format!("GitHub refuses the App's JWT (401: {body})"),
-                "GITHUB_APP_ID and the private key do not belong together: generate a new private key on the App's settings page and point GITHUB_PRIVATE_KEY_PATH at it",
-            ));
-            None
-        }
-        Err(e) => {
-            out.push(Finding::fail(
-                "App credentials",
-                e.to_string(),
-                "check GITHUB_API_URL and that GitHub can be reached",
-            ));
-            None
-        }
-    };
+    let (found, app) = app_credentials(t).await;
+    out.push(found);
     let slug = app
         .as_ref()
         .and_then(|a| a.slug.clone())
@@ -159,123 +129,23 @@ pub async fn check(t: &Target<'_>) -> Vec<Finding> {
             ));
             None
         }
-        Some(_) => match t.github.repo_installation(t.repo).await {
-            Ok(Some(i)) => {
-                out.push(Finding::pass(
-                    "Installation",
-                    format!("installed on {} (installation {})", t.repo, i.id),
-                ));
-                Some(i)
-            }
-            Ok(None) => {
-                out.push(Finding::fail(
-                    "Installation",
-                    format!("the App is not installed on {}", t.repo),
-                    format!(
-                        "install it: {}/apps/{slug}/installations/new (choose {})",
-                        t.web_url, t.repo
-                    ),
-                ));
-                None
-            }
-            Err(e @ GitHubError::Unexpected { .. }) => {
-                out.push(Finding::fail(
-                    "Installation",
-                    e.to_string(),
-                    "report this answer: GitHub's installation is not what its API describes",
-                ));
-                None
-            }
-            Err(e) => {
-                out.push(Finding::fail(
-                    "Installation",
-                    e.to_string(),
-                    "check the repository's name (owner/name)",
-                ));
-                None
-            }
-        },
+        Some(_) => {
+            let (found, installation) = installation(t, &slug).await;
+            out.push(found);
+            installation
+        }
     };
     match &installation {
         None => {
             out.push(Finding::skipped("Permissions", "needs the installation"));
             out.push(Finding::skipped("Events", "needs the installation"));
         }
-        Some(i) => {
-            let wanted = manifest["default_permissions"]
-                .as_object()
-                .cloned()
-                .unwrap_or_default();
-            let short: Vec<String> = wanted
-                .iter()
-                .filter_map(|(name, want)| {
-                    let want = want.as_str().unwrap_or("read");
-                    let has = i
-                        .permissions
-                        .get(name)
-                        .map(String::as_str)
-                        .unwrap_or("none");
-                    (level(has) < level(want)).then(|| format!("{name}: {want} (has {has})"))
-                })
-                .collect();
-            out.push(if short.is_empty() {
-                Finding::pass("Permissions", format!("{} permission(s) as the manifest asks", wanted.len()))
-            } else {
-                Finding::fail(
-                    "Permissions",
-                    format!("missing {}", short.join(", ")),
-                    format!("grant them in the App's settings ({}/settings/apps/{slug}/permissions), then accept the new permissions on the installation", t.web_url),
-                )
-            });
-            let events: Vec<String> = manifest["default_events"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|e| e.as_str())
-                .filter(|e| !i.events.iter().any(|x| x == e))
-                .map(str::to_string)
-                .collect();
-            out.push(if events.is_empty() {
-                Finding::pass("Events", "every event the supervisor acts on is subscribed")
-            } else {
-                Finding::fail(
-                    "Events",
-                    format!("not subscribed to {}", events.join(", ")),
-                    format!("subscribe to them in the App's settings ({}/settings/apps/{slug}/permissions)", t.web_url),
-                )
-            });
-        }
+        Some(i) => out.extend(grants(t, i, &slug)),
     }
     // 3. The webhook's recent deliveries.
     out.push(match &app {
         None => Finding::skipped("Webhook deliveries", "needs the App's credentials"),
-        Some(_) => match t.github.app_get("/app/hook/deliveries?per_page=50").await {
-            Ok(r) => {
-                let items: Vec<serde_json::Value> = serde_json::from_str(&r.body).unwrap_or_default();
-                let all: Vec<HookDelivery> = items
-                    .into_iter()
-                    .filter_map(|v| read::<HookDelivery>("a hook delivery", v).ok())
-                    .collect();
-                let failed: Vec<&HookDelivery> = all.iter().filter(|d| !(200..300).contains(&d.status_code)).collect();
-                match (all.len(), failed.first()) {
-                    (0, _) => Finding::skipped("Webhook deliveries", "GitHub has sent none yet: comment on an issue of an installed repository to send one"),
-                    (n, None) => Finding::pass("Webhook deliveries", format!("the last {n} were answered 2xx")),
-                    (n, Some(last)) => Finding::fail(
-                        "Webhook deliveries",
-                        format!(
-                            "{} of the last {n} failed; the latest ({}, {}) got {}: {}",
-                            failed.len(),
-                            last.event,
-                            last.delivered_at,
-                            last.status_code,
-                            last.status
-                        ),
-                        delivery_reason(last.status_code),
-                    ),
-                }
-            }
-            Err(e) => Finding::fail("Webhook deliveries", e.to_string(), "the App needs a webhook: set its URL and secret in the App's settings"),
-        },
+        Some(_) => deliveries(t).await,
     });
     // 4. The service.
     out.push(match t.service_url {
@@ -294,8 +164,191 @@ pub async fn check(t: &Target<'_>) -> Vec<Finding> {
         installation: i.id,
         name: t.repo,
     };
+    out.push(agent_workflow(t, &repo).await);
+    out.push(secrets(t, i.id).await);
+    out.push(plan(t, &repo).await);
+    out.push(settings(&repo).await);
+    out
+}
+
+/// 1. Whether GitHub accepts the App's key, and the App it belongs to.
+async fn app_credentials(t: &Target<'_>) -> (Finding, Option<AppInfo>) {
+    const CHECK: &str = "App credentials";
+    match t.github.app_get("/app").await {
+        Ok(r) => match serde_json::from_str(&r.body)
+            .map_err(|e| e.to_string())
+            .and_then(|v| read::<AppInfo>("GET /app", v).map_err(|e| e.to_string()))
+        {
+            Ok(a) => (
+                Finding::pass(
+                    CHECK,
+                    format!("GitHub accepts the key of App {} (id {})", a.name, a.id),
+                ),
+                Some(a),
+            ),
+            Err(e) => (
+                Finding::fail(CHECK, e, "check GITHUB_API_URL: it must be GitHub's REST API"),
+                None,
+            ),
+        },
+        Err(GitHubError::Http {
+            status: 401, body, ..
+        }) => (
+            Finding::fail(
+                CHECK,
+                format!("GitHub refuses the App's JWT (401: {body})"),
+                "GITHUB_APP_ID and the private key do not belong together: generate a new private key on the App's settings page and point GITHUB_PRIVATE_KEY_PATH at it",
+            ),
+            None,
+        ),
+        Err(e) => (
+            Finding::fail(
+                CHECK,
+                e.to_string(),
+                "check GITHUB_API_URL and that GitHub can be reached",
+            ),
+            None,
+        ),
+    }
+}
+
+/// 2. The App's installation on the repository.
+async fn installation(t: &Target<'_>, slug: &str) -> (Finding, Option<Installation>) {
+    const CHECK: &str = "Installation";
+    match t.github.repo_installation(t.repo).await {
+        Ok(Some(i)) => (
+            Finding::pass(
+                CHECK,
+                format!("installed on {} (installation {})", t.repo, i.id),
+            ),
+            Some(i),
+        ),
+        Ok(None) => (
+            Finding::fail(
+                CHECK,
+                format!("the App is not installed on {}", t.repo),
+                format!(
+                    "install it: {}/apps/{slug}/installations/new (choose {})",
+                    t.web_url, t.repo
+                ),
+            ),
+            None,
+        ),
+        Err(e @ GitHubError::Unexpected { .. }) => (
+            Finding::fail(
+                CHECK,
+                e.to_string(),
+                "report this answer: GitHub's installation is not what its API describes",
+            ),
+            None,
+        ),
+        Err(e) => (
+            Finding::fail(
+                CHECK,
+                e.to_string(),
+                "check the repository's name (owner/name)",
+            ),
+            None,
+        ),
+    }
+}
+
+/// 2. The installation's permissions and events against the manifest's.
+fn grants(t: &Target<'_>, i: &Installation, slug: &str) -> [Finding; 2] {
+    let manifest: Manifest = serde_json::from_str(MANIFEST).unwrap_or_default();
+    let settings = format!("{}/settings/apps/{slug}/permissions", t.web_url);
+    let short: Vec<String> = manifest
+        .default_permissions
+        .iter()
+        .filter_map(|(name, want)| {
+            let has = i
+                .permissions
+                .get(name)
+                .map(String::as_str)
+                .unwrap_or("none");
+            (level(has) < level(want)).then(|| format!("{name}: {want} (has {has})"))
+        })
+        .collect();
+    let permissions = if short.is_empty() {
+        Finding::pass(
+            "Permissions",
+            format!(
+                "{} permission(s) as the manifest asks",
+                manifest.default_permissions.len()
+            ),
+        )
+    } else {
+        Finding::fail(
+            "Permissions",
+            format!("missing {}", short.join(", ")),
+            format!("grant them in the App's settings ({settings}), then accept the new permissions on the installation"),
+        )
+    };
+    let missing: Vec<&str> = manifest
+        .default_events
+        .iter()
+        .filter(|e| !i.events.contains(e))
+        .map(String::as_str)
+        .collect();
+    let events = if missing.is_empty() {
+        Finding::pass("Events", "every event the supervisor acts on is subscribed")
+    } else {
+        Finding::fail(
+            "Events",
+            format!("not subscribed to {}", missing.join(", ")),
+            format!("subscribe to them in the App's settings ({settings})"),
+        )
+    };
+    [permissions, events]
+}
+
+/// 3. The webhook's recent deliveries, as GitHub recorded them.
+async fn deliveries(t: &Target<'_>) -> Finding {
+    const CHECK: &str = "Webhook deliveries";
+    let r = match t.github.app_get("/app/hook/deliveries?per_page=50").await {
+        Ok(r) => r,
+        Err(e) => {
+            return Finding::fail(
+                CHECK,
+                e.to_string(),
+                "the App needs a webhook: set its URL and secret in the App's settings",
+            )
+        }
+    };
+    let items: Vec<serde_json::Value> = serde_json::from_str(&r.body).unwrap_or_default();
+    let all: Vec<HookDelivery> = items
+        .into_iter()
+        .filter_map(|v| read::<HookDelivery>("a hook delivery", v).ok())
+        .collect();
+    let failed: Vec<&HookDelivery> = all
+        .iter()
+        .filter(|d| !(200..300).contains(&d.status_code))
+        .collect();
+    match (all.len(), failed.first()) {
+        (0, _) => Finding::skipped(
+            CHECK,
+            "GitHub has sent none yet: comment on an issue of an installed repository to send one",
+        ),
+        (n, None) => Finding::pass(CHECK, format!("the last {n} were answered 2xx")),
+        (n, Some(last)) => Finding::fail(
+            CHECK,
+            format!(
+                "{} of the last {n} failed; the latest ({}, {}) got {}: {}",
+                failed.len(),
+                last.event,
+                last.delivered_at,
+                last.status_code,
+                last.status
+            ),
+            delivery_reason(last.status_code),
+        ),
+    }
+}
+
+/// 5. The agent workflow on the default branch, and the inputs it declares.
+async fn agent_workflow(t: &Target<'_>, repo: &Repo<'_>) -> Finding {
     let path = format!(".github/workflows/{}", super::DEFAULT_WORKFLOW);
-    out.push(match repo.file(&path, None).await {
+    match repo.file(&path, None).await {
         Ok(Some((text, _))) => workflow_inputs(&text, &path),
         Ok(None) => Finding::fail(
             "Agent workflow",
@@ -310,29 +363,45 @@ pub async fn check(t: &Target<'_>) -> Vec<Finding> {
             e.to_string(),
             "the installation needs contents: read",
         ),
-    });
-    out.push(match t.github.get(i.id, &format!("/repos/{}/actions/secrets", t.repo)).await {
+    }
+}
+
+/// 6. A model provider's key among the repository's secrets (names only).
+async fn secrets(t: &Target<'_>, installation: u64) -> Finding {
+    const CHECK: &str = "Secrets";
+    match t
+        .github
+        .get(installation, &format!("/repos/{}/actions/secrets", t.repo))
+        .await
+    {
         Ok(r) => match serde_json::from_str(&r.body)
             .map_err(|e| e.to_string())
             .and_then(|v| read::<SecretNames>("GET secrets", v).map_err(|e| e.to_string()))
         {
             Ok(s) if s.secrets.iter().any(|x| PROVIDER_SECRETS.contains(&x.name.as_str())) => {
-                Finding::pass("Secrets", "a model provider's key is set for the agents")
+                Finding::pass(CHECK, "a model provider's key is set for the agents")
             }
             Ok(_) => Finding::fail(
-                "Secrets",
+                CHECK,
                 format!("none of {} is set", PROVIDER_SECRETS.join(", ")),
-                format!("add your model provider's key as a repository secret: {}/{}/settings/secrets/actions", t.web_url, t.repo),
+                format!(
+                    "add your model provider's key as a repository secret: {}/{}/settings/secrets/actions",
+                    t.web_url, t.repo
+                ),
             ),
-            Err(e) => Finding::fail("Secrets", e, "report this answer"),
+            Err(e) => Finding::fail(CHECK, e, "report this answer"),
         },
         Err(GitHubError::Http { status: 403, .. }) => Finding::skipped(
-            "Secrets",
+            CHECK,
             "the App may not read secret names (grant `secrets: read` to check them)",
         ),
-        Err(e) => Finding::fail("Secrets", e.to_string(), "check the installation's permissions"),
-    });
-    out.push(match repo.file(t.plan, None).await {
+        Err(e) => Finding::fail(CHECK, e.to_string(), "check the installation's permissions"),
+    }
+}
+
+/// 7. The plan on the default branch reads.
+async fn plan(t: &Target<'_>, repo: &Repo<'_>) -> Finding {
+    match repo.file(t.plan, None).await {
         Ok(Some((text, _))) => match crate::plan::parse(&text, t.plan) {
             Ok(p) => Finding::pass(
                 "Plan",
@@ -369,30 +438,28 @@ pub async fn check(t: &Target<'_>) -> Vec<Finding> {
             e.to_string(),
             "the installation needs contents: read",
         ),
-    });
-    out.push(match super::repo_settings(&repo, None).await {
+    }
+}
+
+/// 8. The repository's settings read.
+async fn settings(repo: &Repo<'_>) -> Finding {
+    let file = crate::settings::REPO_FILE;
+    match super::repo_settings(repo, None).await {
         Ok(Ok(_)) => Finding::pass(
             "Settings",
-            format!(
-                "{} is valid (or absent: the defaults)",
-                crate::settings::REPO_FILE
-            ),
+            format!("{file} is valid (or absent: the defaults)"),
         ),
         Ok(Err(e)) => Finding::fail(
             "Settings",
             e,
-            format!(
-                "fix {}; the schema is schema/supervise.schema.json",
-                crate::settings::REPO_FILE
-            ),
+            format!("fix {file}; the schema is schema/supervise.schema.json"),
         ),
         Err(e) => Finding::fail(
             "Settings",
             e.to_string(),
             "the installation needs contents: read",
         ),
-    });
-    out
+    }
 }
 
 /// Whether the agent workflow declares every input this version sends.
