@@ -319,6 +319,12 @@ pub const AGENT_WORKFLOW_INPUTS: [&str; 11] = [
     "branch",
 ];
 
+/// Variables of the supervisor's own that neither an agent nor the wrapper
+/// around it (whose environment the agent could read in `/proc`) is started
+/// with: a key it could sign with elsewhere (the notices' signing key, read
+/// once by the supervisor at start).
+pub const WITHHELD_FROM_AGENTS: &[&str] = &["SUPERVISE_NOTIFY_SECRET"];
+
 /// The environment an agent is started with (documented in the README's
 /// "agent contract"); `prompt_file` is where the prompt was written and
 /// `answer_file` where a structured answer goes (see [`answer_path`]).

@@ -985,27 +985,20 @@ async fn requests_per_sprint_are_a_small_constant() {
     }
 }
 
-/// An approval counts only from someone who may write to the repository,
-/// however the supervisor comes to look: here reconciliation asks every
-/// second, and a passer-by's approval, looked at again and again, merges
-/// nothing and starts nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_approval_by_someone_who_cannot_write_merges_nothing() {
-    let s = Story::begin("").await;
+/// A story with `merge: after_review` whose api Sprint 1 is verified and
+/// waits for an approval: the story and that sprint's pull request.
+async fn a_sprint_waiting_for_review(setup: Setup) -> (Story, fake_github::Pull) {
+    let s = Story::start(setup).await;
     s.fake.add_file(
         REPO,
         ".github/supervise.yml",
         &format!("{SETTINGS}merge: after_review\n"),
     );
     s.say("/supervise start").await;
-    s.until("api Sprint 1's pull request", 120, |s| {
-        s.fake
-            .pulls(REPO)
-            .iter()
-            .any(|p| p.head.ends_with("/api/sprint-1"))
-            && s.fake.check_runs(REPO).iter().any(|c| {
-                c.name == "supervise: api Sprint 1" && c.conclusion.as_deref() == Some("success")
-            })
+    s.until("api Sprint 1 verified", 120, |s| {
+        s.fake.check_runs(REPO).iter().any(|c| {
+            c.name == "supervise: api Sprint 1" && c.conclusion.as_deref() == Some("success")
+        })
     })
     .await;
     let pr = s
@@ -1014,6 +1007,16 @@ async fn an_approval_by_someone_who_cannot_write_merges_nothing() {
         .into_iter()
         .find(|p| p.head.ends_with("/api/sprint-1"))
         .unwrap();
+    (s, pr)
+}
+
+/// An approval counts only from someone who may write to the repository,
+/// however the supervisor comes to look: here reconciliation asks every
+/// second, and a passer-by's approval, looked at again and again, merges
+/// nothing and starts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_approval_by_someone_who_cannot_write_merges_nothing() {
+    let (s, pr) = a_sprint_waiting_for_review(Setup::operation(PLAN, "")).await;
     let since = s.fake.now();
     s.fake.approve(REPO, pr.number, "passer-by");
     s.until("the reviews read three times since the approval", 60, |s| {
@@ -1040,30 +1043,14 @@ async fn an_approval_by_someone_who_cannot_write_merges_nothing() {
 /// here comes only every ten minutes, so nothing else could have merged it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_merge_after_review_a_sprint_waits_for_an_approval() {
-    let s = Story::start(Setup::operation(PLAN, "").reconcile_secs(600)).await;
-    s.fake.add_file(
-        REPO,
-        ".github/supervise.yml",
-        &format!("{SETTINGS}merge: after_review\n"),
-    );
-    s.say("/supervise start").await;
-    let verified = |s: &Story, name: &str| {
-        s.fake
-            .check_runs(REPO)
-            .iter()
-            .any(|c| c.name == name && c.conclusion.as_deref() == Some("success"))
-    };
-    s.until("api Sprint 1 verified", 120, |s| {
-        verified(s, "supervise: api Sprint 1")
-    })
-    .await;
+    let (s, pr) = a_sprint_waiting_for_review(Setup::operation(PLAN, "").reconcile_secs(600)).await;
     // Verified, but not merged, and the unit's next sprint waits for it.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let pr = s
         .fake
         .pulls(REPO)
         .into_iter()
-        .find(|p| p.head.ends_with("/api/sprint-1"))
+        .find(|p| p.number == pr.number)
         .unwrap();
     assert!(!pr.merged, "not merged before a review");
     assert!(

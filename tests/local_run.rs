@@ -2001,6 +2001,36 @@ fn notices_reach_a_signed_webhook_once_each() {
     );
 }
 
+/// The key notices are signed with stays with the supervisor: an agent (and
+/// the wrapper around it, whose environment it could read) is started
+/// without it, while the variables of its contract are there.
+#[test]
+fn the_notices_key_never_reaches_an_agent() {
+    let repo = Repo::new(PLAN, "docs 1 envnames\n");
+    let out = repo
+        .cmd(&["run"])
+        .env("SUPERVISE_NOTIFY_SECRET", "notify-key")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let op = repo.state()["id"].as_str().unwrap().to_string();
+    let names = git(
+        &repo.root,
+        &[
+            "show",
+            &format!("supervise/{op}/integration:docs/docs-sprint-1.txt"),
+        ],
+    );
+    assert!(
+        names.lines().any(|l| l == "SUPERVISE_DISPATCH_ID"),
+        "{names}"
+    );
+    assert!(
+        !names.lines().any(|l| l == "SUPERVISE_NOTIFY_SECRET"),
+        "{names}"
+    );
+}
+
 /// A receiver that takes notices and never answers holds nothing up: the
 /// operation runs to its end while the receiver still holds the request.
 #[test]
@@ -2013,9 +2043,12 @@ fn a_receiver_that_never_answers_does_not_hold_the_operation() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(repo.state()["status"], "COMPLETED");
-    assert!(
-        !receiver.notices().is_empty(),
-        "the completed notice was taken, and is still unanswered"
+    // One request: the completed notice, taken and still unanswered. A
+    // sender the operation waited for would have tried it again first.
+    assert_eq!(
+        receiver.notices().len(),
+        1,
+        "the completed notice was taken once, and is still unanswered"
     );
 }
 

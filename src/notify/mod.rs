@@ -253,11 +253,6 @@ impl Notifier {
         Ok(Notifier::start(vec![hook], secret_from_env()))
     }
 
-    /// Whether any receiver is configured.
-    pub fn is_on(&self) -> bool {
-        self.inner.is_some()
-    }
-
     /// Queues a notice for the receivers that want its kind; never waits.
     pub fn tell(&self, kind: NoticeKind, notice: Notice) {
         let Some(inner) = &self.inner else { return };

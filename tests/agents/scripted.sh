@@ -10,6 +10,8 @@
 #          | chatty (prints for ever, ignoring SIGTERM) | prompt (commits the prompt it read)
 #          | shared (does its work and adds a line of its own to shared.txt, as
 #            another unit may: their branches then conflict)
+#          | envnames (as ok, with the names of its environment's variables
+#            in its sprint's file)
 #          | priced (as ok, and ends with Claude Code's JSON result: 1,000
 #            tokens in, 200 out, $0.0125)
 #          | resolve (runs the `git merge …` its prompt names and resolves the
@@ -99,6 +101,10 @@ case "$action" in
       echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"
       git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"
     fi
+    echo "Done." ;;
+  envnames)
+    { echo "done by $SUPERVISE_DISPATCH_ID"; env | cut -d= -f1; } > "$file"
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT (its environment's names)"
     echo "Done." ;;
   priced)
     echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"

@@ -642,7 +642,7 @@ impl Decider<'_> {
             self.block(
                 u,
                 s,
-                format!("its branch still does not merge after {CONFLICT_ROUNDS} conflict rounds"),
+                format!("still does not merge after {CONFLICT_ROUNDS} conflict rounds"),
                 &conflict,
             );
             return;

@@ -775,24 +775,21 @@ impl Operations {
 
 /// Whether the attempt `d` ended with its sprint found done before an agent
 /// was launched (so it has no run, branch or pull request to merge).
-/// How a sprint's pull request is merged: as the repository's settings say;
-/// where they say nothing, immediately — but after an approving review for
-/// a sprint completed on the agent's word, which no machine checked.
 /// Whether someone who may write to the repository approves the pull
 /// request: anyone can review a public repository's pull request, and an
 /// approval by someone who could not merge it lets nothing merge here.
 async fn approved_by_a_writer(repo: &Repo<'_>, number: i64) -> Result<bool, GitHubError> {
-    use crate::commands::auth::Permission;
     for login in repo.approvers(number).await? {
-        if let Ok(role) = repo.role(&login).await? {
-            if Permission::parse(&role) >= Permission::Write {
-                return Ok(true);
-            }
+        if super::may_write(repo, &login).await? {
+            return Ok(true);
         }
     }
     Ok(false)
 }
 
+/// How a sprint's pull request is merged: as the repository's settings say;
+/// where they say nothing, immediately — but after an approving review for
+/// a sprint completed on the agent's word, which no machine checked.
 fn merge_mode(
     ctx: &OpContext,
     state: Option<&OperationState>,

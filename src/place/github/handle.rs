@@ -287,14 +287,11 @@ impl Handler {
             installation,
             name: &review.repo,
         };
-        match repo.role(&review.login).await? {
-            Ok(role) if Permission::parse(&role) >= Permission::Write => {
-                self.ops.approved(&review.repo).await
-            }
-            _ => {
-                tracing::info!(login = %review.login, "an approval by someone who cannot write; not acted on");
-                Ok(())
-            }
+        if crate::place::github::may_write(&repo, &review.login).await? {
+            self.ops.approved(&review.repo).await
+        } else {
+            tracing::info!(login = %review.login, "an approval by someone who cannot write; not acted on");
+            Ok(())
         }
     }
 

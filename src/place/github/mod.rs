@@ -314,6 +314,17 @@ impl Origin {
     }
 }
 
+/// Whether `login` may write to the repository (write, maintain or admin,
+/// custom roles as GitHub maps them): what an approval needs to count, as
+/// commands are authorised. A role that cannot be read counts as no.
+pub(crate) async fn may_write(repo: &Repo<'_>, login: &str) -> Result<bool, GitHubError> {
+    use crate::commands::auth::Permission;
+    Ok(repo
+        .role(login)
+        .await?
+        .is_ok_and(|role| Permission::parse(&role) >= Permission::Write))
+}
+
 /// The repository's settings file at `rev` (the default branch when `None`):
 /// its settings (the defaults when there is none), or why it cannot be used.
 /// The one reader of the file on GitHub; each caller decides what an

@@ -244,6 +244,9 @@ fn wrapper_command() -> Result<Command> {
     let exe = std::env::current_exe().context("finding the supervise executable")?;
     let mut cmd = Command::new(exe);
     cmd.arg("__run-agent").stdout(Stdio::null());
+    for name in crate::contract::WITHHELD_FROM_AGENTS {
+        cmd.env_remove(name);
+    }
     // SAFETY: setsid is async-signal-safe and touches no memory of ours.
     unsafe {
         cmd.pre_exec(|| {
@@ -574,6 +577,9 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         .canonicalize()
         .unwrap_or_else(|_| spec.checkout.clone());
     let spawn = |mut cmd: Command| -> std::io::Result<std::process::Child> {
+        for name in crate::contract::WITHHELD_FROM_AGENTS {
+            cmd.env_remove(name);
+        }
         cmd.current_dir(&spec.checkout)
             .stdin(File::open(&prompt_file)?)
             .stdout(writer.try_clone()?)
