@@ -2,7 +2,7 @@
 """The crate's import graph between its modules, measured from the source.
 
 A module is a folder or file directly under src/ (place/ counts as its two
-places, place/local and place/github). An edge A -> B is any `crate::B`
+places, place/local and place/hosted). An edge A -> B is any `crate::B`
 path (in a `use` or inline) in a file of A, comments aside. Prints the
 modules, the edges, the import levels (the longest chain of imports under
 each module) and every cycle. Exit status 1 when there is a cycle, or when

@@ -3,7 +3,7 @@
 //! Layers (see the README's architecture part): [`plan`] reads the plan,
 //! [`engine`] decides, [`report`] renders text; [`drive`] is the one loop that
 //! feeds the engine; a [`place`] carries its effects out (`place::local` for
-//! processes on this machine, `place::github` for Actions runs) through the
+//! processes on this machine, `place::hosted` for Actions runs) through the
 //! adapters ([`github`] for GitHub's REST API, [`store`] for the log); the
 //! front doors ([`cli`], [`server`]) are thin.
 

@@ -47,6 +47,9 @@ pub struct FileSettings {
     /// On GitHub: merge a verified sprint's pull request `immediately` or
     /// `after_review` (an approving review).
     pub merge: Option<MergeMode>,
+    /// On GitHub, when a sprint's pull request waits for review: how many
+    /// people who may write must approve it (default 1).
+    pub required_approvals: Option<std::num::NonZeroU32>,
     /// Work without a written plan (`solve`, `manage`): research agents,
     /// the research success share, debug rounds, the test command, max tasks.
     pub without_plan: Option<crate::engine::workflow::WorkflowSettings>,
@@ -166,6 +169,7 @@ pub const KEYS: &[&str] = &[
     "bots",
     "workflow",
     "merge",
+    "required_approvals",
     "without_plan",
     "agent_may_change_workflows",
     "notify",

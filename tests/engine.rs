@@ -2023,7 +2023,7 @@ fn a_criterion_failing_on_the_final_head_fails_the_verdict_with_steps_that_type(
             verification: verification.clone(),
         })
         .unwrap();
-    let notice = notices(&sim, NoticeKind::Blocked).join("\n");
+    let notice = notices(&sim, NoticeKind::VerificationFailed).join("\n");
     assert!(
         notice.contains("API v1 Sprint 1: `a.txt exists` passed when its sprint completed"),
         "{notice}"

@@ -87,6 +87,24 @@ async fn a_sub_issue_already_linked_is_done_but_one_with_another_parent_is_refus
     }
 }
 
+/// A branch whose making was answered 502 (GitHub made it, the answer was
+/// lost) is asked for again at once: the second try is told it exists, so
+/// the caller goes on instead of failing all it did before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_made_with_a_lost_answer_is_found_made() {
+    let (fake, gh) = client().await;
+    let repo = repo_of(&gh);
+    let main = repo.branch_sha("main").await.unwrap().unwrap();
+    fake.lose_answers("/git/refs", 1);
+    assert!(!repo.create_branch("lost", &main).await.unwrap());
+    assert_eq!(fake.answers_lost(), 1);
+    assert_eq!(repo.branch_sha("lost").await.unwrap(), Some(main.clone()));
+    // Two answers lost and a third try: still one branch, no error.
+    fake.lose_answers("/git/refs", 2);
+    assert!(!repo.create_branch("twice", &main).await.unwrap());
+    assert_eq!(repo.branch_sha("twice").await.unwrap(), Some(main));
+}
+
 /// Whether a pull request merges is read from the pull request itself (a list
 /// item has no `mergeable`), waiting out GitHub's first `null`; a merge at the
 /// verified head is refused once the branch has moved.
@@ -295,7 +313,7 @@ async fn calls_that_never_answer_give_their_turns_back() {
 /// not taken for the unit's issue. The App's own are found.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn markers_count_only_in_the_apps_own_comments() {
-    use supervise::report::github::{notice_marker, status_marker, unit_marker};
+    use supervise::report::posts::{notice_marker, status_marker, unit_marker};
     let (fake, gh) = client().await;
     let repo = repo_of(&gh);
     assert_eq!(

@@ -11,7 +11,7 @@ mod support;
 
 use std::time::Duration;
 use story::{Setup, Story, REPO};
-use supervise::place::github::InstallationLimits;
+use supervise::place::hosted::InstallationLimits;
 use support::get;
 
 /// Four units of one sprint each, all in the first layer.

@@ -988,11 +988,16 @@ async fn requests_per_sprint_are_a_small_constant() {
 /// A story with `merge: after_review` whose api Sprint 1 is verified and
 /// waits for an approval: the story and that sprint's pull request.
 async fn a_sprint_waiting_for_review(setup: Setup) -> (Story, fake_github::Pull) {
+    a_sprint_waiting_for_reviews(setup, "").await
+}
+
+/// [`a_sprint_waiting_for_review`], with more `settings` in the file.
+async fn a_sprint_waiting_for_reviews(setup: Setup, settings: &str) -> (Story, fake_github::Pull) {
     let s = Story::start(setup).await;
     s.fake.add_file(
         REPO,
         ".github/supervise.yml",
-        &format!("{SETTINGS}merge: after_review\n"),
+        &format!("{SETTINGS}merge: after_review\n{settings}"),
     );
     s.say("/supervise start").await;
     s.until("api Sprint 1 verified", 120, |s| {
@@ -1013,10 +1018,13 @@ async fn a_sprint_waiting_for_review(setup: Setup) -> (Story, fake_github::Pull)
 /// An approval counts only from someone who may write to the repository,
 /// however the supervisor comes to look: here reconciliation asks every
 /// second, and a passer-by's approval, looked at again and again, merges
-/// nothing and starts nothing.
+/// nothing and starts nothing. The operator's receiver is told once that the
+/// sprint waits for a review, however often the merge is looked at again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_approval_by_someone_who_cannot_write_merges_nothing() {
-    let (s, pr) = a_sprint_waiting_for_review(Setup::operation(PLAN, "")).await;
+    let receiver = receiver::Receiver::start(true);
+    let setup = Setup::operation(PLAN, "").notify(&receiver.url, "op-key");
+    let (s, pr) = a_sprint_waiting_for_review(setup).await;
     let since = s.fake.now();
     s.fake.approve(REPO, pr.number, "passer-by");
     s.until("the reviews read three times since the approval", 60, |s| {
@@ -1036,6 +1044,24 @@ async fn an_approval_by_someone_who_cannot_write_merges_nothing() {
         "a passer-by's approval merged the sprint"
     );
     assert!(s.runs_of("/api/2/").is_empty(), "Sprint 2 started on it");
+    let waits: Vec<serde_json::Value> = receiver
+        .notices()
+        .into_iter()
+        .filter(|(h, _)| h.get("x-supervise-event").map(String::as_str) == Some("awaiting_review"))
+        .map(|(_, body)| serde_json::from_slice(&body).unwrap())
+        .collect();
+    // Once per sprint that waits (docs Sprint 1 may wait too).
+    let mut units: Vec<&str> = waits.iter().filter_map(|w| w["unit"].as_str()).collect();
+    units.sort();
+    let mut once = units.clone();
+    once.dedup();
+    assert_eq!(units, once, "{waits:#?}");
+    let api = waits
+        .iter()
+        .find(|w| w["unit"] == "api")
+        .expect("api's wait is told");
+    let link = api["link"].as_str().unwrap_or_default();
+    assert!(link.ends_with(&format!("/pull/{}", pr.number)), "{link}");
 }
 
 /// With `merge: after_review` a verified sprint's pull request waits for an
@@ -1045,7 +1071,7 @@ async fn an_approval_by_someone_who_cannot_write_merges_nothing() {
 async fn with_merge_after_review_a_sprint_waits_for_an_approval() {
     let (s, pr) = a_sprint_waiting_for_review(Setup::operation(PLAN, "").reconcile_secs(600)).await;
     // Verified, but not merged, and the unit's next sprint waits for it.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    s.settle().await;
     let pr = s
         .fake
         .pulls(REPO)
@@ -1079,6 +1105,34 @@ async fn with_merge_after_review_a_sprint_waits_for_an_approval() {
         .pulls(REPO)
         .iter()
         .any(|p| p.number == pr.number && p.merged));
+}
+
+/// `required_approvals: 2`: one writer's approval merges nothing; a second
+/// writer's does, on its review's webhook (reconciliation is ten minutes
+/// away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_required_approvals_take_two_people_who_may_write() {
+    let setup = Setup::operation(PLAN, "").reconcile_secs(600);
+    let (s, pr) = a_sprint_waiting_for_reviews(setup, "required_approvals: 2\n").await;
+    s.fake.add_user("ola", "write", "User");
+    s.fake.approve(REPO, pr.number, "mia");
+    s.settle().await;
+    let merged = |s: &Story| {
+        s.fake
+            .pulls(REPO)
+            .iter()
+            .any(|p| p.number == pr.number && p.merged)
+    };
+    assert!(!merged(&s), "merged on one approval of two");
+    assert!(s.runs_of("/api/2/").is_empty());
+    s.fake.approve(REPO, pr.number, "ola");
+    s.until(
+        "api Sprint 2 dispatched after the second approval",
+        60,
+        |s| !s.runs_of("/api/2/").is_empty(),
+    )
+    .await;
+    assert!(merged(&s));
 }
 
 /// The GitHub Action front door: no service; every event GitHub would deliver
@@ -1506,8 +1560,8 @@ async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
             >= 2
     })
     .await;
-    // Time for anything more to go out if it were going to.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Until anything more would have gone out.
+    s.settle().await;
     assert_eq!(runs(&s), 5, "50× of 10× dispatches");
     assert!(s.fake.runs(BLOG).len() <= 2, "the blog's own 20×");
     let store = supervise::store::sql::SqlStore::connect(&db).await.unwrap();
@@ -2060,7 +2114,7 @@ async fn a_sprint_on_the_agents_word_is_said_so_and_waits_for_a_review() {
         "{}",
         check.title
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    s.settle().await;
     let pr = s
         .fake
         .pulls(REPO)

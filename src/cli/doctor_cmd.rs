@@ -1,9 +1,9 @@
-//! `supervise doctor`: the door to `place::github::doctor` — reads the App's
+//! `supervise doctor`: the door to `place::hosted::doctor` — reads the App's
 //! credentials as `serve` does, runs every check on one repository, and
 //! says ✓ or what to do for each. Exit status 0 only when nothing failed.
 
 use crate::github::GitHub;
-use crate::place::github::doctor::{self, Finding, Target, Verdict};
+use crate::place::hosted::doctor::{self, Finding, Target, Verdict};
 use anyhow::Result;
 use clap::Args;
 use secrecy::SecretString;

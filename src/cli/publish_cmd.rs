@@ -6,7 +6,7 @@
 use crate::contract::{record_digest_line, RECORD_CHECK};
 use crate::github::repo::Repo;
 use crate::github::GitHub;
-use crate::place::github::handoff::{self, files, Attempt};
+use crate::place::hosted::handoff::{self, files, Attempt};
 use anyhow::{Context, Result};
 use clap::Args;
 use secrecy::SecretString;
@@ -107,7 +107,7 @@ fn publish_final(a: &PublishArgs, token: String) -> Result<i32> {
     let v: crate::engine::HeadVerification = serde_json::from_str(&text)
         .with_context(|| format!("reading the final verification at {}", path.display()))?;
     let failing = v.failures().count();
-    let (conclusion, title, summary) = crate::report::github::final_check(
+    let (conclusion, title, summary) = crate::report::posts::final_check(
         &v,
         "Every machine-checkable exit criterion of every completed sprint, run again on the final integration head by the agent workflow's verifying job (files and commands alike).",
         "☐",

@@ -79,39 +79,104 @@ pub struct RunFlags {
     pub new: bool,
 }
 
+/// One setting flag: whether a run was given it, and — for the operation's
+/// engine settings, which a resumed operation keeps — how a setting shows.
+struct SettingFlag {
+    name: &'static str,
+    given: fn(&RunFlags) -> bool,
+    /// The setting as the operation holds it (with the run's tick length).
+    shown: Option<fn(&crate::engine::EngineConfig, u64) -> String>,
+}
+
+/// The setting flags (output flags excluded), in the order they are told.
+const SETTING_FLAGS: &[SettingFlag] = &[
+    SettingFlag {
+        name: "--agent",
+        // From the environment (SUPERVISE_AGENT) it is not a request.
+        given: |f| f.agent.is_some() && f.agent != std::env::var("SUPERVISE_AGENT").ok(),
+        shown: None,
+    },
+    SettingFlag {
+        name: "--max-parallel",
+        given: |f| f.max_parallel.is_some(),
+        shown: Some(|c, _| c.max_parallel.to_string()),
+    },
+    SettingFlag {
+        name: "--max-retries",
+        given: |f| f.max_retries.is_some(),
+        shown: Some(|c, _| c.max_retries.to_string()),
+    },
+    SettingFlag {
+        name: "--max-turns",
+        given: |f| f.max_turns.is_some(),
+        shown: Some(|c, _| c.max_turns.to_string()),
+    },
+    SettingFlag {
+        name: "--budget",
+        given: |f| f.budget.is_some(),
+        shown: Some(|c, _| c.budget.map_or("none".to_string(), |b| b.to_string())),
+    },
+    SettingFlag {
+        name: "--model-haiku",
+        given: |f| f.model_haiku.is_some(),
+        shown: Some(|c, _| c.models.haiku.clone()),
+    },
+    SettingFlag {
+        name: "--model-sonnet",
+        given: |f| f.model_sonnet.is_some(),
+        shown: Some(|c, _| c.models.sonnet.clone()),
+    },
+    SettingFlag {
+        name: "--model-opus",
+        given: |f| f.model_opus.is_some(),
+        shown: Some(|c, _| c.models.opus.clone()),
+    },
+    SettingFlag {
+        name: "--build-gate",
+        given: |f| f.build_gate.is_some(),
+        shown: Some(|c, _| c.build_gate.to_string()),
+    },
+    SettingFlag {
+        name: "--stall-timeout",
+        given: |f| f.stall_timeout.is_some(),
+        shown: Some(|c, _| c.stall_timeout_secs.to_string()),
+    },
+    SettingFlag {
+        name: "--max-agent-minutes",
+        given: |f| f.max_agent_minutes.is_some(),
+        shown: Some(|c, _| (c.max_agent_secs / 60).to_string()),
+    },
+    SettingFlag {
+        name: "--verify-timeout",
+        given: |f| f.verify_timeout.is_some(),
+        shown: None,
+    },
+    SettingFlag {
+        name: "--kill-grace",
+        given: |f| f.kill_grace.is_some(),
+        shown: None,
+    },
+    SettingFlag {
+        name: "--stop-timeout",
+        given: |f| f.stop_timeout.is_some(),
+        // The engine counts the stop timeout in ticks of this run's length.
+        shown: Some(|c, tick_ms| format!("{} s", u64::from(c.stop_timeout_ticks) * tick_ms / 1000)),
+    },
+    SettingFlag {
+        name: "--notify",
+        given: |f| f.notify.is_some() && f.notify != std::env::var("SUPERVISE_NOTIFY_URL").ok(),
+        shown: None,
+    },
+];
+
 impl RunFlags {
     /// The setting flags given on the command line (output flags excluded).
     fn given(&self) -> Vec<&'static str> {
-        let f = self.as_file();
-        let models = f.models.clone().unwrap_or_default();
-        [
-            // From the environment (SUPERVISE_AGENT) it is not a request.
-            (
-                "--agent",
-                f.agent.is_some() && f.agent != std::env::var("SUPERVISE_AGENT").ok(),
-            ),
-            ("--max-parallel", f.max_parallel.is_some()),
-            ("--max-retries", f.max_retries.is_some()),
-            ("--max-turns", f.max_turns.is_some()),
-            ("--budget", f.budget.is_some()),
-            ("--model-haiku", models.haiku.is_some()),
-            ("--model-sonnet", models.sonnet.is_some()),
-            ("--model-opus", models.opus.is_some()),
-            ("--build-gate", f.build_gate.is_some()),
-            ("--stall-timeout", f.stall_timeout.is_some()),
-            ("--max-agent-minutes", f.max_agent_minutes.is_some()),
-            ("--verify-timeout", f.verify_timeout.is_some()),
-            ("--kill-grace", f.kill_grace.is_some()),
-            ("--stop-timeout", f.stop_timeout.is_some()),
-            (
-                "--notify",
-                f.notify.is_some() && self.notify != std::env::var("SUPERVISE_NOTIFY_URL").ok(),
-            ),
-        ]
-        .into_iter()
-        .filter(|(_, set)| *set)
-        .map(|(name, _)| name)
-        .collect()
+        SETTING_FLAGS
+            .iter()
+            .filter(|flag| (flag.given)(self))
+            .map(|flag| flag.name)
+            .collect()
     }
 
     pub(super) fn as_file(&self) -> FileSettings {
@@ -181,83 +246,15 @@ fn config_flags_changed(
     asked: &crate::engine::EngineConfig,
     tick_ms: u64,
 ) -> Vec<String> {
-    let show = |flag: &str, given: bool, now: String, then: String| {
-        (given && now != then).then(|| format!("{flag} {now} (it has {then})"))
-    };
-    let budget = |b: Option<u64>| b.map_or("none".to_string(), |b| b.to_string());
-    // The engine counts the stop timeout in ticks of this run's length.
-    let secs = |ticks: u32| format!("{} s", u64::from(ticks) * tick_ms / 1000);
-    [
-        show(
-            "--max-retries",
-            flags.max_retries.is_some(),
-            asked.max_retries.to_string(),
-            has.max_retries.to_string(),
-        ),
-        show(
-            "--max-parallel",
-            flags.max_parallel.is_some(),
-            asked.max_parallel.to_string(),
-            has.max_parallel.to_string(),
-        ),
-        show(
-            "--max-turns",
-            flags.max_turns.is_some(),
-            asked.max_turns.to_string(),
-            has.max_turns.to_string(),
-        ),
-        show(
-            "--budget",
-            flags.budget.is_some(),
-            budget(asked.budget),
-            budget(has.budget),
-        ),
-        show(
-            "--model-haiku",
-            flags.model_haiku.is_some(),
-            asked.models.haiku.clone(),
-            has.models.haiku.clone(),
-        ),
-        show(
-            "--model-sonnet",
-            flags.model_sonnet.is_some(),
-            asked.models.sonnet.clone(),
-            has.models.sonnet.clone(),
-        ),
-        show(
-            "--model-opus",
-            flags.model_opus.is_some(),
-            asked.models.opus.clone(),
-            has.models.opus.clone(),
-        ),
-        show(
-            "--stall-timeout",
-            flags.stall_timeout.is_some(),
-            asked.stall_timeout_secs.to_string(),
-            has.stall_timeout_secs.to_string(),
-        ),
-        show(
-            "--max-agent-minutes",
-            flags.max_agent_minutes.is_some(),
-            (asked.max_agent_secs / 60).to_string(),
-            (has.max_agent_secs / 60).to_string(),
-        ),
-        show(
-            "--stop-timeout",
-            flags.stop_timeout.is_some(),
-            secs(asked.stop_timeout_ticks),
-            secs(has.stop_timeout_ticks),
-        ),
-        show(
-            "--build-gate",
-            flags.build_gate.is_some(),
-            asked.build_gate.to_string(),
-            has.build_gate.to_string(),
-        ),
-    ]
-    .into_iter()
-    .flatten()
-    .collect()
+    SETTING_FLAGS
+        .iter()
+        .filter(|flag| (flag.given)(flags))
+        .filter_map(|flag| {
+            let shown = flag.shown?;
+            let (now, then) = (shown(asked, tick_ms), shown(has, tick_ms));
+            (now != then).then(|| format!("{} {now} (it has {then})", flag.name))
+        })
+        .collect()
 }
 
 /// Writes `text` to `path`, readable by its owner alone (an agent command
@@ -810,7 +807,7 @@ pub fn scan_cmd(a: &ScanArgs) -> Result<i32> {
         Some(d) => d.clone(),
         None => std::env::current_dir()?,
     };
-    let found = crate::place::github::handoff::scan(&root, &a.branch, &a.handoff, &a.out)
+    let found = crate::place::hosted::handoff::scan(&root, &a.branch, &a.handoff, &a.out)
         .context("scanning the agent's work for secrets")?;
     match found {
         Some(why) => eprintln!("found: {why}"),
@@ -960,14 +957,14 @@ fn verify_handoff(
         .as_deref()
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|| "EXECUTION_PLAN.md".into());
-    let attempt = crate::place::github::handoff::Attempt {
+    let attempt = crate::place::hosted::handoff::Attempt {
         plan: &plan,
         unit: &a.unit,
         sprint: &a.sprint,
         dispatch,
         branch,
     };
-    let verdict = crate::place::github::handoff::verify(
+    let verdict = crate::place::hosted::handoff::verify(
         &root,
         &attempt,
         handoff,
@@ -1084,4 +1081,26 @@ pub fn spend(path: Option<&Path>, json: bool) -> Result<i32> {
         print!("{}", report::spend_table(&rows));
     }
     Ok(exit::COMPLETED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every setting a run takes is in [`SETTING_FLAGS`], so that a new one
+    /// is told when it is given and when a resumed operation keeps its own.
+    #[test]
+    fn every_setting_flag_is_in_the_table() {
+        let cmd = <RunFlags as clap::Args>::augment_args(clap::Command::new("run"));
+        // Output flags, and the tick (a test knob, not a setting).
+        let not_settings = ["--json", "--quiet", "--new", "--tick-ms"];
+        let longs: Vec<String> = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .map(|l| format!("--{l}"))
+            .filter(|l| !not_settings.contains(&l.as_str()))
+            .collect();
+        let table: Vec<&str> = SETTING_FLAGS.iter().map(|f| f.name).collect();
+        assert_eq!(longs, table);
+    }
 }

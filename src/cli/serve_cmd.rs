@@ -2,7 +2,7 @@
 //! service. Secrets are held as `SecretString` and never printed (clap hides
 //! their environment values from `--help`).
 
-use crate::place::github::{InstallationLimits, OpTimings};
+use crate::place::hosted::{InstallationLimits, OpTimings};
 use crate::server::run::{self, ServiceConfig, WebSignIn};
 use anyhow::{anyhow, Context, Result};
 use clap::Args;

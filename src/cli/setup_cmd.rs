@@ -9,8 +9,8 @@
 use crate::github::manifest::{convert, NewApp};
 use crate::github::repo::Repo;
 use crate::github::GitHub;
-use crate::place::github::doctor::MANIFEST;
-use crate::place::github::starter::{self, Starter};
+use crate::place::hosted::doctor::MANIFEST;
+use crate::place::hosted::starter::{self, Starter};
 use crate::report::web::escape;
 use anyhow::{anyhow, Context, Result};
 use axum::extract::{Query, State};

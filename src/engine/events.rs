@@ -747,6 +747,11 @@ pub enum NoticeKind {
     Completed,
     /// Merged work vanished from the integration branch.
     WorkLost,
+    /// Every unit completed, and exit criteria fail on the final head.
+    VerificationFailed,
+    /// A verified sprint's pull request waits for a person's review (told by
+    /// the place that knows the repository asks for one).
+    AwaitingReview,
 }
 
 /// What the adapters are asked to carry out, after the events are stored.

@@ -250,12 +250,19 @@ impl Repo<'_> {
     /// when the branch was made now (so nothing can be on it yet but `sha`).
     pub async fn create_branch(&self, branch: &str, sha: &str) -> Result<bool, GitHubError> {
         let body = json!({ "ref": format!("refs/heads/{branch}"), "sha": sha });
-        match self.send("/git/refs", body).await {
-            Ok(()) => Ok(true),
-            Err(GitHubError::Http {
-                status: 422, body, ..
-            }) if body.contains("already exists") => Ok(false),
-            Err(e) => Err(e),
+        // GitHub never makes a ref twice (the second is refused, 422), so a
+        // POST whose answer was lost is sent again here rather than failing
+        // all that led to it: it makes the ref, or says it exists.
+        let mut unknown = 0;
+        loop {
+            match self.send("/git/refs", body.clone()).await {
+                Ok(()) => return Ok(true),
+                Err(GitHubError::Http {
+                    status: 422, body, ..
+                }) if body.contains("already exists") => return Ok(false),
+                Err(GitHubError::Transport { .. }) if unknown < 2 => unknown += 1,
+                Err(e) => return Err(e),
+            }
         }
     }
 

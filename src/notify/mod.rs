@@ -124,6 +124,8 @@ pub fn kind_name(kind: NoticeKind) -> &'static str {
         NoticeKind::Killed => "killed",
         NoticeKind::Completed => "completed",
         NoticeKind::WorkLost => "work_lost",
+        NoticeKind::VerificationFailed => "verification_failed",
+        NoticeKind::AwaitingReview => "awaiting_review",
     }
 }
 
@@ -138,6 +140,8 @@ pub const KINDS: &[NoticeKind] = &[
     NoticeKind::Killed,
     NoticeKind::Completed,
     NoticeKind::WorkLost,
+    NoticeKind::VerificationFailed,
+    NoticeKind::AwaitingReview,
 ];
 
 /// A kind by its name, or the list of names.

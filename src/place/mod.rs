@@ -5,12 +5,12 @@
 //!
 //! - [`local`]: agents as processes in git worktrees on this machine, their
 //!   exit criteria run here (`supervise run`).
-//! - [`github`]: agents as GitHub Actions runs, sprints as branches and pull
+//! - [`hosted`]: agents as GitHub Actions runs, sprints as branches and pull
 //!   requests, notices as comments and check runs (`supervise serve` and the
 //!   Action); the command handler that starts and steers its operations.
 //!
 //! A third place (another forge, another executor) is one more folder here.
 
-pub mod github;
+pub mod hosted;
 pub mod local;
 pub mod views;

@@ -3,8 +3,8 @@
 //! cadence analysis (§14), and the kill summary (§11). Pure: no I/O, no clock.
 
 mod complete;
-pub mod github;
 pub mod plan_check;
+pub mod posts;
 mod spend;
 mod state_md;
 mod status;
@@ -53,7 +53,8 @@ pub(crate) fn tick(ok: bool) -> &'static str {
 pub fn notice_prefix(kind: crate::engine::NoticeKind) -> &'static str {
     use crate::engine::NoticeKind::*;
     match kind {
-        Blocked => "⛔ ",
+        Blocked | VerificationFailed => "⛔ ",
+        AwaitingReview => "👀 ",
         Completed => "✅ ",
         BudgetReached => "💰 ",
         Held => "⏸ ",

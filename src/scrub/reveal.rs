@@ -150,7 +150,7 @@ mod tests {
         for plain in [
             "a &lt;b&gt; &#60;!-- x --&#62; tab\u{200B}le",
             "branch task-implement-the-rate-limiter-now",
-            "commit 9fceb02d0ae598e95dc970b74767f19372d61af8 in src/place/github/handoff.rs",
+            "commit 9fceb02d0ae598e95dc970b74767f19372d61af8 in src/place/hosted/handoff.rs",
         ] {
             assert_eq!(scrub(plain), plain);
         }

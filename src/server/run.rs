@@ -8,7 +8,7 @@ use super::service::{self, Service};
 use super::web::session::Sessions;
 use super::web::{self, Access, Web};
 use crate::github::GitHub;
-use crate::place::github::{InstallationLimits, OpTimings, Operations};
+use crate::place::hosted::{InstallationLimits, OpTimings, Operations};
 use crate::store::sql::SqlStore;
 use anyhow::{Context, Result};
 use metrics_exporter_prometheus::PrometheusHandle;

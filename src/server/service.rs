@@ -6,11 +6,12 @@
 //! deliveries with a lease and carry them out, at most a few at a time per
 //! installation.
 
+use super::budget::BodyBudget;
 use super::signature;
 use crate::github::event::{Event, Unread};
 use crate::github::{GitHub, GitHubError};
-use crate::place::github::handle::Handler;
-use crate::place::github::{OpError, Operations};
+use crate::place::hosted::handle::Handler;
+use crate::place::hosted::{OpError, Operations};
 use crate::store::sql::{Claimed, Handoff, Intake, IntakeQueue, NewDelivery, SqlStore};
 use crate::sync::LockExt;
 use crate::telemetry::{waited, WaitStage};
@@ -45,14 +46,13 @@ pub struct Service {
     /// Deliveries in a row whose processing panicked: `/readyz` fails from
     /// [`FAILING_AFTER`] on, so an orchestrator takes the instance out.
     panics_in_a_row: std::sync::atomic::AtomicU32,
-    /// Memory for bodies not yet verified, in KiB, taken as their bytes
-    /// arrive (see [`read_unverified`]): slow or huge unsigned bodies cannot
-    /// hold more than the budget between them, and a slow one holds only
-    /// what it sent, for a few seconds. Bodies up to [`SMALL_BODY`] (nearly
-    /// every real delivery) have their own pool, so they never queue behind
-    /// large ones (the semaphore is fair: a large waiter would block them).
-    unverified_small: Semaphore,
-    unverified_large: Semaphore,
+    /// Memory for bodies not yet verified, taken as their bytes arrive (see
+    /// [`read_unverified`]): slow or huge unsigned bodies cannot hold more
+    /// than the budget between them, and when it is all taken the slowest
+    /// gives way to a newer body. Bodies up to [`SMALL_BODY`] (nearly every
+    /// real delivery) have their own pool, so large ones never crowd them.
+    unverified_small: BodyBudget,
+    unverified_large: BodyBudget,
     /// Set on shutdown: workers claim nothing new.
     stopping: std::sync::atomic::AtomicBool,
     /// Deliveries being processed now, handed back if shutdown outlasts them.
@@ -65,9 +65,9 @@ pub struct Service {
 
 /// See [`Service::unverified_small`]: 1 MiB bodies, 32 MiB in all.
 const SMALL_BODY: u64 = 1024 * 1024;
-const SMALL_BUDGET_KIB: usize = 32 * 1024;
+const SMALL_BUDGET_KIB: u64 = 32 * 1024;
 /// Larger bodies (up to 25 MiB): 64 MiB in all.
-const LARGE_BUDGET_KIB: usize = 64 * 1024;
+const LARGE_BUDGET_KIB: u64 = 64 * 1024;
 /// A delivery's body must arrive within this.
 const BODY_TIMEOUT: Duration = Duration::from_secs(20);
 /// After this grace, a body must have kept up with [`BODY_RATE_FLOOR`].
@@ -76,7 +76,8 @@ const BODY_GRACE: Duration = Duration::from_secs(2);
 /// payload at this rate takes longer than [`BODY_TIMEOUT`] anyway, and
 /// GitHub's arrive at many times it.
 const BODY_RATE_FLOOR: u64 = 16 * 1024;
-/// How long a delivery waits for room in the unverified-body budget.
+/// How long a delivery waits for room in the unverified-body budget, when
+/// no slower body is there to give way.
 const BUDGET_WAIT: Duration = Duration::from_secs(5);
 
 /// Deliveries stored already claimed, waiting in memory for a worker: enough
@@ -121,8 +122,8 @@ impl Service {
             lease,
             limits: Mutex::new(HashMap::new()),
             panics_in_a_row: std::sync::atomic::AtomicU32::new(0),
-            unverified_small: Semaphore::new(SMALL_BUDGET_KIB),
-            unverified_large: Semaphore::new(LARGE_BUDGET_KIB),
+            unverified_small: BodyBudget::new(SMALL_BUDGET_KIB),
+            unverified_large: BodyBudget::new(LARGE_BUDGET_KIB),
             stopping: std::sync::atomic::AtomicBool::new(false),
             in_flight: Mutex::new(std::collections::HashSet::new()),
             ends: Arc::new(Semaphore::new(ENDS_UNCOMMITTED)),
@@ -187,6 +188,13 @@ async fn metrics(State(svc): State<Arc<Service>>) -> String {
             .set(wait.as_secs_f64());
     }
     metrics::gauge!("supervise_operations_loaded").set(svc.handler.ops.loaded() as f64);
+    for (pool, budget) in [
+        ("small", &svc.unverified_small),
+        ("large", &svc.unverified_large),
+    ] {
+        metrics::gauge!("supervise_unverified_body_kib", "pool" => pool)
+            .set(budget.held_kib() as f64);
+    }
     let (entries, bytes) = svc.handler.github.etag_cache_size();
     metrics::gauge!("supervise_github_etag_cache_entries").set(entries as f64);
     metrics::gauge!("supervise_github_etag_cache_bytes").set(bytes as f64);
@@ -361,24 +369,23 @@ enum BodyRefused {
     Slow,
 }
 
-/// Reads a body not yet verified, holding memory from `pool` (in KiB) only
-/// for the bytes that have arrived — a client that declares a large body and
-/// sends it a byte at a time holds almost nothing — and refusing one that
-/// falls below [`BODY_RATE_FLOOR`] after [`BODY_GRACE`]: GitHub sends its
-/// payloads (at most 25 MB) at once, so only an attacker is that slow, and
-/// it is cut off within seconds instead of holding its place for
-/// [`BODY_TIMEOUT`].
+/// Reads a body not yet verified, holding memory from `pool` only for the
+/// bytes that have arrived — a client that declares a large body and sends
+/// it a byte at a time holds almost nothing — and refusing one that falls
+/// below [`BODY_RATE_FLOOR`] after [`BODY_GRACE`]: GitHub sends its payloads
+/// (at most 25 MB) at once, so only an attacker is that slow, and it is cut
+/// off within seconds instead of holding its place for [`BODY_TIMEOUT`]. One
+/// just above the floor is cut off as soon as a faster body needs its memory.
 async fn read_unverified(
     body: axum::body::Body,
     declared: u64,
-    pool: &Semaphore,
+    pool: &BodyBudget,
 ) -> Result<Bytes, BodyRefused> {
     use futures_util::StreamExt;
     let started = tokio::time::Instant::now();
     let mut stream = body.into_data_stream();
     let mut buf = Vec::with_capacity(declared.min(64 * 1024) as usize);
-    let mut held: Vec<tokio::sync::SemaphorePermit<'_>> = Vec::new();
-    let mut held_kib: u64 = 0;
+    let share = pool.enter();
     loop {
         // The next bytes are due by when those received so far stop
         // keeping up with the floor.
@@ -386,7 +393,11 @@ async fn read_unverified(
             + BODY_GRACE
             + Duration::from_secs_f64((buf.len() + 1) as f64 / BODY_RATE_FLOOR as f64);
         let due = due.min(started + BODY_TIMEOUT);
-        let chunk = match tokio::time::timeout_at(due, stream.next()).await {
+        let next = tokio::select! {
+            next = tokio::time::timeout_at(due, stream.next()) => next,
+            () = share.cut_off() => return Err(BodyRefused::Busy),
+        };
+        let chunk = match next {
             Err(_) => return Err(BodyRefused::Slow),
             Ok(None) => break,
             Ok(Some(Err(_))) => return Err(BodyRefused::Bad),
@@ -396,14 +407,8 @@ async fn read_unverified(
         if total > declared {
             return Err(BodyRefused::Bad);
         }
-        let need = total.div_ceil(1024).saturating_sub(held_kib);
-        if need > 0 {
-            let waited = tokio::time::timeout(BUDGET_WAIT, pool.acquire_many(need as u32)).await;
-            let Ok(Ok(permit)) = waited else {
-                return Err(BodyRefused::Busy);
-            };
-            held.push(permit);
-            held_kib += need;
+        if share.hold(total, BUDGET_WAIT).await.is_err() {
+            return Err(BodyRefused::Busy);
         }
         buf.extend_from_slice(&chunk);
     }
@@ -685,7 +690,7 @@ async fn record_end(svc: &Service, id: String, attempts: i64, result: Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::place::github::{InstallationLimits, OpTimings};
+    use crate::place::hosted::{InstallationLimits, OpTimings};
 
     async fn service(lease: Duration) -> Arc<Service> {
         let store = SqlStore::connect("sqlite::memory:").await.unwrap();

@@ -3,6 +3,8 @@
 //! started against the fake GitHub, and waiting for it to listen; for local
 //! runs, git and a repository with a scripted agent ([`Checkout`]).
 
+pub mod hostile;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -9,6 +9,123 @@ use super::{
 };
 
 impl Decider<'_> {
+    /// An agent was heard from (it started, or showed activity): its sprint
+    /// is running, and activity is recorded at most once a second.
+    pub(super) fn heard(&mut self, dispatch: &DispatchId) -> Result<(), Refusal> {
+        let (u, s) = self.find(dispatch)?;
+        if self.sprint(u, s).status() == SprintStatus::Dispatched {
+            self.sprint_to(u, s, SprintStatus::Running);
+        }
+        let last = self.sprint(u, s).active.as_ref().map(|a| a.last_activity);
+        // Activity is recorded at most once a second: the log stays small.
+        if last.is_none_or(|l| (self.now - l).num_milliseconds() >= 1000)
+            || self
+                .sprint(u, s)
+                .active
+                .as_ref()
+                .is_some_and(|a| a.stall_warned)
+        {
+            self.emit(Event::Activity {
+                unit: u,
+                sprint: s,
+                at: self.now,
+            });
+        }
+        Ok(())
+    }
+
+    /// A held dispatch was launched after all: the cap allows it now.
+    pub(super) fn released(&mut self, dispatch: &DispatchId) -> Result<(), Refusal> {
+        let (u, s) = self.find(dispatch)?;
+        if self
+            .sprint(u, s)
+            .active
+            .as_ref()
+            .is_some_and(|a| a.held.is_some())
+        {
+            self.emit(Event::DispatchReleased {
+                unit: u,
+                sprint: s,
+                at: self.now,
+            });
+            let id = self.sprint(u, s).id.clone();
+            self.log(
+                Some(u),
+                Some(s),
+                format!("Sprint {id} agent launched after waiting"),
+                "the cap allows it now".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The place could not launch an agent: a failed attempt, unless the
+    /// dispatch was cancelled before it ever ran.
+    pub(super) fn dispatch_failed(
+        &mut self,
+        dispatch: &DispatchId,
+        error: &str,
+    ) -> Result<(), Refusal> {
+        let (u, s) = self.find(dispatch)?;
+        // Cancelled by killall (or a stop that timed out) before it was
+        // ever launched: nothing ran, nothing failed.
+        let cancel = self.sprint(u, s).active.as_ref().and_then(|a| a.cancel);
+        if matches!(
+            cancel,
+            Some(CancelReason::Killall | CancelReason::StopTimeout)
+        ) {
+            self.close_attempt(u, s, "terminated", &AgentReport::default());
+            self.settle();
+            return Ok(());
+        }
+        self.close_attempt(u, s, "dispatch failed", &AgentReport::default());
+        if self.sprint(u, s).status() == SprintStatus::Dispatched {
+            self.sprint_to(u, s, SprintStatus::Running);
+        }
+        self.fail(
+            u,
+            s,
+            format!("the runner could not launch the agent: {error}"),
+        );
+        self.settle();
+        Ok(())
+    }
+
+    /// A merged sprint's work is no longer on the integration branch: it
+    /// runs again, and people are told.
+    pub(super) fn merge_lost(
+        &mut self,
+        unit: &str,
+        sprint: &crate::plan::SprintId,
+        detail: &str,
+    ) -> Result<(), Refusal> {
+        let (u, s) = self.locate(unit, sprint)?;
+        // Idempotent: a sprint already reopened (or never completed) stays.
+        if self.sprint(u, s).status() != SprintStatus::Completed {
+            return Ok(());
+        }
+        self.emit(Event::Reopened {
+            unit: u,
+            sprint: s,
+            at: self.now,
+        });
+        self.log(
+            Some(u),
+            Some(s),
+            format!("Sprint {sprint} merge lost; back to PENDING"),
+            detail.to_string(),
+        );
+        self.effects.push(Effect::Notify {
+            kind: NoticeKind::WorkLost,
+            unit: Some(unit.to_string()),
+            text: format!(
+                "{unit} Sprint {sprint} was merged, but its work is no longer in the integration branch ({detail}). Something moved the branch back; the sprint runs again."
+            ),
+        });
+        self.settle();
+        Ok(())
+    }
+
     /// A dispatch waits for a cap above the operation. People are told once
     /// per operation and cap — when the first sprint starts waiting for it,
     /// or a sprint moves from one cap to another (from an agent slot to the

@@ -1,11 +1,86 @@
-//! The commands people give: resume, stop, killall.
+//! The commands people give: start, name-feature, resume, stop, killall.
 
+use super::super::naming;
 use super::{
-    CancelReason, Decider, Effect, Event, NoticeKind, OverallStatus, Refusal, SprintStatus,
-    UnitStatus,
+    AlreadyDone, CancelReason, Decider, Effect, Event, NoticeKind, OverallStatus, Refusal,
+    SprintStatus, UnitStatus,
 };
 
 impl Decider<'_> {
+    /// `start`: the operation begins, named — by its plan, or by the ritual
+    /// when the plan has no name — and what is already done is recorded.
+    pub(super) fn start(
+        &mut self,
+        operation: super::OperationId,
+        plan: Box<crate::plan::Plan>,
+        config: crate::engine::EngineConfig,
+        seed: u64,
+        workflow: Option<Box<crate::engine::workflow::Workflow>>,
+        already_done: Vec<AlreadyDone>,
+    ) -> Result<(), Refusal> {
+        if let Some(st) = &self.state {
+            return Err(Refusal::AlreadyStarted(st.name.clone()));
+        }
+        let name = plan
+            .feature_name
+            .clone()
+            .unwrap_or_else(|| naming::operation_name(seed));
+        let units = plan.work_units.len();
+        let sprints = plan.total_sprints();
+        // §2–3, the ritual: a plan that had no name gets this one in its
+        // frontmatter, before the first dispatch branches from it. (Work
+        // without a plan has no plan file to name.)
+        let name_plan = plan.feature_name.is_none() && workflow.is_none();
+        self.emit(Event::OperationStarted {
+            operation,
+            name: name.clone(),
+            seed,
+            plan,
+            config,
+            workflow,
+            at: self.now,
+        });
+        self.log(
+            None,
+            None,
+            format!("Operation named: {name}"),
+            format!(
+                "{}, {}",
+                crate::text::count(units, "work unit"),
+                crate::text::count(sprints, "sprint")
+            ),
+        );
+        if name_plan {
+            self.effects.push(Effect::NamePlan { name });
+        }
+        self.already_done(already_done);
+        self.settle();
+        Ok(())
+    }
+
+    /// `name-feature`: the operation takes the next name of its seed.
+    pub(super) fn name_feature(&mut self) -> Result<(), Refusal> {
+        let st = self
+            .state
+            .as_ref()
+            .ok_or_else(|| Refusal::Ritual(naming::REPROACH.to_string()))?;
+        let name = naming::operation_name(st.seed.wrapping_add(st.renames as u64 + 1));
+        if st.workflow.is_none() {
+            self.effects.push(Effect::NamePlan { name: name.clone() });
+        }
+        self.emit(Event::Renamed {
+            name: name.clone(),
+            at: self.now,
+        });
+        self.log(
+            None,
+            None,
+            format!("Operation renamed: {name}"),
+            "name-feature after start".into(),
+        );
+        Ok(())
+    }
+
     /// Units that appear while the operation runs: checked as the reader
     /// checks a plan (names unique, dependencies known, no cycle, sprints to
     /// run), recorded, then started as their dependencies allow.

@@ -4,7 +4,7 @@
 
 use super::events::*;
 use super::state::*;
-use super::{cascade, naming, prompt, provider, select, workflow};
+use super::{cascade, prompt, provider, select, workflow};
 use crate::text::nearest;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -81,65 +81,8 @@ pub fn decide_shared(
             seed,
             workflow,
             already_done,
-        } => {
-            if let Some(st) = &c.state {
-                return Err(Refusal::AlreadyStarted(st.name.clone()));
-            }
-            let name = plan
-                .feature_name
-                .clone()
-                .unwrap_or_else(|| naming::operation_name(seed));
-            let units = plan.work_units.len();
-            let sprints = plan.total_sprints();
-            // §2–3, the ritual: a plan that had no name gets this one in its
-            // frontmatter, before the first dispatch branches from it. (Work
-            // without a plan has no plan file to name.)
-            let name_plan = plan.feature_name.is_none() && workflow.is_none();
-            c.emit(Event::OperationStarted {
-                operation,
-                name: name.clone(),
-                seed,
-                plan,
-                config,
-                workflow,
-                at: now,
-            });
-            c.log(
-                None,
-                None,
-                format!("Operation named: {name}"),
-                format!(
-                    "{}, {}",
-                    crate::text::count(units, "work unit"),
-                    crate::text::count(sprints, "sprint")
-                ),
-            );
-            if name_plan {
-                c.effects.push(Effect::NamePlan { name });
-            }
-            c.already_done(already_done);
-            c.settle();
-        }
-        Input::NameFeature => {
-            let st = c
-                .state
-                .as_ref()
-                .ok_or_else(|| Refusal::Ritual(naming::REPROACH.to_string()))?;
-            let name = naming::operation_name(st.seed.wrapping_add(st.renames as u64 + 1));
-            if st.workflow.is_none() {
-                c.effects.push(Effect::NamePlan { name: name.clone() });
-            }
-            c.emit(Event::Renamed {
-                name: name.clone(),
-                at: now,
-            });
-            c.log(
-                None,
-                None,
-                format!("Operation renamed: {name}"),
-                "name-feature after start".into(),
-            );
-        }
+        } => c.start(operation, plan, config, seed, workflow, already_done)?,
+        Input::NameFeature => c.name_feature()?,
         Input::Status => {
             c.require()?;
             c.effects.push(Effect::PublishStatus);
@@ -149,24 +92,7 @@ pub fn decide_shared(
         Input::Stop => c.stop()?,
         Input::Killall => c.killall()?,
         Input::AgentStarted { dispatch } | Input::AgentActivity { dispatch } => {
-            let (u, s) = c.find(&dispatch)?;
-            if c.sprint(u, s).status() == SprintStatus::Dispatched {
-                c.sprint_to(u, s, SprintStatus::Running);
-            }
-            let last = c.sprint(u, s).active.as_ref().map(|a| a.last_activity);
-            // Activity is recorded at most once a second: the log stays small.
-            if last.is_none_or(|l| (now - l).num_milliseconds() >= 1000)
-                || c.sprint(u, s)
-                    .active
-                    .as_ref()
-                    .is_some_and(|a| a.stall_warned)
-            {
-                c.emit(Event::Activity {
-                    unit: u,
-                    sprint: s,
-                    at: now,
-                });
-            }
+            c.heard(&dispatch)?
         }
         Input::AgentFinished { dispatch, report } => c.finished(&dispatch, report)?,
         Input::DispatchHeld {
@@ -182,51 +108,8 @@ pub fn decide_shared(
                 kind,
             },
         )?,
-        Input::DispatchReleased { dispatch } => {
-            let (u, s) = c.find(&dispatch)?;
-            if c.sprint(u, s)
-                .active
-                .as_ref()
-                .is_some_and(|a| a.held.is_some())
-            {
-                c.emit(Event::DispatchReleased {
-                    unit: u,
-                    sprint: s,
-                    at: now,
-                });
-                let id = c.sprint(u, s).id.clone();
-                c.log(
-                    Some(u),
-                    Some(s),
-                    format!("Sprint {id} agent launched after waiting"),
-                    "the cap allows it now".into(),
-                );
-            }
-        }
-        Input::DispatchFailed { dispatch, error } => {
-            let (u, s) = c.find(&dispatch)?;
-            // Cancelled by killall (or a stop that timed out) before it was
-            // ever launched: nothing ran, nothing failed.
-            let cancel = c.sprint(u, s).active.as_ref().and_then(|a| a.cancel);
-            if matches!(
-                cancel,
-                Some(CancelReason::Killall | CancelReason::StopTimeout)
-            ) {
-                c.close_attempt(u, s, "terminated", &AgentReport::default());
-                c.settle();
-                return Ok(c.finish());
-            }
-            c.close_attempt(u, s, "dispatch failed", &AgentReport::default());
-            if c.sprint(u, s).status() == SprintStatus::Dispatched {
-                c.sprint_to(u, s, SprintStatus::Running);
-            }
-            c.fail(
-                u,
-                s,
-                format!("the runner could not launch the agent: {error}"),
-            );
-            c.settle();
-        }
+        Input::DispatchReleased { dispatch } => c.released(&dispatch)?,
+        Input::DispatchFailed { dispatch, error } => c.dispatch_failed(&dispatch, &error)?,
         Input::Tick => {
             if c.state.is_none() {
                 return Ok(Decision::default());
@@ -250,32 +133,7 @@ pub fn decide_shared(
             unit,
             sprint,
             detail,
-        } => {
-            let (u, s) = c.locate(&unit, &sprint)?;
-            // Idempotent: a sprint already reopened (or never completed) stays.
-            if c.sprint(u, s).status() != SprintStatus::Completed {
-                return Ok(c.finish());
-            }
-            c.emit(Event::Reopened {
-                unit: u,
-                sprint: s,
-                at: now,
-            });
-            c.log(
-                Some(u),
-                Some(s),
-                format!("Sprint {sprint} merge lost; back to PENDING"),
-                detail.clone(),
-            );
-            c.effects.push(Effect::Notify {
-                kind: NoticeKind::WorkLost,
-                unit: Some(unit.clone()),
-                text: format!(
-                    "{unit} Sprint {sprint} was merged, but its work is no longer in the integration branch ({detail}). Something moved the branch back; the sprint runs again."
-                ),
-            });
-            c.settle();
-        }
+        } => c.merge_lost(&unit, &sprint, &detail)?,
         Input::HeadVerified { verification } => c.head_verified(verification)?,
         Input::Integrated { unit, sprint } => {
             let (u, s) = c.locate(&unit, &sprint)?;

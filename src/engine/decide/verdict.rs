@@ -84,7 +84,7 @@ impl Decider<'_> {
                 // where the work is, and `verify` checks the checkout it
                 // runs in.
                 self.effects.push(Effect::Notify {
-                    kind: NoticeKind::Blocked,
+                    kind: NoticeKind::VerificationFailed,
                     unit: Some(unit.clone()),
                     text: format!(
                         "VERIFICATION FAILED: every work unit completed, but {failing} of {total} exit criteria fail on the final head {head}:\n{}\nTo mend it: `git checkout {branch}`, fix and commit there, then check with `supervise verify --unit {} --sprint {sprint}`.",

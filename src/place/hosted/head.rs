@@ -263,7 +263,7 @@ impl Operations {
             "Every exit criterion of every sprint, on the final integration head. Files are read again here; a command is not ({commands})."
         );
         let (conclusion, title, summary) =
-            crate::report::github::final_check(&verification, &how, "☐ not run here:");
+            crate::report::posts::final_check(&verification, &how, "☐ not run here:");
         repo.create_check(json!({
             "name": FINAL_CHECK,
             "head_sha": head,

@@ -80,9 +80,26 @@ impl GitHubExecutor<'_> {
                         pr.number
                     }
                 };
+                let needed = ctx.required_approvals.map_or(1, |n| n.get());
                 if merge_mode(&ctx, state, unit, sprint) == MergeMode::AfterReview
-                    && !approved_by_a_writer(&repo, number).await?
+                    && !approved_by_writers(&repo, number, needed).await?
                 {
+                    // Whoever must review is told once (the status comment
+                    // says so all along); the delivery id is the merge's, so
+                    // a receiver drops the notice a restart sends again.
+                    if self.place.review_told.insert(dispatch.clone()) {
+                        let text = format!(
+                            "{unit} Sprint {sprint} is verified and waits for a review: {} of pull request #{number} by people who may write merge it.",
+                            crate::text::count(needed as usize, "approval")
+                        );
+                        let kind = NoticeKind::AwaitingReview;
+                        let mut notice =
+                            crate::notify::Notice::new(op, p.key, kind, Some(unit), &text);
+                        notice.repository = Some(ctx.repo.clone());
+                        notice.link =
+                            Some(format!("{}/{}/pull/{number}", ops.gh.web_url(), ctx.repo));
+                        ops.notifier.tell(kind, notice);
+                    }
                     return Ok(Outcome::Wait(vec![]));
                 }
                 // Merged at the head that was verified: a branch moved since
@@ -175,7 +192,7 @@ impl GitHubExecutor<'_> {
                 let body = format!(
                     "{}{}",
                     report::notice_prefix(*kind),
-                    report::github::as_comment_commands(text)
+                    report::posts::as_comment_commands(text)
                 );
                 // Sent once its effect is carried out; the delivery id lets a
                 // receiver drop the same notice after a restart.
@@ -192,15 +209,18 @@ impl GitHubExecutor<'_> {
                 // One notice per operation says that agents wait: edited
                 // when the reason changes, never a comment per held sprint.
                 if *kind == NoticeKind::Held {
-                    let marker = report::github::notice_marker(op, "held");
+                    let marker = report::posts::notice_marker(op, "held");
                     repo.upsert_comment(ctx.issue, Some(&ctx.started_at), &marker, &body)
                         .await?;
                     return Ok(Outcome::Done(vec![]));
                 }
-                let marker = report::github::notice_marker(op, &p.key.to_string());
+                let marker = report::posts::notice_marker(op, &p.key.to_string());
                 repo.comment_once(ctx.issue, Some(&ctx.started_at), &marker, &body)
                     .await?;
-                if let (NoticeKind::Blocked, Some(u)) = (kind, unit) {
+                // Said on the unit's issue too: whoever follows it must act.
+                if let (NoticeKind::Blocked | NoticeKind::VerificationFailed, Some(u)) =
+                    (kind, unit)
+                {
                     let issues = ops.store.unit_issues(op).await?;
                     if let Some(ui) = issues.iter().find(|i| &i.unit == u) {
                         repo.comment_once(ui.number, Some(&ctx.started_at), &marker, &body)
@@ -675,7 +695,7 @@ impl Operations {
         let repo = self.repo(ctx);
         let integration = integration_branch(&ctx.op);
         let summary = report::final_summary(st);
-        let marker = report::github::notice_marker(&ctx.op, &format!("final-{key}"));
+        let marker = report::posts::notice_marker(&ctx.op, &format!("final-{key}"));
         repo.comment_once(ctx.issue, Some(&ctx.started_at), &marker, &summary)
             .await?;
         // The supervisor's bookkeeping (results records, long prompts, sprint
@@ -761,7 +781,7 @@ impl Operations {
                 &format!("{summary}\nProposed by `/supervise breakdown` on #{} (operation `{}`). Review the units, sprints and exit criteria, change what you like on this branch, and merge when it says what you want built; then `/supervise start`.\n", ctx.issue, ctx.op),
             )
             .await?;
-        let marker = report::github::notice_marker(&ctx.op, &format!("final-{key}"));
+        let marker = report::posts::notice_marker(&ctx.op, &format!("final-{key}"));
         repo.comment_once(
             ctx.issue,
             Some(&ctx.started_at),
@@ -773,15 +793,22 @@ impl Operations {
     }
 }
 
-/// Whether the attempt `d` ended with its sprint found done before an agent
-/// was launched (so it has no run, branch or pull request to merge).
-/// Whether someone who may write to the repository approves the pull
-/// request: anyone can review a public repository's pull request, and an
-/// approval by someone who could not merge it lets nothing merge here.
-async fn approved_by_a_writer(repo: &Repo<'_>, number: i64) -> Result<bool, GitHubError> {
+/// Whether at least `needed` people who may write to the repository approve
+/// the pull request (each by their latest review, as GitHub counts them):
+/// anyone can review a public repository's pull request, and an approval by
+/// someone who could not merge it lets nothing merge here.
+async fn approved_by_writers(
+    repo: &Repo<'_>,
+    number: i64,
+    needed: u32,
+) -> Result<bool, GitHubError> {
+    let mut writers = 0;
     for login in repo.approvers(number).await? {
         if super::may_write(repo, &login).await? {
-            return Ok(true);
+            writers += 1;
+            if writers >= needed {
+                return Ok(true);
+            }
         }
     }
     Ok(false)
@@ -820,6 +847,8 @@ fn merge_mode(
     }
 }
 
+/// Whether the attempt `d` ended with its sprint found done before an agent
+/// was launched (so it has no run, branch or pull request to merge).
 fn found_done_before_dispatch(state: Option<&OperationState>, d: &DispatchId) -> bool {
     state
         .and_then(|st| {

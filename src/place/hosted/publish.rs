@@ -59,15 +59,15 @@ impl Operations {
             .filter(|b| b.is_short(now.timestamp()))
         {
             footer.push_str("\n\n");
-            footer.push_str(&report::github::slowed_line(
+            footer.push_str(&report::posts::slowed_line(
                 b.remaining,
                 b.limit,
                 b.reset_unix,
             ));
         }
-        let text = report::github::status_comment(&st, now, &link, Some(&footer));
+        let text = report::posts::status_comment(&st, now, &link, Some(&footer));
         if text != live.place.last_text {
-            let marker = report::github::status_marker(&ctx.op);
+            let marker = report::posts::status_marker(&ctx.op);
             let id = match live.place.status_comment {
                 Some(id) => Some(id),
                 None => repo
@@ -113,13 +113,13 @@ impl Operations {
                 if known.iter().any(|k| k.unit == u.name) || !own_issue(&u.name) {
                     continue;
                 }
-                let marker = report::github::unit_marker(&ctx.op, &u.name);
+                let marker = report::posts::unit_marker(&ctx.op, &u.name);
                 let (number, id) = match existing.iter().find(|(_, _, b)| b.contains(&marker)) {
                     Some((n, id, _)) => (*n, *id),
                     None => {
                         repo.create_issue(
                             &format!("{} — {}", u.name, st.name),
-                            &report::github::unit_issue_body(&ctx.op, u, ctx.issue),
+                            &report::posts::unit_issue_body(&ctx.op, u, ctx.issue),
                             &["supervise", &label],
                         )
                         .await?

@@ -201,7 +201,7 @@ impl Operations {
         let waited = live.place.awaiting_ci.remove(d);
         let open = || async {
             let title = format!("{} — Sprint {}: {}", unit.name, sprint.id, sprint.name);
-            let body = report::github::sprint_pr_body(&ctx.op, &unit, &sprint, url);
+            let body = report::posts::sprint_pr_body(&ctx.op, &unit, &sprint, url);
             repo.open_pull(&branch, &integration_branch(&ctx.op), &title, &body)
                 .await
         };
@@ -406,7 +406,7 @@ impl Operations {
             .map(|a| (a.attempt, a.model_id))
             .unwrap_or((0, String::new()));
         let (conclusion, title, summary) =
-            report::github::sprint_check(&unit.name, &sprint, attempt, &model, &report, verdict);
+            report::posts::sprint_check(&unit.name, &sprint, attempt, &model, &report, verdict);
         let check = json!({
             "name": format!("supervise: {} Sprint {}", unit.name, sprint.id),
             "head_sha": head,

@@ -20,10 +20,11 @@ impl Operations {
     /// each started); the settings on the default branch are read only for
     /// the next start, and a difference is said.
     pub async fn spend(&self, o: &Origin) -> Result<String, OpError> {
-        let repo = o.repo(&self.gh);
         // A file that does not read sets no cap here; `start` says why.
-        let file_cap = super::repo_settings(&repo, None)
+        let file_cap = o
+            .settings(&self.gh)
             .await?
+            .as_ref()
             .ok()
             .and_then(|f| f.daily_budget);
         // From the store, not this replica's memory: another replica may
@@ -80,7 +81,7 @@ impl Operations {
         }
         let repo = o.repo(&self.gh);
         let default_branch = repo.default_branch().await?;
-        let file_settings = match self.file_settings(&repo, &default_branch, "start").await? {
+        let file_settings = match self.file_settings(o, &default_branch, "start").await? {
             Ok(f) => f,
             Err(reply) => return Ok(reply),
         };
@@ -109,11 +110,7 @@ impl Operations {
             .launch(
                 o,
                 &repo,
-                default_branch,
-                file_settings,
-                plan,
-                None,
-                plan_path,
+                Start::plan(default_branch, file_settings, plan, plan_path),
             )
             .await?;
         Ok(match launched {
@@ -145,7 +142,7 @@ impl Operations {
         let repo = o.repo(&self.gh);
         let default_branch = repo.default_branch().await?;
         let word = kind.word();
-        let file_settings = match self.file_settings(&repo, &default_branch, word).await? {
+        let file_settings = match self.file_settings(o, &default_branch, word).await? {
             Ok(f) => f,
             Err(reply) => return Ok(reply),
         };
@@ -201,7 +198,11 @@ impl Operations {
         };
         let announcement = workflow.announcement();
         let launched = self
-            .launch_workflow(o, &repo, default_branch, file_settings, workflow.clone())
+            .launch(
+                o,
+                &repo,
+                Start::workflow(default_branch, file_settings, workflow.clone()),
+            )
             .await?;
         Ok(match launched {
             Ok((op, agent_workflow)) => {
@@ -238,10 +239,7 @@ impl Operations {
         }
         let repo = o.repo(&self.gh);
         let default_branch = repo.default_branch().await?;
-        let file_settings = match self
-            .file_settings(&repo, &default_branch, "breakdown")
-            .await?
-        {
+        let file_settings = match self.file_settings(o, &default_branch, "breakdown").await? {
             Ok(f) => f,
             Err(reply) => return Ok(reply),
         };
@@ -277,12 +275,10 @@ impl Operations {
         let mut phases = Phases::breakdown(&text, &wf, number);
         phases.plan_target = Some(target.clone());
         let launched = self
-            .launch_workflow(
+            .launch(
                 o,
                 &repo,
-                default_branch,
-                file_settings,
-                Workflow::Phases(phases),
+                Start::workflow(default_branch, file_settings, Workflow::Phases(phases)),
             )
             .await?;
         Ok(match launched {
@@ -320,15 +316,17 @@ impl Operations {
     }
 
     /// The repository's settings on its default branch (defaults without a
-    /// file), or the reply that says why `word` did not start.
+    /// file), as read for this delivery, or the reply that says why `word`
+    /// did not start.
     async fn file_settings(
         &self,
-        repo: &Repo<'_>,
+        o: &Origin,
         default_branch: &str,
         word: &str,
     ) -> Result<Result<settings::FileSettings, String>, OpError> {
-        Ok(super::repo_settings(repo, Some(default_branch))
+        Ok(o.settings(&self.gh)
             .await?
+            .clone()
             .map_err(|e| {
                 format!(
                     "I did not start: `.github/supervise.yml` is not valid.\n\n```\n{e}\n```\nFix it on `{default_branch}` and say `/supervise {word}` again."
@@ -336,43 +334,22 @@ impl Operations {
             }))
     }
 
-    /// [`Self::launch`] for work without a written plan: the workflow's own
-    /// first units are the plan.
-    async fn launch_workflow(
-        &self,
-        o: &Origin,
-        repo: &Repo<'_>,
-        default_branch: String,
-        file_settings: settings::FileSettings,
-        workflow: Workflow,
-    ) -> Result<Result<(String, String), String>, OpError> {
-        let plan = workflow.plan();
-        self.launch(
-            o,
-            repo,
-            default_branch,
-            file_settings,
-            plan,
-            Some(workflow),
-            String::new(),
-        )
-        .await
-    }
-
     /// Makes the integration branch (with a workflow's starting files), records
     /// the operation and starts it: its id and the agent workflow's file, or
     /// the engine's refusal.
-    #[allow(clippy::too_many_arguments)]
     async fn launch(
         &self,
         o: &Origin,
         repo: &Repo<'_>,
-        default_branch: String,
-        file_settings: settings::FileSettings,
-        plan: crate::plan::Plan,
-        workflow: Option<Workflow>,
-        plan_path: String,
+        start: Start,
     ) -> Result<Result<(String, String), String>, OpError> {
+        let Start {
+            default_branch,
+            file_settings,
+            plan,
+            workflow,
+            plan_path,
+        } = start;
         let settings = Settings::merge(file_settings.clone(), Default::default());
         let op = crate::contract::operation_id(&plan.title, o.comment as u64);
         let head = repo
@@ -415,6 +392,7 @@ impl Operations {
                 .clone()
                 .unwrap_or_else(|| DEFAULT_WORKFLOW.into()),
             merge: file_settings.merge,
+            required_approvals: file_settings.required_approvals,
             daily_budget: file_settings.daily_budget,
             started_at: o
                 .created_at
@@ -508,7 +486,7 @@ impl Operations {
             .driver
             .state
             .as_ref()
-            .map(|st| report::github::status_table(st, chrono::Utc::now(), &link)))
+            .map(|st| report::posts::status_table(st, chrono::Utc::now(), &link)))
     }
 
     // ----- webhooks ----------------------------------------------------------
@@ -755,4 +733,47 @@ async fn issue_text(repo: &Repo<'_>, number: i64) -> Result<IssueText, OpError> 
         who: author.unwrap_or_else(|| "a deleted account".into()),
         author_writes,
     })
+}
+
+/// What an operation starts from: the branch it starts at, the repository's
+/// settings read there, and the plan — a written one, or a workflow's.
+struct Start {
+    default_branch: String,
+    file_settings: settings::FileSettings,
+    plan: crate::plan::Plan,
+    /// Work without a written plan: the workflow whose first units `plan` is.
+    workflow: Option<Workflow>,
+    /// Where a written plan was read ("" for a workflow's).
+    plan_path: String,
+}
+
+impl Start {
+    fn plan(
+        default_branch: String,
+        file_settings: settings::FileSettings,
+        plan: crate::plan::Plan,
+        plan_path: String,
+    ) -> Start {
+        Start {
+            default_branch,
+            file_settings,
+            plan,
+            workflow: None,
+            plan_path,
+        }
+    }
+
+    fn workflow(
+        default_branch: String,
+        file_settings: settings::FileSettings,
+        workflow: Workflow,
+    ) -> Start {
+        Start {
+            default_branch,
+            file_settings,
+            plan: workflow.plan(),
+            workflow: Some(workflow),
+            plan_path: String::new(),
+        }
+    }
 }

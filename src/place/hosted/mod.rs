@@ -1,4 +1,6 @@
-//! Operations on GitHub: the place where agents run in Actions runners. Each
+//! Operations on GitHub: the place where agents run in hosted Actions runners
+//! (hence its name, beside [`local`](super::local); `github` is the adapter
+//! that talks to GitHub's API). Each
 //! operation is a [`Driver`] with the SQL store as its outbox and
 //! [`GitHubExecutor`] carrying its effects out; this module adds what is
 //! particular to GitHub — leases between replicas, webhooks and reconciliation
@@ -90,6 +92,9 @@ pub struct OpContext {
     /// (immediately, but after review for a sprint on the agent's word).
     #[serde(default)]
     pub merge: Option<MergeMode>,
+    /// `required_approvals:` as the settings at start said it (1 unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_approvals: Option<std::num::NonZeroU32>,
     /// The repository's daily cap (`daily_budget` in its settings at start).
     #[serde(default)]
     pub daily_budget: Option<u64>,
@@ -205,6 +210,8 @@ struct GhPlace {
     /// (merges of one operation are made one at a time, here); unknown after
     /// a restart or another replica's turn, then read from GitHub.
     integration_head: Option<String>,
+    /// Sprints whose wait for a review people were told of.
+    review_told: HashSet<DispatchId>,
     /// The pull request of each sprint branch, once opened or read: a
     /// later attempt's verification reads it rather than looking for it.
     pulls: HashMap<String, i64>,
@@ -301,9 +308,40 @@ pub struct Origin {
     pub comment: i64,
     /// The command comment's time: replies and notices come after it.
     pub created_at: Option<String>,
+    /// The repository's settings, read once for the delivery: who may say
+    /// what, and what a start captures, come from the same reading.
+    settings: tokio::sync::OnceCell<Result<crate::settings::FileSettings, String>>,
 }
 
 impl Origin {
+    pub fn new(
+        installation: u64,
+        repo: String,
+        issue: i64,
+        comment: i64,
+        created_at: Option<String>,
+    ) -> Origin {
+        Origin {
+            installation,
+            repo,
+            issue,
+            comment,
+            created_at,
+            settings: Default::default(),
+        }
+    }
+
+    /// `.github/supervise.yml` on the default branch (defaults without one),
+    /// or why it is unusable; read from GitHub the first time it is asked for.
+    pub async fn settings(
+        &self,
+        gh: &GitHub,
+    ) -> Result<&Result<crate::settings::FileSettings, String>, GitHubError> {
+        self.settings
+            .get_or_try_init(|| async { repo_settings(&self.repo(gh), None).await })
+            .await
+    }
+
     /// The repository the command was said in.
     pub fn repo<'a>(&'a self, gh: &'a GitHub) -> Repo<'a> {
         Repo {
@@ -450,6 +488,7 @@ impl Operations {
                 loaded_seq: loaded.seq.max(0) as u64,
                 tried: HashSet::new(),
                 integration_head: None,
+                review_told: HashSet::new(),
                 pulls: HashMap::new(),
                 merges: MergeLog::default(),
                 changed: HashMap::new(),
@@ -720,7 +759,7 @@ impl Executor for GitHubExecutor<'_> {
         }
         let ctx = &self.place.ctx;
         let text = format!("⚠️ Sprint Supervisor could not carry out a step of operation `{}` and moved on:\n\n```\n{error}\n```", ctx.op);
-        let marker = report::github::notice_marker(&ctx.op, &format!("error-{}", entry.key));
+        let marker = report::posts::notice_marker(&ctx.op, &format!("error-{}", entry.key));
         let _ = self
             .ops
             .repo(ctx)
@@ -761,6 +800,7 @@ mod tests {
             plan_path: "EXECUTION_PLAN.md".into(),
             workflow: "supervise-agent.yml".into(),
             merge: None,
+            required_approvals: None,
             daily_budget: None,
             started_at: "2026-11-27T00:00:00Z".into(),
             start_head: None,

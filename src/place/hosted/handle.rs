@@ -13,7 +13,7 @@ use crate::commands::{help_text, parse_comment, Command, ParseError};
 use crate::github::event::Event;
 use crate::github::payload::{CheckSuiteEvent, CommentEvent, PullRequestEvent, ReviewEvent};
 use crate::github::{GitHub, GitHubError};
-use crate::place::github::{OpError, Operations, Origin, WorkflowKind};
+use crate::place::hosted::{OpError, Operations, Origin, WorkflowKind};
 use crate::store::sql::SqlStore;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -59,9 +59,10 @@ impl Handler {
     /// The repository's rules from `.github/supervise.yml` (defaults when there is
     /// none), or the reason the file is unusable.
     async fn repo_policy(&self, p: &Origin) -> Result<Result<Policy, String>, GitHubError> {
-        let repo = p.repo(&self.github);
-        Ok(crate::place::github::repo_settings(&repo, None)
+        Ok(p.settings(&self.github)
             .await?
+            .as_ref()
+            .map_err(Clone::clone)
             .and_then(|f| {
                 Policy::from_settings(f.permissions.as_ref(), f.bots.as_deref())
                     .map_err(|e| format!(".github/supervise.yml: {e}"))
@@ -166,13 +167,13 @@ impl Handler {
             installation,
             commands,
         } = act;
-        let place = Origin {
+        let place = Origin::new(
             installation,
-            repo: ev.repo.clone(),
-            issue: ev.issue,
-            comment: ev.comment_id,
-            created_at: ev.created_at.clone(),
-        };
+            ev.repo.clone(),
+            ev.issue,
+            ev.comment_id,
+            ev.created_at.clone(),
+        );
         let login = ev.login.as_str();
         if !self
             .throttle
@@ -287,7 +288,7 @@ impl Handler {
             installation,
             name: &review.repo,
         };
-        if crate::place::github::may_write(&repo, &review.login).await? {
+        if crate::place::hosted::may_write(&repo, &review.login).await? {
             self.ops.approved(&review.repo).await
         } else {
             tracing::info!(login = %review.login, "an approval by someone who cannot write; not acted on");
