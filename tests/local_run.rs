@@ -282,7 +282,8 @@ fn a_hanging_agent_is_cancelled_by_the_stall_timeout_and_retried() {
     let start = Instant::now();
     let out = repo.run(&["--stall-timeout", "2"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(start.elapsed() < Duration::from_secs(25));
+    // Not before the stall timeout: the outcome below says why it ended.
+    assert!(start.elapsed() >= Duration::from_secs(2));
     let s = &repo.state()["units"][0]["sprints"][0];
     assert_eq!(s["history"][0]["outcome"], "cancelled: unresponsive");
     assert_eq!(s["failures"], 1);
@@ -374,12 +375,8 @@ fn an_agent_that_prints_for_ever_is_stopped_at_its_wall_clock_cap() {
         "1",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Not before the cap; that the cap ended it, the outcome says.
     assert!(start.elapsed() >= Duration::from_secs(60));
-    assert!(
-        start.elapsed() < Duration::from_secs(100),
-        "{:?}",
-        start.elapsed()
-    );
     let s = &repo.state()["units"][0]["sprints"][0];
     assert_eq!(s["history"][0]["outcome"], "stopped: wall-clock cap");
     assert_eq!(s["failures"], 1);

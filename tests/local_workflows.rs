@@ -34,19 +34,21 @@ impl Repo {
         ))
     }
 
-    /// Waits (30 s at most) until a `supervise solve` runs here and has had
-    /// a moment to launch its agents.
+    /// Waits (30 s at most) until a `supervise solve` runs here and has
+    /// launched its agents (each notes its start in the agents' log).
     fn wait_for_solve(&self) {
         let dir = self.root.join(".supervise").join("solve");
         let began = std::time::Instant::now();
-        while supervise::place::local::supervisor::running_supervisor(&dir).is_none() {
+        while supervise::place::local::supervisor::running_supervisor(&dir).is_none()
+            || self.invocations().len() < 3
+        {
             assert!(
                 began.elapsed() < Duration::from_secs(30),
-                "solve never started"
+                "solve never started its agents: {:?}",
+                self.invocations()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(500));
     }
 
     fn run(&self, args: &[&str]) -> Output {

@@ -271,7 +271,10 @@ async fn a_restart_mid_processing_neither_loses_nor_repeats_the_delivery() {
         .fake
         .comment(REPO, 6, "mia", "/supervise help", false)
         .await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    h.until_on(6, "a worker processing the delivery", 30, |h| {
+        h.deliveries_processing() > 0
+    })
+    .await;
     h.kill_serve();
     assert!(h.bot_comments(6).is_empty());
     h.serve_up().await;
@@ -405,7 +408,7 @@ async fn a_rate_limit_longer_than_the_lease_still_answers_once() {
         .comment(REPO, 20, "mia", "/supervise status", false)
         .await;
     h.replies_after(20, 1).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.settle().await;
     assert_eq!(h.bot_comments(20).len(), 1, "{:?}", h.bot_comments(20));
 }
 

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Child;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use supervise::place::github::{InstallationLimits, OpTimings};
+use supervise::place::hosted::{InstallationLimits, OpTimings};
 use supervise::server::run::{self, ServiceConfig};
 
 pub const REPO: &str = "acme/shop";
@@ -470,25 +470,34 @@ impl Story {
     /// Until the service has handled everything it was told, for stories
     /// that show that nothing (more) happens: every delivery the store took
     /// is done or given up — read from the store itself — and then GitHub
-    /// heard nothing from it for half a second. (An operation's effects may
-    /// rightly wait — on a cap, on a review — so they are not waited for.)
+    /// was told nothing (no write; looks, as reconciliation's, may go on)
+    /// for half a second. (An operation's effects may rightly wait — on a
+    /// cap, on a review — so they are not waited for.)
     pub async fn settle(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
+        let writes = |s: &Story| {
+            s.fake
+                .request_log()
+                .iter()
+                .filter(|(_, endpoint, _)| !endpoint.starts_with("GET "))
+                .count()
+        };
         loop {
             let deliveries = self.unfinished_deliveries();
             if deliveries == 0 {
-                let heard = self.fake.request_log().len();
+                let told = writes(self);
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                if self.unfinished_deliveries() == 0 && self.fake.request_log().len() == heard {
+                if self.unfinished_deliveries() == 0 && writes(self) == told {
                     return;
                 }
-                continue;
+            } else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             assert!(
                 Instant::now() < deadline,
-                "the service did not settle: {deliveries} deliveries unfinished"
+                "the service did not settle: {} deliveries unfinished, GitHub still written to",
+                self.unfinished_deliveries()
             );
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -506,6 +515,11 @@ impl Story {
         rusqlite::Connection::open_with_flags(&file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .and_then(|c| c.query_row(sql, [], |r| r.get(0)))
             .unwrap_or(0)
+    }
+
+    /// Deliveries a worker holds now, as the store says.
+    pub fn deliveries_processing(&self) -> i64 {
+        self.store_count("SELECT COUNT(*) FROM deliveries WHERE status = 'processing'")
     }
 
     fn unfinished_deliveries(&self) -> i64 {
