@@ -20,8 +20,10 @@
 //! Run: `cargo bench --bench hostile_clients`.
 
 use std::time::{Duration, Instant};
-use support::hostile::{metric, room_for, rss_mib, start, start_with_files, trickle, Served, REPO};
-use tokio::io::AsyncWriteExt;
+use support::hostile::{
+    metric, room_for, rss_mib, slow_headers, stalled_bodies, start, start_with_files, trickle,
+    Served, REPO,
+};
 use tokio::net::TcpStream;
 
 #[path = "../tests/support/mod.rs"]
@@ -71,47 +73,11 @@ async fn idle_flood() {
     let s = start().await;
     let port = s.port;
     let sockets = idle(port, room_for(1100)).await;
-    let slow_headers: Vec<_> = (0..5)
-        .map(|i| {
-            tokio::spawn(async move {
-                let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)).await else {
-                    return;
-                };
-                for b in format!("POST /webhook HTTP/1.1\r\nX-Slow: {i}").bytes() {
-                    if c.write_all(&[b]).await.is_err() {
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            })
-        })
-        .collect();
-    let stalled: Vec<_> = (0..10)
-        .map(|_| {
-            tokio::spawn(async move {
-                let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)).await else {
-                    return None;
-                };
-                let head = format!(
-                    "POST /webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: issue_comment\r\n\
-                     X-GitHub-Delivery: big\r\nContent-Length: {}\r\n\r\n",
-                    20 * 1024 * 1024
-                );
-                c.write_all(head.as_bytes()).await.ok()?;
-                c.write_all(&vec![b'x'; 1024 * 1024]).await.ok()?;
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                Some(c)
-            })
-        })
-        .collect();
+    let slow = slow_headers(port, 5);
+    let stalled = stalled_bodies(port, 10);
     deliveries(&s, &format!("idle flood ({})", sockets.len())).await;
-    for t in slow_headers
-        .into_iter()
-        .map(|t| t.abort_handle())
-        .chain(stalled.iter().map(|t| t.abort_handle()))
-    {
-        t.abort();
-    }
+    slow.iter().for_each(|t| t.abort());
+    stalled.iter().for_each(|t| t.abort());
 }
 
 async fn trickling() {

@@ -58,6 +58,10 @@ pub struct FileSettings {
     pub agent_may_change_workflows: Option<bool>,
     /// Locally: where notices go besides the terminal (an outgoing webhook).
     pub notify: Option<NotifySettings>,
+    /// On GitHub: a notice a person must act on (a unit BLOCKED, the final
+    /// verification failed) mentions whoever started the operation. Nothing
+    /// else the App writes ever pings anyone.
+    pub mention: Option<bool>,
 }
 
 /// An outgoing webhook for notices (see [`crate::notify`]). Its signing key
@@ -173,6 +177,7 @@ pub const KEYS: &[&str] = &[
     "without_plan",
     "agent_may_change_workflows",
     "notify",
+    "mention",
 ];
 
 /// Parses settings text; the error names `origin`, the line and column, and the

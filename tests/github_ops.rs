@@ -285,6 +285,45 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     );
 }
 
+/// `mention: true`: the BLOCKED notice on the issue opens with a live
+/// mention of whoever said `/supervise start`; everything else the App wrote
+/// — the status table, the unit's issue, the other notices — pings nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_mention_the_blocked_notice_pings_the_starter_and_nothing_else_does() {
+    let s = Story::start(Setup::operation(PLAN, "api 1 fail\n")).await;
+    s.fake.add_file(
+        REPO,
+        ".github/supervise.yml",
+        &format!("{SETTINGS}mention: true\n"),
+    );
+    s.say("/supervise start").await;
+    s.until("api is BLOCKED", 180, |s| {
+        s.status_comment().contains("| api | — | BLOCKED")
+    })
+    .await;
+    s.settle().await;
+    let live = |body: &str| {
+        body.match_indices('@')
+            .filter(|(i, _)| body[i + 1..].starts_with(|c: char| c.is_ascii_alphanumeric()))
+            .count()
+    };
+    let ours: Vec<fake_github::Comment> = s
+        .fake
+        .comments_in(REPO)
+        .into_iter()
+        .filter(|c| c.user == fake_github::APP_LOGIN)
+        .collect();
+    let pinging: Vec<&fake_github::Comment> = ours.iter().filter(|c| live(&c.body) > 0).collect();
+    assert_eq!(pinging.len(), 1, "{pinging:#?}");
+    assert_eq!(pinging[0].issue, s.issue);
+    assert!(
+        pinging[0].body.starts_with("@mia ⛔ BLOCKED"),
+        "{}",
+        pinging[0].body
+    );
+    assert_eq!(live(&pinging[0].body), 1, "{}", pinging[0].body);
+}
+
 fn tier_rank(model: &str) -> usize {
     ["claude-haiku", "claude-sonnet", "claude-opus"]
         .iter()

@@ -964,6 +964,34 @@ impl Repo<'_> {
             .map(|_| ())
     }
 
+    /// [`Self::comment_once`], opening with a mention of `login`: the one
+    /// mention the App makes live (a repository's `mention: true`), put
+    /// before the body `fit` has made inert, so nothing in the body pings.
+    pub async fn comment_once_to(
+        &self,
+        issue: i64,
+        since: Option<&str>,
+        marker: &str,
+        body: &str,
+        login: &str,
+    ) -> Result<(), GitHubError> {
+        if self.marked(issue, since, marker).await?.is_some() {
+            return Ok(());
+        }
+        let to = format!("@{login} ");
+        let text = fit(
+            &format!("{body}\n\n{marker}"),
+            MAX_BODY_CHARS - to.chars().count(),
+        );
+        let _: answers::Comment = self
+            .post(
+                &format!("/issues/{issue}/comments"),
+                json!({ "body": format!("{to}{text}") }),
+            )
+            .await?;
+        Ok(())
+    }
+
     /// The comment carrying `marker`, edited to say `body` (unless it does
     /// already), or made if there is none.
     pub async fn upsert_comment(

@@ -241,6 +241,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_user_login_is_what_github_could_have_given_a_person() {
+        for ok in ["mia", "a-b", "A1", &"x".repeat(39)] {
+            assert!(super::is_user_login(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "a--b",
+            "renovate[bot]",
+            "a b",
+            "@mia",
+            &"x".repeat(40),
+        ] {
+            assert!(!super::is_user_login(bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn nearest_finds_typos_only() {
         assert_eq!(nearest("stat", ["start", "status", "stop"]), Some("start"));
         assert_eq!(nearest("stauts", ["start", "status"]), Some("status"));
@@ -342,6 +361,19 @@ mod tests {
             );
         }
     }
+}
+
+/// Whether `login` is a person's name as GitHub gives them: letters, digits
+/// and single hyphens inside, at most 39 characters. A bot's (`name[bot]`)
+/// or anything else is not, so it is never mentioned.
+pub fn is_user_login(login: &str) -> bool {
+    (1..=39).contains(&login.len())
+        && login
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !login.starts_with('-')
+        && !login.ends_with('-')
+        && !login.contains("--")
 }
 
 /// `text` with every `@name` outside code made inert: a word joiner after

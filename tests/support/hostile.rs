@@ -144,3 +144,47 @@ pub fn trickle(port: u16, n: u64, kib_per_sec: u64) -> Vec<tokio::task::JoinHand
         })
         .collect()
 }
+
+/// `n` clients that send a request's headers a byte every half second.
+pub fn slow_headers(port: u16, n: usize) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..n)
+        .map(|i| {
+            tokio::spawn(async move {
+                let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)).await else {
+                    return;
+                };
+                for b in format!("POST /webhook HTTP/1.1\r\nX-Slow: {i}").bytes() {
+                    if c.write_all(&[b]).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            })
+        })
+        .collect()
+}
+
+/// `n` unsigned connections that declare a 20 MiB body, send 1 MiB of it
+/// and stall; each ends with the status the service answered within 40 s.
+pub fn stalled_bodies(port: u16, n: usize) -> Vec<tokio::task::JoinHandle<Option<u16>>> {
+    (0..n)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut c = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+                let head = format!(
+                    "POST /webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: issue_comment\r\n\
+                     X-GitHub-Delivery: big\r\nContent-Length: {}\r\n\r\n",
+                    20 * 1024 * 1024
+                );
+                c.write_all(head.as_bytes()).await.ok()?;
+                let _ = c.write_all(&vec![b'x'; 1024 * 1024]).await;
+                let mut buf = [0u8; 64];
+                let n = tokio::time::timeout(Duration::from_secs(40), c.read(&mut buf))
+                    .await
+                    .ok()?
+                    .ok()?;
+                status_of(&buf[..n])
+            })
+        })
+        .collect()
+}

@@ -173,6 +173,7 @@ impl Handler {
             ev.issue,
             ev.comment_id,
             ev.created_at.clone(),
+            ev.login.clone(),
         );
         let login = ev.login.as_str();
         if !self

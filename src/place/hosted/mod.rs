@@ -92,6 +92,10 @@ pub struct OpContext {
     /// (immediately, but after review for a sprint on the agent's word).
     #[serde(default)]
     pub merge: Option<MergeMode>,
+    /// Whom a notice a person must act on mentions: whoever started the
+    /// operation, when the settings at start said `mention: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mention: Option<String>,
     /// `required_approvals:` as the settings at start said it (1 unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_approvals: Option<std::num::NonZeroU32>,
@@ -308,6 +312,8 @@ pub struct Origin {
     pub comment: i64,
     /// The command comment's time: replies and notices come after it.
     pub created_at: Option<String>,
+    /// Who said the command.
+    pub author: String,
     /// The repository's settings, read once for the delivery: who may say
     /// what, and what a start captures, come from the same reading.
     settings: tokio::sync::OnceCell<Result<crate::settings::FileSettings, String>>,
@@ -320,6 +326,7 @@ impl Origin {
         issue: i64,
         comment: i64,
         created_at: Option<String>,
+        author: String,
     ) -> Origin {
         Origin {
             installation,
@@ -327,6 +334,7 @@ impl Origin {
             issue,
             comment,
             created_at,
+            author,
             settings: Default::default(),
         }
     }
@@ -800,6 +808,7 @@ mod tests {
             plan_path: "EXECUTION_PLAN.md".into(),
             workflow: "supervise-agent.yml".into(),
             merge: None,
+            mention: None,
             required_approvals: None,
             daily_budget: None,
             started_at: "2026-11-27T00:00:00Z".into(),

@@ -392,6 +392,12 @@ impl Operations {
                 .clone()
                 .unwrap_or_else(|| DEFAULT_WORKFLOW.into()),
             merge: file_settings.merge,
+            // A person, by a name GitHub could have given (a bot is not told).
+            mention: file_settings
+                .mention
+                .unwrap_or(false)
+                .then(|| o.author.clone())
+                .filter(|login| crate::text::is_user_login(login)),
             required_approvals: file_settings.required_approvals,
             daily_budget: file_settings.daily_budget,
             started_at: o
