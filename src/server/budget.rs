@@ -117,8 +117,11 @@ impl Reader<'_> {
                 None if Instant::now() >= until => return Err(NoRoom::Busy),
                 None => {}
             }
-            if tokio::time::timeout_at(until, freed).await.is_err() {
-                return Err(NoRoom::Busy);
+            tokio::select! {
+                () = freed => {}
+                // Cut off while waiting: its memory is given back already.
+                () = self.cut_off() => return Err(NoRoom::Cut),
+                () = tokio::time::sleep_until(until) => return Err(NoRoom::Busy),
             }
         }
     }
@@ -131,6 +134,7 @@ impl Reader<'_> {
         };
         let need = kib.saturating_sub(me.held_kib);
         let now = Instant::now();
+        let mut cut = 0;
         while pool.free_kib < need {
             // The slowest of those that began before this body, by bytes a
             // second so far.
@@ -143,10 +147,18 @@ impl Reader<'_> {
                 .filter(|(_, h)| h.held_kib > 0)
                 .min_by(|a, b| rate(a.1).total_cmp(&rate(b.1)))
                 .map(|(seq, _)| *seq);
-            let victim = slowest?;
+            let Some(victim) = slowest else {
+                drop(pool);
+                // What the cut-off bodies gave back is there for others.
+                if cut > 0 {
+                    self.budget.freed.notify_waiters();
+                }
+                return None;
+            };
             let gone = pool.readers.remove(&victim).expect("just found");
             pool.free_kib += gone.held_kib;
             gone.cut.notify_one();
+            cut += 1;
             metrics::counter!("supervise_unverified_bodies_cut_total").increment(1);
         }
         pool.free_kib -= need;
@@ -154,6 +166,11 @@ impl Reader<'_> {
             .get_mut(&self.seq)
             .expect("looked up above")
             .held_kib += need;
+        let room_left = pool.free_kib > 0;
+        drop(pool);
+        if cut > 0 && room_left {
+            self.budget.freed.notify_waiters();
+        }
         Some(Ok(()))
     }
 }
@@ -213,5 +230,30 @@ mod tests {
         assert_eq!(waited, Ok(()));
         drop(old);
         assert_eq!(budget.held_kib(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_body_waiting_for_room_is_told_at_once_when_it_is_cut_off() {
+        let budget = BodyBudget::new(10);
+        let waiting = budget.enter();
+        let big = budget.enter();
+        waiting.hold(2 * 1024, Duration::ZERO).await.unwrap();
+        big.hold(8 * 1024, Duration::ZERO).await.unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let newest = budget.enter();
+        let (waited, ()) = tokio::join!(
+            // Oldest: it cuts nobody and waits, up to a minute.
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                waiting.hold(4 * 1024, Duration::from_secs(60))
+            ),
+            async {
+                tokio::task::yield_now().await;
+                newest.hold(3 * 1024, Duration::ZERO).await.unwrap();
+            }
+        );
+        assert_eq!(waited.expect("told, not left waiting"), Err(NoRoom::Cut));
+        // The slowest (2 KiB over 20 ms) went first; 1 more KiB took the next.
+        assert_eq!(budget.held_kib(), 3);
     }
 }
