@@ -43,6 +43,14 @@ pub fn sprint_branch(op: &str, unit_slug: &str, sprint: &str) -> String {
     format!("supervise/{op}/{unit_slug}/sprint-{sprint}")
 }
 
+/// The operation whose integration or sprint branch `branch` is (the
+/// branches [`integration_branch`] and [`sprint_branch`] make); `None` for
+/// any other branch.
+pub fn operation_of_branch(branch: &str) -> Option<&str> {
+    let (op, rest) = branch.strip_prefix("supervise/")?.split_once('/')?;
+    (rest == "integration" || sprint_branch_unit(branch).is_some()).then_some(op)
+}
+
 /// The operation and unit slug of a branch [`sprint_branch`] made (slugs and
 /// operation ids hold no `/`); `None` for any other branch.
 pub fn sprint_branch_unit(branch: &str) -> Option<(&str, &str)> {

@@ -1174,6 +1174,46 @@ async fn two_required_approvals_take_two_people_who_may_write() {
     assert!(merged(&s));
 }
 
+/// A command said on one of the operation's pull requests acts on that
+/// operation, as on its issue, and is answered there: a reviewer need not
+/// go back to the issue. A stranger's command there is not answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_command_on_a_sprints_pull_request_acts_on_its_operation() {
+    let (s, pr) = a_sprint_waiting_for_review(Setup::operation(PLAN, "")).await;
+    s.fake
+        .comment(REPO, pr.number, "mia", "/supervise status", false)
+        .await;
+    let replies = s.replies_after(pr.number, 1).await;
+    assert!(replies[0].contains("| api |"), "{}", replies[0]);
+    assert!(!replies[0].contains("No operation"), "{}", replies[0]);
+    // `stop` there stops the operation the pull request belongs to.
+    s.fake
+        .comment(REPO, pr.number, "mia", "/supervise stop", false)
+        .await;
+    s.until_on(
+        pr.number,
+        "the stop answered on the pull request",
+        30,
+        |s| s.bot_comments(pr.number).len() >= 2,
+    )
+    .await;
+    s.until("the operation stopping or stopped", 60, |s| {
+        let table = s.status_comment();
+        table.contains("STOPP") || table.contains("DRAIN")
+    })
+    .await;
+    s.fake
+        .comment(REPO, pr.number, "stranger", "/supervise killall", false)
+        .await;
+    s.settle().await;
+    assert_eq!(
+        s.bot_comments(pr.number).len(),
+        2,
+        "{:?}",
+        s.bot_comments(pr.number)
+    );
+}
+
 /// The GitHub Action front door: no service; every event GitHub would deliver
 /// starts `supervise action` once, as a workflow run would, one at a time (the
 /// workflow's concurrency group), plus a schedule every second.

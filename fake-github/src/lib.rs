@@ -601,9 +601,16 @@ impl FakeGitHub {
 
     fn payload(&self, action: &str, c: &Comment, kind: &str) -> Value {
         let (owner, name) = c.repo.split_once('/').unwrap_or(("owner", "repo"));
+        let mut issue = json!({ "number": c.issue, "title": "Operation", "state": "open" });
+        // A pull request's conversation is an issue's: GitHub says which.
+        if self.pulls(&c.repo).iter().any(|p| p.number == c.issue) {
+            issue["pull_request"] = json!({
+                "url": format!("{}/repos/{}/pulls/{}", self.url(), c.repo, c.issue)
+            });
+        }
         json!({
             "action": action,
-            "issue": { "number": c.issue, "title": "Operation", "state": "open" },
+            "issue": issue,
             "comment": { "id": c.id, "body": c.body, "created_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true), "user": { "login": c.user, "type": kind } },
             "repository": { "full_name": c.repo, "name": name, "owner": { "login": owner } },
             "sender": { "login": c.user, "type": kind },

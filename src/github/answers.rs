@@ -202,6 +202,9 @@ pub struct Pull {
 #[derive(Debug, Clone, Deserialize)]
 pub struct PullHead {
     pub sha: String,
+    /// The head's branch name.
+    #[serde(default, rename = "ref")]
+    pub branch: Option<String>,
 }
 
 /// One file of a pull request's diff.

@@ -98,6 +98,8 @@ pub struct PullRequest {
     pub merged: bool,
     pub mergeable: Option<bool>,
     pub head_sha: Option<String>,
+    /// The head's branch name.
+    pub head_branch: Option<String>,
     /// Once merged: the merge's commit, and when (RFC 3339).
     pub merge_sha: Option<String>,
     pub merged_at: Option<String>,
@@ -112,6 +114,7 @@ impl From<answers::Pull> for PullRequest {
             merged: p.merged == Some(true) || p.merged_at.is_some(),
             mergeable: p.mergeable,
             head_sha: Some(p.head.sha),
+            head_branch: p.head.branch,
             merge_sha: p.merge_commit_sha.filter(|_| p.merged_at.is_some()),
             merged_at: p.merged_at,
         }

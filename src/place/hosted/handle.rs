@@ -100,8 +100,30 @@ impl Handler {
         // Only comments made since the command are looked through: a long thread
         // cannot push an earlier reply of ours off the page.
         let marker = format!("<!-- supervise:reply {} -->", p.comment);
-        repo.comment_once(p.issue, p.created_at.as_deref(), &marker, text)
+        repo.comment_once(p.said_on, p.created_at.as_deref(), &marker, text)
             .await
+    }
+
+    /// The issue of the operation whose pull request (a sprint's, or the
+    /// final one from its integration branch) `p` was said on: a command
+    /// there acts on that operation, as on its issue, and is answered where
+    /// it was said. `None` for any other pull request.
+    async fn operation_issue_of_pull(&self, p: &Origin) -> Result<Option<i64>, OpError> {
+        let pull = p.repo(&self.github).pull(p.said_on).await?;
+        let Some(op) = pull
+            .head_branch
+            .as_deref()
+            .and_then(crate::contract::operation_of_branch)
+        else {
+            return Ok(None);
+        };
+        Ok(self
+            .ops
+            .store
+            .operation(op)
+            .await?
+            .filter(|row| row.repo == p.repo)
+            .map(|row| row.issue))
     }
 
     /// What of a comment is acted on — `None` when there is nothing to act
@@ -197,6 +219,12 @@ impl Handler {
         // A person who cannot even read the repository is not answered at all:
         // otherwise anyone could make the bot post on any public issue.
         let stranger = perm == Ok(Permission::None);
+        let mut place = place;
+        if ev.is_pull_request && !stranger {
+            if let Some(issue) = self.operation_issue_of_pull(&place).await? {
+                place.issue = issue;
+            }
+        }
         let total = commands.len();
         let mut answers: Vec<String> = Vec::new();
         let mut mistakes = false;

@@ -308,7 +308,11 @@ struct LoadedOp {
 pub struct Origin {
     pub installation: u64,
     pub repo: String,
+    /// The issue of the operation the command is about: where it was said,
+    /// or, for a command on an operation's pull request, the operation's.
     pub issue: i64,
+    /// Where the command was said, and so where the reply goes.
+    pub said_on: i64,
     pub comment: i64,
     /// The command comment's time: replies and notices come after it.
     pub created_at: Option<String>,
@@ -332,6 +336,7 @@ impl Origin {
             installation,
             repo,
             issue,
+            said_on: issue,
             comment,
             created_at,
             author,
