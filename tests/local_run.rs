@@ -2111,3 +2111,22 @@ fn a_conflict_between_parallel_units_gets_a_conflict_round_on_the_same_model() {
     let decisions = std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap();
     assert!(decisions.contains("CONFLICT (round 1/2)"), "{decisions}");
 }
+
+/// `run --dry-run` says what the operation is likely to cost — a range in
+/// budget units, each sprint's first model, where the budget runs out —
+/// and starts nothing: no agent, no state.
+#[test]
+fn a_dry_run_gives_the_expected_cost_and_starts_nothing() {
+    let repo = Repo::new(PLAN, "");
+    let out = repo.run(&["--dry-run", "--budget", "2"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("budget units"), "{said}");
+    for row in ["| api | 1 |", "| api | 2 |", "| docs | 1 |", "| web | 1 |"] {
+        assert!(said.contains(row), "{row} missing: {said}");
+    }
+    assert!(said.contains("The budget runs out at"), "{said}");
+    assert!(said.contains("Nothing was started."), "{said}");
+    assert!(repo.invocations().is_empty(), "an agent ran");
+    assert!(!repo.root.join(".supervise").exists(), "state was written");
+}

@@ -77,6 +77,10 @@ pub struct RunFlags {
     /// `.supervise/finished/`): how an edited plan is applied.
     #[arg(long)]
     pub new: bool,
+    /// Print what the operation is likely to cost — each sprint's first
+    /// model and the range in budget units — and start nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// One setting flag: whether a run was given it, and — for the operation's
@@ -315,6 +319,15 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
             );
             return Ok(exit::USAGE);
         }
+    }
+    if flags.dry_run {
+        let settings = settings_for(&plan, flags)?;
+        let e = crate::engine::estimate::estimate(&plan.plan, &settings.engine);
+        print!(
+            "{}",
+            report::estimate_text(&plan.plan.title, &e, &settings.engine)
+        );
+        return Ok(exit::COMPLETED);
     }
     let dir = supervisor::state_dir(&plan);
     if let Some(pid) = supervisor::running_supervisor(&dir) {
@@ -1093,7 +1106,7 @@ mod tests {
     fn every_setting_flag_is_in_the_table() {
         let cmd = <RunFlags as clap::Args>::augment_args(clap::Command::new("run"));
         // Output flags, and the tick (a test knob, not a setting).
-        let not_settings = ["--json", "--quiet", "--new", "--tick-ms"];
+        let not_settings = ["--json", "--quiet", "--new", "--dry-run", "--tick-ms"];
         let longs: Vec<String> = cmd
             .get_arguments()
             .filter_map(|a| a.get_long())

@@ -7,6 +7,7 @@
 pub mod cascade;
 mod decide;
 pub mod done_before;
+pub mod estimate;
 pub mod events;
 pub mod naming;
 pub mod prompt;

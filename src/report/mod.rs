@@ -3,6 +3,7 @@
 //! cadence analysis (§14), and the kill summary (§11). Pure: no I/O, no clock.
 
 mod complete;
+mod estimate;
 pub mod plan_check;
 pub mod posts;
 mod spend;
@@ -11,6 +12,7 @@ mod status;
 pub mod web;
 
 pub use complete::{complete_file_name, complete_md, final_summary, verification, Verification};
+pub use estimate::estimate_text;
 pub use spend::{
     day_line, spend, spend_comment, spend_json, spend_table, DailyCaps, DayTotals, SpendRecord,
     SpendRow, SpendTotals,
