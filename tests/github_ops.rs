@@ -88,7 +88,7 @@ async fn three_units_in_two_layers_run_to_the_final_pull_request() {
     assert!(
         comments
             .iter()
-            .any(|c| c.starts_with("Started operation `shop-")),
+            .any(|c| c.starts_with("Started operation `shop-") && c.contains("Expected cost: ")),
         "{comments:?}"
     );
     insta::assert_snapshot!("github_status_completed", redact(&s.status_comment()));

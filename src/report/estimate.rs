@@ -6,12 +6,42 @@ use crate::engine::estimate::Estimate;
 use crate::engine::{EngineConfig, ModelTier};
 use std::fmt::Write as _;
 
-pub fn estimate_text(title: &str, e: &Estimate, config: &EngineConfig) -> String {
-    let prices = ModelTier::ALL
+/// The estimate in one sentence, for a reply: the range, and where the
+/// budget would run out.
+pub fn estimate_line(e: &Estimate, config: &EngineConfig) -> String {
+    let prices = prices(config);
+    let mut out = format!(
+        "Expected cost: {}–{} budget units ({prices} a dispatch), from every sprint done by its first attempt to every retry used.",
+        e.least, e.most
+    );
+    out.push_str(&budget_note(e));
+    out
+}
+
+fn prices(config: &EngineConfig) -> String {
+    ModelTier::ALL
         .iter()
         .map(|t| format!("{} {}", t.as_str(), config.cost(*t)))
         .collect::<Vec<_>>()
-        .join(", ");
+        .join(", ")
+}
+
+/// Where the budget runs out, as a sentence with a leading space; empty
+/// when it does not.
+fn budget_note(e: &Estimate) -> String {
+    match (&e.budget_stops_at, &e.budget_may_stop_at) {
+        (Some((u, s)), _) => {
+            format!(" The budget runs out at {u} Sprint {s} even if every first attempt succeeds.")
+        }
+        (None, Some((u, s))) => {
+            format!(" The budget may run out at {u} Sprint {s} if attempts fail.")
+        }
+        (None, None) => String::new(),
+    }
+}
+
+pub fn estimate_text(title: &str, e: &Estimate, config: &EngineConfig) -> String {
+    let prices = prices(config);
     let budget = config
         .budget
         .map_or("no budget".to_string(), |b| format!("the budget: {b}"));
@@ -40,21 +70,7 @@ pub fn estimate_text(title: &str, e: &Estimate, config: &EngineConfig) -> String
         "\nThe least is every sprint done by its first attempt; the most, every sprint using all {} attempts, each on the model a failure leads to.",
         config.max_retries.max(1)
     );
-    match (&e.budget_stops_at, &e.budget_may_stop_at) {
-        (Some((u, s)), _) => {
-            let _ = write!(
-                out,
-                " The budget runs out at {u} Sprint {s} even if every first attempt succeeds."
-            );
-        }
-        (None, Some((u, s))) => {
-            let _ = write!(
-                out,
-                " The budget may run out at {u} Sprint {s} if attempts fail."
-            );
-        }
-        (None, None) => {}
-    }
+    out.push_str(&budget_note(e));
     out.push_str("\nNothing was started.\n");
     out
 }

@@ -12,7 +12,7 @@ mod status;
 pub mod web;
 
 pub use complete::{complete_file_name, complete_md, final_summary, verification, Verification};
-pub use estimate::estimate_text;
+pub use estimate::{estimate_line, estimate_text};
 pub use spend::{
     day_line, spend, spend_comment, spend_json, spend_table, DailyCaps, DayTotals, SpendRecord,
     SpendRow, SpendTotals,

@@ -106,6 +106,9 @@ impl Operations {
         };
         let units = plan.work_units.len();
         let sprints: usize = plan.work_units.iter().map(|u| u.sprints.len()).sum();
+        let engine = Settings::merge(file_settings.clone(), Default::default()).engine;
+        let expected =
+            report::estimate_line(&crate::engine::estimate::estimate(&plan, &engine), &engine);
         let launched = self
             .launch(
                 o,
@@ -115,7 +118,7 @@ impl Operations {
             .await?;
         Ok(match launched {
             Ok((op, workflow)) => format!(
-                "Started operation `{op}`: {}, {}, agents through `.github/workflows/{workflow}` on branches from `{}`. The status comment below is kept up to date.",
+                "Started operation `{op}`: {}, {}, agents through `.github/workflows/{workflow}` on branches from `{}`. {expected} The status comment below is kept up to date.",
                 crate::text::count(units, "work unit"),
                 crate::text::count(sprints, "sprint"),
                 integration_branch(&op)
