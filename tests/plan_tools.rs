@@ -99,6 +99,7 @@ fn the_cli_writes_the_report_beside_the_plan_and_leaves_the_plan_alone() {
     assert_eq!(out.status.code(), Some(2), "critical issues: exit 2");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("## Analysis Complete"), "{stdout}");
+    assert!(stdout.contains("Expected cost: "), "{stdout}");
     let report = std::fs::read_to_string(dir.path().join("ANALYSIS_REPORT.md")).unwrap();
     assert!(report.starts_with("# Execution Plan Analysis Report"));
     assert_eq!(std::fs::read_to_string(&plan_path).unwrap(), SHOP);
@@ -109,7 +110,9 @@ fn the_cli_writes_the_report_beside_the_plan_and_leaves_the_plan_alone() {
         .current_dir(dir.path())
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("Context budget: 80 turns"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Context budget: 80 turns"), "{stdout}");
+    assert!(stdout.contains("Expected cost: "), "{stdout}");
     assert!(!dir.path().join("ANALYSIS_REPORT.md").exists());
 }
 

@@ -244,18 +244,36 @@ pub fn analyze(path: Option<&Path>, flags: &super::PlanToolFlags) -> anyhow::Res
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
     let text = tools::analyze::report(&a, &shown, &chrono::Utc::now().to_rfc3339());
+    let expected = expected_cost(&loaded);
     if flags.dry_run {
-        print!("{text}");
+        print!("{text}\n{expected}\n");
         return Ok(code);
     }
     let out = loaded.root.join("ANALYSIS_REPORT.md");
     std::fs::write(&out, &text).map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
     println!(
-        "## Analysis Complete\n\nReport: {}\n\n{}",
+        "## Analysis Complete\n\nReport: {}\n\n{}\n\n{expected}",
         out.display(),
         tools::analyze::summary(&a)
     );
     Ok(code)
+}
+
+/// What running the plan is likely to cost, under the settings a run of it
+/// would read (`.github/supervise.yml` beside it or above, else defaults).
+/// Settings that do not read leave the analysis whole, and say why.
+fn expected_cost(loaded: &plan::LoadedPlan) -> String {
+    let file =
+        match crate::settings::find_file(&loaded.root).map(|p| crate::settings::read_file(&p)) {
+            Some(Ok(f)) => f,
+            Some(Err(e)) => {
+                return format!("Expected cost: not given, the settings do not read: {e:#}")
+            }
+            None => Default::default(),
+        };
+    let engine = crate::settings::Settings::merge(file, Default::default()).engine;
+    let e = crate::engine::estimate::estimate(&loaded.plan, &engine);
+    crate::report::estimate_line(&e, &engine)
 }
 
 /// `supervise plan evaluate`: the fixes of §17f written into the plan (a
