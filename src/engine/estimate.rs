@@ -89,6 +89,7 @@ pub fn estimate(plan: &Plan, config: &EngineConfig) -> Estimate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn plan(text: &str) -> Plan {
         crate::plan::parse(text, "plan").expect("a plan")
@@ -131,5 +132,64 @@ mod tests {
         let capped = estimate(&p, &config);
         assert_eq!(capped.budget_stops_at, Some(("api".into(), "2".into())));
         assert_eq!(capped.budget_may_stop_at, Some(("api".into(), "1".into())));
+    }
+
+    /// A plan of `sprints[i]` sprints in unit i, each with a task of words
+    /// that push its complexity up or not.
+    fn random_plan(sprints: &[usize], words: &[u8]) -> Plan {
+        let mut text = String::from("# R\n\n| Work Unit | Directory |\n|---|---|\n");
+        for i in 0..sprints.len() {
+            text.push_str(&format!("| u{i} | u{i} |\n"));
+        }
+        for (i, n) in sprints.iter().enumerate() {
+            text.push_str(&format!("\n## u{i}\n"));
+            for s in 1..=*n {
+                let task = match words[(i + s) % words.len()] % 3 {
+                    0 => "Create `a.txt`".to_string(),
+                    1 => {
+                        "Improve the security of the auth layer and refactor the schema".to_string()
+                    }
+                    _ => (0..8)
+                        .map(|f| format!("Edit `f{f}.rs`"))
+                        .collect::<Vec<_>>()
+                        .join("\n- "),
+                };
+                text.push_str(&format!(
+                    "### Sprint {s}: Step {s}\n- {task}\n- [ ] `u{i}/{s}.txt` exists\n"
+                ));
+            }
+        }
+        crate::plan::parse(&text, "plan").expect("a plan")
+    }
+
+    proptest! {
+        /// However the plan and the settings, the least is the sum of first
+        /// attempts and at most the most; more retries never make the most
+        /// smaller; and the budget stops the operation no later when every
+        /// retry is used than when every first attempt succeeds.
+        #[test]
+        fn the_estimate_is_a_consistent_range(
+            sprints in proptest::collection::vec(1usize..4, 1..6),
+            words in proptest::collection::vec(any::<u8>(), 1..8),
+            retries in 1u32..5,
+            budget in proptest::option::of(0u64..200),
+        ) {
+            let p = random_plan(&sprints, &words);
+            let mut config = EngineConfig { max_retries: retries, budget, ..EngineConfig::default() };
+            let e = estimate(&p, &config);
+            prop_assert_eq!(e.sprints.len(), sprints.iter().sum::<usize>());
+            prop_assert!(e.least <= e.most);
+            prop_assert_eq!(e.least, e.sprints.iter().map(|s| config.cost(s.first)).sum::<u64>());
+            let position = |at: &Option<(String, String)>| {
+                at.as_ref().map(|(u, s)| e.sprints.iter().position(|x| &x.unit == u && &x.sprint == s))
+            };
+            match (position(&e.budget_stops_at), position(&e.budget_may_stop_at)) {
+                (Some(certain), Some(may)) => prop_assert!(may <= certain),
+                (Some(_), None) => prop_assert!(false, "stops for sure but not when retries are used"),
+                (None, _) => prop_assert!(budget.is_none_or(|b| e.least <= b)),
+            }
+            config.max_retries = retries + 1;
+            prop_assert!(estimate(&p, &config).most >= e.most);
+        }
     }
 }
