@@ -220,6 +220,13 @@ fn success_partial_and_a_retry_on_a_stronger_model_all_reach_the_integration_bra
     assert!(!repo.root.join("api").exists());
     let complete = std::fs::read_to_string(repo.root.join("COMPLETE_SHOP.md")).unwrap();
     assert!(complete.contains("✓ VERIFICATION PASSED"), "{complete}");
+    // Four criteria pass on the final head; what was spent is shared by them.
+    let spent = repo.state()["cost_spent"].as_u64().unwrap();
+    let per = format!(
+        "4 of 4 pass. Cost per criterion passing on it: {:.1}× ({spent}× in all).",
+        spent as f64 / 4.0
+    );
+    assert!(complete.contains(&per), "{per} not in:\n{complete}");
     assert!(
         std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md"))
             .unwrap()

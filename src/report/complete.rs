@@ -325,13 +325,23 @@ fn head_section(st: &OperationState) -> String {
         .count();
     let _ = writeln!(
         out,
-        "Every machine-checkable exit criterion, run again on the final integration head `{}`: {passed} of {} pass{}.\n",
+        "Every machine-checkable exit criterion, run again on the final integration head `{}`: {passed} of {} pass{}.{}\n",
         crate::contract::short_id(&h.head),
         h.checks.len(),
         if not_run > 0 {
             format!(
                 "; {} not run here (commands: the service runs no repository code, and each passed in its sprint's verifying job)",
                 not_run
+            )
+        } else {
+            String::new()
+        },
+        // What the work cost for each thing a machine showed it did.
+        if passed > 0 {
+            format!(
+                " Cost per criterion passing on it: {:.1}× ({}× in all).",
+                st.cost_spent as f64 / passed as f64,
+                st.cost_spent
             )
         } else {
             String::new()
