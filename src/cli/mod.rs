@@ -52,6 +52,10 @@ pub enum Command {
     Run {
         /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
         plan: Option<PathBuf>,
+        /// Print what the operation is likely to cost — each sprint's first
+        /// model and the range in budget units — and start nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         flags: RunFlags,
     },
@@ -142,6 +146,9 @@ pub enum Command {
     Start {
         /// The plan; default: EXECUTION_PLAN.md here or in a parent directory.
         plan: Option<PathBuf>,
+        /// Print what the operation is likely to cost, and start nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         flags: RunFlags,
     },
@@ -390,8 +397,16 @@ pub(crate) fn secret_from_env(name: &str, default: Option<&str>) -> anyhow::Resu
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        Command::Run { plan, flags } => run_cmd::run(plan.as_deref(), &flags, Mode::Run),
-        Command::Start { plan, flags } => run_cmd::run(plan.as_deref(), &flags, Mode::Start),
+        Command::Run {
+            plan,
+            dry_run,
+            flags,
+        } => run_cmd::run(plan.as_deref(), &RunFlags { dry_run, ..flags }, Mode::Run),
+        Command::Start {
+            plan,
+            dry_run,
+            flags,
+        } => run_cmd::run(plan.as_deref(), &RunFlags { dry_run, ..flags }, Mode::Start),
         Command::Resume { unit, plan, flags } => {
             run_cmd::run(plan.as_deref(), &flags, Mode::Resume(unit))
         }
@@ -532,6 +547,13 @@ mod help_tests {
             }
             walk(sub, &p, problems);
         }
+    }
+
+    /// clap's own checks of every command (a flag name used twice, …),
+    /// which otherwise fire only when that command is run.
+    #[test]
+    fn every_command_passes_claps_checks() {
+        Cli::command().debug_assert();
     }
 
     #[test]

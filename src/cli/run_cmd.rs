@@ -77,9 +77,9 @@ pub struct RunFlags {
     /// `.supervise/finished/`): how an edited plan is applied.
     #[arg(long)]
     pub new: bool,
-    /// Print what the operation is likely to cost — each sprint's first
-    /// model and the range in budget units — and start nothing.
-    #[arg(long)]
+    /// `run`/`start --dry-run` (their own flag: `plan` commands that take
+    /// these options have a `--dry-run` of their own).
+    #[arg(skip)]
     pub dry_run: bool,
 }
 
@@ -1106,7 +1106,7 @@ mod tests {
     fn every_setting_flag_is_in_the_table() {
         let cmd = <RunFlags as clap::Args>::augment_args(clap::Command::new("run"));
         // Output flags, and the tick (a test knob, not a setting).
-        let not_settings = ["--json", "--quiet", "--new", "--dry-run", "--tick-ms"];
+        let not_settings = ["--json", "--quiet", "--new", "--tick-ms"];
         let longs: Vec<String> = cmd
             .get_arguments()
             .filter_map(|a| a.get_long())
