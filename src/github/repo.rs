@@ -959,29 +959,25 @@ impl Repo<'_> {
         marker: &str,
         body: &str,
     ) -> Result<(), GitHubError> {
-        if self.marked(issue, since, marker).await?.is_some() {
-            return Ok(());
-        }
-        self.comment(issue, &format!("{body}\n\n{marker}"))
-            .await
-            .map(|_| ())
+        self.comment_once_to(issue, since, marker, body, None).await
     }
 
-    /// [`Self::comment_once`], opening with a mention of `login`: the one
-    /// mention the App makes live (a repository's `mention: true`), put
-    /// before the body `fit` has made inert, so nothing in the body pings.
+    /// [`Self::comment_once`], opening with a mention of `login` when one is
+    /// given: the one mention the App makes live (a repository's
+    /// `mention: true`), put before the body `fit` has made inert, so nothing
+    /// in the body pings.
     pub async fn comment_once_to(
         &self,
         issue: i64,
         since: Option<&str>,
         marker: &str,
         body: &str,
-        login: &str,
+        login: Option<&str>,
     ) -> Result<(), GitHubError> {
         if self.marked(issue, since, marker).await?.is_some() {
             return Ok(());
         }
-        let to = format!("@{login} ");
+        let to = login.map(|l| format!("@{l} ")).unwrap_or_default();
         let text = fit(
             &format!("{body}\n\n{marker}"),
             MAX_BODY_CHARS - to.chars().count(),

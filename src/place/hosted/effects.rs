@@ -216,22 +216,9 @@ impl GitHubExecutor<'_> {
                 }
                 let marker = report::posts::notice_marker(op, &p.key.to_string());
                 let acts = matches!(kind, NoticeKind::Blocked | NoticeKind::VerificationFailed);
-                match ctx.mention.as_deref().filter(|_| acts) {
-                    Some(login) => {
-                        repo.comment_once_to(
-                            ctx.issue,
-                            Some(&ctx.started_at),
-                            &marker,
-                            &body,
-                            login,
-                        )
-                        .await?
-                    }
-                    None => {
-                        repo.comment_once(ctx.issue, Some(&ctx.started_at), &marker, &body)
-                            .await?
-                    }
-                }
+                let mention = ctx.mention.as_deref().filter(|_| acts);
+                repo.comment_once_to(ctx.issue, Some(&ctx.started_at), &marker, &body, mention)
+                    .await?;
                 // Said on the unit's issue too: whoever follows it must act.
                 if let (NoticeKind::Blocked | NoticeKind::VerificationFailed, Some(u)) =
                     (kind, unit)
