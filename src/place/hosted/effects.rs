@@ -2,16 +2,50 @@
 //! (adopting a run that already carries the id), cancels, merges, build gates,
 //! notices, and the final report.
 
-use super::{
-    engine, integration_branch, prompt_path, report, sprint_branch, DispatchId, Effect, Entry,
-    GitHubError, GitHubExecutor, Input, Instant, MergeMode, NoticeKind, OpContext, OpError,
-    OperationState, Operations, Outcome, Repo, RunRow, SqlError, WorkflowRun,
-};
+use super::{GitHubExecutor, OpContext, OpError, Operations};
 use crate::contract::BOOKKEEPING;
+use crate::contract::{integration_branch, prompt_path, sprint_branch};
+use crate::drive::{EffectKey, Entry, Outcome};
 use crate::engine::workflow::{Phases, Workflow};
+use crate::engine::{self, DispatchId, Effect, Input, NoticeKind, OperationState};
 use crate::github::repo::Merge;
+use crate::github::repo::{Repo, WorkflowRun};
+use crate::github::GitHubError;
+use crate::report;
+use crate::settings::MergeMode;
 use crate::store::sql::{Admission, Admitted, Caps};
+use crate::store::sql::{RunRow, SqlError};
 use serde_json::json;
+use std::collections::HashSet;
+use std::time::Instant;
+
+/// Which outbox entries may have been carried out before, wholly or in
+/// part: trying one again may follow an answer that was lost, so what it
+/// makes is looked for before it is made again.
+#[derive(Debug)]
+pub(super) struct Carried {
+    /// The log's last decision when this replica read it: entries up to it
+    /// may have been carried out by an earlier process.
+    loaded_seq: u64,
+    /// Entries this process has started to carry out.
+    tried: HashSet<EffectKey>,
+}
+
+impl Carried {
+    /// The log as read up to `seq` (negative: nothing read).
+    pub fn new(seq: i64) -> Carried {
+        Carried {
+            loaded_seq: seq.max(0) as u64,
+            tried: HashSet::new(),
+        }
+    }
+
+    /// Whether an earlier try of this entry may have had effects; it counts
+    /// as tried from now on.
+    pub fn may_have_run(&mut self, key: EffectKey) -> bool {
+        key.seq <= self.loaded_seq || !self.tried.insert(key)
+    }
+}
 
 impl GitHubExecutor<'_> {
     pub(super) async fn effect(
@@ -27,7 +61,7 @@ impl GitHubExecutor<'_> {
             |unit: &str| state.map_or_else(|| crate::text::slug(unit), |st| st.unit_slug(unit));
         match &p.effect {
             Effect::Dispatch(order) => {
-                let may_have_run = self.place.may_have_run(p.key);
+                let may_have_run = self.place.carried.may_have_run(p.key);
                 self.dispatch(state, order, may_have_run).await
             }
             Effect::Cancel { dispatch, force } => {
@@ -40,9 +74,7 @@ impl GitHubExecutor<'_> {
                 if let Some(id) = run {
                     repo.cancel(id, false).await?;
                     let grace = ops.timings.force_cancel_after / if *force { 2 } else { 1 };
-                    self.place
-                        .cancels
-                        .insert(id, (Instant::now() + grace, false));
+                    self.place.runs.cancelled(id, Instant::now() + grace);
                 }
                 Ok(Outcome::Done(vec![]))
             }
@@ -87,7 +119,7 @@ impl GitHubExecutor<'_> {
                     // Whoever must review is told once (the status comment
                     // says so all along); the delivery id is the merge's, so
                     // a receiver drops the notice a restart sends again.
-                    if self.place.review_told.insert(dispatch.clone()) {
+                    if self.place.merges.review_told.insert(dispatch.clone()) {
                         let text = format!(
                             "{unit} Sprint {sprint} is verified and waits for a review: {} of pull request #{number} by people who may write merge it.",
                             crate::text::count(needed as usize, "approval")
@@ -109,15 +141,7 @@ impl GitHubExecutor<'_> {
                     Merge::Merged(head) => {
                         // The integration branch's head is now the merge
                         // commit: the next dispatch starts from it unread.
-                        let changed = self.place.changed.remove(dispatch);
-                        if let Some(to) = &head {
-                            self.place.merges.merged(
-                                self.place.integration_head.as_deref(),
-                                to,
-                                changed.as_deref(),
-                            );
-                        }
-                        self.place.integration_head = head;
+                        self.place.merges.merged(dispatch, head);
                         Ok(Outcome::Done(merged))
                     }
                     Merge::Conflict => Err(GitHubError::NeedsPerson(format!(
@@ -135,7 +159,7 @@ impl GitHubExecutor<'_> {
                 }
             }
             Effect::RunGate { gate, units, .. } => {
-                let head = match self.place.integration_head.clone() {
+                let head = match self.place.merges.head.clone() {
                     Some(h) => h,
                     None => repo
                         .branch_sha(&integration_branch(op))
@@ -143,7 +167,7 @@ impl GitHubExecutor<'_> {
                         .unwrap_or_default(),
                 };
                 let Some(checks) = ops
-                    .ci_on(&mut self.place.ci_first_seen, &repo, &head)
+                    .ci_on(&mut self.place.runs.ci_first_seen, &repo, &head)
                     .await?
                     .map(|c| c.ci)
                 else {
@@ -242,7 +266,7 @@ impl GitHubExecutor<'_> {
                     .await?;
                 // The first dispatches branch from the named plan.
                 if committed.is_some() {
-                    self.place.integration_head = committed;
+                    self.place.merges.head = committed;
                 }
                 Ok(Outcome::Done(vec![]))
             }
@@ -251,7 +275,7 @@ impl GitHubExecutor<'_> {
                 Ok(Outcome::Done(vec![]))
             }
             Effect::PublishStatus => {
-                self.place.dirty = true;
+                self.place.status.touch();
                 Ok(Outcome::Done(vec![]))
             }
             Effect::FinalReport => {
@@ -452,7 +476,7 @@ impl GitHubExecutor<'_> {
             Some(text) => text.to_string(),
             None => format!("@{prompt_file}"),
         };
-        let base_sha = self.place.integration_head.clone();
+        let base_sha = self.place.merges.head.clone();
         ops.store
             .put_run(&RunRow {
                 dispatch: d.0.clone(),
@@ -553,7 +577,7 @@ impl GitHubExecutor<'_> {
         }
         let repo = self.ops.repo(&self.place.ctx);
         let integration = integration_branch(&self.place.ctx.op);
-        let head = match self.place.integration_head.clone() {
+        let head = match self.place.merges.head.clone() {
             Some(h) => h,
             None => match repo.branch_sha(&integration).await? {
                 Some(h) => h,
@@ -628,13 +652,13 @@ impl GitHubExecutor<'_> {
             return Ok(false);
         }
         let integration = integration_branch(&self.place.ctx.op);
-        let base = match self.place.integration_head.clone() {
+        let base = match self.place.merges.head.clone() {
             Some(h) => h,
             None => repo.branch_sha(&integration).await?.ok_or_else(|| {
                 GitHubError::NeedsPerson(format!("the integration branch {integration} is gone"))
             })?,
         };
-        self.place.integration_head = Some(base.clone());
+        self.place.merges.head = Some(base.clone());
         Ok(repo.create_branch(branch, &base).await?)
     }
 }

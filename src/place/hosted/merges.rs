@@ -17,7 +17,58 @@
 //! cannot see (GitHub's merge answer names no parent); the merge itself
 //! still refuses a conflict, and then a person is asked.
 
-use std::collections::{BTreeSet, VecDeque};
+use crate::engine::DispatchId;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+
+/// What an operation's place knows of its integration branch: the head its
+/// merges left, the log of those merges, and what waits to be merged.
+#[derive(Debug, Default)]
+pub(super) struct Merges {
+    /// The integration branch's head as this process's last merge left it
+    /// (merges of one operation are made one at a time, here); unknown after
+    /// a restart or another replica's turn, then read from GitHub.
+    pub head: Option<String>,
+    /// The integration heads this process's merges left, with the paths
+    /// merged since each: whether a verified branch merges cleanly.
+    pub log: MergeLog,
+    /// The paths each verified run's branch changed (its record's), until
+    /// its merge adds them to `log`.
+    pub changed: HashMap<DispatchId, Vec<String>>,
+    /// Sprints whose wait for a review people were told of.
+    pub review_told: HashSet<DispatchId>,
+}
+
+impl Merges {
+    /// The verified run `dispatch` was merged, leaving the integration
+    /// branch at `to` (GitHub may not say): the next dispatch starts from it
+    /// unread, and the paths the run changed join the log.
+    pub fn merged(&mut self, dispatch: &DispatchId, to: Option<String>) {
+        let changed = self.changed.remove(dispatch);
+        if let Some(to) = &to {
+            self.log
+                .merged(self.head.as_deref(), to, changed.as_deref());
+        }
+        self.head = to;
+    }
+
+    /// Something outside this log moved the integration branch (or may
+    /// have): its head is read from GitHub again.
+    pub fn forget_head(&mut self) {
+        self.head = None;
+    }
+
+    /// Whether a branch that began at `began_at` and changed `changed`
+    /// surely merges cleanly into the integration branch as this process
+    /// left it (see [`MergeLog::merges_cleanly`]).
+    pub fn clean_since(&self, began_at: Option<&String>, changed: Option<&[String]>) -> bool {
+        match (self.head.as_deref(), began_at, changed) {
+            (Some(head), Some(began), Some(changed)) => {
+                self.log.merges_cleanly(head, began, changed)
+            }
+            _ => false,
+        }
+    }
+}
 
 /// The most integration heads remembered: a sprint branch begins at a recent
 /// one (it is cut when its attempt is dispatched).

@@ -13,23 +13,18 @@
 //! requests, sub-issues and comments are looked for (by name or hidden marker)
 //! before they are made.
 
-use crate::contract::{integration_branch, prompt_path, results_path, sprint_branch, RunResult};
+use crate::contract::integration_branch;
 use crate::drive::{Decided, Driver, Entry, Executor, Failure, Loaded, Outbox, Outcome};
-use crate::engine::workflow::Workflow;
-use crate::engine::{
-    self, AgentReport, DispatchId, Effect, Evidence, Input, NoticeKind, OperationId,
-    OperationState, OverallStatus, Refusal, UnitStatus,
-};
-use crate::github::repo::{Check, Repo, WorkflowRun};
+use crate::engine::{self, Effect, Input, OperationState, OverallStatus};
+use crate::github::repo::Repo;
 use crate::github::{GitHub, GitHubError};
 use crate::place::views::Views;
 use crate::report;
-use crate::settings::{self, MergeMode, Settings};
-use crate::store::sql::{OperationRow, RunRow, SqlError, SqlOutbox, SqlStore, UnitIssue};
+use crate::settings::MergeMode;
+use crate::store::sql::{OperationRow, RunRow, SqlError, SqlOutbox, SqlStore};
 use crate::sync::LockExt;
-use merges::MergeLog;
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -157,7 +152,7 @@ impl Live {
     /// shows its latest state.
     fn is_idle(&self) -> bool {
         let Some(st) = &self.driver.state else {
-            return self.driver.pending.is_empty() && !self.place.dirty;
+            return self.driver.pending.is_empty() && !self.place.status.dirty();
         };
         let over = matches!(
             st.status,
@@ -174,73 +169,53 @@ impl Live {
         over && none_in_flight
             && self.driver.pending.is_empty()
             && self.driver.queue.is_empty()
-            && !self.place.dirty
-            && self.place.cancels.is_empty()
-            && self.place.awaiting_ci.is_empty()
+            && !self.place.status.dirty()
+            && self.place.runs.is_quiet()
     }
 }
 
-/// What an operation on GitHub keeps besides its state: its fixed context, the
-/// status comment, and what is due.
+/// What an operation on GitHub keeps besides its state: its fixed context,
+/// its lease, and the parts that carry its effects out, each owning what it
+/// remembers between deliveries.
 struct GhPlace {
     ctx: OpContext,
     /// Until when this replica surely holds the operation's lease (by its
     /// own clock, taken before the store was asked, so never later than the
     /// store's `lease_until`).
     held_until: Option<Instant>,
-    status_comment: Option<i64>,
-    dirty: bool,
-    last_flush: Option<Instant>,
-    last_text: String,
-    last_reconcile: Option<Instant>,
-    /// Whether the status comment says the installation is near GitHub's
-    /// rate limit: a change either way is an edit to make.
-    slowed: bool,
-    /// Heads waiting for the repository's CI to report at all (a gate's
-    /// integration head, a finished run's sprint head): since when.
-    ci_first_seen: HashMap<String, Instant>,
-    /// Finished runs whose verification waits for the repository's CI: what
-    /// was read of them, so a later look reads only the checks.
-    awaiting_ci: HashMap<DispatchId, AwaitingCi>,
-    /// Runs asked to cancel: when a force-cancel is due, and whether it was sent.
-    cancels: HashMap<i64, (Instant, bool)>,
-    /// The log's last decision when this replica read it: outbox entries up to
-    /// it may have been carried out (in part) by an earlier process.
-    loaded_seq: u64,
-    /// Entries this process has started to carry out: trying one again may
-    /// follow an answer that was lost.
-    tried: HashSet<crate::drive::EffectKey>,
-    /// The integration branch's head as this process's last merge left it
-    /// (merges of one operation are made one at a time, here); unknown after
-    /// a restart or another replica's turn, then read from GitHub.
-    integration_head: Option<String>,
-    /// Sprints whose wait for a review people were told of.
-    review_told: HashSet<DispatchId>,
-    /// The pull request of each sprint branch, once opened or read: a
-    /// later attempt's verification reads it rather than looking for it.
-    pulls: HashMap<String, i64>,
-    /// The integration heads this process's merges left, with the paths
-    /// merged since each: whether a verified branch merges cleanly.
-    merges: MergeLog,
-    /// The paths each verified run's branch changed (its record's), until
-    /// its merge adds them to `merges`.
-    changed: HashMap<DispatchId, Vec<String>>,
-}
-
-/// A finished run waiting for CI on its sprint's head.
-#[derive(Clone)]
-struct AwaitingCi {
-    conclusion: Option<String>,
-    url: String,
-    pr: Option<crate::github::repo::PullRequest>,
-    head: String,
+    /// Which outbox entries may have been carried out before (`effects.rs`).
+    carried: effects::Carried,
+    /// The sticky status comment (`publish.rs`).
+    status: publish::StatusComment,
+    /// Runs in flight: cancels, CI waits, pull requests (`runs.rs`).
+    runs: runs::RunsInFlight,
+    /// The integration branch as this replica's merges left it (`merges.rs`).
+    merges: merges::Merges,
 }
 
 impl GhPlace {
-    /// Whether an earlier try of this entry may have had effects whose answer
-    /// was lost — then what it makes is looked for before it is made again.
-    fn may_have_run(&mut self, key: crate::drive::EffectKey) -> bool {
-        key.seq <= self.loaded_seq || !self.tried.insert(key)
+    /// An operation's place as loading it from the store leaves it: the log
+    /// read up to `loaded_seq`, the status comment known by its id if one
+    /// was made, everything else to be read from GitHub again.
+    fn loaded(ctx: OpContext, status_comment: Option<i64>, loaded_seq: i64) -> GhPlace {
+        GhPlace {
+            ctx,
+            held_until: None,
+            carried: effects::Carried::new(loaded_seq),
+            status: publish::StatusComment::new(status_comment),
+            runs: runs::RunsInFlight::default(),
+            merges: merges::Merges::default(),
+        }
+    }
+
+    /// Another replica acted on the operation since this one last did: its
+    /// log is caught up to `seq`, and what this replica remembered of
+    /// merges and CI waits may be stale.
+    fn caught_up(&mut self, seq: i64) {
+        self.carried = effects::Carried::new(seq);
+        self.status.touch();
+        self.merges.forget_head();
+        self.runs.awaiting_ci.clear();
     }
 }
 
@@ -395,14 +370,6 @@ pub(crate) async fn repo_settings(
     }
 }
 
-fn conclusion_exit(c: Option<&str>) -> Option<i32> {
-    match c {
-        Some("success") => Some(0),
-        Some("cancelled") | None => None,
-        Some(_) => Some(1),
-    }
-}
-
 pub mod doctor;
 mod effects;
 mod gate;
@@ -486,26 +453,7 @@ impl Operations {
                 pending: loaded.pending,
             }),
             outbox: SqlOutbox::new(self.store.clone(), row.id.clone(), loaded.seq),
-            place: GhPlace {
-                ctx,
-                held_until: None,
-                status_comment: row.status_comment,
-                dirty: true,
-                last_flush: None,
-                last_text: String::new(),
-                last_reconcile: None,
-                slowed: false,
-                ci_first_seen: HashMap::new(),
-                awaiting_ci: HashMap::new(),
-                cancels: HashMap::new(),
-                loaded_seq: loaded.seq.max(0) as u64,
-                tried: HashSet::new(),
-                integration_head: None,
-                review_told: HashSet::new(),
-                pulls: HashMap::new(),
-                merges: MergeLog::default(),
-                changed: HashMap::new(),
-            },
+            place: GhPlace::loaded(ctx, row.status_comment, loaded.seq),
         }));
         if let Ok(l) = live.try_lock() {
             self.show(&l);
@@ -588,8 +536,8 @@ impl Operations {
             .collect();
         for l in all {
             let mut live = l.lock().await;
-            live.place.last_reconcile = None;
-            live.place.dirty = true;
+            live.place.runs.reconcile_now();
+            live.place.status.touch();
             self.tick(&mut live).await?;
             self.flush(&mut live, true).await?;
         }
@@ -629,12 +577,9 @@ impl Operations {
         if self.store.last_seq(&live.place.ctx.op).await? != live.outbox.seq {
             let loaded = live.outbox.load().await?;
             live.driver.reload(loaded);
-            live.place.loaded_seq = live.outbox.seq.max(0) as u64;
-            live.place.dirty = true;
             // Another replica acted: it may have merged, or verified what
             // waited for CI here, since.
-            live.place.integration_head = None;
-            live.place.awaiting_ci.clear();
+            live.place.caught_up(live.outbox.seq);
         }
         Ok(())
     }
@@ -683,20 +628,11 @@ impl Operations {
         }
         // Slowing down (or back up) is said at once, not a minute later.
         let slowed = self.gh.is_short(live.place.ctx.installation);
-        let announce = slowed != live.place.slowed;
-        if announce {
-            live.place.slowed = slowed;
-            live.place.dirty = true;
-        }
+        let announce = live.place.status.slowed(slowed);
         live.driver.queue.push_back(Input::Tick);
         self.drive(live).await?;
         let every = self.reconcile_every(live);
-        if live
-            .place
-            .last_reconcile
-            .is_none_or(|t| t.elapsed() >= every)
-        {
-            live.place.last_reconcile = Some(Instant::now());
+        if live.place.runs.reconcile_due(every) {
             self.reconcile(live).await?;
             self.drive_with(live, true).await?;
         }
@@ -784,6 +720,7 @@ impl Executor for GitHubExecutor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::NoticeKind;
     use secrecy::SecretString;
 
     /// One operation in a store of its own, opened by a replica named

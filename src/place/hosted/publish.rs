@@ -1,10 +1,75 @@
 //! What people see on GitHub: the sticky status comment (coalesced) and the
 //! units' sub-issues (created, closed, labelled).
 
-use super::{
-    report, DispatchId, Duration, HashMap, Instant, Live, OpContext, OpError, OperationState,
-    Operations, OverallStatus, UnitIssue, UnitStatus,
-};
+use super::{Live, OpContext, OpError, Operations};
+use crate::engine::{DispatchId, OperationState, OverallStatus, UnitStatus};
+use crate::report;
+use crate::store::sql::UnitIssue;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// The operation's sticky status comment: its id once made or found, and
+/// what the last edit said, so an edit is made only when the text changes
+/// and at most once per interval.
+#[derive(Debug)]
+pub(super) struct StatusComment {
+    /// The comment's id (in the store as well); None until made or found.
+    pub id: Option<i64>,
+    /// Whether the state changed since GitHub was last shown it.
+    dirty: bool,
+    last_flush: Option<Instant>,
+    last_text: String,
+    /// Whether the comment says the installation is near GitHub's rate
+    /// limit: a change either way is an edit to make.
+    slowed: bool,
+}
+
+impl StatusComment {
+    /// A status comment to be brought up to date (a loaded operation's
+    /// comment may say less than its log).
+    pub fn new(id: Option<i64>) -> StatusComment {
+        StatusComment {
+            id,
+            dirty: true,
+            last_flush: None,
+            last_text: String::new(),
+            slowed: false,
+        }
+    }
+
+    /// Something people see changed: the comment is edited at the next flush.
+    pub fn touch(&mut self) {
+        self.dirty = true;
+    }
+
+    pub fn dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Whether the installation is near the rate limit now: true when that
+    /// changed, which is said at once.
+    pub fn slowed(&mut self, slowed: bool) -> bool {
+        let changed = slowed != self.slowed;
+        if changed {
+            self.slowed = slowed;
+            self.dirty = true;
+        }
+        changed
+    }
+
+    /// Whether an edit is due: something changed and, unless `now`, the
+    /// last edit was at least `interval` ago.
+    fn due(&self, now: bool, interval: Duration) -> bool {
+        self.dirty && (now || self.last_flush.is_none_or(|t| t.elapsed() >= interval))
+    }
+
+    /// GitHub was shown the state, in `text`.
+    fn shown(&mut self, text: String) {
+        self.last_text = text;
+        self.dirty = false;
+        self.last_flush = Some(Instant::now());
+    }
+}
 
 impl Operations {
     /// Brings GitHub's view up to date: the status comment (at most once per
@@ -13,20 +78,12 @@ impl Operations {
         let Some(st) = live.driver.state.clone() else {
             return Ok(());
         };
-        if !live.place.dirty {
-            return Ok(());
-        }
         // Near the rate limit, edits are a minute apart at least.
         let interval = match self.gh.is_short(live.place.ctx.installation) {
             true => self.timings.status_interval.max(Duration::from_secs(60)),
             false => self.timings.status_interval,
         };
-        if !now
-            && live
-                .place
-                .last_flush
-                .is_some_and(|t| t.elapsed() < interval)
-        {
+        if !live.place.status.due(now, interval) {
             return Ok(());
         }
         let ctx = live.place.ctx.clone();
@@ -66,9 +123,9 @@ impl Operations {
             ));
         }
         let text = report::posts::status_comment(&st, now, &link, Some(&footer));
-        if text != live.place.last_text {
+        if text != live.place.status.last_text {
             let marker = report::posts::status_marker(&ctx.op);
-            let id = match live.place.status_comment {
+            let id = match live.place.status.id {
                 Some(id) => Some(id),
                 None => repo
                     .marked(ctx.issue, Some(&ctx.started_at), &marker)
@@ -82,14 +139,12 @@ impl Operations {
                 }
                 None => repo.comment(ctx.issue, &text).await?,
             };
-            if live.place.status_comment != Some(id) {
+            if live.place.status.id != Some(id) {
                 self.store.set_status_comment(&ctx.op, id).await?;
-                live.place.status_comment = Some(id);
+                live.place.status.id = Some(id);
             }
-            live.place.last_text = text;
         }
-        live.place.dirty = false;
-        live.place.last_flush = Some(Instant::now());
+        live.place.status.shown(text);
         if st.status == OverallStatus::Completed && live.driver.pending.is_empty() {
             self.store.set_active(&ctx.op, false).await?;
         }

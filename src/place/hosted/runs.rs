@@ -1,13 +1,85 @@
 //! Runs in flight against GitHub's ground truth: reconciliation, and turning a
 //! finished run into the engine's `AgentFinished` with its evidence (§5).
 
-use super::{
-    conclusion_exit, integration_branch, report, results_path, sprint_branch, AgentReport,
-    AwaitingCi, Check, Decided, DispatchId, Duration, Effect, Evidence, GhPlace, HashMap, HashSet,
-    Input, Instant, Live, OpError, Operations, Repo, RunResult, RunRow,
-};
+use super::{Live, OpError, Operations};
+use crate::contract::{integration_branch, results_path, sprint_branch, RunResult};
+use crate::drive::Decided;
 use crate::engine::CiFailure;
+use crate::engine::{AgentReport, DispatchId, Effect, Evidence, Input};
+use crate::github::repo::{Check, PullRequest, Repo};
+use crate::report;
+use crate::store::sql::RunRow;
 use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// What an operation's place remembers of its runs in flight between
+/// deliveries: what GitHub is still to be asked about them, and what was
+/// read already so that a later look reads less.
+#[derive(Debug, Default)]
+pub(super) struct RunsInFlight {
+    /// When GitHub was last asked about every run (None: at the next tick).
+    last_reconcile: Option<Instant>,
+    /// Heads waiting for the repository's CI to report at all (a gate's
+    /// integration head, a finished run's sprint head): since when.
+    pub ci_first_seen: HashMap<String, Instant>,
+    /// Finished runs whose verification waits for the repository's CI: what
+    /// was read of them, so a later look reads only the checks.
+    pub awaiting_ci: HashMap<DispatchId, AwaitingCi>,
+    /// Runs asked to cancel: when a force-cancel is due, and whether it was sent.
+    pub cancels: HashMap<i64, (Instant, bool)>,
+    /// The pull request of each sprint branch, once opened or read: a
+    /// later attempt's verification reads it rather than looking for it.
+    pub pulls: HashMap<String, i64>,
+}
+
+impl RunsInFlight {
+    /// Whether nothing but the runs themselves waits on GitHub: no cancel to
+    /// follow up, no finished run waiting for CI.
+    pub fn is_quiet(&self) -> bool {
+        self.cancels.is_empty() && self.awaiting_ci.is_empty()
+    }
+
+    /// Whether GitHub is to be asked about the runs now, `every` being the
+    /// time between looks; a yes counts as the look.
+    pub fn reconcile_due(&mut self, every: Duration) -> bool {
+        let due = self.last_reconcile.is_none_or(|t| t.elapsed() >= every);
+        if due {
+            self.last_reconcile = Some(Instant::now());
+        }
+        due
+    }
+
+    /// The next tick asks GitHub about every run, whenever it last did.
+    pub fn reconcile_now(&mut self) {
+        self.last_reconcile = None;
+    }
+
+    /// A run was asked to cancel; unless it ends by `force_at`, it is
+    /// force-cancelled.
+    pub fn cancelled(&mut self, run: i64, force_at: Instant) {
+        self.cancels.insert(run, (force_at, false));
+    }
+}
+
+/// A finished run waiting for CI on its sprint's head.
+#[derive(Debug, Clone)]
+pub(super) struct AwaitingCi {
+    pub conclusion: Option<String>,
+    pub url: String,
+    pub pr: Option<PullRequest>,
+    pub head: String,
+}
+
+/// The exit code a workflow run's conclusion stands for (a cancelled run
+/// has none: its agent was stopped, not failed).
+fn conclusion_exit(c: Option<&str>) -> Option<i32> {
+    match c {
+        Some("success") => Some(0),
+        Some("cancelled") | None => None,
+        Some(_) => Some(1),
+    }
+}
 
 impl Operations {
     /// Compares every dispatch in flight with its run on GitHub: a finished run
@@ -44,29 +116,29 @@ impl Operations {
             .into_iter()
             .filter(|d| !dispatching.contains(&d.0))
             .collect();
-        let asks_runs = !live.place.cancels.is_empty()
+        let asks_runs = !live.place.runs.cancels.is_empty()
             || watched
                 .iter()
-                .any(|d| !live.place.awaiting_ci.contains_key(d));
+                .any(|d| !live.place.runs.awaiting_ci.contains_key(d));
         // The runs GitHub is asked about, by id where their dispatch's
         // answer gave it (most); the rest are found by their names.
         let mut rows = HashMap::new();
         for d in &watched {
-            if !live.place.awaiting_ci.contains_key(d) {
+            if !live.place.runs.awaiting_ci.contains_key(d) {
                 rows.insert(d.clone(), self.store.run(&d.0).await?);
             }
         }
         let wanted: Vec<i64> = rows
             .values()
             .filter_map(|r| r.as_ref().and_then(|r| r.run_id))
-            .chain(live.place.cancels.keys().copied())
+            .chain(live.place.runs.cancels.keys().copied())
             .collect();
         let recent = match asks_runs {
             true => repo.recent_runs(&ctx.workflow, &wanted).await?,
             false => Vec::new(),
         };
         let by_id = |id: i64| recent.iter().find(|r| r.id == id).cloned();
-        for (id, (at, forced)) in live.place.cancels.clone() {
+        for (id, (at, forced)) in live.place.runs.cancels.clone() {
             let run = match by_id(id) {
                 Some(r) => Some(r),
                 None => repo.run(id).await?,
@@ -76,17 +148,17 @@ impl Operations {
                     if !forced && Instant::now() >= at {
                         tracing::warn!(run = id, "the run ignored its cancel; force-cancelling");
                         repo.cancel(id, true).await?;
-                        live.place.cancels.insert(id, (at, true));
+                        live.place.runs.cancels.insert(id, (at, true));
                     }
                 }
                 _ => {
-                    live.place.cancels.remove(&id);
+                    live.place.runs.cancels.remove(&id);
                 }
             }
         }
         for d in watched {
             // Finished, and its verification waits for CI: only CI is read.
-            if let Some(w) = live.place.awaiting_ci.get(&d).cloned() {
+            if let Some(w) = live.place.runs.awaiting_ci.get(&d).cloned() {
                 self.finish(live, &d, w.conclusion.as_deref(), &w.url)
                     .await?;
                 continue;
@@ -145,10 +217,7 @@ impl Operations {
         let Some(st) = &live.driver.state else {
             return base;
         };
-        if !live.place.awaiting_ci.is_empty()
-            || !live.place.cancels.is_empty()
-            || !live.driver.pending.is_empty()
-        {
+        if !live.place.runs.is_quiet() || !live.driver.pending.is_empty() {
             return base;
         }
         let now = chrono::Utc::now();
@@ -197,8 +266,8 @@ impl Operations {
         let known = row
             .as_ref()
             .and_then(|r| r.pull)
-            .or_else(|| live.place.pulls.get(&branch).copied());
-        let waited = live.place.awaiting_ci.remove(d);
+            .or_else(|| live.place.runs.pulls.get(&branch).copied());
+        let waited = live.place.runs.awaiting_ci.remove(d);
         let open = || async {
             let title = format!("{} — Sprint {}: {}", unit.name, sprint.id, sprint.name);
             let body = report::posts::sprint_pr_body(&ctx.op, &unit, &sprint, url);
@@ -217,7 +286,7 @@ impl Operations {
             (None, None) => open().await?,
         };
         if let Some(p) = &pr {
-            live.place.pulls.insert(branch.clone(), p.number);
+            live.place.runs.pulls.insert(branch.clone(), p.number);
             if known != Some(p.number) {
                 self.store
                     .put_run(&RunRow {
@@ -261,10 +330,10 @@ impl Operations {
         // The repository's own CI on the head must have reported first; the
         // next reconciliation looks again.
         let Some(ci) = self
-            .ci_on(&mut live.place.ci_first_seen, &repo, &head)
+            .ci_on(&mut live.place.runs.ci_first_seen, &repo, &head)
             .await?
         else {
-            live.place.awaiting_ci.insert(
+            live.place.runs.awaiting_ci.insert(
                 d.clone(),
                 AwaitingCi {
                     conclusion: conclusion.map(str::to_string),
@@ -314,7 +383,7 @@ impl Operations {
             Some(p)
                 if p.mergeable.is_none()
                     && began_at.is_some()
-                    && began_at == live.place.integration_head.as_ref() =>
+                    && began_at == live.place.merges.head.as_ref() =>
             {
                 Some(true)
             }
@@ -322,7 +391,10 @@ impl Operations {
             // merged since (by this process's own merges): clean as well.
             Some(p)
                 if p.mergeable.is_none()
-                    && clean_since(&live.place, began_at, recorded.as_ref()) =>
+                    && live.place.merges.clean_since(
+                        began_at,
+                        recorded.as_ref().and_then(|r| r.changed.as_deref()),
+                    ) =>
             {
                 Some(true)
             }
@@ -330,7 +402,7 @@ impl Operations {
             None => None,
         };
         if let Some(paths) = recorded.as_ref().and_then(|r| r.changed.clone()) {
-            live.place.changed.insert(d.clone(), paths);
+            live.place.merges.changed.insert(d.clone(), paths);
         }
         let pr = pr.map(|p| p.number);
         self.store
@@ -536,19 +608,6 @@ fn log_tail(log: &str) -> String {
     // The end is what matters: cut from the front.
     let skip = tail.chars().count().saturating_sub(CI_LOG_CHARS);
     bounded(&tail.chars().skip(skip).collect::<String>(), CI_LOG_CHARS)
-}
-
-/// Whether the merges this process made since a run began touched none of
-/// the paths its record says it changed (see [`super::merges`]).
-fn clean_since(place: &GhPlace, began_at: Option<&String>, record: Option<&RunResult>) -> bool {
-    let (Some(head), Some(began), Some(changed)) = (
-        place.integration_head.as_deref(),
-        began_at,
-        record.and_then(|r| r.changed.as_deref()),
-    ) else {
-        return false;
-    };
-    place.merges.merges_cleanly(head, began, changed)
 }
 
 /// The check runs on a head, once its CI has finished.

@@ -2,14 +2,20 @@
 //! (parsed and authorised by `handle`), `status`; by GitHub, the
 //! `workflow_run` webhook.
 
-use super::{
-    integration_branch, report, settings, AwaitingCi, Decided, DispatchId, GitHubError, Input,
-    Live, OpContext, OpError, OperationId, OperationRow, Operations, Origin, OverallStatus,
-    Refusal, Repo, RunRow, Settings, SqlError, Workflow, WorkflowKind, DEFAULT_WORKFLOW,
-};
+use super::runs::AwaitingCi;
+use super::{Live, OpContext, OpError, Operations, Origin, WorkflowKind, DEFAULT_WORKFLOW};
 use crate::commands::OnOperation;
+use crate::contract::integration_branch;
+use crate::drive::Decided;
 use crate::engine::done_before::{self, Found, StartingCommit};
+use crate::engine::workflow::Workflow;
+use crate::engine::{DispatchId, Input, OperationId, OverallStatus, Refusal};
 use crate::github::payload::{CheckSuiteEvent, WorkflowRunEvent};
+use crate::github::repo::Repo;
+use crate::github::GitHubError;
+use crate::report;
+use crate::settings::{self, Settings};
+use crate::store::sql::{OperationRow, RunRow, SqlError};
 use crate::sync::LockExt;
 use crate::telemetry::{waited, WaitStage};
 
@@ -424,7 +430,7 @@ impl Operations {
         self.acquire(&mut live).await?;
         if live.driver.state.is_none() {
             if integration_head.is_some() {
-                live.place.integration_head = integration_head;
+                live.place.merges.head = integration_head;
             }
             let input = Input::Start {
                 operation: OperationId(op.clone()),
@@ -574,13 +580,14 @@ impl Operations {
             let mut live = l.lock().await;
             let waiting: Vec<(DispatchId, AwaitingCi)> = live
                 .place
+                .runs
                 .awaiting_ci
                 .iter()
                 .filter(|(_, w)| w.head == head)
                 .map(|(d, w)| (d.clone(), w.clone()))
                 .collect();
             // A build gate waits for CI on the integration branch's head.
-            let on_integration = live.place.integration_head.as_deref() == Some(head);
+            let on_integration = live.place.merges.head.as_deref() == Some(head);
             if waiting.is_empty() && !on_integration {
                 continue;
             }
