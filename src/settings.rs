@@ -7,6 +7,9 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
+mod preset;
+pub use preset::Preset;
+
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct FileSettings {
@@ -206,7 +209,12 @@ impl Settings {
         let d = EngineConfig::default();
         let models_file = file.models.clone().unwrap_or_default();
         let models_flag = flags.models.clone().unwrap_or_default();
-        let dm = ModelIds::default();
+        // A preset's word stands for its command, and its models are the
+        // tiers' unless `models:` or the flags name others.
+        let agent = flags.agent.or(file.agent);
+        let preset = agent.as_deref().and_then(Preset::named);
+        let dm = preset.map_or_else(ModelIds::default, Preset::models);
+        let agent = preset.map(|p| p.command().to_string()).or(agent);
         let tick_ms = flags
             .tick_ms
             .or(file.tick_ms)
@@ -261,7 +269,7 @@ impl Settings {
                 },
                 ..d
             },
-            agent: flags.agent.or(file.agent),
+            agent,
             build_gate,
             verify_timeout_secs: flags.verify_timeout.or(file.verify_timeout).unwrap_or(600),
             kill_grace_secs: flags.kill_grace.or(file.kill_grace).unwrap_or(10),

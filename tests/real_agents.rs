@@ -7,6 +7,7 @@
 mod story;
 mod support;
 
+use fake_github::model::{Api, ModelServer};
 use std::path::{Path, PathBuf};
 use story::{Setup, Story};
 use support::Checkout;
@@ -54,20 +55,19 @@ fn claude_bin() -> PathBuf {
     dir
 }
 
-/// A three-unit plan with a dependency, its sprints done by real Claude Code
-/// through its own Bash tool, the model a script, the agent command the
-/// README's: everything completes, verifies and merges, one attempt each but
-/// the sprint whose first try left its file out, retried on a stronger model.
-#[test]
-fn real_claude_code_completes_a_plan_from_the_readmes_command() {
-    let bin = claude_bin();
-    let model = fake_github::model::ModelServer::start();
-    let plan = PLAN;
-    let repo = Checkout::new(
-        &[("EXECUTION_PLAN.md", plan)],
-        "tests/agents/scripted.sh",
-        "",
+/// Where scripts/test installs the pinned Codex.
+fn codex_bin() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/npm/node_modules/.bin");
+    assert!(
+        dir.join("codex").exists(),
+        "Codex is not installed in {}: scripts/test installs it (npm @openai/codex, pinned there)",
+        dir.display()
     );
+    dir
+}
+
+/// `supervise run` in `repo` with `bin` first on PATH and a home of its own.
+fn run_with(repo: &Checkout, agent: &str, bin: &Path) -> std::process::Command {
     let home = repo.root.parent().unwrap().join("home");
     std::fs::create_dir_all(&home).unwrap();
     let path = format!(
@@ -75,34 +75,28 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let out = repo
-        .cmd(&["run", "--agent", &readme_agent_command()])
-        .env("PATH", path)
-        .env("HOME", &home)
-        .env("ANTHROPIC_BASE_URL", &model.url)
-        .env("ANTHROPIC_API_KEY", "sk-ant-api03-scripted-model-key")
-        .env("DISABLE_TELEMETRY", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("DISABLE_AUTOUPDATER", "1")
-        .env("CLAUDE_CODE_MAX_RETRIES", "0")
-        .output()
-        .unwrap();
-    let said = support::text(&out);
-    assert_eq!(out.status.code(), Some(0), "{said}");
-    // Each sprint's file was made by the CLI's own tool call, and merged.
+    let mut cmd = repo.cmd(&["run", "--agent", agent]);
+    cmd.env("PATH", path).env("HOME", &home);
+    cmd
+}
+
+/// What every real-agent run of [`PLAN`] must show: each sprint's file made
+/// by the CLI's own tool call and merged; one attempt each but ops's, whose
+/// first failed and whose retry ran on a stronger tier; each attempt's
+/// tokens what the CLI reported of the scripted model's figures (two
+/// responses for work, one for the attempt that did nothing); the models
+/// asked for, the tiers' ids in `models`. Returns the dollars the attempts
+/// reported.
+fn assert_plan_done(repo: &Checkout, model: &ModelServer, models: [&str; 3]) -> f64 {
     let integration = support::git(&repo.root, &["branch", "--list", "supervise/*/integration"]);
     let branch = integration.trim().trim_start_matches("* ").to_string();
     for f in FILES {
         let shown = support::git(&repo.root, &["show", &format!("{branch}:{f}")]);
         assert_eq!(shown.trim(), "made by the scripted model", "{f}");
     }
-    // One attempt each but ops's, whose first failed and whose retry ran on
-    // a stronger model. Each attempt's usage is what the CLI reported of the
-    // scripted model's figures (each response 1,000 tokens in and 200 out:
-    // two responses for work, one for the attempt that did nothing), with
-    // its price.
     let status = repo.cmd(&["status", "--json"]).output().unwrap();
     let state: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let (tokens_in, tokens_out) = fake_github::model::BILLED;
     let mut dollars = 0.0;
     for unit in state["units"].as_array().unwrap() {
         for sprint in unit["sprints"].as_array().unwrap() {
@@ -117,22 +111,17 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
             assert_eq!(history.len(), responses.len(), "{sprint}");
             for (attempt, n) in history.iter().zip(responses) {
                 let usage = &attempt["usage"];
-                assert_eq!(usage["input_tokens"], 1000 * n, "{sprint}");
-                assert_eq!(usage["output_tokens"], 200 * n, "{sprint}");
-                let cost = usage["cost"].as_f64().expect("the CLI priced the run");
-                assert!(cost > 0.0, "{sprint}");
-                dollars += cost;
+                let read = usage["cache_read_tokens"].as_u64().unwrap_or(0);
+                assert_eq!(
+                    usage["input_tokens"].as_u64().unwrap() + read,
+                    tokens_in * n,
+                    "{sprint}"
+                );
+                assert_eq!(usage["output_tokens"], tokens_out * n, "{sprint}");
+                dollars += usage["cost"].as_f64().unwrap_or(0.0);
             }
         }
     }
-    // The operation's figure is the sum of the attempts', to the millionth.
-    let report = repo.cmd(&["status"]).output().unwrap();
-    let shown = format!("${dollars:.4} reported by the agents");
-    assert!(
-        support::text(&report).contains(&shown),
-        "{shown}:\n{}",
-        support::text(&report)
-    );
     let requests = model.requests();
     assert_eq!(
         requests.len(),
@@ -140,12 +129,180 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
         "a tool call and an answer per sprint, and the misstep: {requests:?}"
     );
     assert!(requests.iter().all(|r| r.tools > 0), "{requests:?}");
+    // The tiers' ids as sent, or as the CLI resolved an alias (Claude Code
+    // asks for `claude-haiku-…` when told `haiku`).
+    assert!(
+        requests
+            .iter()
+            .all(|r| models.iter().any(|m| r.model.contains(m))),
+        "the tiers' ids {models:?}: {requests:?}"
+    );
+    dollars
+}
+
+/// Claude Code's environment for a run against the scripted model, with
+/// `retries` of its own on a provider's error.
+fn for_claude<'a>(
+    cmd: &'a mut std::process::Command,
+    model: &ModelServer,
+    retries: u32,
+) -> &'a mut std::process::Command {
+    cmd.env("ANTHROPIC_BASE_URL", &model.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-api03-scripted-model-key")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_MAX_RETRIES", retries.to_string())
+}
+
+/// A three-unit plan with a dependency, its sprints done by real Claude Code
+/// through its own Bash tool, the model a script, the agent command the
+/// README's: everything completes, verifies and merges, one attempt each but
+/// the sprint whose first try left its file out, retried on a stronger model.
+#[test]
+fn real_claude_code_completes_a_plan_from_the_readmes_command() {
+    let bin = claude_bin();
+    let model = ModelServer::start();
+    let repo = Checkout::new(
+        &[("EXECUTION_PLAN.md", PLAN)],
+        "tests/agents/scripted.sh",
+        "",
+    );
+    let out = for_claude(
+        &mut run_with(&repo, &readme_agent_command(), &bin),
+        &model,
+        0,
+    )
+    .output()
+    .unwrap();
+    let said = support::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let dollars = assert_plan_done(&repo, &model, ["haiku", "sonnet", "opus"]);
+    // Claude Code priced every attempt; the operation's figure is the sum of
+    // the attempts', to the millionth.
+    assert!(dollars > 0.0);
+    let report = repo.cmd(&["status"]).output().unwrap();
+    let shown = format!("${dollars:.4} reported by the agents");
+    assert!(
+        support::text(&report).contains(&shown),
+        "{shown}:\n{}",
+        support::text(&report)
+    );
+    assert!(model.requests().iter().all(|r| r.api == Api::Messages));
+}
+
+/// A storm of overloads on one sprint, answered to real Claude Code run by
+/// its preset (`--agent claude`): the CLI's own retries (two) run out, it
+/// reports the 529, and the supervisor waits on the same model without
+/// counting an attempt; after the storm the sprint completes with no
+/// failure counted and no escalation.
+#[test]
+fn a_storm_of_overloads_on_real_claude_code_counts_no_attempt() {
+    let plan = "# Storm\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n\
+        ## solo\n### Sprint 1: One\n- [ ] `solo/solo-1.txt` exists\n";
+    let model = ModelServer::start();
+    model.overload(5);
+    let repo = Checkout::new(
+        &[("EXECUTION_PLAN.md", plan)],
+        "tests/agents/scripted.sh",
+        "",
+    );
+    let out = for_claude(&mut run_with(&repo, "claude", &claude_bin()), &model, 2)
+        .output()
+        .unwrap();
+    let said = support::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("Waiting on the model provider"), "{said}");
+    let status = repo.cmd(&["status", "--json"]).output().unwrap();
+    let state: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let sprint = &state["units"][0]["sprints"][0];
+    assert_eq!(sprint["status"], "COMPLETED", "{sprint}");
+    assert_eq!(sprint["failures"], 0, "{sprint}");
+    let requests = model.requests();
+    let overloaded = requests.iter().filter(|r| r.overloaded).count();
+    assert_eq!(overloaded, 5, "{requests:?}");
+    // Three requests ended the first run (the first try and two retries);
+    // the second run's two retries outlasted the rest of the storm.
+    assert_eq!(requests.len(), 5 + 2, "{requests:?}");
+    assert!(
+        requests.iter().all(|r| r.model == requests[0].model),
+        "no escalation: {requests:?}"
+    );
+    let merged = support::git(&repo.root, &["branch", "--list", "supervise/*/integration"]);
+    let branch = merged.trim().trim_start_matches("* ").to_string();
+    let on_integration = support::git(&repo.root, &["show", &format!("{branch}:solo/solo-1.txt")]);
+    assert_eq!(on_integration.trim(), "made by the scripted model");
+}
+
+/// A `CODEX_HOME` whose configuration sends Codex to the scripted model
+/// (on the Responses API, as a gateway would be configured), with no retry
+/// of its own.
+fn codex_home(under: &Path, model: &ModelServer) -> PathBuf {
+    let home = under.join("codex-home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "model_provider = \"scripted\"\n\n[model_providers.scripted]\nname = \"scripted\"\n\
+             base_url = \"{}/v1\"\nenv_key = \"SCRIPTED_MODEL_KEY\"\nwire_api = \"responses\"\n\
+             request_max_retries = 0\nstream_max_retries = 0\n",
+            model.url
+        ),
+    )
+    .unwrap();
+    home
+}
+
+/// The model ids the Codex tests send. Codex's catalog models (its
+/// defaults for the tiers) take their tools as one JavaScript `exec` tool
+/// the scripted model does not speak; for ids outside its catalog Codex
+/// offers its function tools (`exec_command`), which it does.
+const CODEX_MODELS: [&str; 3] = ["scripted-small", "scripted-medium", "scripted-large"];
+
+/// The same plan by real Codex, named by its preset (`--agent codex`, the
+/// tiers' ids given with `--model-*`): the preset runs `codex exec` with
+/// its JSON events; Codex's `exec_command` tool does each sprint's work and
+/// commits it; the tokens it reports are each attempt's (Codex prices
+/// nothing, so no dollars are claimed).
+#[test]
+fn real_codex_completes_a_plan_from_its_preset() {
+    let bin = codex_bin();
+    let model = ModelServer::start();
+    let repo = Checkout::new(
+        &[("EXECUTION_PLAN.md", PLAN)],
+        "tests/agents/scripted.sh",
+        "",
+    );
+    let home = codex_home(repo.root.parent().unwrap(), &model);
+    let out = run_with(&repo, "codex", &bin)
+        .args(
+            CODEX_MODELS
+                .iter()
+                .zip(["--model-haiku", "--model-sonnet", "--model-opus"])
+                .flat_map(|(id, flag)| [flag, id]),
+        )
+        .env("CODEX_HOME", &home)
+        .env("SCRIPTED_MODEL_KEY", "sk-proj-scripted-model-key")
+        .output()
+        .unwrap();
+    let said = support::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let dollars = assert_plan_done(&repo, &model, CODEX_MODELS);
+    assert_eq!(dollars, 0.0, "Codex prices nothing");
+    assert!(model.requests().iter().all(|r| r.api == Api::Responses));
 }
 
 /// The version of Claude Code scripts/test installed.
 fn claude_version() -> String {
+    installed_version("@anthropic-ai/claude-code")
+}
+
+/// The version of an npm package scripts/test installed.
+fn installed_version(package: &str) -> String {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/npm/node_modules/@anthropic-ai/claude-code/package.json");
+        .join("target/npm/node_modules")
+        .join(package)
+        .join("package.json");
     let text = std::fs::read_to_string(&manifest).expect("Claude Code's package.json");
     let v: serde_json::Value = serde_json::from_str(&text).expect("package.json reads");
     v["version"].as_str().expect("a version").to_string()
@@ -159,7 +316,7 @@ fn claude_version() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn real_claude_code_completes_a_plan_on_github_through_the_shipped_workflow() {
     let claude = claude_bin().join("claude");
-    let model = fake_github::model::ModelServer::start();
+    let model = ModelServer::start();
     let plan = PLAN;
     let s = Story::start(Setup::operation(plan, "")).await;
     s.use_claude_code(&claude, &claude_version(), &model.url);
@@ -203,4 +360,55 @@ async fn real_claude_code_completes_a_plan_on_github_through_the_shipped_workflo
         s.status_comment().contains("reported by the agents")
     })
     .await;
+}
+
+/// The same plan on GitHub by real Codex: the shipped workflow's Codex step
+/// (the variable SUPERVISE_AGENT says codex) installs the pinned version,
+/// points Codex at the repository's Responses gateway (here the scripted
+/// model) and runs it, with the settings' `agent: codex` and the tiers'
+/// ids from `models:`; the work reaches the final pull request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn real_codex_completes_a_plan_on_github_through_the_shipped_workflow() {
+    let codex = codex_bin().join("codex");
+    let model = ModelServer::start();
+    let s = Story::start(Setup::operation(PLAN, "")).await;
+    s.use_codex(
+        &codex,
+        &installed_version("@openai/codex"),
+        &model.url,
+        CODEX_MODELS,
+    );
+    s.say("/supervise start").await;
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    let head = s.final_pull().unwrap().head;
+    let bare = s.tmp.path().join("github/repos/acme/shop.git");
+    for f in FILES {
+        let shown = support::git(&bare, &["show", &format!("{head}:{f}")]);
+        assert_eq!(shown.trim(), "made by the scripted model", "{f}");
+    }
+    let requests = model.requests();
+    assert_eq!(
+        requests.len(),
+        4 * 2 + 1,
+        "a tool call and an answer per sprint, and the misstep: {requests:?}"
+    );
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.api == Api::Responses && CODEX_MODELS.contains(&r.model.as_str())),
+        "{requests:?}"
+    );
+    let checks = s.fake.check_runs(story::REPO);
+    let core = checks
+        .iter()
+        .find(|c| {
+            c.name == "supervise: core Sprint 1" && c.conclusion.as_deref() == Some("success")
+        })
+        .expect("core Sprint 1's check run");
+    assert!(
+        core.summary.contains("2,000 tokens in and 400 out"),
+        "{}",
+        core.summary
+    );
 }

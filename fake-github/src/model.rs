@@ -1,18 +1,22 @@
-//! A scripted model server: the part of Anthropic's Messages API that a
-//! real agent CLI (Claude Code) needs, streamed as Server-Sent Events, so
-//! the tests run the CLI people use with no provider reachable.
+//! A scripted model server: the parts of Anthropic's Messages API that a
+//! real Claude Code needs and of OpenAI's Responses API that a real Codex
+//! needs, both streamed as Server-Sent Events, so the tests run the CLIs
+//! people use with no provider reachable.
 //!
 //! It plays an agent that reads only its prompt: asked for a turn, it calls
-//! the CLI's Bash tool once to write every file the prompt's exit criteria
-//! say must exist (`` `path` exists ``) and commit them; given that tool's
-//! result, it says it is done. The CLI runs the tool itself, in the
-//! checkout it was started in. Each request is recorded (model, tools
-//! offered) for the tests.
+//! the CLI's shell tool once (Claude Code's `Bash`, Codex's `exec_command`)
+//! to write every file the prompt's exit criteria say must exist
+//! (`` `path` exists ``) and commit them; given that tool's result, it says
+//! it is done. The CLI runs the tool itself, in the checkout it was started
+//! in. Each request is recorded (which API, model, tools offered) for the
+//! tests; every answer bills 1,000 tokens in and 200 out.
 //!
-//! One misstep is scripted, for a sprint that fails and is then fixed: a
-//! file whose name holds `flaky` is left out the first time a prompt names
-//! it (the model says it is done all the same); the next prompt naming it
-//! gets it written.
+//! Two missteps are scripted. A file whose name holds `flaky` is left out
+//! the first time a prompt names it (the model says it is done all the
+//! same); the next prompt naming it gets it written: a sprint that fails and
+//! is then fixed. And [`ModelServer::overload`] answers the next requests
+//! with the provider's overload (Anthropic's 529, OpenAI's 503), with a
+//! `retry-after` of one second: the provider's bad minute.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -23,11 +27,26 @@ use axum::Json;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 
+/// Tokens each answer bills: in, and out.
+pub const BILLED: (u64, u64) = (1000, 200);
+
+/// Which provider's API a request came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// Anthropic's Messages API (`/v1/messages`).
+    Messages,
+    /// OpenAI's Responses API (`/v1/responses`).
+    Responses,
+}
+
 /// One request the server answered.
 #[derive(Debug, Clone)]
 pub struct Request {
+    pub api: Api,
     pub model: String,
     pub tools: usize,
+    /// Answered with the provider's overload instead of a turn.
+    pub overloaded: bool,
 }
 
 #[derive(Default)]
@@ -35,6 +54,8 @@ struct Inner {
     requests: Vec<Request>,
     /// `flaky` files already left out once.
     skipped: std::collections::BTreeSet<String>,
+    /// Requests still to be answered with an overload.
+    overloads: usize,
 }
 
 /// The server, listening until the process ends.
@@ -63,11 +84,20 @@ impl ModelServer {
                 let app = axum::Router::new()
                     .route("/v1/messages", post(messages))
                     .route("/v1/messages/count_tokens", post(count_tokens))
+                    .route("/v1/responses", post(responses))
                     .with_state(state);
                 let _ = axum::serve(listener, app).await;
             });
         });
         ModelServer { url, inner }
+    }
+
+    /// The next `n` requests, on either API, are answered with the
+    /// provider's overload.
+    pub fn overload(&self, n: usize) {
+        if let Ok(mut i) = self.inner.lock() {
+            i.overloads = n;
+        }
     }
 
     pub fn requests(&self) -> Vec<Request> {
@@ -114,13 +144,88 @@ fn files_named(prompt: &str) -> Vec<String> {
         .collect()
 }
 
+/// What the scripted model does with a turn.
+enum Turn {
+    /// The provider's overload, instead of an answer.
+    Overloaded,
+    /// Run this shell command (the tool call that does the sprint).
+    Run(String),
+    /// Say the work is done.
+    Done,
+}
+
+/// The model's next turn in a conversation on `api`, recorded: `prompt` is
+/// all its text, `answered` whether a tool's result came back already.
+fn next_turn(
+    s: &Shared,
+    api: Api,
+    model: &str,
+    tools: usize,
+    prompt: &str,
+    answered: bool,
+) -> (Turn, usize) {
+    let mut files = files_named(prompt);
+    files.sort();
+    files.dedup();
+    let mut inner = s.lock().expect("the model server's state");
+    let overloaded = inner.overloads > 0;
+    inner.overloads = inner.overloads.saturating_sub(1);
+    inner.requests.push(Request {
+        api,
+        model: model.to_string(),
+        tools,
+        overloaded,
+    });
+    let n = inner.requests.len();
+    if overloaded {
+        return (Turn::Overloaded, n);
+    }
+    // One tool call per conversation: once its result came back, the turn
+    // is the final answer.
+    if answered || tools == 0 {
+        return (Turn::Done, n);
+    }
+    files.retain(|f| !f.contains("flaky") || !inner.skipped.insert(f.clone()));
+    if files.is_empty() {
+        return (Turn::Done, n);
+    }
+    let mut cmd = String::new();
+    for f in &files {
+        cmd.push_str(&format!(
+            "mkdir -p \"$(dirname '{f}')\" && echo 'made by the scripted model' > '{f}' && "
+        ));
+    }
+    cmd.push_str("git add -A && git commit -qm 'The sprint, by the scripted model'");
+    (Turn::Run(cmd), n)
+}
+
+const DONE: &str = "Done: the sprint's files are written and committed.";
+
+/// An overload as `api` says it, asking for a second's wait.
+fn overloaded(api: Api) -> Response {
+    let (status, body) = match api {
+        Api::Messages => (
+            529,
+            json!({ "type": "error", "error": { "type": "overloaded_error", "message": "Overloaded" } }),
+        ),
+        Api::Responses => (
+            503,
+            json!({ "error": { "type": "server_error", "code": "server_is_overloaded", "message": "The server is overloaded." } }),
+        ),
+    };
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::RETRY_AFTER, "1")
+        .body(Body::from(body.to_string()))
+        .expect("a response")
+}
+
 async fn messages(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
     let model = body["model"].as_str().unwrap_or("").to_string();
     let tools = body["tools"].as_array().map_or(0, |t| t.len());
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    // One tool call per conversation: once any result of it came back,
-    // the turn is the final answer.
-    let answered_tool = messages.iter().any(|m| {
+    let answered = messages.iter().any(|m| {
         m["content"]
             .as_array()
             .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
@@ -130,33 +235,76 @@ async fn messages(State(s): State<Shared>, Json(body): Json<Value>) -> Response 
         .map(|m| text_of(&m["content"]))
         .collect::<Vec<_>>()
         .join("\n");
-    let mut files = files_named(&prompt);
-    files.sort();
-    files.dedup();
-    let n = {
-        let mut inner = s.lock().expect("the model server's state");
-        inner.requests.push(Request {
-            model: model.clone(),
-            tools,
-        });
-        if !answered_tool {
-            files.retain(|f| !f.contains("flaky") || !inner.skipped.insert(f.clone()));
+    let (turn, n) = next_turn(&s, Api::Messages, &model, tools, &prompt, answered);
+    let block = match turn {
+        Turn::Overloaded => return overloaded(Api::Messages),
+        Turn::Done => json!({ "type": "text", "text": DONE }),
+        Turn::Run(cmd) => {
+            json!({ "type": "tool_use", "id": format!("toolu_{n}"), "name": "Bash", "input": { "command": cmd, "description": "Write and commit the files" } })
         }
-        inner.requests.len()
-    };
-    let block = if answered_tool || tools == 0 || files.is_empty() {
-        json!({ "type": "text", "text": "Done: the sprint's files are written and committed." })
-    } else {
-        let mut cmd = String::new();
-        for f in &files {
-            cmd.push_str(&format!(
-                "mkdir -p \"$(dirname '{f}')\" && echo 'made by the scripted model' > '{f}' && "
-            ));
-        }
-        cmd.push_str("git add -A && git commit -qm 'The sprint, by the scripted model'");
-        json!({ "type": "tool_use", "id": format!("toolu_{n}"), "name": "Bash", "input": { "command": cmd, "description": "Write and commit the files" } })
     };
     stream(&model, n, block)
+}
+
+/// A turn of the Responses API, as Codex asks for it: its input items
+/// (messages, and the results of earlier function calls), streamed back as
+/// one output item and the response's usage.
+async fn responses(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
+    let model = body["model"].as_str().unwrap_or("").to_string();
+    let tools = body["tools"].as_array().map_or(0, |t| t.len());
+    let input = body["input"].as_array().cloned().unwrap_or_default();
+    let answered = input.iter().any(|i| i["type"] == "function_call_output");
+    let prompt = input
+        .iter()
+        .filter(|i| i["type"] == "message")
+        .map(|i| text_of(&i["content"]))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (turn, n) = next_turn(&s, Api::Responses, &model, tools, &prompt, answered);
+    let item = match turn {
+        Turn::Overloaded => return overloaded(Api::Responses),
+        Turn::Done => json!({ "type": "message", "id": format!("msg_{n}"), "role": "assistant",
+            "content": [{ "type": "output_text", "text": DONE }] }),
+        Turn::Run(cmd) => json!({ "type": "function_call", "id": format!("fc_{n}"),
+            "call_id": format!("call_{n}"), "name": "exec_command",
+            "arguments": json!({ "cmd": cmd }).to_string() }),
+    };
+    let id = format!("resp_{n}");
+    let (input_tokens, output_tokens) = BILLED;
+    let events = [
+        (
+            "response.created",
+            json!({ "type": "response.created", "response": { "id": id, "model": model } }),
+        ),
+        (
+            "response.output_item.added",
+            json!({ "type": "response.output_item.added", "output_index": 0, "item": item }),
+        ),
+        (
+            "response.output_item.done",
+            json!({ "type": "response.output_item.done", "output_index": 0, "item": item }),
+        ),
+        (
+            "response.completed",
+            json!({ "type": "response.completed", "response": { "id": id, "model": model,
+            "usage": { "input_tokens": input_tokens, "input_tokens_details": { "cached_tokens": 0 },
+            "output_tokens": output_tokens, "output_tokens_details": { "reasoning_tokens": 0 },
+            "total_tokens": input_tokens + output_tokens } } }),
+        ),
+    ];
+    sse(&events)
+}
+
+/// Server-Sent Events, each with its name.
+fn sse(events: &[(&str, Value)]) -> Response {
+    let text: String = events
+        .iter()
+        .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
+        .collect();
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from(text))
+        .expect("a response")
 }
 
 /// One assistant message holding `block`, as the Messages API streams it.
@@ -182,7 +330,7 @@ fn stream(model: &str, n: usize, block: Value) -> Response {
             json!({ "type": "message_start", "message": {
             "id": format!("msg_{n}"), "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": { "input_tokens": 1000, "output_tokens": 1 } } }),
+            "usage": { "input_tokens": BILLED.0, "output_tokens": 1 } } }),
         ),
         (
             "content_block_start",
@@ -200,18 +348,11 @@ fn stream(model: &str, n: usize, block: Value) -> Response {
             "message_delta",
             json!({ "type": "message_delta",
             "delta": { "stop_reason": if tool { "tool_use" } else { "end_turn" }, "stop_sequence": null },
-            "usage": { "output_tokens": 200 } }),
+            "usage": { "output_tokens": BILLED.1 } }),
         ),
         ("message_stop", json!({ "type": "message_stop" })),
     ];
-    let text: String = events
-        .iter()
-        .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
-        .collect();
-    Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .body(Body::from(text))
-        .expect("a response")
+    sse(&events)
 }
 
 #[cfg(test)]

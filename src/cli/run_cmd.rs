@@ -584,13 +584,19 @@ pub fn preflight_agent(command: &str, dir: &Path) -> Result<(), String> {
             .unwrap_or(true)
     };
     if found {
-        Ok(())
-    } else {
-        Err(format!(
-            "The agent command `{command}` cannot run: `{program}` is not a program {}. Check the spelling in --agent (or `agent:` in .github/supervise.yml); nothing was started.",
-            if program.contains('/') { format!("at {}", dir.join(program).display()) } else { "on PATH".to_string() }
-        ))
+        return Ok(());
     }
+    let hint = match settings::Preset::named(program) {
+        Some(p) => format!(
+            "Install it (`npm install -g {}`) or put it on PATH",
+            p.package()
+        ),
+        None => "Check the spelling in --agent (or `agent:` in .github/supervise.yml)".to_string(),
+    };
+    Err(format!(
+        "The agent command `{command}` cannot run: `{program}` is not a program {}. {hint}; nothing was started.",
+        if program.contains('/') { format!("at {}", dir.join(program).display()) } else { "on PATH".to_string() }
+    ))
 }
 
 /// `stop`, `killall` and `name-feature`: sent to a running supervisor, or applied

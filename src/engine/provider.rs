@@ -52,6 +52,7 @@ pub fn trouble(tail: &str) -> Option<Trouble> {
                 .parse()
                 .ok()
         })
+        .or_else(|| codex_status(tail))
         .and_then(|s| u16::try_from(s).ok())
         .filter(|s| transient(*s))?;
     let retry_after = json_number(tail, "retry_after")
@@ -61,6 +62,31 @@ pub fn trouble(tail: &str) -> Option<Trouble> {
         status,
         retry_after,
     })
+}
+
+/// The provider's status in Codex's report of a failed turn (`codex exec
+/// --json`'s last `turn.failed` event), which says it in words: the status
+/// its retries ended on, or its own wording of an overload or a server
+/// error.
+fn codex_status(tail: &str) -> Option<u64> {
+    let failed = json_lines(tail)
+        .rev()
+        .find(|v| v["type"] == "turn.failed")?;
+    let message = failed["error"]["message"].as_str()?;
+    if let Some(at) = message.find("last status: ") {
+        let digits: String = message[at + "last status: ".len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        return digits.parse().ok();
+    }
+    if message.contains("model is at capacity") {
+        Some(503)
+    } else if message.contains("experiencing high demand") {
+        Some(500)
+    } else {
+        None
+    }
 }
 
 /// Whether the run stopped at its turn limit.
@@ -74,17 +100,25 @@ pub fn turns(tail: &str) -> Option<u32> {
     json_number(tail, "num_turns").and_then(|n| u32::try_from(n).ok())
 }
 
-/// What Claude Code's JSON result (`--output-format json`, its last line
-/// that reads as `{"type":"result",…}`) says the run used: tokens, and the
-/// dollars it priced them at.
-pub fn usage(output: &str) -> Option<super::usage::Usage> {
-    let result: serde_json::Value = output.lines().rev().find_map(|l| {
+/// The lines of `output` that read as JSON objects.
+fn json_lines(output: &str) -> impl DoubleEndedIterator<Item = serde_json::Value> + '_ {
+    output.lines().filter_map(|l| {
         let l = l.trim();
         l.starts_with('{')
             .then(|| serde_json::from_str::<serde_json::Value>(l).ok())
             .flatten()
-            .filter(|v| v["type"] == "result")
-    })?;
+    })
+}
+
+/// What the run used, as its CLI reported it: Claude Code's JSON result
+/// (`--output-format json`, its last line that reads as
+/// `{"type":"result",…}`: tokens, and the dollars it priced them at), or
+/// Codex's JSON events (`codex exec --json`: each `turn.completed` line's
+/// tokens, added up; Codex prices nothing).
+pub fn usage(output: &str) -> Option<super::usage::Usage> {
+    let Some(result) = json_lines(output).rev().find(|v| v["type"] == "result") else {
+        return codex_usage(output);
+    };
     let u = &result["usage"];
     let n = |k: &str| u[k].as_u64().unwrap_or(0);
     Some(super::usage::Usage {
@@ -96,6 +130,24 @@ pub fn usage(output: &str) -> Option<super::usage::Usage> {
             .as_f64()
             .map(super::usage::Usd::from_dollars),
     })
+}
+
+/// Codex's `turn.completed` events, added up. Its `input_tokens` count the
+/// cached ones too; here, as in Claude Code's report, input tokens are
+/// those not read from the cache.
+fn codex_usage(output: &str) -> Option<super::usage::Usage> {
+    let mut total: Option<super::usage::Usage> = None;
+    for turn in json_lines(output).filter(|v| v["type"] == "turn.completed") {
+        let u = &turn["usage"];
+        let n = |k: &str| u[k].as_u64().unwrap_or(0);
+        let t = total.get_or_insert_with(Default::default);
+        let cached = n("cached_input_tokens");
+        t.input_tokens += n("input_tokens").saturating_sub(cached);
+        t.cache_read_tokens += cached;
+        t.cache_write_tokens += n("cache_write_input_tokens");
+        t.output_tokens += n("output_tokens");
+    }
+    total
 }
 
 /// The number after the last `"key":` in `text` (whitespace allowed).
@@ -132,6 +184,46 @@ mod tests {
         assert_eq!((u.cache_write_tokens, u.cache_read_tokens), (10, 5));
         assert_eq!(u.cost.map(|c| c.micros()), Some(6015));
         assert_eq!(usage("Done. {\"type\": \"other\"}\nno json here"), None);
+    }
+
+    #[test]
+    fn codexs_events_say_what_the_run_used_without_a_price() {
+        let out = "{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n\
+            {\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":2000,\"cached_input_tokens\":400,\
+            \"cache_write_input_tokens\":0,\"output_tokens\":100,\"reasoning_output_tokens\":0}}\n\
+            {\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}\n";
+        let u = usage(out).expect("a report");
+        assert_eq!((u.input_tokens, u.cache_read_tokens), (1610, 400));
+        assert_eq!(u.output_tokens, 101);
+        assert_eq!(u.cost, None);
+        assert_eq!(usage("{\"type\":\"turn.started\"}"), None);
+    }
+
+    #[test]
+    fn codexs_failed_turn_says_the_providers_trouble_in_words() {
+        let failed = |m: &str| {
+            format!("{{\"type\":\"turn.started\"}}\n{{\"type\":\"turn.failed\",\"error\":{{\"message\":\"{m}\"}}}}\n")
+        };
+        let status = |m: &str| trouble(&failed(m)).map(|t| t.status);
+        assert_eq!(
+            status("exceeded retry limit, last status: 429 Too Many Requests"),
+            Some(429)
+        );
+        assert_eq!(
+            status("Selected model is at capacity. Please try a different model."),
+            Some(503)
+        );
+        assert_eq!(
+            status("We're currently experiencing high demand, which may cause temporary errors."),
+            Some(500)
+        );
+        assert_eq!(
+            status("exceeded retry limit, last status: 401 Unauthorized"),
+            None
+        );
+        assert_eq!(status("the sandbox refused the command"), None);
+        // The words alone, outside a failed turn, are the agent's text.
+        assert_eq!(trouble("Selected model is at capacity."), None);
     }
 
     #[test]

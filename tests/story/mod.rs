@@ -282,6 +282,43 @@ impl Story {
             .set_workflow_yaml(REPO, "supervise-agent.yml", planned);
     }
 
+    /// The story's repository runs real Codex (`codex`, the pinned
+    /// `version` `npm` installs on the runner) through the shipped agent
+    /// workflow, chosen by the variable SUPERVISE_AGENT, its model the
+    /// scripted server at `model_url` (the repository's Responses gateway);
+    /// its settings name the preset and the tiers' `models`.
+    pub fn use_codex(&self, codex: &Path, version: &str, model_url: &str, models: [&str; 3]) {
+        let mut planned = support::agent_workflow(
+            &support::shipped_agent_workflow(),
+            codex,
+            &[("OPENAI_API_KEY", "sk-proj-scripted-model-key")],
+        );
+        let setup = planned.setup_mut();
+        setup.vars.insert("SUPERVISE_AGENT".into(), "codex".into());
+        setup.vars.insert(
+            "SUPERVISE_OPENAI_BASE_URL".into(),
+            format!("{model_url}/v1"),
+        );
+        setup.packages.insert(
+            "@openai/codex".into(),
+            fake_github::workflow::Package {
+                version: Some(version.to_string()),
+                commands: vec![codex.to_path_buf()],
+            },
+        );
+        self.fake
+            .set_workflow_yaml(REPO, "supervise-agent.yml", planned);
+        self.fake.add_file(
+            REPO,
+            ".github/supervise.yml",
+            &format!(
+                "agent: codex\nmax_parallel: 2\nbuild_gate: repository CI\n\
+                 models:\n  haiku: {}\n  sonnet: {}\n  opus: {}\n",
+                models[0], models[1], models[2]
+            ),
+        );
+    }
+
     /// Starts the service through the story's door (again, after a kill).
     pub async fn serve_up(&mut self) {
         match self.door {

@@ -1,0 +1,130 @@
+//! Agent presets: `--agent claude` or `agent: codex` names a CLI people
+//! already run, and the supervisor runs it as the agent contract needs —
+//! non-interactively, allowed to edit files, run commands and commit, the
+//! prompt from `SUPERVISE_PROMPT_FILE`, the model from `SUPERVISE_MODEL`,
+//! the turn budget as its turn limit where it has one, and its
+//! machine-readable report on standard output (what `engine::provider`
+//! reads: usage, a provider's error, the turn limit).
+//!
+//! A preset is only the exact word; anything else is a command of its own,
+//! run through `sh -c` as it stands (`./claude` runs a program of that name).
+
+use crate::engine::ModelIds;
+
+/// An agent CLI the supervisor knows how to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// Anthropic's Claude Code (npm `@anthropic-ai/claude-code`).
+    Claude,
+    /// OpenAI's Codex (npm `@openai/codex`).
+    Codex,
+}
+
+impl Preset {
+    /// Every preset, with the words that name it.
+    pub const ALL: [(Preset, &'static [&'static str]); 2] = [
+        (Preset::Claude, &["claude", "claude-code"]),
+        (Preset::Codex, &["codex"]),
+    ];
+
+    /// The preset an agent setting names, if it is one of the words.
+    pub fn named(agent: &str) -> Option<Preset> {
+        let word = agent.trim();
+        Preset::ALL
+            .iter()
+            .find(|(_, names)| names.contains(&word))
+            .map(|(p, _)| *p)
+    }
+
+    /// The command it stands for, run through `sh -c` in the sprint's
+    /// worktree like any agent command.
+    ///
+    /// Claude Code: `acceptEdits` with Bash, Edit and Write allowed (the
+    /// agent must run commands and commit), the turn budget as
+    /// `--max-turns`, its JSON result. Codex: `exec` with its JSON events;
+    /// its own sandbox is off because its workspace-write mode makes `.git`
+    /// read-only and the agent must commit — the agent runs where the
+    /// supervisor put it (a worktree, a runner), as Claude Code does. Codex
+    /// has no turn limit to set.
+    pub fn command(self) -> &'static str {
+        match self {
+            Preset::Claude => concat!(
+                "claude -p --output-format json --permission-mode acceptEdits",
+                " --allowedTools \"Bash Edit Write\" --model \"$SUPERVISE_MODEL\"",
+                " --max-turns \"$SUPERVISE_MAX_TURNS\" \"$(cat \"$SUPERVISE_PROMPT_FILE\")\""
+            ),
+            Preset::Codex => concat!(
+                "codex exec --json --sandbox danger-full-access --model \"$SUPERVISE_MODEL\"",
+                " - < \"$SUPERVISE_PROMPT_FILE\""
+            ),
+        }
+    }
+
+    /// The model ids each tier asks this CLI for, unless `models:` says
+    /// others. Claude Code takes the tiers' names as aliases of the newest
+    /// models; Codex's are the ids its catalog lists (Codex 0.171.0).
+    pub fn models(self) -> ModelIds {
+        match self {
+            Preset::Claude => ModelIds::default(),
+            Preset::Codex => ModelIds {
+                haiku: "gpt-6-luna".into(),
+                sonnet: "gpt-6.1-terra".into(),
+                opus: "gpt-6.2-sol".into(),
+            },
+        }
+    }
+
+    /// The program the command runs (what must be on `PATH`).
+    pub fn program(self) -> &'static str {
+        match self {
+            Preset::Claude => "claude",
+            Preset::Codex => "codex",
+        }
+    }
+
+    /// The npm package that installs the program.
+    pub fn package(self) -> &'static str {
+        match self {
+            Preset::Claude => "@anthropic-ai/claude-code",
+            Preset::Codex => "@openai/codex",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_word_is_a_preset() {
+        assert_eq!(Preset::named("claude"), Some(Preset::Claude));
+        assert_eq!(Preset::named(" claude-code "), Some(Preset::Claude));
+        assert_eq!(Preset::named("codex"), Some(Preset::Codex));
+        for not in [
+            "./claude",
+            "claude -p hi",
+            "Claude",
+            "codex exec",
+            "",
+            "gemini",
+        ] {
+            assert_eq!(Preset::named(not), None, "{not:?}");
+        }
+    }
+
+    #[test]
+    fn each_preset_runs_its_program_with_the_contracts_variables() {
+        for (p, _) in Preset::ALL {
+            let c = p.command();
+            assert!(c.starts_with(p.program()), "{c}");
+            assert!(c.contains("\"$SUPERVISE_MODEL\""), "{c}");
+            assert!(c.contains("$SUPERVISE_PROMPT_FILE"), "{c}");
+            assert!(
+                c.contains("--json") || c.contains("--output-format json"),
+                "{c}"
+            );
+            let m = p.models();
+            assert!(m.haiku != m.sonnet && m.sonnet != m.opus, "{m:?}");
+        }
+    }
+}
