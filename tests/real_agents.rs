@@ -7,7 +7,7 @@
 mod story;
 mod support;
 
-use fake_github::model::{Api, ModelServer};
+use fake_github::model::{Api, Failure, ModelServer};
 use std::path::{Path, PathBuf};
 use story::{Setup, Story};
 use support::Checkout;
@@ -198,12 +198,10 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
 /// failure counted and no escalation.
 #[test]
 fn a_storm_of_overloads_on_real_claude_code_counts_no_attempt() {
-    let plan = "# Storm\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n\
-        ## solo\n### Sprint 1: One\n- [ ] `solo/solo-1.txt` exists\n";
     let model = ModelServer::start();
-    model.overload(5);
+    model.fail_next(5, Failure::Overloaded);
     let repo = Checkout::new(
-        &[("EXECUTION_PLAN.md", plan)],
+        &[("EXECUTION_PLAN.md", SOLO)],
         "tests/agents/scripted.sh",
         "",
     );
@@ -212,14 +210,14 @@ fn a_storm_of_overloads_on_real_claude_code_counts_no_attempt() {
         .unwrap();
     let said = support::text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
-    assert!(said.contains("Waiting on the model provider"), "{said}");
-    let status = repo.cmd(&["status", "--json"]).output().unwrap();
-    let state: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    let sprint = &state["units"][0]["sprints"][0];
-    assert_eq!(sprint["status"], "COMPLETED", "{sprint}");
+    assert!(
+        said.contains("Waiting on the model provider: it is overloaded (HTTP 529)"),
+        "{said}"
+    );
+    let sprint = solo_sprint(&repo);
     assert_eq!(sprint["failures"], 0, "{sprint}");
     let requests = model.requests();
-    let overloaded = requests.iter().filter(|r| r.overloaded).count();
+    let overloaded = requests.iter().filter(|r| r.failed.is_some()).count();
     assert_eq!(overloaded, 5, "{requests:?}");
     // Three requests ended the first run (the first try and two retries);
     // the second run's two retries outlasted the rest of the storm.
@@ -228,10 +226,96 @@ fn a_storm_of_overloads_on_real_claude_code_counts_no_attempt() {
         requests.iter().all(|r| r.model == requests[0].model),
         "no escalation: {requests:?}"
     );
+}
+
+/// A one-sprint plan, for the tests of one failure.
+const SOLO: &str = "# Solo\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n\
+    ## solo\n### Sprint 1: One\n- [ ] `solo/solo-1.txt` exists\n";
+
+/// The one sprint of [`SOLO`] as `supervise status --json` shows it, after
+/// checking that its file reached the integration branch.
+fn solo_sprint(repo: &Checkout) -> serde_json::Value {
     let merged = support::git(&repo.root, &["branch", "--list", "supervise/*/integration"]);
     let branch = merged.trim().trim_start_matches("* ").to_string();
-    let on_integration = support::git(&repo.root, &["show", &format!("{branch}:solo/solo-1.txt")]);
-    assert_eq!(on_integration.trim(), "made by the scripted model");
+    let shown = support::git(&repo.root, &["show", &format!("{branch}:solo/solo-1.txt")]);
+    assert_eq!(shown.trim(), "made by the scripted model");
+    let status = repo.cmd(&["status", "--json"]).output().unwrap();
+    let state: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let sprint = state["units"][0]["sprints"][0].clone();
+    assert_eq!(sprint["status"], "COMPLETED", "{sprint}");
+    sprint
+}
+
+/// What is not the provider's trouble is not waited out, and what the CLI
+/// recovers from itself costs nothing: under real Claude Code, a prompt
+/// too long for the model (400) fails the attempt, which is retried on a
+/// stronger tier; a stream cut off mid-answer is retried by the CLI
+/// without streaming, and the sprint completes at its first attempt.
+#[test]
+fn real_claude_codes_own_failures_are_told_from_the_providers() {
+    for (failure, failures) in [(Failure::ContextTooLong, 1), (Failure::StreamCut, 0)] {
+        let model = ModelServer::start();
+        model.fail_next(1, failure);
+        let repo = Checkout::new(
+            &[("EXECUTION_PLAN.md", SOLO)],
+            "tests/agents/scripted.sh",
+            "",
+        );
+        let out = for_claude(&mut run_with(&repo, "claude", &claude_bin()), &model, 0)
+            .output()
+            .unwrap();
+        let said = support::text(&out);
+        assert_eq!(out.status.code(), Some(0), "{failure:?}: {said}");
+        assert!(
+            !said.contains("Waiting on the model provider"),
+            "{failure:?}: {said}"
+        );
+        let sprint = solo_sprint(&repo);
+        assert_eq!(sprint["failures"], failures, "{failure:?}: {sprint}");
+        let history = sprint["history"].as_array().unwrap();
+        assert_eq!(history.len(), 1 + failures, "{failure:?}: {sprint}");
+        if failures > 0 {
+            assert_ne!(history[0]["tier"], history[1]["tier"], "{sprint}");
+        }
+    }
+}
+
+/// Codex's report of the provider's rate limit (its own retries off, as a
+/// gateway's settings may have them) is waited out on the same model: the
+/// sprint's failures stay at none and it completes after the wait.
+#[test]
+fn a_rate_limit_under_real_codex_counts_no_attempt() {
+    let model = ModelServer::start();
+    model.fail_next(1, Failure::RateLimited);
+    let repo = Checkout::new(
+        &[("EXECUTION_PLAN.md", SOLO)],
+        "tests/agents/scripted.sh",
+        "",
+    );
+    let home = codex_home(repo.root.parent().unwrap(), &model);
+    let out = run_with(&repo, "codex", &codex_bin())
+        .args([
+            "--model-haiku",
+            CODEX_MODELS[0],
+            "--model-sonnet",
+            CODEX_MODELS[1],
+        ])
+        .args(["--model-opus", CODEX_MODELS[2]])
+        .env("CODEX_HOME", &home)
+        .env("SCRIPTED_MODEL_KEY", "sk-proj-scripted-model-key")
+        .output()
+        .unwrap();
+    let said = support::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("rate-limited (HTTP 429)"), "{said}");
+    let sprint = solo_sprint(&repo);
+    assert_eq!(sprint["failures"], 0, "{sprint}");
+    let requests = model.requests();
+    assert_eq!(requests.iter().filter(|r| r.failed.is_some()).count(), 1);
+    assert!(
+        requests.iter().all(|r| r.model == requests[0].model),
+        "{requests:?}"
+    );
 }
 
 /// A `CODEX_HOME` whose configuration sends Codex to the scripted model

@@ -1,7 +1,8 @@
 //! A scripted model server: the parts of Anthropic's Messages API that a
-//! real Claude Code needs and of OpenAI's Responses API that a real Codex
-//! needs, both streamed as Server-Sent Events, so the tests run the CLIs
-//! people use with no provider reachable.
+//! real Claude Code needs (streamed as Server-Sent Events, or whole when
+//! asked without `stream`) and of OpenAI's Responses API that a real Codex
+//! needs (streamed), so the tests run the CLIs people use with no provider
+//! reachable.
 //!
 //! It plays an agent that reads only its prompt: asked for a turn, it calls
 //! the CLI's shell tool once (Claude Code's `Bash`, Codex's `exec_command`)
@@ -14,14 +15,16 @@
 //! Two missteps are scripted. A file whose name holds `flaky` is left out
 //! the first time a prompt names it (the model says it is done all the
 //! same); the next prompt naming it gets it written: a sprint that fails and
-//! is then fixed. And [`ModelServer::overload`] answers the next requests
-//! with the provider's overload (Anthropic's 529, OpenAI's 503), with a
-//! `retry-after` of one second: the provider's bad minute.
+//! is then fixed. And [`ModelServer::fail_next`] answers the next requests
+//! with a [`Failure`] as each provider says it: an overload (Anthropic's 529,
+//! OpenAI's 503), a rate limit (429), a server error (500) — each asking
+//! for a second's wait in `retry-after` — a stream cut off mid-answer, or a
+//! prompt too long for the model (400), which is the request's fault.
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::header;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Json;
 use serde_json::{json, Value};
@@ -45,8 +48,23 @@ pub struct Request {
     pub api: Api,
     pub model: String,
     pub tools: usize,
-    /// Answered with the provider's overload instead of a turn.
-    pub overloaded: bool,
+    /// Answered with this failure instead of a turn.
+    pub failed: Option<Failure>,
+}
+
+/// A scripted failure of the provider's (or of the request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Anthropic's 529 `overloaded_error`; OpenAI's 503 `server_is_overloaded`.
+    Overloaded,
+    /// 429, a rate limit.
+    RateLimited,
+    /// 500, the provider's own error.
+    ServerError,
+    /// The answer's stream starts, then the connection ends mid-way.
+    StreamCut,
+    /// 400: the prompt is longer than the model's context.
+    ContextTooLong,
 }
 
 #[derive(Default)]
@@ -54,8 +72,9 @@ struct Inner {
     requests: Vec<Request>,
     /// `flaky` files already left out once.
     skipped: std::collections::BTreeSet<String>,
-    /// Requests still to be answered with an overload.
-    overloads: usize,
+    /// Requests still to be answered with a failure, and which.
+    failures: usize,
+    failure: Option<Failure>,
 }
 
 /// The server, listening until the process ends.
@@ -92,11 +111,11 @@ impl ModelServer {
         ModelServer { url, inner }
     }
 
-    /// The next `n` requests, on either API, are answered with the
-    /// provider's overload.
-    pub fn overload(&self, n: usize) {
+    /// The next `n` requests, on either API, are answered with `failure`.
+    pub fn fail_next(&self, n: usize, failure: Failure) {
         if let Ok(mut i) = self.inner.lock() {
-            i.overloads = n;
+            i.failures = n;
+            i.failure = Some(failure);
         }
     }
 
@@ -146,8 +165,8 @@ fn files_named(prompt: &str) -> Vec<String> {
 
 /// What the scripted model does with a turn.
 enum Turn {
-    /// The provider's overload, instead of an answer.
-    Overloaded,
+    /// A failure, instead of an answer.
+    Fail(Failure),
     /// Run this shell command (the tool call that does the sprint).
     Run(String),
     /// Say the work is done.
@@ -168,17 +187,17 @@ fn next_turn(
     files.sort();
     files.dedup();
     let mut inner = s.lock().expect("the model server's state");
-    let overloaded = inner.overloads > 0;
-    inner.overloads = inner.overloads.saturating_sub(1);
+    let failed = inner.failure.filter(|_| inner.failures > 0);
+    inner.failures = inner.failures.saturating_sub(1);
     inner.requests.push(Request {
         api,
         model: model.to_string(),
         tools,
-        overloaded,
+        failed,
     });
     let n = inner.requests.len();
-    if overloaded {
-        return (Turn::Overloaded, n);
+    if let Some(f) = failed {
+        return (Turn::Fail(f), n);
     }
     // One tool call per conversation: once its result came back, the turn
     // is the final answer.
@@ -201,24 +220,85 @@ fn next_turn(
 
 const DONE: &str = "Done: the sprint's files are written and committed.";
 
-/// An overload as `api` says it, asking for a second's wait.
-fn overloaded(api: Api) -> Response {
-    let (status, body) = match api {
-        Api::Messages => (
-            529,
-            json!({ "type": "error", "error": { "type": "overloaded_error", "message": "Overloaded" } }),
-        ),
-        Api::Responses => (
+/// `failure` as `api` says it: an error status with the provider's body
+/// (and a `retry-after` of a second where the provider would ask for a
+/// wait), or a stream that starts and is cut off.
+fn failed(api: Api, failure: Failure, model: &str) -> Response {
+    let anthropic = |kind: &str, message: &str| json!({ "type": "error", "error": { "type": kind, "message": message } });
+    let openai = |kind: &str, code: &str, message: &str| json!({ "error": { "type": kind, "code": code, "message": message } });
+    let (status, body) = match (failure, api) {
+        (Failure::StreamCut, Api::Messages) => {
+            return sse(&[(
+                "message_start",
+                json!({ "type": "message_start", "message": { "id": "msg_cut", "type": "message",
+                "role": "assistant", "model": model, "content": [], "stop_reason": null,
+                "usage": { "input_tokens": BILLED.0, "output_tokens": 1 } } }),
+            )])
+        }
+        (Failure::StreamCut, Api::Responses) => {
+            return sse(&[(
+                "response.created",
+                json!({ "type": "response.created", "response": { "id": "resp_cut", "model": model } }),
+            )])
+        }
+        (Failure::Overloaded, Api::Messages) => (529, anthropic("overloaded_error", "Overloaded")),
+        (Failure::Overloaded, Api::Responses) => (
             503,
-            json!({ "error": { "type": "server_error", "code": "server_is_overloaded", "message": "The server is overloaded." } }),
+            openai(
+                "server_error",
+                "server_is_overloaded",
+                "The server is overloaded.",
+            ),
+        ),
+        (Failure::RateLimited, Api::Messages) => (
+            429,
+            anthropic(
+                "rate_limit_error",
+                "Number of request tokens has exceeded your rate limit.",
+            ),
+        ),
+        (Failure::RateLimited, Api::Responses) => (
+            429,
+            openai(
+                "requests",
+                "rate_limit_exceeded",
+                "Rate limit reached. Please try again in 1s.",
+            ),
+        ),
+        (Failure::ServerError, Api::Messages) => {
+            (500, anthropic("api_error", "Internal server error"))
+        }
+        (Failure::ServerError, Api::Responses) => (
+            500,
+            openai(
+                "server_error",
+                "server_error",
+                "The server had an error processing your request.",
+            ),
+        ),
+        (Failure::ContextTooLong, Api::Messages) => (
+            400,
+            anthropic(
+                "invalid_request_error",
+                "prompt is too long: 250000 tokens > 200000 maximum",
+            ),
+        ),
+        (Failure::ContextTooLong, Api::Responses) => (
+            400,
+            openai(
+                "invalid_request_error",
+                "context_length_exceeded",
+                "Your input exceeds the context window of this model.",
+            ),
         ),
     };
-    Response::builder()
+    let mut r = Response::builder()
         .status(status)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::RETRY_AFTER, "1")
-        .body(Body::from(body.to_string()))
-        .expect("a response")
+        .header(header::CONTENT_TYPE, "application/json");
+    if status != 400 {
+        r = r.header(header::RETRY_AFTER, "1");
+    }
+    r.body(Body::from(body.to_string())).expect("a response")
 }
 
 async fn messages(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
@@ -237,13 +317,28 @@ async fn messages(State(s): State<Shared>, Json(body): Json<Value>) -> Response 
         .join("\n");
     let (turn, n) = next_turn(&s, Api::Messages, &model, tools, &prompt, answered);
     let block = match turn {
-        Turn::Overloaded => return overloaded(Api::Messages),
+        Turn::Fail(f) => return failed(Api::Messages, f, &model),
         Turn::Done => json!({ "type": "text", "text": DONE }),
         Turn::Run(cmd) => {
             json!({ "type": "tool_use", "id": format!("toolu_{n}"), "name": "Bash", "input": { "command": cmd, "description": "Write and commit the files" } })
         }
     };
-    stream(&model, n, block)
+    if body["stream"] == true {
+        return stream(&model, n, block);
+    }
+    // Not streamed (Claude Code asks so when a stream broke): the message
+    // whole.
+    let stop = if block["type"] == "tool_use" {
+        "tool_use"
+    } else {
+        "end_turn"
+    };
+    Json(json!({
+        "id": format!("msg_{n}"), "type": "message", "role": "assistant", "model": model,
+        "content": [block], "stop_reason": stop, "stop_sequence": null,
+        "usage": { "input_tokens": BILLED.0, "output_tokens": BILLED.1 },
+    }))
+    .into_response()
 }
 
 /// A turn of the Responses API, as Codex asks for it: its input items
@@ -262,7 +357,7 @@ async fn responses(State(s): State<Shared>, Json(body): Json<Value>) -> Response
         .join("\n");
     let (turn, n) = next_turn(&s, Api::Responses, &model, tools, &prompt, answered);
     let item = match turn {
-        Turn::Overloaded => return overloaded(Api::Responses),
+        Turn::Fail(f) => return failed(Api::Responses, f, &model),
         Turn::Done => json!({ "type": "message", "id": format!("msg_{n}"), "role": "assistant",
             "content": [{ "type": "output_text", "text": DONE }] }),
         Turn::Run(cmd) => json!({ "type": "function_call", "id": format!("fc_{n}"),

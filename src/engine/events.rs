@@ -610,8 +610,9 @@ pub enum Event {
     ProviderWait {
         unit: usize,
         sprint: usize,
-        /// The provider's HTTP status.
-        status: u16,
+        /// The provider's HTTP status; none when the connection failed
+        /// (a stream cut off, no answer).
+        status: Option<u16>,
         until: DateTime<Utc>,
         at: DateTime<Utc>,
     },

@@ -24,10 +24,23 @@ pub const LONGEST_WAIT_SECS: u64 = 15 * 60;
 /// The provider's error that ended a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Trouble {
-    /// The HTTP status the provider answered (429, 529, 5xx).
-    pub status: u16,
+    /// The HTTP status the provider answered (429, 529, 5xx); none when
+    /// the connection failed (a stream cut off, no answer at all).
+    pub status: Option<u16>,
     /// Seconds the provider asked to wait, when it said.
     pub retry_after: Option<u64>,
+}
+
+impl Trouble {
+    /// What the provider is, for people: "overloaded (HTTP 529)".
+    pub fn described(&self) -> String {
+        match self.status {
+            Some(429) => "rate-limited (HTTP 429)".to_string(),
+            Some(529) => "overloaded (HTTP 529)".to_string(),
+            Some(s) => format!("failing (HTTP {s})"),
+            None => "unreachable (the connection failed)".to_string(),
+        }
+    }
 }
 
 /// Whether a status is the provider's trouble rather than the request's
@@ -53,14 +66,37 @@ pub fn trouble(tail: &str) -> Option<Trouble> {
                 .ok()
         })
         .or_else(|| codex_status(tail))
-        .and_then(|s| u16::try_from(s).ok())
-        .filter(|s| transient(*s))?;
+        .and_then(|s| u16::try_from(s).ok());
+    let status = match status {
+        Some(s) if transient(s) => Some(s),
+        Some(_) => return None,
+        None if connection_failed(tail) => None,
+        None => return None,
+    };
     let retry_after = json_number(tail, "retry_after")
         .or_else(|| json_number(tail, "retry-after"))
         .map(|s| s.min(LONGEST_WAIT_SECS));
     Some(Trouble {
         status,
         retry_after,
+    })
+}
+
+/// Whether the CLI's report says the connection to the provider failed
+/// with no status to show for it: Claude Code's result with
+/// `terminal_reason: api_error` and no `api_error_status`; Codex's failed
+/// turn whose stream was disconnected.
+fn connection_failed(tail: &str) -> bool {
+    json_lines(tail).rev().any(|v| match v["type"].as_str() {
+        Some("result") => {
+            v["is_error"] == true
+                && v["terminal_reason"] == "api_error"
+                && v["api_error_status"].is_null()
+        }
+        Some("turn.failed") => v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("stream disconnected")),
+        _ => false,
     })
 }
 
@@ -204,7 +240,7 @@ mod tests {
         let failed = |m: &str| {
             format!("{{\"type\":\"turn.started\"}}\n{{\"type\":\"turn.failed\",\"error\":{{\"message\":\"{m}\"}}}}\n")
         };
-        let status = |m: &str| trouble(&failed(m)).map(|t| t.status);
+        let status = |m: &str| trouble(&failed(m)).and_then(|t| t.status);
         assert_eq!(
             status("exceeded retry limit, last status: 429 Too Many Requests"),
             Some(429)
@@ -229,7 +265,7 @@ mod tests {
     #[test]
     fn claude_codes_report_of_an_overload_is_the_providers_trouble() {
         let t = trouble(OVERLOADED).expect("an overload");
-        assert_eq!(t.status, 529);
+        assert_eq!(t.status, Some(529));
         assert_eq!(t.retry_after, None);
         assert_eq!(turns(OVERLOADED), Some(1));
         assert!(!hit_turn_limit(OVERLOADED));
@@ -239,11 +275,11 @@ mod tests {
     fn plain_text_and_rate_limits_are_read_and_the_wait_is_bounded() {
         let t =
             trouble("working…\nAPI Error: 429 rate_limit_error \"retry_after\": 99999").unwrap();
-        assert_eq!(t.status, 429);
+        assert_eq!(t.status, Some(429));
         assert_eq!(t.retry_after, Some(LONGEST_WAIT_SECS));
         assert_eq!(wait_secs(&t, 1), LONGEST_WAIT_SECS);
         let plain = Trouble {
-            status: 500,
+            status: Some(500),
             retry_after: None,
         };
         assert_eq!(wait_secs(&plain, 1), 30);
@@ -267,6 +303,19 @@ mod tests {
             trouble("the handler returns `API Error: 500` when the key is unset"),
             None
         );
+    }
+
+    #[test]
+    fn a_connection_that_failed_is_the_providers_trouble_and_a_long_prompt_is_not() {
+        let cut = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":null,"terminal_reason":"api_error","result":"API Error: API returned an empty or malformed response (HTTP 200)","num_turns":1}"#;
+        let t = trouble(cut).expect("a connection that failed");
+        assert_eq!(t.status, None);
+        assert_eq!(t.described(), "unreachable (the connection failed)");
+        let too_long = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":400,"terminal_reason":"prompt_too_long","result":"Prompt is too long","num_turns":1}"#;
+        assert_eq!(trouble(too_long), None);
+        // A run that ended well, whatever it printed before.
+        let fine = r#"{"type":"result","subtype":"success","is_error":false,"terminal_reason":"api_error"}"#;
+        assert_eq!(trouble(fine), None);
     }
 
     #[test]

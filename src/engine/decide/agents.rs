@@ -214,15 +214,11 @@ impl Decider<'_> {
         });
         let id = self.sprint(u, s).id.clone();
         let unit = self.st().units[u].name.clone();
-        let what = match trouble.status {
-            429 => "rate-limited",
-            529 => "overloaded",
-            _ => "failing",
-        };
+        let what = trouble.described();
         self.log(
             Some(u),
             Some(s),
-            format!("Sprint {id}: the model provider is {what} (HTTP {})", trouble.status),
+            format!("Sprint {id}: the model provider is {what}"),
             format!(
                 "not counted as an attempt ({n} of {} such runs in a row); the same model goes again in {secs} s",
                 provider::PROVIDER_RETRIES
@@ -233,8 +229,7 @@ impl Decider<'_> {
                 kind: NoticeKind::Held,
                 unit: None,
                 text: format!(
-                    "Waiting on the model provider: it is {what} (HTTP {}), {unit} Sprint {id} first. Runs it ends are not counted as attempts and go again on the same model after a wait (about {} UTC for this one); after {} in a row, one counts as failed.",
-                    trouble.status,
+                    "Waiting on the model provider: it is {what}, {unit} Sprint {id} first. Runs it ends are not counted as attempts and go again on the same model after a wait (about {} UTC for this one); after {} in a row, one counts as failed.",
                     until.format("%H:%M"),
                     provider::PROVIDER_RETRIES
                 ),
@@ -404,9 +399,9 @@ impl Decider<'_> {
                     return Ok(());
                 }
                 outcome = cascade::Outcome::Failed(format!(
-                    "the model provider ended {} runs in a row (last: HTTP {})",
+                    "the model provider ended {} runs in a row (last: {})",
                     provider::PROVIDER_RETRIES + 1,
-                    trouble.status
+                    trouble.described()
                 ));
             } else if provider::hit_turn_limit(&report.output_tail) {
                 if let cascade::Outcome::Failed(reason) = &outcome {
