@@ -318,6 +318,43 @@ fn a_rate_limit_under_real_codex_counts_no_attempt() {
     );
 }
 
+/// Real Claude Code held to one turn (`--max-turns 1` through its preset)
+/// on a sprint of two files: it writes the first, stops at its turn limit
+/// and says so (`error_max_turns`); that is unfinished work, continued on
+/// the same model with no attempt counted, and the continuation writes the
+/// second.
+#[test]
+fn a_turn_limit_under_real_claude_code_is_continued_not_failed() {
+    let plan = "# Two\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n\
+        ## solo\n### Sprint 1: Two files\n- [ ] `solo/a.txt` exists\n- [ ] `solo/b.txt` exists\n";
+    let model = ModelServer::start();
+    let repo = Checkout::new(
+        &[("EXECUTION_PLAN.md", plan)],
+        "tests/agents/scripted.sh",
+        "",
+    );
+    let out = for_claude(&mut run_with(&repo, "claude", &claude_bin()), &model, 0)
+        .args(["--max-turns", "1"])
+        .output()
+        .unwrap();
+    let said = support::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let status = repo.cmd(&["status", "--json"]).output().unwrap();
+    let state: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let sprint = &state["units"][0]["sprints"][0];
+    assert_eq!(sprint["status"], "COMPLETED", "{sprint}");
+    assert_eq!(sprint["failures"], 0, "{sprint}");
+    let history = sprint["history"].as_array().unwrap();
+    assert_eq!(
+        history.len(),
+        2,
+        "the attempt and its continuation: {sprint}"
+    );
+    assert_eq!(history[0]["tier"], history[1]["tier"], "{sprint}");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "one turn each: {requests:?}");
+}
+
 /// A `CODEX_HOME` whose configuration sends Codex to the scripted model
 /// (on the Responses API, as a gateway would be configured), with no retry
 /// of its own.

@@ -5,10 +5,10 @@
 //! reachable.
 //!
 //! It plays an agent that reads only its prompt: asked for a turn, it calls
-//! the CLI's shell tool once (Claude Code's `Bash`, Codex's `exec_command`)
-//! to write every file the prompt's exit criteria say must exist
-//! (`` `path` exists ``) and commit them; given that tool's result, it says
-//! it is done. The CLI runs the tool itself, in the checkout it was started
+//! the CLI's shell tool (Claude Code's `Bash`, Codex's `exec_command`) to
+//! write and commit the first file the prompt's exit criteria say must
+//! exist (`` `path` exists ``) that is not there yet, once per such file;
+//! then it says it is done. The CLI runs the tool itself, in the checkout it was started
 //! in. Each request is recorded (which API, model, tools offered) for the
 //! tests; every answer bills 1,000 tokens in and 200 out.
 //!
@@ -70,8 +70,9 @@ pub enum Failure {
 #[derive(Default)]
 struct Inner {
     requests: Vec<Request>,
-    /// `flaky` files already left out once.
-    skipped: std::collections::BTreeSet<String>,
+    /// `flaky` files already left out, with the conversation they were
+    /// left out of.
+    skipped: std::collections::BTreeMap<String, u64>,
     /// Requests still to be answered with a failure, and which.
     failures: usize,
     failure: Option<Failure>,
@@ -174,18 +175,30 @@ enum Turn {
 }
 
 /// The model's next turn in a conversation on `api`, recorded: `prompt` is
-/// all its text, `answered` whether a tool's result came back already.
+/// its text (the same at every turn of one conversation: tool results are
+/// not in it), `answered` how many tool results came back already.
+///
+/// Each tool call writes and commits the first of the prompt's files that
+/// is not there yet, so a sprint of two files takes two turns (and a CLI
+/// held to one turn stops half-way); after as many calls as files, the
+/// model says it is done.
 fn next_turn(
     s: &Shared,
     api: Api,
     model: &str,
     tools: usize,
     prompt: &str,
-    answered: bool,
+    answered: usize,
 ) -> (Turn, usize) {
     let mut files = files_named(prompt);
     files.sort();
     files.dedup();
+    let conversation = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        prompt.hash(&mut h);
+        h.finish()
+    };
     let mut inner = s.lock().expect("the model server's state");
     let failed = inner.failure.filter(|_| inner.failures > 0);
     inner.failures = inner.failures.saturating_sub(1);
@@ -199,22 +212,21 @@ fn next_turn(
     if let Some(f) = failed {
         return (Turn::Fail(f), n);
     }
-    // One tool call per conversation: once its result came back, the turn
-    // is the final answer.
-    if answered || tools == 0 {
+    // A `flaky` file is left out of the first conversation that names it.
+    files.retain(|f| {
+        !f.contains("flaky")
+            || *inner.skipped.entry(f.clone()).or_insert(conversation) != conversation
+    });
+    if tools == 0 || answered >= files.len() {
         return (Turn::Done, n);
     }
-    files.retain(|f| !f.contains("flaky") || !inner.skipped.insert(f.clone()));
-    if files.is_empty() {
-        return (Turn::Done, n);
-    }
-    let mut cmd = String::new();
-    for f in &files {
-        cmd.push_str(&format!(
-            "mkdir -p \"$(dirname '{f}')\" && echo 'made by the scripted model' > '{f}' && "
-        ));
-    }
-    cmd.push_str("git add -A && git commit -qm 'The sprint, by the scripted model'");
+    let quoted: Vec<String> = files.iter().map(|f| format!("'{f}'")).collect();
+    let cmd = format!(
+        "for f in {}; do if [ ! -e \"$f\" ]; then mkdir -p \"$(dirname \"$f\")\" && \
+         echo 'made by the scripted model' > \"$f\" && git add -A && \
+         git commit -qm 'The sprint, by the scripted model'; break; fi; done",
+        quoted.join(" ")
+    );
     (Turn::Run(cmd), n)
 }
 
@@ -305,11 +317,12 @@ async fn messages(State(s): State<Shared>, Json(body): Json<Value>) -> Response 
     let model = body["model"].as_str().unwrap_or("").to_string();
     let tools = body["tools"].as_array().map_or(0, |t| t.len());
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let answered = messages.iter().any(|m| {
-        m["content"]
-            .as_array()
-            .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
-    });
+    let answered = messages
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "tool_result")
+        .count();
     let prompt = messages
         .iter()
         .map(|m| text_of(&m["content"]))
@@ -348,7 +361,10 @@ async fn responses(State(s): State<Shared>, Json(body): Json<Value>) -> Response
     let model = body["model"].as_str().unwrap_or("").to_string();
     let tools = body["tools"].as_array().map_or(0, |t| t.len());
     let input = body["input"].as_array().cloned().unwrap_or_default();
-    let answered = input.iter().any(|i| i["type"] == "function_call_output");
+    let answered = input
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .count();
     let prompt = input
         .iter()
         .filter(|i| i["type"] == "message")
