@@ -1,8 +1,11 @@
-//! The agent CLIs people run, really run: Claude Code (npm
-//! `@anthropic-ai/claude-code`, installed into target/npm by scripts/test)
-//! against the scripted model server of `fake_github::model`, driven by
-//! the README's own first-run command locally, and by the shipped agent
-//! workflow on the fake GitHub.
+//! The agent CLIs people run, really run: Claude Code, Codex and Gemini
+//! CLI (npm `@anthropic-ai/claude-code`, `@openai/codex`,
+//! `@google/gemini-cli`, installed into target/npm by scripts/test)
+//! against the scripted model server of `fake_github::model` — locally by
+//! the README's own first-run command and by the presets, and on the fake
+//! GitHub through the shipped agent workflow — and how the supervisor
+//! answers what they report: the provider's trouble, their own failures,
+//! a turn limit.
 
 mod story;
 mod support;
@@ -354,6 +357,57 @@ fn a_turn_limit_under_real_claude_code_is_continued_not_failed() {
     let requests = model.requests();
     assert_eq!(requests.len(), 2, "one turn each: {requests:?}");
 }
+
+/// The same plan by real Gemini CLI, named by its preset (`--agent gemini`,
+/// the tiers' ids given with `--model-*`), its API the scripted model as a
+/// gateway (`GOOGLE_GEMINI_BASE_URL`, with the API-key sign-in chosen in
+/// its settings, as a gateway needs): its `run_shell_command` tool does
+/// each sprint's work; the tokens of its JSON report are each attempt's
+/// (it prices nothing).
+#[test]
+fn real_gemini_cli_completes_a_plan_from_its_preset() {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/npm/node_modules/.bin");
+    assert!(
+        bin.join("gemini").exists(),
+        "Gemini CLI is not installed in {}: scripts/test installs it (npm @google/gemini-cli, pinned there)",
+        bin.display()
+    );
+    let model = ModelServer::start();
+    let repo = Checkout::new(
+        &[("EXECUTION_PLAN.md", PLAN)],
+        "tests/agents/scripted.sh",
+        "",
+    );
+    let mut cmd = run_with(&repo, "gemini", &bin);
+    let home = repo.root.parent().unwrap().join("home");
+    std::fs::create_dir_all(home.join(".gemini")).unwrap();
+    std::fs::write(
+        home.join(".gemini/settings.json"),
+        r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
+    )
+    .unwrap();
+    let out = cmd
+        .args([
+            "--model-haiku",
+            GEMINI_MODELS[0],
+            "--model-sonnet",
+            GEMINI_MODELS[1],
+        ])
+        .args(["--model-opus", GEMINI_MODELS[2]])
+        .env("GOOGLE_GEMINI_BASE_URL", &model.url)
+        .env("GEMINI_API_KEY", "scripted-model-key")
+        .output()
+        .unwrap();
+    let said = support::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let dollars = assert_plan_done(&repo, &model, GEMINI_MODELS);
+    assert_eq!(dollars, 0.0, "Gemini CLI prices nothing");
+    assert!(model.requests().iter().all(|r| r.api == Api::Gemini));
+}
+
+/// The model ids the Gemini test sends: the scripted model's own, as a
+/// gateway would name its models.
+const GEMINI_MODELS: [&str; 3] = ["scripted-lite", "scripted-flash", "scripted-pro"];
 
 /// A `CODEX_HOME` whose configuration sends Codex to the scripted model
 /// (on the Responses API, as a gateway would be configured), with no retry

@@ -40,6 +40,8 @@ pub enum Api {
     Messages,
     /// OpenAI's Responses API (`/v1/responses`).
     Responses,
+    /// Google's Gemini API (`/v1beta/models/{model}:streamGenerateContent`).
+    Gemini,
 }
 
 /// One request the server answered.
@@ -105,6 +107,7 @@ impl ModelServer {
                     .route("/v1/messages", post(messages))
                     .route("/v1/messages/count_tokens", post(count_tokens))
                     .route("/v1/responses", post(responses))
+                    .route("/v1beta/models/{call}", post(gemini))
                     .with_state(state);
                 let _ = axum::serve(listener, app).await;
             });
@@ -220,9 +223,10 @@ fn next_turn(
     if tools == 0 || answered >= files.len() {
         return (Turn::Done, n);
     }
+    // No command substitution: Gemini CLI refuses a command that has one.
     let quoted: Vec<String> = files.iter().map(|f| format!("'{f}'")).collect();
     let cmd = format!(
-        "for f in {}; do if [ ! -e \"$f\" ]; then mkdir -p \"$(dirname \"$f\")\" && \
+        "for f in {}; do if [ ! -e \"$f\" ]; then case \"$f\" in */*) mkdir -p \"${{f%/*}}\" ;; esac; \
          echo 'made by the scripted model' > \"$f\" && git add -A && \
          git commit -qm 'The sprint, by the scripted model'; break; fi; done",
         quoted.join(" ")
@@ -238,6 +242,7 @@ const DONE: &str = "Done: the sprint's files are written and committed.";
 fn failed(api: Api, failure: Failure, model: &str) -> Response {
     let anthropic = |kind: &str, message: &str| json!({ "type": "error", "error": { "type": kind, "message": message } });
     let openai = |kind: &str, code: &str, message: &str| json!({ "error": { "type": kind, "code": code, "message": message } });
+    let google = |code: u16, status: &str, message: &str| json!({ "error": { "code": code, "status": status, "message": message } });
     let (status, body) = match (failure, api) {
         (Failure::StreamCut, Api::Messages) => {
             return sse(&[(
@@ -253,6 +258,16 @@ fn failed(api: Api, failure: Failure, model: &str) -> Response {
                 json!({ "type": "response.created", "response": { "id": "resp_cut", "model": model } }),
             )])
         }
+        (Failure::StreamCut, Api::Gemini) => {
+            return sse(&[("", json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "text": "Wr" }] } }] }))])
+        }
+        (Failure::Overloaded, Api::Gemini) => (503, google(503, "UNAVAILABLE", "The model is overloaded. Please try again later.")),
+        (Failure::RateLimited, Api::Gemini) => (429, google(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).")),
+        (Failure::ServerError, Api::Gemini) => (500, google(500, "INTERNAL", "An internal error has occurred.")),
+        (Failure::ContextTooLong, Api::Gemini) => (
+            400,
+            google(400, "INVALID_ARGUMENT", "The input token count (2500000) exceeds the maximum number of tokens allowed (1048576)."),
+        ),
         (Failure::Overloaded, Api::Messages) => (529, anthropic("overloaded_error", "Overloaded")),
         (Failure::Overloaded, Api::Responses) => (
             503,
@@ -406,11 +421,78 @@ async fn responses(State(s): State<Shared>, Json(body): Json<Value>) -> Response
     sse(&events)
 }
 
+/// A turn of the Gemini API, as Gemini CLI asks for it: its contents (the
+/// user's text, the model's function calls and their responses), answered
+/// as one candidate with the turn's usage; streamed for
+/// `:streamGenerateContent`, whole for `:generateContent`.
+async fn gemini(
+    State(s): State<Shared>,
+    axum::extract::Path(call): axum::extract::Path<String>,
+    Json(body): Json<Value>,
+) -> Response {
+    let Some((model, method)) = call.split_once(':') else {
+        return Response::builder()
+            .status(404)
+            .body(Body::empty())
+            .expect("a response");
+    };
+    if method == "countTokens" {
+        return Json(json!({ "totalTokens": BILLED.0 })).into_response();
+    }
+    let tools = body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["functionDeclarations"].as_array())
+        .map(Vec::len)
+        .sum();
+    let contents = body["contents"].as_array().cloned().unwrap_or_default();
+    let answered = contents
+        .iter()
+        .filter_map(|c| c["parts"].as_array())
+        .flatten()
+        .filter(|p| p.get("functionResponse").is_some())
+        .count();
+    let prompt = contents
+        .iter()
+        .filter(|c| c["role"] == "user")
+        .filter_map(|c| c["parts"].as_array())
+        .flatten()
+        .filter_map(|p| p["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (turn, n) = next_turn(&s, Api::Gemini, model, tools, &prompt, answered);
+    let part = match turn {
+        Turn::Fail(f) => return failed(Api::Gemini, f, model),
+        Turn::Done => json!({ "text": DONE }),
+        Turn::Run(cmd) => {
+            json!({ "functionCall": { "id": format!("call_{n}"), "name": "run_shell_command",
+            "args": { "command": cmd, "description": "Write and commit the files" } } })
+        }
+    };
+    let answer = json!({
+        "candidates": [{ "content": { "role": "model", "parts": [part] }, "finishReason": "STOP", "index": 0 }],
+        "usageMetadata": { "promptTokenCount": BILLED.0, "candidatesTokenCount": BILLED.1,
+            "totalTokenCount": BILLED.0 + BILLED.1 },
+        "modelVersion": model,
+        "responseId": format!("resp_{n}"),
+    });
+    if method == "streamGenerateContent" {
+        sse(&[("", answer)])
+    } else {
+        Json(answer).into_response()
+    }
+}
+
 /// Server-Sent Events, each with its name.
 fn sse(events: &[(&str, Value)]) -> Response {
     let text: String = events
         .iter()
-        .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
+        .map(|(e, d)| match e {
+            // Google's streams name no events.
+            &"" => format!("data: {d}\n\n"),
+            e => format!("event: {e}\ndata: {d}\n\n"),
+        })
         .collect();
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")

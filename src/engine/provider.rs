@@ -153,7 +153,7 @@ fn json_lines(output: &str) -> impl DoubleEndedIterator<Item = serde_json::Value
 /// tokens, added up; Codex prices nothing).
 pub fn usage(output: &str) -> Option<super::usage::Usage> {
     let Some(result) = json_lines(output).rev().find(|v| v["type"] == "result") else {
-        return codex_usage(output);
+        return codex_usage(output).or_else(|| gemini_usage(output));
     };
     let u = &result["usage"];
     let n = |k: &str| u[k].as_u64().unwrap_or(0);
@@ -184,6 +184,29 @@ fn codex_usage(output: &str) -> Option<super::usage::Usage> {
         t.output_tokens += n("output_tokens");
     }
     total
+}
+
+/// Gemini CLI's JSON report (`gemini --output-format json`: one document,
+/// written over many lines, at the end of its output): the tokens of each
+/// model it used (`stats.models.*.tokens`), added up; it prices nothing.
+/// Its `prompt` tokens count the cached ones too, and its `thoughts` are
+/// billed as output.
+fn gemini_usage(output: &str) -> Option<super::usage::Usage> {
+    let start = match output.rfind("\n{\n") {
+        Some(i) => i + 1,
+        None => output.starts_with("{\n").then_some(0)?,
+    };
+    let report: serde_json::Value = serde_json::from_str(output[start..].trim_end()).ok()?;
+    let models = report["stats"]["models"].as_object()?;
+    let mut total = super::usage::Usage::default();
+    for m in models.values() {
+        let t = &m["tokens"];
+        let n = |k: &str| t[k].as_u64().unwrap_or(0);
+        total.input_tokens += n("prompt").saturating_sub(n("cached"));
+        total.cache_read_tokens += n("cached");
+        total.output_tokens += n("candidates") + n("thoughts");
+    }
+    Some(total)
 }
 
 /// The number after the last `"key":` in `text` (whitespace allowed).
@@ -260,6 +283,18 @@ mod tests {
         assert_eq!(status("the sandbox refused the command"), None);
         // The words alone, outside a failed turn, are the agent's text.
         assert_eq!(trouble("Selected model is at capacity."), None);
+    }
+
+    #[test]
+    fn gemini_clis_report_says_the_tokens_of_each_model() {
+        let out = "YOLO mode is enabled.\n{\n  \"response\": \"Done.\",\n  \"stats\": {\n    \"models\": {\n\
+            \"a\": { \"tokens\": { \"prompt\": 2000, \"candidates\": 400, \"cached\": 500, \"thoughts\": 10 } },\n\
+            \"b\": { \"tokens\": { \"prompt\": 100, \"candidates\": 1 } }\n    }\n  }\n}\n";
+        let u = usage(out).expect("a report");
+        assert_eq!((u.input_tokens, u.cache_read_tokens), (1600, 500));
+        assert_eq!(u.output_tokens, 411);
+        assert_eq!(u.cost, None);
+        assert_eq!(usage("{\n  \"response\": \"no stats\"\n}\n"), None);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Agent presets: `--agent claude` or `agent: codex` names a CLI people
+//! Agent presets: `--agent claude`, `codex` or `gemini` names a CLI people
 //! already run, and the supervisor runs it as the agent contract needs —
 //! non-interactively, allowed to edit files, run commands and commit, the
 //! prompt from `SUPERVISE_PROMPT_FILE`, the model from `SUPERVISE_MODEL`,
@@ -18,13 +18,16 @@ pub enum Preset {
     Claude,
     /// OpenAI's Codex (npm `@openai/codex`).
     Codex,
+    /// Google's Gemini CLI (npm `@google/gemini-cli`).
+    Gemini,
 }
 
 impl Preset {
     /// Every preset, with the words that name it.
-    pub const ALL: [(Preset, &'static [&'static str]); 2] = [
+    pub const ALL: [(Preset, &'static [&'static str]); 3] = [
         (Preset::Claude, &["claude", "claude-code"]),
         (Preset::Codex, &["codex"]),
+        (Preset::Gemini, &["gemini", "gemini-cli"]),
     ];
 
     /// The preset an agent setting names, if it is one of the words.
@@ -45,7 +48,11 @@ impl Preset {
     /// its own sandbox is off because its workspace-write mode makes `.git`
     /// read-only and the agent must commit — the agent runs where the
     /// supervisor put it (a worktree, a runner), as Claude Code does. Codex
-    /// has no turn limit to set.
+    /// has no turn limit to set. Gemini CLI: `--yolo` (every tool allowed)
+    /// in a workspace it is told to trust, its JSON report; the prompt is
+    /// its `--prompt` and standard input is closed, since it would append
+    /// what it reads there (the contract also gives the prompt there). It
+    /// has no turn limit flag either.
     pub fn command(self) -> &'static str {
         match self {
             Preset::Claude => concat!(
@@ -57,12 +64,17 @@ impl Preset {
                 "codex exec --json --sandbox danger-full-access --model \"$SUPERVISE_MODEL\"",
                 " - < \"$SUPERVISE_PROMPT_FILE\""
             ),
+            Preset::Gemini => concat!(
+                "gemini --yolo --skip-trust --output-format json --model \"$SUPERVISE_MODEL\"",
+                " --prompt \"$(cat \"$SUPERVISE_PROMPT_FILE\")\" < /dev/null"
+            ),
         }
     }
 
     /// The model ids each tier asks this CLI for, unless `models:` says
     /// others. Claude Code takes the tiers' names as aliases of the newest
-    /// models; Codex's are the ids its catalog lists (Codex 0.171.0).
+    /// models; Codex's and Gemini CLI's are ids their catalogs list (Codex
+    /// 0.171.0, Gemini CLI 0.61.0).
     pub fn models(self) -> ModelIds {
         match self {
             Preset::Claude => ModelIds::default(),
@@ -70,6 +82,11 @@ impl Preset {
                 haiku: "gpt-6-luna".into(),
                 sonnet: "gpt-6.1-terra".into(),
                 opus: "gpt-6.2-sol".into(),
+            },
+            Preset::Gemini => ModelIds {
+                haiku: "gemini-3.1-flash-lite".into(),
+                sonnet: "gemini-3.5-flash".into(),
+                opus: "gemini-3.1-pro".into(),
             },
         }
     }
@@ -79,6 +96,7 @@ impl Preset {
         match self {
             Preset::Claude => "claude",
             Preset::Codex => "codex",
+            Preset::Gemini => "gemini",
         }
     }
 
@@ -87,6 +105,7 @@ impl Preset {
         match self {
             Preset::Claude => "@anthropic-ai/claude-code",
             Preset::Codex => "@openai/codex",
+            Preset::Gemini => "@google/gemini-cli",
         }
     }
 }
@@ -100,13 +119,14 @@ mod tests {
         assert_eq!(Preset::named("claude"), Some(Preset::Claude));
         assert_eq!(Preset::named(" claude-code "), Some(Preset::Claude));
         assert_eq!(Preset::named("codex"), Some(Preset::Codex));
+        assert_eq!(Preset::named("gemini"), Some(Preset::Gemini));
         for not in [
             "./claude",
             "claude -p hi",
             "Claude",
             "codex exec",
             "",
-            "gemini",
+            "gemini -p x",
         ] {
             assert_eq!(Preset::named(not), None, "{not:?}");
         }
