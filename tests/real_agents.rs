@@ -547,10 +547,13 @@ async fn real_codex_completes_a_plan_on_github_through_the_shipped_workflow() {
     let codex = codex_bin().join("codex");
     let model = ModelServer::start();
     let s = Story::start(Setup::operation(PLAN, "")).await;
-    s.use_codex(
+    s.use_agent_cli(
+        "codex",
+        "@openai/codex",
         &codex,
         &installed_version("@openai/codex"),
-        &model.url,
+        &[("SUPERVISE_OPENAI_BASE_URL", format!("{}/v1", model.url))],
+        &[("OPENAI_API_KEY", "sk-proj-scripted-model-key")],
         CODEX_MODELS,
     );
     s.say("/supervise start").await;
@@ -572,6 +575,54 @@ async fn real_codex_completes_a_plan_on_github_through_the_shipped_workflow() {
         requests
             .iter()
             .all(|r| r.api == Api::Responses && CODEX_MODELS.contains(&r.model.as_str())),
+        "{requests:?}"
+    );
+    let checks = s.fake.check_runs(story::REPO);
+    let core = checks
+        .iter()
+        .find(|c| {
+            c.name == "supervise: core Sprint 1" && c.conclusion.as_deref() == Some("success")
+        })
+        .expect("core Sprint 1's check run");
+    assert!(
+        core.summary.contains("2,000 tokens in and 400 out"),
+        "{}",
+        core.summary
+    );
+}
+
+/// The plan on GitHub by real Gemini CLI: the shipped workflow's Gemini step
+/// (SUPERVISE_AGENT says gemini) installs the pinned version, signs in with
+/// the API key for the repository's gateway (here the scripted model) and
+/// runs it; the work reaches the final pull request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn real_gemini_cli_completes_a_plan_on_github_through_the_shipped_workflow() {
+    let gemini = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/npm/node_modules/.bin/gemini");
+    let model = ModelServer::start();
+    let s = Story::start(Setup::operation(PLAN, "")).await;
+    s.use_agent_cli(
+        "gemini",
+        "@google/gemini-cli",
+        &gemini,
+        &installed_version("@google/gemini-cli"),
+        &[("SUPERVISE_GEMINI_BASE_URL", model.url.clone())],
+        &[("GEMINI_API_KEY", "scripted-model-key")],
+        GEMINI_MODELS,
+    );
+    s.say("/supervise start").await;
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    let head = s.final_pull().unwrap().head;
+    let bare = s.tmp.path().join("github/repos/acme/shop.git");
+    for f in FILES {
+        let shown = support::git(&bare, &["show", &format!("{head}:{f}")]);
+        assert_eq!(shown.trim(), "made by the scripted model", "{f}");
+    }
+    let requests = model.requests();
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.api == Api::Gemini && GEMINI_MODELS.contains(&r.model.as_str())),
         "{requests:?}"
     );
     let checks = s.fake.check_runs(story::REPO);

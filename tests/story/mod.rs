@@ -282,28 +282,34 @@ impl Story {
             .set_workflow_yaml(REPO, "supervise-agent.yml", planned);
     }
 
-    /// The story's repository runs real Codex (`codex`, the pinned
-    /// `version` `npm` installs on the runner) through the shipped agent
-    /// workflow, chosen by the variable SUPERVISE_AGENT, its model the
-    /// scripted server at `model_url` (the repository's Responses gateway);
-    /// its settings name the preset and the tiers' `models`.
-    pub fn use_codex(&self, codex: &Path, version: &str, model_url: &str, models: [&str; 3]) {
-        let mut planned = support::agent_workflow(
-            &support::shipped_agent_workflow(),
-            codex,
-            &[("OPENAI_API_KEY", "sk-proj-scripted-model-key")],
-        );
+    /// The story's repository runs a real agent CLI other than Claude
+    /// Code through the shipped agent workflow, chosen by the variable
+    /// SUPERVISE_AGENT (`kind`): `cli` is what the runner's `npm` installs
+    /// for `package` at `version`; `vars` point it at the scripted model
+    /// (its gateway variable); `secrets` hold its key; its settings name the
+    /// preset and the tiers' `models`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn use_agent_cli(
+        &self,
+        kind: &str,
+        package: &str,
+        cli: &Path,
+        version: &str,
+        vars: &[(&str, String)],
+        secrets: &[(&str, &str)],
+        models: [&str; 3],
+    ) {
+        let mut planned = support::agent_workflow(&support::shipped_agent_workflow(), cli, secrets);
         let setup = planned.setup_mut();
-        setup.vars.insert("SUPERVISE_AGENT".into(), "codex".into());
-        setup.vars.insert(
-            "SUPERVISE_OPENAI_BASE_URL".into(),
-            format!("{model_url}/v1"),
-        );
+        setup.vars.insert("SUPERVISE_AGENT".into(), kind.into());
+        for (k, v) in vars {
+            setup.vars.insert(k.to_string(), v.clone());
+        }
         setup.packages.insert(
-            "@openai/codex".into(),
+            package.into(),
             fake_github::workflow::Package {
                 version: Some(version.to_string()),
-                commands: vec![codex.to_path_buf()],
+                commands: vec![cli.to_path_buf()],
             },
         );
         self.fake
@@ -312,7 +318,7 @@ impl Story {
             REPO,
             ".github/supervise.yml",
             &format!(
-                "agent: codex\nmax_parallel: 2\nbuild_gate: repository CI\n\
+                "agent: {kind}\nmax_parallel: 2\nbuild_gate: repository CI\n\
                  models:\n  haiku: {}\n  sonnet: {}\n  opus: {}\n",
                 models[0], models[1], models[2]
             ),

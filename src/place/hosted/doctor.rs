@@ -16,7 +16,7 @@ use serde::Serialize;
 pub const MANIFEST: &str = include_str!("../../../deploy/app-manifest.json");
 
 /// The model providers' keys an agent workflow reads; one must be set.
-const PROVIDER_SECRETS: [&str; 2] = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"];
+const PROVIDER_SECRETS: [&str; 3] = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
