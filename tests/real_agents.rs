@@ -47,26 +47,28 @@ fn readme_agent_command() -> String {
     quoted.to_string()
 }
 
-/// Where scripts/test installs the pinned Claude Code.
-fn claude_bin() -> PathBuf {
+/// Where scripts/test installs the pinned agent CLIs (`program` from npm
+/// `package`): the folder to put first on PATH.
+fn installed(program: &str, package: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/npm/node_modules/.bin");
     assert!(
-        dir.join("claude").exists(),
-        "Claude Code is not installed in {}: scripts/test installs it (npm @anthropic-ai/claude-code, pinned there)",
+        dir.join(program).exists(),
+        "{program} is not installed in {}: scripts/test installs it (npm {package}, pinned there)",
         dir.display()
     );
     dir
 }
 
-/// Where scripts/test installs the pinned Codex.
+fn claude_bin() -> PathBuf {
+    installed("claude", "@anthropic-ai/claude-code")
+}
+
 fn codex_bin() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/npm/node_modules/.bin");
-    assert!(
-        dir.join("codex").exists(),
-        "Codex is not installed in {}: scripts/test installs it (npm @openai/codex, pinned there)",
-        dir.display()
-    );
-    dir
+    installed("codex", "@openai/codex")
+}
+
+fn gemini_bin() -> PathBuf {
+    installed("gemini", "@google/gemini-cli")
 }
 
 /// `supervise run` in `repo` with `bin` first on PATH and a home of its own.
@@ -201,18 +203,7 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
 /// failure counted and no escalation.
 #[test]
 fn a_storm_of_overloads_on_real_claude_code_counts_no_attempt() {
-    let model = ModelServer::start();
-    model.fail_next(5, Failure::Overloaded);
-    let repo = Checkout::new(
-        &[("EXECUTION_PLAN.md", SOLO)],
-        "tests/agents/scripted.sh",
-        "",
-    );
-    let out = for_claude(&mut run_with(&repo, "claude", &claude_bin()), &model, 2)
-        .output()
-        .unwrap();
-    let said = support::text(&out);
-    assert_eq!(out.status.code(), Some(0), "{said}");
+    let (model, repo, said) = solo_under_claude(5, Failure::Overloaded, 2);
     assert!(
         said.contains("Waiting on the model provider: it is overloaded (HTTP 529)"),
         "{said}"
@@ -234,6 +225,29 @@ fn a_storm_of_overloads_on_real_claude_code_counts_no_attempt() {
 /// A one-sprint plan, for the tests of one failure.
 const SOLO: &str = "# Solo\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n\
     ## solo\n### Sprint 1: One\n- [ ] `solo/solo-1.txt` exists\n";
+
+/// [`SOLO`] run to its end by real Claude Code (its preset, `retries` of
+/// its own), the scripted model failing its first `n` requests with
+/// `failure`: the model, the checkout and what the run said.
+fn solo_under_claude(n: usize, failure: Failure, retries: u32) -> (ModelServer, Checkout, String) {
+    let model = ModelServer::start();
+    model.fail_next(n, failure);
+    let repo = Checkout::new(
+        &[("EXECUTION_PLAN.md", SOLO)],
+        "tests/agents/scripted.sh",
+        "",
+    );
+    let out = for_claude(
+        &mut run_with(&repo, "claude", &claude_bin()),
+        &model,
+        retries,
+    )
+    .output()
+    .unwrap();
+    let said = support::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{failure:?}: {said}");
+    (model, repo, said)
+}
 
 /// The one sprint of [`SOLO`] as `supervise status --json` shows it, after
 /// checking that its file reached the integration branch.
@@ -257,18 +271,7 @@ fn solo_sprint(repo: &Checkout) -> serde_json::Value {
 #[test]
 fn real_claude_codes_own_failures_are_told_from_the_providers() {
     for (failure, failures) in [(Failure::ContextTooLong, 1), (Failure::StreamCut, 0)] {
-        let model = ModelServer::start();
-        model.fail_next(1, failure);
-        let repo = Checkout::new(
-            &[("EXECUTION_PLAN.md", SOLO)],
-            "tests/agents/scripted.sh",
-            "",
-        );
-        let out = for_claude(&mut run_with(&repo, "claude", &claude_bin()), &model, 0)
-            .output()
-            .unwrap();
-        let said = support::text(&out);
-        assert_eq!(out.status.code(), Some(0), "{failure:?}: {said}");
+        let (_model, repo, said) = solo_under_claude(1, failure, 0);
         assert!(
             !said.contains("Waiting on the model provider"),
             "{failure:?}: {said}"
@@ -366,12 +369,7 @@ fn a_turn_limit_under_real_claude_code_is_continued_not_failed() {
 /// (it prices nothing).
 #[test]
 fn real_gemini_cli_completes_a_plan_from_its_preset() {
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/npm/node_modules/.bin");
-    assert!(
-        bin.join("gemini").exists(),
-        "Gemini CLI is not installed in {}: scripts/test installs it (npm @google/gemini-cli, pinned there)",
-        bin.display()
-    );
+    let bin = gemini_bin();
     let model = ModelServer::start();
     let repo = Checkout::new(
         &[("EXECUTION_PLAN.md", PLAN)],
@@ -498,12 +496,7 @@ async fn real_claude_code_completes_a_plan_on_github_through_the_shipped_workflo
     s.say("/supervise start").await;
     s.until("the final pull request", 240, |s| s.final_pull().is_some())
         .await;
-    let head = s.final_pull().unwrap().head;
-    let bare = s.tmp.path().join("github/repos/acme/shop.git");
-    for f in FILES {
-        let shown = support::git(&bare, &["show", &format!("{head}:{f}")]);
-        assert_eq!(shown.trim(), "made by the scripted model", "{f}");
-    }
+    final_pull_holds_the_work(&s);
     let runs = s.fake.runs(story::REPO);
     assert_eq!(
         runs.len(),
@@ -518,18 +511,11 @@ async fn real_claude_code_completes_a_plan_on_github_through_the_shipped_workflo
     );
     // What the CLI reported reached the service through the results record:
     // in each attempt's check run, and added up in the status comment.
-    let checks = s.fake.check_runs(story::REPO);
-    let core = checks
-        .iter()
-        .find(|c| {
-            c.name == "supervise: core Sprint 1" && c.conclusion.as_deref() == Some("success")
-        })
-        .expect("core Sprint 1's check run");
+    let core = core_check_summary(&s);
     assert!(
-        core.summary.contains("used, as its CLI reported: $")
-            && core.summary.contains("2,000 tokens in and 400 out"),
-        "{}",
-        core.summary
+        core.contains("used, as its CLI reported: $")
+            && core.contains("2,000 tokens in and 400 out"),
+        "{core}"
     );
     s.until("the spend reported", 30, |s| {
         s.status_comment().contains("reported by the agents")
@@ -537,34 +523,65 @@ async fn real_claude_code_completes_a_plan_on_github_through_the_shipped_workflo
     .await;
 }
 
-/// The same plan on GitHub by real Codex: the shipped workflow's Codex step
-/// (the variable SUPERVISE_AGENT says codex) installs the pinned version,
-/// points Codex at the repository's Responses gateway (here the scripted
-/// model) and runs it, with the settings' `agent: codex` and the tiers'
-/// ids from `models:`; the work reaches the final pull request.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn real_codex_completes_a_plan_on_github_through_the_shipped_workflow() {
-    let codex = codex_bin().join("codex");
-    let model = ModelServer::start();
-    let s = Story::start(Setup::operation(PLAN, "")).await;
-    s.use_agent_cli(
-        "codex",
-        "@openai/codex",
-        &codex,
-        &installed_version("@openai/codex"),
-        &[("SUPERVISE_OPENAI_BASE_URL", format!("{}/v1", model.url))],
-        &[("OPENAI_API_KEY", "sk-proj-scripted-model-key")],
-        CODEX_MODELS,
-    );
-    s.say("/supervise start").await;
-    s.until("the final pull request", 240, |s| s.final_pull().is_some())
-        .await;
+/// Every file of [`PLAN`] is on the final pull request's head, made by the
+/// scripted model.
+fn final_pull_holds_the_work(s: &Story) {
     let head = s.final_pull().unwrap().head;
     let bare = s.tmp.path().join("github/repos/acme/shop.git");
     for f in FILES {
         let shown = support::git(&bare, &["show", &format!("{head}:{f}")]);
         assert_eq!(shown.trim(), "made by the scripted model", "{f}");
     }
+}
+
+/// The summary of core Sprint 1's successful check run: what the service
+/// took from the results record the runner made.
+fn core_check_summary(s: &Story) -> String {
+    let checks = s.fake.check_runs(story::REPO);
+    checks
+        .into_iter()
+        .find(|c| {
+            c.name == "supervise: core Sprint 1" && c.conclusion.as_deref() == Some("success")
+        })
+        .expect("core Sprint 1's check run")
+        .summary
+}
+
+/// An agent CLI other than Claude Code as the GitHub stories run it through
+/// the shipped workflow (see `Story::use_agent_cli`).
+struct OnGitHub {
+    /// The variable SUPERVISE_AGENT's value, the settings' `agent:` and the
+    /// program's name.
+    kind: &'static str,
+    package: &'static str,
+    /// The repository variable naming the CLI's gateway, and its value.
+    gateway: (&'static str, String),
+    /// The repository secret holding the CLI's key.
+    secret: (&'static str, &'static str),
+    api: Api,
+    models: [&'static str; 3],
+}
+
+/// [`PLAN`] on the fake GitHub by `cli`, its model `model`: every sprint's
+/// file reaches the final pull request, made by the CLI's own tool calls
+/// on the tiers' ids, and each attempt's check run says the tokens the CLI
+/// reported.
+async fn completes_the_plan_on_github(cli: OnGitHub, model: &ModelServer) {
+    let program = installed(cli.kind, cli.package).join(cli.kind);
+    let s = Story::start(Setup::operation(PLAN, "")).await;
+    s.use_agent_cli(
+        cli.kind,
+        cli.package,
+        &program,
+        &installed_version(cli.package),
+        &[(cli.gateway.0, cli.gateway.1.clone())],
+        &[cli.secret],
+        cli.models,
+    );
+    s.say("/supervise start").await;
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    final_pull_holds_the_work(&s);
     let requests = model.requests();
     assert_eq!(
         requests.len(),
@@ -574,67 +591,46 @@ async fn real_codex_completes_a_plan_on_github_through_the_shipped_workflow() {
     assert!(
         requests
             .iter()
-            .all(|r| r.api == Api::Responses && CODEX_MODELS.contains(&r.model.as_str())),
+            .all(|r| r.api == cli.api && cli.models.contains(&r.model.as_str())),
         "{requests:?}"
     );
-    let checks = s.fake.check_runs(story::REPO);
-    let core = checks
-        .iter()
-        .find(|c| {
-            c.name == "supervise: core Sprint 1" && c.conclusion.as_deref() == Some("success")
-        })
-        .expect("core Sprint 1's check run");
-    assert!(
-        core.summary.contains("2,000 tokens in and 400 out"),
-        "{}",
-        core.summary
-    );
+    let core = core_check_summary(&s);
+    assert!(core.contains("2,000 tokens in and 400 out"), "{core}");
+}
+
+/// The same plan on GitHub by real Codex: the shipped workflow's Codex step
+/// (the variable SUPERVISE_AGENT says codex) installs the pinned version,
+/// points Codex at the repository's Responses gateway (here the scripted
+/// model) and runs it, with the settings' `agent: codex` and the tiers'
+/// ids from `models:`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn real_codex_completes_a_plan_on_github_through_the_shipped_workflow() {
+    let model = ModelServer::start();
+    let cli = OnGitHub {
+        kind: "codex",
+        package: "@openai/codex",
+        gateway: ("SUPERVISE_OPENAI_BASE_URL", format!("{}/v1", model.url)),
+        secret: ("OPENAI_API_KEY", "sk-proj-scripted-model-key"),
+        api: Api::Responses,
+        models: CODEX_MODELS,
+    };
+    completes_the_plan_on_github(cli, &model).await;
 }
 
 /// The plan on GitHub by real Gemini CLI: the shipped workflow's Gemini step
 /// (SUPERVISE_AGENT says gemini) installs the pinned version, signs in with
 /// the API key for the repository's gateway (here the scripted model) and
-/// runs it; the work reaches the final pull request.
+/// runs it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn real_gemini_cli_completes_a_plan_on_github_through_the_shipped_workflow() {
-    let gemini = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/npm/node_modules/.bin/gemini");
     let model = ModelServer::start();
-    let s = Story::start(Setup::operation(PLAN, "")).await;
-    s.use_agent_cli(
-        "gemini",
-        "@google/gemini-cli",
-        &gemini,
-        &installed_version("@google/gemini-cli"),
-        &[("SUPERVISE_GEMINI_BASE_URL", model.url.clone())],
-        &[("GEMINI_API_KEY", "scripted-model-key")],
-        GEMINI_MODELS,
-    );
-    s.say("/supervise start").await;
-    s.until("the final pull request", 240, |s| s.final_pull().is_some())
-        .await;
-    let head = s.final_pull().unwrap().head;
-    let bare = s.tmp.path().join("github/repos/acme/shop.git");
-    for f in FILES {
-        let shown = support::git(&bare, &["show", &format!("{head}:{f}")]);
-        assert_eq!(shown.trim(), "made by the scripted model", "{f}");
-    }
-    let requests = model.requests();
-    assert!(
-        requests
-            .iter()
-            .all(|r| r.api == Api::Gemini && GEMINI_MODELS.contains(&r.model.as_str())),
-        "{requests:?}"
-    );
-    let checks = s.fake.check_runs(story::REPO);
-    let core = checks
-        .iter()
-        .find(|c| {
-            c.name == "supervise: core Sprint 1" && c.conclusion.as_deref() == Some("success")
-        })
-        .expect("core Sprint 1's check run");
-    assert!(
-        core.summary.contains("2,000 tokens in and 400 out"),
-        "{}",
-        core.summary
-    );
+    let cli = OnGitHub {
+        kind: "gemini",
+        package: "@google/gemini-cli",
+        gateway: ("SUPERVISE_GEMINI_BASE_URL", model.url.clone()),
+        secret: ("GEMINI_API_KEY", "scripted-model-key"),
+        api: Api::Gemini,
+        models: GEMINI_MODELS,
+    };
+    completes_the_plan_on_github(cli, &model).await;
 }
