@@ -60,10 +60,25 @@ pub fn trouble(tail: &str) -> Option<Trouble> {
                 .lines()
                 .rev()
                 .find_map(|l| l.trim_start().strip_prefix("API Error: "))?;
-            line.split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
+            // `API Error: 529 {…}`, or `API Error: Request rejected (429) · …`.
+            let digits = |t: &str| {
+                t.chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<String>()
+            };
+            let at_start = digits(line);
+            let quoted = || {
+                let before = line.split(" · ").next().unwrap_or(line);
+                let (_, rest) = before.rsplit_once('(')?;
+                let d = digits(rest);
+                (rest.strip_prefix(d.as_str())?.starts_with(')')).then_some(d)
+            };
+            let found = if at_start.is_empty() {
+                quoted()?
+            } else {
+                at_start
+            };
+            found.parse().ok()
         })
         .or_else(|| codex_status(tail))
         .and_then(|s| u16::try_from(s).ok());
@@ -351,6 +366,26 @@ mod tests {
         // A run that ended well, whatever it printed before.
         let fine = r#"{"type":"result","subtype":"success","is_error":false,"terminal_reason":"api_error"}"#;
         assert_eq!(trouble(fine), None);
+    }
+
+    #[test]
+    fn claude_codes_text_says_the_status_first_or_in_brackets() {
+        let status = |t: &str| trouble(t).and_then(|t| t.status);
+        assert_eq!(
+            status("working\nAPI Error: 529 {\"type\":\"error\"}"),
+            Some(529)
+        );
+        assert_eq!(
+            status("API Error: Request rejected (429) · Number of request tokens has exceeded your rate limit."),
+            Some(429)
+        );
+        assert_eq!(
+            status("API Error: Request rejected (401) · invalid x-api-key"),
+            None
+        );
+        // Brackets in the words after the first ` · ` are not the status.
+        assert_eq!(status("API Error: Request rejected · see (529)"), None);
+        assert_eq!(status("API Error: Request rejected (soon)"), None);
     }
 
     #[test]
