@@ -108,6 +108,16 @@ async fn reconciling_runs_in_flight_reads_one_free_list_per_operation_whatever_i
     s.say_on(second, "/supervise start").await;
     s.say_on(third, "/supervise start ONE.md").await;
     in_progress(&s, 9).await;
+    // Each operation's first status comment is made once (a look for it,
+    // a post, and a read of the runs for its links): on a loaded machine
+    // that can come after the runs started, so the window opens only when
+    // all three are there.
+    for issue in [s.issue, second, third] {
+        s.until_on(issue, "the status comment", 60, |s| {
+            !s.status_comment_on(issue).is_empty()
+        })
+        .await;
+    }
     // Let the dispatches' own reads and edits pass (on a loaded machine they
     // take longer than the runs to start): until nothing charged for 2 s,
     // then watch for several reconciliation periods (1 s at the start,
