@@ -61,24 +61,12 @@ pub fn trouble(tail: &str) -> Option<Trouble> {
                 .rev()
                 .find_map(|l| l.trim_start().strip_prefix("API Error: "))?;
             // `API Error: 529 {…}`, or `API Error: Request rejected (429) · …`.
-            let digits = |t: &str| {
-                t.chars()
-                    .take_while(char::is_ascii_digit)
-                    .collect::<String>()
-            };
-            let at_start = digits(line);
-            let quoted = || {
+            leading_number(line).or_else(|| {
                 let before = line.split(" · ").next().unwrap_or(line);
                 let (_, rest) = before.rsplit_once('(')?;
-                let d = digits(rest);
-                (rest.strip_prefix(d.as_str())?.starts_with(')')).then_some(d)
-            };
-            let found = if at_start.is_empty() {
-                quoted()?
-            } else {
-                at_start
-            };
-            found.parse().ok()
+                let (number, _) = rest.split_once(')')?;
+                leading_number(number).filter(|n| n.to_string() == number)
+            })
         })
         .or_else(|| codex_status(tail))
         .and_then(|s| u16::try_from(s).ok());
@@ -125,11 +113,7 @@ fn codex_status(tail: &str) -> Option<u64> {
         .find(|v| v["type"] == "turn.failed")?;
     let message = failed["error"]["message"].as_str()?;
     if let Some(at) = message.find("last status: ") {
-        let digits: String = message[at + "last status: ".len()..]
-            .chars()
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
-        return digits.parse().ok();
+        return leading_number(&message[at + "last status: ".len()..]);
     }
     if message.contains("model is at capacity") {
         Some(503)
@@ -187,18 +171,22 @@ pub fn usage(output: &str) -> Option<super::usage::Usage> {
 /// cached ones too; here, as in Claude Code's report, input tokens are
 /// those not read from the cache.
 fn codex_usage(output: &str) -> Option<super::usage::Usage> {
-    let mut total: Option<super::usage::Usage> = None;
-    for turn in json_lines(output).filter(|v| v["type"] == "turn.completed") {
-        let u = &turn["usage"];
-        let n = |k: &str| u[k].as_u64().unwrap_or(0);
-        let t = total.get_or_insert_with(Default::default);
-        let cached = n("cached_input_tokens");
-        t.input_tokens += n("input_tokens").saturating_sub(cached);
-        t.cache_read_tokens += cached;
-        t.cache_write_tokens += n("cache_write_input_tokens");
-        t.output_tokens += n("output_tokens");
-    }
-    total
+    // Added up with `Usage`'s saturating sum: the figures are the agent's
+    // output, and may be as large as it likes.
+    json_lines(output)
+        .filter(|v| v["type"] == "turn.completed")
+        .map(|turn| {
+            let u = &turn["usage"];
+            let n = |k: &str| u[k].as_u64().unwrap_or(0);
+            super::usage::Usage {
+                input_tokens: n("input_tokens").saturating_sub(n("cached_input_tokens")),
+                cache_read_tokens: n("cached_input_tokens"),
+                cache_write_tokens: n("cache_write_input_tokens"),
+                output_tokens: n("output_tokens"),
+                cost: None,
+            }
+        })
+        .reduce(|a, b| a + b)
 }
 
 /// Gemini CLI's JSON report (`gemini --output-format json`: one document,
@@ -213,15 +201,17 @@ fn gemini_usage(output: &str) -> Option<super::usage::Usage> {
     };
     let report: serde_json::Value = serde_json::from_str(output[start..].trim_end()).ok()?;
     let models = report["stats"]["models"].as_object()?;
-    let mut total = super::usage::Usage::default();
-    for m in models.values() {
+    let each = models.values().map(|m| {
         let t = &m["tokens"];
         let n = |k: &str| t[k].as_u64().unwrap_or(0);
-        total.input_tokens += n("prompt").saturating_sub(n("cached"));
-        total.cache_read_tokens += n("cached");
-        total.output_tokens += n("candidates") + n("thoughts");
-    }
-    Some(total)
+        super::usage::Usage {
+            input_tokens: n("prompt").saturating_sub(n("cached")),
+            cache_read_tokens: n("cached"),
+            output_tokens: n("candidates").saturating_add(n("thoughts")),
+            ..Default::default()
+        }
+    });
+    Some(each.fold(super::usage::Usage::default(), |a, b| a + b))
 }
 
 /// The number after the last `"key":` in `text` (whitespace allowed).
@@ -229,8 +219,15 @@ fn json_number(text: &str, key: &str) -> Option<u64> {
     let pat = format!("\"{key}\"");
     let at = text.rfind(&pat)? + pat.len();
     let rest = text[at..].trim_start().strip_prefix(':')?.trim_start();
-    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-    digits.parse().ok()
+    leading_number(rest)
+}
+
+/// The whole number `text` starts with, if it starts with one (and it fits).
+fn leading_number(text: &str) -> Option<u64> {
+    let end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    text[..end].parse().ok()
 }
 
 /// How long to wait before the `n`-th retry (from 1): what the provider
