@@ -49,7 +49,7 @@ pub fn estimate(plan: &Plan, config: &EngineConfig) -> Estimate {
                     failures,
                     partial: false,
                     previous,
-                    conflict: false,
+                    round: None,
                 };
                 let (tier, why) = select(&c, ctx);
                 first.get_or_insert((tier, why));

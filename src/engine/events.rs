@@ -271,6 +271,49 @@ pub enum Input {
         sprint: SprintId,
         detail: String,
     },
+    /// A person who may write asked for changes to a sprint's verified work
+    /// (a review of its pull request; `supervise review` locally): a fix
+    /// round on its branch, or batched into the next one while a round runs.
+    ChangesRequested {
+        unit: String,
+        sprint: SprintId,
+        review: ReviewFeedback,
+    },
+}
+
+/// One review asking for changes, as its reviewer wrote it: untrusted text,
+/// quoted to the agent as data (see [`super::prompt`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewFeedback {
+    /// Unique where the review came from (GitHub's review id, `local-…`): a
+    /// review told twice starts one round.
+    pub id: String,
+    pub reviewer: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub body: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub comments: Vec<ReviewComment>,
+}
+
+/// A comment on one line of the diff, with the hunk it was written against.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewComment {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hunk: String,
+    pub body: String,
+}
+
+impl ReviewComment {
+    /// `src/lib.rs:12`, or the path alone for a comment on a whole file.
+    pub fn place(&self) -> String {
+        match self.line {
+            Some(l) => format!("{}:{l}", self.path),
+            None => self.path.clone(),
+        }
+    }
 }
 
 /// The final head's re-verification.
@@ -676,6 +719,22 @@ pub enum Event {
         verification: HeadVerification,
         at: DateTime<Utc>,
     },
+    /// A verified sprint goes back to work on its own branch for what its
+    /// reviewers asked (`reviews`, every one not yet answered): a fix round,
+    /// counted against `review_rounds`, not against the attempts.
+    ReviewRound {
+        unit: usize,
+        sprint: usize,
+        reviews: Vec<ReviewFeedback>,
+        at: DateTime<Utc>,
+    },
+    /// A review that arrived while a fix round ran: answered by the next.
+    ReviewQueued {
+        unit: usize,
+        sprint: usize,
+        review: ReviewFeedback,
+        at: DateTime<Utc>,
+    },
 }
 
 impl Event {
@@ -705,7 +764,9 @@ impl Event {
             | Event::Reopened { at, .. }
             | Event::StopTicked { at, .. }
             | Event::Merged { at, .. }
-            | Event::HeadVerified { at, .. } => *at,
+            | Event::HeadVerified { at, .. }
+            | Event::ReviewRound { at, .. }
+            | Event::ReviewQueued { at, .. } => *at,
             Event::AttemptClosed { record, .. } => record.finished_at,
             Event::SprintCompleted { completion, .. } => completion.completed_at,
             Event::Decision { entry } => entry.at,

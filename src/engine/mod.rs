@@ -74,6 +74,9 @@ pub struct EngineConfig {
     pub stop_timeout_ticks: u32,
     /// Polls of a deferred condition before the person is asked (§9).
     pub deferred_report_polls: u32,
+    /// Fix rounds a sprint gets for reviews asking for changes; one more
+    /// and its unit is BLOCKED for the reviewer.
+    pub review_rounds: u32,
 }
 
 impl Default for EngineConfig {
@@ -91,6 +94,7 @@ impl Default for EngineConfig {
             max_agent_secs: 60 * 60,
             stop_timeout_ticks: 10,
             deferred_report_polls: 20,
+            review_rounds: 3,
         }
     }
 }

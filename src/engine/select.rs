@@ -138,8 +138,21 @@ pub struct SelectionContext {
     pub failures: u32,
     pub partial: bool,
     pub previous: Option<ModelTier>,
-    /// A conflict round: the work is done and only its merge is asked.
-    pub conflict: bool,
+    /// A round on work that is done and verified: only its merge, or what a
+    /// reviewer asked, is left.
+    pub round: Option<Round>,
+}
+
+/// Work on a verified sprint that is nobody's failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Round {
+    /// Its branch no longer merges: merging is not harder work than doing
+    /// it was, so it stays on the tier that did the work.
+    Conflict,
+    /// A reviewer asked for changes: on the tier that did the work, but at
+    /// least sonnet — reading a person's comments against the code takes
+    /// judgement, and a round that misreads them costs the reviewer's time.
+    Review,
 }
 
 /// The tier for a score, then every override of §6a, with the reason.
@@ -159,11 +172,20 @@ pub fn select(c: &Complexity, ctx: SelectionContext) -> (ModelTier, String) {
             .collect::<Vec<_>>()
             .join(", ")
     )];
-    if let (true, Some(p)) = (ctx.conflict, ctx.previous) {
-        // The sprint's work is done; merging it is not harder work than
-        // doing it was, so no stronger model is paid for.
-        reasons.push(format!("a conflict round stays on {}", p.as_str()));
-        return (p, reasons.join("; "));
+    match (ctx.round, ctx.previous) {
+        (Some(Round::Conflict), Some(p)) => {
+            reasons.push(format!("a conflict round stays on {}", p.as_str()));
+            return (p, reasons.join("; "));
+        }
+        (Some(Round::Review), Some(p)) => {
+            let tier = p.max(ModelTier::Sonnet);
+            reasons.push(format!(
+                "a review round stays on the tier that did the work ({}), at least sonnet",
+                p.as_str()
+            ));
+            return (tier, reasons.join("; "));
+        }
+        _ => {}
     }
     let mut tier = base;
     let mut raise = |to: ModelTier, why: String, tier: &mut ModelTier| {

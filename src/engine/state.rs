@@ -185,6 +185,20 @@ pub struct SprintRun {
     /// Not dispatched again before this (waiting out the provider).
     #[serde(default)]
     pub not_before: Option<DateTime<Utc>>,
+    /// Fix rounds started for reviewers (see [`Event::ReviewRound`]).
+    #[serde(default)]
+    pub review_rounds: u32,
+    /// What the last fix round answers: its prompt quotes it, and the reply
+    /// on the review says what became of each comment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub review: Vec<ReviewFeedback>,
+    /// Reviews that arrived while a fix round ran, for the next one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub review_queue: Vec<ReviewFeedback>,
+    /// Every review told to the operation, by id: told again, it is not
+    /// acted on again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reviews_seen: Vec<String>,
 }
 
 impl SprintRun {
@@ -1007,7 +1021,51 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
                 c.awaiting_merge = false;
             }
         }
+        Event::ReviewRound {
+            unit,
+            sprint,
+            reviews,
+            ..
+        } => {
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.review_rounds += 1;
+                for r in reviews {
+                    if !s.reviews_seen.contains(&r.id) {
+                        s.reviews_seen.push(r.id.clone());
+                    }
+                }
+                s.review_queue.retain(|q| !reviews.iter().any(|r| r.id == q.id));
+                s.review = reviews.clone();
+                s.status = Some(SprintStatus::Partial);
+                s.completion = None;
+                s.remaining = vec![review_task(reviews)];
+            }
+        }
+        Event::ReviewQueued {
+            unit,
+            sprint,
+            review,
+            ..
+        } => {
+            if let Some(s) = sprint_mut(st, *unit, *sprint) {
+                s.reviews_seen.push(review.id.clone());
+                s.review_queue.push(review.clone());
+            }
+        }
     }
+}
+
+/// A fix round's one remaining task, for the prompt's list and the status
+/// table: who asked, how much; the review itself is quoted after it.
+fn review_task(reviews: &[ReviewFeedback]) -> String {
+    let mut names: Vec<&str> = reviews.iter().map(|r| r.reviewer.as_str()).collect();
+    names.dedup();
+    let comments: usize = reviews.iter().map(|r| r.comments.len()).sum();
+    format!(
+        "make the changes {} asked for in review ({}, quoted below), keeping every exit criterion passing",
+        names.join(", "),
+        crate::text::count(comments, "inline comment")
+    )
 }
 
 fn sprint_mut(st: &mut OperationState, u: usize, s: usize) -> Option<&mut SprintRun> {

@@ -566,6 +566,13 @@ impl Decider<'_> {
             completion,
         });
         self.log(Some(u), Some(s), what, why);
+        // Reviews that came while this fix round ran: the next round, now,
+        // rather than a merge its reviewers already asked to change.
+        let queued = self.sprint(u, s).review_queue.clone();
+        if !queued.is_empty() {
+            self.review_round(u, s, queued);
+            return;
+        }
         let (unit, sprint) = self.names(u, s);
         self.effects.push(Effect::Integrate {
             unit,

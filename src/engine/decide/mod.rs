@@ -12,6 +12,7 @@ use std::sync::Arc;
 mod agents;
 mod commands;
 mod gates;
+mod review;
 mod settle;
 mod verdict;
 
@@ -161,6 +162,11 @@ pub fn decide_shared(
             c.merge_blocked(u, s, &error);
             c.settle();
         }
+        Input::ChangesRequested {
+            unit,
+            sprint,
+            review,
+        } => c.changes_requested(&unit, &sprint, review)?,
         Input::AddWork { units } => c.add_work(units)?,
         Input::ManualConfirmed { unit, sprint } => {
             let (u, s) = c.locate(&unit, &sprint)?;

@@ -159,11 +159,12 @@ impl Decider<'_> {
                 failures: sp.failures,
                 partial: kind == DispatchKind::Continuation,
                 previous: sp.history.last().map(|h| h.tier),
-                conflict: kind == DispatchKind::Continuation
-                    && sp
-                        .history
-                        .last()
-                        .is_some_and(|h| h.outcome == super::CONFLICT),
+                round: match sp.history.last() {
+                    _ if kind != DispatchKind::Continuation => None,
+                    Some(h) if h.outcome == super::CONFLICT => Some(select::Round::Conflict),
+                    _ if !sp.review.is_empty() => Some(select::Round::Review),
+                    _ => None,
+                },
             };
             let (tier, mut why) = select::select(&complexity, ctx);
             if let Some(path) = reordered.get(&u) {
@@ -209,6 +210,7 @@ impl Decider<'_> {
                 last_failure: sp.last_failure.as_deref(),
                 remaining: &sp.remaining,
                 ci_report: sp.history.last().map_or(&[], |r| r.ci_failures.as_slice()),
+                review: &sp.review,
                 parallel_with_gate: st.config.build_gate && others,
             });
             let order = DispatchOrder {
