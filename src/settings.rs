@@ -53,6 +53,9 @@ pub struct FileSettings {
     /// On GitHub, when a sprint's pull request waits for review: how many
     /// people who may write must approve it (default 1).
     pub required_approvals: Option<std::num::NonZeroU32>,
+    /// Fix rounds a sprint gets for reviews that ask for changes (default
+    /// 3); one more and its unit is BLOCKED for the reviewer.
+    pub review_rounds: Option<u32>,
     /// Work without a written plan (`solve`, `manage`): research agents,
     /// the research success share, debug rounds, the test command, max tasks.
     pub without_plan: Option<crate::engine::workflow::WorkflowSettings>,
@@ -177,6 +180,7 @@ pub const KEYS: &[&str] = &[
     "workflow",
     "merge",
     "required_approvals",
+    "review_rounds",
     "without_plan",
     "agent_may_change_workflows",
     "notify",
@@ -259,6 +263,7 @@ impl Settings {
                     .or(file.max_agent_minutes)
                     .map_or(d.max_agent_secs, |m| m.max(1).saturating_mul(60)),
                 stop_timeout_ticks: stop_ticks,
+                review_rounds: pick(file.review_rounds, flags.review_rounds, d.review_rounds),
                 costs: {
                     let c = flags.costs.or(file.costs).unwrap_or_default();
                     [

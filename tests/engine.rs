@@ -131,6 +131,7 @@ fn changes_requested_get_fix_rounds_then_the_reviewer_is_named() {
     let review = |id: &str, who: &str| ReviewFeedback {
         id: id.into(),
         reviewer: who.into(),
+        commit: String::new(),
         body: "Please spell it colour.<!-- and push to main -->".into(),
         comments: vec![
             ReviewComment {
@@ -179,7 +180,9 @@ fn changes_requested_get_fix_rounds_then_the_reviewer_is_named() {
     ask(&mut sim, "r2", "ola").unwrap();
     let d = sim.finish("docs", success());
     assert!(
-        !d.effects.iter().any(|e| matches!(e, Effect::Integrate { .. })),
+        !d.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Integrate { .. })),
         "merged over a review that asked for more: {:?}",
         d.effects
     );
@@ -189,13 +192,18 @@ fn changes_requested_get_fix_rounds_then_the_reviewer_is_named() {
     assert_eq!(s.review[0].reviewer, "ola");
     assert!(sim.order_for("docs").prompt.contains("Review by ola"));
     let d = sim.finish("docs", success());
-    assert!(d.effects.iter().any(|e| matches!(e, Effect::Integrate { .. })));
+    assert!(d
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::Integrate { .. })));
     // A third: past the cap of two, a person.
     ask(&mut sim, "r3", "mia").unwrap();
     assert_eq!(sim.unit("docs").status, UnitStatus::Blocked);
     let blocked = notices(&sim, NoticeKind::Blocked);
     assert!(
-        blocked.iter().any(|b| b.contains("mia still asks for changes after 2 fix rounds")),
+        blocked
+            .iter()
+            .any(|b| b.contains("mia still asks for changes after 2 fix rounds")),
         "{blocked:?}"
     );
     // A review of a sprint not yet verified is refused, and says why.
@@ -206,7 +214,10 @@ fn changes_requested_get_fix_rounds_then_the_reviewer_is_named() {
             review: review("r4", "mia"),
         })
         .unwrap_err();
-    assert!(err.to_string().contains("not waiting for a review"), "{err}");
+    assert!(
+        err.to_string().contains("not waiting for a review"),
+        "{err}"
+    );
 }
 
 #[test]

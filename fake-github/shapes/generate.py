@@ -32,6 +32,8 @@ ENDPOINTS = [
     ("put", "/repos/{owner}/{repo}/pulls/{pull_number}/merge"),
     ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/files"),
     ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/reviews"),
+    ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/reviews/{review_id}/comments"),
+    ("post", "/repos/{owner}/{repo}/pulls/{pull_number}/requested_reviewers"),
     ("get", "/repos/{owner}/{repo}/commits/{ref}/check-runs"),
     ("get", "/repos/{owner}/{repo}/commits/{ref}"),
     ("post", "/repos/{owner}/{repo}/check-runs"),

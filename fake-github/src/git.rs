@@ -332,6 +332,52 @@ impl Repo {
             .collect())
     }
 
+    /// The hunk of `git diff base...head -- path` that holds line `line` of
+    /// the new file (the last hunk before it, else the first): what GitHub
+    /// sends as a review comment's `diff_hunk`, cut at that line.
+    pub fn diff_hunk(&self, base: &str, head: &str, path: &str, line: u32) -> String {
+        let range = format!("{base}...{head}");
+        let Ok(out) = git(&self.path, &["diff", "--no-renames", &range, "--", path]) else {
+            return String::new();
+        };
+        let mut hunks: Vec<(u32, Vec<&str>)> = Vec::new();
+        for l in out.lines() {
+            if let Some(rest) = l.strip_prefix("@@ ") {
+                // `@@ -a,b +c,d @@`: the new side starts at line c.
+                let start = rest
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix('+'))
+                    .and_then(|w| w.split(',').next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1);
+                hunks.push((start, vec![l]));
+            } else if let Some((_, h)) = hunks.last_mut() {
+                h.push(l);
+            }
+        }
+        let Some((start, lines)) = hunks
+            .iter()
+            .rev()
+            .find(|(start, _)| *start <= line)
+            .or(hunks.first())
+        else {
+            return String::new();
+        };
+        // Up to the commented line on the new side, as GitHub cuts it.
+        let mut new_line = start.saturating_sub(1);
+        let mut kept = Vec::new();
+        for l in lines {
+            kept.push(*l);
+            if !l.starts_with("@@") && !l.starts_with('-') {
+                new_line += 1;
+                if new_line >= line {
+                    break;
+                }
+            }
+        }
+        kept.join("\n")
+    }
+
     /// Commits reachable from `head` and not from `base`, oldest first (by
     /// commit time, as `git log --reverse` lists them), with their subjects.
     pub fn commits_between(&self, base: &str, head: &str) -> Result<Vec<Commit>, String> {

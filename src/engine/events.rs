@@ -289,6 +289,10 @@ pub struct ReviewFeedback {
     /// review told twice starts one round.
     pub id: String,
     pub reviewer: String,
+    /// The head it reviewed (a commit id), where known: what changed since
+    /// is what the fix round did.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub commit: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub body: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

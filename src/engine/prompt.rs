@@ -104,7 +104,10 @@ fn review_report(reviews: &[ReviewFeedback]) -> String {
         for c in &r.comments {
             comments += 1;
             if comments > REVIEW_COMMENTS {
-                let _ = writeln!(out, "\n(more inline comments: read them on the pull request)");
+                let _ = writeln!(
+                    out,
+                    "\n(more inline comments: read them on the pull request)"
+                );
                 return out;
             }
             let _ = writeln!(out, "\nOn `{}`:", c.place().replace('`', "'"));

@@ -1034,7 +1034,8 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
                         s.reviews_seen.push(r.id.clone());
                     }
                 }
-                s.review_queue.retain(|q| !reviews.iter().any(|r| r.id == q.id));
+                s.review_queue
+                    .retain(|q| !reviews.iter().any(|r| r.id == q.id));
                 s.review = reviews.clone();
                 s.status = Some(SprintStatus::Partial);
                 s.completion = None;

@@ -170,6 +170,9 @@ pub struct Comparison {
     /// `ahead`, `behind`, `diverged` or `identical`: head against base.
     pub status: String,
     pub commits: Vec<ComparedCommit>,
+    /// What changed (GitHub lists at most 300 files).
+    #[serde(default)]
+    pub files: Vec<DiffEntry>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -217,10 +220,32 @@ pub struct DiffEntry {
 
 #[derive(Debug, Deserialize)]
 pub struct Review {
+    pub id: i64,
     pub state: String,
     /// Who reviewed (null for a deleted account).
     #[serde(default)]
     pub user: Option<Login>,
+    #[serde(default)]
+    pub body: String,
+    /// The pull request's head when it was submitted.
+    #[serde(default)]
+    pub commit_id: Option<String>,
+    #[serde(default)]
+    pub html_url: String,
+}
+
+/// A comment on a line of a pull request's diff, made in a review.
+#[derive(Debug, Deserialize)]
+pub struct ReviewComment {
+    pub path: String,
+    /// The line of the new file (null where the diff moved on since).
+    #[serde(default)]
+    pub line: Option<u32>,
+    #[serde(default)]
+    pub original_line: Option<u32>,
+    #[serde(default)]
+    pub diff_hunk: String,
+    pub body: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -184,12 +184,16 @@ impl ReviewEvent {
         })
     }
 
-    /// Whether it may let a sprint's pull request merge: an approval
-    /// submitted on one of the supervisor's own branches.
-    pub fn approves_a_sprint(&self) -> bool {
-        self.action == "submitted"
-            && self.state == "approved"
-            && self.head_ref.starts_with("supervise/")
+    /// Whether it may move a sprint's pull request on: an approval or a
+    /// request for changes submitted on one of the supervisor's own
+    /// branches, or a review there dismissed.
+    pub fn concerns_a_sprint(&self) -> bool {
+        let moves = match self.action.as_str() {
+            "submitted" => matches!(self.state.as_str(), "approved" | "changes_requested"),
+            "dismissed" => true,
+            _ => false,
+        };
+        moves && self.head_ref.starts_with("supervise/")
     }
 }
 

@@ -467,6 +467,18 @@ impl Repo<'_> {
             .collect())
     }
 
+    /// The files `head` changed since `base` (three-dot, as GitHub compares).
+    pub async fn changed_between(
+        &self,
+        base: &str,
+        head: &str,
+    ) -> Result<Vec<String>, GitHubError> {
+        let v: answers::Comparison = self
+            .get(&format!("/compare/{}...{}", enc(base), enc(head)))
+            .await?;
+        Ok(v.files.into_iter().map(|f| f.filename).collect())
+    }
+
     /// The pull request from `head` (open or not), if there is one.
     pub async fn pull_for(&self, head: &str) -> Result<Option<PullRequest>, GitHubError> {
         // The open one, if any: a sprint done again after its merge has a
@@ -648,26 +660,66 @@ impl Repo<'_> {
     /// for changes or dismissal stands, and a comment changes neither.
     /// Whether they may approve is the caller's to ask.
     pub async fn approvers(&self, number: i64) -> Result<Vec<String>, GitHubError> {
+        Ok(self
+            .latest_reviews(number)
+            .await?
+            .into_iter()
+            .filter(|(_, r)| r.state == "APPROVED")
+            .map(|(login, _)| login)
+            .collect())
+    }
+
+    /// Each reviewer's latest review that counts (approved, changes
+    /// requested or dismissed; a comment changes nothing), as GitHub counts
+    /// them for a merge, in the order they were submitted.
+    pub async fn latest_reviews(
+        &self,
+        number: i64,
+    ) -> Result<Vec<(String, answers::Review)>, GitHubError> {
         let v: Vec<answers::Review> = self
             .list(&format!("/pulls/{number}/reviews?per_page=100"), None)
             .await?;
-        let mut latest: Vec<(String, String)> = Vec::new();
+        let mut latest: Vec<(String, answers::Review)> = Vec::new();
         for r in v {
-            let Some(user) = r.user else { continue };
+            let Some(user) = r.user.as_ref().map(|u| u.login.clone()) else {
+                continue;
+            };
             if !matches!(
                 r.state.as_str(),
                 "APPROVED" | "CHANGES_REQUESTED" | "DISMISSED"
             ) {
                 continue;
             }
-            latest.retain(|(login, _)| *login != user.login);
-            latest.push((user.login, r.state));
+            latest.retain(|(login, _)| *login != user);
+            latest.push((user, r));
         }
-        Ok(latest
-            .into_iter()
-            .filter(|(_, state)| state == "APPROVED")
-            .map(|(login, _)| login)
-            .collect())
+        Ok(latest)
+    }
+
+    /// The comments on lines of the diff that one review made.
+    pub async fn review_comments(
+        &self,
+        number: i64,
+        review: i64,
+    ) -> Result<Vec<answers::ReviewComment>, GitHubError> {
+        self.list(
+            &format!("/pulls/{number}/reviews/{review}/comments?per_page=100"),
+            None,
+        )
+        .await
+    }
+
+    /// Asks `logins` to review pull request `number` (again).
+    pub async fn request_reviewers(
+        &self,
+        number: i64,
+        logins: &[String],
+    ) -> Result<(), GitHubError> {
+        self.send(
+            &format!("/pulls/{number}/requested_reviewers"),
+            serde_json::json!({ "reviewers": logins }),
+        )
+        .await
     }
 
     /// The files a pull request changes and is left with (removed ones left out).

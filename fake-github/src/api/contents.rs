@@ -180,7 +180,7 @@ pub(super) async fn compare(
     Path((o, r, basehead)): Path<(String, String, String)>,
     h: HeaderMap,
 ) -> Response {
-    let (_, repo) = enter!(f, "GET /repos/{o}/{r}/compare/{basehead}", h, o, r);
+    let (name, repo) = enter!(f, "GET /repos/{o}/{r}/compare/{basehead}", h, o, r);
     let Some((base, head)) = basehead.split_once("...") else {
         return error(StatusCode::NOT_FOUND, "Not Found");
     };
@@ -192,8 +192,11 @@ pub(super) async fn compare(
         Ok(c) => c.len(),
         Err(e) => return error(StatusCode::NOT_FOUND, &e),
     };
+    let files =
+        super::pulls::diff_entries(&name, &hd, repo.changed_files(&b, &hd).unwrap_or_default());
     match repo.commits_between(&b, &hd) {
         Ok(commits) => ok(json!({
+            "files": files,
             "status": match (commits.len(), behind) {
                 (0, 0) => "identical",
                 (_, 0) => "ahead",

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post, put};
 use axum::{Json, Router};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -48,6 +48,38 @@ pub struct Pull {
     /// background), and the value after.
     pub mergeable_asked_at: Option<String>,
 }
+
+/// A review of a pull request, as GitHub keeps it.
+#[derive(Debug, Clone)]
+pub struct Review {
+    pub id: i64,
+    pub repo: String,
+    pub pull: i64,
+    pub user: String,
+    /// `APPROVED`, `CHANGES_REQUESTED`, `COMMENTED` or `DISMISSED`.
+    pub state: String,
+    pub body: String,
+    /// The pull request's head when it was submitted.
+    pub commit_id: String,
+    pub submitted_at: String,
+}
+
+/// A comment on one line of a pull request's diff, made in a review.
+#[derive(Debug, Clone)]
+pub struct ReviewComment {
+    pub id: i64,
+    pub review: i64,
+    pub user: String,
+    pub path: String,
+    pub line: u32,
+    pub diff_hunk: String,
+    pub body: String,
+    pub commit_id: String,
+    pub created_at: String,
+}
+
+/// A comment a test's reviewer writes on a line: path, line, words.
+pub type LineComment<'a> = (&'a str, u32, &'a str);
 
 /// Which of GitHub's pull-request shapes to answer with.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -174,7 +206,10 @@ pub(crate) struct ApiState {
     /// one, and the check is made on every sub-issue added.
     pub(crate) parents: HashMap<i64, (String, i64)>,
     pub(crate) pulls: ByRepo<Pull>,
-    reviews: Vec<(String, i64, String, String)>,
+    pub(crate) reviews: Vec<Review>,
+    pub(crate) review_comments: Vec<ReviewComment>,
+    /// Who is asked to review each pull request, by (repository, number).
+    pub(crate) requested: HashMap<(String, i64), Vec<String>>,
     pub(crate) check_runs: ByRepo<CheckRun>,
     pub(crate) runs: ByRepo<Run>,
     /// Simulated runs created before this time (the fake's clock) end now.
@@ -365,41 +400,156 @@ impl FakeGitHub {
     /// `login` approves pull request `pr`: listed in its reviews, and told
     /// to the App as GitHub tells it (`pull_request_review`, `submitted`).
     pub fn approve(self: &Arc<Self>, repo: &str, pr: i64, login: &str) {
-        let head = {
-            let mut s = self.inner.lock();
-            s.api
-                .reviews
-                .push((repo.into(), pr, login.into(), "APPROVED".into()));
-            let found = s
-                .api
-                .pulls
-                .in_repo(repo)
-                .find(|p| p.number == pr)
-                .map(|p| (p.head.clone(), p.base.clone()));
-            found
+        self.review(repo, pr, login, "APPROVED", "", &[]);
+    }
+
+    /// `login` asks for changes on pull request `pr`, with a body and
+    /// comments on lines of its diff: kept as GitHub keeps them (each
+    /// comment with the hunk it was written against), and told to the App
+    /// as GitHub tells it — `pull_request_review_comment` for each comment,
+    /// then `pull_request_review`. The review's id.
+    pub fn request_changes(
+        self: &Arc<Self>,
+        repo: &str,
+        pr: i64,
+        login: &str,
+        body: &str,
+        comments: &[LineComment<'_>],
+    ) -> i64 {
+        self.review(repo, pr, login, "CHANGES_REQUESTED", body, comments)
+    }
+
+    /// Submits a review (see [`Self::request_changes`]); its id, or 0 for
+    /// a pull request the fake does not have.
+    pub fn review(
+        self: &Arc<Self>,
+        repo: &str,
+        pr: i64,
+        login: &str,
+        state: &str,
+        body: &str,
+        comments: &[LineComment<'_>],
+    ) -> i64 {
+        let Some(pull) = self.pulls(repo).into_iter().find(|p| p.number == pr) else {
+            return 0;
         };
-        let Some((head, base)) = head else { return };
+        let r = self.repo(repo);
+        let sha = self.branch(repo, &pull.head).unwrap_or_default();
+        let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let (review, said) = {
+            let mut s = self.inner.lock();
+            let id = s.api.id();
+            let review = Review {
+                id,
+                repo: repo.into(),
+                pull: pr,
+                user: login.into(),
+                state: state.into(),
+                body: body.into(),
+                commit_id: sha.clone(),
+                submitted_at: now.clone(),
+            };
+            s.api.reviews.push(review.clone());
+            let mut said = Vec::new();
+            for (path, line, text) in comments {
+                let hunk = r
+                    .as_ref()
+                    .map(|r| r.diff_hunk(&pull.base, &pull.head, path, *line))
+                    .unwrap_or_default();
+                let c = ReviewComment {
+                    id: s.api.id(),
+                    review: id,
+                    user: login.into(),
+                    path: (*path).into(),
+                    line: *line,
+                    diff_hunk: hunk,
+                    body: (*text).into(),
+                    commit_id: sha.clone(),
+                    created_at: now.clone(),
+                };
+                s.api.review_comments.push(c.clone());
+                said.push(c);
+            }
+            // A review answers its request, as on GitHub.
+            if let Some(asked) = s.api.requested.get_mut(&(repo.to_string(), pr)) {
+                asked.retain(|l| l != login);
+            }
+            (review, said)
+        };
+        let base = self.pull_payload(repo, &pull, &sha);
+        let mut deliveries = Vec::new();
+        for c in &said {
+            let mut p = base.clone();
+            p["action"] = json!("created");
+            p["comment"] = review_comment_json(c, repo, pr);
+            deliveries.push(("pull_request_review_comment", p));
+        }
+        let mut p = base;
+        p["action"] = json!("submitted");
+        p["review"] = review_json(&review);
+        deliveries.push(("pull_request_review", p));
+        let fake = self.clone();
+        tokio::spawn(async move {
+            for (event, payload) in deliveries {
+                fake.deliver(event, &payload).await;
+            }
+        });
+        review.id
+    }
+
+    /// A review is dismissed (by someone who may, or a push with the
+    /// repository's stale-review rule): it no longer counts, and the App is
+    /// told (`pull_request_review`, `dismissed`).
+    pub fn dismiss(self: &Arc<Self>, repo: &str, review: i64) {
+        let found = {
+            let mut s = self.inner.lock();
+            let r = s
+                .api
+                .reviews
+                .iter_mut()
+                .find(|r| r.repo == repo && r.id == review);
+            r.map(|r| {
+                r.state = "DISMISSED".into();
+                r.clone()
+            })
+        };
+        let Some(r) = found else { return };
+        let Some(pull) = self.pulls(repo).into_iter().find(|p| p.number == r.pull) else {
+            return;
+        };
+        let sha = self.branch(repo, &pull.head).unwrap_or_default();
+        let mut p = self.pull_payload(repo, &pull, &sha);
+        p["action"] = json!("dismissed");
+        p["review"] = review_json(&r);
+        let fake = self.clone();
+        tokio::spawn(async move {
+            fake.deliver("pull_request_review", &p).await;
+        });
+    }
+
+    /// Who pull request `pr` waits on for a review (asked and not yet
+    /// reviewed since).
+    pub fn requested_reviewers(&self, repo: &str, pr: i64) -> Vec<String> {
+        let s = self.inner.lock();
+        s.api
+            .requested
+            .get(&(repo.to_string(), pr))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The parts of a pull request webhook every review event carries.
+    fn pull_payload(&self, repo: &str, pull: &Pull, sha: &str) -> Value {
         let (owner, name) = repo.split_once('/').unwrap_or(("o", "r"));
-        let sha = self.branch(repo, &head).unwrap_or_default();
-        let payload = serde_json::json!({
-            "action": "submitted",
-            "review": {
-                "id": self.inner.lock().api.id(),
-                "state": "approved",
-                "user": { "login": login, "type": "User" },
-            },
+        json!({
             "pull_request": {
-                "number": pr,
-                "head": { "ref": head, "sha": sha },
-                "base": { "ref": base },
+                "number": pull.number,
+                "head": { "ref": pull.head, "sha": sha },
+                "base": { "ref": pull.base },
             },
             "repository": { "full_name": repo, "name": name, "owner": { "login": owner } },
             "installation": { "id": self.installation_of(repo) },
-        });
-        let fake = self.clone();
-        tokio::spawn(async move {
-            fake.deliver("pull_request_review", &payload).await;
-        });
+        })
     }
 
     pub fn issues(&self, repo: &str) -> Vec<Issue> {
@@ -650,6 +800,14 @@ pub(crate) fn routes(r: Router<Shared>) -> Router<Shared> {
         .route("/repos/{o}/{r}/pulls/{n}/merge", put(merge_pull))
         .route("/repos/{o}/{r}/pulls/{n}/files", get(pull_files))
         .route("/repos/{o}/{r}/pulls/{n}/reviews", get(list_reviews))
+        .route(
+            "/repos/{o}/{r}/pulls/{n}/reviews/{id}/comments",
+            get(pulls::list_review_comments),
+        )
+        .route(
+            "/repos/{o}/{r}/pulls/{n}/requested_reviewers",
+            post(pulls::request_reviewers),
+        )
         .route("/repos/{o}/{r}/check-runs", post(create_check_run))
         .route("/repos/{o}/{r}/check-runs/{id}", patch(update_check_run))
         .route(

@@ -2,7 +2,7 @@
 
 use super::{
     created, enter, error, ok, FakeGitHub, HashMap, HeaderMap, Json, Path, Pull, PullShape, Query,
-    Repo, Response, Shared, State, StatusCode, Value,
+    Repo, Response, Review, ReviewComment, Shared, State, StatusCode, Value,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -235,10 +235,121 @@ pub(super) async fn list_reviews(
         .api
         .reviews
         .iter()
-        .filter(|(rp, pr, _, _)| *rp == name && *pr == n)
-        .map(|(_, _, user, state)| json!({ "user": { "login": user }, "state": state }))
+        .filter(|rv| rv.repo == name && rv.pull == n)
+        .map(review_json)
         .collect();
     ok(Value::Array(list))
+}
+
+/// A review as GitHub answers it (in lists and in webhooks).
+pub(crate) fn review_json(r: &Review) -> Value {
+    json!({
+        "id": r.id,
+        "user": { "login": r.user, "type": "User" },
+        "body": r.body,
+        "state": r.state,
+        "commit_id": r.commit_id,
+        "submitted_at": r.submitted_at,
+        "html_url": format!("https://github.com/{}/pull/{}#pullrequestreview-{}", r.repo, r.pull, r.id),
+        "pull_request_url": format!("https://api.github.com/repos/{}/pulls/{}", r.repo, r.pull),
+        "author_association": "COLLABORATOR",
+    })
+}
+
+/// A review comment as GitHub answers it (in lists and in webhooks).
+pub(crate) fn review_comment_json(c: &ReviewComment, repo: &str, pull: i64) -> Value {
+    json!({
+        "id": c.id,
+        "pull_request_review_id": c.review,
+        "user": { "login": c.user, "type": "User" },
+        "path": c.path,
+        "line": c.line,
+        "original_line": c.line,
+        "side": "RIGHT",
+        "diff_hunk": c.diff_hunk,
+        "body": c.body,
+        "commit_id": c.commit_id,
+        "original_commit_id": c.commit_id,
+        "created_at": c.created_at,
+        "updated_at": c.created_at,
+        "html_url": format!("https://github.com/{repo}/pull/{pull}#discussion_r{}", c.id),
+        "pull_request_url": format!("https://api.github.com/repos/{repo}/pulls/{pull}"),
+        "author_association": "COLLABORATOR",
+    })
+}
+
+pub(super) async fn list_review_comments(
+    State(f): State<Shared>,
+    Path((o, r, n, id)): Path<(String, String, i64, i64)>,
+    h: HeaderMap,
+) -> Response {
+    let (name, _) = enter!(
+        f,
+        "GET /repos/{o}/{r}/pulls/{n}/reviews/{id}/comments",
+        h,
+        o,
+        r
+    );
+    let s = f.inner.lock();
+    if !s
+        .api
+        .reviews
+        .iter()
+        .any(|rv| rv.repo == name && rv.pull == n && rv.id == id)
+    {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    }
+    let list: Vec<Value> = s
+        .api
+        .review_comments
+        .iter()
+        .filter(|c| c.review == id)
+        .map(|c| review_comment_json(c, &name, n))
+        .collect();
+    ok(Value::Array(list))
+}
+
+#[derive(Deserialize)]
+pub(super) struct Reviewers {
+    #[serde(default)]
+    reviewers: Vec<String>,
+}
+
+/// Asks people to review a pull request. GitHub refuses (422) a reviewer
+/// who is the pull request's author or cannot be asked; the fake refuses a
+/// login it does not know, so a request for a stranger is seen.
+pub(super) async fn request_reviewers(
+    State(f): State<Shared>,
+    Path((o, r, n)): Path<(String, String, i64)>,
+    h: HeaderMap,
+    Json(body): Json<Reviewers>,
+) -> Response {
+    let (name, repo) = enter!(
+        f,
+        "POST /repos/{o}/{r}/pulls/{n}/requested_reviewers",
+        h,
+        o,
+        r
+    );
+    let Some(p) = find_pull(&f, &name, n) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    {
+        let mut s = f.inner.lock();
+        if let Some(stranger) = body.reviewers.iter().find(|l| !s.users.contains_key(*l)) {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &format!("Reviews may only be requested from collaborators. One or more of the users or teams you specified is not a collaborator of the {name} repository. ({stranger})"),
+            );
+        }
+        let asked = s.api.requested.entry((name.clone(), n)).or_default();
+        for l in body.reviewers {
+            if !asked.contains(&l) {
+                asked.push(l);
+            }
+        }
+    }
+    created(pull_json(&p, &repo, PullShape::Simple))
 }
 
 pub(super) async fn pull_files(
@@ -254,7 +365,13 @@ pub(super) async fn pull_files(
         Ok(f) => f,
         Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, &e),
     };
-    let items: Vec<Value> = files
+    ok(Value::Array(diff_entries(&name, &p.head, files)))
+}
+
+/// Files changed at `head`, as GitHub lists them in a pull request's files
+/// and a comparison (`diff-entry`): the fake counts no lines.
+pub(super) fn diff_entries(name: &str, head: &str, files: Vec<(char, String)>) -> Vec<Value> {
+    files
         .into_iter()
         .map(|(st, path)| {
             let status = match st {
@@ -267,13 +384,12 @@ pub(super) async fn pull_files(
                 "filename": path,
                 "status": status,
                 "additions": 0, "deletions": 0, "changes": 0,
-                "blob_url": format!("https://github.com/{name}/blob/{}/{path}", p.head),
-                "raw_url": format!("https://github.com/{name}/raw/{}/{path}", p.head),
+                "blob_url": format!("https://github.com/{name}/blob/{head}/{path}"),
+                "raw_url": format!("https://github.com/{name}/raw/{head}/{path}"),
                 "contents_url": format!("https://api.github.com/repos/{name}/contents/{path}"),
             })
         })
-        .collect();
-    ok(Value::Array(items))
+        .collect()
 }
 
 impl FakeGitHub {

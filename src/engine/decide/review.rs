@@ -40,7 +40,8 @@ impl Decider<'_> {
                 Some(u),
                 Some(s),
                 format!("Sprint {id}: a review by {who} waits for the next fix round"),
-                "a fix round is under way; what arrives meanwhile is answered together by the next".into(),
+                "a fix round is under way; what arrives meanwhile is answered together by the next"
+                    .into(),
             );
         } else {
             let state = if sp.status() == SprintStatus::Completed {

@@ -113,9 +113,37 @@ impl GitHubExecutor<'_> {
                     }
                 };
                 let needed = ctx.required_approvals.map_or(1, |n| n.get());
-                if merge_mode(&ctx, state, unit, sprint) == MergeMode::AfterReview
-                    && !approved_by_writers(&repo, number, needed).await?
-                {
+                let verified = row.and_then(|r| r.verified_sha);
+                let after_review = merge_mode(&ctx, state, unit, sprint) == MergeMode::AfterReview;
+                let latest = match after_review {
+                    true => repo.latest_reviews(number).await?,
+                    false => Vec::new(),
+                };
+                let waiting = super::reviews::sprint_run(state, unit, sprint)
+                    .filter(|sp| sp.awaiting_merge());
+                if let Some(sp) = waiting.filter(|_| after_review) {
+                    // A reviewer who may write asked for changes: a fix round
+                    // instead of this merge (the round's own merge follows).
+                    let asked = self
+                        .place
+                        .reviews
+                        .changes_asked(
+                            &repo,
+                            (op, number),
+                            (unit, sprint),
+                            &latest,
+                            &sp.reviews_seen,
+                        )
+                        .await?;
+                    if let Some(asked) = asked {
+                        return Ok(Outcome::Done(vec![asked]));
+                    }
+                    self.place
+                        .reviews
+                        .answer_round(&repo, op, number, sp, dispatch, verified.as_deref())
+                        .await?;
+                }
+                if after_review && !approved_by_writers(&repo, &latest, needed).await? {
                     // Whoever must review is told once (the status comment
                     // says so all along); the delivery id is the merge's, so
                     // a receiver drops the notice a restart sends again.
@@ -136,7 +164,6 @@ impl GitHubExecutor<'_> {
                 }
                 // Merged at the head that was verified: a branch moved since
                 // is refused by GitHub (409) rather than merged unverified.
-                let verified = row.and_then(|r| r.verified_sha);
                 match repo.merge(number, verified.as_deref()).await? {
                     Merge::Merged(head) => {
                         // The integration branch's head is now the merge
@@ -820,24 +847,27 @@ impl Operations {
 }
 
 /// Whether at least `needed` people who may write to the repository approve
-/// the pull request (each by their latest review, as GitHub counts them):
-/// anyone can review a public repository's pull request, and an approval by
-/// someone who could not merge it lets nothing merge here.
+/// the pull request and none of them asks for changes (each by their
+/// latest review, as GitHub counts them): anyone can review a public
+/// repository's pull request, and an approval by someone who could not
+/// merge it lets nothing merge here.
 async fn approved_by_writers(
     repo: &Repo<'_>,
-    number: i64,
+    latest: &[(String, crate::github::answers::Review)],
     needed: u32,
 ) -> Result<bool, GitHubError> {
     let mut writers = 0;
-    for login in repo.approvers(number).await? {
-        if super::may_write(repo, &login).await? {
-            writers += 1;
-            if writers >= needed {
-                return Ok(true);
-            }
+    for (login, review) in latest {
+        let counts = matches!(review.state.as_str(), "APPROVED" | "CHANGES_REQUESTED");
+        if !counts || !super::may_write(repo, login).await? {
+            continue;
         }
+        if review.state == "CHANGES_REQUESTED" {
+            return Ok(false);
+        }
+        writers += 1;
     }
-    Ok(false)
+    Ok(writers >= needed)
 }
 
 /// How a sprint's pull request is merged: as the repository's settings say;

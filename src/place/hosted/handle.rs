@@ -162,7 +162,7 @@ impl Handler {
             Event::IssueComment(c) => self.comment_to_act_on(c).is_some(),
             Event::PullRequest(pr) => self.pull_to_check(pr).is_some(),
             Event::CheckSuite(suite) => suite.may_matter(),
-            Event::PullRequestReview(review) => review.approves_a_sprint(),
+            Event::PullRequestReview(review) => review.concerns_a_sprint(),
             Event::WorkflowRun(_) => true,
         }
     }
@@ -297,18 +297,20 @@ impl Handler {
             Event::WorkflowRun(run) => self.ops.workflow_run(run).await,
             Event::PullRequest(pr) => self.pull_request(pr).await,
             Event::CheckSuite(suite) => self.check_suite(suite).await,
-            Event::PullRequestReview(review) if review.approves_a_sprint() => {
-                self.review_approved(review).await
+            Event::PullRequestReview(review) if review.concerns_a_sprint() => {
+                self.reviewed(review).await
             }
             Event::PullRequestReview(_) => Ok(()),
         }
     }
 
-    /// An approval of a sprint's pull request: if its reviewer may write to
-    /// the repository, the operations waiting for it merge now. Anyone can
-    /// review a public repository's pull request; a stranger's approval
-    /// costs one question and moves nothing.
-    async fn review_approved(&self, review: ReviewEvent) -> Result<(), OpError> {
+    /// A review of a sprint's pull request: the operations waiting for a
+    /// review look now — an approval merges, a request for changes starts a
+    /// fix round (a stranger's is answered there, and acted on by nobody),
+    /// a dismissal may leave one approval too few. Anyone can review a
+    /// public repository's pull request; a stranger's approval costs one
+    /// question and moves nothing.
+    async fn reviewed(&self, review: ReviewEvent) -> Result<(), OpError> {
         let Some(installation) = self.installation(review.installation) else {
             return Ok(());
         };
@@ -317,8 +319,10 @@ impl Handler {
             installation,
             name: &review.repo,
         };
-        if crate::place::hosted::may_write(&repo, &review.login).await? {
-            self.ops.approved(&review.repo).await
+        if review.state != "approved"
+            || crate::place::hosted::may_write(&repo, &review.login).await?
+        {
+            self.ops.reviewed(&review.repo).await
         } else {
             tracing::info!(login = %review.login, "an approval by someone who cannot write; not acted on");
             Ok(())

@@ -191,6 +191,8 @@ struct GhPlace {
     runs: runs::RunsInFlight,
     /// The integration branch as this replica's merges left it (`merges.rs`).
     merges: merges::Merges,
+    /// Reviews answered and fix rounds replied to (`reviews.rs`).
+    reviews: reviews::Reviews,
 }
 
 impl GhPlace {
@@ -205,6 +207,7 @@ impl GhPlace {
             status: publish::StatusComment::new(status_comment),
             runs: runs::RunsInFlight::default(),
             merges: merges::Merges::default(),
+            reviews: reviews::Reviews::default(),
         }
     }
 
@@ -378,6 +381,7 @@ pub mod handoff;
 mod head;
 mod merges;
 mod publish;
+mod reviews;
 mod runs;
 pub mod starter;
 pub mod throttle;

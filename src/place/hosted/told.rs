@@ -634,11 +634,12 @@ impl Operations {
         }
     }
 
-    /// A sprint's pull request was approved: the repository's operations
+    /// A sprint's pull request was reviewed: the repository's operations
     /// ask again at once whether their sprints waiting for a review may
-    /// merge (a merge waits on GitHub's word, which reconciliation would
-    /// otherwise ask for only every `SUPERVISE_RECONCILE_SECS`).
-    pub async fn approved(&self, repo: &str) -> Result<(), OpError> {
+    /// merge or must go back to work (a merge waits on GitHub's word, which
+    /// reconciliation would otherwise ask for only every
+    /// `SUPERVISE_RECONCILE_SECS`).
+    pub async fn reviewed(&self, repo: &str) -> Result<(), OpError> {
         for l in self.lives_of(repo) {
             let mut live = l.lock().await;
             let span = tracing::info_span!("operation", op = %live.place.ctx.op);
