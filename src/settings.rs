@@ -47,8 +47,8 @@ pub struct FileSettings {
     pub bots: Option<Vec<String>>,
     /// On GitHub: the agent workflow's file name in `.github/workflows/`.
     pub workflow: Option<String>,
-    /// On GitHub: merge a verified sprint's pull request `immediately` or
-    /// `after_review` (an approving review).
+    /// Merge a verified sprint `immediately` or `after_review` (an
+    /// approving review of its pull request; locally, `supervise review`).
     pub merge: Option<MergeMode>,
     /// On GitHub, when a sprint's pull request waits for review: how many
     /// people who may write must approve it (default 1).
@@ -139,6 +139,9 @@ pub struct Settings {
     pub agent_may_change_workflows: bool,
     /// Where notices go besides the terminal.
     pub notify: Option<crate::notify::Hook>,
+    /// How a verified sprint is merged (`after_review`: once a person
+    /// approves it).
+    pub merge: MergeMode,
 }
 
 /// Where a repository keeps its settings, from its top.
@@ -282,6 +285,7 @@ impl Settings {
             without_plan: flags.without_plan.or(file.without_plan).unwrap_or_default(),
             agent_may_change_workflows: file.agent_may_change_workflows.unwrap_or(false),
             notify: notify(file.notify, flags.notify),
+            merge: flags.merge.or(file.merge).unwrap_or_default(),
         }
     }
 }

@@ -416,6 +416,73 @@ fn stop_from_a_second_terminal_drains_and_resume_finishes() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
+/// `run --review`: a verified sprint waits for a person before its merge.
+/// `supervise review -m` with a comment on a line, from a second terminal,
+/// starts a fix round on the same branch whose prompt quotes both (with
+/// the lines the comment is on); `--approve` of the round's head merges it,
+/// and the run ends. No failure is counted and one round is paid for.
+#[test]
+fn a_review_from_the_terminal_gets_a_fix_round_then_an_approval_merges() {
+    const ONE: &str =
+        "# P\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| docs | docs | 0 |\n\n## docs\n### Sprint 1: Write the guide\n- [ ] `docs/docs-sprint-1.txt` exists\n";
+    let repo = Repo::new(ONE, "docs 1 ok,prompt\n");
+    let out = repo.cmd(&["review", "docs", "--approve"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("No operation for this plan yet"), "{}", text(&out));
+    let mut sup = repo.spawn(&["--review"]);
+    let sprint = |r: &Repo| r.unit("docs")["sprints"][0].clone();
+    repo.wait_for("the operation started", |r| {
+        r.cmd(&["status", "--json"]).output().unwrap().status.success()
+    });
+    repo.wait_for("the sprint verified, waiting for a review", |r| {
+        sprint(r)["status"] == "COMPLETED"
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !repo.integration_files().contains("docs/docs-sprint-1.txt"),
+        "merged before a review"
+    );
+    let bad = ["review", "docs", "-m", "x", "--comment", "docs/docs-sprint-1.txt:one:x"];
+    let out = repo.cmd(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("is not a line number"), "{}", text(&out));
+    let ask = [
+        "review",
+        "docs",
+        "-m",
+        "Say more.",
+        "--comment",
+        "docs/docs-sprint-1.txt:1:name the model",
+    ];
+    let out = repo.cmd(&ask).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("Asked for changes"), "{}", text(&out));
+    repo.wait_for("the fix round verified", |r| {
+        let s = sprint(r);
+        s["review_rounds"] == 1 && s["status"] == "COMPLETED"
+    });
+    let op = repo.state()["id"].as_str().unwrap().to_string();
+    let prompt = git(
+        &repo.root,
+        &["show", &format!("supervise/{op}/docs/sprint-1:docs/docs-sprint-1.txt")],
+    );
+    for said in [
+        "Review by",
+        "> Say more.",
+        "On `docs/docs-sprint-1.txt:1`",
+        "done by",
+        "> name the model",
+    ] {
+        assert!(prompt.contains(said), "{said}: {prompt}");
+    }
+    let out = repo.cmd(&["review", "docs", "--approve"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(sup.wait().unwrap().code(), Some(0));
+    assert!(repo.integration_files().contains("docs/docs-sprint-1.txt"));
+    assert_eq!(repo.invocations().len(), 2, "one fix round");
+    assert_eq!(sprint(&repo)["failures"], 0);
+}
+
 #[test]
 fn killall_terminates_agents_and_keeps_their_work_for_inspection() {
     let repo = Repo::new(PLAN, "api 1 wip,ok\ndocs 1 hang,ok\n");

@@ -5,6 +5,7 @@ pub mod action_cmd;
 pub mod doctor_cmd;
 pub mod plan_cmd;
 pub mod publish_cmd;
+pub mod review_cmd;
 pub mod run_cmd;
 pub mod serve_cmd;
 pub mod setup_cmd;
@@ -112,6 +113,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Review a verified sprint that waits for you (`run --review`):
+    /// approve it, or ask for changes (a fix round on its branch).
+    Review(review_cmd::ReviewArgs),
     /// Resume STOPPED, KILLED and BLOCKED units (all, or one), confirming manual sprints.
     #[command(after_help = examples_then_statuses("  supervise resume            # every halted unit\n  supervise resume api        # only the unit `api`"))]
     Resume {
@@ -417,6 +421,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Doctor(args) => doctor_cmd::run(&args),
         Command::Setup(args) => setup_cmd::run(args),
         Command::Spend { plan, json } => run_cmd::spend(plan.as_deref(), json),
+        Command::Review(args) => review_cmd::run(&args),
         Command::Stop { plan } => run_cmd::command(plan.as_deref(), Input::Stop, "stop"),
         Command::Killall { plan } => run_cmd::command(plan.as_deref(), Input::Killall, "killall"),
         Command::NameFeature { plan } => {

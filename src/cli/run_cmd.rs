@@ -67,6 +67,11 @@ pub struct RunFlags {
     /// chooses the format and the notices).
     #[arg(long, env = "SUPERVISE_NOTIFY_URL", value_name = "URL")]
     pub notify: Option<String>,
+    /// Each verified sprint waits for your review before it is merged
+    /// (`supervise review <unit> --approve`, or `-m` to ask for changes):
+    /// `merge: after_review` in the settings.
+    #[arg(long)]
+    pub review: bool,
     /// Print one JSON object per event instead of the status table.
     #[arg(long)]
     pub json: bool,
@@ -167,6 +172,11 @@ const SETTING_FLAGS: &[SettingFlag] = &[
         shown: Some(|c, tick_ms| format!("{} s", u64::from(c.stop_timeout_ticks) * tick_ms / 1000)),
     },
     SettingFlag {
+        name: "--review",
+        given: |f| f.review,
+        shown: None,
+    },
+    SettingFlag {
         name: "--notify",
         given: |f| f.notify.is_some() && f.notify != std::env::var("SUPERVISE_NOTIFY_URL").ok(),
         shown: None,
@@ -202,6 +212,7 @@ impl RunFlags {
             kill_grace: self.kill_grace,
             stop_timeout: self.stop_timeout,
             tick_ms: self.tick_ms,
+            merge: self.review.then_some(settings::MergeMode::AfterReview),
             notify: self.notify.clone().map(|url| settings::NotifySettings {
                 url: Some(url),
                 ..Default::default()

@@ -67,7 +67,9 @@ pub(super) struct LocalPlace {
     /// removed once nothing waits on this process.
     merged_worktrees: Vec<String>,
     /// Where notices go besides the terminal (`notify:`, `--notify`).
-    notifier: crate::notify::Notifier,
+    pub(super) notifier: crate::notify::Notifier,
+    /// Sprint heads whose wait for a review was told (`review.rs`).
+    pub(super) review_told: HashSet<String>,
 }
 
 impl Drop for LocalPlace {
@@ -93,6 +95,15 @@ impl Executor for LocalPlace {
             let notice =
                 crate::notify::Notice::new(&st.id.0, entry.key, *kind, unit.as_deref(), &said);
             self.notifier.tell(*kind, notice);
+        }
+        if let (Effect::Integrate { unit, sprint, .. }, Some(st)) = (&entry.effect, state) {
+            let branch = sprint_branch(&st.id.0, &st.unit_slug(unit), sprint.as_str());
+            if let Some(outcome) = self
+                .review_gate(st, unit, sprint, &branch)
+                .map_err(LocalError)?
+            {
+                return Ok(outcome);
+            }
         }
         self.effect(state, &entry.effect)
             .map(Outcome::Done)
@@ -133,6 +144,7 @@ impl LocalPlace {
             ),
             status_due: true,
             merged_worktrees: Vec::new(),
+            review_told: HashSet::new(),
             settings,
         }
     }

@@ -319,6 +319,15 @@ impl Git {
         }
     }
 
+    /// The text of `path` (from the repository's top) at commit `at`, if it
+    /// is a file there and reads as UTF-8.
+    pub fn file_at(&self, at: &str, path: &str) -> Option<String> {
+        let commit = self.repo.revparse_single(at).ok()?.peel_to_commit().ok()?;
+        let entry = commit.tree().ok()?.get_path(Path::new(path)).ok()?;
+        let blob = entry.to_object(&self.repo).ok()?.peel_to_blob().ok()?;
+        String::from_utf8(blob.content().to_vec()).ok()
+    }
+
     /// The head of branch `name`, if it exists.
     pub fn branch_head(&self, name: &str) -> Option<String> {
         self.branch_oid(name).ok().flatten().map(|o| o.to_string())

@@ -14,5 +14,6 @@ pub mod found_done;
 pub mod git;
 pub mod lockfile;
 pub mod process;
+pub mod review;
 pub mod screen;
 pub mod supervisor;

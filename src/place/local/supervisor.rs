@@ -365,6 +365,10 @@ impl Supervisor {
                     next_tick = Instant::now() + tick;
                     let requests = self.control_requests()?;
                     self.driver.queue.extend(requests);
+                    // Merges waiting for a person's review look again (the
+                    // reviews file may have a new line).
+                    finish_now(self.driver.drive(&mut self.ledger, &mut self.place, true))
+                        .map_err(anyhow::Error::from)?;
                     Some(Input::Tick)
                 }
                 Err(RecvTimeoutError::Disconnected) => {
