@@ -428,11 +428,19 @@ fn a_review_from_the_terminal_gets_a_fix_round_then_an_approval_merges() {
     let repo = Repo::new(ONE, "docs 1 ok,prompt\n");
     let out = repo.cmd(&["review", "docs", "--approve"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("No operation for this plan yet"), "{}", text(&out));
+    assert!(
+        text(&out).contains("No operation for this plan yet"),
+        "{}",
+        text(&out)
+    );
     let mut sup = repo.spawn(&["--review"]);
     let sprint = |r: &Repo| r.unit("docs")["sprints"][0].clone();
     repo.wait_for("the operation started", |r| {
-        r.cmd(&["status", "--json"]).output().unwrap().status.success()
+        r.cmd(&["status", "--json"])
+            .output()
+            .unwrap()
+            .status
+            .success()
     });
     repo.wait_for("the sprint verified, waiting for a review", |r| {
         sprint(r)["status"] == "COMPLETED"
@@ -442,10 +450,21 @@ fn a_review_from_the_terminal_gets_a_fix_round_then_an_approval_merges() {
         !repo.integration_files().contains("docs/docs-sprint-1.txt"),
         "merged before a review"
     );
-    let bad = ["review", "docs", "-m", "x", "--comment", "docs/docs-sprint-1.txt:one:x"];
+    let bad = [
+        "review",
+        "docs",
+        "-m",
+        "x",
+        "--comment",
+        "docs/docs-sprint-1.txt:one:x",
+    ];
     let out = repo.cmd(&bad).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out).contains("is not a line number"), "{}", text(&out));
+    assert!(
+        text(&out).contains("is not a line number"),
+        "{}",
+        text(&out)
+    );
     let ask = [
         "review",
         "docs",
@@ -464,7 +483,10 @@ fn a_review_from_the_terminal_gets_a_fix_round_then_an_approval_merges() {
     let op = repo.state()["id"].as_str().unwrap().to_string();
     let prompt = git(
         &repo.root,
-        &["show", &format!("supervise/{op}/docs/sprint-1:docs/docs-sprint-1.txt")],
+        &[
+            "show",
+            &format!("supervise/{op}/docs/sprint-1:docs/docs-sprint-1.txt"),
+        ],
     );
     for said in [
         "Review by",

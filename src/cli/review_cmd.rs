@@ -14,7 +14,9 @@ use anyhow::{anyhow, Result};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, clap::Args)]
-#[command(after_help = "Examples:\n  supervise review api --approve\n  supervise review api -m \"Name the error type after the module.\" --comment src/api.rs:12:\"return a Result here\"")]
+#[command(
+    after_help = "Examples:\n  supervise review api --approve\n  supervise review api -m \"Name the error type after the module.\" --comment src/api.rs:12:\"return a Result here\""
+)]
 pub struct ReviewArgs {
     /// The work unit whose verified sprint is reviewed.
     pub unit: String,
@@ -51,7 +53,9 @@ fn line_comment(said: &str) -> Result<(String, u32, String)> {
         .filter(|l| *l > 0)
         .ok_or_else(|| anyhow!("--comment {said:?}: {line:?} is not a line number (1 or more)"))?;
     if path.trim().is_empty() || text.trim().is_empty() {
-        return Err(anyhow!("--comment {said:?}: both the path and the text are needed"));
+        return Err(anyhow!(
+            "--comment {said:?}: both the path and the text are needed"
+        ));
     }
     Ok((path.trim().to_string(), line, text.trim().to_string()))
 }
@@ -71,7 +75,8 @@ fn sprint_of(st: &OperationState, unit: &str, named: Option<&str>) -> Result<Spr
     };
     let run = &st.units[u];
     if let Some(n) = named {
-        let id = SprintId::parse(n).ok_or_else(|| anyhow!("--sprint {n:?}: not a sprint number (1, 2, 2.1 …)"))?;
+        let id = SprintId::parse(n)
+            .ok_or_else(|| anyhow!("--sprint {n:?}: not a sprint number (1, 2, 2.1 …)"))?;
         if !run.sprints.iter().any(|s| s.id == id) {
             return Err(anyhow!("{unit} has no Sprint {id}"));
         }
@@ -106,7 +111,12 @@ pub fn run(args: &ReviewArgs) -> Result<i32> {
         eprintln!("Say what the review is: --approve, or -m \"what to change\" (and --comment PATH:LINE:TEXT).");
         return Ok(exit::USAGE);
     }
-    let comments = match args.comment.iter().map(|c| line_comment(c)).collect::<Result<Vec<_>>>() {
+    let comments = match args
+        .comment
+        .iter()
+        .map(|c| line_comment(c))
+        .collect::<Result<Vec<_>>>()
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
@@ -130,7 +140,8 @@ pub fn run(args: &ReviewArgs) -> Result<i32> {
         }
     };
     let git = Git::open(&plan.root, &dir)?;
-    let branch = crate::contract::sprint_branch(&st.id.0, &st.unit_slug(&args.unit), sprint.as_str());
+    let branch =
+        crate::contract::sprint_branch(&st.id.0, &st.unit_slug(&args.unit), sprint.as_str());
     let head = git.branch_head(&branch).unwrap_or_default();
     let comments = comments
         .into_iter()
@@ -178,8 +189,15 @@ pub fn run(args: &ReviewArgs) -> Result<i32> {
         },
     )?;
     let what = match verdict {
-        Verdict::Approved => format!("Approved {} Sprint {sprint} at {}: it is merged", args.unit, crate::text::short_id(&head)),
-        Verdict::ChangesRequested => format!("Asked for changes to {} Sprint {sprint}: a fix round starts on {branch}", args.unit),
+        Verdict::Approved => format!(
+            "Approved {} Sprint {sprint} at {}: it is merged",
+            args.unit,
+            crate::text::short_id(&head)
+        ),
+        Verdict::ChangesRequested => format!(
+            "Asked for changes to {} Sprint {sprint}: a fix round starts on {branch}",
+            args.unit
+        ),
     };
     match supervisor::running_supervisor(&dir) {
         Some(pid) => println!("{what} (the running supervisor, pid {pid}, reads it within a tick)."),

@@ -172,13 +172,13 @@ const SETTING_FLAGS: &[SettingFlag] = &[
         shown: Some(|c, tick_ms| format!("{} s", u64::from(c.stop_timeout_ticks) * tick_ms / 1000)),
     },
     SettingFlag {
-        name: "--review",
-        given: |f| f.review,
+        name: "--notify",
+        given: |f| f.notify.is_some() && f.notify != std::env::var("SUPERVISE_NOTIFY_URL").ok(),
         shown: None,
     },
     SettingFlag {
-        name: "--notify",
-        given: |f| f.notify.is_some() && f.notify != std::env::var("SUPERVISE_NOTIFY_URL").ok(),
+        name: "--review",
+        given: |f| f.review,
         shown: None,
     },
 ];

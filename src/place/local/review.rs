@@ -110,10 +110,17 @@ impl LocalPlace {
                 crate::text::shell_quote(unit),
                 crate::text::shell_quote(unit),
             );
-            self.screen
-                .notice(&format!("{}{text}", crate::report::notice_prefix(NoticeKind::AwaitingReview)));
-            let notice =
-                crate::notify::Notice::new(&st.id.0, format!("review-{head}"), NoticeKind::AwaitingReview, Some(unit), &text);
+            self.screen.notice(&format!(
+                "{}{text}",
+                crate::report::notice_prefix(NoticeKind::AwaitingReview)
+            ));
+            let notice = crate::notify::Notice::new(
+                &st.id.0,
+                format!("review-{head}"),
+                NoticeKind::AwaitingReview,
+                Some(unit),
+                &text,
+            );
             self.notifier.tell(NoticeKind::AwaitingReview, notice);
         }
         Ok(Some(Outcome::Wait(Vec::new())))
