@@ -220,6 +220,54 @@ fn changes_requested_get_fix_rounds_then_the_reviewer_is_named() {
     );
 }
 
+/// Changes asked for on the final pull request, once every unit is done:
+/// a "review fixes" unit after all the others whose one sprint quotes the
+/// review, and when it is merged the operation completes again and the
+/// final report is asked for again (the whole plan verified on the new
+/// head). Before the end, such a review is refused with why.
+#[test]
+fn changes_on_the_final_pull_request_get_a_review_fixes_unit() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    let review = ReviewFeedback {
+        id: "f1".into(),
+        reviewer: "mia".into(),
+        body: "The guide should link the API.".into(),
+        ..Default::default()
+    };
+    let early = sim.send(Input::FinalChangesRequested {
+        review: review.clone(),
+    });
+    assert!(
+        early
+            .unwrap_err()
+            .to_string()
+            .contains("once every unit is done"),
+        "a review of the final pull request before the end"
+    );
+    for unit in ["api", "docs", "api", "web"] {
+        sim.finish(unit, success());
+    }
+    assert_eq!(sim.st().status, OverallStatus::Completed);
+    sim.send(Input::FinalChangesRequested {
+        review: review.clone(),
+    })
+    .unwrap();
+    // Told twice: one unit.
+    sim.send(Input::FinalChangesRequested { review }).unwrap();
+    assert_eq!(sim.st().status, OverallStatus::Running);
+    assert_eq!(sim.st().units.len(), 4);
+    let fix = sim.order_for("review fixes");
+    assert!(
+        fix.prompt.contains("Review by mia")
+            && fix.prompt.contains("> The guide should link the API."),
+        "{}",
+        fix.prompt
+    );
+    let d = sim.finish("review fixes", success());
+    assert_eq!(sim.st().status, OverallStatus::Completed);
+    assert!(d.effects.contains(&Effect::FinalReport), "{:?}", d.effects);
+}
+
 #[test]
 fn failure_retries_on_a_stronger_model_with_what_went_wrong() {
     let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());

@@ -1245,6 +1245,85 @@ async fn a_review_asking_for_changes_gets_a_fix_round_and_one_reply() {
     assert_eq!(s.runs_of("/api/1/").len(), 2, "one fix round");
 }
 
+/// Changes asked for on the final pull request: the reviewer is told a fix
+/// round runs, a "review fixes" unit after the others takes the review on
+/// the integration branch, and once its work is merged the whole plan is
+/// verified again and the one final report is edited to say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_review_of_the_final_pull_request_gets_a_fix_round_and_a_new_verdict() {
+    let s = Story::begin("").await;
+    s.say("/supervise start").await;
+    s.until("the final pull request", 180, |s| s.final_pull().is_some())
+        .await;
+    let final_marker = "/final -->";
+    s.until("the final report", 60, |s| {
+        s.bot_comments(s.issue)
+            .iter()
+            .any(|c| c.contains(final_marker))
+    })
+    .await;
+    let pr = s.final_pull().unwrap();
+    s.fake
+        .request_changes(REPO, pr.number, "mia", "Add a changelog entry.", &[]);
+    s.until_on(pr.number, "the reviewer told of the round", 60, |s| {
+        s.bot_comments(pr.number)
+            .iter()
+            .any(|c| c.contains("A fix round for this review"))
+    })
+    .await;
+    s.until("the review fixes dispatched", 60, |s| {
+        !s.runs_of("/review-fixes/").is_empty()
+    })
+    .await;
+    let run = s.runs_of("/review-fixes/").pop().unwrap();
+    let prompt = s.prompt_of(&run);
+    assert!(
+        prompt.contains("Review by mia") && prompt.contains("> Add a changelog entry."),
+        "{prompt}"
+    );
+    // Nothing a machine checks: its pull request waits for an approval.
+    s.until("the fix verified", 60, |s| {
+        s.fake
+            .pulls(REPO)
+            .iter()
+            .any(|p| p.head.contains("/review-fixes/") && p.state == "open")
+    })
+    .await;
+    let fix = s
+        .fake
+        .pulls(REPO)
+        .into_iter()
+        .find(|p| p.head.contains("/review-fixes/"))
+        .unwrap();
+    s.fake.approve(REPO, fix.number, "mia");
+    s.until("the final report edited after the round", 120, |s| {
+        s.bot_comments(s.issue)
+            .iter()
+            .any(|c| c.contains(final_marker) && c.contains("5/5 sprints accounted for"))
+    })
+    .await;
+    let finals: Vec<String> = s
+        .bot_comments(s.issue)
+        .into_iter()
+        .filter(|c| c.contains(final_marker))
+        .collect();
+    assert_eq!(finals.len(), 1, "one final report, edited: {finals:#?}");
+    // Verified again on the head the fix left, which the pull request shows.
+    let head = s.fake.branch(REPO, &pr.head).unwrap();
+    assert!(
+        finals[0].contains(&format!("Final head {}", &head[..7])),
+        "{}",
+        finals[0]
+    );
+    let files = s.fake.files(REPO, &head);
+    assert!(
+        files
+            .iter()
+            .any(|f| f.contains("review fixes-sprint-1.txt")),
+        "the fix is on the final pull request's head: {files:?}"
+    );
+}
+
 /// `required_approvals: 2`: one writer's approval merges nothing; a second
 /// writer's does, on its review's webhook (reconciliation is ten minutes
 /// away).

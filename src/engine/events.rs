@@ -279,6 +279,12 @@ pub enum Input {
         sprint: SprintId,
         review: ReviewFeedback,
     },
+    /// A person who may write asked for changes on the final pull request
+    /// (the whole operation's work): a "review fixes" unit on the
+    /// integration branch, after which the whole plan is verified again.
+    FinalChangesRequested {
+        review: ReviewFeedback,
+    },
 }
 
 /// One review asking for changes, as its reviewer wrote it: untrusted text,

@@ -151,6 +151,14 @@ pub struct ReviewEvent {
     /// case (the webhook writes it so; the REST API in capitals).
     pub state: String,
     pub login: String,
+    /// The review's id (0 where a payload leaves it out).
+    #[serde(default)]
+    pub id: i64,
+    #[serde(default)]
+    pub body: String,
+    /// The head it reviewed.
+    #[serde(default)]
+    pub commit: String,
 }
 
 #[derive(Deserialize)]
@@ -166,6 +174,12 @@ struct RawReviewEvent {
 struct RawReview {
     state: String,
     user: RawUser,
+    #[serde(default)]
+    id: i64,
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    commit_id: Option<String>,
 }
 
 impl ReviewEvent {
@@ -181,6 +195,9 @@ impl ReviewEvent {
             head_ref: r.pull_request.head.branch,
             state: r.review.state.to_ascii_lowercase(),
             login: r.review.user.login,
+            id: r.review.id,
+            body: r.review.body.unwrap_or_default(),
+            commit: r.review.commit_id.unwrap_or_default(),
         })
     }
 
@@ -194,6 +211,15 @@ impl ReviewEvent {
             _ => false,
         };
         moves && self.head_ref.starts_with("supervise/")
+    }
+
+    /// Whether it asks for changes on an operation's final pull request
+    /// (from its integration branch).
+    pub fn asks_changes_of_a_final_pull(&self) -> bool {
+        self.action == "submitted"
+            && self.state == "changes_requested"
+            && self.head_ref.starts_with("supervise/")
+            && self.head_ref.ends_with("/integration")
     }
 }
 

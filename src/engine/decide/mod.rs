@@ -167,6 +167,7 @@ pub fn decide_shared(
             sprint,
             review,
         } => c.changes_requested(&unit, &sprint, review)?,
+        Input::FinalChangesRequested { review } => c.final_changes_requested(review)?,
         Input::AddWork { units } => c.add_work(units)?,
         Input::ManualConfirmed { unit, sprint } => {
             let (u, s) = c.locate(&unit, &sprint)?;

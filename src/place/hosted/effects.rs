@@ -444,11 +444,15 @@ impl GitHubExecutor<'_> {
         );
         let branch = sprint_branch(&ctx.op, &unit_slug, order.sprint.as_str());
         let integration = integration_branch(&ctx.op);
-        // Work a workflow added is in no plan file: its definition goes on
-        // the sprint branch, for the agent workflow's verifying job.
+        // Work a workflow added, or a review of the final pull request (a
+        // unit read from no file: line 0), is in no plan file: its
+        // definition goes on the sprint branch, for the agent workflow's
+        // verifying job.
         let spec = state
-            .filter(|st| st.workflow.is_some())
-            .and_then(|st| st.plan.unit(&order.unit))
+            .and_then(|st| {
+                let unit = st.plan.unit(&order.unit)?;
+                (st.workflow.is_some() || unit.line == 0).then_some(unit)
+            })
             .map(|unit| crate::contract::SprintSpec {
                 unit: unit.clone(),
                 answer_file: order.answer_file.clone(),
@@ -748,8 +752,11 @@ impl Operations {
         let repo = self.repo(ctx);
         let integration = integration_branch(&ctx.op);
         let summary = report::final_summary(st);
-        let marker = report::posts::notice_marker(&ctx.op, &format!("final-{key}"));
-        repo.comment_once(ctx.issue, Some(&ctx.started_at), &marker, &summary)
+        // One final comment, edited when the operation completes again (a
+        // review of the final pull request asked for changes, and the
+        // whole plan was verified again on the new head).
+        let marker = report::posts::notice_marker(&ctx.op, "final");
+        repo.upsert_comment(ctx.issue, Some(&ctx.started_at), &marker, &summary)
             .await?;
         // The supervisor's bookkeeping (results records, long prompts, sprint
         // specs) served the sprints; the default branch gets the work.

@@ -319,6 +319,9 @@ impl Handler {
             installation,
             name: &review.repo,
         };
+        if review.asks_changes_of_a_final_pull() {
+            return self.final_review(&review, &repo).await;
+        }
         if review.state != "approved"
             || crate::place::hosted::may_write(&repo, &review.login).await?
         {
@@ -327,6 +330,50 @@ impl Handler {
             tracing::info!(login = %review.login, "an approval by someone who cannot write; not acted on");
             Ok(())
         }
+    }
+
+    /// Changes asked for on an operation's final pull request: by someone
+    /// who may write, the operation gets a "review fixes" unit (see
+    /// `engine::decide::review`) and the reviewer is told so there; anyone
+    /// else is answered and not acted on.
+    async fn final_review(
+        &self,
+        review: &ReviewEvent,
+        repo: &crate::github::repo::Repo<'_>,
+    ) -> Result<(), OpError> {
+        use super::reviews;
+        let Some(op) = crate::contract::operation_of_branch(&review.head_ref) else {
+            return Ok(());
+        };
+        let Some(row) = self
+            .ops
+            .store
+            .operation(op)
+            .await?
+            .filter(|r| r.repo == review.repo)
+        else {
+            return Ok(());
+        };
+        let who = (review.id, review.login.as_str());
+        if !crate::place::hosted::may_write(repo, &review.login).await? {
+            return Ok(reviews::not_acted_on(repo, op, review.number, who).await?);
+        }
+        let feedback =
+            reviews::feedback(repo, review.number, who, &review.commit, &review.body).await?;
+        let input = crate::engine::Input::FinalChangesRequested { review: feedback };
+        let said = match self.ops.decide_on(&review.repo, row.issue, input).await? {
+            Some((_, crate::drive::Decided::Acted(events))) if !events.is_empty() => {
+                "A fix round for this review runs on the operation's integration branch (a `review fixes` unit after the others). When it is merged, the whole plan is verified again on the new head, and this pull request and the final report show it.".to_string()
+            }
+            Some((_, crate::drive::Decided::Refused(r))) => r.to_string(),
+            // Told twice, or the operation is gone: said already, or nothing to say.
+            _ => return Ok(()),
+        };
+        let marker =
+            crate::report::posts::notice_marker(op, &format!("final-review-{}", review.id));
+        repo.comment_once(review.number, None, &marker, &said)
+            .await?;
+        Ok(())
     }
 
     /// A finished check suite: verifications waiting for CI on its head go on.

@@ -53,6 +53,55 @@ fn bounded(text: &str) -> String {
     text.chars().take(TEXT_CHARS).collect()
 }
 
+/// A review asking for changes as a fix round's feedback: its body and its
+/// inline comments (each with its hunk), scrubbed and bounded.
+pub(super) async fn feedback(
+    repo: &Repo<'_>,
+    number: i64,
+    (id, login): (i64, &str),
+    commit: &str,
+    body: &str,
+) -> Result<ReviewFeedback, GitHubError> {
+    let comments = repo
+        .review_comments(number, id)
+        .await?
+        .into_iter()
+        .take(COMMENTS)
+        .map(|c| ReviewComment {
+            line: c.line.or(c.original_line),
+            path: c.path,
+            hunk: bounded(&c.diff_hunk),
+            body: bounded(&c.body),
+        })
+        .collect();
+    Ok(ReviewFeedback {
+        id: id.to_string(),
+        reviewer: login.to_string(),
+        commit: commit.to_string(),
+        body: bounded(body),
+        comments,
+    })
+}
+
+/// The reply to a change request by someone who may not write.
+pub(super) async fn not_acted_on(
+    repo: &Repo<'_>,
+    op: &str,
+    number: i64,
+    (id, login): (i64, &str),
+) -> Result<(), GitHubError> {
+    let marker = crate::report::posts::notice_marker(op, &format!("review-{id}"));
+    repo.comment_once(
+        number,
+        None,
+        &marker,
+        &format!(
+            "The review by {login} asks for changes, but only people who may write to this repository can start a fix round, so it was not acted on. Someone who may write can ask for the same changes in a review of their own."
+        ),
+    )
+    .await
+}
+
 impl Reviews {
     /// A change request the engine has not seen, from someone who may
     /// write, as the input that starts its fix round; strangers' are
@@ -74,42 +123,16 @@ impl Reviews {
                 continue;
             }
             if !may_write(repo, &login).await? {
-                let marker = crate::report::posts::notice_marker(op, &format!("review-{}", r.id));
-                repo.comment_once(
-                    number,
-                    None,
-                    &marker,
-                    &format!(
-                        "The review by {login} asks for changes, but only people who may write to this repository can start a fix round, so it was not acted on. Someone who may write can ask for the same changes in a review of their own."
-                    ),
-                )
-                .await?;
+                not_acted_on(repo, op, number, (r.id, &login)).await?;
                 self.ignored.insert(r.id);
                 tracing::info!(%login, review = r.id, "a change request by someone who cannot write; answered, not acted on");
                 continue;
             }
-            let comments = repo
-                .review_comments(number, r.id)
-                .await?
-                .into_iter()
-                .take(COMMENTS)
-                .map(|c| ReviewComment {
-                    line: c.line.or(c.original_line),
-                    path: c.path,
-                    hunk: bounded(&c.diff_hunk),
-                    body: bounded(&c.body),
-                })
-                .collect();
+            let commit = r.commit_id.clone().unwrap_or_default();
             return Ok(Some(Input::ChangesRequested {
                 unit: unit.to_string(),
                 sprint: sprint.clone(),
-                review: ReviewFeedback {
-                    id: r.id.to_string(),
-                    reviewer: login,
-                    commit: r.commit_id.clone().unwrap_or_default(),
-                    body: bounded(&r.body),
-                    comments,
-                },
+                review: feedback(repo, number, (r.id, &login), &commit, &r.body).await?,
             }));
         }
         Ok(None)

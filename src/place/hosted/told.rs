@@ -462,7 +462,7 @@ impl Operations {
         input: Input,
         on: OnOperation,
     ) -> Result<String, OpError> {
-        let Some(row) = self.store.operation_on(repo, issue).await? else {
+        let Some((op, decided)) = self.decide_on(repo, issue, input).await? else {
             return Ok(match on.without {
                 Some(text) => text.to_string(),
                 None => Refusal::NotStarted
@@ -470,20 +470,36 @@ impl Operations {
                     .replace("`start`", "`/supervise start`"),
             });
         };
+        Ok(match decided {
+            Decided::Acted(_) => format!("{} Operation `{op}`.", on.done),
+            Decided::Refused(r) => r.to_string(),
+        })
+    }
+
+    /// Hands `input` to the operation of `repo`'s issue `issue` and carries
+    /// out what it decides: the operation's id and what became of the
+    /// input, `None` when the issue has no operation.
+    pub async fn decide_on(
+        &self,
+        repo: &str,
+        issue: i64,
+        input: Input,
+    ) -> Result<Option<(String, Decided)>, OpError> {
+        let Some(row) = self.store.operation_on(repo, issue).await? else {
+            return Ok(None);
+        };
         let l = self.open(&row).await?;
         let mut live = l.lock().await;
         self.acquire(&mut live).await?;
-        match self.submit(&mut live, input).await? {
-            Decided::Acted(_) => {
-                if row.active {
-                    self.flush(&mut live, true).await?;
-                } else {
-                    self.store.set_active(&row.id, true).await?;
-                }
-                Ok(format!("{} Operation `{}`.", on.done, row.id))
+        let decided = self.submit(&mut live, input).await?;
+        if let Decided::Acted(_) = decided {
+            if row.active {
+                self.flush(&mut live, true).await?;
+            } else {
+                self.store.set_active(&row.id, true).await?;
             }
-            Decided::Refused(r) => Ok(r.to_string()),
         }
+        Ok(Some((row.id, decided)))
     }
 
     /// The status table of the issue's operation.
