@@ -1054,6 +1054,25 @@ async fn a_sprint_waiting_for_reviews(setup: Setup, settings: &str) -> (Story, f
     (s, pr)
 }
 
+/// Whether pull request `number` is merged.
+fn merged(s: &Story, number: i64) -> bool {
+    s.fake
+        .pulls(REPO)
+        .iter()
+        .any(|p| p.number == number && p.merged)
+}
+
+/// mia (who may write) approves api Sprint 1's pull request `number`: it is
+/// merged, and api Sprint 2 starts on it.
+async fn mias_approval_merges(s: &Story, number: i64) {
+    s.fake.approve(REPO, number, "mia");
+    s.until("api Sprint 2 dispatched after the approval", 60, |s| {
+        !s.runs_of("/api/2/").is_empty()
+    })
+    .await;
+    assert!(merged(s, number));
+}
+
 /// An approval counts only from someone who may write to the repository,
 /// however the supervisor comes to look: here reconciliation asks every
 /// second, and a passer-by's approval, looked at again and again, merges
@@ -1076,10 +1095,7 @@ async fn an_approval_by_someone_who_cannot_write_merges_nothing() {
     })
     .await;
     assert!(
-        !s.fake
-            .pulls(REPO)
-            .iter()
-            .any(|p| p.number == pr.number && p.merged),
+        !merged(&s, pr.number),
         "a passer-by's approval merged the sprint"
     );
     assert!(s.runs_of("/api/2/").is_empty(), "Sprint 2 started on it");
@@ -1127,23 +1143,11 @@ async fn with_merge_after_review_a_sprint_waits_for_an_approval() {
     s.fake.approve(REPO, pr.number, "passer-by");
     s.settle().await;
     assert!(
-        !s.fake
-            .pulls(REPO)
-            .iter()
-            .any(|p| p.number == pr.number && p.merged),
+        !merged(&s, pr.number),
         "a stranger's approval merged the sprint"
     );
     assert!(s.runs_of("/api/2/").is_empty());
-    s.fake.approve(REPO, pr.number, "mia");
-    s.until("api Sprint 2 dispatched after the approval", 60, |s| {
-        !s.runs_of("/api/2/").is_empty()
-    })
-    .await;
-    assert!(s
-        .fake
-        .pulls(REPO)
-        .iter()
-        .any(|p| p.number == pr.number && p.merged));
+    mias_approval_merges(&s, pr.number).await;
 }
 
 /// A review asking for changes gets a fix round, not a wait: a passer-by's
@@ -1232,16 +1236,7 @@ async fn a_review_asking_for_changes_gets_a_fix_round_and_one_reply() {
         s.runs_of("/api/2/").is_empty(),
         "merged over a request for changes"
     );
-    s.fake.approve(REPO, pr.number, "mia");
-    s.until("api Sprint 2 dispatched after the approval", 60, |s| {
-        !s.runs_of("/api/2/").is_empty()
-    })
-    .await;
-    assert!(s
-        .fake
-        .pulls(REPO)
-        .iter()
-        .any(|p| p.number == pr.number && p.merged));
+    mias_approval_merges(&s, pr.number).await;
     assert_eq!(s.runs_of("/api/1/").len(), 2, "one fix round");
 }
 
@@ -1334,13 +1329,7 @@ async fn two_required_approvals_take_two_people_who_may_write() {
     s.fake.add_user("ola", "write", "User");
     s.fake.approve(REPO, pr.number, "mia");
     s.settle().await;
-    let merged = |s: &Story| {
-        s.fake
-            .pulls(REPO)
-            .iter()
-            .any(|p| p.number == pr.number && p.merged)
-    };
-    assert!(!merged(&s), "merged on one approval of two");
+    assert!(!merged(&s, pr.number), "merged on one approval of two");
     assert!(s.runs_of("/api/2/").is_empty());
     s.fake.approve(REPO, pr.number, "ola");
     s.until(
@@ -1349,7 +1338,7 @@ async fn two_required_approvals_take_two_people_who_may_write() {
         |s| !s.runs_of("/api/2/").is_empty(),
     )
     .await;
-    assert!(merged(&s));
+    assert!(merged(&s, pr.number));
 }
 
 /// A command said on one of the operation's pull requests acts on that

@@ -201,7 +201,8 @@ pub fn run(args: &ReviewArgs) -> Result<i32> {
     };
     match supervisor::running_supervisor(&dir) {
         Some(pid) => println!("{what} (the running supervisor, pid {pid}, reads it within a tick)."),
-        None => println!("{what} when the operation goes on (`supervise run`): no supervisor runs for this plan now."),
+        // `--review` again: without it a resumed run merges at once.
+        None => println!("{what} when the operation goes on (`supervise run --review`): no supervisor runs for this plan now."),
     }
     Ok(exit::COMPLETED)
 }

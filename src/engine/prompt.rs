@@ -110,7 +110,9 @@ fn review_report(reviews: &[ReviewFeedback]) -> String {
                 );
                 return out;
             }
-            let _ = writeln!(out, "\nOn `{}`:", c.place().replace('`', "'"));
+            // A path may hold anything git allows, a line break included:
+            // a code span keeps it on its line and inert.
+            let _ = writeln!(out, "\nOn {}:", crate::text::code_span(&c.place()));
             if !c.hunk.trim().is_empty() {
                 let hunk = crate::text::clean_untrusted(&bounded(&c.hunk));
                 let _ = writeln!(out, "\n{}", crate::text::code_block(&hunk));

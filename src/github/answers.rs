@@ -230,8 +230,6 @@ pub struct Review {
     /// The pull request's head when it was submitted.
     #[serde(default)]
     pub commit_id: Option<String>,
-    #[serde(default)]
-    pub html_url: String,
 }
 
 /// A comment on a line of a pull request's diff, made in a review.

@@ -655,20 +655,6 @@ impl Repo<'_> {
         }
     }
 
-    /// The reviewers whose latest word on pull request `number` is an
-    /// approval, as GitHub counts them: each person's last approval, request
-    /// for changes or dismissal stands, and a comment changes neither.
-    /// Whether they may approve is the caller's to ask.
-    pub async fn approvers(&self, number: i64) -> Result<Vec<String>, GitHubError> {
-        Ok(self
-            .latest_reviews(number)
-            .await?
-            .into_iter()
-            .filter(|(_, r)| r.state == "APPROVED")
-            .map(|(login, _)| login)
-            .collect())
-    }
-
     /// Each reviewer's latest review that counts (approved, changes
     /// requested or dismissed; a comment changes nothing), as GitHub counts
     /// them for a merge, in the order they were submitted.

@@ -153,6 +153,14 @@ impl Reviews {
         if sprint.review.is_empty() || self.answered.contains(dispatch) {
             return Ok(());
         }
+        // Answered before a restart: the reviewers are not asked again
+        // (one who has reviewed since would be asked once more).
+        let marker =
+            crate::report::posts::notice_marker(op, &format!("review-round-{}", dispatch.0));
+        if repo.marked(number, None, &marker).await?.is_some() {
+            self.answered.insert(dispatch.clone());
+            return Ok(());
+        }
         let mut reply = format!(
             "Fix round {} for this review is done, and the sprint's exit criteria were verified again{}.\n",
             sprint.review_rounds,
@@ -211,8 +219,6 @@ impl Reviews {
         if let Err(e) = repo.request_reviewers(number, &who).await {
             tracing::warn!(error = %e, "could not ask the reviewers again");
         }
-        let marker =
-            crate::report::posts::notice_marker(op, &format!("review-round-{}", dispatch.0));
         repo.comment_once(number, None, &marker, &reply).await?;
         self.answered.insert(dispatch.clone());
         Ok(())
