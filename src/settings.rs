@@ -2,6 +2,7 @@
 //! flags. Unknown keys are refused with the file and key named, so a typo is not
 //! silently ignored.
 
+use crate::engine::usage::{Price, Usd};
 use crate::engine::{EngineConfig, ModelIds};
 use anyhow::{Context, Result};
 use serde::Deserialize;
@@ -21,6 +22,17 @@ pub struct FileSettings {
     /// On GitHub: the repository's cap on what all its operations dispatch in
     /// any 24 hours, in the units of `budget`.
     pub daily_budget: Option<u64>,
+    /// Cap on one operation's dollars, e.g. `5` or `12.50`: what its
+    /// attempts cost, and what the next is expected to, checked before it
+    /// starts.
+    pub budget_usd: Option<Usd>,
+    /// On GitHub: the repository's cap on what all its operations spend in
+    /// any 24 hours, in dollars.
+    pub daily_budget_usd: Option<Usd>,
+    /// Dollars per million tokens by model id (`input`, `output`, and
+    /// optionally `cache_read`, `cache_write`), for agents whose CLI
+    /// reports tokens but no dollars.
+    pub prices: Option<std::collections::BTreeMap<String, Price>>,
     /// The relative cost of one dispatch per tier (default haiku 1, sonnet 10,
     /// opus 30), for `budget` and `daily_budget`.
     pub costs: Option<CostsFile>,
@@ -169,6 +181,9 @@ pub const KEYS: &[&str] = &[
     "max_turns",
     "budget",
     "daily_budget",
+    "budget_usd",
+    "daily_budget_usd",
+    "prices",
     "costs",
     "models",
     "build_gate",
@@ -247,6 +262,8 @@ impl Settings {
                 .unwrap_or(std::num::NonZeroU32::MIN),
                 max_turns: pick(file.max_turns, flags.max_turns, d.max_turns).max(1),
                 budget: flags.budget.or(file.budget),
+                budget_usd: flags.budget_usd.or(file.budget_usd),
+                prices: file.prices.unwrap_or_default(),
                 models: ModelIds {
                     haiku: models_flag.haiku.or(models_file.haiku).unwrap_or(dm.haiku),
                     sonnet: models_flag

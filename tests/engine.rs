@@ -724,6 +724,80 @@ fn the_budget_drains_like_stop_and_says_why() {
     ));
 }
 
+/// An agent that reports what its attempt cost, as Claude Code does.
+fn costing(report: AgentReport, micros: u64) -> AgentReport {
+    AgentReport {
+        usage: Some(usage::Usage {
+            input_tokens: 1000,
+            output_tokens: 200,
+            cost: Some(usage::Usd::from_micros(micros)),
+            ..Default::default()
+        }),
+        ..report
+    }
+}
+
+#[test]
+fn a_dollar_budget_stops_the_dispatch_expected_to_cross_it() {
+    let cfg = EngineConfig {
+        max_parallel: std::num::NonZeroU32::new(1).unwrap(),
+        budget_usd: Some(usage::Usd::from_micros(1_000_000)),
+        attempt_usd: [usage::Usd::from_micros(400_000); 3],
+        ..Default::default()
+    };
+    let mut sim = Sim::start(THREE_UNITS, cfg);
+    // $0.40 expected of $1.00: the first goes, then a second ($0.80).
+    let first = sim.out()[0].unit.clone();
+    sim.finish(&first, costing(success(), 400_000));
+    assert_eq!(sim.out().len(), 1, "$0.40 spent and $0.40 expected fit");
+    let second = sim.out()[0].unit.clone();
+    sim.finish(&second, costing(success(), 400_000));
+    // $0.80 spent: a third at $0.40 would pass the budget, so it never starts.
+    assert!(sim.out().is_empty());
+    assert_eq!(sim.st().dollars_spent(), usage::Usd::from_micros(800_000));
+    let text = &notices(&sim, NoticeKind::BudgetReached)[0];
+    assert!(
+        text.starts_with(
+            "Budget reached: $0.8000 spent or promised to attempts in flight, of a $1.00 budget"
+        ),
+        "{text}"
+    );
+    assert!(matches!(
+        sim.st().status,
+        OverallStatus::Stopping | OverallStatus::Stopped
+    ));
+}
+
+proptest! {
+    /// However much attempts cost and however many run at once, when every
+    /// attempt costs what it was expected to, the dollars spent never pass
+    /// the budget; and an operation drained for its budget had no room for
+    /// one more attempt.
+    #[test]
+    fn a_dollar_budget_is_never_passed_when_attempts_cost_what_was_expected(
+        cap in 0u64..3_000_000,
+        each in 10_000u64..800_000,
+        parallel in 1u32..4,
+    ) {
+        let cfg = EngineConfig {
+            max_parallel: std::num::NonZeroU32::new(parallel).unwrap(),
+            budget_usd: Some(usage::Usd::from_micros(cap)),
+            attempt_usd: [usage::Usd::from_micros(each); 3],
+            ..Default::default()
+        };
+        let mut sim = Sim::start(THREE_UNITS, cfg);
+        while let Some(o) = sim.out().first().cloned() {
+            sim.finish(&o.unit, costing(success(), each));
+        }
+        let spent = sim.st().dollars_spent().micros();
+        prop_assert!(spent <= cap, "{spent} of {cap}");
+        if sim.st().status != OverallStatus::Completed {
+            prop_assert!(spent + each > cap, "drained with room left: {spent} + {each} of {cap}");
+            prop_assert_eq!(notices(&sim, NoticeKind::BudgetReached).len(), 1);
+        }
+    }
+}
+
 #[test]
 fn the_parallel_cap_is_honoured() {
     let cfg = EngineConfig {

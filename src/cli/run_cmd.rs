@@ -31,6 +31,10 @@ pub struct RunFlags {
     /// Cap on the operation's total relative cost (haiku=1, sonnet=10, opus=30).
     #[arg(long)]
     pub budget: Option<u64>,
+    /// Cap on the operation's dollars, e.g. 5 or 12.50: what its attempts
+    /// cost, and what the next one is expected to, checked before it starts.
+    #[arg(long, value_name = "DOLLARS")]
+    pub budget_usd: Option<crate::engine::usage::Usd>,
     /// Model id sent for the haiku tier.
     #[arg(long)]
     pub model_haiku: Option<String>,
@@ -126,6 +130,11 @@ const SETTING_FLAGS: &[SettingFlag] = &[
         shown: Some(|c, _| c.budget.map_or("none".to_string(), |b| b.to_string())),
     },
     SettingFlag {
+        name: "--budget-usd",
+        given: |f| f.budget_usd.is_some(),
+        shown: Some(|c, _| c.budget_usd.map_or("none".to_string(), |b| b.to_string())),
+    },
+    SettingFlag {
         name: "--model-haiku",
         given: |f| f.model_haiku.is_some(),
         shown: Some(|c, _| c.models.haiku.clone()),
@@ -200,6 +209,7 @@ impl RunFlags {
             max_retries: self.max_retries,
             max_turns: self.max_turns,
             budget: self.budget,
+            budget_usd: self.budget_usd,
             models: Some(ModelIdsFile {
                 haiku: self.model_haiku.clone(),
                 sonnet: self.model_sonnet.clone(),

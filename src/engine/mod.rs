@@ -26,6 +26,17 @@ pub use events::*;
 pub use state::*;
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use usage::{Price, Usd};
+
+/// What one attempt is expected to cost on each tier (haiku, sonnet, opus)
+/// before a repository has a history: an agent's sprint of some tens of
+/// turns at the large providers' list prices of 2026, read from many.
+pub const DEFAULT_ATTEMPT_USD: [Usd; 3] = [
+    Usd::from_micros(100_000),
+    Usd::from_micros(600_000),
+    Usd::from_micros(3_000_000),
+];
 
 /// Model ids per tier: what `SUPERVISE_MODEL` carries to the agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +74,19 @@ pub struct EngineConfig {
     pub costs: [u64; 3],
     /// Cap on the operation's total relative cost; reaching it drains like `stop`.
     pub budget: Option<u64>,
+    /// Cap on the operation's dollars: what its attempts cost, and what
+    /// those in flight and the next are expected to. Reaching it drains
+    /// like `stop`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<Usd>,
+    /// Dollars per million tokens by model id, for agents whose CLI reports
+    /// tokens but no dollars.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, Price>,
+    /// What one attempt on each tier (haiku, sonnet, opus) is expected to
+    /// cost until this operation has priced one there: from the
+    /// repository's history when it has some, else [`DEFAULT_ATTEMPT_USD`].
+    pub attempt_usd: [Usd; 3],
     /// Whether a build gate runs at each phase boundary (§3.5).
     pub build_gate: bool,
     /// No output for this long: warn at half, cancel at the full time (§9).
@@ -89,6 +113,9 @@ impl Default for EngineConfig {
             models: ModelIds::default(),
             costs: [1, 10, 30],
             budget: None,
+            budget_usd: None,
+            prices: BTreeMap::new(),
+            attempt_usd: DEFAULT_ATTEMPT_USD,
             build_gate: false,
             stall_timeout_secs: 30 * 60,
             max_agent_secs: 60 * 60,
@@ -102,6 +129,16 @@ impl Default for EngineConfig {
 impl EngineConfig {
     pub fn cost(&self, tier: ModelTier) -> u64 {
         self.costs[tier as usize]
+    }
+
+    /// What a tier's attempt is expected to cost before any is priced.
+    pub fn attempt_usd(&self, tier: ModelTier) -> Usd {
+        self.attempt_usd[tier as usize]
+    }
+
+    /// The price set for a tier's model, if any.
+    pub fn price(&self, tier: ModelTier) -> Option<&Price> {
+        self.prices.get(self.model_id(tier))
     }
 
     pub fn model_id(&self, tier: ModelTier) -> &str {

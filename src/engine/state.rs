@@ -639,6 +639,73 @@ impl OperationState {
             .filter_map(|h| Some((h.dispatched_at, h.usage?.cost?)))
     }
 
+    /// What a closed attempt cost in dollars: the figure its CLI gave, else
+    /// its tokens at the model's price (`None`: not paid for, or nothing to
+    /// price it by).
+    pub fn attempt_dollars(&self, h: &AttemptRecord) -> Option<super::usage::Usd> {
+        if !h.charged {
+            return None;
+        }
+        h.usage?.dollars(self.config.price(h.tier))
+    }
+
+    /// Every closed, paid attempt with a dollar figure: (unit, sprint, tier,
+    /// when it was dispatched, dollars). Every dollar sum anywhere is a sum
+    /// over this.
+    pub fn priced_attempts(
+        &self,
+    ) -> impl Iterator<Item = (&str, &SprintId, ModelTier, DateTime<Utc>, super::usage::Usd)> + '_
+    {
+        self.units.iter().flat_map(move |u| {
+            u.sprints.iter().flat_map(move |s| {
+                s.history.iter().filter_map(move |h| {
+                    let usd = self.attempt_dollars(h)?;
+                    Some((u.name.as_str(), &s.id, h.tier, h.dispatched_at, usd))
+                })
+            })
+        })
+    }
+
+    /// The dollars the operation's closed attempts cost.
+    pub fn dollars_spent(&self) -> super::usage::Usd {
+        self.priced_attempts().map(|a| a.4).sum()
+    }
+
+    /// What the next attempt on `tier` is expected to cost: the mean of
+    /// this operation's priced attempts there, else the figure the
+    /// operation started with.
+    pub fn expected_dollars(&self, tier: ModelTier) -> super::usage::Usd {
+        let (n, sum) = self
+            .priced_attempts()
+            .filter(|a| a.2 == tier)
+            .fold((0u64, super::usage::Usd::ZERO), |(n, s), a| {
+                (n + 1, s + a.4)
+            });
+        match n {
+            0 => self.config.attempt_usd(tier),
+            n => sum.split(n),
+        }
+    }
+
+    /// What the dollar budget counts: the closed attempts' dollars, a paid
+    /// attempt that reported none at what it was expected to cost, and every
+    /// attempt in flight or held at what it is expected to cost.
+    pub fn dollars_committed(&self) -> super::usage::Usd {
+        let unpriced: super::usage::Usd = self
+            .charged_attempts()
+            .filter(|h| self.attempt_dollars(h).is_none())
+            .map(|h| self.expected_dollars(h.tier))
+            .sum();
+        let in_flight: super::usage::Usd = self
+            .units
+            .iter()
+            .flat_map(|u| &u.sprints)
+            .filter_map(|s| s.active.as_ref())
+            .map(|a| self.expected_dollars(a.tier))
+            .sum();
+        self.dollars_spent() + unpriced + in_flight
+    }
+
     /// What the agents' CLIs reported the closed, charged attempts used.
     pub fn reported_usage(&self) -> super::usage::Reported {
         let usages: Vec<Option<super::usage::Usage>> =

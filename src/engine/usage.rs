@@ -21,8 +21,30 @@ impl Usd {
         }
     }
 
+    pub const ZERO: Usd = Usd(0);
+
+    pub const fn from_micros(micros: u64) -> Usd {
+        Usd(micros)
+    }
+
     pub fn micros(self) -> u64 {
         self.0
+    }
+
+    /// What is left of `self` after `other` (never below nothing).
+    pub fn minus(self, other: Usd) -> Usd {
+        Usd(self.0.saturating_sub(other.0))
+    }
+
+    /// `n` times this amount.
+    pub fn times(self, n: u64) -> Usd {
+        Usd(self.0.saturating_mul(n))
+    }
+
+    /// This amount split `n` ways (the mean of a sum of `n`); nothing when
+    /// `n` is zero.
+    pub fn split(self, n: u64) -> Usd {
+        Usd(self.0.checked_div(n).unwrap_or(0))
     }
 
     pub fn dollars(self) -> f64 {
@@ -54,6 +76,21 @@ impl fmt::Display for Usd {
     }
 }
 
+/// `5`, `12.50` or `$12.50`, as a person gives a budget.
+impl std::str::FromStr for Usd {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Usd, String> {
+        let t = text.trim();
+        let t = t.strip_prefix('$').unwrap_or(t);
+        match t.parse::<f64>() {
+            Ok(d) if d.is_finite() && d >= 0.0 && d < 1e12 => Ok(Usd::from_dollars(d)),
+            _ => Err(format!(
+                "`{text}` is not an amount of dollars: write it like 5 or 12.50"
+            )),
+        }
+    }
+}
+
 /// Written as dollars (`0.012345`), the way the CLIs and people write them.
 impl Serialize for Usd {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -64,6 +101,41 @@ impl Serialize for Usd {
 impl<'de> Deserialize<'de> for Usd {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Usd, D::Error> {
         f64::deserialize(d).map(Usd::from_dollars)
+    }
+}
+
+/// What a model costs, in dollars per million tokens: how an attempt whose
+/// CLI reported tokens but no dollars is priced. Reading from and writing
+/// to the prompt cache default to a tenth and to one and a quarter times
+/// the input price, as the large providers charge them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input: Usd,
+    pub output: Usd,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<Usd>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<Usd>,
+}
+
+impl Price {
+    /// `tokens` at `per_million` dollars a million, exactly, in millionths.
+    fn of(tokens: u64, per_million: Usd) -> Usd {
+        let micros = (tokens as u128 * per_million.0 as u128) / 1_000_000;
+        Usd(u64::try_from(micros).unwrap_or(u64::MAX))
+    }
+
+    /// What `u`'s tokens cost at this price.
+    pub fn tokens(&self, u: &Usage) -> Usd {
+        let read = self.cache_read.unwrap_or(Usd(self.input.0 / 10));
+        let write = self
+            .cache_write
+            .unwrap_or(Usd(self.input.0.saturating_mul(5) / 4));
+        Price::of(u.input_tokens, self.input)
+            + Price::of(u.output_tokens, self.output)
+            + Price::of(u.cache_read_tokens, read)
+            + Price::of(u.cache_write_tokens, write)
     }
 }
 
@@ -87,6 +159,12 @@ impl Usage {
         self.input_tokens
             .saturating_add(self.cache_read_tokens)
             .saturating_add(self.cache_write_tokens)
+    }
+
+    /// What the attempt cost: the CLI's own figure when it gave one, else its
+    /// tokens at `price` (`None`: neither, so no dollar figure).
+    pub fn dollars(&self, price: Option<&Price>) -> Option<Usd> {
+        self.cost.or_else(|| price.map(|p| p.tokens(self)))
     }
 
     /// "$0.0120, 2,000 tokens in and 400 out" (dollars only when priced).
@@ -208,6 +286,37 @@ mod tests {
         assert_eq!(
             Reported::over(&[one, None]).line().unwrap(),
             "$0.0120 reported by the agents (2,000 tokens in, 402 out; 1 of 2 attempts)"
+        );
+    }
+
+    #[test]
+    fn tokens_are_priced_per_million_with_the_cache_at_its_share() {
+        let p: Price = serde_json::from_str(r#"{"input": 3.0, "output": 15.0}"#).unwrap();
+        let u = Usage {
+            input_tokens: 1_000,
+            output_tokens: 200,
+            cache_read_tokens: 10_000,
+            cache_write_tokens: 1_000,
+            cost: None,
+        };
+        // 1,000 × $3/M + 200 × $15/M + 10,000 × $0.30/M + 1,000 × $3.75/M
+        assert_eq!(
+            p.tokens(&u),
+            Usd::from_micros(3_000 + 3_000 + 3_000 + 3_750)
+        );
+        assert_eq!(u.dollars(Some(&p)), Some(p.tokens(&u)));
+        assert_eq!(u.dollars(None), None);
+        let reported = Usage {
+            cost: Some(Usd::from_micros(7)),
+            ..u
+        };
+        assert_eq!(
+            reported.dollars(Some(&p)),
+            Some(Usd::from_micros(7)),
+            "the CLI's own figure first"
+        );
+        assert!(
+            serde_json::from_str::<Price>(r#"{"input": 1, "output": 2, "cahce_read": 1}"#).is_err()
         );
     }
 

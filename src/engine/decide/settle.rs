@@ -175,8 +175,20 @@ impl Decider<'_> {
             }
             let cost = st.config.cost(tier);
             if let Some(budget) = st.config.budget {
-                if st.cost_committed() + cost > budget {
-                    self.drain_for_budget(budget, cost);
+                let spent = st.cost_committed();
+                if spent + cost > budget {
+                    self.drain_for_budget(format!("Budget reached: {spent}x spent of {budget}x; the next dispatch would cost {cost}x."));
+                    return;
+                }
+            }
+            // Checked on what the next attempt is expected to cost, before it
+            // starts: the cap is passed by no more than what attempts cost
+            // beyond what they were expected to.
+            if let Some(cap) = st.config.budget_usd {
+                let committed = st.dollars_committed();
+                let next = st.expected_dollars(tier);
+                if committed + next > cap {
+                    self.drain_for_budget(format!("Budget reached: {committed} spent or promised to attempts in flight, of a {cap} budget; the next attempt, on {}, is expected to cost {next}.", tier.as_str()));
                     return;
                 }
             }
@@ -255,14 +267,14 @@ impl Decider<'_> {
         }
     }
 
-    pub(super) fn drain_for_budget(&mut self, budget: u64, next: u64) {
-        let spent = self.st().cost_committed();
+    /// Drains like `stop`, saying `why` (which begins "Budget reached:").
+    pub(super) fn drain_for_budget(&mut self, why: String) {
         for u in 0..self.st().units.len() {
             if self.st().units[u].status == UnitStatus::Running {
                 self.unit_to(u, UnitStatus::Stopping, "budget reached");
             }
         }
-        let text = format!("Budget reached: {spent}x spent of {budget}x; the next dispatch would cost {next}x. Draining like `stop`; raise the budget and `resume` to go on.");
+        let text = format!("{why} Draining like `stop`; raise the budget and `resume` to go on.");
         self.overall(OverallStatus::Stopping, &text);
         self.log(None, None, "Budget reached: draining".into(), text.clone());
         self.effects.push(Effect::Notify {
