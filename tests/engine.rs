@@ -742,7 +742,7 @@ fn a_dollar_budget_stops_the_dispatch_expected_to_cross_it() {
     let cfg = EngineConfig {
         max_parallel: std::num::NonZeroU32::new(1).unwrap(),
         budget_usd: Some(usage::Usd::from_micros(1_000_000)),
-        attempt_usd: [usage::Usd::from_micros(400_000); 3],
+        cost_model: estimate::CostModel::flat(usage::Usd::from_micros(400_000)),
         ..Default::default()
     };
     let mut sim = Sim::start(THREE_UNITS, cfg);
@@ -768,6 +768,51 @@ fn a_dollar_budget_stops_the_dispatch_expected_to_cross_it() {
     ));
 }
 
+#[test]
+fn the_estimate_in_dollars_is_learned_from_what_attempts_cost_here() {
+    let fresh = estimate::estimate(&plan(THREE_UNITS), &EngineConfig::default());
+    assert_eq!(fresh.learned_from, 0);
+    assert!(
+        fresh.dollars.low < fresh.dollars.expected && fresh.dollars.expected < fresh.dollars.high
+    );
+    assert!(fresh.dollars.high <= fresh.dollars.ceiling);
+    // Five operations whose every attempt cost $0.20 and every sprint took one.
+    let past: Vec<OperationState> = (0..5)
+        .map(|_| {
+            let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+            while let Some(o) = sim.out().first().cloned() {
+                sim.finish(&o.unit, costing(success(), 200_000));
+            }
+            assert_eq!(sim.st().status, OverallStatus::Completed);
+            sim.st().clone()
+        })
+        .collect();
+    let learned = estimate::CostModel::learn(&past);
+    assert_eq!(learned.operations, 5);
+    assert_eq!(learned.attempts_mean_x100, 100);
+    let config = EngineConfig {
+        cost_model: learned,
+        ..Default::default()
+    };
+    let e = estimate::estimate(&plan(THREE_UNITS), &config);
+    let four = usage::Usd::from_micros(800_000);
+    assert_eq!(
+        (e.dollars.low, e.dollars.expected, e.dollars.high),
+        (four, four, four)
+    );
+    assert_eq!(e.learned_from, 5);
+    // A dollar budget below it is said to stop the operation, and where.
+    let capped = estimate::estimate(
+        &plan(THREE_UNITS),
+        &EngineConfig {
+            budget_usd: Some(usage::Usd::from_micros(500_000)),
+            ..config
+        },
+    );
+    // api 1 and 2 ($0.40), then docs 1 ($0.60).
+    assert_eq!(capped.budget_stops_at, Some(("docs".into(), "1".into())));
+}
+
 proptest! {
     /// However much attempts cost and however many run at once, when every
     /// attempt costs what it was expected to, the dollars spent never pass
@@ -782,7 +827,7 @@ proptest! {
         let cfg = EngineConfig {
             max_parallel: std::num::NonZeroU32::new(parallel).unwrap(),
             budget_usd: Some(usage::Usd::from_micros(cap)),
-            attempt_usd: [usage::Usd::from_micros(each); 3],
+            cost_model: estimate::CostModel::flat(usage::Usd::from_micros(each)),
             ..Default::default()
         };
         let mut sim = Sim::start(THREE_UNITS, cfg);

@@ -271,7 +271,9 @@ fn expected_cost(loaded: &plan::LoadedPlan) -> String {
             }
             None => Default::default(),
         };
-    let engine = crate::settings::Settings::merge(file, Default::default()).engine;
+    let mut engine = crate::settings::Settings::merge(file, Default::default()).engine;
+    use crate::place::local::supervisor;
+    engine.cost_model = supervisor::cost_history(&supervisor::state_dir(loaded));
     let e = crate::engine::estimate::estimate(&loaded.plan, &engine);
     crate::report::estimate_line(&e, &engine)
 }

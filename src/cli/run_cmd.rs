@@ -308,7 +308,9 @@ fn settings_for(plan: &LoadedPlan, flags: &RunFlags) -> Result<Settings> {
     if let Some(n) = &flags.notify {
         n.hook().map_err(|e| anyhow!("--notify: {e}"))?;
     }
-    Ok(Settings::merge(file, flags))
+    let mut settings = Settings::merge(file, flags);
+    settings.engine.cost_model = supervisor::cost_history(&supervisor::state_dir(plan));
+    Ok(settings)
 }
 
 fn refused(r: Refusal) -> i32 {
@@ -1091,24 +1093,7 @@ pub fn spend(path: Option<&Path>, json: bool) -> Result<i32> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let dir = supervisor::state_dir(&plan);
-    let mut logs = vec![dir.join("events.jsonl")];
-    if let Ok(entries) = std::fs::read_dir(dir.join("finished")) {
-        let mut finished: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.to_string_lossy().ends_with(".events.jsonl"))
-            .collect();
-        finished.sort();
-        logs.extend(finished);
-    }
-    let mut states = Vec::new();
-    for log in logs {
-        let shown = log.display().to_string();
-        let loaded = crate::store::FileLedger::read(log)
-            .map_err(|e| anyhow!("{e}"))
-            .map_err(|e| e.context(format!("reading {shown}")))?;
-        states.extend(loaded.state);
-    }
+    let states = supervisor::operations_here(&supervisor::state_dir(&plan))?;
     let rows = report::spend(&states, chrono::Utc::now());
     if json {
         println!(

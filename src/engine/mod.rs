@@ -83,10 +83,11 @@ pub struct EngineConfig {
     /// tokens but no dollars.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub prices: BTreeMap<String, Price>,
-    /// What one attempt on each tier (haiku, sonnet, opus) is expected to
-    /// cost until this operation has priced one there: from the
-    /// repository's history when it has some, else [`DEFAULT_ATTEMPT_USD`].
-    pub attempt_usd: [Usd; 3],
+    /// What attempts are expected to cost and how many a sprint takes:
+    /// learned from the repository's past operations when it started (else
+    /// the defaults), so the estimate and the dollar budget's foresight are
+    /// the same on replay.
+    pub cost_model: estimate::CostModel,
     /// Whether a build gate runs at each phase boundary (§3.5).
     pub build_gate: bool,
     /// No output for this long: warn at half, cancel at the full time (§9).
@@ -115,7 +116,7 @@ impl Default for EngineConfig {
             budget: None,
             budget_usd: None,
             prices: BTreeMap::new(),
-            attempt_usd: DEFAULT_ATTEMPT_USD,
+            cost_model: estimate::CostModel::default(),
             build_gate: false,
             stall_timeout_secs: 30 * 60,
             max_agent_secs: 60 * 60,
@@ -133,7 +134,7 @@ impl EngineConfig {
 
     /// What a tier's attempt is expected to cost before any is priced.
     pub fn attempt_usd(&self, tier: ModelTier) -> Usd {
-        self.attempt_usd[tier as usize]
+        self.cost_model.attempt[tier as usize].mean
     }
 
     /// The price set for a tier's model, if any.

@@ -6,16 +6,32 @@ use crate::engine::estimate::Estimate;
 use crate::engine::{EngineConfig, ModelTier};
 use std::fmt::Write as _;
 
-/// The estimate in one sentence, for a reply: the range, and where the
-/// budget would run out.
+/// The estimate in one sentence, for a reply: the dollar range, the range
+/// in budget units, and where a budget would run out.
 pub fn estimate_line(e: &Estimate, config: &EngineConfig) -> String {
-    let prices = prices(config);
+    let d = &e.dollars;
     let mut out = format!(
-        "Expected cost: {}–{} budget units ({prices} a dispatch), from every sprint done by its first attempt to every retry used.",
-        e.least, e.most
+        "Expected cost: {}–{} (about {}; at most {} if every retry is used), {}; {}–{} budget units ({} a dispatch).",
+        d.low,
+        d.high,
+        d.expected,
+        d.ceiling,
+        learned(e),
+        e.least,
+        e.most,
+        prices(config)
     );
     out.push_str(&budget_note(e));
     out
+}
+
+/// Where the dollars come from, as a clause.
+fn learned(e: &Estimate) -> String {
+    match e.learned_from {
+        0 => "priced at the default cost of an attempt (this repository has no history yet)"
+            .to_string(),
+        n => format!("priced from what attempts cost in this repository's last {n} operation(s)"),
+    }
 }
 
 fn prices(config: &EngineConfig) -> String {
@@ -42,32 +58,47 @@ fn budget_note(e: &Estimate) -> String {
 
 pub fn estimate_text(title: &str, e: &Estimate, config: &EngineConfig) -> String {
     let prices = prices(config);
-    let budget = config
-        .budget
-        .map_or("no budget".to_string(), |b| format!("the budget: {b}"));
+    let mut budgets = Vec::new();
+    if let Some(b) = config.budget_usd {
+        budgets.push(format!("the budget: {b}"));
+    }
+    if let Some(b) = config.budget {
+        budgets.push(format!("the budget: {b} units"));
+    }
+    let budget = match budgets.is_empty() {
+        true => "no budget".to_string(),
+        false => budgets.join(", "),
+    };
+    let d = &e.dollars;
     let mut out = format!(
-        "What {title} is likely to cost: {}–{} budget units ({prices} a dispatch; {budget}).\n\n",
-        e.least, e.most
+        "What {title} is likely to cost: {}–{} (about {}; at most {} if every retry is used), {}.\nIn budget units: {}–{} ({prices} a dispatch). {budget}.\n\n",
+        d.low, d.high, d.expected, d.ceiling, learned(e), e.least, e.most
     );
     out.push_str(
-        "| unit | sprint | first model, and why | first attempt succeeds | every retry used |\n",
+        "| unit | sprint | first model, and why | dollars (about) | units: first attempt succeeds | units: every retry used |\n",
     );
-    out.push_str("|---|---|---|---|---|\n");
+    out.push_str("|---|---|---|---|---|---|\n");
     for s in &e.sprints {
         let _ = writeln!(
             out,
-            "| {} | {} | {} ({}) | {} | {} |",
+            "| {} | {} | {} ({}) | {}–{} ({}) | {} | {} |",
             cell(&s.unit),
             cell(&s.sprint),
             s.first.as_str(),
             cell(&s.why),
+            s.dollars.low,
+            s.dollars.high,
+            s.dollars.expected,
             s.least,
             s.most
         );
     }
+    let m = &config.cost_model;
     let _ = write!(
         out,
-        "\nThe least is every sprint done by its first attempt; the most, every sprint using all {} attempts, each on the model a failure leads to.",
+        "\nThe low end is every sprint done by one attempt at the cheap end of what attempts cost; the high end, the attempts nine sprints in ten take ({:.1}), each on the model a failure leads to, at the dear end; a sprint takes {:.1} attempts on the mean. Units: the least is every first attempt succeeding, the most all {} attempts used.",
+        m.attempts_high_x100 as f64 / 100.0,
+        m.attempts_mean_x100 as f64 / 100.0,
         config.max_retries.max(1)
     );
     out.push_str(&budget_note(e));

@@ -8,6 +8,7 @@ use crate::commands::OnOperation;
 use crate::contract::integration_branch;
 use crate::drive::Decided;
 use crate::engine::done_before::{self, Found, StartingCommit};
+use crate::engine::estimate::{CostModel, HISTORY};
 use crate::engine::workflow::Workflow;
 use crate::engine::{DispatchId, Input, OperationId, OverallStatus, Refusal};
 use crate::github::payload::{CheckSuiteEvent, WorkflowRunEvent};
@@ -112,7 +113,8 @@ impl Operations {
         };
         let units = plan.work_units.len();
         let sprints: usize = plan.work_units.iter().map(|u| u.sprints.len()).sum();
-        let engine = Settings::merge(file_settings.clone(), Default::default()).engine;
+        let mut engine = Settings::merge(file_settings.clone(), Default::default()).engine;
+        engine.cost_model = self.cost_history(&o.repo).await;
         let expected =
             report::estimate_line(&crate::engine::estimate::estimate(&plan, &engine), &engine);
         let launched = self
@@ -346,6 +348,27 @@ impl Operations {
     /// Makes the integration branch (with a workflow's starting files), records
     /// the operation and starts it: its id and the agent workflow's file, or
     /// the engine's refusal.
+    /// What attempts have cost in `repo`: learned from its latest
+    /// operations in the store; the defaults when it has none or they do not
+    /// read (an estimate is no reason to refuse a start).
+    async fn cost_history(&self, repo: &str) -> CostModel {
+        let mut past = Vec::new();
+        let ids = match self.store.latest_operations(repo, HISTORY).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!("no cost history: {e}");
+                return CostModel::default();
+            }
+        };
+        for id in ids {
+            match self.store.load_operation(&id).await {
+                Ok(loaded) => past.extend(crate::engine::OperationState::replay(&loaded.events)),
+                Err(e) => tracing::warn!(op = %id, "left out of the cost history: {e}"),
+            }
+        }
+        CostModel::learn(&past)
+    }
+
     async fn launch(
         &self,
         o: &Origin,
@@ -359,7 +382,8 @@ impl Operations {
             workflow,
             plan_path,
         } = start;
-        let settings = Settings::merge(file_settings.clone(), Default::default());
+        let mut settings = Settings::merge(file_settings.clone(), Default::default());
+        settings.engine.cost_model = self.cost_history(&o.repo).await;
         let op = crate::contract::operation_id(&plan.title, o.comment as u64);
         let head = repo
             .branch_sha(&default_branch)

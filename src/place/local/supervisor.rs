@@ -50,6 +50,44 @@ pub fn state_dir(plan: &LoadedPlan) -> PathBuf {
     plan.root.join(".supervise")
 }
 
+/// Every operation this state directory holds: the one under way (or last
+/// run) and every finished one set aside in `finished/`, oldest first.
+pub fn operations_here(dir: &Path) -> Result<Vec<OperationState>> {
+    let mut logs = vec![dir.join("events.jsonl")];
+    if let Ok(entries) = std::fs::read_dir(dir.join("finished")) {
+        logs.extend(
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.to_string_lossy().ends_with(".events.jsonl")),
+        );
+    }
+    let mut states = Vec::new();
+    for log in logs {
+        let shown = log.display().to_string();
+        let loaded = crate::store::FileLedger::read(log)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("reading {shown}"))?;
+        states.extend(loaded.state);
+    }
+    states.sort_by_key(|st| st.started_at);
+    Ok(states)
+}
+
+/// What attempts have cost here: learned from the last
+/// [`HISTORY`](crate::engine::estimate::HISTORY) operations of this state
+/// directory; the defaults when it has none (or they do not read: an
+/// estimate is no reason to refuse a run).
+pub fn cost_history(dir: &Path) -> crate::engine::estimate::CostModel {
+    let states = operations_here(dir).unwrap_or_else(|e| {
+        tracing::warn!("no cost history: {e:#}");
+        Vec::new()
+    });
+    let from = states
+        .len()
+        .saturating_sub(crate::engine::estimate::HISTORY);
+    crate::engine::estimate::CostModel::learn(&states[from..])
+}
+
 /// One supervisor per state directory: the lock is held on the directory
 /// itself, opened — not on a file in it, which anyone could delete (a
 /// second supervisor would then lock a new file of the same name and run

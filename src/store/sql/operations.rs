@@ -91,6 +91,18 @@ impl SqlStore {
         Ok(row.as_ref().map(Self::operation_row))
     }
 
+    /// The ids of a repository's latest `n` operations, newest first.
+    pub async fn latest_operations(&self, repo: &str, n: usize) -> Result<Vec<String>, SqlError> {
+        let rows = sqlx::query(
+            "SELECT id FROM operations WHERE repo = $1 ORDER BY created_at DESC, id DESC LIMIT $2",
+        )
+        .bind(repo)
+        .bind(n as i64)
+        .fetch_all(&mut *self.connection().await?)
+        .await?;
+        Ok(rows.iter().map(|r| r.get("id")).collect())
+    }
+
     /// The latest operation started on an issue.
     pub async fn operation_on(
         &self,
