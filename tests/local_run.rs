@@ -358,9 +358,22 @@ Two 2 priced
         text(&out)
     );
     assert!(
-        text(&out).contains("the 2 attempt(s) that priced themselves"),
+        text(&out).contains("the 2 attempt(s) with a figure"),
         "{}",
         text(&out)
+    );
+    // The same sum where people look: the status footer and the final
+    // report, per unit, sprint and model, and per verified criterion.
+    let out = repo.cmd(&["status"]).output().unwrap();
+    assert!(
+        text(&out).contains("Spend: $0.0250 · by unit: Two $0.0250"),
+        "{}",
+        text(&out)
+    );
+    let complete = std::fs::read_to_string(repo.root.join("COMPLETE_TWO.md")).unwrap();
+    assert!(
+        complete.contains("- Cost per verified criterion: $0.0125 (2 criteria verified)"),
+        "{complete}"
     );
 }
 

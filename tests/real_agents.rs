@@ -187,7 +187,7 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
     // the attempts', to the millionth.
     assert!(dollars > 0.0);
     let report = repo.cmd(&["status"]).output().unwrap();
-    let shown = format!("${dollars:.4} reported by the agents");
+    let shown = format!("Spend: ${dollars:.4} · by unit:");
     assert!(
         support::text(&report).contains(&shown),
         "{shown}:\n{}",
@@ -518,7 +518,7 @@ async fn real_claude_code_completes_a_plan_on_github_through_the_shipped_workflo
         "{core}"
     );
     s.until("the spend reported", 30, |s| {
-        s.status_comment().contains("reported by the agents")
+        s.status_comment().contains("Spend: $")
     })
     .await;
 }

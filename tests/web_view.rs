@@ -84,7 +84,7 @@ async fn the_local_page_follows_a_run_live_and_shows_a_blocked_unit() {
     let repo = Checkout::new(
         &[("EXECUTION_PLAN.md", PLAN)],
         "tests/agents/scripted.sh",
-        "api 1 slow\ndocs 1 fail\n",
+        "api 1 slowpriced\ndocs 1 fail\n",
     );
     let (mut web, url) = serve_local(&repo);
     let b = Browser::open().await;
@@ -92,7 +92,7 @@ async fn the_local_page_follows_a_run_live_and_shows_a_blocked_unit() {
     b.wait_for("the empty list", "p.empty", 10).await;
     // The run starts in another terminal; the list shows it by itself.
     let mut run = repo
-        .cmd(&["run", "--quiet"])
+        .cmd(&["run", "--quiet", "--budget-usd", "50"])
         .env("AGENT_SLOW", "3")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -138,6 +138,22 @@ async fn the_local_page_follows_a_run_live_and_shows_a_blocked_unit() {
         .unwrap();
     assert!(bars.as_u64().unwrap_or(0) >= 2, "docs's attempts: {bars}");
     assert!(b.has("svg.gantt g.blocked[data-unit='docs']").await);
+    // What api's attempt cost, over time, against the budget.
+    b.wait_for("the spend's burn-down", "svg.burn", 10).await;
+    let burn = b
+        .client
+        .execute(
+            "return document.querySelector('svg.burn title').textContent",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let burn = burn.as_str().unwrap_or_default();
+    assert!(
+        burn.contains("Spent $0.0125 of a $50.00 budget over 1 priced attempt"),
+        "{burn}"
+    );
+    assert!(b.has("svg.burn line.budget").await);
     b.shot("local-blocked").await;
     assert_accessible(&b, "the local operation page").await;
     // The JSON API the page stands on: the list, and the operation's units
@@ -157,6 +173,8 @@ async fn the_local_page_follows_a_run_live_and_shows_a_blocked_unit() {
     let list = body(&list);
     let op = list["operations"][0]["id"].as_str().unwrap().to_string();
     assert_eq!(list["operations"][0]["blocked_units"][0], "docs", "{list}");
+    assert_eq!(list["operations"][0]["usd_spent"], 0.0125, "{list}");
+    assert_eq!(list["operations"][0]["usd_budget"], 50.0, "{list}");
     let (status, detail) = plain_get(port, &format!("/api/v1/operations/{op}")).await;
     assert_eq!(status, 200);
     let detail = body(&detail);

@@ -41,7 +41,8 @@ pub struct CostModel {
     /// counted), in hundredths: the mean and the 90th percentile.
     pub attempts_mean_x100: u32,
     pub attempts_high_x100: u32,
-    /// Past operations it was learned from (none: the defaults).
+    /// Past operations it was learned from (none: too few attempts in
+    /// them, or none at all, so the defaults).
     pub operations: u32,
 }
 
@@ -150,11 +151,13 @@ impl CostModel {
             }
             false => (d.attempts_mean_x100, d.attempts_high_x100),
         };
+        let learned_any = learned.iter().any(Option::is_some) || attempts.len() >= ENOUGH;
         CostModel {
             attempt,
             attempts_mean_x100: mean.max(100),
             attempts_high_x100: high.max(mean).max(100),
-            operations,
+            // Too little to learn from: the defaults, and said so.
+            operations: if learned_any { operations } else { 0 },
         }
     }
 

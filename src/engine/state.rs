@@ -630,15 +630,6 @@ impl OperationState {
             .filter(|h| h.charged)
     }
 
-    /// The dollars the agents' CLIs priced each closed, charged attempt at,
-    /// with when it was dispatched (attempts that reported none left out).
-    pub fn reported_dollars(
-        &self,
-    ) -> impl Iterator<Item = (DateTime<Utc>, super::usage::Usd)> + '_ {
-        self.charged_attempts()
-            .filter_map(|h| Some((h.dispatched_at, h.usage?.cost?)))
-    }
-
     /// What a closed attempt cost in dollars: the figure its CLI gave, else
     /// its tokens at the model's price (`None`: not paid for, or nothing to
     /// price it by).
@@ -691,6 +682,11 @@ impl OperationState {
     /// attempt that reported none at what it was expected to cost, and every
     /// attempt in flight or held at what it is expected to cost.
     pub fn dollars_committed(&self) -> super::usage::Usd {
+        self.dollars_spent() + self.dollars_foreseen()
+    }
+
+    /// The part of [`Self::dollars_committed`] that is expected, not spent.
+    pub fn dollars_foreseen(&self) -> super::usage::Usd {
         let unpriced: super::usage::Usd = self
             .charged_attempts()
             .filter(|h| self.attempt_dollars(h).is_none())
@@ -703,7 +699,7 @@ impl OperationState {
             .filter_map(|s| s.active.as_ref())
             .map(|a| self.expected_dollars(a.tier))
             .sum();
-        self.dollars_spent() + unpriced + in_flight
+        unpriced + in_flight
     }
 
     /// What the agents' CLIs reported the closed, charged attempts used.

@@ -83,7 +83,7 @@ impl std::str::FromStr for Usd {
         let t = text.trim();
         let t = t.strip_prefix('$').unwrap_or(t);
         match t.parse::<f64>() {
-            Ok(d) if d.is_finite() && d >= 0.0 && d < 1e12 => Ok(Usd::from_dollars(d)),
+            Ok(d) if (0.0..1e12).contains(&d) => Ok(Usd::from_dollars(d)),
             _ => Err(format!(
                 "`{text}` is not an amount of dollars: write it like 5 or 12.50"
             )),

@@ -777,7 +777,13 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
     if let Some(line) = st.reported_usage().line() {
         let _ = writeln!(out, "{line}");
     }
-    let _ = writeln!(out, "```\n**Cost optimization opportunities**: {} first-attempt sprint(s) on sonnet/opus used under 30% of their turns.\n**Potential savings**: {saving}× ({:.0}% of the completing dispatches' {by_cost}×)\n", cheap.len(), saving as f64 * 100.0 / by_cost.max(1) as f64);
+    let _ = writeln!(out, "```");
+    let money = super::money::sprint_table(st) + &super::money::final_section(st);
+    if !money.is_empty() {
+        out.push_str(&money);
+        out.push('\n');
+    }
+    let _ = writeln!(out, "**Cost optimization opportunities**: {} first-attempt sprint(s) on sonnet/opus used under 30% of their turns.\n**Potential savings**: {saving}× ({:.0}% of the completing dispatches' {by_cost}×)\n", cheap.len(), saving as f64 * 100.0 / by_cost.max(1) as f64);
     out
 }
 
@@ -1081,9 +1087,14 @@ pub fn final_summary(st: &OperationState) -> String {
     }
     let _ = writeln!(
         out,
-        "- Model usage: {}\n- Total cost: {}× (relative)\n\nDetailed analysis available in: {}",
+        "- Model usage: {}\n- Total cost: {}× (relative)",
         usage_line(st),
         st.cost_spent,
+    );
+    out.push_str(&super::money::final_section(st));
+    let _ = writeln!(
+        out,
+        "\nDetailed analysis available in: {}",
         complete_file_name(st)
     );
     out

@@ -2,9 +2,9 @@
 //! 10, opus 30 per dispatch by default): every launched dispatch counts,
 //! retries and the one in flight included, at the cost its operation was
 //! configured with; one that never launched, or whose agent command could
-//! not run, costs nothing. Beside them, the dollars the agents' CLIs
-//! reported for the attempts they priced (Claude Code does), summed over
-//! the same periods.
+//! not run, costs nothing. Beside them, the dollars of the attempts that
+//! have a figure — their CLI's own (Claude Code gives one), else their
+//! tokens at the `prices:` table — summed over the same periods.
 
 use crate::engine::usage::Usd;
 use crate::engine::OperationState;
@@ -39,7 +39,8 @@ pub struct Dollars {
 
 impl Dollars {
     fn of(st: &OperationState, now: DateTime<Utc>) -> Dollars {
-        st.reported_dollars()
+        st.priced_attempts()
+            .map(|a| (a.3, a.4))
             .fold(Dollars::default(), |d, (at, usd)| Dollars {
                 day: if now - at <= Duration::days(1) {
                     d.day + usd
@@ -167,7 +168,7 @@ pub fn spend_table(rows: &[SpendRow]) -> String {
     if usd.attempts > 0 {
         let _ = writeln!(
             out,
-            "\nDollars are what the agents' CLIs reported for the {} attempt(s) that priced themselves; the budget counts every dispatch in the units on the left.",
+            "\nDollars are the {} attempt(s) with a figure: their agent's own, else their tokens at the prices: table. The budget in units counts every dispatch, in the units on the left.",
             usd.attempts
         );
     }

@@ -1,6 +1,7 @@
 //! §13 status table, BLOCKED notices and the completion summary; §11 kill summary.
 
 use super::{cell, elapsed, ts};
+use crate::engine::usage::Usd;
 use crate::engine::{ModelTier, OperationState, OverallStatus, SprintStatus, UnitStatus};
 use chrono::{DateTime, Utc};
 use std::fmt::Write as _;
@@ -117,9 +118,10 @@ fn board(
         0 => String::new(),
         h => format!(" · {h}× more waiting to launch"),
     };
-    let reported = match st.reported_usage().usage.cost {
-        Some(dollars) => format!(" ({dollars} reported by the agents)"),
-        None => String::new(),
+    let reported = match (st.dollars_spent(), st.config.budget_usd) {
+        (spent, Some(cap)) => format!(" ({spent} of a {cap} budget)"),
+        (spent, None) if spent > Usd::ZERO => format!(" ({spent})"),
+        _ => String::new(),
     };
     let _ = writeln!(
         out,
@@ -242,6 +244,9 @@ fn board(
     let _ = writeln!(out, "Next event: {}", next_event(st));
     if let Some(b) = st.config.budget {
         let _ = writeln!(out, "Relative cost: {}× of {b}× budget", st.cost_spent);
+    }
+    if let Some(spend) = super::money::footer(st) {
+        let _ = writeln!(out, "{spend}");
     }
     let notices = blocked_notices(st);
     if !notices.is_empty() {

@@ -57,6 +57,7 @@ mkdir -p "$dir"
 file="$dir/$SUPERVISE_UNIT-sprint-$SUPERVISE_SPRINT.txt"
 case "$action" in
   slow) sleep "${AGENT_SLOW:-1}"; action=ok ;;
+  slowpriced) sleep "${AGENT_SLOW:-1}"; action=priced ;;
 esac
 case "$action" in
   prompt)

@@ -6,6 +6,7 @@ use super::{
     prompt, select, workflow, Decider, DispatchId, DispatchKind, DispatchOrder, Effect, Event,
     NoticeKind, OverallStatus, SprintStatus, UnitStatus,
 };
+use crate::engine::usage::Usd;
 
 impl Decider<'_> {
     pub(super) fn settle(&mut self) {
@@ -185,10 +186,16 @@ impl Decider<'_> {
             // starts: the cap is passed by no more than what attempts cost
             // beyond what they were expected to.
             if let Some(cap) = st.config.budget_usd {
-                let committed = st.dollars_committed();
+                let (spent, foreseen) = (st.dollars_spent(), st.dollars_foreseen());
                 let next = st.expected_dollars(tier);
-                if committed + next > cap {
-                    self.drain_for_budget(format!("Budget reached: {committed} spent or promised to attempts in flight, of a {cap} budget; the next attempt, on {}, is expected to cost {next}.", tier.as_str()));
+                if spent + foreseen + next > cap {
+                    let foreseen = match foreseen {
+                        Usd::ZERO => String::new(),
+                        f => format!(
+                            " and {f} expected of attempts in flight or that reported no cost"
+                        ),
+                    };
+                    self.drain_for_budget(format!("Budget reached: {spent} spent{foreseen}, of a {cap} budget; the next attempt, on {}, is expected to cost {next}.", tier.as_str()));
                     return;
                 }
             }

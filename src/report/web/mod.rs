@@ -8,6 +8,7 @@
 //! pages in failures and decisions) and the page as a whole through the one
 //! scrubber, as every text that leaves the supervisor does.
 
+mod burn;
 pub mod gantt;
 
 use crate::engine::{OperationState, OverallStatus, SprintStatus, UnitStatus};
@@ -108,9 +109,11 @@ pub struct Summary {
     pub spent: u64,
     pub held: u64,
     pub budget: Option<u64>,
-    /// Dollars the agents' CLIs reported, when any did.
+    /// Dollars of the attempts with a figure, when any has one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reported_usd: Option<crate::engine::usage::Usd>,
+    pub usd_spent: Option<crate::engine::usage::Usd>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usd_budget: Option<crate::engine::usage::Usd>,
     pub started_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Changes with every event: a client refetches when it moves.
@@ -130,7 +133,12 @@ pub fn summary(st: &OperationState, origin: Origin) -> Summary {
         spent: st.cost_spent,
         held: st.cost_held,
         budget: st.config.budget,
-        reported_usd: st.reported_usage().usage.cost,
+        usd_spent: st
+            .priced_attempts()
+            .next()
+            .is_some()
+            .then(|| st.dollars_spent()),
+        usd_budget: st.config.budget_usd,
         started_at: st.started_at,
         updated_at: st.updated_at,
         version: st.version,
@@ -338,9 +346,11 @@ fn spend(s: &Summary) -> String {
         Some(b) => format!("{} of {} budget", s.spent, b),
         None => format!("{} (no budget)", s.spent),
     };
-    match s.reported_usd {
-        Some(dollars) => format!("{units} · {dollars} reported by the agents"),
-        None => units,
+    match (s.usd_spent, s.usd_budget) {
+        (Some(spent), Some(cap)) => format!("{units} · {spent} of a {cap} budget"),
+        (Some(spent), None) => format!("{units} · {spent}"),
+        (None, Some(cap)) => format!("{units} · nothing of a {cap} budget yet"),
+        (None, None) => units,
     }
 }
 
@@ -494,6 +504,13 @@ pub fn live_fragment(st: &OperationState, origin: &Origin, now: DateTime<Utc>) -
     out.push_str(r#"<section aria-labelledby="timeline"><h2 id="timeline">Timeline</h2><div class="legend"><span class="key t-haiku">haiku</span><span class="key t-sonnet">sonnet</span><span class="key t-opus">opus</span><span class="key running">running</span><span class="key wait">waiting</span><span>◆ critical path</span></div><div class="scroll">"#);
     out.push_str(&gantt::gantt_svg(st, now));
     out.push_str("</div></section>");
+    if let Some(svg) = burn::burn_svg(st, now) {
+        let _ = write!(
+            out,
+            r#"<section aria-labelledby="spend"><h2 id="spend">Spend</h2><p class="spend-line">{}</p><div class="scroll">{svg}</div></section>"#,
+            escape(&crate::report::money::footer(st).unwrap_or_default())
+        );
+    }
     out.push_str(r#"<section aria-labelledby="status"><h2 id="status">Status</h2><table class="units"><thead><tr><th scope="col">Unit</th><th scope="col">State</th><th scope="col">Sprint</th><th scope="col">Attempt</th><th scope="col">Model</th></tr></thead><tbody>"#);
     for u in &st.units {
         let current = u
