@@ -1892,6 +1892,102 @@ async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
     let _ = r2.wait();
 }
 
+/// A daily cap of $0.50 for the installation, two replicas, three
+/// operations of one sprint each whose agents report $0.20 (the operator
+/// expects $0.20 of a dispatch): two dispatches go out, the third waits
+/// before it starts and says why in dollars — and still waits once the two
+/// reported what they cost. The blog's settings price its model at nothing
+/// and give it a cap of $1,000: neither lifts the operator's cap. The
+/// ledger's dollars are what the agents reported, to the millionth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: run by scripts/test"]
+async fn a_daily_dollar_budget_holds_the_third_operation_before_it_starts() {
+    const ONE: &str = "# Solo\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n### Sprint 1: Make it\n- [ ] `solo/solo-sprint-1.txt` exists\n";
+    let s = Story::start(Setup::operation(ONE, "solo 1 dear\n").door(Door::None)).await;
+    const BLOG: &str = "acme/blog";
+    let free = "prices:\n  claude-haiku: {input: 0, output: 0}\n  claude-sonnet: {input: 0, output: 0}\n  claude-opus: {input: 0, output: 0}\ndaily_budget_usd: 1000\n";
+    s.add_repo(BLOG, ONE, &format!("{SETTINGS}{free}"));
+    let second = s.fake.open_issue(REPO, "Make it again");
+    let blog = s.fake.open_issue(BLOG, "Make the blog");
+    let (mut r1, mut r2, db) = two_replicas(
+        &s,
+        &[
+            ("SUPERVISE_INSTALLATION_DAILY_BUDGET_USD", "0.50"),
+            ("SUPERVISE_ATTEMPT_USD", "0.20,0.20,0.20"),
+        ],
+    )
+    .await;
+    let start = |repo: &'static str, issue: i64| {
+        let fake = s.fake.clone();
+        async move {
+            fake.comment(repo, issue, "mia", "/supervise start", false)
+                .await
+        }
+    };
+    tokio::join!(start(REPO, s.issue), start(REPO, second), start(BLOG, blog));
+    let issues = [(REPO, s.issue), (REPO, second), (BLOG, blog)];
+    let runs = |s: &Story| s.fake.runs(REPO).len() + s.fake.runs(BLOG).len();
+    s.until("two dispatches", 120, |s| runs(s) >= 2).await;
+    let waiting = |s: &Story| -> Vec<String> {
+        issues
+            .iter()
+            .flat_map(|(repo, i)| s.fake.comments(repo, *i))
+            .map(|c| c.body)
+            .filter(|b| b.contains("wait to be launched"))
+            .collect()
+    };
+    s.until("the third says it waits", 120, |s| !waiting(s).is_empty())
+        .await;
+    // The two that went out finish and report $0.20 each.
+    s.until("two operations complete", 180, |s| {
+        issues
+            .iter()
+            .filter(|(repo, i)| {
+                s.fake
+                    .comments(repo, *i)
+                    .iter()
+                    .any(|c| c.body.contains("## Sprint Supervisor Complete"))
+            })
+            .count()
+            >= 2
+    })
+    .await;
+    s.settle().await;
+    assert_eq!(
+        runs(&s),
+        2,
+        "$0.50 holds two dispatches of $0.20, not three"
+    );
+    let said = waiting(&s).join("\n");
+    assert!(
+        said.contains("the installation's daily budget is $0.5000")
+            && said.contains("is expected to cost $0.2000"),
+        "{said}"
+    );
+    let store = supervise::store::sql::SqlStore::connect(&db).await.unwrap();
+    let spent = store
+        .spend_since(7, chrono::Utc::now() - chrono::Duration::days(1))
+        .await
+        .unwrap();
+    let usd: supervise::engine::usage::Usd = spent.iter().map(|r| r.usd).sum();
+    assert_eq!((spent.len(), usd.micros()), (2, 400_000), "{spent:#?}");
+    // Each finished operation's report says what its agent reported.
+    let finals: Vec<String> = issues
+        .iter()
+        .flat_map(|(repo, i)| s.fake.comments(repo, *i))
+        .map(|c| c.body)
+        .filter(|b| b.contains("## Sprint Supervisor Complete"))
+        .collect();
+    assert_eq!(finals.len(), 2);
+    for f in &finals {
+        assert!(f.contains("- Spent: $0.2000 over 1 priced attempt"), "{f}");
+    }
+    let _ = r1.kill();
+    let _ = r1.wait();
+    let _ = r2.kill();
+    let _ = r2.wait();
+}
+
 /// Every webhook delivered twice under two delivery ids — the start command
 /// and each `workflow_run` — and one agent's run failing once: each dispatch
 /// is paid for once, counted in the spend table, and the retry is the only

@@ -301,6 +301,7 @@ async fn postgres_operation_log_round_trip() {
 
 // ---- spend across operations -----------------------------------------------------
 
+use supervise::engine::usage::Usd;
 use supervise::store::sql::{Admission, Admitted, Caps};
 
 fn ask<'a>(dispatch: &'a str, repo: &'a str, op: &'a str, cost: u64, caps: Caps) -> Admission<'a> {
@@ -311,6 +312,8 @@ fn ask<'a>(dispatch: &'a str, repo: &'a str, op: &'a str, cost: u64, caps: Caps)
         op,
         model: "sonnet",
         cost,
+        // A cent a unit: the caps in dollars bind beside those in units.
+        usd: Usd::from_micros(cost * 10_000),
         caps,
         waiting_expires_ms: 600_000,
     }
@@ -331,11 +334,12 @@ async fn daily_caps_round(a: &SqlStore, b: &SqlStore, round: u64) {
     let installation = 100 + round as i64;
     let caps_a = Caps {
         installation_daily: Some(100),
-        repo_daily: None,
-        installation_agents: None,
+        installation_daily_usd: Some(Usd::from_micros(900_000)),
+        ..Caps::default()
     };
     let caps_b = Caps {
         repo_daily: Some(40),
+        repo_daily_usd: Some(Usd::from_micros(300_000)),
         ..caps_a
     };
     let ops = [
@@ -402,6 +406,26 @@ async fn daily_caps_round(a: &SqlStore, b: &SqlStore, round: u64) {
     assert!(total <= 100, "installation cap passed: {total}");
     assert!(blog <= 40, "repository cap passed: {blog}");
     assert!(total >= 60, "the caps leave room used: {total}");
+    // In dollars: $0.90 for the installation, $0.30 for the blog.
+    let usd: Usd = recorded.iter().map(|r| r.usd).sum();
+    let blog_usd: Usd = recorded
+        .iter()
+        .filter(|r| r.repo == "acme/blog")
+        .map(|r| r.usd)
+        .sum();
+    assert!(
+        usd.micros() <= 900_000,
+        "installation's dollar cap passed: {usd}"
+    );
+    assert!(
+        blog_usd.micros() <= 300_000,
+        "repository's dollar cap passed: {blog_usd}"
+    );
+    assert_eq!(
+        usd.micros(),
+        total * 10_000,
+        "each dispatch's dollars as expected"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -72,6 +72,21 @@ pub struct ServeArgs {
     /// default). A dispatch that would pass it waits until the window allows.
     #[arg(long, env = "SUPERVISE_INSTALLATION_DAILY_BUDGET")]
     pub installation_daily_budget: Option<u64>,
+    /// What all the operations of one installation may spend in any 24
+    /// hours, in dollars, e.g. 50: each dispatch counted at what its agent
+    /// reported, and until then at what it is expected to cost. A dispatch
+    /// whose expected cost would pass it waits until the window allows.
+    #[arg(
+        long,
+        env = "SUPERVISE_INSTALLATION_DAILY_BUDGET_USD",
+        value_name = "DOLLARS"
+    )]
+    pub installation_daily_budget_usd: Option<crate::engine::usage::Usd>,
+    /// The least a dispatch of each tier is expected to cost against the
+    /// dollar caps, as `haiku,sonnet,opus` in dollars: a repository's
+    /// settings and history may raise it, never lower it.
+    #[arg(long, env = "SUPERVISE_ATTEMPT_USD", value_parser = parse_attempt_usd, default_value = "0.10,0.60,3.00")]
+    pub attempt_usd: [crate::engine::usage::Usd; 3],
     /// What one dispatch of each tier costs against the caps above one
     /// operation, as `haiku,sonnet,opus`. The operator's prices: a
     /// repository's `costs:` in its settings shapes only its own operations'
@@ -262,6 +277,8 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
                 daily_budget: args.installation_daily_budget,
                 costs: args.costs,
                 agents: Some(args.installation_agents.max(1)),
+                daily_budget_usd: args.installation_daily_budget_usd,
+                attempt_usd: args.attempt_usd,
             },
             metrics: metrics_exporter_prometheus::PrometheusBuilder::new()
                 .install_recorder()
@@ -280,6 +297,16 @@ pub fn run(mut args: ServeArgs) -> Result<i32> {
 
 /// `haiku,sonnet,opus`: three whole numbers, each at least 1 (a dispatch
 /// free of charge would let any number past a cap).
+fn parse_attempt_usd(text: &str) -> Result<[crate::engine::usage::Usd; 3], String> {
+    let parts: Vec<&str> = text.split(',').collect();
+    let [h, s, o] = parts.as_slice() else {
+        return Err(format!(
+            "`{text}`: give three amounts in dollars, haiku,sonnet,opus (for example 0.10,0.60,3.00)"
+        ));
+    };
+    Ok([h.parse()?, s.parse()?, o.parse()?])
+}
+
 fn parse_costs(text: &str) -> Result<[u64; 3], String> {
     let parts: Vec<&str> = text.split(',').map(str::trim).collect();
     let [h, s, o] = parts.as_slice() else {

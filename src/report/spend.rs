@@ -182,6 +182,8 @@ pub struct SpendRecord {
     pub op: String,
     pub model: String,
     pub cost: u64,
+    /// What its agent reported it cost, else what it was expected to.
+    pub usd: Usd,
     pub at: DateTime<Utc>,
     /// Its agent has ended (or never ran).
     pub ended: bool,
@@ -192,6 +194,8 @@ pub struct SpendRecord {
 pub struct DailyCaps {
     pub installation: Option<u64>,
     pub repo: Option<u64>,
+    pub installation_usd: Option<Usd>,
+    pub repo_usd: Option<Usd>,
     /// What one dispatch of each tier (haiku, sonnet, opus) was charged
     /// against them: the operator's prices.
     pub prices: [u64; 3],
@@ -204,6 +208,12 @@ fn of_cap(spent: u64, cap: Option<u64>) -> String {
     }
 }
 
+/// The dollars beside the units, where a cap is in dollars (elsewhere a
+/// dispatch's dollars may be only what it was expected to cost).
+fn of_usd_cap(spent: Usd, cap: Option<Usd>) -> String {
+    cap.map_or_else(String::new, |c| format!(" ({spent} of a {c} daily budget)"))
+}
+
 /// The status comment's line on spend above the operation: the last 24
 /// hours of the repository and, on an App installation, of the installation.
 pub fn day_line(
@@ -213,14 +223,16 @@ pub fn day_line(
     caps: DailyCaps,
 ) -> String {
     let mut line = format!(
-        "Spent in the last 24 h: {repo} {}",
-        of_cap(spent.repo, caps.repo)
+        "Spent in the last 24 h: {repo} {}{}",
+        of_cap(spent.repo, caps.repo),
+        of_usd_cap(spent.repo_usd, caps.repo_usd)
     );
     if let Some(id) = installation {
         let _ = write!(
             line,
-            " · installation {id} {}",
-            of_cap(spent.installation, caps.installation)
+            " · installation {id} {}{}",
+            of_cap(spent.installation, caps.installation),
+            of_usd_cap(spent.installation_usd, caps.installation_usd)
         );
     }
     line
@@ -233,6 +245,9 @@ pub struct DayTotals {
     pub repo: u64,
     /// By all the installation's operations.
     pub installation: u64,
+    /// The same in dollars: reported, or expected while not reported.
+    pub repo_usd: Usd,
+    pub installation_usd: Usd,
 }
 
 /// `/supervise spend`: this repository's operations over the last day and
@@ -244,63 +259,99 @@ pub fn spend_comment(
     caps: DailyCaps,
     now: DateTime<Utc>,
 ) -> String {
-    let mut per_op: Vec<(String, u64, u64, u64, usize)> = Vec::new();
+    /// One operation's row: units and dollars in the last day and week.
+    #[derive(Default)]
+    struct Row {
+        op: String,
+        day: u64,
+        week: u64,
+        usd_day: Usd,
+        usd_week: Usd,
+        n: usize,
+        running: usize,
+    }
+    let mut per_op: Vec<Row> = Vec::new();
     let (mut all_day, mut all_week) = (0, 0);
+    let (mut all_usd_day, mut all_usd_week) = (Usd::ZERO, Usd::ZERO);
     for r in records {
         let in_day = now - r.at <= Duration::days(1);
         let in_week = now - r.at <= Duration::days(7);
         if in_day {
             all_day += r.cost;
+            all_usd_day = all_usd_day + r.usd;
         }
         if in_week {
             all_week += r.cost;
+            all_usd_week = all_usd_week + r.usd;
         }
         if r.repo != repo || !in_week {
             continue;
         }
-        let i = match per_op.iter().position(|p| p.0 == r.op) {
+        let i = match per_op.iter().position(|p| p.op == r.op) {
             Some(i) => i,
             None => {
-                per_op.push((r.op.clone(), 0, 0, 0, 0));
+                per_op.push(Row {
+                    op: r.op.clone(),
+                    ..Row::default()
+                });
                 per_op.len() - 1
             }
         };
         let row = &mut per_op[i];
-        row.2 += r.cost;
-        row.3 += 1;
+        row.week += r.cost;
+        row.usd_week = row.usd_week + r.usd;
+        row.n += 1;
         if in_day {
-            row.1 += r.cost;
+            row.day += r.cost;
+            row.usd_day = row.usd_day + r.usd;
         }
         if !r.ended {
-            row.4 += 1;
+            row.running += 1;
         }
     }
     let mut out = format!("## Spend of `{repo}`\n\n");
     if per_op.is_empty() {
         out.push_str("No dispatches in the last 7 days.\n");
     } else {
-        out.push_str("| Operation | Last 24 h | Last 7 days | Dispatches | Running now |\n|---|---|---|---|---|\n");
-        for (op, day, week, n, running) in &per_op {
-            let _ = writeln!(out, "| `{op}` | {day}× | {week}× | {n} | {running} |");
+        out.push_str("| Operation | Last 24 h | Last 7 days | Dollars, 24 h / 7 days | Dispatches | Running now |\n|---|---|---|---|---|---|\n");
+        for r in &per_op {
+            let _ = writeln!(
+                out,
+                "| `{}` | {}× | {}× | {} / {} | {} | {} |",
+                r.op, r.day, r.week, r.usd_day, r.usd_week, r.n, r.running
+            );
         }
-        let (day, week) = per_op.iter().fold((0, 0), |(d, w), p| (d + p.1, w + p.2));
-        let _ = writeln!(out, "| **all** | **{day}×** | **{week}×** | | |");
+        let sum = per_op.iter().fold(Row::default(), |a, r| Row {
+            day: a.day + r.day,
+            week: a.week + r.week,
+            usd_day: a.usd_day + r.usd_day,
+            usd_week: a.usd_week + r.usd_week,
+            ..a
+        });
+        let _ = writeln!(
+            out,
+            "| **all** | **{}×** | **{}×** | **{} / {}** | | |",
+            sum.day, sum.week, sum.usd_day, sum.usd_week
+        );
     }
-    let repo_day: u64 = per_op.iter().map(|p| p.1).sum();
+    let repo_day: u64 = per_op.iter().map(|p| p.day).sum();
+    let repo_usd_day: Usd = per_op.iter().map(|p| p.usd_day).sum();
     let _ = writeln!(
         out,
-        "\nThis repository, last 24 h: {}.",
-        of_cap(repo_day, caps.repo)
+        "\nThis repository, last 24 h: {}{}.",
+        of_cap(repo_day, caps.repo),
+        of_usd_cap(repo_usd_day, caps.repo_usd)
     );
     let _ = writeln!(
         out,
-        "The installation (every repository it covers): {} in the last 24 h, {all_week}× in 7 days.",
-        of_cap(all_day, caps.installation)
+        "The installation (every repository it covers): {}{} in the last 24 h, {all_week}× ({all_usd_week}) in 7 days.",
+        of_cap(all_day, caps.installation),
+        of_usd_cap(all_usd_day, caps.installation_usd)
     );
     let [h, so, op] = caps.prices;
     let _ = writeln!(
         out,
-        "\n<sub>Charged per dispatch against these budgets, at the service operator's prices: haiku {h}, sonnet {so}, opus {op}; retries count.</sub>"
+        "\n<sub>Charged per dispatch against these budgets, at the service operator's prices: haiku {h}, sonnet {so}, opus {op}; retries count. Dollars are what each agent reported its attempt cost, and what it is expected to cost while it has not.</sub>"
     );
     out
 }

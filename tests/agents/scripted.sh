@@ -107,6 +107,10 @@ case "$action" in
     { echo "done by $SUPERVISE_DISPATCH_ID"; env | cut -d= -f1; } > "$file"
     git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT (its environment's names)"
     echo "Done." ;;
+  dear)
+    echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"
+    echo '{"type":"result","subtype":"success","is_error":false,"num_turns":4,"result":"Done.","total_cost_usd":0.2,"usage":{"input_tokens":1000,"output_tokens":200}}' ;;
   priced)
     echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"
     git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"

@@ -412,9 +412,12 @@ impl GitHubExecutor<'_> {
                 op: &ctx.op,
                 model: order.tier.as_str(),
                 cost,
+                usd: ops.limits.expected_usd(order.tier, state),
                 caps: Caps {
                     installation_daily: ops.limits.daily_budget,
                     repo_daily: ctx.daily_budget,
+                    installation_daily_usd: ops.limits.daily_budget_usd,
+                    repo_daily_usd: ctx.daily_budget_usd,
                     installation_agents: ops.limits.agents,
                 },
                 waiting_expires_ms: (ops.timings.reconcile.as_millis() as i64)

@@ -97,6 +97,9 @@ pub struct OpContext {
     /// The repository's daily cap (`daily_budget` in its settings at start).
     #[serde(default)]
     pub daily_budget: Option<u64>,
+    /// The same in dollars (`daily_budget_usd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily_budget_usd: Option<crate::engine::usage::Usd>,
     /// When `start` was said (RFC 3339): the lower bound of comment look-ups.
     pub started_at: String,
     /// The commit the operation started from, whose files the start's
@@ -239,6 +242,27 @@ pub struct InstallationLimits {
     /// What a dispatch of each tier (haiku, sonnet, opus) costs against
     /// these caps: the operator's prices, whatever a repository's settings say.
     pub costs: [u64; 3],
+    /// What an installation's operations may spend in any 24 hours, in
+    /// dollars: each dispatch counted at what its agent reported, and at
+    /// what it is expected to cost until then.
+    pub daily_budget_usd: Option<crate::engine::usage::Usd>,
+    /// The least a dispatch of each tier is expected to cost against the
+    /// dollar caps: the operator's floor, which no repository's `prices:`
+    /// or history lowers (they may raise it).
+    pub attempt_usd: [crate::engine::usage::Usd; 3],
+}
+
+impl InstallationLimits {
+    /// What a dispatch on `tier` is held to against the dollar caps: the
+    /// operator's floor, or more when the operation expects more.
+    pub fn expected_usd(
+        &self,
+        tier: crate::engine::ModelTier,
+        st: Option<&crate::engine::OperationState>,
+    ) -> crate::engine::usage::Usd {
+        let floor = self.attempt_usd[tier as usize];
+        st.map_or(floor, |st| st.expected_dollars(tier).max(floor))
+    }
 }
 
 impl Default for InstallationLimits {
@@ -247,6 +271,8 @@ impl Default for InstallationLimits {
             daily_budget: None,
             agents: None,
             costs: crate::engine::EngineConfig::default().costs,
+            daily_budget_usd: None,
+            attempt_usd: crate::engine::DEFAULT_ATTEMPT_USD,
         }
     }
 }
@@ -757,6 +783,7 @@ mod tests {
             mention: None,
             required_approvals: None,
             daily_budget: None,
+            daily_budget_usd: None,
             started_at: "2026-11-27T00:00:00Z".into(),
             start_head: None,
         };

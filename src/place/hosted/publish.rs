@@ -108,6 +108,8 @@ impl Operations {
                 installation: self.limits.daily_budget,
                 repo: ctx.daily_budget,
                 prices: self.limits.costs,
+                installation_usd: self.limits.daily_budget_usd,
+                repo_usd: ctx.daily_budget_usd,
             },
         );
         if let Some(b) = self

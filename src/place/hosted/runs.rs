@@ -462,6 +462,12 @@ impl Operations {
                 },
             },
         };
+        // What the agent reported it cost replaces what it was expected to,
+        // against the dollar caps. Only its own figure: a repository's
+        // `prices:` never prices what the operator's caps are charged.
+        if let Some(usd) = report.usage.and_then(|u| u.cost) {
+            self.store.spend_priced(&d.0, usd).await?;
+        }
         let input = Input::AgentFinished {
             dispatch: d.clone(),
             report: report.clone(),

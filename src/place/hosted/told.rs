@@ -28,23 +28,30 @@ impl Operations {
     /// the next start, and a difference is said.
     pub async fn spend(&self, o: &Origin) -> Result<String, OpError> {
         // A file that does not read sets no cap here; `start` says why.
-        let file_cap = o
+        let file = o
             .settings(&self.gh)
             .await?
             .as_ref()
             .ok()
-            .and_then(|f| f.daily_budget);
+            .cloned()
+            .unwrap_or_default();
+        let file_cap = file.daily_budget;
         // From the store, not this replica's memory: another replica may
         // hold an operation of the repository.
-        let mut enforced: Vec<Option<u64>> = self
+        let contexts: Vec<OpContext> = self
             .store
             .operations(true)
             .await?
             .into_iter()
             .filter(|row| row.repo == o.repo)
             .filter_map(|row| serde_json::from_str::<OpContext>(&row.context).ok())
-            .map(|ctx| ctx.daily_budget)
             .collect();
+        // In dollars, the same rule: the strictest in force, else the file's.
+        let repo_usd = match contexts.is_empty() {
+            true => file.daily_budget_usd,
+            false => contexts.iter().filter_map(|c| c.daily_budget_usd).min(),
+        };
+        let mut enforced: Vec<Option<u64>> = contexts.iter().map(|ctx| ctx.daily_budget).collect();
         enforced.sort();
         enforced.dedup();
         // The strictest cap in force is the one that holds a dispatch first.
@@ -74,6 +81,8 @@ impl Operations {
                 installation: self.limits.daily_budget,
                 repo: repo_cap,
                 prices: self.limits.costs,
+                installation_usd: self.limits.daily_budget_usd,
+                repo_usd,
             },
             now,
         ) + note.as_deref().unwrap_or(""))
@@ -433,6 +442,7 @@ impl Operations {
                 .filter(|login| crate::text::is_user_login(login)),
             required_approvals: file_settings.required_approvals,
             daily_budget: file_settings.daily_budget,
+            daily_budget_usd: file_settings.daily_budget_usd,
             started_at: o
                 .created_at
                 .clone()

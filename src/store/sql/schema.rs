@@ -165,4 +165,12 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     CREATE INDEX IF NOT EXISTS spend_in_flight ON spend (installation, at_ms) WHERE ended_ms IS NULL;
     CREATE INDEX IF NOT EXISTS spend_waiting_line ON spend_waiting (installation, seen_ms)",
     ),
+    (
+        12,
+        // A dispatch's dollars, in millionths: what it was expected to cost
+        // when admitted, then what its agent reported it cost. The daily
+        // caps in dollars are summed from it as those in units are from
+        // `cost`.
+        "ALTER TABLE spend ADD COLUMN usd BIGINT NOT NULL DEFAULT 0",
+    ),
 ];

@@ -10,6 +10,7 @@
 //! replayed effect never spends twice.
 
 use super::{now_ms, SqlError, SqlStore};
+use crate::engine::usage::Usd;
 use crate::engine::HoldKind;
 use crate::report::{DayTotals, SpendRecord};
 use chrono::{DateTime, TimeZone, Utc};
@@ -34,6 +35,9 @@ pub struct Caps {
     pub installation_daily: Option<u64>,
     /// What the repository's operations may dispatch in any 24 hours.
     pub repo_daily: Option<u64>,
+    /// The same two in dollars.
+    pub installation_daily_usd: Option<Usd>,
+    pub repo_daily_usd: Option<Usd>,
     /// Agents in flight at once across the installation's operations.
     pub installation_agents: Option<u64>,
 }
@@ -47,6 +51,8 @@ pub struct Admission<'a> {
     pub op: &'a str,
     pub model: &'a str,
     pub cost: u64,
+    /// What it is expected to cost in dollars, until its agent reports.
+    pub usd: Usd,
     pub caps: Caps,
     /// A waiting dispatch not asked about again for this long has left the
     /// line (its operation stopped, or moved to another replica that asks anew).
@@ -65,6 +71,37 @@ pub enum Admitted {
         until: Option<DateTime<Utc>>,
         kind: HoldKind,
     },
+}
+
+/// What a daily cap counts: dispatches at the operator's relative prices,
+/// or dollars.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Relative,
+    Dollars,
+}
+
+impl Unit {
+    fn show(self, n: u64) -> String {
+        match self {
+            Unit::Relative => format!("{n}×"),
+            Unit::Dollars => Usd::from_micros(n).to_string(),
+        }
+    }
+
+    fn spent_verb(self) -> &'static str {
+        match self {
+            Unit::Relative => "dispatched",
+            Unit::Dollars => "spent or expected",
+        }
+    }
+
+    fn cost_verb(self) -> &'static str {
+        match self {
+            Unit::Relative => "costs",
+            Unit::Dollars => "is expected to cost",
+        }
+    }
 }
 
 fn at(ms: i64) -> DateTime<Utc> {
@@ -116,43 +153,75 @@ impl SqlStore {
             tx.commit().await?;
             return Ok(Admitted::Before);
         }
+        let usd = |c: Option<Usd>| c.map(Usd::micros);
         let daily = [
-            (a.caps.installation_daily, None, "the installation's"),
-            (a.caps.repo_daily, Some(a.repo), "this repository's"),
+            (
+                a.caps.installation_daily,
+                None,
+                "the installation's",
+                Unit::Relative,
+            ),
+            (
+                a.caps.repo_daily,
+                Some(a.repo),
+                "this repository's",
+                Unit::Relative,
+            ),
+            (
+                usd(a.caps.installation_daily_usd),
+                None,
+                "the installation's",
+                Unit::Dollars,
+            ),
+            (
+                usd(a.caps.repo_daily_usd),
+                Some(a.repo),
+                "this repository's",
+                Unit::Dollars,
+            ),
         ];
         // Sums, not rows: an installation dispatching all day must not make
         // every admission read the whole day. The rows are read only to say
         // when a held dispatch will fit.
-        let sums = match daily.iter().any(|(cap, _, _)| cap.is_some()) {
+        let sums = match daily.iter().any(|(cap, ..)| cap.is_some()) {
             true => Some(Self::day_sums(&mut tx, a.installation, a.repo, now).await?),
             false => None,
         };
-        for (cap, repo, whose) in daily {
+        for (cap, repo, whose, unit) in daily {
             let (Some(cap), Some(sums)) = (cap, sums) else {
                 continue;
             };
-            let spent = match repo {
-                Some(_) => sums.repo,
-                None => sums.installation,
+            let spent = match (repo, unit) {
+                (Some(_), Unit::Relative) => sums.repo,
+                (None, Unit::Relative) => sums.installation,
+                (Some(_), Unit::Dollars) => sums.repo_usd.micros(),
+                (None, Unit::Dollars) => sums.installation_usd.micros(),
             };
-            if spent + a.cost > cap {
-                let mine = Self::day_window(&mut tx, a.installation, repo, now).await?;
+            let cost = match unit {
+                Unit::Relative => a.cost,
+                Unit::Dollars => a.usd.micros(),
+            };
+            if spent + cost > cap {
+                let mine = Self::day_window(&mut tx, a.installation, repo, unit, now).await?;
                 self.leave_line(&mut tx, a.dispatch).await?;
                 tx.commit().await?;
-                let reason = if a.cost > cap {
+                let [cap_, spent_, cost_] = [cap, spent, cost].map(|n| unit.show(n));
+                let reason = if cost > cap {
                     format!(
-                        "one {} dispatch costs {}×, more than {whose} daily budget of {cap}× — raise the budget",
-                        a.model, a.cost
+                        "one {} dispatch costs {cost_}, more than {whose} daily budget of {cap_} — raise the budget",
+                        a.model
                     )
                 } else {
                     format!(
-                        "{whose} daily budget is {cap}× and {spent}× was dispatched in the last 24 h; this {} dispatch costs {}×",
-                        a.model, a.cost
+                        "{whose} daily budget is {cap_} and {spent_} was {} in the last 24 h; this {} dispatch {} {cost_}",
+                        unit.spent_verb(),
+                        a.model,
+                        unit.cost_verb()
                     )
                 };
                 return Ok(Admitted::Held {
                     reason,
-                    until: fits_at(&mine, spent, a.cost, cap),
+                    until: fits_at(&mine, spent, cost, cap),
                     kind: HoldKind::Budget,
                 });
             }
@@ -163,7 +232,7 @@ impl SqlStore {
                 return Ok(held);
             }
         }
-        sqlx::query("INSERT INTO spend (dispatch, installation, repo, op, model, cost, at_ms, ended_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)")
+        sqlx::query("INSERT INTO spend (dispatch, installation, repo, op, model, cost, at_ms, ended_ms, usd) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, $8)")
             .bind(a.dispatch)
             .bind(a.installation)
             .bind(a.repo)
@@ -171,6 +240,7 @@ impl SqlStore {
             .bind(a.model)
             .bind(a.cost as i64)
             .bind(now)
+            .bind(a.usd.micros() as i64)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -251,7 +321,9 @@ impl SqlStore {
     ) -> Result<DayTotals, SqlError> {
         let row = sqlx::query(
             "SELECT CAST(COALESCE(SUM(cost), 0) AS BIGINT) AS all_cost, \
-             CAST(COALESCE(SUM(CASE WHEN repo = $2 THEN cost ELSE 0 END), 0) AS BIGINT) AS repo_cost \
+             CAST(COALESCE(SUM(CASE WHEN repo = $2 THEN cost ELSE 0 END), 0) AS BIGINT) AS repo_cost, \
+             CAST(COALESCE(SUM(usd), 0) AS BIGINT) AS all_usd, \
+             CAST(COALESCE(SUM(CASE WHEN repo = $2 THEN usd ELSE 0 END), 0) AS BIGINT) AS repo_usd \
              FROM spend WHERE installation = $1 AND at_ms > $3",
         )
         .bind(installation)
@@ -259,23 +331,28 @@ impl SqlStore {
         .bind(now - DAY_MS)
         .fetch_one(&mut **tx)
         .await?;
+        let usd = |name: &str| Usd::from_micros(row.get::<i64, _>(name).max(0) as u64);
         Ok(DayTotals {
             installation: row.get::<i64, _>("all_cost").max(0) as u64,
             repo: row.get::<i64, _>("repo_cost").max(0) as u64,
+            installation_usd: usd("all_usd"),
+            repo_usd: usd("repo_usd"),
         })
     }
 
     /// The last 24 hours' dispatches of the installation (or of one
-    /// repository of it), oldest first: (when, cost).
+    /// repository of it), oldest first: (when, cost in `unit`).
     async fn day_window(
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         installation: i64,
         repo: Option<&str>,
+        unit: Unit,
         now: i64,
     ) -> Result<Vec<(i64, u64)>, SqlError> {
-        let rows = sqlx::query(
-            "SELECT at_ms, cost FROM spend WHERE installation = $1 AND at_ms > $2 AND ($3 = '' OR repo = $3) ORDER BY at_ms",
-        )
+        let rows = sqlx::query(match unit {
+            Unit::Relative => "SELECT at_ms, cost FROM spend WHERE installation = $1 AND at_ms > $2 AND ($3 = '' OR repo = $3) ORDER BY at_ms",
+            Unit::Dollars => "SELECT at_ms, usd AS cost FROM spend WHERE installation = $1 AND at_ms > $2 AND ($3 = '' OR repo = $3) ORDER BY at_ms",
+        })
         .bind(installation)
         .bind(now - DAY_MS)
         .bind(repo.unwrap_or(""))
@@ -334,10 +411,21 @@ impl SqlStore {
         Ok(())
     }
 
+    /// What the dispatch's agent reported it cost: its dollars from now on,
+    /// in place of what it was expected to cost.
+    pub async fn spend_priced(&self, dispatch: &str, usd: Usd) -> Result<(), SqlError> {
+        sqlx::query("UPDATE spend SET usd = $1 WHERE dispatch = $2")
+            .bind(usd.micros() as i64)
+            .bind(dispatch)
+            .execute(&mut *self.connection().await?)
+            .await?;
+        Ok(())
+    }
+
     /// The dispatch was never launched (GitHub refused it, or it was cancelled
     /// first): nothing was spent, and it leaves the line if it stood in it.
     pub async fn spend_refunded(&self, dispatch: &str) -> Result<(), SqlError> {
-        sqlx::query("UPDATE spend SET cost = 0, ended_ms = $1 WHERE dispatch = $2")
+        sqlx::query("UPDATE spend SET cost = 0, usd = 0, ended_ms = $1 WHERE dispatch = $2")
             .bind(now_ms())
             .bind(dispatch)
             .execute(&mut *self.connection().await?)
@@ -355,7 +443,7 @@ impl SqlStore {
         installation: i64,
         since: DateTime<Utc>,
     ) -> Result<Vec<SpendRecord>, SqlError> {
-        let rows = sqlx::query("SELECT repo, op, model, cost, at_ms, ended_ms FROM spend WHERE installation = $1 AND at_ms > $2 ORDER BY at_ms, dispatch")
+        let rows = sqlx::query("SELECT repo, op, model, cost, usd, at_ms, ended_ms FROM spend WHERE installation = $1 AND at_ms > $2 ORDER BY at_ms, dispatch")
             .bind(installation)
             .bind(since.timestamp_millis())
             .fetch_all(&mut *self.connection().await?)
@@ -367,6 +455,7 @@ impl SqlStore {
                 op: r.get("op"),
                 model: r.get("model"),
                 cost: r.get::<i64, _>("cost").max(0) as u64,
+                usd: Usd::from_micros(r.get::<i64, _>("usd").max(0) as u64),
                 at: at(r.get("at_ms")),
                 ended: r.get::<Option<i64>, _>("ended_ms").is_some(),
             })
