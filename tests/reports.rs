@@ -191,3 +191,117 @@ fn what_an_agent_printed_reaches_the_page_as_text() {
     );
     assert!(html.contains("BLOCKED: docs"), "{html}");
 }
+
+mod dollars {
+    //! Every dollar figure people see, held to one another and to the log.
+
+    use super::*;
+    use proptest::prelude::*;
+    use supervise::engine::usage::{Price, Usage, Usd};
+
+    /// What an attempt does: succeed, do part, or fail; and what it
+    /// reports: a dollar figure, tokens only, or nothing.
+    fn report(outcome: u8, reported: u8, micros: u64) -> AgentReport {
+        let mut r = match outcome % 3 {
+            0 => success(),
+            1 => partial(),
+            _ => failure(),
+        };
+        r.usage = match reported % 3 {
+            0 => Some(Usage {
+                input_tokens: 1000,
+                output_tokens: 200,
+                cost: Some(Usd::from_micros(micros)),
+                ..Default::default()
+            }),
+            1 => Some(Usage {
+                input_tokens: micros,
+                output_tokens: micros / 7,
+                cache_read_tokens: micros / 3,
+                ..Default::default()
+            }),
+            _ => None,
+        };
+        r
+    }
+
+    /// The number after `prefix` in `text`, as a Usd (`$1.23` or `$0.0123`).
+    fn dollars_after(text: &str, prefix: &str) -> Option<Usd> {
+        let at = text.find(prefix)? + prefix.len();
+        let figure: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        figure.parse().ok()
+    }
+
+    /// A figure shown to people: to the cent above a dollar, else to the
+    /// hundredth of a cent.
+    fn shown(u: Usd) -> Usd {
+        u.to_string().parse().unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// However attempts end and whatever they report: the store's log
+        /// (each closed attempt's record), the operation's sum, the
+        /// breakdowns by unit, sprint and model, `spend`, the web API, the
+        /// status footer and the final report give the same dollars.
+        #[test]
+        fn every_view_of_the_dollars_agrees(
+            steps in proptest::collection::vec((any::<u8>(), any::<u8>(), 1u64..3_000_000), 1..30),
+        ) {
+            let price = Price {
+                input: Usd::from_micros(3_000_000),
+                output: Usd::from_micros(15_000_000),
+                ..Default::default()
+            };
+            let config = EngineConfig {
+                prices: ModelTier::ALL
+                    .iter()
+                    .map(|t| (EngineConfig::default().model_id(*t).to_string(), price))
+                    .collect(),
+                ..Default::default()
+            };
+            let mut sim = Sim::start(THREE_UNITS, config);
+            for (outcome, reported, micros) in steps {
+                let Some(o) = sim.out().first().cloned() else { break };
+                sim.finish(&o.unit, report(outcome, reported, micros));
+            }
+            let st = sim.st().clone();
+            // The log, as the store keeps it: each closed, paid attempt's
+            // own figure, else its tokens at the price.
+            let from_log: Usd = sim
+                .log
+                .iter()
+                .filter_map(|e| match e {
+                    Event::AttemptClosed { record, .. } if record.charged => {
+                        record.usage.and_then(|u| u.dollars(Some(&price)))
+                    }
+                    _ => None,
+                })
+                .sum();
+            prop_assert_eq!(st.dollars_spent(), from_log);
+            let b = report::money::breakdown(&st);
+            prop_assert_eq!(b.total, from_log);
+            prop_assert_eq!(b.by_unit.iter().map(|u| u.1).sum::<Usd>(), from_log);
+            prop_assert_eq!(b.by_sprint.iter().map(|s| s.2).sum::<Usd>(), from_log);
+            prop_assert_eq!(b.by_model.iter().map(|m| m.1).sum::<Usd>(), from_log);
+            prop_assert_eq!(b.by_model.iter().map(|m| m.2).sum::<usize>(), b.attempts);
+            let rows = report::spend(std::slice::from_ref(&st), sim.now);
+            prop_assert_eq!(rows[0].usd.total, from_log);
+            prop_assert_eq!(rows[0].usd.day, from_log);
+            let web = report::web::summary(&st, report::web::Origin::local());
+            prop_assert_eq!(web.usd_spent.unwrap_or_default(), from_log);
+            let status = report::status_table(&st, sim.now);
+            let summary = report::final_summary(&st);
+            if b.attempts > 0 {
+                prop_assert_eq!(dollars_after(&status, "Spend: $"), Some(shown(from_log)), "{}", status);
+                prop_assert_eq!(dollars_after(&summary, "- Spent: $"), Some(shown(from_log)), "{}", summary);
+            } else {
+                prop_assert!(!status.contains("Spend: $"), "{}", status);
+                prop_assert!(!summary.contains("- Spent: $"), "{}", summary);
+            }
+        }
+    }
+}
