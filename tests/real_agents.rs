@@ -441,8 +441,17 @@ const CODEX_MODELS: [&str; 3] = ["scripted-small", "scripted-medium", "scripted-
 fn real_codex_completes_a_plan_from_its_preset() {
     let bin = codex_bin();
     let model = ModelServer::start();
+    // Codex reports tokens only: the repository's prices make them dollars
+    // (cached input at the input price, as the scripted model bills it).
+    let prices: String = CODEX_MODELS
+        .iter()
+        .map(|m| format!("  {m}: {{input: 2, output: 8, cache_read: 2, cache_write: 2}}\n"))
+        .collect();
     let repo = Checkout::new(
-        &[("EXECUTION_PLAN.md", PLAN)],
+        &[
+            ("EXECUTION_PLAN.md", PLAN),
+            (".github/supervise.yml", &format!("prices:\n{prices}")),
+        ],
         "tests/agents/scripted.sh",
         "",
     );
@@ -461,8 +470,21 @@ fn real_codex_completes_a_plan_from_its_preset() {
     let said = support::text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
     let dollars = assert_plan_done(&repo, &model, CODEX_MODELS);
-    assert_eq!(dollars, 0.0, "Codex prices nothing");
+    assert_eq!(dollars, 0.0, "Codex prices nothing itself");
     assert!(model.requests().iter().all(|r| r.api == Api::Responses));
+    // The scripted model's bill: every response it gave, at the prices.
+    let (tokens_in, tokens_out) = fake_github::model::BILLED;
+    let bill_micros = model.requests().len() as u64 * (tokens_in * 2 + tokens_out * 8);
+    let out = repo.cmd(&["spend", "--json"]).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let usd = json["operations"][0]["usd"]["total"].as_f64().unwrap();
+    assert_eq!((usd * 1e6).round() as u64, bill_micros, "{json}");
+    let bill = supervise::engine::usage::Usd::from_micros(bill_micros);
+    let status = support::text(&repo.cmd(&["status"]).output().unwrap());
+    assert!(
+        status.contains(&format!("Spend: {bill} · by unit:")),
+        "{bill}: {status}"
+    );
 }
 
 /// The version of Claude Code scripts/test installed.
