@@ -68,15 +68,12 @@ struct World {
     fails: f64,
 }
 
-fn attempt_report(world: &World, tier: ModelTier, rng: &mut Rng) -> ops_report::Report {
+/// Whether an attempt on `tier` succeeds, and what it cost.
+fn attempt(world: &World, tier: ModelTier, rng: &mut Rng) -> (bool, Usd) {
     let ok = rng.unit() >= world.fails;
     // Attempts vary about the model's cost: 0.5× to 1.8×.
     let dollars = world.base[tier as usize] * (0.5 + 1.3 * rng.unit());
     (ok, Usd::from_dollars(dollars))
-}
-
-mod ops_report {
-    pub type Report = (bool, supervise::engine::usage::Usd);
 }
 
 /// Runs one operation to the end with its agents reporting costs; returns
@@ -126,7 +123,7 @@ fn run(
     );
     while let Some(o) = pending.pop() {
         now += Duration::seconds(60);
-        let (ok, cost) = attempt_report(world, o.tier, rng);
+        let (ok, cost) = attempt(world, o.tier, rng);
         let mut report = ops::report(ok);
         // The sprint's own criteria, as a verifier reports them.
         let sprint = plan
@@ -168,7 +165,7 @@ fn run(
 }
 
 fn main() {
-    let mut rng = Rng(0x00e5_71a7_e5);
+    let mut rng = Rng(0xe571_a7e5);
     let (mut inside, mut counted) = (0usize, 0usize);
     let (mut below, mut above) = (0usize, 0usize);
     let mut widths = Vec::new();
