@@ -14,6 +14,7 @@ pub mod contract;
 pub mod drive;
 pub mod engine;
 pub mod github;
+pub mod model_proxy;
 pub mod notify;
 pub mod place;
 pub mod plan;

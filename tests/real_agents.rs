@@ -194,6 +194,13 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
         support::text(&report)
     );
     assert!(model.requests().iter().all(|r| r.api == Api::Messages));
+    // Claude Code held a token of its attempt's; the supervisor's proxy
+    // swapped in the key on the way to the model.
+    let keys = model.keys();
+    assert!(
+        !keys.is_empty() && keys.iter().all(|k| k == "sk-ant-api03-scripted-model-key"),
+        "{keys:?}"
+    );
 }
 
 /// A storm of overloads on one sprint, answered to real Claude Code run by

@@ -501,3 +501,51 @@ async fn a_widened_agent_job_in_the_yaml_lets_the_push_through() {
     })
     .await;
 }
+
+/// Locally, an agent told to hunt for the model key: it prints its
+/// environment, the environment and command line of every process of its
+/// session (its wrapper included) and every line of its checkout and the
+/// supervisor's state that looks like a key, and calls the model with its
+/// token and with a guessed key. The key is nowhere in what it saw; its
+/// token reaches the model, the guess is refused; every request that
+/// reached the model carried the real key, swapped in by the proxy.
+#[test]
+fn a_local_agent_hunting_for_the_model_key_finds_only_its_token() {
+    const REAL: &str = "sk-ant-api03-the-real-key-canary";
+    let model = fake_github::model::ModelServer::start();
+    let repo = support::Checkout::new(
+        &[("EXECUTION_PLAN.md", ONE)],
+        "tests/agents/key_hunter.sh",
+        "",
+    );
+    let out = repo
+        .cmd(&["run"])
+        .env("ANTHROPIC_API_KEY", REAL)
+        .env("ANTHROPIC_BASE_URL", &model.url)
+        .output()
+        .unwrap();
+    let said = support::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let runs = repo.root.join(".supervise/runs");
+    let mut seen = String::new();
+    for run in std::fs::read_dir(&runs).unwrap() {
+        let log = run.unwrap().path().join("output.log");
+        seen.push_str(&std::fs::read_to_string(log).unwrap_or_default());
+    }
+    assert!(seen.contains("== session"), "the hunter ran: {seen}");
+    assert!(!seen.contains(REAL), "the key reached the agent:\n{seen}");
+    let token = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("ANTHROPIC_API_KEY="))
+        .expect("the agent's environment names a key");
+    assert!(token.starts_with("supervise-attempt-"), "{token}");
+    assert!(
+        seen.contains("== with the token\n200\n== without\n401\n"),
+        "{seen}"
+    );
+    assert_eq!(
+        model.keys(),
+        [REAL],
+        "only the token's request reached the model"
+    );
+}

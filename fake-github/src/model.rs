@@ -78,6 +78,8 @@ struct Inner {
     /// Requests still to be answered with a failure, and which.
     failures: usize,
     failure: Option<Failure>,
+    /// The key each request presented, as the provider would read it.
+    keys: Vec<String>,
 }
 
 /// The server, listening until the process ends.
@@ -108,6 +110,10 @@ impl ModelServer {
                     .route("/v1/messages/count_tokens", post(count_tokens))
                     .route("/v1/responses", post(responses))
                     .route("/v1beta/models/{call}", post(gemini))
+                    .layer(axum::middleware::from_fn_with_state(
+                        state.clone(),
+                        note_key,
+                    ))
                     .with_state(state);
                 let _ = axum::serve(listener, app).await;
             });
@@ -123,6 +129,15 @@ impl ModelServer {
         }
     }
 
+    /// The key every request presented (`x-api-key`, a bearer token or
+    /// `x-goog-api-key`), in order: what reached the provider.
+    pub fn keys(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .map(|i| i.keys.clone())
+            .unwrap_or_default()
+    }
+
     pub fn requests(&self) -> Vec<Request> {
         self.inner
             .lock()
@@ -132,6 +147,32 @@ impl ModelServer {
 }
 
 type Shared = Arc<Mutex<Inner>>;
+
+/// Notes the key a request presented, as a provider reads it.
+async fn note_key(
+    State(s): State<Shared>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    // Read before the await: a borrow of the request held across it would
+    // make the future not `Send`.
+    let key = {
+        let h = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        h("x-api-key")
+            .or_else(|| h("x-goog-api-key"))
+            .or_else(|| h("authorization").map(|a| a.trim_start_matches("Bearer ").to_string()))
+            .unwrap_or_default()
+    };
+    if let Ok(mut i) = s.lock() {
+        i.keys.push(key);
+    }
+    next.run(req).await
+}
 
 async fn count_tokens() -> Json<Value> {
     Json(json!({ "input_tokens": 100 }))

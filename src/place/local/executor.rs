@@ -68,6 +68,9 @@ pub(super) struct LocalPlace {
     merged_worktrees: Vec<String>,
     /// Where notices go besides the terminal (`notify:`, `--notify`).
     pub(super) notifier: crate::notify::Notifier,
+    /// The agents' way to their model, when this process holds a
+    /// provider's key: agents never do.
+    model_proxy: Option<crate::model_proxy::ModelProxy>,
     /// Sprint heads whose wait for a review was told (`review.rs`).
     pub(super) review_told: HashSet<String>,
 }
@@ -145,6 +148,7 @@ impl LocalPlace {
             status_due: true,
             merged_worktrees: Vec::new(),
             review_told: HashSet::new(),
+            model_proxy: model_proxy(),
             settings,
         }
     }
@@ -220,6 +224,14 @@ impl LocalPlace {
                 let base = process::read_spec(&dir)
                     .and_then(|s| s.base)
                     .or_else(|| self.git.branch_head(&branch));
+                // A token for this attempt, dead once the attempt could no
+                // longer be running (its wall-clock cap, and the grace).
+                let model_env = self.model_proxy.as_ref().map_or_else(Vec::new, |p| {
+                    let ttl = Duration::from_secs(
+                        st.config.max_agent_secs + 2 * self.settings.kill_grace_secs + 60,
+                    );
+                    p.grant(ttl).env
+                });
                 let spec = RunSpec {
                     order: order.clone(),
                     agent,
@@ -228,6 +240,7 @@ impl LocalPlace {
                     sprint,
                     verify_timeout_secs: self.settings.verify_timeout_secs,
                     worktree_lock: Some(self.worktree_lock(&worktree)),
+                    model_env,
                     branch,
                     base,
                     look_from: self.look_from(st, order),
@@ -936,4 +949,27 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
     std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
+}
+
+/// The model proxy, when this process holds a provider's key. Holding one,
+/// the process also makes itself undumpable, so that an agent running as the
+/// same (unprivileged) user cannot read the key from `/proc/<pid>/environ`
+/// or its memory.
+fn model_proxy() -> Option<crate::model_proxy::ModelProxy> {
+    match crate::model_proxy::ModelProxy::from_env() {
+        Ok(Some(p)) => {
+            // SAFETY: prctl(PR_SET_DUMPABLE) changes only this process's flag.
+            unsafe {
+                libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+            }
+            tracing::info!(addr = %p.addr(), "agents reach their model through the proxy");
+            Some(p)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::error!("the model proxy did not start: {e:#}");
+            eprintln!("The model proxy did not start ({e:#}); agents get no model key.");
+            None
+        }
+    }
 }

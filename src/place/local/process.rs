@@ -41,6 +41,11 @@ pub struct RunSpec {
     /// The sprint worktree's lock file, held by the wrapper of the attempt in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree_lock: Option<PathBuf>,
+    /// How the agent reaches its model: the proxy's address and this
+    /// attempt's token, in the provider's variables (see
+    /// [`crate::model_proxy`]); empty when the supervisor holds no key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_env: Vec<(String, String)>,
     /// The sprint branch (its locks are left alone while the attempt lives).
     #[serde(default)]
     pub branch: String,
@@ -238,13 +243,23 @@ pub fn spawn(dir: &Path, spec: &RunSpec, standby: Option<Standby>) -> Result<Opt
     Ok(Some(cmd.spawn().context("starting the agent wrapper")?))
 }
 
+/// What no agent's environment holds, nor its wrapper's: the notices'
+/// secret, and every model provider's key (agents reach their model
+/// through the proxy, with a token of their own).
+fn withheld() -> impl Iterator<Item = &'static str> {
+    crate::contract::WITHHELD_FROM_AGENTS
+        .iter()
+        .copied()
+        .chain(crate::model_proxy::PROVIDER_KEYS)
+}
+
 /// `supervise __run-agent`, detached: its own session, so it outlives the
 /// supervisor and its process group can be signalled.
 fn wrapper_command() -> Result<Command> {
     let exe = std::env::current_exe().context("finding the supervise executable")?;
     let mut cmd = Command::new(exe);
     cmd.arg("__run-agent").stdout(Stdio::null());
-    for name in crate::contract::WITHHELD_FROM_AGENTS {
+    for name in withheld() {
         cmd.env_remove(name);
     }
     // SAFETY: setsid is async-signal-safe and touches no memory of ours.
@@ -577,7 +592,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         .canonicalize()
         .unwrap_or_else(|_| spec.checkout.clone());
     let spawn = |mut cmd: Command| -> std::io::Result<std::process::Child> {
-        for name in crate::contract::WITHHELD_FROM_AGENTS {
+        for name in withheld() {
             cmd.env_remove(name);
         }
         cmd.current_dir(&spec.checkout)
@@ -592,6 +607,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
                 &prompt_file.to_string_lossy(),
                 &answer_file.to_string_lossy(),
             ))
+            .envs(spec.model_env.iter().map(|(k, v)| (k, v)))
             .spawn()
     };
     let in_shell = || {
