@@ -1745,6 +1745,28 @@ async fn a_run_past_its_wall_clock_cap_is_force_cancelled_and_its_attempt_fails(
     s.assert_no_double_dispatch();
 }
 
+/// `/supervise start` said at once on three issues: the story's, `second`
+/// in its repository, and `other` in `other_repo`.
+async fn start_three(s: &Story, second: i64, other_repo: &'static str, other: i64) {
+    let start = |repo: &'static str, issue: i64| {
+        let fake = s.fake.clone();
+        async move {
+            fake.comment(repo, issue, "mia", "/supervise start", false)
+                .await
+        }
+    };
+    tokio::join!(
+        start(REPO, s.issue),
+        start(REPO, second),
+        start(other_repo, other)
+    );
+}
+
+/// Agent runs in the story's repository and in `other`.
+fn runs_in(s: &Story, other: &str) -> usize {
+    s.fake.runs(REPO).len() + s.fake.runs(other).len()
+}
+
 /// Three operations in two repositories of one installation, two replicas on
 /// PostgreSQL, agents finishing in an order set by a seed, and a daily budget
 /// of 50× for the installation (20× for the second repository), every
@@ -1783,15 +1805,8 @@ async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
         ],
     )
     .await;
-    let start = |repo: &'static str, issue: i64| {
-        let fake = s.fake.clone();
-        async move {
-            fake.comment(repo, issue, "mia", "/supervise start", false)
-                .await
-        }
-    };
-    tokio::join!(start(REPO, s.issue), start(REPO, second), start(BLOG, blog));
-    let runs = |s: &Story| s.fake.runs(REPO).len() + s.fake.runs(BLOG).len();
+    start_three(&s, second, BLOG, blog).await;
+    let runs = |s: &Story| runs_in(s, BLOG);
     s.until("five dispatches", 120, |s| runs(s) >= 5).await;
     s.until("the operations left waiting say so", 120, |s| {
         [(REPO, s.issue), (REPO, second), (BLOG, blog)]
@@ -1917,16 +1932,9 @@ async fn a_daily_dollar_budget_holds_the_third_operation_before_it_starts() {
         ],
     )
     .await;
-    let start = |repo: &'static str, issue: i64| {
-        let fake = s.fake.clone();
-        async move {
-            fake.comment(repo, issue, "mia", "/supervise start", false)
-                .await
-        }
-    };
-    tokio::join!(start(REPO, s.issue), start(REPO, second), start(BLOG, blog));
+    start_three(&s, second, BLOG, blog).await;
     let issues = [(REPO, s.issue), (REPO, second), (BLOG, blog)];
-    let runs = |s: &Story| s.fake.runs(REPO).len() + s.fake.runs(BLOG).len();
+    let runs = |s: &Story| runs_in(s, BLOG);
     s.until("two dispatches", 120, |s| runs(s) >= 2).await;
     let waiting = |s: &Story| -> Vec<String> {
         issues
