@@ -5,7 +5,7 @@
 use crate::engine::usage::{Price, Usd};
 use crate::engine::{EngineConfig, ModelIds};
 use anyhow::{Context, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 mod preset;
@@ -80,6 +80,66 @@ pub struct FileSettings {
     /// verification failed) mentions whoever started the operation. Nothing
     /// else the App writes ever pings anyone.
     pub mention: Option<bool>,
+    /// Locally, on Linux: each agent in a network namespace of its own,
+    /// reaching only its model and `network:`'s domains (`--sandbox`).
+    pub sandbox: Option<bool>,
+    /// Where a sandboxed agent may connect besides its model: `off` for
+    /// nowhere, or `allowed_domains:` (default: the package registries).
+    pub network: Option<NetworkSettings>,
+}
+
+/// Where a sandboxed agent may connect, besides its model.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Egress {
+    /// Domains (and their subdomains) the proxy opens connections to.
+    pub allowed: Vec<String>,
+}
+
+/// The package registries a build needs: what `network:` allows unless it
+/// says otherwise.
+pub const REGISTRIES: &[&str] = &[
+    "registry.npmjs.org",
+    "registry.yarnpkg.com",
+    "crates.io",
+    "index.crates.io",
+    "static.crates.io",
+    "pypi.org",
+    "files.pythonhosted.org",
+    "proxy.golang.org",
+    "sum.golang.org",
+    "repo.maven.apache.org",
+    "rubygems.org",
+];
+
+impl Egress {
+    /// Whether `host` is an allowed domain or under one.
+    pub fn allows(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        self.allowed.iter().any(|d| {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            host == d || host.ends_with(&format!(".{d}"))
+        })
+    }
+}
+
+/// `network:` — `off`, or the domains a sandboxed agent may reach.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum NetworkSettings {
+    Off(NetworkOff),
+    Allowed(AllowedDomains),
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkOff {
+    Off,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AllowedDomains {
+    pub allowed_domains: Vec<String>,
 }
 
 /// An outgoing webhook for notices (see [`crate::notify`]). Its signing key
@@ -154,6 +214,9 @@ pub struct Settings {
     /// How a verified sprint is merged (`after_review`: once a person
     /// approves it).
     pub merge: MergeMode,
+    /// Each agent in a network namespace of its own, reaching only its
+    /// model and these domains (`None`: not sandboxed).
+    pub sandbox: Option<Egress>,
 }
 
 /// Where a repository keeps its settings, from its top.
@@ -203,6 +266,8 @@ pub const KEYS: &[&str] = &[
     "agent_may_change_workflows",
     "notify",
     "mention",
+    "sandbox",
+    "network",
 ];
 
 /// Parses settings text; the error names `origin`, the line and column, and the
@@ -303,6 +368,17 @@ impl Settings {
             agent_may_change_workflows: file.agent_may_change_workflows.unwrap_or(false),
             notify: notify(file.notify, flags.notify),
             merge: flags.merge.or(file.merge).unwrap_or_default(),
+            sandbox: flags
+                .sandbox
+                .or(file.sandbox)
+                .unwrap_or(false)
+                .then(|| Egress {
+                    allowed: match flags.network.or(file.network) {
+                        None => REGISTRIES.iter().map(|d| d.to_string()).collect(),
+                        Some(NetworkSettings::Off(_)) => Vec::new(),
+                        Some(NetworkSettings::Allowed(a)) => a.allowed_domains,
+                    },
+                }),
         }
     }
 }

@@ -549,3 +549,97 @@ fn a_local_agent_hunting_for_the_model_key_finds_only_its_token() {
         "only the token's request reached the model"
     );
 }
+
+/// A listener standing in for an attacker (or a registry): counts the
+/// connections it is given and answers each with 200.
+fn listener(addr: &str) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind(addr).unwrap();
+    let at = l.local_addr().unwrap().to_string();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = seen.clone();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let _ =
+                c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    (at, seen)
+}
+
+/// `supervise run --sandbox` (this machine runs the tests as root, so the
+/// namespace is real): the agent reaches its model through the bridge and an
+/// allowed registry through the proxy; the attacker's listener, directly or
+/// through the proxy, and the provider's own address get nothing; what the
+/// proxy refused is kept with the attempt and quoted in its output.
+#[test]
+fn a_sandboxed_agent_reaches_its_model_and_the_registry_and_nothing_else() {
+    let model = fake_github::model::ModelServer::start();
+    let (attacker, stolen) = listener("127.0.0.2:0");
+    let (registry, fetched) = listener("127.0.0.1:0");
+    let registry_port = registry.rsplit(':').next().unwrap().to_string();
+    let repo = support::Checkout::new(
+        &[
+            ("EXECUTION_PLAN.md", ONE),
+            (
+                ".github/supervise.yml",
+                "network:\n  allowed_domains: [localhost]\n",
+            ),
+        ],
+        "tests/agents/net_probe.sh",
+        "",
+    );
+    let out = repo
+        .cmd(&["run", "--sandbox"])
+        .env("ANTHROPIC_API_KEY", "sk-ant-api03-sandboxed-canary")
+        .env("ANTHROPIC_BASE_URL", &model.url)
+        .env("ATTACKER", &attacker)
+        .env("PROVIDER_URL", &model.url)
+        .env("REGISTRY", format!("localhost:{registry_port}"))
+        .output()
+        .unwrap();
+    let said = support::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let run = std::fs::read_dir(repo.root.join(".supervise/runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let seen = std::fs::read_to_string(run.join("output.log")).unwrap();
+    for line in [
+        "direct-attacker 000",
+        "proxied-attacker 403",
+        "provider-direct 000",
+        "registry 200",
+        "model 200",
+    ] {
+        assert!(seen.contains(line), "{line}:\n{seen}");
+    }
+    assert!(!seen.contains("proxied-attacker-tls 200"), "{seen}");
+    assert_eq!(
+        stolen.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "{seen}"
+    );
+    assert_eq!(
+        fetched.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "{seen}"
+    );
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "only the call through the bridge"
+    );
+    let network: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("network.json")).unwrap()).unwrap();
+    assert_eq!(network["refused"]["127.0.0.2"], 2, "{network}");
+    assert!(
+        seen.contains("supervise: the sandbox refused connections to 127.0.0.2 (2)"),
+        "{seen}"
+    );
+}

@@ -76,6 +76,11 @@ pub struct RunFlags {
     /// `merge: after_review` in the settings.
     #[arg(long)]
     pub review: bool,
+    /// Run each agent in a network namespace of its own (Linux, as root or
+    /// with CAP_SYS_ADMIN): it reaches its model and the domains `network:`
+    /// allows (by default the package registries), nothing else.
+    #[arg(long)]
+    pub sandbox: bool,
     /// Print one JSON object per event instead of the status table.
     #[arg(long)]
     pub json: bool,
@@ -190,6 +195,11 @@ const SETTING_FLAGS: &[SettingFlag] = &[
         given: |f| f.review,
         shown: None,
     },
+    SettingFlag {
+        name: "--sandbox",
+        given: |f| f.sandbox,
+        shown: None,
+    },
 ];
 
 impl RunFlags {
@@ -223,6 +233,7 @@ impl RunFlags {
             stop_timeout: self.stop_timeout,
             tick_ms: self.tick_ms,
             merge: self.review.then_some(settings::MergeMode::AfterReview),
+            sandbox: self.sandbox.then_some(true),
             notify: self.notify.clone().map(|url| settings::NotifySettings {
                 url: Some(url),
                 ..Default::default()

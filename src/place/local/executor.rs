@@ -241,6 +241,7 @@ impl LocalPlace {
                     verify_timeout_secs: self.settings.verify_timeout_secs,
                     worktree_lock: Some(self.worktree_lock(&worktree)),
                     model_env,
+                    sandbox: self.settings.sandbox.clone(),
                     branch,
                     base,
                     look_from: self.look_from(st, order),

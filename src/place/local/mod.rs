@@ -15,5 +15,6 @@ pub mod git;
 pub mod lockfile;
 pub mod process;
 pub mod review;
+pub mod sandbox;
 pub mod screen;
 pub mod supervisor;

@@ -46,6 +46,10 @@ pub struct RunSpec {
     /// [`crate::model_proxy`]); empty when the supervisor holds no key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub model_env: Vec<(String, String)>,
+    /// `--sandbox`: the agent runs in a network namespace of its own,
+    /// reaching only its model and these domains (see [`super::sandbox`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<super::sandbox::Egress>,
     /// The sprint branch (its locks are left alone while the attempt lives).
     #[serde(default)]
     pub branch: String,
@@ -591,6 +595,15 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         .checkout
         .canonicalize()
         .unwrap_or_else(|_| spec.checkout.clone());
+    // Made before the agent, served by this process while it runs.
+    let sandbox = match &spec.sandbox {
+        Some(egress) => match super::sandbox::open(egress, &spec.model_env) {
+            Ok(s) => Some(s),
+            Err(e) => return unstarted(format!("{e:#}")),
+        },
+        None => None,
+    };
+    let model_env = sandbox.as_ref().map_or(&spec.model_env, |s| &s.env);
     let spawn = |mut cmd: Command| -> std::io::Result<std::process::Child> {
         for name in withheld() {
             cmd.env_remove(name);
@@ -607,8 +620,15 @@ pub fn run_agent(dir: &Path) -> Result<()> {
                 &prompt_file.to_string_lossy(),
                 &answer_file.to_string_lossy(),
             ))
-            .envs(spec.model_env.iter().map(|(k, v)| (k, v)))
-            .spawn()
+            .envs(model_env.iter().map(|(k, v)| (k, v)));
+        if let Some(s) = &sandbox {
+            let netns = s.netns.try_clone()?;
+            // SAFETY: setns(2) only, between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || super::sandbox::enter(&netns));
+            }
+        }
+        cmd.spawn()
     };
     let in_shell = || {
         let mut cmd = Command::new("sh");
@@ -705,6 +725,9 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     } else {
         let _ = copier.join();
+    }
+    if let Some(s) = &sandbox {
+        note_refusals(dir, &s.refused());
     }
     let output = output_tail(dir, 64 * 1024);
     // The record as every place assembles it; locally the supervisor reads
@@ -828,6 +851,30 @@ pub fn watch<M: Send + 'static>(
             std::thread::sleep(Duration::from_millis(15));
         }
     });
+}
+
+/// What the sandbox refused, kept with the attempt: `network.json` in its run
+/// directory, and a last line of its output, which its record and the
+/// decision log quote.
+fn note_refusals(dir: &Path, refused: &std::collections::BTreeMap<String, u32>) {
+    let _ = write_whole(
+        &dir.join("network.json"),
+        &serde_json::to_vec_pretty(&serde_json::json!({ "refused": refused })).unwrap_or_default(),
+    );
+    if refused.is_empty() {
+        return;
+    }
+    let listed: Vec<String> = refused.iter().map(|(h, n)| format!("{h} ({n})")).collect();
+    if let Ok(mut log) = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("output.log"))
+    {
+        let _ = writeln!(
+            log,
+            "\nsupervise: the sandbox refused connections to {}",
+            listed.join(", ")
+        );
+    }
 }
 
 #[cfg(test)]
