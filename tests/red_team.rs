@@ -77,6 +77,24 @@ async fn an_agent_that_prints_its_environment_publishes_no_secret() {
     }
 }
 
+/// The agent job drops the runner's passwordless sudo before any agent
+/// runs (the fake runner is a hosted one, its `sudo` a stand-in that lets
+/// the job's user in while its rule is there): an agent that tries `sudo`
+/// finds it refused, and its work says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_agent_job_drops_sudo_before_the_agent_runs() {
+    let s = Story::start(Setup::operation(ONE, "solo 1 root")).await;
+    s.say("/supervise start").await;
+    s.until("the final pull request", 120, |s| s.final_pull().is_some())
+        .await;
+    let bare = s.tmp.path().join("github/repos/acme/shop.git");
+    let head = s.final_pull().unwrap().head;
+    let made = support::git(&bare, &["show", &format!("{head}:solo/solo-sprint-1.txt")]);
+    // The stand-in lets the job's user in while its rule is there: without
+    // the step that drops it, this agent would have become root.
+    assert_eq!(made.trim(), "no root");
+}
+
 /// Issue text by someone who cannot write to the repository never
 /// instructs an agent, whoever says `/supervise solve` on it: with nothing
 /// else to go on nothing starts, and the reply says why; with the

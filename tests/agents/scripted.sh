@@ -107,6 +107,10 @@ case "$action" in
     { echo "done by $SUPERVISE_DISPATCH_ID"; env | cut -d= -f1; } > "$file"
     git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT (its environment's names)"
     echo "Done." ;;
+  root)
+    if sudo -n true 2>/dev/null; then echo "became root" > "$file"; else echo "no root" > "$file"; fi
+    git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT (tried sudo)"
+    echo "Done." ;;
   dear)
     echo "done by $SUPERVISE_DISPATCH_ID on $SUPERVISE_MODEL" > "$file"
     git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"

@@ -359,6 +359,7 @@ impl Runner<'_> {
             .env("GITHUB_API_URL", self.f.url())
             .env("RUNNER_TEMP", temp)
             .env("RUNNER_OS", "Linux")
+            .env("RUNNER_ENVIRONMENT", "github-hosted")
             .env("GITHUB_ENV", &env_file)
             .env("GITHUB_OUTPUT", &output_file)
             .env("GITHUB_PATH", &path_file)
