@@ -384,6 +384,11 @@ async fn forward(shared: &Shared, client: &Client, req: Request<Incoming>) -> An
         Auth::Goog => HeaderName::from_static("x-goog-api-key"),
     };
     head.headers.insert(auth, up.key.clone());
+    // As a proxy says it was one (RFC 9110 §7.6.3).
+    head.headers.append(
+        header::VIA,
+        HeaderValue::from_static("1.1 supervise-model-proxy"),
+    );
     shared.forwarded.fetch_add(1, Ordering::Relaxed);
     match client.request(Request::from_parts(head, body)).await {
         Ok(answer) => answer.map(http_body_util::Either::Left),

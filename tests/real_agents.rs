@@ -550,6 +550,17 @@ async fn real_claude_code_completes_a_plan_on_github_through_the_shipped_workflo
         s.status_comment().contains("Spend: $")
     })
     .await;
+    // The agent's step held a token; the proxy the workflow ran it under
+    // swapped in the key on the way to the model, and said it was there.
+    let (keys, via) = (model.keys(), model.via());
+    assert!(
+        keys.len() == requests.len() && keys.iter().all(|k| k == "sk-ant-api03-scripted-model-key"),
+        "{keys:?}"
+    );
+    assert!(
+        via.iter().all(|v| v == "1.1 supervise-model-proxy"),
+        "{via:?}"
+    );
 }
 
 /// Every file of [`PLAN`] is on the final pull request's head, made by the
@@ -625,6 +636,10 @@ async fn completes_the_plan_on_github(cli: OnGitHub, model: &ModelServer) {
     );
     let core = core_check_summary(&s);
     assert!(core.contains("2,000 tokens in and 400 out"), "{core}");
+    // Claude Code's and Gemini CLI's steps run their CLI under the model
+    // proxy (Codex's holds its key yet): the key reached the model from it.
+    let proxied = model.via().iter().all(|v| v == "1.1 supervise-model-proxy");
+    assert_eq!(proxied, cli.api != Api::Responses, "{:?}", model.via());
 }
 
 /// The same plan on GitHub by real Codex: the shipped workflow's Codex step

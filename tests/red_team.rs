@@ -313,8 +313,10 @@ git add -A && git commit -qm "supervise: results of $INPUT_DISPATCH_ID"
     s.settle().await;
 }
 
-/// Two agents that do the work and carry a secret in it: one commits its
-/// model key, base64-encoded, in a config file; one glues a GitHub token
+/// Two agents that do the work and carry a secret in it: one commits the
+/// key its environment holds (behind the model proxy, only its token: so a
+/// GitHub token's shape instead), base64-encoded, in a config file; one
+/// glues a GitHub token
 /// into its commit message. Neither commit is pushed anywhere: each
 /// attempt is refused with the file (or message) and line, the secret
 /// itself named nowhere, and the honest retry finishes the unit.
@@ -357,13 +359,18 @@ async fn work_that_carries_a_secret_is_refused_not_pushed() {
         "the commit carrying the key was pushed"
     );
     let published = everything_published(&s);
-    let encoded = {
+    // The agent held no model key (the proxy did): what it tried to carry
+    // out was a token of a known shape, base64-encoded.
+    let encoded = |text: &str| {
         use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(format!("key={CANARY_KEY}"))
+        base64::engine::general_purpose::STANDARD.encode(format!("key={text}"))
     };
+    let planted = "ghp_Zq8k2LmN4pR6sT1uV3wX5yA7bC9dE0fG2hJ4";
     for secret in [
         CANARY_KEY,
-        encoded.as_str(),
+        encoded(CANARY_KEY).as_str(),
+        planted,
+        encoded(planted).as_str(),
         "16C7e42F292c6912E7710c838347Ae178B4a",
     ] {
         assert!(!published.contains(secret), "{secret} was published");
@@ -659,5 +666,42 @@ fn a_sandboxed_agent_reaches_its_model_and_the_registry_and_nothing_else() {
     assert!(
         seen.contains("supervise: the sandbox refused connections to 127.0.0.2 (2)"),
         "{seen}"
+    );
+}
+
+/// `supervise model-proxy`, as the agent workflow runs it: the key file is
+/// gone before the agent starts, and the agent's environment holds a token
+/// and the proxy's address, never the key.
+#[test]
+fn the_workflows_model_proxy_deletes_the_key_file_and_withholds_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("model-keys");
+    std::fs::write(&keys, "ANTHROPIC_API_KEY=sk-ant-api03-workflow-canary\n").unwrap();
+    let probe = format!(
+        "env; test -e {} && echo 'key file still there'; exit 3",
+        keys.display()
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"))
+        .args(["model-proxy", "--keys"])
+        .arg(&keys)
+        .args(["--", "sh", "-c", &probe])
+        .env("ANTHROPIC_API_KEY", "sk-ant-api03-workflow-canary")
+        .output()
+        .unwrap();
+    let said = support::text(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the agent's status is the step's: {said}"
+    );
+    assert!(!said.contains("workflow-canary"), "{said}");
+    assert!(!said.contains("key file still there"), "{said}");
+    assert!(
+        said.contains("ANTHROPIC_API_KEY=supervise-attempt-"),
+        "{said}"
+    );
+    assert!(
+        said.contains("ANTHROPIC_BASE_URL=http://127.0.0.1:"),
+        "{said}"
     );
 }

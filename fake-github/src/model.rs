@@ -78,8 +78,10 @@ struct Inner {
     /// Requests still to be answered with a failure, and which.
     failures: usize,
     failure: Option<Failure>,
-    /// The key each request presented, as the provider would read it.
+    /// The key each request presented, as the provider would read it, and
+    /// the proxies it says it came through (`Via`).
     keys: Vec<String>,
+    via: Vec<String>,
 }
 
 /// The server, listening until the process ends.
@@ -138,6 +140,11 @@ impl ModelServer {
             .unwrap_or_default()
     }
 
+    /// Each request's `Via` header (empty: it came straight from its client).
+    pub fn via(&self) -> Vec<String> {
+        self.inner.lock().map(|i| i.via.clone()).unwrap_or_default()
+    }
+
     pub fn requests(&self) -> Vec<Request> {
         self.inner
             .lock()
@@ -163,13 +170,15 @@ async fn note_key(
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
         };
-        h("x-api-key")
+        let key = h("x-api-key")
             .or_else(|| h("x-goog-api-key"))
             .or_else(|| h("authorization").map(|a| a.trim_start_matches("Bearer ").to_string()))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        (key, h("via").unwrap_or_default())
     };
     if let Ok(mut i) = s.lock() {
-        i.keys.push(key);
+        i.keys.push(key.0);
+        i.via.push(key.1);
     }
     next.run(req).await
 }

@@ -4,6 +4,7 @@
 pub mod action_cmd;
 pub mod doctor_cmd;
 pub mod plan_cmd;
+pub mod proxy_cmd;
 pub mod publish_cmd;
 pub mod review_cmd;
 pub mod run_cmd;
@@ -183,6 +184,14 @@ pub enum Command {
         after_help = "Examples (in the agent workflow's verify job):\n  SUPERVISE_SECRETS=\"$KEYS\" supervise scan --handoff handoff --branch \"$BRANCH\" --out scan"
     )]
     Scan(run_cmd::ScanArgs),
+    /// The agent workflow's way to run an agent without its model key: the
+    /// keys from a file (deleted once read), the agent given a token and
+    /// this proxy's address instead.
+    #[command(
+        name = "model-proxy",
+        after_help = "Examples (in the agent workflow's agent step):\n  supervise model-proxy --keys \"$RUNNER_TEMP/model-keys\" -- claude -p \"$(cat \"$SUPERVISE_PROMPT_FILE\")\""
+    )]
+    ModelProxy(proxy_cmd::ProxyArgs),
     /// The GitHub App service: hears `/supervise` commands in comments.
     #[command(
         after_help = "Examples:\n  GITHUB_APP_ID=123 GITHUB_PRIVATE_KEY_PATH=app.pem GITHUB_WEBHOOK_SECRET=… supervise serve\n  DATABASE_URL=postgres://… supervise serve --listen 0.0.0.0:8080"
@@ -430,6 +439,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Verify(args) => run_cmd::verify_cmd(&args),
         Command::Publish(args) => publish_cmd::publish(&args),
         Command::Scan(args) => run_cmd::scan_cmd(&args),
+        Command::ModelProxy(args) => proxy_cmd::run(&args),
         Command::Scrub => {
             use std::io::{Read, Write};
             crate::scrub::register_environment();

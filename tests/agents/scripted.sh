@@ -197,6 +197,9 @@ CHECK
   keyfile)
     echo "done by $SUPERVISE_DISPATCH_ID" > "$file"
     key="${ANTHROPIC_API_KEY:-${MY_DEPLOY_CRED:-}}"
+    # Behind the model proxy the agent holds only its attempt's token: what
+    # it can still carry out is a secret of a known shape.
+    case "$key" in supervise-attempt-*) key="ghp_Zq8k2LmN4pR6sT1uV3wX5yA7bC9dE0fG2hJ4" ;; esac
     printf 'model: opus\nkey: %s\n' "$(printf 'key=%s' "$key" | base64 -w0)" > "$SUPERVISE_UNIT/app.yml"
     [ -n "${SUPERVISE_RESULT_FILE:-}" ] && echo "configured with $key" > "$SUPERVISE_RESULT_FILE"
     git add -A && git commit -qm "$SUPERVISE_UNIT sprint $SUPERVISE_SPRINT"
