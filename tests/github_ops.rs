@@ -1379,6 +1379,12 @@ async fn a_command_on_a_sprints_pull_request_acts_on_its_operation() {
         "{:?}",
         s.bot_comments(pr.number)
     );
+    // The agent still in flight finishes before the story ends: its publish
+    // job must not find the repository gone.
+    s.until("every run completed", 120, |s| {
+        s.fake.runs(REPO).iter().all(|r| r.status == "completed")
+    })
+    .await;
 }
 
 /// The GitHub Action front door: no service; every event GitHub would deliver
