@@ -121,9 +121,9 @@ fn loopback_up() -> Result<()> {
         for (i, b) in b"lo\0".iter().enumerate() {
             req.ifr_name[i] = *b as libc::c_char;
         }
-        let ok = libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) == 0 && {
+        let ok = libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) == 0 && {
             req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            libc::ioctl(fd, libc::SIOCSIFFLAGS, &req) == 0
+            libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req) == 0
         };
         let err = std::io::Error::last_os_error();
         libc::close(fd);
