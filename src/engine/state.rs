@@ -666,40 +666,43 @@ impl OperationState {
     /// this operation's priced attempts there, else the figure the
     /// operation started with.
     pub fn expected_dollars(&self, tier: ModelTier) -> super::usage::Usd {
-        let (n, sum) = self
-            .priced_attempts()
-            .filter(|a| a.2 == tier)
-            .fold((0u64, super::usage::Usd::ZERO), |(n, s), a| {
-                (n + 1, s + a.4)
-            });
-        match n {
-            0 => self.config.attempt_usd(tier),
-            n => sum.split(n),
+        self.expected_dollars_by_tier()[tier as usize]
+    }
+
+    /// [`Self::expected_dollars`] of every tier, in one pass over the
+    /// attempts (the budget asks for several at each dispatch).
+    fn expected_dollars_by_tier(&self) -> [super::usage::Usd; 3] {
+        let mut seen = [(0u64, super::usage::Usd::ZERO); 3];
+        for (_, _, tier, _, usd) in self.priced_attempts() {
+            let (n, sum) = &mut seen[tier as usize];
+            *n += 1;
+            *sum = *sum + usd;
         }
+        std::array::from_fn(|t| match seen[t] {
+            (0, _) => self.config.attempt_usd(ModelTier::ALL[t]),
+            (n, sum) => sum.split(n),
+        })
     }
 
-    /// What the dollar budget counts: the closed attempts' dollars, a paid
-    /// attempt that reported none at what it was expected to cost, and every
+    /// What the dollar budget counts besides what was spent: a paid attempt
+    /// that reported nothing at what it was expected to cost, and every
     /// attempt in flight or held at what it is expected to cost.
-    pub fn dollars_committed(&self) -> super::usage::Usd {
-        self.dollars_spent() + self.dollars_foreseen()
-    }
-
-    /// The part of [`Self::dollars_committed`] that is expected, not spent.
     pub fn dollars_foreseen(&self) -> super::usage::Usd {
-        let unpriced: super::usage::Usd = self
+        let expected = self.expected_dollars_by_tier();
+        let unpriced = self
             .charged_attempts()
             .filter(|h| self.attempt_dollars(h).is_none())
-            .map(|h| self.expected_dollars(h.tier))
-            .sum();
-        let in_flight: super::usage::Usd = self
+            .map(|h| h.tier);
+        let in_flight = self
             .units
             .iter()
             .flat_map(|u| &u.sprints)
             .filter_map(|s| s.active.as_ref())
-            .map(|a| self.expected_dollars(a.tier))
-            .sum();
-        unpriced + in_flight
+            .map(|a| a.tier);
+        unpriced
+            .chain(in_flight)
+            .map(|t| expected[t as usize])
+            .sum()
     }
 
     /// What the agents' CLIs reported the closed, charged attempts used.
