@@ -94,7 +94,7 @@ fn main() {
     let mut setups = Vec::new();
     for _ in 0..50 {
         let start = Instant::now();
-        match supervise::place::local::sandbox::open(&Default::default(), &grant.env) {
+        match supervise::sandbox::open(&Default::default(), &grant.env) {
             Ok(s) => {
                 setups.push(start.elapsed());
                 drop(s);

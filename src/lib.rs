@@ -19,6 +19,7 @@ pub mod notify;
 pub mod place;
 pub mod plan;
 pub mod report;
+pub mod sandbox;
 pub mod scrub;
 pub mod server;
 pub mod settings;

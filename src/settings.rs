@@ -122,6 +122,17 @@ impl Egress {
     }
 }
 
+/// What `network:` allows: the registries unless it says otherwise.
+pub fn egress(network: Option<NetworkSettings>) -> Egress {
+    Egress {
+        allowed: match network {
+            None => REGISTRIES.iter().map(|d| d.to_string()).collect(),
+            Some(NetworkSettings::Off(_)) => Vec::new(),
+            Some(NetworkSettings::Allowed(a)) => a.allowed_domains,
+        },
+    }
+}
+
 /// `network:` — `off`, or the domains a sandboxed agent may reach.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(untagged)]
@@ -372,13 +383,7 @@ impl Settings {
                 .sandbox
                 .or(file.sandbox)
                 .unwrap_or(false)
-                .then(|| Egress {
-                    allowed: match flags.network.or(file.network) {
-                        None => REGISTRIES.iter().map(|d| d.to_string()).collect(),
-                        Some(NetworkSettings::Off(_)) => Vec::new(),
-                        Some(NetworkSettings::Allowed(a)) => a.allowed_domains,
-                    },
-                }),
+                .then(|| egress(flags.network.or(file.network))),
         }
     }
 }

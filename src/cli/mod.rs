@@ -3,8 +3,8 @@
 
 pub mod action_cmd;
 pub mod doctor_cmd;
+pub mod fence_cmd;
 pub mod plan_cmd;
-pub mod proxy_cmd;
 pub mod publish_cmd;
 pub mod review_cmd;
 pub mod run_cmd;
@@ -184,14 +184,20 @@ pub enum Command {
         after_help = "Examples (in the agent workflow's verify job):\n  SUPERVISE_SECRETS=\"$KEYS\" supervise scan --handoff handoff --branch \"$BRANCH\" --out scan"
     )]
     Scan(run_cmd::ScanArgs),
-    /// The agent workflow's way to run an agent without its model key: the
-    /// keys from a file (deleted once read), the agent given a token and
-    /// this proxy's address instead.
+    /// The agent workflow's way to run an agent: behind the model proxy
+    /// (its keys from a file, deleted once read), in namespaces of its own
+    /// reaching only its model and the allowed domains, as the job's user
+    /// with no way back to root. Run as root.
     #[command(
-        name = "model-proxy",
-        after_help = "Examples (in the agent workflow's agent step):\n  supervise model-proxy --keys \"$RUNNER_TEMP/model-keys\" -- claude -p \"$(cat \"$SUPERVISE_PROMPT_FILE\")\""
+        after_help = "Examples (in the agent workflow's agent step):\n  sudo -n -E env \"PATH=$PATH\" supervise fence --keys \"$RUNNER_TEMP/model-keys\" --user \"$(id -u):$(id -g)\" \\\n    --settings \"$RUNNER_TEMP/settings.yml\" --drop-sudo /etc/sudoers.d/runner --output out.txt -- claude -p …"
     )]
-    ModelProxy(proxy_cmd::ProxyArgs),
+    Fence(fence_cmd::FenceArgs),
+    /// The fence's stage inside the agent's namespaces.
+    #[command(name = "fence-init", hide = true)]
+    FenceInit(fence_cmd::InitArgs),
+    /// The model proxy alone, without the fence (workflows copied before it).
+    #[command(name = "model-proxy", hide = true)]
+    ModelProxy(fence_cmd::ProxyArgs),
     /// The GitHub App service: hears `/supervise` commands in comments.
     #[command(
         after_help = "Examples:\n  GITHUB_APP_ID=123 GITHUB_PRIVATE_KEY_PATH=app.pem GITHUB_WEBHOOK_SECRET=… supervise serve\n  DATABASE_URL=postgres://… supervise serve --listen 0.0.0.0:8080"
@@ -439,7 +445,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Verify(args) => run_cmd::verify_cmd(&args),
         Command::Publish(args) => publish_cmd::publish(&args),
         Command::Scan(args) => run_cmd::scan_cmd(&args),
-        Command::ModelProxy(args) => proxy_cmd::run(&args),
+        Command::Fence(args) => fence_cmd::run(&args),
+        Command::FenceInit(args) => fence_cmd::run_init(&args),
+        Command::ModelProxy(args) => fence_cmd::run_proxy(&args),
         Command::Scrub => {
             use std::io::{Read, Write};
             crate::scrub::register_environment();

@@ -124,6 +124,20 @@ fn codex_status(tail: &str) -> Option<u64> {
     }
 }
 
+/// How the fence (or `--sandbox`) closes an agent's output when its
+/// network proxy refused something: this, then `HOST (COUNT), …`. It comes
+/// after the agent has ended, so it is always the output's last line.
+pub const NETWORK_REFUSED: &str = "supervise: the sandbox refused connections to ";
+
+/// The hosts the agent's sandbox refused, as its output's last line says.
+pub fn network_refused(tail: &str) -> Option<&str> {
+    tail.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())?
+        .strip_prefix(NETWORK_REFUSED)
+        .map(str::trim)
+}
+
 /// Whether the run stopped at its turn limit.
 pub fn hit_turn_limit(tail: &str) -> bool {
     tail.contains("\"subtype\":\"error_max_turns\"")
@@ -195,6 +209,12 @@ fn codex_usage(output: &str) -> Option<super::usage::Usage> {
 /// Its `prompt` tokens count the cached ones too, and its `thoughts` are
 /// billed as output.
 fn gemini_usage(output: &str) -> Option<super::usage::Usage> {
+    // Gemini CLI's report is the output's last JSON document: the fence's
+    // line after it is not the CLI's.
+    let output = match output.rfind(NETWORK_REFUSED) {
+        Some(i) => &output[..i],
+        None => output,
+    };
     let start = match output.rfind("\n{\n") {
         Some(i) => i + 1,
         None => output.starts_with("{\n").then_some(0)?,
@@ -307,6 +327,11 @@ mod tests {
         assert_eq!(u.output_tokens, 411);
         assert_eq!(u.cost, None);
         assert_eq!(usage("{\n  \"response\": \"no stats\"\n}\n"), None);
+        // The fence's line closing the output is not the CLI's.
+        let fenced = format!("{out}\n{NETWORK_REFUSED}play.googleapis.com (2)\n");
+        assert_eq!(usage(&fenced), Some(u));
+        assert_eq!(network_refused(&fenced), Some("play.googleapis.com (2)"));
+        assert_eq!(network_refused(out), None);
     }
 
     #[test]

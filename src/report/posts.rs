@@ -209,6 +209,12 @@ pub fn sprint_check(
     if let Some(why) = &report.evidence.refused {
         let _ = writeln!(s, "\n**Refused:** {why}");
     }
+    if let Some(hosts) = crate::engine::provider::network_refused(&report.output_tail) {
+        let _ = writeln!(
+            s,
+            "\n**Network:** the agent's sandbox refused connections to {hosts}; allow a domain with `network: allowed_domains:` in .github/supervise.yml"
+        );
+    }
     if let Some(conflict) = &report.evidence.merge_conflict {
         let _ = writeln!(
             s,

@@ -48,7 +48,9 @@ impl Preset {
     /// its own sandbox is off because its workspace-write mode makes `.git`
     /// read-only and the agent must commit — the agent runs where the
     /// supervisor put it (a worktree, a runner), as Claude Code does. Codex
-    /// has no turn limit to set. Gemini CLI: `--yolo` (every tool allowed)
+    /// has no turn limit to set, and takes its provider's address from its
+    /// configuration only: given a key and an address (the model proxy's),
+    /// they are its provider, named on its command line. Gemini CLI: `--yolo` (every tool allowed)
     /// in a workspace it is told to trust, its JSON report; the prompt is
     /// its `--prompt` and standard input is closed, since it would append
     /// what it reads there (the contract also gives the prompt there). It
@@ -61,7 +63,12 @@ impl Preset {
                 " --max-turns \"$SUPERVISE_MAX_TURNS\" \"$(cat \"$SUPERVISE_PROMPT_FILE\")\""
             ),
             Preset::Codex => concat!(
-                "codex exec --json --sandbox danger-full-access --model \"$SUPERVISE_MODEL\"",
+                "if [ -n \"${OPENAI_BASE_URL:-}\" ] && [ -n \"${OPENAI_API_KEY:-}\" ]; then",
+                " set -- -c model_provider=supervise -c model_providers.supervise.name=supervise",
+                " -c \"model_providers.supervise.base_url=$OPENAI_BASE_URL\"",
+                " -c model_providers.supervise.env_key=OPENAI_API_KEY",
+                " -c model_providers.supervise.wire_api=responses; fi;",
+                " codex exec \"$@\" --json --sandbox danger-full-access --model \"$SUPERVISE_MODEL\"",
                 " - < \"$SUPERVISE_PROMPT_FILE\""
             ),
             Preset::Gemini => concat!(

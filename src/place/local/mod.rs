@@ -15,6 +15,5 @@ pub mod git;
 pub mod lockfile;
 pub mod process;
 pub mod review;
-pub mod sandbox;
 pub mod screen;
 pub mod supervisor;

@@ -47,9 +47,9 @@ pub struct RunSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub model_env: Vec<(String, String)>,
     /// `--sandbox`: the agent runs in a network namespace of its own,
-    /// reaching only its model and these domains (see [`super::sandbox`]).
+    /// reaching only its model and these domains (see [`crate::sandbox`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<super::sandbox::Egress>,
+    pub sandbox: Option<crate::sandbox::Egress>,
     /// The sprint branch (its locks are left alone while the attempt lives).
     #[serde(default)]
     pub branch: String,
@@ -597,7 +597,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
         .unwrap_or_else(|_| spec.checkout.clone());
     // Made before the agent, served by this process while it runs.
     let sandbox = match &spec.sandbox {
-        Some(egress) => match super::sandbox::open(egress, &spec.model_env) {
+        Some(egress) => match crate::sandbox::open(egress, &spec.model_env) {
             Ok(s) => Some(s),
             Err(e) => return unstarted(format!("{e:#}")),
         },
@@ -625,7 +625,7 @@ pub fn run_agent(dir: &Path) -> Result<()> {
             let netns = s.netns.try_clone()?;
             // SAFETY: setns(2) only, between fork and exec.
             unsafe {
-                cmd.pre_exec(move || super::sandbox::enter(&netns));
+                cmd.pre_exec(move || crate::sandbox::enter(&netns));
             }
         }
         cmd.spawn()
@@ -859,21 +859,16 @@ pub fn watch<M: Send + 'static>(
 fn note_refusals(dir: &Path, refused: &std::collections::BTreeMap<String, u32>) {
     let _ = write_whole(
         &dir.join("network.json"),
-        &serde_json::to_vec_pretty(&serde_json::json!({ "refused": refused })).unwrap_or_default(),
+        &crate::sandbox::refusals_json(refused),
     );
-    if refused.is_empty() {
+    let Some(line) = crate::sandbox::refusal_line(refused) else {
         return;
-    }
-    let listed: Vec<String> = refused.iter().map(|(h, n)| format!("{h} ({n})")).collect();
+    };
     if let Ok(mut log) = std::fs::OpenOptions::new()
         .append(true)
         .open(dir.join("output.log"))
     {
-        let _ = writeln!(
-            log,
-            "\nsupervise: the sandbox refused connections to {}",
-            listed.join(", ")
-        );
+        let _ = writeln!(log, "\n{line}");
     }
 }
 

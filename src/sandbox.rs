@@ -1,6 +1,6 @@
-//! `supervise run --sandbox`: each agent in a network namespace of its own
-//! (Linux; it takes `CAP_SYS_ADMIN`, so root or a user who may make
-//! namespaces). Inside there is only a loopback interface, on which the
+//! The agent's fence: a network namespace of its own (Linux; it takes
+//! `CAP_SYS_ADMIN`, so root or a user who may make namespaces), for
+//! `supervise run --sandbox` and for the agent workflow's `supervise fence`. Inside there is only a loopback interface, on which the
 //! agent's wrapper, from outside, listens twice: a bridge to the model
 //! proxy (the agent's only way to its model) and an HTTP proxy that opens
 //! connections only to the allowed domains (`network: allowed_domains:`,
@@ -107,6 +107,25 @@ impl Sandbox {
     pub fn refused(&self) -> BTreeMap<String, u32> {
         self.refused.locked().clone()
     }
+}
+
+/// The attempt's account of what was refused: `network.json`'s text.
+pub fn refusals_json(refused: &BTreeMap<String, u32>) -> Vec<u8> {
+    serde_json::to_vec_pretty(&serde_json::json!({ "refused": refused })).unwrap_or_default()
+}
+
+/// The line closing an agent's output when something was refused (its
+/// record, check run and the decision log quote the output's end).
+pub fn refusal_line(refused: &BTreeMap<String, u32>) -> Option<String> {
+    if refused.is_empty() {
+        return None;
+    }
+    let listed: Vec<String> = refused.iter().map(|(h, n)| format!("{h} ({n})")).collect();
+    Some(format!(
+        "{}{}",
+        crate::engine::provider::NETWORK_REFUSED,
+        listed.join(", ")
+    ))
 }
 
 /// Brings `lo` up in this thread's namespace (a new one has it down).
@@ -228,6 +247,88 @@ pub fn enter(netns: &OwnedFd) -> std::io::Result<()> {
     // SAFETY: setns(2) on a descriptor we hold; async-signal-safe.
     if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
         return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Who a fenced agent runs as: the job's user, never root's groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct User {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl std::str::FromStr for User {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<User, String> {
+        let (u, g) = s.split_once(':').unwrap_or((s, s));
+        match (u.trim().parse(), g.trim().parse()) {
+            (Ok(uid), Ok(gid)) => Ok(User { uid, gid }),
+            _ => Err(format!(
+                "`{s}` is not UID:GID (as `$(id -u):$(id -g)` gives)"
+            )),
+        }
+    }
+}
+
+/// Between fork and exec of the fence's init: into the agent's network
+/// namespace, and into new PID and mount namespaces, whose first process
+/// (the agent the init starts) is their PID 1: everything the agent leaves
+/// behind ends with it, and it sees no process outside.
+pub fn enter_fenced(netns: &OwnedFd) -> std::io::Result<()> {
+    enter(netns)?;
+    // SAFETY: unshare(2) with flags only; async-signal-safe.
+    if unsafe { libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWNS) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Between fork and exec of the agent, PID 1 of its namespaces: a `/proc`
+/// of its own (so no other process's environment, command line or memory
+/// is there to read), no way to gain a privilege again (`sudo` and every
+/// set-uid program stop working), and the job's user with no
+/// supplementary group (the `docker` group of a hosted runner among them).
+pub fn become_agent(user: User) -> std::io::Result<()> {
+    let fail = || Err(std::io::Error::last_os_error());
+    // SAFETY: mount(2), prctl(2), setgroups(2), setgid(2), setuid(2) with
+    // constant strings and plain values; each async-signal-safe.
+    unsafe {
+        // Mounts made here stay here.
+        if libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
+            return fail();
+        }
+        if libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        ) != 0
+        {
+            return fail();
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return fail();
+        }
+        if libc::setgroups(0, std::ptr::null()) != 0
+            || libc::setgid(user.gid) != 0
+            || libc::setuid(user.uid) != 0
+        {
+            return fail();
+        }
+        // After the change of user, which clears it: should the fence's
+        // init be killed, the agent goes with it.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            return fail();
+        }
     }
     Ok(())
 }
