@@ -3,8 +3,9 @@
 //! (latency, median and 99th percentile, on one keep-alive-less connection
 //! each, as an agent's CLI makes them), the proxy's memory, and what
 //! `--sandbox` adds before an agent starts (a network namespace, its
-//! loopback, the bridge and the allow-list proxy). The namespace needs root;
-//! without it that part is skipped. Run: `cargo bench --bench model_proxy`.
+//! loopback, the bridge and the allow-list proxy), and what `supervise
+//! fence` adds to an agent step on a runner. The namespaces need root;
+//! without it those parts are skipped. Run: `cargo bench --bench model_proxy`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -109,4 +110,39 @@ fn main() {
     println!(
         "--sandbox set-up before an agent starts: p50 {o50:.3} ms, p99 {o99:.3} ms (50 namespaces)"
     );
+    fence();
+}
+
+/// What `supervise fence` adds to an agent step: `true` started straight,
+/// and through the fence (the model proxy with a key, the namespaces, the
+/// fence's init, the job's user), each started and waited for.
+fn fence() {
+    let exe = env!("CARGO_BIN_EXE_supervise");
+    let dir = std::env::temp_dir().join(format!("fence-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let time = |fenced: bool| {
+        let start = Instant::now();
+        let status = if fenced {
+            let keys = dir.join("keys");
+            std::fs::write(&keys, "ANTHROPIC_API_KEY=sk-ant-bench\n").expect("keys");
+            std::process::Command::new(exe)
+                .arg("fence")
+                .arg("--keys")
+                .arg(&keys)
+                .args(["--user", "65534:65534", "--", "true"])
+                .stderr(std::process::Stdio::null())
+                .status()
+        } else {
+            std::process::Command::new("true").status()
+        };
+        assert!(status.expect("started").success());
+        start.elapsed()
+    };
+    let straight: Vec<Duration> = (0..50).map(|_| time(false)).collect();
+    let fenced: Vec<Duration> = (0..50).map(|_| time(true)).collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (s50, s99) = quantiles(straight);
+    let (f50, f99) = quantiles(fenced);
+    println!("an agent step's command, straight: p50 {s50:.3} ms, p99 {s99:.3} ms (50 starts)");
+    println!("the same through supervise fence: p50 {f50:.3} ms, p99 {f99:.3} ms");
 }

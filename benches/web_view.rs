@@ -96,7 +96,7 @@ fn measure_server(plan_text: &str, log: &[Event]) {
     std::fs::create_dir_all(dir.path().join(".supervise")).unwrap();
     let mut ledger = FileLedger::new(&dir.path().join(".supervise"));
     for chunk in log[..HISTORY].chunks(4) {
-        ledger.append(chunk, &[]).unwrap();
+        ledger.append(chunk, &[], None).unwrap();
     }
     let mut child = Command::new(env!("CARGO_BIN_EXE_supervise"))
         .args(["web", "--port", "0", "--plan"])
@@ -140,7 +140,7 @@ fn measure_server(plan_text: &str, log: &[Event]) {
         let mut lat = Vec::new();
         for _ in 0..100 {
             let start = Instant::now();
-            ledger.append(&log[next..next + 1], &[]).unwrap();
+            ledger.append(&log[next..next + 1], &[], None).unwrap();
             next += 1;
             s.next_update().await;
             lat.push(start.elapsed());
@@ -163,7 +163,7 @@ fn measure_server(plan_text: &str, log: &[Event]) {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let (cpu0, t0) = (cpu_secs(child.id()), Instant::now());
         for _ in 0..20 {
-            ledger.append(&log[next..next + 1], &[]).unwrap();
+            ledger.append(&log[next..next + 1], &[], None).unwrap();
             next += 1;
             tokio::time::sleep(Duration::from_millis(500)).await;
         }

@@ -2239,3 +2239,75 @@ fn a_dry_run_gives_the_expected_cost_and_starts_nothing() {
     assert!(repo.invocations().is_empty(), "an agent ran");
     assert!(!repo.root.join(".supervise").exists(), "state was written");
 }
+
+/// `supervise replay` decides every record of finished operations again
+/// (a retry on a stronger model, a partial continuation, a unit BLOCKED
+/// after its last retry while the rest go on) and finds the same events;
+/// `export` writes the log scrubbed, and replaying the export agrees; a log
+/// whose recorded decision was altered is caught at that record.
+#[test]
+fn replay_decides_every_recorded_operation_again_the_same() {
+    for behaviour in [
+        "api 1 partial,ok\ndocs 1 fail,ok\n",
+        "api 1 fail,fail,fail,fail\ndocs 1 leak,ok\n",
+    ] {
+        let repo = Repo::new(PLAN, behaviour);
+        let out = repo.run(&["--max-retries", "2"]);
+        assert!(out.status.code().is_some(), "{}", text(&out));
+        let replayed = repo.cmd(&["replay"]).output().unwrap();
+        let said = text(&replayed);
+        assert_eq!(replayed.status.code(), Some(0), "{said}");
+        assert!(
+            said.contains(" decided again the same, 0 differently"),
+            "{said}"
+        );
+        assert!(!said.contains("without a cause"), "{said}");
+        assert!(said.contains("one tier up"), "{said}");
+        let records: usize = said
+            .lines()
+            .last()
+            .and_then(|l| l.split(": ").nth(1))
+            .and_then(|l| l.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a count of records: {said}"));
+        assert!(records > 5, "{said}");
+
+        let export = repo.root.parent().unwrap().join("export.jsonl");
+        let out = repo
+            .cmd(&["export", "--out", export.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let exported = std::fs::read_to_string(&export).unwrap();
+        assert!(!exported.contains("ghs_"), "the export is scrubbed");
+        let again = repo
+            .cmd(&["replay", "--log", export.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+
+        // A decision the engine would not make: the record says so.
+        let altered: String = exported
+            .lines()
+            .map(|l| {
+                if l.contains("one tier up") {
+                    l.replacen("one tier up", "the same tier", 1)
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(&export, altered).unwrap();
+        let caught = repo
+            .cmd(&["replay", "--log", export.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let said = text(&caught);
+        assert_eq!(caught.status.code(), Some(2), "{said}");
+        assert!(
+            said.contains("DIFFERS") && said.contains("1 differently"),
+            "{said}"
+        );
+    }
+}

@@ -216,10 +216,11 @@ async fn operation_log_round_trip(s: &SqlStore) {
             "op-1",
             std::slice::from_ref(&e1),
             &[Effect::PublishStatus, Effect::FinalReport],
+            None,
         )
         .await
         .unwrap();
-    s.append("op-1", std::slice::from_ref(&e2), &[])
+    s.append("op-1", std::slice::from_ref(&e2), &[], None)
         .await
         .unwrap();
     s.effect_done("op-1", first.1[0].key).await.unwrap();

@@ -6,6 +6,7 @@ pub mod doctor_cmd;
 pub mod fence_cmd;
 pub mod plan_cmd;
 pub mod publish_cmd;
+pub mod replay_cmd;
 pub mod review_cmd;
 pub mod run_cmd;
 pub mod serve_cmd;
@@ -198,6 +199,19 @@ pub enum Command {
     /// The model proxy alone, without the fence (workflows copied before it).
     #[command(name = "model-proxy", hide = true)]
     ModelProxy(fence_cmd::ProxyArgs),
+    /// Decides an operation's log again with this build's engine: each
+    /// decision with its reason, where this build would decide otherwise,
+    /// and (with --at) the operation's state at a record.
+    #[command(
+        after_help = "Examples:\n  supervise replay\n  supervise replay one-0003e9 --at 40\n  supervise replay --log bug-report.jsonl\n  supervise replay one-0003e9 --database-url postgres://…"
+    )]
+    Replay(replay_cmd::ReplayArgs),
+    /// Writes an operation's log, scrubbed, for a bug report (`replay --log`
+    /// reads it).
+    #[command(
+        after_help = "Examples:\n  supervise export --out operation.jsonl\n  supervise export one-0003e9 --database-url sqlite://supervise.db --out operation.jsonl"
+    )]
+    Export(replay_cmd::ExportArgs),
     /// The GitHub App service: hears `/supervise` commands in comments.
     #[command(
         after_help = "Examples:\n  GITHUB_APP_ID=123 GITHUB_PRIVATE_KEY_PATH=app.pem GITHUB_WEBHOOK_SECRET=… supervise serve\n  DATABASE_URL=postgres://… supervise serve --listen 0.0.0.0:8080"
@@ -445,6 +459,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Verify(args) => run_cmd::verify_cmd(&args),
         Command::Publish(args) => publish_cmd::publish(&args),
         Command::Scan(args) => run_cmd::scan_cmd(&args),
+        Command::Replay(args) => replay_cmd::replay_cmd(&args),
+        Command::Export(args) => replay_cmd::export_cmd(&args),
         Command::Fence(args) => fence_cmd::run(&args),
         Command::FenceInit(args) => fence_cmd::run_init(&args),
         Command::ModelProxy(args) => fence_cmd::run_proxy(&args),

@@ -9,6 +9,7 @@
 //! recorded, and every effect is idempotent, so whatever a crash left undone is
 //! carried out again from the outbox on the next start.
 
+use crate::engine::replay::Cause;
 use crate::engine::{decide_shared, Effect, Event, Input, OperationState, Refusal};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashSet, VecDeque};
@@ -126,10 +127,12 @@ pub struct Loaded {
 pub trait Outbox {
     type Error: std::error::Error + Send + Sync + 'static;
     /// Writes the events and their effects as one durable record.
+    /// `cause` is what they were decided from, kept for replay.
     fn append(
         &mut self,
         events: &[Event],
         effects: &[Effect],
+        cause: &Cause,
     ) -> impl Future<Output = Result<Vec<Entry>, Self::Error>> + Send;
     fn done(&mut self, key: EffectKey) -> impl Future<Output = Result<(), Self::Error>> + Send;
     /// Reads the log back (after a failed append: the log is the record).
@@ -198,14 +201,18 @@ impl Driver {
         // Applied in place (the state is copied only if it is shared and the
         // input changes it); if the record cannot be written, the state
         // falls back to what the log holds.
-        let d = match decide_shared(&mut self.state, input, chrono::Utc::now()) {
+        let cause = Cause {
+            input: input.clone(),
+            at: chrono::Utc::now(),
+        };
+        let d = match decide_shared(&mut self.state, input, cause.at) {
             Ok(d) => d,
             Err(r) => return Ok(Decided::Refused(r)),
         };
         if d.events.is_empty() && d.effects.is_empty() {
             return Ok(Decided::Acted(Vec::new()));
         }
-        match outbox.append(&d.events, &d.effects).await {
+        match outbox.append(&d.events, &d.effects, &cause).await {
             Ok(entries) => {
                 self.pending.extend(entries);
                 Ok(Decided::Acted(d.events))
@@ -384,6 +391,7 @@ mod tests {
             &mut self,
             events: &[Event],
             effects: &[Effect],
+            _cause: &Cause,
         ) -> Result<Vec<Entry>, Crashed> {
             let seq = self.records.len() as u64 + 1;
             let entries = Entry::numbered(seq, effects);

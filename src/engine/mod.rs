@@ -12,6 +12,7 @@ pub mod events;
 pub mod naming;
 pub mod prompt;
 pub mod provider;
+pub mod replay;
 pub mod select;
 mod state;
 pub mod trust;

@@ -10,6 +10,7 @@
 pub mod sql;
 
 use crate::drive::{EffectKey, Entry, Loaded, Outbox};
+use crate::engine::replay::{Cause, Recorded};
 use crate::engine::{Effect, Event};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
@@ -21,6 +22,9 @@ use std::path::{Path, PathBuf};
 enum Record {
     Decision {
         seq: u64,
+        /// What the events were decided from (absent in older logs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<Box<Cause>>,
         events: Vec<Event>,
         effects: Vec<Entry>,
     },
@@ -215,6 +219,7 @@ impl FileLedger {
                     seq,
                     events: evs,
                     effects,
+                    ..
                 } => {
                     for e in &evs {
                         crate::engine::apply(&mut state, e);
@@ -246,12 +251,14 @@ impl FileLedger {
         &mut self,
         events: &[Event],
         effects: &[Effect],
+        cause: Option<&Cause>,
     ) -> Result<Vec<Entry>, StoreError> {
         let seq = self.next_seq;
         let entries = Entry::numbered(seq, effects);
         self.write_line(
             &Record::Decision {
                 seq,
+                cause: cause.cloned().map(Box::new),
                 events: events.to_vec(),
                 effects: entries.clone(),
             },
@@ -270,6 +277,58 @@ impl FileLedger {
     }
 }
 
+/// The decisions of a log written by [`FileLedger`] (or exported by
+/// `supervise export`), as replay reads them. A torn last line (a crash
+/// mid-write) is left out, as the ledger itself would on restart.
+pub fn read_records(path: &Path) -> Result<Vec<Recorded>, StoreError> {
+    let io = |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let text = std::fs::read(path).map_err(io)?;
+    let lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<Record>(line) {
+            Ok(Record::Decision {
+                seq, cause, events, ..
+            }) => out.push(Recorded {
+                seq,
+                cause: cause.map(|c| *c),
+                events,
+            }),
+            Ok(Record::Done { .. }) => {}
+            Err(_) if i + 1 == lines.len() => break,
+            Err(e) => {
+                return Err(StoreError::Corrupt {
+                    path: path.to_path_buf(),
+                    line: i + 1,
+                    message: e.to_string(),
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `records` as a log [`read_records`] reads (the decisions'
+/// events and causes; no effects, which replay does not need).
+pub fn write_records(out: &mut impl Write, records: &[Recorded]) -> std::io::Result<()> {
+    for r in records {
+        let line = serde_json::to_string(&Record::Decision {
+            seq: r.seq,
+            cause: r.cause.clone().map(Box::new),
+            events: r.events.clone(),
+            effects: Vec::new(),
+        })?;
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
 /// The ledger's writes are synchronous: each future is ready when first polled.
 impl Outbox for FileLedger {
     type Error = StoreError;
@@ -277,8 +336,9 @@ impl Outbox for FileLedger {
         &mut self,
         events: &[Event],
         effects: &[Effect],
+        cause: &Cause,
     ) -> Result<Vec<Entry>, StoreError> {
-        FileLedger::append(self, events, effects)
+        FileLedger::append(self, events, effects, Some(cause))
     }
     async fn done(&mut self, key: EffectKey) -> Result<(), StoreError> {
         self.mark_done(key)
@@ -320,7 +380,7 @@ mod tests {
         let mut f = Follower::default();
         assert!(!f.look(l.path()).unwrap(), "no log yet");
         let d = start("one");
-        l.append(&d.events, &[]).unwrap();
+        l.append(&d.events, &[], None).unwrap();
         // Half of the next line: not read until it is whole.
         let mut file = std::fs::OpenOptions::new()
             .append(true)
@@ -337,7 +397,7 @@ mod tests {
         // The log set aside and a new operation started: read from its start.
         std::fs::write(l.path(), "").unwrap();
         let mut l = FileLedger::new(dir.path());
-        l.append(&start("two").events, &[]).unwrap();
+        l.append(&start("two").events, &[], None).unwrap();
         assert!(f.look(l.path()).unwrap());
         assert_eq!(f.state.unwrap().id.0, "two");
     }
@@ -365,7 +425,7 @@ mod tests {
         )
         .unwrap();
         let mut l = FileLedger::new(dir.path());
-        let pending = l.append(&d.events, &d.effects).unwrap();
+        let pending = l.append(&d.events, &d.effects, None).unwrap();
         l.mark_done(pending[0].key).unwrap();
         // A crash mid-write leaves half a line.
         std::fs::OpenOptions::new()

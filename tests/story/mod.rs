@@ -640,7 +640,43 @@ impl Drop for Story {
             }
             None => {}
         }
+        if !std::thread::panicking() {
+            replay_every_operation(&self.db_url);
+        }
     }
+}
+
+/// Every operation the story's store logged, decided again by the engine
+/// from each record's cause (`supervise replay`): the same events, or the
+/// story fails with where they part.
+fn replay_every_operation(db_url: &str) {
+    let url = db_url.to_string();
+    let differ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let store = supervise::store::sql::SqlStore::connect(&url)
+                .await
+                .unwrap();
+            let mut differ = Vec::new();
+            for op in store.logged_operations().await.unwrap() {
+                let records = store.records(&op).await.unwrap();
+                let (steps, _) = supervise::engine::replay::replay(&records, None);
+                for s in steps {
+                    match s.again {
+                        supervise::engine::replay::Again::Same => {}
+                        again => differ.push(format!("{op} #{}: {again:?}", s.seq)),
+                    }
+                }
+            }
+            differ
+        })
+    })
+    .join()
+    .unwrap();
+    assert!(differ.is_empty(), "replay decided otherwise: {differ:#?}");
 }
 
 /// The agent of plan runs: one line of behaviour per sprint.

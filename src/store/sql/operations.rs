@@ -4,6 +4,7 @@
 
 use super::{now_ms, SqlError, SqlStore};
 use crate::drive::{EffectKey, Entry, Loaded, Outbox};
+use crate::engine::replay::{Cause, Recorded};
 use crate::engine::{Effect, Event};
 use sqlx::any::AnyRow;
 use sqlx::Row;
@@ -146,15 +147,17 @@ impl SqlStore {
         op: &str,
         events: &[Event],
         effects: &[Effect],
+        cause: Option<&Cause>,
     ) -> Result<(i64, Vec<Entry>), SqlError> {
         let mut conn = self.connection().await?;
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let row = sqlx::query(LAST_SEQ).bind(op).fetch_one(&mut *tx).await?;
         let seq: i64 = row.try_get::<i64, _>("last").unwrap_or(0) + 1;
-        sqlx::query("INSERT INTO op_log (op, seq, events) VALUES ($1, $2, $3)")
+        sqlx::query("INSERT INTO op_log (op, seq, events, cause) VALUES ($1, $2, $3, $4)")
             .bind(op)
             .bind(seq)
             .bind(serde_json::to_string(events)?)
+            .bind(cause.map(serde_json::to_string).transpose()?)
             .execute(&mut *tx)
             .await?;
         let mut out = Vec::new();
@@ -237,6 +240,33 @@ impl SqlStore {
         Ok(loaded)
     }
 
+    /// Every operation with a log, by id.
+    pub async fn logged_operations(&self) -> Result<Vec<String>, SqlError> {
+        let rows = sqlx::query("SELECT DISTINCT op FROM op_log ORDER BY op")
+            .fetch_all(&mut *self.connection().await?)
+            .await?;
+        Ok(rows.iter().map(|r| r.get::<String, _>("op")).collect())
+    }
+
+    /// The operation's records as replay reads them: each decision's
+    /// events and what it was decided from.
+    pub async fn records(&self, op: &str) -> Result<Vec<Recorded>, SqlError> {
+        let rows = sqlx::query("SELECT seq, events, cause FROM op_log WHERE op = $1 ORDER BY seq")
+            .bind(op)
+            .fetch_all(&mut *self.connection().await?)
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let cause: Option<String> = r.try_get("cause").ok().flatten();
+            out.push(Recorded {
+                seq: r.get::<i64, _>("seq") as u64,
+                cause: cause.as_deref().map(serde_json::from_str).transpose()?,
+                events: serde_json::from_str(&r.get::<String, _>("events"))?,
+            });
+        }
+        Ok(out)
+    }
+
     pub async fn effect_done(&self, op: &str, key: EffectKey) -> Result<(), SqlError> {
         sqlx::query("UPDATE op_effects SET done = 1 WHERE op = $1 AND seq = $2 AND idx = $3")
             .bind(op)
@@ -270,8 +300,12 @@ impl Outbox for SqlOutbox {
         &mut self,
         events: &[Event],
         effects: &[Effect],
+        cause: &Cause,
     ) -> Result<Vec<Entry>, SqlError> {
-        let (seq, entries) = self.store.append(&self.op, events, effects).await?;
+        let (seq, entries) = self
+            .store
+            .append(&self.op, events, effects, Some(cause))
+            .await?;
         self.seq = seq;
         Ok(entries)
     }

@@ -173,4 +173,10 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
         // `cost`.
         "ALTER TABLE spend ADD COLUMN usd BIGINT NOT NULL DEFAULT 0",
     ),
+    (
+        13,
+        // What each decision was decided from (the input and the time the
+        // engine was given), so `supervise replay` can decide it again.
+        "ALTER TABLE op_log ADD COLUMN cause TEXT",
+    ),
 ];
