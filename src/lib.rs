@@ -16,6 +16,7 @@ pub mod engine;
 pub mod github;
 pub mod model_proxy;
 pub mod notify;
+pub mod otlp;
 pub mod place;
 pub mod plan;
 pub mod report;

@@ -43,6 +43,7 @@ fn main() {
             1
         }
     };
+    supervise::otlp::flush();
     std::process::exit(code);
 }
 

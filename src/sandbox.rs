@@ -271,10 +271,10 @@ impl std::str::FromStr for User {
     }
 }
 
-/// Between fork and exec of the fence's init: into the agent's network
-/// namespace, and into new PID and mount namespaces, whose first process
-/// (the agent the init starts) is their PID 1: everything the agent leaves
-/// behind ends with it, and it sees no process outside.
+/// Between fork and exec of the fence's second stage: into the agent's
+/// network namespace, and into new PID and mount namespaces, whose first
+/// process (the init that stage starts) is their PID 1: everything the
+/// agent leaves behind ends with it, and it sees no process outside.
 pub fn enter_fenced(netns: &OwnedFd) -> std::io::Result<()> {
     enter(netns)?;
     // SAFETY: unshare(2) with flags only; async-signal-safe.
@@ -284,17 +284,14 @@ pub fn enter_fenced(netns: &OwnedFd) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Between fork and exec of the agent, PID 1 of its namespaces: a `/proc`
-/// of its own (so no other process's environment, command line or memory
-/// is there to read), no way to gain a privilege again (`sudo` and every
-/// set-uid program stop working), and the job's user with no
-/// supplementary group (the `docker` group of a hosted runner among them).
-pub fn become_agent(user: User) -> std::io::Result<()> {
+/// Between fork and exec of the namespaces' init (their PID 1, still
+/// root): a `/proc` of their own, so no process outside is there to read
+/// (its environment, command line or memory). Mounts made here stay here.
+pub fn become_init() -> std::io::Result<()> {
     let fail = || Err(std::io::Error::last_os_error());
-    // SAFETY: mount(2), prctl(2), setgroups(2), setgid(2), setuid(2) with
-    // constant strings and plain values; each async-signal-safe.
+    // SAFETY: mount(2) and prctl(2) with constant strings and plain values;
+    // each async-signal-safe.
     unsafe {
-        // Mounts made here stay here.
         if libc::mount(
             std::ptr::null(),
             c"/".as_ptr(),
@@ -315,6 +312,40 @@ pub fn become_agent(user: User) -> std::io::Result<()> {
         {
             return fail();
         }
+        // Should the fence's outer stage be killed, the namespaces go too.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            return fail();
+        }
+    }
+    Ok(())
+}
+
+/// The signals a cancelled job's processes are sent, which the fence's
+/// stages ignore (so the agent, in their process group, gets them first and
+/// may end as it sees fit) and the agent gets back as they were.
+pub const CANCEL_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// Ignores [`CANCEL_SIGNALS`] in this process (a stage of the fence).
+pub fn ignore_cancel_signals() {
+    for s in CANCEL_SIGNALS {
+        // SAFETY: setting a signal's disposition to "ignore".
+        unsafe { libc::signal(s, libc::SIG_IGN) };
+    }
+}
+
+/// Between fork and exec of the agent, in its namespaces: the cancel
+/// signals as a program expects them, no way to gain a privilege again
+/// (`sudo` and every set-uid program stop working), and the job's user with
+/// no supplementary group (the `docker` group of a hosted runner among
+/// them).
+pub fn become_agent(user: User) -> std::io::Result<()> {
+    let fail = || Err(std::io::Error::last_os_error());
+    // SAFETY: signal(2), prctl(2), setgroups(2), setgid(2), setuid(2) with
+    // plain values; each async-signal-safe.
+    unsafe {
+        for s in CANCEL_SIGNALS {
+            libc::signal(s, libc::SIG_DFL);
+        }
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
             return fail();
         }
@@ -324,8 +355,8 @@ pub fn become_agent(user: User) -> std::io::Result<()> {
         {
             return fail();
         }
-        // After the change of user, which clears it: should the fence's
-        // init be killed, the agent goes with it.
+        // After the change of user, which clears it: should the init be
+        // killed, the agent goes with it.
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
             return fail();
         }

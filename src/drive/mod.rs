@@ -9,6 +9,8 @@
 //! recorded, and every effect is idempotent, so whatever a crash left undone is
 //! carried out again from the outbox on the next start.
 
+pub mod spans;
+
 use crate::engine::replay::Cause;
 use crate::engine::{decide_shared, Effect, Event, Input, OperationState, Refusal};
 use serde::{Deserialize, Serialize};
@@ -172,12 +174,22 @@ pub struct Driver {
     /// Entries that answered [`Outcome::Wait`]: passed over until a drive that
     /// retries waiting ones, so waiting costs no work per input.
     waiting: HashSet<EffectKey>,
+    /// The operation's trace as its decisions are recorded, when spans are
+    /// exported (see [`crate::otlp`]).
+    spans: Option<spans::Spans>,
+}
+
+/// The trace of an operation loaded from its log, when spans are exported.
+fn traced(state: Option<&OperationState>) -> Option<spans::Spans> {
+    crate::otlp::global()?;
+    Some(state.map_or_else(Default::default, spans::Spans::from_state))
 }
 
 impl Driver {
     /// Falls back to what the log holds (another replica acted, or a write
     /// failed); inputs not yet decided stay queued.
     pub fn reload(&mut self, loaded: Loaded) {
+        self.spans = traced(loaded.state.as_ref());
         self.state = loaded.state.map(Arc::new);
         self.pending = loaded.pending;
         self.waiting.clear();
@@ -185,6 +197,7 @@ impl Driver {
 
     pub fn new(loaded: Loaded) -> Driver {
         Driver {
+            spans: traced(loaded.state.as_ref()),
             state: loaded.state.map(Arc::new),
             pending: loaded.pending,
             ..Default::default()
@@ -215,6 +228,10 @@ impl Driver {
         match outbox.append(&d.events, &d.effects, &cause).await {
             Ok(entries) => {
                 self.pending.extend(entries);
+                if let Some(exporter) = crate::otlp::global() {
+                    let spans = self.spans.get_or_insert_with(Default::default);
+                    exporter.send(d.events.iter().flat_map(|e| spans.push(e)).collect());
+                }
                 Ok(Decided::Acted(d.events))
             }
             Err(e) => {

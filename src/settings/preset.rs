@@ -62,13 +62,15 @@ impl Preset {
                 " --allowedTools \"Bash Edit Write\" --model \"$SUPERVISE_MODEL\"",
                 " --max-turns \"$SUPERVISE_MAX_TURNS\" \"$(cat \"$SUPERVISE_PROMPT_FILE\")\""
             ),
+            // Given a key and an address (the model proxy's), they are
+            // Codex's provider: unquoted, the words split as flags.
             Preset::Codex => concat!(
-                "if [ -n \"${OPENAI_BASE_URL:-}\" ] && [ -n \"${OPENAI_API_KEY:-}\" ]; then",
-                " set -- -c model_provider=supervise -c model_providers.supervise.name=supervise",
-                " -c \"model_providers.supervise.base_url=$OPENAI_BASE_URL\"",
+                "codex exec ${OPENAI_BASE_URL:+${OPENAI_API_KEY:+-c model_provider=supervise",
+                " -c model_providers.supervise.name=supervise",
+                " -c model_providers.supervise.base_url=$OPENAI_BASE_URL",
                 " -c model_providers.supervise.env_key=OPENAI_API_KEY",
-                " -c model_providers.supervise.wire_api=responses; fi;",
-                " codex exec \"$@\" --json --sandbox danger-full-access --model \"$SUPERVISE_MODEL\"",
+                " -c model_providers.supervise.wire_api=responses}}",
+                " --json --sandbox danger-full-access --model \"$SUPERVISE_MODEL\"",
                 " - < \"$SUPERVISE_PROMPT_FILE\""
             ),
             Preset::Gemini => concat!(

@@ -705,7 +705,9 @@ fn set_agent_workflow_as(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str,
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    let command = format!("sh {}", manifest.join(agent).display());
+    // The agent is the CLI's process itself, as a real CLI is: what it does
+    // with a cancel is its own.
+    let command = format!("exec sh {}", manifest.join(agent).display());
     let claude =
         fake_github::workflow::scripted_claude(&tmp.join("claude-code"), &command, &agent_env)
             .expect("the agent's command line");

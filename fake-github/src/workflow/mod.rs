@@ -147,7 +147,8 @@ pub fn scripted_claude(
          {exports}prompt=\nwhile [ $# -gt 0 ]; do\n  case \"$1\" in\n    \
          --model|--max-turns|--permission-mode|--allowedTools|--allowed-tools|--output-format) shift 2 ;;\n    \
          -*) shift ;;\n    *) prompt=\"$1\"; shift ;;\n  esac\ndone\n\
-         printf '%s' \"$prompt\" | exec sh -c {}\n",
+         prompt_file=$(mktemp -p \"${{RUNNER_TEMP:-/tmp}}\")\nprintf '%s' \"$prompt\" > \"$prompt_file\"\n\
+         exec sh -c {} < \"$prompt_file\"\n",
         quoted(command)
     );
     let path = dir.join("claude");

@@ -621,6 +621,14 @@ pub fn run_agent(dir: &Path) -> Result<()> {
                 &answer_file.to_string_lossy(),
             ))
             .envs(model_env.iter().map(|(k, v)| (k, v)));
+        // The agent joins the operation's trace, as a child of its attempt.
+        if crate::otlp::global().is_some() {
+            let dispatch = o.dispatch.0.as_str();
+            cmd.env(
+                "TRACEPARENT",
+                crate::otlp::traceparent(crate::otlp::operation_of(dispatch), dispatch),
+            );
+        }
         if let Some(s) = &sandbox {
             let netns = s.netns.try_clone()?;
             // SAFETY: setns(2) only, between fork and exec.
