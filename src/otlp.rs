@@ -30,7 +30,9 @@ pub struct Span {
     pub trace_id: TraceId,
     pub span_id: SpanId,
     pub parent: Option<SpanId>,
-    pub name: &'static str,
+    pub name: String,
+    /// A call to another service (GitHub's API), not work of its own.
+    pub client: bool,
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
     pub attributes: Vec<(&'static str, Value)>,
@@ -101,7 +103,7 @@ pub fn otlp_json(service: &str, spans: &[Span]) -> serde_json::Value {
                 "traceId": hex::encode(s.trace_id),
                 "spanId": hex::encode(s.span_id),
                 "name": s.name,
-                "kind": 1,
+                "kind": if s.client { 3 } else { 1 },
                 "startTimeUnixNano": nanos(&s.start),
                 "endTimeUnixNano": nanos(&s.end),
                 "attributes": attributes,
@@ -128,6 +130,220 @@ pub fn otlp_json(service: &str, spans: &[Span]) -> serde_json::Value {
             }],
         }]
     })
+}
+
+tokio::task_local! {
+    /// The operation the work at hand is for: GitHub's calls made for it
+    /// are spans of its trace.
+    static OPERATION: String;
+}
+
+/// Runs `work` as work for `operation` (see [`github_call`]). A plain
+/// function, not an `async` one: the work (an operation's effect, a large
+/// future) is polled where it lies, never moved through the stack again.
+pub fn in_operation<F: std::future::Future>(
+    operation: &str,
+    work: F,
+) -> tokio::task::futures::TaskLocalFuture<String, F> {
+    OPERATION.scope(operation.to_string(), work)
+}
+
+/// A call to GitHub's API made for the operation at hand, as a client span
+/// under its root, named and described as OpenTelemetry's HTTP conventions
+/// say: the method and the route's template (`GET
+/// /repos/{owner}/{repo}/issues/{number}`), the status, and the rate
+/// limit's headroom GitHub gave.
+pub fn github_call(
+    method: &str,
+    path: &str,
+    status: u16,
+    remaining: Option<i64>,
+    start: DateTime<Utc>,
+) {
+    let Some(exporter) = global() else {
+        return;
+    };
+    let Ok(op) = OPERATION.try_with(|o| o.clone()) else {
+        return;
+    };
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let route = route_template(path);
+    let end = Utc::now();
+    let mut attributes = vec![
+        ("http.request.method", Value::Str(method.to_string())),
+        ("url.template", Value::Str(route.clone())),
+        ("http.response.status_code", Value::Int(i64::from(status))),
+        ("server.address", Value::Str("api.github.com".into())),
+    ];
+    if let Some(r) = remaining {
+        attributes.push(("supervise.github.rate_limit.remaining", Value::Int(r)));
+    }
+    exporter.send(vec![Span {
+        trace_id: trace_id(&op),
+        span_id: span_id(&format!(
+            "github {op} {} {n} {}",
+            std::process::id(),
+            start.timestamp_nanos_opt().unwrap_or(0)
+        )),
+        parent: Some(root_span(&op)),
+        name: format!("{method} {route}"),
+        client: true,
+        start,
+        end: end.max(start),
+        attributes,
+        error: (status >= 400).then(|| format!("HTTP {status}")),
+    }]);
+}
+
+/// One of the agent workflow's trusted jobs (`verify`, `publish`) for the
+/// attempt `dispatch`, as a span under the attempt's: the job's runner
+/// derives the ids from the dispatch id as the service does, so it joins
+/// the operation's trace untold. Sent at once (the job's process ends).
+pub fn job_span(job: &str, dispatch: &str, start: DateTime<Utc>, exit_code: i32) {
+    let Some(exporter) = global() else {
+        return;
+    };
+    let op = operation_of(dispatch);
+    exporter.send(vec![Span {
+        trace_id: trace_id(op),
+        span_id: span_id(&format!("job {job} {dispatch} {}", std::process::id())),
+        parent: Some(attempt_span(dispatch)),
+        name: format!("supervise.{job}"),
+        client: false,
+        start,
+        end: Utc::now().max(start),
+        attributes: vec![
+            ("supervise.dispatch", Value::Str(dispatch.to_string())),
+            ("supervise.job", Value::Str(job.to_string())),
+            ("process.exit.code", Value::Int(i64::from(exit_code))),
+        ],
+        error: (exit_code != 0).then(|| format!("exited {exit_code}")),
+    }]);
+    exporter.flush();
+}
+
+/// A REST path as its route's template: the owner, the repository, numbers,
+/// commit ids and the names after `branches/` or `git/ref(s)/` become
+/// placeholders, so one route is one span name however many issues it is
+/// called for.
+pub fn route_template(path: &str) -> String {
+    let path = path.split('?').next().unwrap_or(path);
+    let segs: Vec<&str> = path.split('/').collect();
+    let mut out: Vec<String> = Vec::with_capacity(segs.len());
+    for (i, seg) in segs.iter().enumerate() {
+        let back = |n: usize| i.checked_sub(n).map(|j| segs[j]);
+        let t = if back(1) == Some("repos") {
+            "{owner}".to_string()
+        } else if back(2) == Some("repos") {
+            "{repo}".to_string()
+        } else if matches!(back(1), Some("branches" | "ref" | "refs")) {
+            // A branch's or ref's name may hold slashes: the rest is it.
+            out.push("{ref}".into());
+            break;
+        } else if back(1) == Some("contents") {
+            out.push("{path}".into());
+            break;
+        } else if !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) {
+            "{number}".to_string()
+        } else if seg.len() == 40 && seg.bytes().all(|b| b.is_ascii_hexdigit()) {
+            "{sha}".to_string()
+        } else {
+            seg.to_string()
+        };
+        out.push(t);
+    }
+    out.join("/")
+}
+
+/// Spans as a person reads a trace viewer's waterfall: one line each, in
+/// order of start, indented under their parent, with when they began (from
+/// the first), how long they took, a bar on a common time line, and their
+/// chief attributes.
+pub fn waterfall(spans: &[Span], width: usize) -> String {
+    use std::fmt::Write as _;
+    let mut spans: Vec<&Span> = spans.iter().collect();
+    spans.sort_by_key(|s| (s.start, s.parent.is_some()));
+    let (Some(first), Some(last)) = (
+        spans.iter().map(|s| s.start).min(),
+        spans.iter().map(|s| s.end).max(),
+    ) else {
+        return String::new();
+    };
+    let total = (last - first).num_milliseconds().max(1) as f64;
+    let depth = |s: &Span| {
+        let mut d = 0;
+        let mut at = s.parent;
+        while let Some(p) = at {
+            d += 1;
+            at = spans.iter().find(|x| x.span_id == p).and_then(|x| x.parent);
+            if d > 8 {
+                break;
+            }
+        }
+        d
+    };
+    let mut out = String::new();
+    for s in &spans {
+        let from = (s.start - first).num_milliseconds() as f64;
+        let took = (s.end - s.start).num_milliseconds() as f64;
+        let a = ((from / total) * width as f64) as usize;
+        let b = (((from + took) / total) * width as f64).ceil() as usize;
+        let bar: String = (0..width)
+            .map(|i| {
+                if i >= a && i < b.max(a + 1) {
+                    '█'
+                } else {
+                    '·'
+                }
+            })
+            .collect();
+        let said: Vec<String> = s
+            .attributes
+            .iter()
+            .filter(|(k, _)| {
+                matches!(
+                    *k,
+                    "supervise.unit"
+                        | "supervise.sprint"
+                        | "supervise.attempt"
+                        | "gen_ai.request.model"
+                        | "supervise.outcome"
+                        | "supervise.wait.kind"
+                        | "http.response.status_code"
+                        | "supervise.operation.status"
+                )
+            })
+            .map(|(k, v)| {
+                let v = match v {
+                    Value::Str(x) => x.clone(),
+                    Value::Int(x) => x.to_string(),
+                    Value::Float(x) => x.to_string(),
+                };
+                format!("{}={v}", k.rsplit('.').next().unwrap_or(k))
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{bar} {:>9} {:>9}  {}{} {}",
+            format_ms(from),
+            format_ms(took),
+            "  ".repeat(depth(s)),
+            s.name,
+            said.join(" ")
+        );
+    }
+    out
+}
+
+fn format_ms(ms: f64) -> String {
+    if ms >= 60_000.0 {
+        format!("{:.1} min", ms / 60_000.0)
+    } else if ms >= 1_000.0 {
+        format!("{:.1} s", ms / 1_000.0)
+    } else {
+        format!("{ms:.0} ms")
+    }
 }
 
 /// Where and how spans are sent, from the standard `OTEL_*` variables.
@@ -327,5 +543,70 @@ fn post(rt: &tokio::runtime::Runtime, client: &HttpClient, target: &Target, batc
             spans = batch.len(),
             "the trace collector did not answer in 10 s"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_becomes_its_routes_template() {
+        for (path, template) in [
+            (
+                "/repos/acme/shop/issues/12/comments?per_page=100",
+                "/repos/{owner}/{repo}/issues/{number}/comments",
+            ),
+            (
+                "/repos/acme/shop/commits/0123456789abcdef0123456789abcdef01234567/check-runs",
+                "/repos/{owner}/{repo}/commits/{sha}/check-runs",
+            ),
+            (
+                "/repos/acme/shop/git/refs/heads/supervise/one/solo/sprint-1",
+                "/repos/{owner}/{repo}/git/refs/{ref}",
+            ),
+            (
+                "/repos/acme/shop/branches/main/protection",
+                "/repos/{owner}/{repo}/branches/{ref}",
+            ),
+            (
+                "/app/installations/7/access_tokens",
+                "/app/installations/{number}/access_tokens",
+            ),
+        ] {
+            assert_eq!(route_template(path), template, "{path}");
+        }
+    }
+
+    #[test]
+    fn tracing_is_off_unless_an_endpoint_is_given() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |n: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(Target::from_vars(vars(&[])), None);
+        let t = Target::from_vars(vars(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=abc, team=7"),
+        ]))
+        .unwrap();
+        assert_eq!(t.url, "http://collector:4318/v1/traces");
+        assert_eq!(
+            t.headers,
+            [
+                ("x-api-key".into(), "abc".into()),
+                ("team".into(), "7".into())
+            ]
+        );
+        assert_eq!(t.service, "sprint-supervisor");
+        let off = vars(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+            ("OTEL_SDK_DISABLED", "true"),
+        ]);
+        assert_eq!(Target::from_vars(off), None);
     }
 }

@@ -1,7 +1,8 @@
 //! The agent's fence: a network namespace of its own (Linux; it takes
 //! `CAP_SYS_ADMIN`, so root or a user who may make namespaces), for
-//! `supervise run --sandbox` and for the agent workflow's `supervise fence`. Inside there is only a loopback interface, on which the
-//! agent's wrapper, from outside, listens twice: a bridge to the model
+//! `supervise run --sandbox` and for the agent workflow's `supervise fence`.
+//! Inside there is only a loopback interface, on which the agent's
+//! wrapper (or the fence), from outside, listens twice: a bridge to the model
 //! proxy (the agent's only way to its model) and an HTTP proxy that opens
 //! connections only to the allowed domains (`network: allowed_domains:`,
 //! by default the package registries; `network: off` for none). Everything

@@ -2546,3 +2546,97 @@ async fn a_red_ci_is_quoted_to_the_next_agent() {
         "CI's words outside the quote: {unquoted:?}"
     );
 }
+
+/// With `OTEL_EXPORTER_OTLP_ENDPOINT` set, an operation on GitHub is one
+/// trace (read by a receiver that holds every request to OpenTelemetry's
+/// own protobuf definitions): a span per attempt (the failed one and its
+/// retry on a stronger model), a wait while the installation's cap of one
+/// agent held a sprint, and the service's calls to GitHub as client spans
+/// with their method, route template, status and rate-limit headroom, all
+/// under the operation's root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operation_on_github_is_one_trace_of_its_attempts_waits_and_github_calls() {
+    let (url, spans) = support::collector();
+    // SAFETY: set before the service starts, in this test's own process
+    // (nextest runs each test in one), read once by the exporter.
+    unsafe { std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", &url) };
+    let limits = supervise::place::hosted::InstallationLimits {
+        agents: Some(1),
+        ..Default::default()
+    };
+    let s = Story::start(Setup::operation(story::PLAN, "api 1 fail,ok\n").limits(limits)).await;
+    // The workflow's trusted jobs send theirs to the same collector.
+    s.set_workflow_vars(&[("SUPERVISE_OTLP_ENDPOINT", url.clone())]);
+    s.say("/supervise start").await;
+    s.until("the operation completed", 240, |s| {
+        s.status_comment().contains("status: completed")
+    })
+    .await;
+    supervise::otlp::flush();
+    let spans = spans.lock().unwrap().clone();
+    let attr = support::span_attr;
+    let root = spans
+        .iter()
+        .find(|s| s.name == "supervise.operation")
+        .unwrap_or_else(|| {
+            panic!(
+                "a root span: {:#?}",
+                spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+            )
+        });
+    let op = attr(root, "supervise.operation.id");
+    assert_eq!(root.trace_id, supervise::otlp::trace_id(&op).to_vec());
+    let ours: Vec<_> = spans
+        .iter()
+        .filter(|s| s.trace_id == root.trace_id)
+        .collect();
+    let named = |n: &str| ours.iter().filter(|s| s.name == n).count();
+    // api 1 twice, api 2, docs 1, web 1.
+    assert_eq!(named("invoke_agent"), 5);
+    assert!(named("supervise.wait") >= 1, "the cap held a sprint");
+    let calls: Vec<_> = ours
+        .iter()
+        .filter(|s| !attr(s, "http.request.method").is_empty())
+        .collect();
+    assert!(calls.len() >= 20, "{}", calls.len());
+    for c in &calls {
+        assert_eq!(c.parent_span_id, root.span_id);
+        assert_eq!(c.kind, 3, "a client span");
+        let route = attr(c, "url.template");
+        assert!(
+            !route.contains("acme") && !route.contains("shop"),
+            "{route}"
+        );
+        assert_eq!(
+            c.name,
+            format!("{} {route}", attr(c, "http.request.method"))
+        );
+        assert!(!attr(c, "http.response.status_code").is_empty());
+    }
+    assert!(
+        calls.iter().any(|c| c
+            .name
+            .starts_with("POST /repos/{owner}/{repo}/actions/workflows/")),
+        "the dispatches: {:?}",
+        calls
+            .iter()
+            .map(|c| &c.name)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    assert!(calls
+        .iter()
+        .any(|c| !attr(c, "supervise.github.rate_limit.remaining").is_empty()));
+    // Each attempt's verify and publish jobs, under the attempt's span.
+    for job in ["supervise.verify", "supervise.publish"] {
+        let jobs: Vec<_> = ours.iter().filter(|s| s.name == job).collect();
+        assert!(jobs.len() >= 5, "{job}: {}", jobs.len());
+        for j in jobs {
+            let dispatch = attr(j, "supervise.dispatch");
+            assert_eq!(
+                j.parent_span_id,
+                supervise::otlp::attempt_span(&dispatch).to_vec(),
+                "{job} of {dispatch}"
+            );
+        }
+    }
+}

@@ -2312,62 +2312,13 @@ fn replay_decides_every_recorded_operation_again_the_same() {
     }
 }
 
-/// A small OTLP/HTTP collector: every request's JSON body, read as
-/// OpenTelemetry's own protobuf definitions say (`opentelemetry-proto`'s
-/// serde mapping of `ExportTraceServiceRequest`): a body that does not
-/// follow them fails the test.
-fn collector() -> (
-    String,
-    std::sync::Arc<std::sync::Mutex<Vec<opentelemetry_proto::tonic::trace::v1::Span>>>,
-) {
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use std::io::{BufRead, BufReader, Read, Write};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    let spans = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let got = spans.clone();
-    std::thread::spawn(move || {
-        for c in l.incoming().flatten() {
-            let mut r = BufReader::new(c.try_clone().unwrap());
-            let (mut len, mut path) = (0usize, String::new());
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if path.is_empty() {
-                    path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; len];
-            r.read_exact(&mut body).unwrap();
-            assert_eq!(path, "/v1/traces");
-            let req: ExportTraceServiceRequest =
-                serde_json::from_slice(&body).unwrap_or_else(|e| {
-                    panic!("not OTLP JSON ({e}): {}", String::from_utf8_lossy(&body))
-                });
-            for rs in req.resource_spans {
-                for ss in rs.scope_spans {
-                    got.lock().unwrap().extend(ss.spans);
-                }
-            }
-            let mut c = c;
-            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
-        }
-    });
-    (url, spans)
-}
-
 /// With `OTEL_EXPORTER_OTLP_ENDPOINT` set, a run is one trace: a root span
 /// for the operation, a span per attempt (the failed one and its retry on a
 /// stronger model included) under it, with the model, unit, sprint and
 /// outcome, and the agent is given the `TRACEPARENT` of its attempt.
 #[test]
 fn a_traced_run_is_one_trace_with_a_span_per_attempt() {
-    let (url, spans) = collector();
+    let (url, spans) = support::collector();
     let repo = Repo::new(PLAN, "api 1 fail,ok\ndocs 1 envnames\n");
     let out = repo
         .cmd(&["run"])
@@ -2382,20 +2333,7 @@ fn a_traced_run_is_one_trace_with_a_span_per_attempt() {
         .find(|s| s.name == "supervise.operation")
         .unwrap_or_else(|| panic!("a root span: {spans:#?}"));
     assert!(root.parent_span_id.is_empty());
-    let attr = |s: &opentelemetry_proto::tonic::trace::v1::Span, k: &str| -> String {
-        use opentelemetry_proto::tonic::common::v1::any_value::Value;
-        match s
-            .attributes
-            .iter()
-            .find(|a| a.key == k)
-            .and_then(|a| a.value.clone())
-            .and_then(|v| v.value)
-        {
-            Some(Value::StringValue(x)) => x,
-            Some(Value::IntValue(x)) => x.to_string(),
-            other => format!("{other:?}"),
-        }
-    };
+    let attr = support::span_attr;
     let op = attr(root, "supervise.operation.id");
     assert!(attr(root, "supervise.operation.status").eq_ignore_ascii_case("completed"));
     assert_eq!(root.trace_id, supervise::otlp::trace_id(&op).to_vec());

@@ -11,8 +11,9 @@
 //!
 //! and then runs the agent as the job's user, with no supplementary group
 //! and no way to gain a privilege, in PID and mount namespaces of its own
-//! (a `/proc` of its own; whatever it leaves running ends with it). What the egress proxy refused closes the agent's output and is
-//! written as JSON beside it.
+//! (a `/proc` of its own; whatever it leaves running ends with it). What
+//! the egress proxy refused closes the agent's output and is written as
+//! JSON beside it.
 //!
 //! Not root (a self-hosted runner without sudo), it cannot fence: on a
 //! hosted runner that is an error; elsewhere it says so and runs the agent
@@ -152,6 +153,7 @@ pub fn run(args: &FenceArgs) -> Result<i32> {
         cmd.env_remove(name);
     }
     cmd.envs(sandbox.env.iter().map(|(k, v)| (k, v)));
+    cmd.envs(traceparent());
     if let Some(path) = &args.output {
         let out = create_for(path, user)?;
         cmd.stdout(out.try_clone()?).stderr(out);
@@ -259,6 +261,7 @@ fn unfenced(command: &[String], grant: Option<&Grant>, output: Option<&Path>) ->
         cmd.env_remove(name);
     }
     cmd.envs(grant.iter().flat_map(|g| g.env.iter()).map(|(k, v)| (k, v)));
+    cmd.envs(traceparent());
     if let Some(path) = output {
         let out = File::create(path).with_context(|| format!("creating {}", path.display()))?;
         cmd.stdout(out.try_clone()?).stderr(out);
@@ -276,6 +279,14 @@ fn egress(settings: Option<&Path>) -> Result<Egress> {
         None => None,
     };
     Ok(crate::settings::egress(network))
+}
+
+/// The agent joins its attempt's span of the operation's trace, derived from
+/// the dispatch id the workflow was given, as the service derives it.
+fn traceparent() -> Option<(&'static str, String)> {
+    let dispatch = std::env::var("SUPERVISE_DISPATCH_ID").ok()?;
+    let op = crate::otlp::operation_of(&dispatch);
+    Some(("TRACEPARENT", crate::otlp::traceparent(op, &dispatch)))
 }
 
 fn sudo_works() -> bool {

@@ -456,8 +456,12 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::NameFeature { plan } => {
             run_cmd::command(plan.as_deref(), Input::NameFeature, "name-feature")
         }
-        Command::Verify(args) => run_cmd::verify_cmd(&args),
-        Command::Publish(args) => publish_cmd::publish(&args),
+        Command::Verify(args) => traced_job("verify", args.record.as_deref(), || {
+            run_cmd::verify_cmd(&args)
+        }),
+        Command::Publish(args) => traced_job("publish", Some(&args.record), || {
+            publish_cmd::publish(&args)
+        }),
         Command::Scan(args) => run_cmd::scan_cmd(&args),
         Command::Replay(args) => replay_cmd::replay_cmd(&args),
         Command::Export(args) => replay_cmd::export_cmd(&args),
@@ -554,6 +558,22 @@ fn health(url: &str) -> i32 {
             1
         }
     }
+}
+
+/// A trusted job of the agent workflow, as a span of its attempt when the
+/// job's environment names a collector (see [`crate::otlp::job_span`]).
+fn traced_job(
+    job: &str,
+    dispatch: Option<&str>,
+    run: impl FnOnce() -> anyhow::Result<i32>,
+) -> anyhow::Result<i32> {
+    let start = chrono::Utc::now();
+    let result = run();
+    if let Some(d) = dispatch {
+        let code = result.as_ref().map_or(1, |c| *c);
+        crate::otlp::job_span(job, d, start, code);
+    }
+    result
 }
 
 #[cfg(test)]

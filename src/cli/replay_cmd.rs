@@ -41,6 +41,10 @@ pub struct ReplayArgs {
     /// Every record, not only those that logged a decision or differ.
     #[arg(long)]
     pub all: bool,
+    /// The operation's trace instead, as the spans a collector would be
+    /// sent (see the Observability page), drawn as a waterfall.
+    #[arg(long, conflicts_with_all = ["at", "all"])]
+    pub trace: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -54,6 +58,17 @@ pub struct ExportArgs {
 
 pub fn replay_cmd(args: &ReplayArgs) -> Result<i32> {
     let (name, records) = read(&args.source)?;
+    if args.trace {
+        let mut spans = crate::drive::spans::Spans::default();
+        let all: Vec<crate::otlp::Span> = records
+            .iter()
+            .flat_map(|r| &r.events)
+            .flat_map(|e| spans.push(e))
+            .collect();
+        println!("{name}: {} spans", all.len());
+        print!("{}", crate::otlp::waterfall(&all, 40));
+        return Ok(exit::COMPLETED);
+    }
     let (steps, state) = replay(&records, args.at);
     let mut out = std::io::stdout().lock();
     let (mut same, mut unknown, mut differ) = (0, 0, Vec::new());

@@ -583,6 +583,7 @@ impl GitHub {
             let cached = matches!(method, Method::Get)
                 .then(|| self.etags.locked().get(installation, path))
                 .flatten();
+            let began = chrono::Utc::now();
             // In flight from the request until its body is read; not while
             // backing off.
             let turn = self.turns.take(installation).await;
@@ -642,6 +643,7 @@ impl GitHub {
             metrics::counter!("supervise_github_requests_total", "status" => status.to_string())
                 .increment(1);
             let remaining = header_num::<i64>(&headers, "x-ratelimit-remaining");
+            crate::otlp::github_call(method.as_str(), path, status, remaining, began);
             self.note_budget(installation, &headers);
             match status {
                 200..=299 => {

@@ -245,6 +245,19 @@ impl Story {
         set_agent_workflow(&self.fake, repo, self.tmp.path(), SCRIPTED_AGENT);
     }
 
+    /// The scripted agent workflow, with the repository variables `vars`
+    /// set for its jobs.
+    pub fn set_workflow_vars(&self, vars: &[(&str, String)]) {
+        set_agent_workflow_with(
+            &self.fake,
+            REPO,
+            self.tmp.path(),
+            SCRIPTED_AGENT,
+            &support::shipped_agent_workflow(),
+            vars,
+        );
+    }
+
     /// The agent workflow of the story's repository runs `agent` (a path
     /// in this crate) from now on.
     pub fn use_agent(&self, agent: &str) {
@@ -693,6 +706,17 @@ fn set_agent_workflow(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str) {
 }
 
 fn set_agent_workflow_as(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str, yaml: &str) {
+    set_agent_workflow_with(fake, repo, tmp, agent, yaml, &[]);
+}
+
+fn set_agent_workflow_with(
+    fake: &FakeGitHub,
+    repo: &str,
+    tmp: &Path,
+    agent: &str,
+    yaml: &str,
+    vars: &[(&str, String)],
+) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let agent_env: Vec<(String, String)> = [
         ("AGENT_LOG", tmp.join("agent.log").display().to_string()),
@@ -713,7 +737,10 @@ fn set_agent_workflow_as(fake: &FakeGitHub, repo: &str, tmp: &Path, agent: &str,
             .expect("the agent's command line");
     // A secret the agent's step holds, as a real agent's API key: a canary
     // that must never reach anything published.
-    let planned = support::agent_workflow(yaml, &claude, &[("ANTHROPIC_API_KEY", CANARY_KEY)]);
+    let mut planned = support::agent_workflow(yaml, &claude, &[("ANTHROPIC_API_KEY", CANARY_KEY)]);
+    for (k, v) in vars {
+        planned.setup_mut().vars.insert(k.to_string(), v.clone());
+    }
     fake.set_workflow_yaml(repo, "supervise-agent.yml", planned);
 }
 

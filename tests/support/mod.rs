@@ -359,3 +359,70 @@ pub fn balance(port: u16, backends: Vec<u16>) -> tokio::task::JoinHandle<()> {
         }
     })
 }
+
+/// A small OTLP/HTTP collector: every request's JSON body, read as
+/// OpenTelemetry's own protobuf definitions say (`opentelemetry-proto`'s
+/// serde mapping of `ExportTraceServiceRequest`): a body that does not
+/// follow them fails the test.
+pub fn collector() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<opentelemetry_proto::tonic::trace::v1::Span>>>,
+) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let spans = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let got = spans.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            let mut r = BufReader::new(c.try_clone().unwrap());
+            let (mut len, mut path) = (0usize, String::new());
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if path.is_empty() {
+                    path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; len];
+            r.read_exact(&mut body).unwrap();
+            assert_eq!(path, "/v1/traces");
+            let req: ExportTraceServiceRequest =
+                serde_json::from_slice(&body).unwrap_or_else(|e| {
+                    panic!("not OTLP JSON ({e}): {}", String::from_utf8_lossy(&body))
+                });
+            for rs in req.resource_spans {
+                for ss in rs.scope_spans {
+                    got.lock().unwrap().extend(ss.spans);
+                }
+            }
+            let mut c = c;
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
+        }
+    });
+    (url, spans)
+}
+
+/// A span's attribute as text (empty when it has none).
+pub fn span_attr(s: &opentelemetry_proto::tonic::trace::v1::Span, k: &str) -> String {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    match s
+        .attributes
+        .iter()
+        .find(|a| a.key == k)
+        .and_then(|a| a.value.clone())
+        .and_then(|v| v.value)
+    {
+        Some(Value::StringValue(x)) => x,
+        Some(Value::IntValue(x)) => x.to_string(),
+        Some(Value::DoubleValue(x)) => x.to_string(),
+        Some(other) => format!("{other:?}"),
+        None => String::new(),
+    }
+}

@@ -544,8 +544,12 @@ impl Operations {
                     let ops = ops.clone();
                     tokio::spawn(async move {
                         let span = tracing::info_span!("operation", op = %live.place.ctx.op);
-                        if let Err(e) =
-                            tracing::Instrument::instrument(ops.tick(&mut live), span).await
+                        let traced_op = live.place.ctx.op.to_string();
+                        if let Err(e) = crate::otlp::in_operation(
+                            &traced_op,
+                            tracing::Instrument::instrument(ops.tick(&mut live), span),
+                        )
+                        .await
                         {
                             tracing::warn!(error = %e, "operation tick failed; will retry");
                         }
@@ -726,8 +730,13 @@ impl Executor for GitHubExecutor<'_> {
         entry: &Entry,
     ) -> Result<Outcome, OpError> {
         let span = tracing::info_span!("operation", op = %self.place.ctx.op);
+        let traced_op = self.place.ctx.op.to_string();
         self.ops.still_held(self.place).await?;
-        tracing::Instrument::instrument(self.effect(state, entry), span).await
+        crate::otlp::in_operation(
+            &traced_op,
+            tracing::Instrument::instrument(self.effect(state, entry), span),
+        )
+        .await
     }
 
     /// Said on the operation's issue; a merge that needs a person is not, as

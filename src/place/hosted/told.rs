@@ -584,6 +584,7 @@ impl Operations {
         // Of a delivery's waits, this one is known only here.
         waited(WaitStage::Operation, asked.elapsed());
         let span = tracing::info_span!("operation", op = %row.op);
+        let traced_op = row.op.to_string();
         let work = async {
             self.acquire(&mut live).await?;
             let dispatch = DispatchId(row.dispatch.clone());
@@ -617,7 +618,7 @@ impl Operations {
                 .await?;
             self.flush(&mut live, false).await
         };
-        tracing::Instrument::instrument(work, span).await
+        crate::otlp::in_operation(&traced_op, tracing::Instrument::instrument(work, span)).await
     }
 
     /// A check suite on some commit completed (the repository's CI, most
@@ -642,6 +643,7 @@ impl Operations {
                 continue;
             }
             let span = tracing::info_span!("operation", op = %live.place.ctx.op);
+            let traced_op = live.place.ctx.op.to_string();
             let work = async {
                 if !self.acquired(&mut live).await? {
                     return Ok(());
@@ -653,7 +655,8 @@ impl Operations {
                 self.drive_with(&mut live, on_integration).await?;
                 self.flush(&mut live, false).await
             };
-            tracing::Instrument::instrument(work, span).await?;
+            crate::otlp::in_operation(&traced_op, tracing::Instrument::instrument(work, span))
+                .await?;
         }
         Ok(())
     }
@@ -693,6 +696,7 @@ impl Operations {
         for l in self.lives_of(repo) {
             let mut live = l.lock().await;
             let span = tracing::info_span!("operation", op = %live.place.ctx.op);
+            let traced_op = live.place.ctx.op.to_string();
             let work = async {
                 if !self.acquired(&mut live).await? {
                     return Ok(());
@@ -700,7 +704,8 @@ impl Operations {
                 self.drive_with(&mut live, true).await?;
                 self.flush(&mut live, false).await
             };
-            tracing::Instrument::instrument(work, span).await?;
+            crate::otlp::in_operation(&traced_op, tracing::Instrument::instrument(work, span))
+                .await?;
         }
         Ok(())
     }
