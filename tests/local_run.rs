@@ -2271,6 +2271,9 @@ fn replay_decides_every_recorded_operation_again_the_same() {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("a count of records: {said}"));
         assert!(records > 5, "{said}");
+        let trace = text(&repo.cmd(&["replay", "--trace"]).output().unwrap());
+        assert!(trace.contains("supervise.operation"), "{trace}");
+        assert!(trace.matches("invoke_agent").count() >= 4, "{trace}");
 
         let export = repo.root.parent().unwrap().join("export.jsonl");
         let out = repo
