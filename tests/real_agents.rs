@@ -433,6 +433,18 @@ fn codex_home(under: &Path, model: &ModelServer) -> PathBuf {
     home
 }
 
+/// `supervise run` with the `codex` preset, the tiers sent as [`CODEX_MODELS`].
+fn codex_preset(repo: &Checkout, bin: &Path) -> std::process::Command {
+    let mut cmd = run_with(repo, "codex", bin);
+    cmd.args(
+        CODEX_MODELS
+            .iter()
+            .zip(["--model-haiku", "--model-sonnet", "--model-opus"])
+            .flat_map(|(id, flag)| [flag, id]),
+    );
+    cmd
+}
+
 /// The model ids the Codex tests send. Codex's catalog models (its
 /// defaults for the tiers) take their tools as one JavaScript `exec` tool
 /// the scripted model does not speak; for ids outside its catalog Codex
@@ -463,13 +475,7 @@ fn real_codex_completes_a_plan_from_its_preset() {
         "",
     );
     let home = codex_home(repo.root.parent().unwrap(), &model);
-    let out = run_with(&repo, "codex", &bin)
-        .args(
-            CODEX_MODELS
-                .iter()
-                .zip(["--model-haiku", "--model-sonnet", "--model-opus"])
-                .flat_map(|(id, flag)| [flag, id]),
-        )
+    let out = codex_preset(&repo, &bin)
         .env("CODEX_HOME", &home)
         .env("SCRIPTED_MODEL_KEY", "sk-proj-scripted-model-key")
         .output()
@@ -510,13 +516,7 @@ fn real_codex_from_its_preset_reaches_its_model_through_the_proxy() {
     // No configuration of its own: only the preset can send it anywhere.
     let home = repo.root.parent().unwrap().join("codex-home-empty");
     std::fs::create_dir_all(&home).unwrap();
-    let out = run_with(&repo, "codex", &bin)
-        .args(
-            CODEX_MODELS
-                .iter()
-                .zip(["--model-haiku", "--model-sonnet", "--model-opus"])
-                .flat_map(|(id, flag)| [flag, id]),
-        )
+    let out = codex_preset(&repo, &bin)
         .env("CODEX_HOME", &home)
         .env("OPENAI_API_KEY", "sk-proj-held-by-the-supervisor")
         .env("OPENAI_BASE_URL", format!("{}/v1", model.url))
