@@ -224,7 +224,8 @@ pub fn job_span(job: &str, dispatch: &str, start: DateTime<Utc>, exit_code: i32)
 }
 
 /// A REST path as its route's template: the owner, the repository, numbers,
-/// commit ids and the names after `branches/` or `git/ref(s)/` become
+/// commit ids, labels, and the names after `branches/`, `git/ref(s)/`,
+/// `contents/` or `compare/` become
 /// placeholders, so one route is one span name however many issues it is
 /// called for.
 pub fn route_template(path: &str) -> String {
@@ -244,6 +245,11 @@ pub fn route_template(path: &str) -> String {
         } else if back(1) == Some("contents") {
             out.push("{path}".into());
             break;
+        } else if back(1) == Some("compare") {
+            out.push("{basehead}".into());
+            break;
+        } else if back(1) == Some("labels") {
+            "{name}".to_string()
         } else if !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) {
             "{number}".to_string()
         } else if seg.len() == 40 && seg.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -519,7 +525,9 @@ type HttpClient = hyper_util::client::legacy::Client<
 >;
 
 fn post(rt: &tokio::runtime::Runtime, client: &HttpClient, target: &Target, batch: &[Span]) {
-    let body = otlp_json(&target.service, batch).to_string();
+    // One scrubber for all that leaves: an operation's reason or an
+    // attempt's outcome may quote an agent.
+    let body = crate::scrub::scrub(&otlp_json(&target.service, batch).to_string()).into_owned();
     let mut req = http::Request::post(&target.url).header("content-type", "application/json");
     for (k, v) in &target.headers {
         req = req.header(k.as_str(), v.as_str());
@@ -572,6 +580,18 @@ mod tests {
             (
                 "/app/installations/7/access_tokens",
                 "/app/installations/{number}/access_tokens",
+            ),
+            (
+                "/repos/acme/shop/contents/.supervise/results/shop-1.json",
+                "/repos/{owner}/{repo}/contents/{path}",
+            ),
+            (
+                "/repos/acme/shop/compare/main...supervise/shop-1/integration",
+                "/repos/{owner}/{repo}/compare/{basehead}",
+            ),
+            (
+                "/repos/acme/shop/issues/3/labels/blocked",
+                "/repos/{owner}/{repo}/issues/{number}/labels/{name}",
             ),
         ] {
             assert_eq!(route_template(path), template, "{path}");

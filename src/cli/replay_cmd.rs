@@ -60,11 +60,14 @@ pub fn replay_cmd(args: &ReplayArgs) -> Result<i32> {
     let (name, records) = read(&args.source)?;
     if args.trace {
         let mut spans = crate::drive::spans::Spans::default();
-        let all: Vec<crate::otlp::Span> = records
-            .iter()
-            .flat_map(|r| &r.events)
-            .flat_map(|e| spans.push(e))
-            .collect();
+        let mut state = None;
+        let mut all: Vec<crate::otlp::Span> = Vec::new();
+        for e in records.iter().flat_map(|r| &r.events) {
+            crate::engine::apply(&mut state, e);
+            if let Some(st) = &state {
+                all.extend(spans.push(st, e));
+            }
+        }
         println!("{name}: {} spans", all.len());
         print!("{}", crate::otlp::waterfall(&all, 40));
         return Ok(exit::COMPLETED);

@@ -176,20 +176,14 @@ pub struct Driver {
     waiting: HashSet<EffectKey>,
     /// The operation's trace as its decisions are recorded, when spans are
     /// exported (see [`crate::otlp`]).
-    spans: Option<spans::Spans>,
-}
-
-/// The trace of an operation loaded from its log, when spans are exported.
-fn traced(state: Option<&OperationState>) -> Option<spans::Spans> {
-    crate::otlp::global()?;
-    Some(state.map_or_else(Default::default, spans::Spans::from_state))
+    spans: spans::Spans,
 }
 
 impl Driver {
     /// Falls back to what the log holds (another replica acted, or a write
     /// failed); inputs not yet decided stay queued.
     pub fn reload(&mut self, loaded: Loaded) {
-        self.spans = traced(loaded.state.as_ref());
+        self.spans = spans::Spans::default();
         self.state = loaded.state.map(Arc::new);
         self.pending = loaded.pending;
         self.waiting.clear();
@@ -197,7 +191,6 @@ impl Driver {
 
     pub fn new(loaded: Loaded) -> Driver {
         Driver {
-            spans: traced(loaded.state.as_ref()),
             state: loaded.state.map(Arc::new),
             pending: loaded.pending,
             ..Default::default()
@@ -228,9 +221,9 @@ impl Driver {
         match outbox.append(&d.events, &d.effects, &cause).await {
             Ok(entries) => {
                 self.pending.extend(entries);
-                if let Some(exporter) = crate::otlp::global() {
-                    let spans = self.spans.get_or_insert_with(Default::default);
-                    exporter.send(d.events.iter().flat_map(|e| spans.push(e)).collect());
+                if let (Some(exporter), Some(st)) = (crate::otlp::global(), self.state.as_deref()) {
+                    let spans = &mut self.spans;
+                    exporter.send(d.events.iter().flat_map(|e| spans.push(st, e)).collect());
                 }
                 Ok(Decided::Acted(d.events))
             }

@@ -583,10 +583,11 @@ impl GitHub {
             let cached = matches!(method, Method::Get)
                 .then(|| self.etags.locked().get(installation, path))
                 .flatten();
-            let began = chrono::Utc::now();
             // In flight from the request until its body is read; not while
             // backing off.
             let turn = self.turns.take(installation).await;
+            // The call's span: from its turn on, not the wait for one.
+            let began = chrono::Utc::now();
             let answer = tokio::time::timeout(self.call_timeout, async {
                 let res = match method {
                     Method::Get => {
