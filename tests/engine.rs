@@ -1556,7 +1556,7 @@ proptest! {
             prop_assert_eq!(costs, st.cost_spent, "{}", table);
         }
         // Both reports of efficiency print the same figure, at most 100%.
-        let summary = supervise::report::final_summary(st);
+        let summary = supervise::report::final_summary(st, &supervise::report::complete_file_name(st));
         let pct = |text: &str, label: &str| -> Option<f64> {
             text.split(label).nth(1).map(|e| e.split('%').next().unwrap().parse().unwrap())
         };

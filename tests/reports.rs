@@ -61,7 +61,7 @@ fn complete_md_and_final_verification_at_the_end() {
     assert!(md.contains("```mermaid\ngantt"));
     assert!(md.contains("```mermaid\ngraph LR"));
     insta::assert_snapshot!("complete_md", md);
-    insta::assert_snapshot!("final_summary", report::final_summary(sim.st()));
+    insta::assert_snapshot!("final_summary", report::final_summary(sim.st(), &report::complete_file_name(sim.st())));
     insta::assert_snapshot!("status_complete", report::status_table(sim.st(), sim.now));
     // The clock stopped with the operation: an hour on, it ran as long.
     let later = report::status_table(sim.st(), sim.now + chrono::Duration::hours(1));
@@ -294,7 +294,7 @@ mod dollars {
             let web = report::web::summary(&st, report::web::Origin::local());
             prop_assert_eq!(web.usd_spent.unwrap_or_default(), from_log);
             let status = report::status_table(&st, sim.now);
-            let summary = report::final_summary(&st);
+            let summary = report::final_summary(&st, &report::complete_file_name(&st));
             if b.attempts > 0 {
                 prop_assert_eq!(dollars_after(&status, "Spend: $"), Some(shown(from_log)), "{}", status);
                 prop_assert_eq!(dollars_after(&summary, "- Spent: $"), Some(shown(from_log)), "{}", summary);

@@ -6,8 +6,6 @@
 # TOY_AGENT_FLAKY="unit/sprint …" makes the first attempt of those sprints fail,
 # to show a retry on a stronger model.
 set -eu
-dir="${SUPERVISE_UNIT_DIR:-.}"
-mkdir -p "$dir"
 echo "toy agent: $SUPERVISE_UNIT sprint $SUPERVISE_SPRINT, attempt $SUPERVISE_ATTEMPT, model $SUPERVISE_MODEL"
 for f in ${TOY_AGENT_FLAKY:-}; do
   if [ "$f" = "$SUPERVISE_UNIT/$SUPERVISE_SPRINT" ] && [ "$SUPERVISE_ATTEMPT" = 1 ]; then
@@ -15,12 +13,15 @@ for f in ${TOY_AGENT_FLAKY:-}; do
     exit 1
   fi
 done
-# Exit criteria look like: - [ ] `name.txt` exists   or   - [ ] `grep -q word name.txt` passes
+# Exit criteria look like: - [ ] `core/name.txt` exists   or   - [ ] `grep -q word core/name.txt` passes.
+# Their paths are the project root's, where the agent starts, as the prompt says.
 sed -n 's/^- \[ \] `\([^` ]*\)` exists.*/\1/p' "$SUPERVISE_PROMPT_FILE" | while read -r file; do
-  [ -f "$dir/$file" ] || echo "$SUPERVISE_UNIT: $SUPERVISE_SPRINT_NAME" > "$dir/$file"
+  mkdir -p "$(dirname "$file")"
+  [ -f "$file" ] || echo "$SUPERVISE_UNIT: $SUPERVISE_SPRINT_NAME" > "$file"
 done
 sed -n 's/^- \[ \] `grep -q \([^ ]*\) \([^`]*\)`.*/\1 \2/p' "$SUPERVISE_PROMPT_FILE" | while read -r word file; do
-  echo "$word" >> "$dir/$file"
+  mkdir -p "$(dirname "$file")"
+  echo "$word" >> "$file"
 done
 sleep "${TOY_AGENT_SLEEP:-0}"
 git add -A

@@ -1023,8 +1023,11 @@ fn charts(st: &OperationState, done: &[Done]) -> String {
     out
 }
 
-/// §14f: the short summary for the terminal or the operation issue.
-pub fn final_summary(st: &OperationState) -> String {
+/// §14f: the short summary for the terminal or the operation issue;
+/// `complete_at` is where the place wrote COMPLETE_<NAME>.md, as its reader
+/// would open it (the repository's root, or `.supervise/solve/` for work
+/// without a plan).
+pub fn final_summary(st: &OperationState, complete_at: &str) -> String {
     let v = verification(st);
     let done = completed(st);
     let mut out = String::new();
@@ -1068,9 +1071,8 @@ pub fn final_summary(st: &OperationState) -> String {
     if !v.issues.is_empty() {
         let _ = writeln!(
             out,
-            "\n✗ {} issues found - see {} for details",
+            "\n✗ {} issues found - see {complete_at} for details",
             v.issues.len(),
-            complete_file_name(st)
         );
     }
     if let Some(p) = pace(st, &done) {
@@ -1092,11 +1094,7 @@ pub fn final_summary(st: &OperationState) -> String {
         st.cost_spent,
     );
     out.push_str(&super::money::final_section(st));
-    let _ = writeln!(
-        out,
-        "\nDetailed analysis available in: {}",
-        complete_file_name(st)
-    );
+    let _ = writeln!(out, "\nDetailed analysis available in: {complete_at}");
     out
 }
 

@@ -754,7 +754,7 @@ impl Operations {
         }
         let repo = self.repo(ctx);
         let integration = integration_branch(&ctx.op);
-        let summary = report::final_summary(st);
+        let summary = report::final_summary(st, &report::complete_file_name(st));
         // One final comment, edited when the operation completes again (a
         // review of the final pull request asked for changes, and the
         // whole plan was verified again on the new head).

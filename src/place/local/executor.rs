@@ -449,7 +449,8 @@ impl LocalPlace {
                             .join("\n")
                     ));
                 }
-                self.screen.notice(&report::final_summary(st));
+                self.screen
+                    .notice(&report::final_summary(st, &self.complete_path(st)));
                 Ok(verification
                     .map(|verification| Input::HeadVerified { verification })
                     .into_iter()
@@ -676,6 +677,15 @@ impl LocalPlace {
             Some(_) => &self.dir,
             None => &self.plan.root,
         }
+    }
+
+    /// COMPLETE_<NAME>.md as a person at the repository's root opens it.
+    pub(super) fn complete_path(&self, st: &OperationState) -> String {
+        let file = self.reports_dir(st).join(report::complete_file_name(st));
+        file.strip_prefix(&self.plan.root)
+            .unwrap_or(&file)
+            .display()
+            .to_string()
     }
 
     /// What waits until the decisions at hand are carried out, the next
