@@ -32,16 +32,7 @@ pub fn started_by(op: &str, unique: u64) -> bool {
     op.ends_with(&operation_suffix(unique))
 }
 
-/// `supervise/<op>/integration`: git cannot hold a branch `supervise/<op>` next to
-/// the sprint branches below it, so the integration branch is a sibling of theirs.
-pub fn integration_branch(op: &str) -> String {
-    format!("supervise/{op}/integration")
-}
-
-/// The branch a sprint's agents work on, cut from the integration branch.
-pub fn sprint_branch(op: &str, unit_slug: &str, sprint: &str) -> String {
-    format!("supervise/{op}/{unit_slug}/sprint-{sprint}")
-}
+pub use crate::engine::naming::{integration_branch, sprint_branch};
 
 /// The operation whose integration or sprint branch `branch` is (the
 /// branches [`integration_branch`] and [`sprint_branch`] make); `None` for

@@ -342,3 +342,67 @@ fn the_contributing_recipes_name_files_that_exist() {
         "found only {named} paths; did the recipes' format change?"
     );
 }
+
+/// Every plan a reader may copy — under `examples/` and in the guide's
+/// `markdown` blocks — names its criteria's paths from the project's root,
+/// as they are checked; the rule's check finds the slip the Greeter plan
+/// once had.
+#[test]
+fn every_plan_shown_names_criteria_paths_from_the_root() {
+    use supervise::plan::tools::analyze::root_path_slips;
+    let slips = |source: &str| -> Vec<String> {
+        let Ok(plan) = supervise::plan::parse(source, "Shown") else {
+            return Vec::new();
+        };
+        plan.work_units
+            .iter()
+            .flat_map(|u| u.sprints.iter().map(move |s| (u, s)))
+            .flat_map(|(u, s)| root_path_slips(u, s))
+            .map(|(line, path, meant)| format!("line {line}: `{path}` (meant `{meant}`)"))
+            .collect()
+    };
+    let mut plans = vec![(
+        "examples/greeter/EXECUTION_PLAN.md".to_string(),
+        std::fs::read_to_string(root().join("examples/greeter/EXECUTION_PLAN.md")).unwrap(),
+    )];
+    let mut chapters: Vec<_> = std::fs::read_dir(root().join("docs/src"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    chapters.push(root().join("README.md"));
+    for chapter in chapters {
+        let text = std::fs::read_to_string(&chapter).unwrap();
+        for (i, (info, body)) in fenced_blocks(&text).into_iter().enumerate() {
+            if info == "markdown" {
+                plans.push((format!("{} block {}", chapter.display(), i + 1), body));
+            }
+        }
+    }
+    let wrong: Vec<String> = plans
+        .iter()
+        .flat_map(|(name, source)| {
+            slips(source)
+                .into_iter()
+                .map(move |s| format!("{name}, {s}"))
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    let old = plans[0]
+        .1
+        .replace("`core/greeting.txt` exists", "`greeting.txt` exists")
+        .replace(
+            "grep -q formatter core/format.txt",
+            "grep -q formatter format.txt",
+        );
+    let found = slips(&old);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found[0].contains("`greeting.txt` (meant `core/greeting.txt`)"),
+        "{found:?}"
+    );
+    assert!(
+        found[1].contains("`format.txt` (meant `core/format.txt`)"),
+        "{found:?}"
+    );
+}

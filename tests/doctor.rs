@@ -362,3 +362,78 @@ async fn doctor_takes_the_repository_from_origin_and_names_what_is_missing() {
         .iter()
         .all(|f| f["verdict"] == "fail" && f["fix"].is_string()));
 }
+
+/// What a newcomer gets wrong first is said of what they set, with the fix:
+/// a key file that is not there is a ✗ line among the others (not an
+/// abort), a variable with a bad value is named as the variable (not as the
+/// flag clap reads it into), and a busy port for `web` names `--port`.
+#[test]
+fn mistakes_in_what_was_set_are_said_of_what_was_set() {
+    let supervise = || std::process::Command::new(env!("CARGO_BIN_EXE_supervise"));
+    let out = supervise()
+        .args(["doctor", "--repo", "acme/shop"])
+        .env("GITHUB_APP_ID", "42")
+        .env_remove("GITHUB_PRIVATE_KEY")
+        .env("GITHUB_PRIVATE_KEY_PATH", "/nowhere/app.pem")
+        .env("GITHUB_API_URL", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key = said_of(&said, "App key");
+    assert!(
+        key.contains("GITHUB_PRIVATE_KEY_PATH")
+            && key.contains("No such file")
+            && key.contains('→'),
+        "{said}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("error:"),
+        "no abort"
+    );
+
+    let out = supervise()
+        .args(["doctor", "--repo", "acme/shop"])
+        .env("GITHUB_APP_ID", "abc")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("GITHUB_APP_ID is `abc`"), "{err}");
+    // Typed as a flag, the flag is named, as clap does.
+    let out = supervise()
+        .args(["doctor", "--repo", "acme/shop", "--app-id", "abc"])
+        .env_remove("GITHUB_APP_ID")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        err.contains("--app-id") && !err.contains("GITHUB_APP_ID is"),
+        "{err}"
+    );
+
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("EXECUTION_PLAN.md"),
+        "# Shop\n\n## api\n### Sprint 1: Types\n- [ ] `api/types.txt` exists\n",
+    )
+    .unwrap();
+    let out = supervise()
+        .args(["web", "--port", &port])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("already in use") && err.contains("--port 0"),
+        "{err}"
+    );
+}

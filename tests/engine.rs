@@ -757,7 +757,7 @@ fn a_dollar_budget_stops_the_dispatch_expected_to_cross_it() {
     assert_eq!(sim.st().dollars_spent(), usage::Usd::from_micros(800_000));
     let text = &notices(&sim, NoticeKind::BudgetReached)[0];
     assert!(
-        text.starts_with("Budget reached: $0.8000 spent, of a $1.00 budget; the next attempt, on"),
+        text.starts_with("Budget reached: $0.80 spent, of a $1.00 budget; the next attempt, on"),
         "{text}"
     );
     assert!(matches!(

@@ -209,3 +209,156 @@ fn a_newcomers_first_hour() {
         said(&out)
     );
 }
+
+/// `scripts/demo` (the README's main command) with this build: its exit
+/// status, a passed final verification, the reports it names existing where
+/// it says, and the next step it prints typed as written.
+fn demo(mode: &[&str]) -> (Output, String, std::path::PathBuf, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(root.join("scripts/demo"))
+        .args(mode)
+        .env("SUPERVISE_BIN", env!("CARGO_BIN_EXE_supervise"))
+        // mktemp puts the throw-away repository here, removed with the test.
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    let text = said(&out);
+    assert_eq!(out.status.code(), Some(0), "the demo fails: {text}");
+    let work = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Work directory: "))
+        .and_then(|l| l.split(" (").next())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| panic!("no work directory: {text}"));
+    assert!(work.starts_with(tmp.path()), "{text}");
+    // Every report it names is there.
+    let reports = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Reports (in the work directory): "))
+        .unwrap_or_else(|| panic!("no reports named: {text}"));
+    for r in reports.split_whitespace() {
+        assert!(
+            work.join(r).is_file(),
+            "{r} is not in {}: {text}",
+            work.display()
+        );
+    }
+    assert!(reports.contains("COMPLETE_"), "{text}");
+    (out, text, work, tmp)
+}
+
+/// The line the demo prints to make `supervise` typeable, run in a shell
+/// with `command` after it.
+fn typed_after_demo(text: &str, command: &str) -> Output {
+    let setup = text
+        .lines()
+        .skip_while(|l| !l.starts_with("To type the commands shown above"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no PATH line: {text}"))
+        .trim();
+    Command::new("sh")
+        .args(["-c", &format!("{setup} && {command}")])
+        .env_remove("PATH")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_demo_runs_the_greeter_plan_to_a_passed_final_verification() {
+    let (_, text, work, _tmp) = demo(&[]);
+    assert!(text.contains("✓ Final head"), "{text}");
+    assert!(!text.contains("BLOCKED:"), "{text}");
+    assert!(
+        text.contains("(simulated flaky first attempt)"),
+        "the retry is shown: {text}"
+    );
+    // The summary's pointer to the detailed analysis is a file that exists.
+    let named = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Detailed analysis available in: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(work.join(named.trim()).is_file(), "{named}");
+    // The next step it prints works when typed.
+    let out = typed_after_demo(&text, "supervise status");
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(said(&out).contains("status: completed"), "{}", said(&out));
+}
+
+#[test]
+fn the_solve_demo_runs_to_a_passed_end_and_names_its_reports_where_they_are() {
+    let (_, text, work, _tmp) = demo(&["solve"]);
+    let named = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Detailed analysis available in: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        named.starts_with(".supervise/solve/") && work.join(named.trim()).is_file(),
+        "{named} is not where the summary says: {text}"
+    );
+    let out = typed_after_demo(&text, "supervise status");
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+}
+
+/// A sprint whose command criterion fails every attempt: its BLOCKED notice
+/// — on the terminal, in `status` and in SUPERVISOR_STATE.md — quotes what
+/// the check printed and says where the work is and how to hand a fix back;
+/// the retry's prompt quotes it to the next agent too.
+#[test]
+fn a_blocked_notice_quotes_what_the_failing_check_printed_and_where_the_work_is() {
+    let plan = "# Shop\n\n| Work Unit | Directory | Dependencies |\n|---|---|---|\n| api | api | none |\n\n\
+## api\n### Sprint 1: Types\n- [ ] `api/api-sprint-1.txt` exists\n\
+- [ ] `sh -c 'echo line one; echo AssertionError: greeting is Hullo; exit 1'` passes\n";
+    let me = Newcomer(Checkout::new(
+        &[("EXECUTION_PLAN.md", plan)],
+        "tests/agents/scripted.sh",
+        "api 1 prompt\n",
+    ));
+    let out = me.supervise(&["run"]);
+    let text = said(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let notice = &text[text
+        .find("BLOCKED: api Sprint 1")
+        .unwrap_or_else(|| panic!("{text}"))..];
+    for part in [
+        "AssertionError: greeting is Hullo",
+        "The sprint's work: branch supervise/",
+        "/api/sprint-1",
+        "To hand a fix back: commit it on supervise/",
+        "`supervise resume api`",
+        "Its checkout: .supervise/worktrees/",
+    ] {
+        assert!(notice.contains(part), "{part}: {notice}");
+    }
+    // The checkout it names is there, on the sprint's branch.
+    let checkout = notice
+        .lines()
+        .find_map(|l| l.strip_prefix("Its checkout: "))
+        .unwrap();
+    let branch = git(
+        &me.0.root.join(checkout.trim()),
+        &["branch", "--show-current"],
+    );
+    assert!(branch.trim().ends_with("/api/sprint-1"), "{branch}");
+    let status = said(&me.supervise(&["status"]));
+    assert!(
+        status.contains("AssertionError: greeting is Hullo"),
+        "{status}"
+    );
+    let state = std::fs::read_to_string(me.0.root.join("SUPERVISOR_STATE.md")).unwrap();
+    assert!(
+        state.contains("AssertionError: greeting is Hullo"),
+        "{state}"
+    );
+    // The third attempt's prompt (committed by the `prompt` agent) told the
+    // agent what the check printed.
+    let prompt = git(
+        &me.0.root.join(checkout.trim()),
+        &["show", "HEAD:api/api-sprint-1.txt"],
+    );
+    assert!(
+        prompt.contains("> AssertionError: greeting is Hullo"),
+        "{prompt}"
+    );
+}

@@ -1974,8 +1974,8 @@ async fn a_daily_dollar_budget_holds_the_third_operation_before_it_starts() {
     );
     let said = waiting(&s).join("\n");
     assert!(
-        said.contains("the installation's daily budget is $0.5000")
-            && said.contains("is expected to cost $0.2000"),
+        said.contains("the installation's daily budget is $0.50")
+            && said.contains("is expected to cost $0.20"),
         "{said}"
     );
     let store = supervise::store::sql::SqlStore::connect(&db).await.unwrap();
@@ -1994,7 +1994,7 @@ async fn a_daily_dollar_budget_holds_the_third_operation_before_it_starts() {
         .collect();
     assert_eq!(finals.len(), 2);
     for f in &finals {
-        assert!(f.contains("- Spent: $0.2000 over 1 priced attempt"), "{f}");
+        assert!(f.contains("- Spent: $0.20 over 1 priced attempt"), "{f}");
     }
     let _ = r1.kill();
     let _ = r1.wait();

@@ -324,7 +324,7 @@ fn spend_counts_every_dispatch_of_every_operation_at_its_tier() {
 
 /// Dollars the agents' CLIs report are summed beside the relative units:
 /// two attempts that priced themselves at $0.0125 each (a failure between
-/// them, which reported nothing) are $0.0250 today, this week and in all.
+/// them, which reported nothing) are $0.025 today, this week and in all.
 #[test]
 fn spend_adds_up_the_dollars_the_agents_reported() {
     let repo = Repo::new(
@@ -353,7 +353,7 @@ Two 2 priced
     assert_eq!(json["all"]["usd"], *usd);
     let out = repo.cmd(&["spend"]).output().unwrap();
     assert!(
-        text(&out).contains("$0.0250 / $0.0250 / $0.0250"),
+        text(&out).contains("$0.025 / $0.025 / $0.025"),
         "{}",
         text(&out)
     );
@@ -366,7 +366,7 @@ Two 2 priced
     // report, per unit, sprint and model, and per verified criterion.
     let out = repo.cmd(&["status"]).output().unwrap();
     assert!(
-        text(&out).contains("Spend: $0.0250 · by unit: Two $0.0250"),
+        text(&out).contains("Spend: $0.025 · by unit: Two $0.025"),
         "{}",
         text(&out)
     );

@@ -61,7 +61,10 @@ fn complete_md_and_final_verification_at_the_end() {
     assert!(md.contains("```mermaid\ngantt"));
     assert!(md.contains("```mermaid\ngraph LR"));
     insta::assert_snapshot!("complete_md", md);
-    insta::assert_snapshot!("final_summary", report::final_summary(sim.st(), &report::complete_file_name(sim.st())));
+    insta::assert_snapshot!(
+        "final_summary",
+        report::final_summary(sim.st(), &report::complete_file_name(sim.st()))
+    );
     insta::assert_snapshot!("status_complete", report::status_table(sim.st(), sim.now));
     // The clock stopped with the operation: an hour on, it ran as long.
     let later = report::status_table(sim.st(), sim.now + chrono::Duration::hours(1));

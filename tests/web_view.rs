@@ -125,7 +125,15 @@ async fn the_local_page_follows_a_run_live_and_shows_a_blocked_unit() {
         .text_of("docs BLOCKED", ".blocked-notice[data-unit='docs']", 60)
         .await;
     assert!(said.contains("BLOCKED: docs"), "{said}");
-    assert!(said.contains("supervise resume docs"), "{said}");
+    // The command as it is typed here, not GitHub's comment.
+    assert!(
+        said.contains("supervise resume docs") && !said.contains("/supervise"),
+        "{said}"
+    );
+    assert!(
+        said.contains("supervise/") && said.contains("/docs/sprint-1"),
+        "the branch: {said}"
+    );
     assert!(still_marked(&b).await, "every change came without a reload");
     // Retries show on the timeline: docs's bars, one per attempt.
     let bars = b
@@ -247,8 +255,13 @@ async fn people_signed_in_with_github_see_what_they_can_read_live_and_nothing_el
         120,
     )
     .await;
-    b.wait_for("docs BLOCKED", ".blocked-notice[data-unit='docs']", 120)
+    let said = b
+        .text_of("docs BLOCKED", ".blocked-notice[data-unit='docs']", 120)
         .await;
+    assert!(
+        said.contains("/supervise resume docs"),
+        "said as a comment on GitHub: {said}"
+    );
     assert!(still_marked(&b).await, "the page followed without a reload");
     // The decision log links each sprint's decisions to its Actions run.
     let run = b

@@ -39,9 +39,22 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
     // What is missing to check anything is a finding like any other (with
     // what to do), not a usage error: `doctor` is what a person runs first.
     let repo = args.repo.clone().or_else(origin_repo);
-    // The key as `serve` reads it: from the environment or a file, never a flag.
-    let key = super::secret("GITHUB_PRIVATE_KEY")?;
+    // The key as `serve` reads it: from the environment or a file, never a
+    // flag. A file that cannot be read is a finding with its fix, like
+    // every other: the rest is still checked.
     let mut missing = Vec::new();
+    let key = match super::secret("GITHUB_PRIVATE_KEY") {
+        Ok(key) => key,
+        Err(e) => {
+            missing.push(Finding::fail(
+                "App key",
+                format!("{e:#}"),
+                "point GITHUB_PRIVATE_KEY_PATH at the App's private key (.pem) as downloaded from the App's page, readable by this user; set only one of GITHUB_PRIVATE_KEY, GITHUB_PRIVATE_KEY_FILE and GITHUB_PRIVATE_KEY_PATH",
+            ));
+            None
+        }
+    };
+    let unread_key = !missing.is_empty();
     if repo.is_none() {
         missing.push(Finding::fail(
             "repository",
@@ -59,7 +72,7 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
             ),
         ));
     }
-    if key.is_none() {
+    if key.is_none() && !unread_key {
         missing.push(Finding::fail(
             "App key",
             "neither GITHUB_PRIVATE_KEY nor GITHUB_PRIVATE_KEY_PATH is set",
@@ -73,18 +86,25 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
                 .enable_all()
                 .build()?;
             rt.block_on(async {
-                let github = GitHub::new(&args.api_url, app_id, &SecretString::from(key))?;
-                Ok::<_, anyhow::Error>(
-                    doctor::check(&Target {
-                        github: &github,
-                        repo: &repo,
-                        web_url: args.github_web_url.trim_end_matches('/'),
-                        service_url: args.service_url.as_deref(),
-                        plan: &args.plan,
-                    })
-                    .await,
-                )
-            })?
+                let github = match GitHub::new(&args.api_url, app_id, &SecretString::from(key)) {
+                    Ok(github) => github,
+                    Err(e) => {
+                        return vec![Finding::fail(
+                            "App key",
+                            e.to_string(),
+                            "download a private key (.pem) from the App's page and point GITHUB_PRIVATE_KEY_PATH at it (and GITHUB_API_URL, if set, at the REST API)",
+                        )]
+                    }
+                };
+                doctor::check(&Target {
+                    github: &github,
+                    repo: &repo,
+                    web_url: args.github_web_url.trim_end_matches('/'),
+                    service_url: args.service_url.as_deref(),
+                    plan: &args.plan,
+                })
+                .await
+            })
         }
         _ => missing,
     };

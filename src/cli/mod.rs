@@ -2,6 +2,7 @@
 //! maps outcomes to exit statuses.
 
 pub mod action_cmd;
+pub mod agent_command;
 pub mod doctor_cmd;
 pub mod fence_cmd;
 pub mod plan_cmd;
@@ -374,9 +375,12 @@ pub(crate) async fn loopback(
     port: u16,
 ) -> anyhow::Result<(tokio::net::TcpListener, std::net::SocketAddr)> {
     use anyhow::Context as _;
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .with_context(|| format!("listening on 127.0.0.1:{port}"))?;
+    let listener = match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => anyhow::bail!(
+            "127.0.0.1:{port} is already in use (another `supervise web`, or another program): pass --port with another number, or --port 0 for any free one"
+        ),
+        other => other.with_context(|| format!("listening on 127.0.0.1:{port}"))?,
+    };
     let addr = listener.local_addr()?;
     Ok((listener, addr))
 }

@@ -403,9 +403,26 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
         return Ok(exit::USAGE);
     }
     if let Some(agent) = &settings.agent {
-        if let Err(why) = preflight_agent(agent, &plan.root) {
-            eprintln!("{why}");
-            return Ok(exit::USAGE);
+        match preflight_agent(agent, &plan.root) {
+            Ok(note) => note.into_iter().for_each(|n| eprintln!("{n}")),
+            Err(why) => {
+                eprintln!("{why}");
+                return Ok(exit::USAGE);
+            }
+        }
+    }
+    // A criterion that names a path without its unit's Directory can never
+    // pass: said before any agent is paid to try.
+    for u in &plan.plan.work_units {
+        for s in &u.sprints {
+            for (line, path, meant) in crate::plan::tools::analyze::root_path_slips(u, s) {
+                eprintln!(
+                    "Warning: {} line {line} ({} Sprint {}): `{path}` is read from the project's root, but the sprint's tasks make `{meant}`, so the criterion can never pass. Write `{meant}` in the plan (`supervise plan analyze` lists every such line).",
+                    shown_path(&plan.path),
+                    u.name,
+                    s.id
+                );
+            }
         }
     }
     // Checked before anything is created. Agents work from the committed plan:
@@ -541,13 +558,12 @@ fn shown_path(path: &Path) -> String {
     abs.strip_prefix(&cwd).unwrap_or(&abs).display().to_string()
 }
 
-/// The program the agent command runs: its first word after `VAR=value`
-/// assignments and `exec`/`env`/`nohup`/`time`.
-fn program_word(command: &str) -> Option<&str> {
-    command
-        .split_whitespace()
-        .map(|w| w.trim_matches(|c| c == '"' || c == '\''))
-        .find(|w| !w.contains('=') && !matches!(*w, "exec" | "env" | "nohup" | "time"))
+/// The program the agent command runs first, when it is named plainly.
+fn program_word(command: &str) -> Option<String> {
+    match super::agent_command::first_program(command) {
+        super::agent_command::FirstProgram::Named(p) => Some(p),
+        _ => None,
+    }
 }
 
 /// The agent command with a relative program path (`./myagent.sh`) made
@@ -559,6 +575,7 @@ pub fn resolve_agent(command: &str, typed_in: &Path, root: &Path) -> String {
     let Some(program) = program_word(command) else {
         return command.to_string();
     };
+    let program = program.as_str();
     if !program.contains('/') || program.starts_with('/') || program.starts_with('$') {
         return command.to_string();
     }
@@ -585,16 +602,26 @@ pub fn resolve_agent(command: &str, typed_in: &Path, root: &Path) -> String {
 /// exists: a typo in `--agent` would otherwise fail every attempt of every unit,
 /// escalating to the dearest model. Only the first word is checked (after
 /// `VAR=value` assignments and `exec`/`env`); shell syntax is left to the shell.
-pub fn preflight_agent(command: &str, dir: &Path) -> Result<(), String> {
+pub fn preflight_agent(command: &str, dir: &Path) -> Result<Option<String>, String> {
+    use super::agent_command::{first_program, FirstProgram};
     const SHELL_WORDS: &[&str] = &[
-        "if", "for", "while", "until", "case", "{", "(", "!", "cd", "export", "set", "trap",
-        "command", "eval", ".", "source", "test", "[", "true", "false", "echo", "printf",
+        "cd", "export", "set", "trap", "command", "eval", ".", "source", "test", "[", "true",
+        "false", "echo", "printf", "exit", ":", "exec", "nohup", "time", "env",
     ];
-    let Some(program) = program_word(command) else {
-        return Err(format!("The agent command `{command}` is empty. Pass --agent CMD or set `agent:` in .github/supervise.yml."));
+    let program = match first_program(command) {
+        FirstProgram::Empty => {
+            return Err(format!("The agent command `{command}` is empty. Pass --agent CMD or set `agent:` in .github/supervise.yml."))
+        }
+        FirstProgram::Unknown(why) => {
+            return Ok(Some(format!(
+                "Note: the agent command begins with {why}, so which program it runs is known only when it runs; it is not checked before the first attempt."
+            )))
+        }
+        FirstProgram::Named(p) => p,
     };
-    if SHELL_WORDS.contains(&program) || program.starts_with('$') {
-        return Ok(());
+    let program = program.as_str();
+    if SHELL_WORDS.contains(&program) {
+        return Ok(None);
     }
     let found = if program.contains('/') {
         use std::os::unix::fs::PermissionsExt;
@@ -618,7 +645,7 @@ pub fn preflight_agent(command: &str, dir: &Path) -> Result<(), String> {
             .unwrap_or(true)
     };
     if found {
-        return Ok(());
+        return Ok(None);
     }
     let hint = match settings::Preset::named(program) {
         Some(p) => format!(

@@ -175,9 +175,12 @@ where
         eprintln!("No agent command: pass --agent CMD (for example --agent 'claude -p \"$(cat $SUPERVISE_PROMPT_FILE)\"') or set `agent:` in .github/supervise.yml.");
         return Ok(exit::USAGE);
     };
-    if let Err(why) = preflight_agent(&agent, &root) {
-        eprintln!("{why}");
-        return Ok(exit::USAGE);
+    match preflight_agent(&agent, &root) {
+        Ok(note) => note.into_iter().for_each(|n| eprintln!("{n}")),
+        Err(why) => {
+            eprintln!("{why}");
+            return Ok(exit::USAGE);
+        }
     }
     let dir = root.join(".supervise").join(kind);
     if let Some(pid) = crate::place::local::supervisor::running_supervisor(&dir) {

@@ -74,6 +74,69 @@ pub struct CriterionResult {
     pub detail: String,
 }
 
+/// A failing command criterion and the end of what it printed (already
+/// scrubbed when the attempt was recorded), bounded: what a person needs to
+/// see why a sprint failed without opening the attempt's result file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedCheck {
+    pub criterion: String,
+    pub output: String,
+}
+
+impl FailedCheck {
+    /// Lines of output kept: a traceback's end, not a whole log.
+    pub const LINES: usize = 15;
+    /// Bytes kept, whatever the lines.
+    pub const BYTES: usize = 1200;
+
+    /// The first failing command criterion of `sprint` among `results`
+    /// that printed something.
+    pub fn of(sprint: &crate::plan::Sprint, results: &[CriterionResult]) -> Option<FailedCheck> {
+        results
+            .iter()
+            .filter(|r| r.outcome == CriterionOutcome::Failed && !r.detail.trim().is_empty())
+            .find(|r| {
+                sprint
+                    .exit_criteria
+                    .iter()
+                    .any(|c| c.text == r.text && c.command.is_some())
+            })
+            .map(|r| FailedCheck {
+                criterion: r.text.clone(),
+                // Printed by code an agent touched: nothing a reader
+                // cannot see goes on to a terminal, a comment or a prompt.
+                output: bounded_tail(
+                    &crate::text::for_terminal(&r.detail),
+                    Self::LINES,
+                    Self::BYTES,
+                ),
+            })
+    }
+
+    /// The check as plain text: the criterion, then its output indented.
+    pub fn quoted(&self) -> String {
+        let body: Vec<String> = self.output.lines().map(|l| format!("    {l}")).collect();
+        format!(
+            "The failing check, {}, printed (last lines):\n{}",
+            self.criterion,
+            body.join("\n")
+        )
+    }
+}
+
+/// The last `lines` lines of `text`, at most `bytes` of them, cut at a
+/// character boundary; trailing blank lines dropped.
+pub fn bounded_tail(text: &str, lines: usize, bytes: usize) -> String {
+    let trimmed = text.trim_end();
+    let kept: Vec<&str> = trimmed.lines().rev().take(lines).collect();
+    let joined = kept.into_iter().rev().collect::<Vec<_>>().join("\n");
+    let mut start = joined.len().saturating_sub(bytes);
+    while !joined.is_char_boundary(start) {
+        start += 1;
+    }
+    joined[start..].to_string()
+}
+
 /// What a progress file (PROGRESS.md and the like) says about the sprint (§5c).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -644,6 +707,9 @@ pub enum Event {
         unit: usize,
         sprint: usize,
         reason: String,
+        /// What the failing command criterion printed, when one did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        check: Option<FailedCheck>,
         at: DateTime<Utc>,
     },
     FailuresReset {

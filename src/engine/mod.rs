@@ -4,6 +4,7 @@
 //! decision (§5), retries and model selection (§6a, §9), stop and killall (§10,
 //! §11) and build gates (§3.5) live here.
 
+pub mod blocked;
 pub mod cascade;
 mod decide;
 pub mod done_before;

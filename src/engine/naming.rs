@@ -1,4 +1,16 @@
-//! The naming ritual: a humorous military operation name, deterministic from a seed.
+//! Names: the naming ritual (a humorous military operation name,
+//! deterministic from a seed) and the operation's branches.
+
+/// `supervise/<op>/integration`: git cannot hold a branch `supervise/<op>` next to
+/// the sprint branches below it, so the integration branch is a sibling of theirs.
+pub fn integration_branch(op: &str) -> String {
+    format!("supervise/{op}/integration")
+}
+
+/// The branch a sprint's agents work on, cut from the integration branch.
+pub fn sprint_branch(op: &str, unit_slug: &str, sprint: &str) -> String {
+    format!("supervise/{op}/{unit_slug}/sprint-{sprint}")
+}
 
 const ADJECTIVES: &[&str] = &[
     "Caffeinated",

@@ -1,7 +1,7 @@
 //! §6c/§6d dispatch prompts: the plan's template with its variables filled, or the
 //! four-part dynamic prompt; plus the retry, continuation and build-coordination parts.
 
-use super::events::{CiFailure, DispatchKind, ReviewFeedback};
+use super::events::{CiFailure, DispatchKind, FailedCheck, ReviewFeedback};
 use crate::plan::{Criterion, Plan, Sprint, SprintType, WorkUnit};
 use std::fmt::Write as _;
 
@@ -15,6 +15,8 @@ pub struct PromptInput<'a> {
     pub kind: DispatchKind,
     pub attempt: u32,
     pub last_failure: Option<&'a str>,
+    /// What the failing command criterion printed, quoted on a retry.
+    pub failed_check: Option<&'a FailedCheck>,
     pub remaining: &'a [String],
     /// Where the repository's CI failed on the last attempt's head: quoted.
     pub ci_report: &'a [CiFailure],
@@ -209,6 +211,14 @@ pub fn build(p: &PromptInput) -> String {
                 p.attempt.saturating_sub(1).max(1),
                 p.last_failure.unwrap_or("the previous agent made no verifiable progress")
             );
+            if let Some(c) = p.failed_check {
+                let _ = writeln!(
+                    out,
+                    "The failing check, {}, printed (its last lines):\n{}",
+                    c.criterion,
+                    crate::text::quoted(&c.output)
+                );
+            }
         }
         DispatchKind::Continuation => {
             let _ = writeln!(out, "\nSprint {} is partly done; earlier work is already on this branch. Complete ONLY the remaining work:", s.id);
@@ -251,6 +261,7 @@ mod tests {
             kind: DispatchKind::Retry,
             attempt: 2,
             last_failure: Some("the repository's CI failed on the sprint's head: `test` failure"),
+            failed_check: None,
             remaining: &[],
             ci_report: ci,
             review: &[],

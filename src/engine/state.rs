@@ -173,6 +173,9 @@ pub struct SprintRun {
     pub active: Option<ActiveDispatch>,
     pub history: Vec<AttemptRecord>,
     pub last_failure: Option<String>,
+    /// The failing command criterion's output of the last failure, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_check: Option<FailedCheck>,
     pub remaining: Vec<String>,
     pub awaiting_confirmation: bool,
     pub deferred_waiting: bool,
@@ -957,11 +960,13 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
             unit,
             sprint,
             reason,
+            check,
             ..
         } => {
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 s.failures += 1;
                 s.last_failure = Some(reason.clone());
+                s.failed_check = check.clone();
             }
         }
         Event::FailuresReset { unit, sprint, .. } => {

@@ -65,13 +65,21 @@ impl std::iter::Sum for Usd {
     }
 }
 
-/// `$0.0123` below a dollar (cents hide what small runs cost), `$4.56` above.
+/// Money as money: `$0.40`, `$4.56`; below a dollar up to four places,
+/// so a small run's `$0.0123` is not hidden as `$0.01` (the places past
+/// the cents only when they say something).
 impl fmt::Display for Usd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 < 1_000_000 {
-            write!(f, "${:.4}", self.dollars())
-        } else {
+        if self.0 >= 1_000_000 {
+            return write!(f, "${:.2}", self.dollars());
+        }
+        let four = format!("{:.4}", self.dollars());
+        let trimmed = four.trim_end_matches('0');
+        let places = trimmed.split_once('.').map_or(0, |(_, p)| p.len());
+        if places < 2 {
             write!(f, "${:.2}", self.dollars())
+        } else {
+            write!(f, "${trimmed}")
         }
     }
 }
@@ -167,7 +175,7 @@ impl Usage {
         self.cost.or_else(|| price.map(|p| p.tokens(self)))
     }
 
-    /// "$0.0120, 2,000 tokens in and 400 out" (dollars only when priced).
+    /// "$0.012, 2,000 tokens in and 400 out" (dollars only when priced).
     pub fn said(&self) -> String {
         let tokens = format!(
             "{} tokens in and {} out",
@@ -264,6 +272,10 @@ mod tests {
         assert_eq!(Usd::from_dollars(f64::NAN), Usd::default());
         assert_eq!(Usd::from_dollars(0.0361).to_string(), "$0.0361");
         assert_eq!(Usd::from_dollars(12.5).to_string(), "$12.50");
+        assert_eq!(Usd::from_dollars(0.4).to_string(), "$0.40");
+        assert_eq!(Usd::from_dollars(0.405).to_string(), "$0.405");
+        assert_eq!(Usd::from_dollars(0.0).to_string(), "$0.00");
+        assert_eq!(Usd::from_dollars(0.025).to_string(), "$0.025");
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(thousands(999), "999");
         let u: Usage =
@@ -282,10 +294,10 @@ mod tests {
             ..Usage::default()
         };
         let one = Some(usage);
-        assert_eq!(usage.said(), "$0.0120, 2,000 tokens in and 402 out");
+        assert_eq!(usage.said(), "$0.012, 2,000 tokens in and 402 out");
         assert_eq!(
             Reported::over(&[one, None]).line().unwrap(),
-            "$0.0120 reported by the agents (2,000 tokens in, 402 out; 1 of 2 attempts)"
+            "$0.012 reported by the agents (2,000 tokens in, 402 out; 1 of 2 attempts)"
         );
     }
 

@@ -66,8 +66,8 @@ pub fn estimate_text(title: &str, e: &Estimate, config: &EngineConfig) -> String
         budgets.push(format!("the budget: {b} units"));
     }
     let budget = match budgets.is_empty() {
-        true => "no budget".to_string(),
-        false => budgets.join(", "),
+        true => "No budget".to_string(),
+        false => crate::text::sentence(&budgets.join(", ")),
     };
     let d = &e.dollars;
     let mut out = format!(

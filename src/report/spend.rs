@@ -66,7 +66,7 @@ impl Dollars {
         }
     }
 
-    /// `$0.0100 / $0.0300 / $0.0300`, or `—` when no attempt priced itself.
+    /// `$0.01 / $0.03 / $0.03`, or `—` when no attempt priced itself.
     fn cell(self) -> String {
         if self.attempts == 0 {
             "—".to_string()

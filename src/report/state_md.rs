@@ -57,6 +57,10 @@ pub fn supervisor_state_md(
             .map(|b| format!(" of {b}× budget"))
             .unwrap_or_default()
     );
+    let notices = super::blocked_notices(st);
+    if !notices.is_empty() {
+        let _ = writeln!(out, "## BLOCKED\n```\n{}```\n", notices);
+    }
     if let Some(w) = &st.workflow {
         let _ = writeln!(out, "## Workflow\n{}\n", w.summary(st).join("\n"));
         let artifacts = w.artifacts(st);

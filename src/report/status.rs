@@ -256,22 +256,33 @@ fn board(
     out
 }
 
-/// One prominent line per BLOCKED unit (§13).
+/// The notice of each BLOCKED unit (§13), as the engine said it: what
+/// failed, what its check printed, where the work is, how to hand a fix back.
 pub fn blocked_notices(st: &OperationState) -> String {
     let mut out = String::new();
-    for u in st.blocked_units() {
-        if let Some(s) = u.sprints.iter().find(|s| s.status() == SprintStatus::Fatal) {
-            let _ = writeln!(
-                out,
-                "BLOCKED: {} Sprint {} — FATAL after {} attempts. Run `supervise resume {}` to retry.",
-                u.name, s.id, s.failures, u.name
-            );
-            if let Some(f) = &s.last_failure {
-                let _ = writeln!(out, "  Last failure: {}", f.lines().next().unwrap_or(""));
-            }
+    for (u, unit) in st.units.iter().enumerate() {
+        if unit.status != UnitStatus::Blocked {
+            continue;
+        }
+        if let Some(s) = unit
+            .sprints
+            .iter()
+            .position(|s| s.status() == SprintStatus::Fatal)
+        {
+            let why = fatal_why(unit.sprints[s].failures);
+            out.push_str(&st.blocked(u, s, why, None).text());
+            out.push('\n');
         }
     }
     out
+}
+
+/// Why a FATAL sprint stopped, as its notice's first line says it.
+pub fn fatal_why(failures: u32) -> String {
+    match failures {
+        0 => "is FATAL".to_string(),
+        n => format!("failed after {}", crate::text::count(n as usize, "attempt")),
+    }
 }
 
 /// §13 "Supervisor Complete" with the model usage table.

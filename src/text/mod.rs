@@ -102,6 +102,15 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
+/// `text` as the start of a sentence: its first letter a capital.
+pub fn sentence(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
 pub fn count(n: usize, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")

@@ -3,9 +3,9 @@
 
 use super::{
     cascade, provider, ActiveDispatch, AgentReport, AlreadyDone, AttemptRecord, CancelReason,
-    Completion, CriterionResult, Decider, DispatchId, Effect, Event, Evidence, Hold, ModelTier,
-    NoticeKind, Refusal, SprintStatus, UnitStatus, AGENT_COMMAND_FAILED, CONFLICT, CONFLICT_ROUNDS,
-    DONE_BEFORE_DISPATCH, NOT_SHOWN_DONE, UNCHARGED,
+    Completion, CriterionResult, Decider, DispatchId, Effect, Event, Evidence, FailedCheck, Hold,
+    ModelTier, NoticeKind, Refusal, SprintStatus, UnitStatus, AGENT_COMMAND_FAILED, CONFLICT,
+    CONFLICT_ROUNDS, DONE_BEFORE_DISPATCH, NOT_SHOWN_DONE, UNCHARGED,
 };
 
 impl Decider<'_> {
@@ -384,6 +384,9 @@ impl Decider<'_> {
         }
         let plan_sprint = &self.st().plan.work_units[u].sprints[s];
         let mut outcome = cascade::assess(plan_sprint, &report, self.st().config.max_turns);
+        // What a failing command criterion printed goes with the failure:
+        // the BLOCKED notice and the next attempt's prompt quote it.
+        let check = FailedCheck::of(plan_sprint, &report.evidence.criteria);
         // How the CLI says it ended, where the work is not done: the
         // provider's trouble is waited out on the same model, uncounted (a
         // bounded number of times: the output is the agent's); a stop at
@@ -446,15 +449,21 @@ impl Decider<'_> {
                     .as_ref()
                     .is_some_and(|w| w.partial_is_failure(&unit));
                 if single_shot {
-                    self.fail(u, s, format!("still failing: {}", remaining.join("; ")));
+                    self.fail_with(
+                        u,
+                        s,
+                        format!("still failing: {}", remaining.join("; ")),
+                        check,
+                    );
                 } else if self.sprint(u, s).continuations >= max {
-                    self.fail(
+                    self.fail_with(
                         u,
                         s,
                         format!(
                             "still partial after {max} continuations; remaining: {}",
                             remaining.join("; ")
                         ),
+                        check,
                     );
                 } else {
                     self.sprint_to(u, s, SprintStatus::Partial);
@@ -472,7 +481,7 @@ impl Decider<'_> {
                     });
                 }
             }
-            cascade::Outcome::Failed(reason) => self.fail(u, s, reason),
+            cascade::Outcome::Failed(reason) => self.fail_with(u, s, reason, check),
             cascade::Outcome::Conflict(conflict) => self.conflict(u, s, conflict),
             cascade::Outcome::Waiting => {
                 self.emit(Event::DeferredWaiting {
@@ -785,10 +794,16 @@ impl Decider<'_> {
     }
 
     pub(super) fn fail(&mut self, u: usize, s: usize, reason: String) {
+        self.fail_with(u, s, reason, None);
+    }
+
+    /// A failure counted with what its failing command criterion printed.
+    fn fail_with(&mut self, u: usize, s: usize, reason: String, check: Option<FailedCheck>) {
         self.emit(Event::FailureCounted {
             unit: u,
             sprint: s,
             reason: reason.clone(),
+            check,
             at: self.now,
         });
         self.sprint_to(u, s, SprintStatus::Backoff);
@@ -831,12 +846,11 @@ impl Decider<'_> {
             // for what needs none.
             return;
         }
+        let text = self.st().blocked(u, s, why, Some(last)).text();
         self.effects.push(Effect::Notify {
             kind: NoticeKind::Blocked,
             unit: Some(unit.clone()),
-            text: format!(
-                "BLOCKED: {unit} Sprint {id} {why}.\nLast failure: {last}\nTo retry: supervise resume {unit}\n(resume resets the sprint to PENDING and the work unit to RUNNING)"
-            ),
+            text,
         });
     }
 

@@ -227,6 +227,7 @@ impl Decider<'_> {
                 kind,
                 attempt,
                 last_failure: sp.last_failure.as_deref(),
+                failed_check: sp.failed_check.as_ref(),
                 remaining: &sp.remaining,
                 ci_report: sp.history.last().map_or(&[], |r| r.ci_failures.as_slice()),
                 review: &sp.review,

@@ -194,7 +194,7 @@ impl GitHubExecutor<'_> {
                         .unwrap_or_default(),
                 };
                 let Some(checks) = ops
-                    .ci_on(&mut self.place.runs.ci_first_seen, &repo, &head)
+                    .ci_on(&mut self.place.runs, &repo, &head)
                     .await?
                     .map(|c| c.ci)
                 else {

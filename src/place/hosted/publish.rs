@@ -124,6 +124,10 @@ impl Operations {
                 b.reset_unix,
             ));
         }
+        if let Some(line) = live.place.runs.waiting_for_ci(self.timings.ci_grace) {
+            footer.push_str("\n\n");
+            footer.push_str(&line);
+        }
         let text = report::posts::status_comment(&st, now, &link, Some(&footer));
         if text != live.place.status.last_text {
             let marker = report::posts::status_marker(&ctx.op);

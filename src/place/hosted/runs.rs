@@ -23,6 +23,9 @@ pub(super) struct RunsInFlight {
     /// Heads waiting for the repository's CI to report at all (a gate's
     /// integration head, a finished run's sprint head): since when.
     pub ci_first_seen: HashMap<String, Instant>,
+    /// A head of this operation's waited out the grace with no CI check at
+    /// all: the repository has no CI, and no later head waits for it.
+    pub no_ci: bool,
     /// Finished runs whose verification waits for the repository's CI: what
     /// was read of them, so a later look reads only the checks.
     pub awaiting_ci: HashMap<DispatchId, AwaitingCi>,
@@ -34,6 +37,17 @@ pub(super) struct RunsInFlight {
 }
 
 impl RunsInFlight {
+    /// The status comment's line while a head waits for CI to report at
+    /// all, with the grace it waits at most.
+    pub fn waiting_for_ci(&self, grace: std::time::Duration) -> Option<String> {
+        (!self.ci_first_seen.is_empty() && !self.no_ci).then(|| {
+            format!(
+                "⏳ Waiting up to {} s for CI checks to report on the newest work (a repository without CI waits this once per operation).",
+                grace.as_secs()
+            )
+        })
+    }
+
     /// Whether nothing but the runs themselves waits on GitHub: no cancel to
     /// follow up, no finished run waiting for CI.
     pub fn is_quiet(&self) -> bool {
@@ -329,10 +343,7 @@ impl Operations {
         };
         // The repository's own CI on the head must have reported first; the
         // next reconciliation looks again.
-        let Some(ci) = self
-            .ci_on(&mut live.place.runs.ci_first_seen, &repo, &head)
-            .await?
-        else {
+        let Some(ci) = self.ci_on(&mut live.place.runs, &repo, &head).await? else {
             live.place.runs.awaiting_ci.insert(
                 d.clone(),
                 AwaitingCi {
@@ -507,7 +518,7 @@ impl Operations {
     /// push; a repository without CI waits out the grace once per head).
     pub(super) async fn ci_on(
         &self,
-        first_seen: &mut HashMap<String, Instant>,
+        runs: &mut RunsInFlight,
         repo: &Repo<'_>,
         head: &str,
     ) -> Result<Option<HeadChecks>, OpError> {
@@ -520,13 +531,15 @@ impl Operations {
         if ci.iter().any(|c| !c.completed) {
             return Ok(None);
         }
-        let since = *first_seen
+        let since = *runs
+            .ci_first_seen
             .entry(head.to_string())
             .or_insert_with(Instant::now);
-        if ci.is_empty() && since.elapsed() < self.timings.ci_grace {
+        if ci.is_empty() && !runs.no_ci && since.elapsed() < self.timings.ci_grace {
             return Ok(None);
         }
-        first_seen.remove(head);
+        runs.ci_first_seen.remove(head);
+        runs.no_ci = ci.is_empty();
         Ok(Some(HeadChecks { ci, own }))
     }
 }

@@ -14,6 +14,7 @@ use crate::contract::{integration_branch, sprint_branch, RunResult};
 use crate::drive::{Entry, Executor, Failure, Outcome};
 use crate::engine::{
     self, done_before, AgentReport, Effect, Evidence, Input, NoticeKind, OperationState,
+    SprintStatus,
 };
 use crate::plan::{Criterion, LoadedPlan, SprintId, WorkUnit};
 use crate::report;
@@ -393,9 +394,15 @@ impl LocalPlace {
                 kind: NoticeKind::Completed,
                 ..
             } => Ok(Vec::new()),
-            Effect::Notify { kind, text, .. } => {
-                self.screen
-                    .notice(&format!("{}{text}", report::notice_prefix(*kind)));
+            Effect::Notify { kind, text, unit } => {
+                let mut said = format!("{}{text}", report::notice_prefix(*kind));
+                // Locally the sprint's work is also a checkout to look in.
+                if let (NoticeKind::Blocked, Some(unit), Some(st)) = (kind, unit, state) {
+                    if let Some(at) = self.blocked_worktree(st, unit) {
+                        said.push_str(&format!("\nIts checkout: {at}"));
+                    }
+                }
+                self.screen.notice(&said);
                 Ok(Vec::new())
             }
             // Written once the decisions at hand are carried out (see
@@ -677,6 +684,25 @@ impl LocalPlace {
             Some(_) => &self.dir,
             None => &self.plan.root,
         }
+    }
+
+    /// The worktree of `unit`'s FATAL sprint, as a person at the
+    /// repository's root would `cd` to it.
+    fn blocked_worktree(&self, st: &OperationState, unit: &str) -> Option<String> {
+        let u = st.units.iter().find(|u| u.name == unit)?;
+        let s = u
+            .sprints
+            .iter()
+            .find(|s| s.status() == SprintStatus::Fatal)?;
+        let branch = sprint_branch(&st.id.0, &u.slug, s.id.as_str());
+        let path = self.git.worktree_path(&branch)?;
+        let cwd = std::env::current_dir().unwrap_or_default();
+        Some(
+            path.strip_prefix(&cwd)
+                .unwrap_or(&path)
+                .display()
+                .to_string(),
+        )
     }
 
     /// COMPLETE_<NAME>.md as a person at the repository's root opens it.

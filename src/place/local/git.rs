@@ -741,6 +741,13 @@ impl Git {
         Ok(path.join(&self.plan_rel))
     }
 
+    /// The worktree where `branch`'s work is checked out, if it is.
+    pub fn worktree_path(&self, branch: &str) -> Option<PathBuf> {
+        let name = self.worktree_of(branch);
+        self.worktree_whole(&name)
+            .then(|| self.worktrees.join(name))
+    }
+
     /// The root of the build gate's checkout (the gate runs in its plan's
     /// directory below it).
     pub fn gate_root(&self, op: &str) -> PathBuf {

@@ -281,6 +281,25 @@ pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
             }
         }
     }
+    // Criteria read paths from the project's root, whatever the unit's
+    // Directory: a criterion naming `greeting.txt` where the tasks make
+    // `core/greeting.txt` can never pass, and every attempt is paid for.
+    for u in &plan.work_units {
+        for s in &u.sprints {
+            for (c, path, meant) in root_path_slips(u, s) {
+                findings.push(Finding {
+                    pass: 2,
+                    severity: Severity::Critical,
+                    line: c,
+                    location: format!("{} Sprint {}", u.name, s.id),
+                    problem: format!(
+                        "`{path}` is read from the project's root, but the sprint's tasks make `{meant}`: the criterion can never pass"
+                    ),
+                    recommendation: format!("write `{meant}` in the criterion"),
+                });
+            }
+        }
+    }
     // Pass 3: priority and parallelism.
     let priorities = prioritize(plan);
     for p in &priorities {
@@ -666,4 +685,59 @@ pub fn report(a: &Analysis, plan_path: &str, generated: &str) -> String {
         "**Note**: `analyze` produces this report only; it does not modify the plan."
     );
     o
+}
+
+/// Exit criteria whose paths leave out the unit's Directory that the
+/// sprint's own text puts in front of them: (criterion line, the path, the
+/// path meant). Paths in criteria are the project root's.
+pub fn root_path_slips(
+    unit: &crate::plan::WorkUnit,
+    sprint: &crate::plan::Sprint,
+) -> Vec<(usize, String, String)> {
+    let Some(dir) = unit.directory.as_deref().map(|d| d.trim_matches('/')) else {
+        return Vec::new();
+    };
+    if dir.is_empty() || dir == "." {
+        return Vec::new();
+    }
+    let text: String = std::iter::once(sprint.body.as_str())
+        .chain(sprint.tasks.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = Vec::new();
+    for c in &sprint.exit_criteria {
+        let paths: Vec<&str> = match (&c.assertion, &c.command) {
+            (
+                Some(
+                    crate::plan::Assertion::FileExists { path }
+                    | crate::plan::Assertion::FileContains { path, .. },
+                ),
+                _,
+            ) => vec![path.as_str()],
+            (None, Some(cmd)) => cmd
+                .split(|ch: char| ch.is_whitespace() || "'\";|&<>()".contains(ch))
+                .filter(|w| !w.starts_with('-') && (w.contains('.') || w.contains('/')))
+                .collect(),
+            (None, None) => Vec::new(),
+        };
+        for p in paths {
+            let p = p.trim_start_matches("./");
+            if p.is_empty() || p.starts_with('/') || p.starts_with(&format!("{dir}/")) {
+                continue;
+            }
+            let meant = format!("{dir}/{p}");
+            let named = text.match_indices(&meant).any(|(i, _)| {
+                // `core/greeting.txt`, not `score/greeting.txt` or `core/greeting.txt.bak`.
+                let before = text[..i].chars().next_back();
+                let after = text[i + meant.len()..].chars().next();
+                !before.is_some_and(|b| b.is_alphanumeric() || b == '/' || b == '_' || b == '-')
+                    && !after
+                        .is_some_and(|a| a.is_alphanumeric() || a == '/' || a == '_' || a == '-')
+            });
+            if named && !out.iter().any(|(_, q, _): &(usize, String, String)| q == p) {
+                out.push((c.line, p.to_string(), meant));
+            }
+        }
+    }
+    out
 }

@@ -444,6 +444,17 @@ fn markdown(md: &str) -> String {
     out
 }
 
+/// A line with `code` spans, escaped, the spans as `<code>`.
+fn markdown_inline(text: &str) -> String {
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| match i % 2 {
+            1 => format!("<code>{}</code>", escape(part)),
+            _ => escape(part),
+        })
+        .collect()
+}
+
 /// What changes as the operation goes: sent whole on every event, so the
 /// page needs no client-side rendering.
 pub fn live_fragment(st: &OperationState, origin: &Origin, now: DateTime<Utc>) -> String {
@@ -480,25 +491,58 @@ pub fn live_fragment(st: &OperationState, origin: &Origin, now: DateTime<Utc>) -
         }
         out.push_str("</ul></section>");
     }
-    for u in st.blocked_units() {
-        let s = u.sprints.iter().find(|s| s.status() == SprintStatus::Fatal);
+    // The BLOCKED notice's parts, its commands as this page's operation
+    // takes them: a comment on GitHub, the command line locally.
+    let said = |text: String| match origin.repo {
+        Some(_) => crate::report::posts::as_comment_commands(&text),
+        None => text,
+    };
+    for (i, u) in st.units.iter().enumerate() {
+        if u.status != UnitStatus::Blocked {
+            continue;
+        }
+        let Some(s) = u
+            .sprints
+            .iter()
+            .position(|s| s.status() == SprintStatus::Fatal)
+        else {
+            let _ = write!(
+                out,
+                r#"<section class="blocked-notice" role="alert" data-unit="{0}"><h2>BLOCKED: {0}</h2><p>Stopped by a failure it cannot go past.</p></section>"#,
+                escape(&u.name),
+            );
+            continue;
+        };
+        let b = st.blocked(
+            i,
+            s,
+            crate::report::status::fatal_why(u.sprints[s].failures),
+            None,
+        );
         let _ = write!(
             out,
-            r#"<section class="blocked-notice" role="alert" data-unit="{}"><h2>BLOCKED: {}</h2><p>{}</p>{}</section>"#,
+            r#"<section class="blocked-notice" role="alert" data-unit="{0}"><h2>BLOCKED: {0}</h2><p>Sprint {1} {2}.</p>"#,
             escape(&u.name),
-            escape(&u.name),
-            match s {
-                Some(s) => format!(
-                    "Sprint {} is FATAL after {} attempts. Say <code>/supervise resume {}</code> to retry.",
-                    escape(s.id.as_str()),
-                    s.failures,
-                    escape(&u.name)
-                ),
-                None => String::from("Stopped by a failure it cannot go past."),
-            },
-            s.and_then(|s| s.last_failure.as_deref())
-                .map(|f| format!("<pre>{}</pre>", escape(f.lines().take(6).collect::<Vec<_>>().join("\n").as_str())))
-                .unwrap_or_default()
+            escape(b.sprint.as_str()),
+            escape(&b.why),
+        );
+        if let Some(f) = b.last_failure {
+            let f: Vec<&str> = f.lines().take(6).collect();
+            let _ = write!(out, "<pre>{}</pre>", escape(&f.join("\n")));
+        }
+        if let Some(c) = b.check {
+            let _ = write!(
+                out,
+                r#"<p>The failing check, {}, printed (last lines):</p><pre class="check-output">{}</pre>"#,
+                escape(&c.criterion),
+                escape(&c.output)
+            );
+        }
+        let _ = write!(
+            out,
+            r#"<p>The sprint's work: branch <code>{}</code>.</p><p class="next-step">{}</p></section>"#,
+            escape(&b.branch),
+            markdown_inline(&said(b.hand_back()))
         );
     }
     out.push_str(r#"<section aria-labelledby="timeline"><h2 id="timeline">Timeline</h2><div class="legend"><span class="key t-haiku">haiku</span><span class="key t-sonnet">sonnet</span><span class="key t-opus">opus</span><span class="key running">running</span><span class="key wait">waiting</span><span>◆ critical path</span></div><div class="scroll">"#);
