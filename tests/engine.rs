@@ -2414,3 +2414,45 @@ fn a_stop_at_the_turn_limit_is_continued_not_failed() {
     assert_eq!(next.kind, DispatchKind::Continuation);
     assert!(next.prompt.contains("turn limit"), "{}", next.prompt);
 }
+
+/// A sprint that is only ever partly done: each attempt gets its own
+/// continuations (a new attempt is not "still partial after 3" at once),
+/// and what it spends before it is BLOCKED stays inside the dry run's most.
+#[test]
+fn an_always_partial_sprint_spends_within_the_estimates_most() {
+    let config = EngineConfig::default();
+    let mut sim = Sim::start(THREE_UNITS, config.clone());
+    let estimate = supervise::engine::estimate::estimate(&sim.st().plan, &config);
+    let most: u64 = estimate
+        .sprints
+        .iter()
+        .filter(|s| s.unit == "api" && s.sprint == "1")
+        .map(|s| s.most)
+        .sum();
+    let mut dispatches = 0;
+    while sim.unit("api").status != UnitStatus::Blocked {
+        let s = &sim.unit("api").sprints[0];
+        let (failures, continuations) = (s.failures, s.continuations);
+        sim.finish("api", partial());
+        dispatches += 1;
+        let s = &sim.unit("api").sprints[0];
+        if s.failures > failures {
+            assert_eq!(
+                continuations, config.max_continuations,
+                "an attempt fails only after all its continuations ({dispatches} dispatches)"
+            );
+        }
+        assert!(dispatches < 100, "the sprint ends");
+    }
+    let attempts = config.max_retries as usize;
+    assert_eq!(
+        dispatches,
+        attempts * (1 + config.max_continuations as usize),
+        "every attempt was continued"
+    );
+    let spent: u64 = ModelTier::ALL
+        .iter()
+        .map(|t| sim.st().charged_at(*t).1)
+        .sum();
+    assert!(spent <= most, "spent {spent}×, the estimate's most {most}×");
+}

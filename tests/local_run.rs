@@ -244,7 +244,7 @@ fn a_doomed_sprint_blocks_its_unit_and_dependents_while_others_finish_then_resum
     assert_eq!(repo.unit("docs")["status"], "COMPLETED");
     assert_eq!(repo.unit("web")["status"], "NOT_STARTED");
     let status = repo.cmd(&["status"]).output().unwrap();
-    assert!(text(&status).contains("BLOCKED: api Sprint 1 — FATAL after 3 attempts."));
+    assert!(text(&status).contains("BLOCKED: api Sprint 1 failed after 3 attempts."));
     // resume after BLOCKED: the fourth try succeeds and the dependents follow.
     let out = repo.cmd(&["resume", "api"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

@@ -307,4 +307,74 @@ mod dollars {
             }
         }
     }
+
+    /// The line after `prefix` in `text`, up to its end.
+    fn line_after<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+        let at = text.find(prefix)? + prefix.len();
+        text[at..].lines().next()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// However attempts end: the paid dispatches by model, their sum in
+        /// the completion summary's table and the operation's time are one
+        /// figure in the final summary, COMPLETE and the status table, and
+        /// that figure is the log's (each charged attempt closed).
+        #[test]
+        fn every_view_of_the_dispatches_and_the_time_agrees(
+            steps in proptest::collection::vec((any::<u8>(), any::<u8>(), 1u64..3_000_000), 1..30),
+        ) {
+            let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+            for (outcome, reported, micros) in steps {
+                let Some(o) = sim.out().first().cloned() else { break };
+                sim.now += chrono::Duration::seconds(37);
+                sim.finish(&o.unit, report(outcome, reported, micros));
+            }
+            let st = sim.st().clone();
+            let mut from_log: std::collections::BTreeMap<&str, usize> = Default::default();
+            for e in &sim.log {
+                if let Event::AttemptClosed { record, .. } = e {
+                    if record.charged {
+                        *from_log.entry(record.tier.as_str()).or_default() += 1;
+                    }
+                }
+            }
+            let expected = if from_log.is_empty() {
+                "(none yet)".to_string()
+            } else {
+                ModelTier::ALL
+                    .iter()
+                    .map(|t| format!("{}×{}", t.as_str(), from_log.get(t.as_str()).copied().unwrap_or(0)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let complete = report::complete_md(&st, sim.now);
+            let summary = report::final_summary(&st, &report::complete_file_name(&st));
+            prop_assert_eq!(line_after(&complete, "- Paid dispatches by model: "), Some(expected.as_str()));
+            prop_assert_eq!(line_after(&summary, "- Paid dispatches by model: "), Some(expected.as_str()), "{}", summary);
+            // The one time: COMPLETE's, the summary's and the cadence's.
+            let times: Vec<&str> = [
+                line_after(&complete, "- Total time: "),
+                line_after(&summary, "- Total time: ").map(|l| l.split(" (").next().unwrap_or(l)),
+                line_after(&complete, "- **Total time**: ").map(|l| l.split(" (").next().unwrap_or(l)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            prop_assert!(times.windows(2).all(|w| w[0] == w[1]), "{:?}", times);
+            if st.status == OverallStatus::Completed {
+                let table = report::status_table(&st, sim.now);
+                for t in ModelTier::ALL {
+                    let n = from_log.get(t.as_str()).copied().unwrap_or(0);
+                    let row = table
+                        .lines()
+                        .find(|l| l.starts_with(&format!("| {} |", t.as_str())))
+                        .unwrap_or_default()
+                        .to_string();
+                    let dispatches = row.split('|').nth(3).map(str::trim).unwrap_or_default().to_string();
+                    prop_assert_eq!(dispatches, n.to_string(), "{}", table);
+                }
+            }
+        }
+    }
 }

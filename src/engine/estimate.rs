@@ -264,12 +264,23 @@ pub fn estimate(plan: &Plan, config: &EngineConfig) -> Estimate {
                 previous = Some(tier);
             }
             let (first, why) = first.expect("at least one attempt");
+            // The most is every attempt with every continuation it may
+            // take, each on the tier a continuation keeps (at least sonnet).
+            let every: Vec<ModelTier> = tiers
+                .iter()
+                .flat_map(|&t| {
+                    std::iter::once(t).chain(std::iter::repeat_n(
+                        t.max(ModelTier::Sonnet),
+                        config.max_continuations as usize,
+                    ))
+                })
+                .collect();
             let all = tiers.len() as u32 * 100;
             let dollars = Dollars {
                 low: model.over(&tiers, 100, |a| a.low),
                 expected: model.over(&tiers, model.attempts_mean_x100.min(all), |a| a.mean),
                 high: model.over(&tiers, model.attempts_high_x100.min(all), |a| a.high),
-                ceiling: model.over(&tiers, all, |a| a.high),
+                ceiling: model.over(&every, every.len() as u32 * 100, |a| a.high),
             };
             sprints.push(SprintCost {
                 unit: unit.name.clone(),
@@ -277,7 +288,7 @@ pub fn estimate(plan: &Plan, config: &EngineConfig) -> Estimate {
                 first,
                 why,
                 least: config.cost(tiers[0]),
-                most: tiers.iter().map(|t| config.cost(*t)).sum(),
+                most: every.iter().map(|t| config.cost(*t)).sum(),
                 dollars,
             });
         }
@@ -350,10 +361,13 @@ mod tests {
         assert_eq!(e.sprints.len(), 2);
         for s in &e.sprints {
             assert_eq!(s.least, config.cost(s.first), "{s:?}");
-            // Three attempts, each on the tier a failure leads to: never
-            // less than three first attempts, never more than three opus.
+            // Three attempts, each on the tier a failure leads to, each
+            // with its continuations: never less than three first attempts
+            // and their continuations, never more than all of them on opus.
+            let dispatches = 3 * (1 + config.max_continuations as u64);
             assert!(
-                s.most >= 3 * s.least && s.most <= 3 * config.cost(ModelTier::Opus),
+                s.most >= dispatches * s.least
+                    && s.most <= dispatches * config.cost(ModelTier::Opus),
                 "{s:?}"
             );
         }

@@ -967,6 +967,9 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
                 s.failures += 1;
                 s.last_failure = Some(reason.clone());
                 s.failed_check = check.clone();
+                // Continuations are counted within an attempt: the next
+                // attempt starts with all of them.
+                s.continuations = 0;
             }
         }
         Event::FailuresReset { unit, sprint, .. } => {

@@ -75,17 +75,7 @@ fn mark(o: CriterionOutcome) -> &'static str {
     }
 }
 
-fn usage_line(st: &OperationState) -> String {
-    let u = st.model_usage();
-    if u.is_empty() {
-        return "(none yet)".into();
-    }
-    ModelTier::ALL
-        .iter()
-        .map(|t| format!("{}×{}", t.as_str(), u.get(t).copied().unwrap_or(0)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
+use super::figures::{paid_attempts, span, usage_line};
 
 pub fn complete_md(st: &OperationState, now: DateTime<Utc>) -> String {
     let done = completed(st);
@@ -103,10 +93,10 @@ pub fn complete_md(st: &OperationState, now: DateTime<Utc>) -> String {
         .min()
         .unwrap_or(st.started_at);
     let _ = writeln!(out, "Start: {}\nLast updated: {}\n", ts(start), ts(now));
-    let total: f64 = done.iter().map(|d| secs(d.c)).sum();
+    let total = span(st).map_or(0.0, |p| p.secs());
     let _ = writeln!(
         out,
-        "## Summary\n- Total sprints planned: {}\n- Total sprints completed: {} ({})\n- Models used: {}\n- Total cost: {}× (relative: haiku={}×, sonnet={}×, opus={}×; every dispatch counts)\n- Total duration: {}\n\n---\n\n## Work Units\n",
+        "## Summary\n- Total sprints planned: {}\n- Total sprints completed: {} ({})\n- Paid dispatches by model: {}\n- Total cost: {}× (relative: haiku={}×, sonnet={}×, opus={}×; every dispatch counts)\n- Total time: {}\n\n---\n\n## Work Units\n",
         st.plan.total_sprints(),
         done.len(),
         if st.status == OverallStatus::Completed { "complete" } else { "in progress" },
@@ -122,6 +112,17 @@ pub fn complete_md(st: &OperationState, now: DateTime<Utc>) -> String {
     }
     for d in &done {
         let c = d.c;
+        let (u, run) = st
+            .units
+            .iter()
+            .enumerate()
+            .find_map(|(i, u)| {
+                u.sprints
+                    .iter()
+                    .find(|s| s.id == d.sprint.id && u.name == d.unit)
+                    .map(|s| (i, s))
+            })
+            .expect("a completed sprint is one of the operation's");
         let _ = writeln!(
             out,
             "### {} {} Sprint {}: {}\n- **Work Unit**: {}\n- **Status**: {}",
@@ -136,13 +137,23 @@ pub fn complete_md(st: &OperationState, now: DateTime<Utc>) -> String {
             d.unit,
             crate::engine::completed_words(c)
         );
+        let paid = paid_attempts(run);
+        let attempts = match c.attempts {
+            0 => format!("{paid} paid dispatches; its work was found done without an agent"),
+            a => format!(
+                "{} (attempt {a} of at most {} succeeded)",
+                match paid {
+                    1 => "1 paid dispatch".to_string(),
+                    n => format!("{n} paid dispatches"),
+                },
+                st.max_attempts(u)
+            ),
+        };
         let _ = writeln!(
             out,
-            "- **Model**: {} (complexity score: {})\n- **Attempts**: {}/{}",
+            "- **Model**: {} (complexity score: {})\n- **Attempts**: {attempts}",
             c.tier.as_str(),
             c.score,
-            c.attempts,
-            st.config.max_retries
         );
         let _ = writeln!(
             out,
@@ -189,6 +200,22 @@ pub fn complete_md(st: &OperationState, now: DateTime<Utc>) -> String {
         out.push_str(&final_verification(st, now));
     }
     out
+}
+
+/// Code sprints completed without an agent: their work was found done.
+fn found_done(st: &OperationState) -> usize {
+    st.units
+        .iter()
+        .enumerate()
+        .filter(|(_, u)| !st.superseded(&u.name))
+        .flat_map(|(i, u)| u.sprints.iter().enumerate().map(move |(j, s)| (i, j, s)))
+        .filter(|(i, j, s)| {
+            st.plan.work_units[*i].sprints[*j].kind == SprintType::Code
+                && s.completion
+                    .as_ref()
+                    .is_some_and(|c| c.already_done.is_some())
+        })
+        .count()
 }
 
 /// The results of §14d steps 2–4 and the verdict.
@@ -438,10 +465,22 @@ fn final_verification(st: &OperationState, now: DateTime<Utc>) -> String {
         out.push('\n');
     }
     let unverified = v.criteria_sprints - v.fully_verified;
+    let regressions = st
+        .head_verification
+        .as_ref()
+        .map_or(0, |h| h.failures().count());
     let _ = writeln!(
         out,
         "\n**Result**: {}\n",
-        if unverified == 0 {
+        if unverified == 0 && regressions > 0 {
+            format!(
+                "✗ every machine-checkable exit criterion was verified as its sprint ended, but {} on the final head (below)",
+                match regressions {
+                    1 => "1 fails".to_string(),
+                    n => format!("{n} fail"),
+                }
+            )
+        } else if unverified == 0 {
             "✓ every machine-checkable exit criterion was verified".to_string()
         } else {
             format!("✗ {unverified} sprints have machine-checkable exit criteria that did not pass")
@@ -607,12 +646,15 @@ fn cadence(st: &OperationState, done: &[Done]) -> String {
     };
     let turns: u32 = done.iter().filter_map(|d| d.c.turns).sum();
     let reported = done.iter().filter(|d| d.c.turns.is_some()).count() as u32;
+    // The operation's time, as every view gives it; the pace below is
+    // the sprints' own.
+    let whole = span(st).unwrap_or(super::figures::Span { start, end });
     let _ = writeln!(
         out,
-        "- **Total elapsed time**: {} ({} → {})",
-        duration(elapsed),
-        ts(start),
-        ts(end)
+        "- **Total time**: {} ({} → {})",
+        duration(whole.secs()),
+        ts(whole.start),
+        ts(whole.end)
     );
     let _ = writeln!(out, "- **Active work time**: {}", duration(active));
     let _ = writeln!(
@@ -1050,12 +1092,17 @@ pub fn final_summary(st: &OperationState, complete_at: &str) -> String {
         v.fully_verified,
         v.criteria_sprints
     );
+    let found = found_done(st);
     let _ = writeln!(
         out,
-        "{} Git Commits: {}/{} code sprints have commits",
+        "{} Git Commits: {}/{} code sprints done by agents have commits{}",
         super::tick(v.code_with_commits == v.code_sprints),
         v.code_with_commits,
-        v.code_sprints
+        v.code_sprints,
+        match found {
+            0 => String::new(),
+            n => format!(" ({n} more found done without an agent)"),
+        }
     );
     if let Some(h) = &st.head_verification {
         let failing = h.failures().count();
@@ -1075,13 +1122,13 @@ pub fn final_summary(st: &OperationState, complete_at: &str) -> String {
             v.issues.len(),
         );
     }
-    if let Some(p) = pace(st, &done) {
+    if let (Some(p), Some(whole)) = (pace(st, &done), span(st)) {
         let _ = writeln!(
             out,
             "\n### Performance Summary\n- Total time: {} ({} → {})\n- Average sprint: {:.1} minutes\n- Parallelism efficiency: {:.0}% (of {} at once)",
-            duration(p.elapsed),
-            ts(p.start),
-            ts(p.end),
+            duration(whole.secs()),
+            ts(whole.start),
+            ts(whole.end),
             mins(p.active) / done.len() as f64,
             p.efficiency,
             crate::text::count(st.config.max_parallel.get() as usize, "agent")
@@ -1089,7 +1136,7 @@ pub fn final_summary(st: &OperationState, complete_at: &str) -> String {
     }
     let _ = writeln!(
         out,
-        "- Model usage: {}\n- Total cost: {}× (relative)",
+        "- Paid dispatches by model: {}\n- Total cost: {}× (relative)",
         usage_line(st),
         st.cost_spent,
     );

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 pub fn estimate_line(e: &Estimate, config: &EngineConfig) -> String {
     let d = &e.dollars;
     let mut out = format!(
-        "Expected cost: {}–{} (about {}; at most {} if every retry is used), {}; {}–{} budget units ({} a dispatch).",
+        "Expected cost: {}–{} (about {}; at most {} if every retry and continuation is used), {}; {}–{} budget units ({} a dispatch).",
         d.low,
         d.high,
         d.expected,
@@ -71,11 +71,11 @@ pub fn estimate_text(title: &str, e: &Estimate, config: &EngineConfig) -> String
     };
     let d = &e.dollars;
     let mut out = format!(
-        "What {title} is likely to cost: {}–{} (about {}; at most {} if every retry is used), {}.\nIn budget units: {}–{} ({prices} a dispatch). {budget}.\n\n",
+        "What {title} is likely to cost: {}–{} (about {}; at most {} if every retry and continuation is used), {}.\nIn budget units: {}–{} ({prices} a dispatch). {budget}.\n\n",
         d.low, d.high, d.expected, d.ceiling, learned(e), e.least, e.most
     );
     out.push_str(
-        "| unit | sprint | first model, and why | dollars (about) | units: first attempt succeeds | units: every retry used |\n",
+        "| unit | sprint | first model, and why | dollars (about) | units: first attempt succeeds | units: every retry and continuation used |\n",
     );
     out.push_str("|---|---|---|---|---|---|\n");
     for s in &e.sprints {

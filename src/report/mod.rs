@@ -4,6 +4,7 @@
 
 mod complete;
 mod estimate;
+pub mod figures;
 pub mod money;
 pub mod plan_check;
 pub mod posts;
