@@ -2456,3 +2456,28 @@ fn an_always_partial_sprint_spends_within_the_estimates_most() {
         .sum();
     assert!(spent <= most, "spent {spent}×, the estimate's most {most}×");
 }
+
+/// A continuation goes on with the model of the attempt it continues: the
+/// failure before that attempt was answered when it began, not again.
+#[test]
+fn a_continuation_after_a_retry_does_not_escalate_again() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    let first = sim.order_for("docs");
+    sim.finish("docs", failure());
+    let retry = sim.order_for("docs");
+    assert_eq!(retry.kind, DispatchKind::Retry);
+    assert!(retry.tier > first.tier, "a retry goes one tier up");
+    sim.finish("docs", partial());
+    let next = sim.order_for("docs");
+    assert_eq!(next.kind, DispatchKind::Continuation);
+    let why = sim
+        .st()
+        .decisions
+        .iter()
+        .rev()
+        .find(|d| d.decision.starts_with("Model:"))
+        .map(|d| d.rationale.clone())
+        .unwrap_or_default();
+    assert_eq!(next.tier, retry.tier.max(ModelTier::Sonnet), "{why}");
+    assert!(!why.contains("one tier up"), "{why}");
+}

@@ -87,6 +87,10 @@ pub struct RunFlags {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Print every reason of each decision (the complexity score's parts,
+    /// each override), as the decision log keeps them.
+    #[arg(long, short)]
+    pub verbose: bool,
     /// Start a new operation even though one exists (its log is kept in
     /// `.supervise/finished/`): how an edited plan is applied.
     #[arg(long)]
@@ -438,7 +442,8 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
             .with_context(|| format!("remembering the agent in {}", remembered.display()))?;
     }
     let (asked, tick_ms) = (settings.engine.clone(), settings.tick_ms);
-    let mut sup = Supervisor::open(plan, settings, Box::new(Terminal::new(out)))?;
+    let screen = Terminal::new(out).verbose(flags.verbose);
+    let mut sup = Supervisor::open(plan, settings, Box::new(screen))?;
     // An operation keeps the engine settings it started with; a flag that
     // would change one is refused with the reason, never dropped.
     if let Some(st) = sup
@@ -1156,7 +1161,7 @@ mod tests {
     fn every_setting_flag_is_in_the_table() {
         let cmd = <RunFlags as clap::Args>::augment_args(clap::Command::new("run"));
         // Output flags, and the tick (a test knob, not a setting).
-        let not_settings = ["--json", "--quiet", "--new", "--tick-ms"];
+        let not_settings = ["--json", "--quiet", "--verbose", "--new", "--tick-ms"];
         let longs: Vec<String> = cmd
             .get_arguments()
             .filter_map(|a| a.get_long())

@@ -61,6 +61,8 @@ pub struct Terminal {
     /// States in colour (a live terminal, unless `NO_COLOR` is set or the
     /// terminal is `dumb`).
     colour: bool,
+    /// Every reason of every decision (`--verbose`), not the person's line.
+    verbose: bool,
 }
 
 /// The sequence that starts every live frame: the cursor back up over the
@@ -82,6 +84,20 @@ impl Terminal {
             resume: None,
             drawn_lines: 0,
             colour,
+            verbose: false,
+        }
+    }
+
+    /// Each decision with all its reasons, as the decision log has it.
+    pub fn verbose(mut self, verbose: bool) -> Terminal {
+        self.verbose = verbose;
+        self
+    }
+
+    fn decision(&self, d: &engine::DecisionEntry) -> String {
+        match self.verbose {
+            true => report::decision_line(d),
+            false => report::person_line(d),
         }
     }
 
@@ -107,7 +123,7 @@ impl Terminal {
             .rev()
             .take(8)
             .rev()
-            .map(report::decision_line)
+            .map(|d| self.decision(d))
             .collect();
         let mut frame = format!(
             "{}\nRecent decisions:\n{}\n",
@@ -144,7 +160,7 @@ impl Screen for Terminal {
                 }
                 OutputMode::Lines => {
                     if let engine::Event::Decision { entry: d } = e {
-                        let line = self.said(&report::decision_line(d).replacen(' ', "] ", 1));
+                        let line = self.said(&self.decision(d).replacen(' ', "] ", 1));
                         println!("[{}", text::for_terminal(&line));
                     }
                 }
@@ -154,7 +170,8 @@ impl Screen for Terminal {
     }
 
     fn notice(&mut self, text: &str) {
-        let said = self.said(text);
+        // Markdown's emphasis is for GitHub; a terminal shows it literally.
+        let said = self.said(text).replace("**", "");
         let text = text::for_terminal(&said);
         match self.out {
             OutputMode::Quiet => {}

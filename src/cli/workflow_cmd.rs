@@ -219,7 +219,9 @@ where
     } else {
         terminal::default_output(flags.json)
     };
-    let screen = Terminal::new(out).resuming_with(format!("supervise {kind}"));
+    let screen = Terminal::new(out)
+        .resuming_with(format!("supervise {kind}"))
+        .verbose(flags.verbose);
     let mut sup = Supervisor::open_in(loaded, settings, Box::new(screen), dir)?;
     let first = match workflow {
         Some(w) => {

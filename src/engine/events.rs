@@ -721,6 +721,9 @@ pub enum Event {
         unit: usize,
         sprint: usize,
         remaining: Vec<String>,
+        /// What the failing command criterion printed, when one did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        check: Option<FailedCheck>,
         at: DateTime<Utc>,
     },
     /// The model provider ended the run (a rate limit, an overload, a 5xx):

@@ -211,14 +211,6 @@ pub fn build(p: &PromptInput) -> String {
                 p.attempt.saturating_sub(1).max(1),
                 p.last_failure.unwrap_or("the previous agent made no verifiable progress")
             );
-            if let Some(c) = p.failed_check {
-                let _ = writeln!(
-                    out,
-                    "The failing check, {}, printed (its last lines):\n{}",
-                    c.criterion,
-                    crate::text::quoted(&c.output)
-                );
-            }
         }
         DispatchKind::Continuation => {
             let _ = writeln!(out, "\nSprint {} is partly done; earlier work is already on this branch. Complete ONLY the remaining work:", s.id);
@@ -227,6 +219,15 @@ pub fn build(p: &PromptInput) -> String {
             }
         }
         DispatchKind::Fresh => {}
+    }
+    // What the failing check printed, for the agent that must make it pass.
+    if let (Some(c), DispatchKind::Retry | DispatchKind::Continuation) = (p.failed_check, p.kind) {
+        let _ = writeln!(
+            out,
+            "The failing check, {}, printed (its last lines):\n{}",
+            c.criterion,
+            crate::text::quoted(&c.output)
+        );
     }
     if p.kind != DispatchKind::Fresh && !p.review.is_empty() {
         out.push_str(&review_report(p.review));

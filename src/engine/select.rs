@@ -194,20 +194,29 @@ pub fn select(c: &Complexity, ctx: SelectionContext) -> (ModelTier, String) {
             reasons.push(why);
         }
     };
-    if ctx.failures >= 2 {
-        raise(
+    // A continuation goes on with the attempt it continues (below): the
+    // attempt's failures were already answered when it began.
+    match (ctx.partial, ctx.failures) {
+        (true, _) | (false, 0) => {}
+        (false, 1) => {
+            // Start cheap, learn from failure, send a stronger model.
+            let prev = ctx.previous.unwrap_or(base);
+            let why = match prev.stronger() {
+                up if up > prev => {
+                    format!("retry after a failure on {}: one tier up", prev.as_str())
+                }
+                _ => format!(
+                    "retry after a failure on {}: the strongest again",
+                    prev.as_str()
+                ),
+            };
+            raise(prev.stronger(), why, &mut tier);
+        }
+        (false, n) => raise(
             ModelTier::Opus,
-            format!("forced opus: {} prior failures", ctx.failures),
+            format!("forced opus: {n} prior failures"),
             &mut tier,
-        );
-    } else if ctx.failures == 1 {
-        // Start cheap, learn from failure, send a stronger model.
-        let prev = ctx.previous.unwrap_or(base);
-        raise(
-            prev.stronger(),
-            format!("retry after a failure on {}: one tier up", prev.as_str()),
-            &mut tier,
-        );
+        ),
     }
     if c.foundation && c.dependents >= 5 {
         raise(

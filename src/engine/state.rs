@@ -173,7 +173,8 @@ pub struct SprintRun {
     pub active: Option<ActiveDispatch>,
     pub history: Vec<AttemptRecord>,
     pub last_failure: Option<String>,
-    /// The failing command criterion's output of the last failure, if any.
+    /// What a failing command criterion printed in the last attempt or
+    /// continuation that ended with one failing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_check: Option<FailedCheck>,
     pub remaining: Vec<String>,
@@ -994,11 +995,13 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
             unit,
             sprint,
             remaining,
+            check,
             ..
         } => {
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 s.continuations += 1;
                 s.remaining = remaining.clone();
+                s.failed_check = check.clone();
             }
         }
         Event::SprintCompleted {

@@ -83,6 +83,27 @@ pub fn decision_line(d: &crate::engine::DecisionEntry) -> String {
     )
 }
 
+/// [`decision_line`] as a person at a terminal reads it: the reasons one
+/// acts on, without the complexity score's arithmetic (the decision log
+/// and `--verbose` keep every reason).
+pub fn person_line(d: &crate::engine::DecisionEntry) -> String {
+    let reasons: Vec<&str> = d.rationale.split("; ").collect();
+    let kept: Vec<&str> = reasons
+        .iter()
+        .copied()
+        .filter(|r| !r.starts_with("complexity score"))
+        .collect();
+    let rationale = match (kept.is_empty(), reasons.first()) {
+        (true, Some(score)) => score.split(" (").next().unwrap_or(score).to_string(),
+        _ => kept.join("; "),
+    };
+    let shown = crate::engine::DecisionEntry {
+        rationale,
+        ..d.clone()
+    };
+    decision_line(&shown)
+}
+
 pub(crate) fn ts(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
@@ -145,6 +166,39 @@ pub fn resume_as(text: &str, command: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+#[cfg(test)]
+mod person_line_tests {
+    use super::*;
+
+    #[test]
+    fn a_person_reads_the_reasons_without_the_scores_arithmetic() {
+        let d = |rationale: &str| crate::engine::DecisionEntry {
+            at: chrono::DateTime::from_timestamp(0, 0).unwrap(),
+            unit: Some("core".into()),
+            sprint: crate::plan::SprintId::parse("1"),
+            decision: "Model: sonnet (attempt 2/3, Retry)".into(),
+            rationale: rationale.into(),
+        };
+        let retry = d(
+            "complexity score 4 (turns +3, risk +1); retry after a failure on haiku: one tier up",
+        );
+        assert_eq!(
+            person_line(&retry),
+            "00:00:00 core Sprint 1: Model: sonnet (attempt 2/3, Retry) — retry after a failure on haiku: one tier up"
+        );
+        assert!(
+            decision_line(&retry).contains("(turns +3, risk +1)"),
+            "the log keeps it"
+        );
+        let fresh = d("complexity score 11 (turns +3, foundation +5, dependents +2, risk +1)");
+        assert!(
+            person_line(&fresh).ends_with("— complexity score 11"),
+            "{}",
+            person_line(&fresh)
+        );
+    }
 }
 
 #[cfg(test)]

@@ -477,6 +477,7 @@ impl Decider<'_> {
                         unit: u,
                         sprint: s,
                         remaining,
+                        check,
                         at: self.now,
                     });
                 }
@@ -789,6 +790,7 @@ impl Decider<'_> {
             unit: u,
             sprint: s,
             remaining: vec![task],
+            check: None,
             at: self.now,
         });
     }
