@@ -29,6 +29,8 @@ async fn with_app(story: &Story, args: &[&str], extra_env: &[(&str, &str)]) -> (
         .env("GITHUB_PRIVATE_KEY_PATH", key)
         .env("GITHUB_API_URL", story.fake.url())
         .env("GITHUB_WEB_URL", "https://github.example")
+        // The release the workflow pins, served here: never github.com.
+        .env("SUPERVISE_RELEASE_BASE", release_server("v1"))
         .env_remove("SUPERVISE_PUBLIC_URL");
     for (k, v) in extra_env {
         cmd.env(k, v);
@@ -95,6 +97,8 @@ async fn doctor_passes_a_repository_set_up_right_and_names_the_fix_for_each_plan
         "Secrets",
         "Plan",
         "Settings",
+        "Agent",
+        "Release",
     ] {
         assert!(said_of(&out, check).starts_with('✓'), "{check}:\n{out}");
     }
@@ -229,6 +233,21 @@ async fn setup_opens_one_pull_request_with_the_agent_workflow_and_starter_settin
         .file(REPO, "supervise/setup", ".github/supervise.yml")
         .expect("starter settings proposed");
     supervise::settings::parse(&settings, ".github/supervise.yml").unwrap();
+    // The working choice is the default: the agent named in the starter
+    // settings, its secret said, and where the workflow gets `supervise`.
+    let starter = supervise::place::hosted::starter::STARTER_SETTINGS;
+    let parsed = supervise::settings::parse(starter, ".github/supervise.yml").unwrap();
+    assert_eq!(parsed.agent.as_deref(), Some("claude"), "{starter}");
+    assert!(
+        pull.body.contains("`ANTHROPIC_API_KEY`")
+            && pull.body.contains("`agent: claude`")
+            && pull
+                .body
+                .contains("release `v1` of `sprint-supervisor/sprint-supervisor`")
+            && pull.body.contains("`SUPERVISE_VERSION`"),
+        "{}",
+        pull.body
+    );
     assert_eq!(
         story.fake.files(REPO, "main"),
         default_before,
@@ -435,5 +454,138 @@ fn mistakes_in_what_was_set_are_said_of_what_was_set() {
     assert!(
         err.contains("already in use") && err.contains("--port 0"),
         "{err}"
+    );
+}
+
+/// A release server for the Release check: it answers `ok` (a version
+/// tag) with SHA256SUMS, anything else with 404. Its address is what
+/// SUPERVISE_RELEASE_BASE takes.
+fn release_server(ok: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 2048];
+            let n = conn.read(&mut buf).unwrap_or(0);
+            let request = String::from_utf8_lossy(&buf[..n]).to_string();
+            let found = request.starts_with(&format!("GET /{ok}/SHA256SUMS "));
+            let answer = if found {
+                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc"
+            } else {
+                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            };
+            let _ = conn.write_all(answer.as_bytes());
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// With nothing set, in a clone, `doctor` still checks everything that
+/// needs no credential — the plan, the settings, the agent workflow and
+/// its version, the agent it would run and the secret that agent needs,
+/// the release it installs from — so a newcomer sees all there is to do.
+/// An older workflow that would run a script the repository lacks fails.
+#[test]
+fn doctor_in_a_clone_checks_what_needs_no_credential() {
+    let clone = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        assert!(std::process::Command::new("git")
+            .args(args)
+            .current_dir(clone.path())
+            .status()
+            .unwrap()
+            .success());
+    };
+    git(&["init", "-q"]);
+    git(&[
+        "remote",
+        "add",
+        "origin",
+        &format!("https://github.com/{REPO}.git"),
+    ]);
+    std::fs::create_dir_all(clone.path().join(".github/workflows")).unwrap();
+    std::fs::write(clone.path().join(WORKFLOW), workflow_text()).unwrap();
+    std::fs::write(
+        clone.path().join("EXECUTION_PLAN.md"),
+        "# Shop\n\n## api\n### Sprint 1: Types\n- [ ] `api/types.txt` exists\n",
+    )
+    .unwrap();
+    std::fs::write(clone.path().join(".github/supervise.yml"), "agent: codex\n").unwrap();
+    let run = |base: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"))
+            .arg("doctor")
+            .current_dir(clone.path())
+            .env_remove("GITHUB_APP_ID")
+            .env_remove("GITHUB_PRIVATE_KEY")
+            .env_remove("GITHUB_PRIVATE_KEY_PATH")
+            .env("SUPERVISE_RELEASE_BASE", base)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let (code, said) = run(&release_server("v1"));
+    assert_eq!(
+        code,
+        Some(1),
+        "the App's id and key are still missing: {said}"
+    );
+    for (check, mark, words) in [
+        ("App id", '✗', "GITHUB_APP_ID"),
+        ("Plan", '✓', "1 unit, 1 sprint"),
+        ("Settings", '✓', "valid"),
+        ("Agent workflow", '✓', "this version's"),
+        (
+            "Agent",
+            '✓',
+            "Codex (agent: codex); it needs the repository secret OPENAI_API_KEY",
+        ),
+        (
+            "Release",
+            '✓',
+            "supervise v1 from the releases of sprint-supervisor/sprint-supervisor",
+        ),
+    ] {
+        let line = said_of(&said, check);
+        assert!(
+            line.starts_with(mark) && line.contains(words),
+            "{check}: {said}"
+        );
+    }
+    // The release the workflow pins is not there: every agent job would fail.
+    let (_, said) = run(&release_server("v9"));
+    let line = said_of(&said, "Release");
+    assert!(
+        line.starts_with('✗') && line.contains("SUPERVISE_VERSION"),
+        "{said}"
+    );
+    // An older workflow whose default agent is a script nobody added.
+    let old = workflow_text().replace(
+        "AGENT_SCRIPT:",
+        "AGENT_KIND: ${{ vars.SUPERVISE_AGENT || 'script' }}\n      AGENT_SCRIPT:",
+    );
+    std::fs::write(clone.path().join(WORKFLOW), old).unwrap();
+    let (_, said) = run(&release_server("v1"));
+    let line = said_of(&said, "Agent");
+    assert!(
+        line.starts_with('✗') && line.contains(".github/supervise-agent.sh"),
+        "{said}"
+    );
+    // A local command as `agent:` is no agent the workflow runs.
+    std::fs::write(clone.path().join(WORKFLOW), workflow_text()).unwrap();
+    std::fs::write(
+        clone.path().join(".github/supervise.yml"),
+        "agent: ./my-agent.sh\n",
+    )
+    .unwrap();
+    let (_, said) = run(&release_server("v1"));
+    let line = said_of(&said, "Agent");
+    assert!(
+        line.starts_with('✗') && line.contains("command for local runs"),
+        "{said}"
     );
 }

@@ -106,7 +106,18 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
                 .await
             })
         }
-        _ => missing,
+        // Without what GitHub needs, what needs no credential is still
+        // checked, from the clone here: everything left to do, at once.
+        _ => {
+            if let Some(root) = clone_root() {
+                let file = |path: &str| std::fs::read_to_string(root.join(path)).ok();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                missing.extend(rt.block_on(doctor::local(&file, &args.plan)));
+            }
+            missing
+        }
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&findings)?);
@@ -118,6 +129,17 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
     } else {
         0
     })
+}
+
+/// The top of the git work tree here, if this is one.
+fn clone_root() -> Option<std::path::PathBuf> {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--show-toplevel"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let root = String::from_utf8(out.stdout).ok()?;
+    (out.status.success() && !root.trim().is_empty()).then(|| root.trim().into())
 }
 
 /// `owner/name` of the GitHub repository the `origin` remote here points at

@@ -110,6 +110,33 @@ impl Preset {
     }
 
     /// The npm package that installs the program.
+    /// The agent the shipped agent workflow runs for it (its `AGENT_KIND`).
+    pub fn workflow_kind(self) -> &'static str {
+        match self {
+            Preset::Claude => "claude-code",
+            Preset::Codex => "codex",
+            Preset::Gemini => "gemini",
+        }
+    }
+
+    /// The repository secret the agent workflow gives it: its model key.
+    pub fn secret(self) -> &'static str {
+        match self {
+            Preset::Claude => "ANTHROPIC_API_KEY",
+            Preset::Codex => "OPENAI_API_KEY",
+            Preset::Gemini => "GEMINI_API_KEY",
+        }
+    }
+
+    /// The CLI's name as people know it.
+    pub fn product(self) -> &'static str {
+        match self {
+            Preset::Claude => "Claude Code",
+            Preset::Codex => "Codex",
+            Preset::Gemini => "Gemini CLI",
+        }
+    }
+
     pub fn package(self) -> &'static str {
         match self {
             Preset::Claude => "@anthropic-ai/claude-code",

@@ -165,10 +165,238 @@ pub async fn check(t: &Target<'_>) -> Vec<Finding> {
         name: t.repo,
     };
     out.push(agent_workflow(t, &repo).await);
-    out.push(secrets(t, i.id).await);
+    let (found, secret_names) = secrets(t, i.id).await;
+    out.push(found);
     out.push(plan(t, &repo).await);
     out.push(settings(&repo).await);
+    let file = |path: &str| {
+        let repo = &repo;
+        let path = path.to_string();
+        async move { repo.file(&path, None).await.ok().flatten().map(|(t, _)| t) }
+    };
+    let workflow = file(&format!(".github/workflows/{}", super::DEFAULT_WORKFLOW)).await;
+    let settings_text = file(crate::settings::REPO_FILE).await;
+    let script = file(AGENT_SCRIPT).await.is_some();
+    out.push(agent(
+        workflow.as_deref(),
+        settings_text.as_deref(),
+        script,
+        secret_names.as_deref(),
+    ));
+    if let Some(w) = &workflow {
+        out.push(release(w).await);
+    }
     out
+}
+
+/// The release the agent workflow installs `supervise` from: the defaults
+/// it pins for `SUPERVISE_REPOSITORY` and `SUPERVISE_VERSION` (repository
+/// variables of those names take their place).
+pub fn pinned_release(workflow: &str) -> Option<(String, String)> {
+    let default_of = |var: &str| {
+        let marker = format!("vars.{var} || '");
+        let at = workflow.find(&marker)? + marker.len();
+        Some(workflow[at..].split('\'').next()?.to_string())
+    };
+    Some((
+        default_of("SUPERVISE_REPOSITORY")?,
+        default_of("SUPERVISE_VERSION")?,
+    ))
+}
+
+/// Whether the release the workflow pins answers: its SHA256SUMS, which
+/// every job's install step downloads first. SUPERVISE_RELEASE_BASE stands
+/// for `https://github.com/OWNER/REPO/releases/download`, as for
+/// `scripts/install-release`.
+async fn release(workflow: &str) -> Finding {
+    const CHECK: &str = "Release";
+    let Some((repo, version)) = pinned_release(workflow) else {
+        return Finding::skipped(CHECK, "the agent workflow names no release to install from");
+    };
+    let base = std::env::var("SUPERVISE_RELEASE_BASE")
+        .unwrap_or_else(|_| format!("https://github.com/{repo}/releases/download"));
+    let url = format!("{}/{version}/SHA256SUMS", base.trim_end_matches('/'));
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return Finding::skipped(CHECK, format!("{url} is not an address"));
+    };
+    let connector = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
+        Ok(b) => b.https_or_http().enable_http1().build(),
+        Err(e) => return Finding::skipped(CHECK, format!("no TLS roots to ask {url}: {e}")),
+    };
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Empty<hyper::body::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(connector);
+    let asked = tokio::time::timeout(std::time::Duration::from_secs(10), client.get(uri)).await;
+    let how = format!(
+        "the workflow installs supervise {version} from the releases of {repo} (the variables SUPERVISE_VERSION and SUPERVISE_REPOSITORY, when set, take their place)"
+    );
+    match asked {
+        // GitHub answers a release asset with a redirect to its storage.
+        Ok(Ok(r)) if r.status().is_success() || r.status().is_redirection() => {
+            Finding::pass(CHECK, format!("{how}; it answers"))
+        }
+        Ok(Ok(r)) => Finding::fail(
+            CHECK,
+            format!("{how}, but {url} answers {}: every agent job would fail at its install step", r.status()),
+            "set the repository variable SUPERVISE_VERSION to a published release tag, or SUPERVISE_REPOSITORY to a fork whose release workflow (.github/workflows/release.yml) has published one",
+        ),
+        Ok(Err(e)) => Finding::skipped(CHECK, format!("{how}; {url} could not be asked: {e}")),
+        Err(_) => Finding::skipped(CHECK, format!("{how}; {url} gave no answer in 10 s")),
+    }
+}
+
+/// The file the workflow's `script` agent runs by default.
+const AGENT_SCRIPT: &str = ".github/supervise-agent.sh";
+
+/// What needs no credential, read from a clone of the repository (`file`
+/// reads a path of its working tree): the plan, the settings, the agent
+/// workflow and its version, and the agent it would run with the secret
+/// that agent needs. A newcomer sees everything left to do at once.
+pub async fn local(file: &dyn Fn(&str) -> Option<String>, plan_path: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    out.push(match file(plan_path) {
+        Some(text) => match crate::plan::parse(&text, plan_path) {
+            Ok(p) => Finding::pass(
+                "Plan",
+                format!(
+                    "{plan_path} here: {}, {}",
+                    crate::text::count(p.work_units.len(), "unit"),
+                    crate::text::count(p.total_sprints(), "sprint")
+                ),
+            ),
+            Err(problems) => Finding::fail(
+                "Plan",
+                problems
+                    .iter()
+                    .take(3)
+                    .map(|p| format!("{plan_path}:{p}"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                format!("fix the plan; `supervise plan show {plan_path}` says where"),
+            ),
+        },
+        None => Finding::skipped(
+            "Plan",
+            format!("no {plan_path} here (work without a plan needs none)"),
+        ),
+    });
+    let settings_file = crate::settings::REPO_FILE;
+    let settings_text = file(settings_file);
+    out.push(
+        match settings_text
+            .as_deref()
+            .map(|t| crate::settings::parse(t, settings_file))
+        {
+            None => Finding::pass("Settings", format!("no {settings_file} here: the defaults")),
+            Some(Ok(_)) => Finding::pass("Settings", format!("{settings_file} here is valid")),
+            Some(Err(e)) => Finding::fail(
+                "Settings",
+                e,
+                format!("fix {settings_file}; the schema is schema/supervise.schema.json"),
+            ),
+        },
+    );
+    let path = format!(".github/workflows/{}", super::DEFAULT_WORKFLOW);
+    let workflow = file(&path);
+    out.push(match workflow.as_deref() {
+        None => Finding::fail(
+            "Agent workflow",
+            format!("{path} is not in this clone"),
+            "`supervise setup --repo <owner/name>` opens a pull request adding it; merge it, then pull",
+        ),
+        Some(text) if text == super::starter::AGENT_WORKFLOW => {
+            Finding::pass("Agent workflow", format!("{path} is this version's"))
+        }
+        Some(text) => match workflow_inputs(text, &path) {
+            f if f.verdict == Verdict::Pass => Finding::pass(
+                "Agent workflow",
+                format!("{path} takes every input this version sends (it differs from this version's; `supervise setup` proposes this version's)"),
+            ),
+            f => f,
+        },
+    });
+    out.push(agent(
+        workflow.as_deref(),
+        settings_text.as_deref(),
+        file(AGENT_SCRIPT).is_some(),
+        None,
+    ));
+    if let Some(w) = &workflow {
+        out.push(release(w).await);
+    }
+    out
+}
+
+/// The agent the workflow would run — `agent:` in the settings, Claude
+/// Code when it names none; an older workflow's `script` default — and
+/// whether what it needs is there: the script file, the model key's
+/// secret (when the secret names could be read).
+pub fn agent(
+    workflow: Option<&str>,
+    settings: Option<&str>,
+    script_exists: bool,
+    secrets: Option<&[String]>,
+) -> Finding {
+    use crate::settings::Preset;
+    const CHECK: &str = "Agent";
+    let older_default = workflow.is_some_and(|w| w.contains("vars.SUPERVISE_AGENT || 'script'"));
+    let named = settings
+        .and_then(|t| crate::settings::parse(t, crate::settings::REPO_FILE).ok())
+        .and_then(|f| f.agent);
+    if older_default && !script_exists {
+        return Finding::fail(
+            CHECK,
+            format!("the agent workflow (an older version) runs {AGENT_SCRIPT} unless the variable SUPERVISE_AGENT is set, and the repository has no such file"),
+            "replace the workflow with this version's (`supervise setup --repo <owner/name>`), which runs the agent `agent:` names in .github/supervise.yml",
+        );
+    }
+    let preset = match named.as_deref() {
+        None => Preset::Claude,
+        Some(word) => match Preset::named(word) {
+            Some(p) => p,
+            None => {
+                return Finding::fail(
+                    CHECK,
+                    format!("agent: `{word}` in {} is a command for local runs; the agent workflow runs claude, codex or gemini", crate::settings::REPO_FILE),
+                    format!("set `agent: claude` (or codex, gemini); for a script of your own, set the repository variable SUPERVISE_AGENT to script and commit {AGENT_SCRIPT}"),
+                )
+            }
+        },
+    };
+    let said = match named {
+        Some(_) => format!("agent: {}", preset.workflow_kind()),
+        None => "no agent: in the settings".to_string(),
+    };
+    match secrets {
+        Some(names) if !names.iter().any(|n| n == preset.secret()) => Finding::fail(
+            CHECK,
+            format!(
+                "the workflow runs {} ({said}), whose key {} is not among the repository's secrets",
+                preset.product(),
+                preset.secret()
+            ),
+            format!(
+                "add the repository secret {} (Settings → Secrets and variables → Actions)",
+                preset.secret()
+            ),
+        ),
+        Some(_) => Finding::pass(
+            CHECK,
+            format!(
+                "the workflow runs {} ({said}); its key {} is set",
+                preset.product(),
+                preset.secret()
+            ),
+        ),
+        None => Finding::pass(
+            CHECK,
+            format!(
+                "the workflow runs {} ({said}); it needs the repository secret {}",
+                preset.product(),
+                preset.secret()
+            ),
+        ),
+    }
 }
 
 /// 1. Whether GitHub accepts the App's key, and the App it belongs to.
@@ -366,10 +594,12 @@ async fn agent_workflow(t: &Target<'_>, repo: &Repo<'_>) -> Finding {
     }
 }
 
-/// 6. A model provider's key among the repository's secrets (names only).
-async fn secrets(t: &Target<'_>, installation: u64) -> Finding {
+/// 6. A model provider's key among the repository's secrets (names only),
+/// and the names, when the App may read them.
+async fn secrets(t: &Target<'_>, installation: u64) -> (Finding, Option<Vec<String>>) {
     const CHECK: &str = "Secrets";
-    match t
+    let mut names = None;
+    let found = match t
         .github
         .get(installation, &format!("/repos/{}/actions/secrets", t.repo))
         .await
@@ -378,17 +608,25 @@ async fn secrets(t: &Target<'_>, installation: u64) -> Finding {
             .map_err(|e| e.to_string())
             .and_then(|v| read::<SecretNames>("GET secrets", v).map_err(|e| e.to_string()))
         {
-            Ok(s) if s.secrets.iter().any(|x| PROVIDER_SECRETS.contains(&x.name.as_str())) => {
+            Ok(s)
+                if s.secrets
+                    .iter()
+                    .any(|x| PROVIDER_SECRETS.contains(&x.name.as_str())) =>
+            {
+                names = Some(s.secrets.iter().map(|x| x.name.clone()).collect());
                 Finding::pass(CHECK, "a model provider's key is set for the agents")
             }
-            Ok(_) => Finding::fail(
+            Ok(s) => {
+                names = Some(s.secrets.iter().map(|x| x.name.clone()).collect());
+                Finding::fail(
                 CHECK,
                 format!("none of {} is set", PROVIDER_SECRETS.join(", ")),
                 format!(
                     "add your model provider's key as a repository secret: {}/{}/settings/secrets/actions",
                     t.web_url, t.repo
                 ),
-            ),
+                )
+            }
             Err(e) => Finding::fail(CHECK, e, "report this answer"),
         },
         Err(GitHubError::Http { status: 403, .. }) => Finding::skipped(
@@ -396,7 +634,8 @@ async fn secrets(t: &Target<'_>, installation: u64) -> Finding {
             "the App may not read secret names (grant `secrets: read` to check them)",
         ),
         Err(e) => Finding::fail(CHECK, e.to_string(), "check the installation's permissions"),
-    }
+    };
+    (found, names)
 }
 
 /// 7. The plan on the default branch reads.

@@ -25,6 +25,11 @@ pub const STARTER_SETTINGS: &str = "\
 # Sprint Supervisor's settings for this repository. Every key, with what it
 # does, is in the guide's settings chapter (and schema/supervise.schema.json).
 
+# The agent each sprint's workflow run starts: claude (Claude Code; add the
+# repository secret ANTHROPIC_API_KEY), codex (OPENAI_API_KEY) or gemini
+# (GEMINI_API_KEY).
+agent: claude
+
 # Agents in flight at once, and attempts per sprint before its unit is BLOCKED.
 max_parallel: 2
 max_retries: 3
@@ -38,6 +43,19 @@ daily_budget: 400
 # A verified sprint's pull request is merged after an approving review.
 merge: after_review
 ";
+
+/// Which release the workflow installs `supervise` from, and how to point
+/// it elsewhere before one is published.
+pub fn release_note() -> String {
+    match super::doctor::pinned_release(AGENT_WORKFLOW) {
+        Some((repo, version)) => format!(
+            "Each job installs `supervise` from the release `{version}` of `{repo}` (its checksums verified). \
+To pin another, set the repository variable `SUPERVISE_VERSION` to its tag; to use your own build, \
+set `SUPERVISE_REPOSITORY` to a fork whose release workflow has published one."
+        ),
+        None => String::new(),
+    }
+}
 
 /// What `open_pull` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,11 +90,17 @@ pub async fn open_pull(repo: &Repo<'_>) -> Result<Starter, GitHubError> {
     let body = format!(
         "This pull request sets the repository up for Sprint Supervisor:\n\n{}\n\n\
 The agent workflow runs one attempt of one sprint in three jobs; only the last \
-can write, and it runs no repository code. Before merging, add the secret your \
-agent needs (for Claude Code, `ANTHROPIC_API_KEY`) and, if you like, the \
-variable `SUPERVISE_AGENT`. Then comment `/supervise start` on an issue.\n\n\
+can write, and it runs no repository code.\n\n\
+**Before merging, add the repository secret `ANTHROPIC_API_KEY`**: the agent is \
+Claude Code (`agent: claude` in `.github/supervise.yml`, when this pull request \
+adds it). For Codex or Gemini CLI, set `agent: codex` or `agent: gemini` there \
+and add `OPENAI_API_KEY` or `GEMINI_API_KEY` instead.\n\n\
+{release}\n\n\
+Then comment `/supervise start` on an issue; `supervise doctor --repo <owner/name>` \
+checks everything first.\n\n\
 Opened by `supervise setup`; nothing was pushed to the default branch.",
-        listed.join("\n")
+        listed.join("\n"),
+        release = release_note(),
     );
     let number = repo
         .propose(BRANCH, &files, "Set up Sprint Supervisor", &body)
