@@ -2640,3 +2640,23 @@ async fn an_operation_on_github_is_one_trace_of_its_attempts_waits_and_github_ca
         }
     }
 }
+
+/// With no SUPERVISE_AGENT variable (a repository set up as `setup`
+/// proposes), the shipped workflow runs the agent the settings name —
+/// Claude Code when they name none — not a script the repository never had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_the_agent_variable_the_workflow_runs_the_settings_agent() {
+    let s = Story::begin("").await;
+    // Unset, as GitHub gives a variable nobody made: the empty string.
+    s.set_workflow_vars(&[("SUPERVISE_AGENT", String::new())]);
+    s.say("/supervise start").await;
+    s.until("the final pull request", 180, |s| s.final_pull().is_some())
+        .await;
+    let mut ran = s.sprints_run();
+    ran.sort();
+    assert_eq!(
+        ran,
+        ["api 1", "api 2", "docs 1", "web 1"],
+        "Claude Code ran each sprint once"
+    );
+}
