@@ -93,6 +93,9 @@ struct Shared {
     grants: Mutex<HashMap<String, Instant>>,
     refused: AtomicU64,
     forwarded: AtomicU64,
+    /// Requests in a row each provider could not be reached for: the first
+    /// is said, in words, and the rest only counted until it answers again.
+    unreachable: Mutex<HashMap<&'static str, u64>>,
 }
 
 /// The proxy, listening on the loopback interface until dropped.
@@ -150,6 +153,7 @@ impl ModelProxy {
             grants: Mutex::new(HashMap::new()),
             refused: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
+            unreachable: Mutex::new(HashMap::new()),
         });
         let listener =
             std::net::TcpListener::bind("127.0.0.1:0").context("binding the model proxy")?;
@@ -391,14 +395,49 @@ async fn forward(shared: &Shared, client: &Client, req: Request<Incoming>) -> An
     );
     shared.forwarded.fetch_add(1, Ordering::Relaxed);
     match client.request(Request::from_parts(head, body)).await {
-        Ok(answer) => answer.map(http_body_util::Either::Left),
+        Ok(answer) => {
+            let failed = shared.unreachable.locked().remove(up.provider.name);
+            if let Some(n) = failed {
+                tracing::info!(
+                    provider = up.provider.name,
+                    "the model provider answers again, after {n} requests that could not reach it"
+                );
+            }
+            answer.map(http_body_util::Either::Left)
+        }
         Err(e) => {
-            tracing::warn!(
-                provider = up.provider.name,
-                "the model proxy could not reach the provider: {e}"
-            );
+            let first = {
+                let mut counts = shared.unreachable.locked();
+                let n = counts.entry(up.provider.name).or_default();
+                *n += 1;
+                *n == 1
+            };
+            if first {
+                tracing::warn!(
+                    provider = up.provider.name,
+                    "The model provider at {} could not be reached ({}). Agents' requests to it fail until it can be; check this machine's network, HTTPS_PROXY if it needs one, and {}. An attempt that ends on it is provider trouble: waited out, not counted as a failure. (Said once until it answers again.)",
+                    up.base,
+                    error_chain(&e),
+                    up.provider.base_var
+                );
+            }
             refuse(StatusCode::BAD_GATEWAY, "the provider could not be reached")
         }
+    }
+}
+
+/// An error and its causes in plain words (`tcp connect error: Connection
+/// refused (os error 111)`), not the client's own `client error (Connect)`.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut words = Vec::new();
+    let mut at = e.source();
+    while let Some(cause) = at {
+        words.push(cause.to_string());
+        at = cause.source();
+    }
+    match words.is_empty() {
+        true => e.to_string(),
+        false => words.join(": "),
     }
 }
 

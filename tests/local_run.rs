@@ -2371,3 +2371,115 @@ fn a_traced_run_is_one_trace_with_a_span_per_attempt() {
     );
     assert!(names.contains("TRACEPARENT"), "{names}");
 }
+
+/// The model provider cannot be reached (nothing listens where it is): the
+/// supervisor says so once, in words, with what to check — not a warning
+/// per request, and no terminal colour codes in a redirected log — and the
+/// attempt it ends is provider trouble, waited out, not a failure counted.
+#[test]
+fn an_unreachable_provider_is_said_once_in_words_and_waited_out() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let plan = "# One\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n### Sprint 1: Do it\n- [ ] `solo/done.txt` exists\n";
+    let repo = Repo(Checkout::new(
+        &[("EXECUTION_PLAN.md", plan)],
+        "tests/agents/unreachable.sh",
+        "",
+    ));
+    let mut child = repo
+        .cmd(&["run"])
+        .env("ANTHROPIC_API_KEY", "sk-ant-api03-unreachable-test")
+        .env("ANTHROPIC_BASE_URL", &nowhere)
+        .env("SUPERVISE_TICK_MS", "50")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Long enough for the attempt to end and be decided; the wait that
+    // follows is the provider's, and the test stops there.
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until {
+        let st = repo.state();
+        if st["units"][0]["sprints"][0]["provider_retries"].as_u64() >= Some(1) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    kill_after(&mut child, Duration::from_millis(200));
+    let out = child.wait_with_output().unwrap();
+    let said = text(&out);
+    assert_eq!(
+        said.matches("could not be reached (").count(),
+        1,
+        "said once, not per request: {said}"
+    );
+    assert!(
+        said.contains("check this machine's network") && said.contains("ANTHROPIC_BASE_URL"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("client error (Connect)") && !said.contains('\x1b'),
+        "{said}"
+    );
+    let st = repo.state();
+    let sprint = &st["units"][0]["sprints"][0];
+    assert_eq!(sprint["failures"], 0, "no failure counted: {st}");
+    assert!(
+        sprint["provider_retries"].as_u64() >= Some(1),
+        "waited out: {st}"
+    );
+}
+
+/// Ctrl-C stops the supervisor, not the agents: it says which are still
+/// running and how to end them, `status` says so too while none watches
+/// them, and the command it names ends them.
+#[test]
+fn an_interrupted_supervisor_names_the_agents_it_leaves_running() {
+    let plan = "# One\n\n| Work Unit | Directory |\n|---|---|\n| solo | solo |\n\n## solo\n### Sprint 1: Do it\n- [ ] `solo/solo-sprint-1.txt` exists\n";
+    let repo = Repo(Checkout::new(
+        &[("EXECUTION_PLAN.md", plan)],
+        "tests/agents/scripted.sh",
+        "solo 1 hang\n",
+    ));
+    let child = repo
+        .cmd(&["run"])
+        .env("SUPERVISE_TICK_MS", "50")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while repo.invocations().is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!repo.invocations().is_empty(), "the agent started");
+    // SAFETY: signalling the child this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(4), "{said}");
+    assert!(
+        said.contains(
+            "Interrupted. 1 agent is still running with no supervisor watching (solo Sprint 1 on"
+        ) && said.contains("`supervise killall` ends it now"),
+        "{said}"
+    );
+    let status = text(&repo.cmd(&["status"]).output().unwrap());
+    assert!(
+        status.contains("1 agent is still running with no supervisor watching"),
+        "{status}"
+    );
+    // The step it names, typed.
+    let out = repo.cmd(&["killall"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = text(&repo.cmd(&["status"]).output().unwrap());
+        if !status.contains("still running with no supervisor") {
+            break;
+        }
+        assert!(Instant::now() < until, "killall ended it: {status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

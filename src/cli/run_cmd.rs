@@ -547,9 +547,13 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
             }
         }
     }
+    supervisor::stop_on_interrupt();
     let ending = sup.run_loop()?;
     if let Some(st) = sup.state() {
         terminal::farewell(out, ending, st);
+    }
+    if ending == supervisor::Ending::Interrupted {
+        terminal::interrupted(&dir);
     }
     Ok(terminal::exit_code(ending))
 }
@@ -789,10 +793,13 @@ pub fn status(path: Option<&Path>, json: bool) -> Result<i32> {
             "{}",
             crate::text::for_terminal(&report::status_table(&st, chrono::Utc::now()))
         );
-        if supervisor::running_supervisor(&supervisor::state_dir(&plan)).is_none()
-            && matches!(st.status, OverallStatus::Running | OverallStatus::Stopping)
-        {
-            println!("(no supervisor is running for this plan; `supervise run` picks it up)");
+        let dir = supervisor::state_dir(&plan);
+        if supervisor::running_supervisor(&dir).is_none() {
+            if let Some(line) = supervisor::unwatched_agents(&dir) {
+                println!("\n⚠️  {line}");
+            } else if matches!(st.status, OverallStatus::Running | OverallStatus::Stopping) {
+                println!("(no supervisor is running for this plan; `supervise run` picks it up)");
+            }
         }
     }
     Ok(exit::COMPLETED)

@@ -304,6 +304,18 @@ pub fn exit_code(ending: Ending) -> i32 {
         Ending::AgentCommandFailed => exit::USAGE,
         Ending::Stopped => exit::STOPPED,
         Ending::AwaitingPerson => exit::AWAITING_PERSON,
+        Ending::Interrupted => exit::STOPPED,
+    }
+}
+
+/// What an interrupted run says last: the agents it left running, or that
+/// none was.
+pub fn interrupted(state_dir: &std::path::Path) {
+    match crate::place::local::supervisor::unwatched_agents(state_dir) {
+        Some(line) => eprintln!("\nInterrupted. {line}"),
+        None => {
+            eprintln!("\nInterrupted; no agent was running. `supervise run` goes on from here.")
+        }
     }
 }
 

@@ -222,7 +222,7 @@ where
     let screen = Terminal::new(out)
         .resuming_with(format!("supervise {kind}"))
         .verbose(flags.verbose);
-    let mut sup = Supervisor::open_in(loaded, settings, Box::new(screen), dir)?;
+    let mut sup = Supervisor::open_in(loaded, settings, Box::new(screen), dir.clone())?;
     let first = match workflow {
         Some(w) => {
             if sup.state().is_some() {
@@ -249,12 +249,22 @@ where
             return Ok(exit::USAGE);
         }
     }
+    crate::place::local::supervisor::stop_on_interrupt();
     let ending = sup.run_loop()?;
     if let Some(st) = sup.state() {
         terminal::farewell(out, ending, st);
         if out != OutputMode::Quiet && out != OutputMode::Json {
-            println!("Reports: .supervise/{kind}/SUPERVISOR_STATE.md");
+            let complete = crate::report::complete_file_name(st);
+            match dir.join(&complete).is_file() {
+                true => println!(
+                    "Reports: .supervise/{kind}/SUPERVISOR_STATE.md and .supervise/{kind}/{complete}"
+                ),
+                false => println!("Reports: .supervise/{kind}/SUPERVISOR_STATE.md"),
+            }
         }
+    }
+    if ending == crate::place::local::supervisor::Ending::Interrupted {
+        terminal::interrupted(&dir);
     }
     Ok(terminal::exit_code(ending))
 }

@@ -35,6 +35,70 @@ pub enum Ending {
     Stopped,
     /// A manual sprint waits for a person's confirmation.
     AwaitingPerson,
+    /// The person interrupted the supervisor (Ctrl-C, SIGTERM); agents in
+    /// flight go on, to be adopted by the next `run`.
+    Interrupted,
+}
+
+/// Set by the first SIGINT or SIGTERM once [`stop_on_interrupt`] is called.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The first Ctrl-C or SIGTERM ends the loop at its next turn, with the
+/// state written and the agents still in flight named (they are not
+/// stopped: `supervise stop` and `killall` are for that); a second one
+/// acts as it always does.
+pub fn stop_on_interrupt() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: installing a handler that only stores to an atomic, with
+        // SA_RESETHAND so a second signal takes the default action.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_interrupt as *const () as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESETHAND;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The agents of the operation kept in `dir` (its `.supervise/`) still
+/// running: what to say, when no supervisor watches them, so that nobody
+/// pays for agents they forgot. None when none runs.
+pub fn unwatched_agents(dir: &Path) -> Option<String> {
+    let runs = dir.join("runs");
+    let live: Vec<String> = std::fs::read_dir(&runs)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|d| process::is_alive(d))
+        .filter_map(|d| process::read_spec(&d))
+        .map(|spec| {
+            format!(
+                "{} Sprint {} on {}",
+                spec.order.unit,
+                spec.order.sprint,
+                spec.order.tier.as_str()
+            )
+        })
+        .collect();
+    (!live.is_empty()).then(|| {
+        format!(
+            "{} still running with no supervisor watching ({}): {} spending until {}. `supervise run` adopts {}; `supervise killall` ends {} now.",
+            match live.len() {
+                1 => "1 agent is".to_string(),
+                n => format!("{n} agents are"),
+            },
+            live.join(", "),
+            if live.len() == 1 { "it goes on" } else { "they go on" },
+            if live.len() == 1 { "it ends" } else { "they end" },
+            if live.len() == 1 { "it" } else { "them" },
+            if live.len() == 1 { "it" } else { "them" },
+        )
+    })
 }
 
 pub struct Supervisor {
@@ -384,7 +448,8 @@ impl Supervisor {
         let mut next_tick = Instant::now() + tick;
         loop {
             self.drive()?;
-            if let Some(ending) = self.ending() {
+            let interrupted = INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
+            if let Some(ending) = self.ending().or(interrupted.then_some(Ending::Interrupted)) {
                 if let Some(st) = &self.driver.state {
                     self.place.publish(st)?;
                     self.place.screen.finish(st);
