@@ -595,7 +595,7 @@ async fn agent_workflow(t: &Target<'_>, repo: &Repo<'_>) -> Finding {
 }
 
 /// 6. A model provider's key among the repository's secrets (names only);
-/// with it, the names, when the App may read them.
+///    with them, the names, when the App may read them.
 async fn secrets(t: &Target<'_>, installation: u64) -> (Finding, Option<Vec<String>>) {
     const CHECK: &str = "Secrets";
     let mut names = None;
