@@ -96,10 +96,54 @@ pub const DOCUMENTS: &[&str] = &["REQUIREMENTS.md", "PRD.md", "SPEC.md", "README
 /// little words.
 pub(super) fn concern_words(text: &str) -> std::collections::BTreeSet<String> {
     const LITTLE: &[&str] = &[
-        "the", "and", "for", "with", "from", "into", "that", "this", "their", "them", "they",
-        "when", "then", "each", "every", "all", "any", "can", "should", "must", "may", "shall",
-        "will", "let", "lets", "user", "users", "tests", "test", "write", "support", "new", "able",
-        "via", "using", "use", "its", "are", "has", "have",
+        "the",
+        "and",
+        "for",
+        "with",
+        "from",
+        "into",
+        "that",
+        "this",
+        "their",
+        "them",
+        "they",
+        "when",
+        "then",
+        "each",
+        "every",
+        "all",
+        "any",
+        "can",
+        "should",
+        "must",
+        "may",
+        "shall",
+        "will",
+        "let",
+        "lets",
+        "user",
+        "users",
+        "tests",
+        "test",
+        "write",
+        "support",
+        "new",
+        "able",
+        "via",
+        "using",
+        "use",
+        "its",
+        "are",
+        "has",
+        "have",
+        "want",
+        "wants",
+        "give",
+        "define",
+        "types",
+        "interfaces",
+        "find",
+        "cause",
     ];
     text.to_lowercase()
         .split(|c: char| !c.is_alphanumeric())
@@ -121,9 +165,10 @@ fn concerns<'a>(ordered: &[&'a Task], requirements: &[Requirement]) -> Vec<Vec<&
             reqs.push(t.requirement);
         }
     }
+    // What each asks, not why: a story's "so that …" is its reason.
     let words: Vec<_> = reqs
         .iter()
-        .map(|&r| concern_words(&requirements[r].text))
+        .map(|&r| concern_words(requirements::asked(&requirements[r].text)))
         .collect();
     // Union-find over the requirements, joined by a shared word.
     let mut parent: Vec<usize> = (0..reqs.len()).collect();
@@ -134,11 +179,17 @@ fn concerns<'a>(ordered: &[&'a Task], requirements: &[Requirement]) -> Vec<Vec<&
         }
         i
     }
+    // Chores (tests, docs, configuration) are each too small for a sprint
+    // of their own (§15e): a unit's chores are one sprint.
+    let chores: Vec<bool> = reqs
+        .iter()
+        .map(|&r| requirements::chore(&requirements[r].text))
+        .collect();
     for a in 0..reqs.len() {
         for b in a + 1..reqs.len() {
             let shared = words[a].intersection(&words[b]).count();
             let smaller = words[a].len().min(words[b].len());
-            if shared >= 2 || (shared >= 1 && shared == smaller) {
+            if shared >= 2 || (shared >= 1 && shared == smaller) || (chores[a] && chores[b]) {
                 let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
                 parent[rb] = ra;
             }
@@ -174,9 +225,15 @@ fn sprint_name(tasks: &[String], subsection: Option<&str>) -> String {
         return s.to_string();
     }
     let first = tasks.first().map(String::as_str).unwrap_or("Work");
-    let mut text = first
-        .trim_start_matches("Write tests for: ")
-        .replace('`', "");
+    let subject = [
+        requirements::TESTS_FOR,
+        requirements::DEFINE,
+        requirements::FIND_CAUSE,
+    ]
+    .iter()
+    .find_map(|p| first.strip_prefix(p))
+    .unwrap_or(first);
+    let mut text = first_upper(subject).replace('`', "");
     let words: Vec<&str> = text.split_whitespace().collect();
     // "The service MUST do X" is named "Do X"; a sentence whose subject is
     // the point ("Account names SHOULD be unique") keeps it.
@@ -245,6 +302,12 @@ fn sprint_name(tasks: &[String], subsection: Option<&str>) -> String {
 fn is_foundation(task: &str) -> bool {
     let t = task.to_lowercase();
     FOUNDATION.iter().any(|w| t.contains(w.trim()))
+}
+
+/// Whether a task is a chore (tests, docs, configuration) and not a change
+/// of the code: chores share a sprint.
+pub fn is_chore(task: &str) -> bool {
+    requirements::chore(task)
 }
 
 /// Runs §15 on a document; `project` names the plan when the document's title

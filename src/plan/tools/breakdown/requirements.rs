@@ -128,6 +128,7 @@ fn story(text: &str) -> Option<(String, String)> {
         .strip_prefix("as a ")
         .or_else(|| lower.strip_prefix("as an "))?;
     let (role, goal) = rest.split_once(", i want")?;
+    let goal = goal.strip_prefix(" to be able to ").unwrap_or(goal);
     let goal = goal.trim_start_matches(" to ").trim_start_matches(' ');
     let goal = goal.split(", so that").next().unwrap_or(goal);
     let goal = goal.split(" so that").next().unwrap_or(goal);
@@ -248,6 +249,94 @@ pub(super) fn is_task_verb(word: &str) -> bool {
     TASK_VERBS.contains(&word)
 }
 
+/// The first task of a change that would be its tests' only company: what
+/// it is made of (its types and interfaces), so that a sprint holds 3 tasks.
+pub(super) const DEFINE: &str = "Define the types and interfaces for: ";
+/// The first task of a bug fix of one task: finding the cause.
+pub(super) const FIND_CAUSE: &str = "Find the cause of: ";
+/// The task that tests a change.
+pub(super) const TESTS_FOR: &str = "Write tests for: ";
+
+/// What a requirement asks, without why: a story's preamble ("As a cook,
+/// I want") and its reason ("so that …") are not its concern.
+pub(super) fn asked(text: &str) -> &str {
+    let t = text.split(" so that ").next().unwrap_or(text);
+    let t = t.split(", so that").next().unwrap_or(t);
+    match t.to_ascii_lowercase().find(", i want") {
+        Some(i) => &t[i + ", i want".len()..],
+        None => t,
+    }
+}
+
+/// Whether a requirement is a chore — tests, docs, configuration, a
+/// rename — rather than a change of the code (which gets its own tests):
+/// said in its words, not in the code names it quotes (`config.toml`).
+pub(super) fn chore(text: &str) -> bool {
+    const CHORES: &[&str] = &[
+        "test",
+        "doc",
+        "docs",
+        "documentation",
+        "readme",
+        "comment",
+        "rename",
+        "config",
+        "configuration",
+        "typo",
+        "license",
+        "changelog",
+    ];
+    text.split('`')
+        .step_by(2)
+        .flat_map(|prose| prose.split(|c: char| !c.is_alphanumeric()))
+        .map(str::to_lowercase)
+        .any(|w| CHORES.contains(&w.as_str()) || CHORES.contains(&w.trim_end_matches('s')))
+}
+
+/// `a` or `an` before `word`, as it is said.
+fn article(word: &str) -> &'static str {
+    let lower = word.to_lowercase();
+    let vowel = lower.starts_with(['a', 'e', 'i', 'o', 'u']);
+    // "a user", "a unit", "a one-off": a vowel letter, a consonant sound.
+    let sounds_consonant = ["use", "uni", "eu", "one", "ur"]
+        .iter()
+        .any(|p| lower.starts_with(p));
+    if vowel && !sounds_consonant {
+        "an"
+    } else {
+        "a"
+    }
+}
+
+/// Whether a story's goal names an action (`see the level`, `be notified`)
+/// rather than a thing (`the predicted water level`).
+fn is_action(goal: &str) -> bool {
+    let first = goal.split_whitespace().next().unwrap_or("").to_lowercase();
+    !matches!(
+        first.as_str(),
+        "the"
+            | "a"
+            | "an"
+            | "my"
+            | "our"
+            | "their"
+            | "his"
+            | "her"
+            | "its"
+            | "some"
+            | "every"
+            | "all"
+            | "each"
+            | "this"
+            | "that"
+            | "these"
+            | "those"
+            | "more"
+            | "fewer"
+            | "no"
+    ) && !first.chars().next().is_some_and(|c| c.is_ascii_digit())
+}
+
 pub(super) fn decompose(req: &Requirement) -> Vec<String> {
     let text = match (req.signal, story(&req.text)) {
         (Signal::UserStory, Some((role, goal))) => {
@@ -256,7 +345,12 @@ pub(super) fn decompose(req: &Requirement) -> Vec<String> {
                 .replace(" my ", " their ")
                 .replace(" me ", " them ")
                 .replace(" I ", " they ");
-            format!("Let a {role} {}", goal.trim())
+            let goal = goal.trim();
+            // "I want the predicted level" asks for a thing: give it.
+            match is_action(goal) {
+                true => format!("Let {} {role} {goal}", article(&role)),
+                false => format!("Give {} {role} {goal}", article(&role)),
+            }
         }
         _ => req.text.trim().trim_end_matches('.').to_string(),
     };
@@ -289,27 +383,20 @@ pub(super) fn decompose(req: &Requirement) -> Vec<String> {
         }
     }
     // Implicit test work, unless the work is tests, docs or configuration.
-    let code_work = starts_with_verb(&text)
-        || matches!(
-            req.signal,
-            Signal::Rfc | Signal::UserStory | Signal::RequirementList
-        );
-    let trivial = [
-        "test",
-        "doc",
-        "readme",
-        "comment",
-        "rename",
-        "config",
-        "typo",
-        "license",
-        "changelog",
-    ]
-    .iter()
-    .any(|w| lower.contains(w));
-    if code_work && !trivial {
+    if !chore(&text) {
         // The tests cover the requirement, every item of a list included.
-        tasks.push(format!("Write tests for: {}", lowercase_first(&text)));
+        tasks.push(format!("{TESTS_FOR}{}", lowercase_first(&text)));
+        // A sprint is 3 to 7 tasks (§15e) and one requirement (§17a): a
+        // change of one task is split by its logical parts (§15c) — what
+        // it is made of, then it, then its tests; a bug fix starts from
+        // its cause.
+        if tasks.len() < 3 {
+            let first = match lower.strip_prefix("fix ") {
+                Some(_) => format!("{FIND_CAUSE}{}", text[4..].trim_start()),
+                None => format!("{DEFINE}{}", lowercase_first(&text)),
+            };
+            tasks.insert(0, first);
+        }
     }
     tasks.into_iter().map(|t| first_upper(t.trim())).collect()
 }
