@@ -214,3 +214,71 @@ fn the_agent_workflow_sets_every_variable_of_the_contract() {
         );
     }
 }
+
+#[path = "support/mod.rs"]
+mod support;
+
+/// The fenced block after `marker` in the README, and the one before it
+/// of `info` (the README's example plan).
+fn readme_block(after: &str, info: &str) -> String {
+    let text =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let at = text
+        .find(after)
+        .unwrap_or_else(|| panic!("README has no {after:?}"));
+    let open = format!("```{info}\n");
+    let start = text[at..].find(&open).unwrap() + at + open.len();
+    let end = text[start..].find("\n```").unwrap() + start;
+    text[start..=end].to_string()
+}
+
+/// The README's example plan runs as it is, with the toy agent, to a
+/// passed final verification; and its block that removes what the tool
+/// left — branches, worktrees, `.supervise/`, reports, the exclude line —
+/// leaves the repository as it was before the run.
+#[test]
+fn the_readmes_example_plan_runs_and_its_cleanup_leaves_nothing_behind() {
+    let plan = readme_block("## A first run on your machine", "markdown");
+    let repo = support::Checkout::new(
+        &[("EXECUTION_PLAN.md", &plan)],
+        "examples/agents/toy-agent.sh",
+        "",
+    );
+    let out = repo.cmd(&["run"]).output().unwrap();
+    let said = support::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("✓ Final head"), "{said}");
+    let git = |args: &[&str]| support::git(&repo.root, args);
+    assert!(
+        !git(&["branch", "--list", "supervise/*"]).is_empty(),
+        "the run left branches"
+    );
+    let exclude_before = std::fs::read_to_string(repo.root.join(".git/info/exclude")).unwrap();
+    assert!(exclude_before.contains("/.supervise/"), "{exclude_before}");
+    // The cleanup, as the README shows it.
+    let cleanup = readme_block("<!-- cleanup:", "sh");
+    let out = std::process::Command::new("sh")
+        .args(["-ec", &cleanup])
+        .current_dir(&repo.root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", support::text(&out));
+    assert_eq!(
+        git(&["branch", "--list", "supervise/*"]).trim(),
+        "",
+        "branches removed"
+    );
+    assert_eq!(
+        git(&["worktree", "list"]).lines().count(),
+        1,
+        "worktrees removed"
+    );
+    assert_eq!(
+        git(&["status", "--porcelain", "--ignored"]).trim(),
+        "",
+        "nothing left in the checkout"
+    );
+    let exclude = std::fs::read_to_string(repo.root.join(".git/info/exclude")).unwrap();
+    assert!(!exclude.contains("/.supervise/"), "{exclude}");
+}
