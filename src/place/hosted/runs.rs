@@ -37,6 +37,26 @@ pub(super) struct RunsInFlight {
 }
 
 impl RunsInFlight {
+    /// Whether `head`'s CI has said what it will say: it has checks (all
+    /// finished), or none came within `grace` of first looking — once per
+    /// operation: a repository seen without CI is not waited for again,
+    /// until a head shows checks.
+    pub fn ci_reported(
+        &mut self,
+        head: &str,
+        has_checks: bool,
+        grace: Duration,
+        now: Instant,
+    ) -> bool {
+        let since = *self.ci_first_seen.entry(head.to_string()).or_insert(now);
+        if !has_checks && !self.no_ci && now.duration_since(since) < grace {
+            return false;
+        }
+        self.ci_first_seen.remove(head);
+        self.no_ci = !has_checks;
+        true
+    }
+
     /// The status comment's line while a head waits for CI to report at
     /// all, with the grace it waits at most.
     pub fn waiting_for_ci(&self, grace: std::time::Duration) -> Option<String> {
@@ -531,15 +551,9 @@ impl Operations {
         if ci.iter().any(|c| !c.completed) {
             return Ok(None);
         }
-        let since = *runs
-            .ci_first_seen
-            .entry(head.to_string())
-            .or_insert_with(Instant::now);
-        if ci.is_empty() && !runs.no_ci && since.elapsed() < self.timings.ci_grace {
+        if !runs.ci_reported(head, !ci.is_empty(), self.timings.ci_grace, Instant::now()) {
             return Ok(None);
         }
-        runs.ci_first_seen.remove(head);
-        runs.no_ci = ci.is_empty();
         Ok(Some(HeadChecks { ci, own }))
     }
 }
@@ -803,5 +817,47 @@ mod tests {
         }
         // No record at all is no record, not a refusal.
         assert!(matches!(vouched_record(DISPATCH, None, &[]), Ok(None)));
+    }
+}
+
+#[cfg(test)]
+mod ci_wait_tests {
+    use super::RunsInFlight;
+    use std::time::{Duration, Instant};
+
+    /// A repository without CI is waited for once (the grace), then no
+    /// more in that operation; a head with checks makes it wait again
+    /// next time; the status line says the wait while it lasts.
+    #[test]
+    fn a_repository_without_ci_is_waited_for_once() {
+        let grace = Duration::from_secs(30);
+        let t0 = Instant::now();
+        let mut runs = RunsInFlight::default();
+        assert!(
+            !runs.ci_reported("a1", false, grace, t0),
+            "the first head waits"
+        );
+        assert_eq!(
+            runs.waiting_for_ci(grace).as_deref(),
+            Some("⏳ Waiting up to 30 s for CI checks to report on the newest work (a repository without CI waits this once per operation).")
+        );
+        assert!(!runs.ci_reported("a1", false, grace, t0 + Duration::from_secs(29)));
+        assert!(
+            runs.ci_reported("a1", false, grace, t0 + grace),
+            "the grace is over"
+        );
+        assert_eq!(runs.waiting_for_ci(grace), None);
+        assert!(
+            runs.ci_reported("b2", false, grace, t0 + grace),
+            "no wait again"
+        );
+        assert!(
+            runs.ci_reported("c3", true, grace, t0 + grace),
+            "checks: reported"
+        );
+        assert!(
+            !runs.ci_reported("d4", false, grace, t0 + grace),
+            "seen with CI: waits again"
+        );
     }
 }
