@@ -425,7 +425,7 @@ async fn a_flaky_sprint_is_retried_stronger_and_a_doomed_one_blocks_until_resume
         "one BLOCKED notice on the operation issue: {notices:#?}"
     );
     assert!(
-        notices[0].contains("To retry: /supervise resume api"),
+        notices[0].contains("To retry as it is: `/supervise resume api`"),
         "the notice names the comment command: {}",
         notices[0]
     );

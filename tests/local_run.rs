@@ -2400,7 +2400,9 @@ fn an_unreachable_provider_is_said_once_in_words_and_waited_out() {
     // follows is the provider's, and the test stops there.
     let until = Instant::now() + Duration::from_secs(60);
     while Instant::now() < until {
-        let st = repo.state();
+        // Before the operation starts, `status` has nothing to say.
+        let out = repo.cmd(&["status", "--json"]).output().unwrap();
+        let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         if st["units"][0]["sprints"][0]["provider_retries"].as_u64() >= Some(1) {
             break;
         }

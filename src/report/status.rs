@@ -261,7 +261,7 @@ fn board(
 pub fn blocked_notices(st: &OperationState) -> String {
     let mut out = String::new();
     for (u, unit) in st.units.iter().enumerate() {
-        if unit.status != UnitStatus::Blocked {
+        if unit.status != UnitStatus::Blocked || st.superseded(&unit.name) {
             continue;
         }
         if let Some(s) = unit

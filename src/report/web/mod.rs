@@ -498,7 +498,7 @@ pub fn live_fragment(st: &OperationState, origin: &Origin, now: DateTime<Utc>) -
         None => text,
     };
     for (i, u) in st.units.iter().enumerate() {
-        if u.status != UnitStatus::Blocked {
+        if u.status != UnitStatus::Blocked || st.superseded(&u.name) {
             continue;
         }
         let Some(s) = u
