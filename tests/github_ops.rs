@@ -2398,6 +2398,14 @@ async fn a_regression_on_the_final_head_fails_the_verdict_and_holds_the_final_pu
         s.final_pull().is_none(),
         "no final pull request on a failing head"
     );
+    // The status comment says the failed verdict, never "All exit criteria
+    // verified" beside the notice.
+    s.until("the status comment says the verdict", 30, |s| {
+        let status = s.status_comment();
+        status.contains("VERIFICATION FAILED on the final head")
+            && !status.contains("All exit criteria verified")
+    })
+    .await;
 }
 
 /// The build gate on GitHub is the repository's CI on the integration

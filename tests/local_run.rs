@@ -1681,6 +1681,50 @@ fn a_later_sprint_that_breaks_an_earlier_criterion_fails_the_verification_naming
         .unwrap()
         .len();
     assert_eq!(head, 2, "every criterion ran again on the head");
+    // The failed verdict stays the operation's while its head does not
+    // change: `run` again, `status` and SUPERVISOR_STATE.md say it.
+    let dispatched = repo.invocations().len();
+    let again = repo.run(&[]);
+    let said = text(&again);
+    assert_eq!(again.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("finished, but its final verification failed: 1 of 2 criteria fail")
+            && !said.contains("is complete"),
+        "{said}"
+    );
+    assert_eq!(
+        repo.invocations().len(),
+        dispatched,
+        "nothing paid for again"
+    );
+    let status = text(&repo.cmd(&["status"]).output().unwrap());
+    assert!(
+        status.contains("VERIFICATION FAILED on the final head")
+            && !status.contains("All exit criteria verified"),
+        "{status}"
+    );
+    let md = std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap();
+    assert!(
+        md.contains("Verdict: VERIFICATION FAILED — 1 of 2 criteria fail"),
+        "{md}"
+    );
+    // Mended on the integration branch as the message says: `run` verifies
+    // the new head, and the verdict is that one's.
+    let branch = repo.integration_branch();
+    git(&repo.root, &["checkout", "-q", &branch]);
+    std::fs::write(repo.root.join("Regress-sprint-1.txt"), "mended\n").unwrap();
+    git(&repo.root, &["add", "-A"]);
+    git(&repo.root, &["commit", "-qm", "mend sprint 1's file"]);
+    git(&repo.root, &["checkout", "-q", "main"]);
+    let mended = repo.run(&[]);
+    let said = text(&mended);
+    assert_eq!(mended.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("its mended head on supervise/") && said.contains("passed every criterion"),
+        "{said}"
+    );
+    let status = text(&repo.cmd(&["status"]).output().unwrap());
+    assert!(!status.contains("VERIFICATION FAILED"), "{status}");
 }
 
 #[test]

@@ -471,7 +471,34 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
     if let (Some((name, id)), Mode::Run, false) = (&finished, &mode, flags.new) {
         if sup.plan_changes().is_some_and(|c| c.is_empty()) {
             let integration = crate::contract::integration_branch(id);
-            eprintln!("{name} ({id}) is complete: every sprint was verified and merged into {integration}. Nothing to do.\nTake its work with `git merge {integration}`; to run the plan again from scratch, `supervise run --new`.");
+            // The verdict is the head's: a head mended since is verified
+            // again; one that failed and did not move still fails.
+            let verified_again = sup.verify_moved_head()?;
+            let st = sup.state().expect("a finished operation has a state");
+            if let Some(h) = st
+                .head_verification
+                .as_ref()
+                .filter(|_| st.head_failures() > 0)
+            {
+                let failing: Vec<String> = h
+                    .failures()
+                    .map(|f| format!("  {} Sprint {}: {}", f.unit, f.sprint, f.result.text))
+                    .collect();
+                eprintln!(
+                    "{name} ({id}) finished, but its final verification {}: {} of {} criteria fail on the final head {} of {integration}:\n{}\nMend them there (`git checkout {integration}`, fix, commit), then `supervise run` verifies the new head.",
+                    if verified_again { "failed again" } else { "failed" },
+                    failing.len(),
+                    h.checks.len(),
+                    crate::text::short_id(&h.head),
+                    failing.join("\n")
+                );
+                return Ok(exit::VERIFICATION_FAILED);
+            }
+            let how = match verified_again {
+                true => format!("its mended head on {integration} passed every criterion"),
+                false => format!("every sprint was verified and merged into {integration}"),
+            };
+            eprintln!("{name} ({id}) is complete: {how}. Nothing to do.\nTake its work with `git merge {integration}`; to run the plan again from scratch, `supervise run --new`.");
             return Ok(exit::COMPLETED);
         }
     }

@@ -550,6 +550,15 @@ impl OperationState {
     /// BLOCKED units a person is asked about: not those whose failure the
     /// workflow answered (a research agent within the threshold, a test run
     /// followed by debugging).
+    /// How many criteria fail on the final head as it was last verified:
+    /// the operation's verdict is failed while this is above zero, until
+    /// the head changes and is verified again.
+    pub fn head_failures(&self) -> usize {
+        self.head_verification
+            .as_ref()
+            .map_or(0, |h| h.failures().count())
+    }
+
     pub fn blocked_units(&self) -> impl Iterator<Item = &UnitRun> {
         self.units
             .iter()

@@ -36,6 +36,19 @@ pub fn supervisor_state_md(
         );
     }
     let _ = writeln!(out, "\n## Overall Status\nStatus: {}", st.status);
+    if let Some(h) = st
+        .head_verification
+        .as_ref()
+        .filter(|_| st.head_failures() > 0)
+    {
+        let _ = writeln!(
+            out,
+            "Verdict: VERIFICATION FAILED — {} of {} criteria fail on the final head {}",
+            st.head_failures(),
+            h.checks.len(),
+            crate::text::short_id(&h.head)
+        );
+    }
     if !st.status_reason.is_empty() {
         let _ = writeln!(out, "Reason: {}", st.status_reason);
     }

@@ -9,6 +9,9 @@ use std::fmt::Write as _;
 fn next_event(st: &OperationState) -> String {
     let active = st.launched_count();
     match st.status {
+        OverallStatus::Completed if st.head_failures() > 0 => {
+            "the final head to be mended (its verification failed)".into()
+        }
         OverallStatus::Completed => "operation complete".into(),
         OverallStatus::Blocked => "waiting for intervention (resume a BLOCKED unit)".into(),
         OverallStatus::Killed => "killed; `resume` to continue".into(),
@@ -123,9 +126,13 @@ fn board(
         (spent, None) if spent > Usd::ZERO => format!(" ({spent})"),
         _ => String::new(),
     };
+    let verdict = match st.head_failures() {
+        0 => String::new(),
+        _ => " · VERIFICATION FAILED on the final head".to_string(),
+    };
     let _ = writeln!(
         out,
-        "{} · status: {} · {verb} {running} · {cost} {}×{reported}{held}{budget}\n",
+        "{} · status: {}{verdict} · {verb} {running} · {cost} {}×{reported}{held}{budget}\n",
         st.name, st.status, st.cost_spent
     );
     if let Some(w) = &st.workflow {
@@ -295,13 +302,22 @@ pub fn completion_summary(st: &OperationState) -> String {
         .filter(|u| !st.superseded(&u.name))
         .flat_map(|u| &u.sprints)
         .all(|s| s.completion.is_some());
+    let failing = st.head_failures();
     let _ = writeln!(
         out,
         "{}\n",
-        if all_verified {
-            "All exit criteria verified."
+        if failing > 0 {
+            format!(
+                "✗ VERIFICATION FAILED: {} on the final head; see the notice.",
+                match failing {
+                    1 => "1 exit criterion fails".to_string(),
+                    n => format!("{n} exit criteria fail"),
+                }
+            )
+        } else if all_verified {
+            "All exit criteria verified.".to_string()
         } else {
-            "Some exit criteria need a person; see the final verification."
+            "Some exit criteria need a person; see the final verification.".to_string()
         }
     );
     out.push_str("### Model Usage Summary\n| Model | Sprints | Dispatches | Relative Cost |\n|-------|---------|------------|---------------|\n");

@@ -474,7 +474,10 @@ impl LocalPlace {
     /// a run of the criterion per step, log2 of the merges in between.
     /// None for work without a plan: its later phases change what earlier
     /// ones made on purpose (a debug round, a rewrite).
-    fn verify_head(&self, st: &OperationState) -> Result<Option<engine::HeadVerification>> {
+    pub(super) fn verify_head(
+        &self,
+        st: &OperationState,
+    ) -> Result<Option<engine::HeadVerification>> {
         if st.workflow.is_some() {
             return Ok(None);
         }
@@ -703,6 +706,14 @@ impl LocalPlace {
                 .display()
                 .to_string(),
         )
+    }
+
+    /// Whether the integration branch's head is not the one last verified.
+    pub(super) fn head_moved(&self, st: &OperationState) -> Result<bool> {
+        let Some(v) = &st.head_verification else {
+            return Ok(false);
+        };
+        Ok(self.git.integration_head(&st.id.0)?.to_string() != v.head)
     }
 
     /// COMPLETE_<NAME>.md as a person at the repository's root opens it.

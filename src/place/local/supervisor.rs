@@ -273,6 +273,24 @@ impl Supervisor {
         self.driver.state.as_deref()
     }
 
+    /// A finished operation's verdict held to its head: when the
+    /// integration branch moved since its final verification (a person
+    /// mended what failed there), every criterion runs again on the new
+    /// head and the verdict is that run's. True when it ran.
+    pub fn verify_moved_head(&mut self) -> Result<bool> {
+        let Some(st) = self.driver.state.as_deref() else {
+            return Ok(false);
+        };
+        if st.status != OverallStatus::Completed || !self.place.head_moved(st)? {
+            return Ok(false);
+        }
+        let Some(verification) = self.place.verify_head(st)? else {
+            return Ok(false);
+        };
+        self.handle(Input::HeadVerified { verification })?;
+        Ok(true)
+    }
+
     /// The input that starts a new operation on this plan.
     pub fn start_input(&self) -> Result<Input> {
         self.start_input_after(None)
