@@ -911,3 +911,16 @@ Run `npm test` to check the work.\n";
         );
     }
 }
+
+/// An open question is a word, not a part of one: a todo app's "todos"
+/// asks nothing, a "TODO" or "TBD" does.
+#[test]
+fn open_questions_are_words_not_parts_of_words() {
+    use supervise::plan::tools::analyze::analyze;
+    let source = "# Todo app\n\n## Sprint 1: List the todos\n- Show every todos entry, in order\n- [ ] `src/todos.rs` exists\n\n\
+## Sprint 2: Sync\n- Pick the sync protocol (TBD)\n- [ ] `src/sync.rs` exists\n";
+    let plan = supervise::plan::parse(source, "EXECUTION_PLAN.md").unwrap();
+    let a = analyze(&plan, source, 50);
+    let asked: Vec<&str> = a.open_questions.iter().map(|(_, _, t)| t.as_str()).collect();
+    assert_eq!(asked, ["Pick the sync protocol (TBD)"], "{:#?}", a.findings);
+}

@@ -128,7 +128,7 @@ pub fn complexity(plan: &Plan, graph: &UnitGraph, unit: usize, sprint: usize) ->
         vague_criteria,
         foundation,
         dependents,
-        open_questions: OPEN_QUESTION_WORDS.found_in(&all_text),
+        open_questions: OPEN_QUESTION_WORDS.word_in(&all_text).is_some(),
     }
 }
 

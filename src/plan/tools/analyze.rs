@@ -5,7 +5,7 @@
 //! `ANALYSIS_REPORT.md`. It never changes the plan.
 
 use super::evaluate::{evaluate, Evaluation, Fitness};
-use super::measure::OPEN_QUESTIONS;
+use super::measure::{Keywords, OPEN_QUESTION_WORDS};
 use super::prioritize::{prioritize, SprintPriority};
 use crate::plan::Plan;
 use serde::Serialize;
@@ -93,6 +93,8 @@ const UNSPECIFIC: &[&str] = &[
     "todo",
 ];
 
+static UNSPECIFIC_WORDS: Keywords = Keywords::new(UNSPECIFIC);
+
 /// The plan's headings, lower-cased, with their lines, as the reader's own
 /// Markdown parse finds them (code blocks and quotes are not headings).
 fn headings(source: &str) -> Vec<(usize, String)> {
@@ -175,10 +177,10 @@ pub fn analyze(plan: &Plan, source: &str, max_turns: u32) -> Analysis {
                 .chain(s.entry_criteria.iter().map(|c| &c.text));
             for t in texts {
                 let lower = t.to_lowercase();
-                let hit = OPEN_QUESTIONS
-                    .iter()
-                    .chain(UNSPECIFIC.iter())
-                    .find(|w| lower.contains(*w));
+                // As words: a line about "todos" asks nothing.
+                let hit = OPEN_QUESTION_WORDS
+                    .word_in(&lower)
+                    .or_else(|| UNSPECIFIC_WORDS.word_in(&lower));
                 if let Some(w) = hit {
                     let line = line_of(source, t, s.line);
                     open_questions.push((at.clone(), line, t.clone()));

@@ -31,6 +31,26 @@ impl Keywords {
     pub fn found_in(&self, text: &str) -> bool {
         self.automaton().is_match(text)
     }
+
+    /// The first of the words that occurs in `text` as a word of its own:
+    /// `todo`, not the `todo` of `todos` or `mastodon`.
+    pub fn word_in(&self, text: &str) -> Option<&'static str> {
+        self.automaton()
+            .find_overlapping_iter(text)
+            .find(|m| whole_word(text, m.start(), m.end()))
+            .map(|m| self.words[m.pattern().as_usize()])
+    }
+}
+
+/// Whether `text[start..end]` stands as a word: no letter or digit joined
+/// to it on either side where it begins or ends with one.
+pub fn whole_word(text: &str, start: usize, end: usize) -> bool {
+    let word = &text[start..end];
+    let joined = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    let starts_alnum = word.chars().next().is_some_and(char::is_alphanumeric);
+    let ends_alnum = word.chars().next_back().is_some_and(char::is_alphanumeric);
+    !(starts_alnum && joined(text[..start].chars().next_back()))
+        && !(ends_alnum && joined(text[end..].chars().next()))
 }
 
 /// [`VAGUE`], [`OPEN_QUESTIONS`] and [`FOUNDATION`] as one-pass searches.
