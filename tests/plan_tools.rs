@@ -921,6 +921,10 @@ fn open_questions_are_words_not_parts_of_words() {
 ## Sprint 2: Sync\n- Pick the sync protocol (TBD)\n- [ ] `src/sync.rs` exists\n";
     let plan = supervise::plan::parse(source, "EXECUTION_PLAN.md").unwrap();
     let a = analyze(&plan, source, 50);
-    let asked: Vec<&str> = a.open_questions.iter().map(|(_, _, t)| t.as_str()).collect();
+    let asked: Vec<&str> = a
+        .open_questions
+        .iter()
+        .map(|(_, _, t)| t.as_str())
+        .collect();
     assert_eq!(asked, ["Pick the sync protocol (TBD)"], "{:#?}", a.findings);
 }

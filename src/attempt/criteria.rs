@@ -209,6 +209,40 @@ mod tests {
     }
 
     #[test]
+    fn what_the_words_after_a_command_ask_is_checked_not_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            assert!(std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir.path())
+                .status()
+                .unwrap()
+                .success())
+        };
+        git(&["init", "-q"]);
+        let plan = "# Kinds\n\n## Sprint 1: Clean\n- [ ] `git status --porcelain` is empty\n- [ ] `test -f missing.txt` fails\n";
+        let found = outcomes(plan, dir.path(), ENOUGH);
+        assert_eq!(
+            found[0].0,
+            CriterionOutcome::Passed,
+            "a clean checkout: {found:?}"
+        );
+        assert_eq!(
+            found[1].0,
+            CriterionOutcome::Passed,
+            "the file is missing: {found:?}"
+        );
+        std::fs::write(dir.path().join("missing.txt"), "here").unwrap();
+        let found = outcomes(plan, dir.path(), ENOUGH);
+        assert_eq!(
+            found[0].0,
+            CriterionOutcome::Failed,
+            "an untracked file: {found:?}"
+        );
+        assert_eq!(found[1].0, CriterionOutcome::Failed, "{found:?}");
+    }
+
+    #[test]
     fn a_contains_assertion_fails_on_the_wrong_text_and_on_a_missing_file() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("report")).unwrap();

@@ -243,6 +243,46 @@ fn quoted_after_contain(text: &str) -> Option<String> {
     Some(body[..close].to_string()).filter(|t| !t.is_empty())
 }
 
+/// What the words after a command criterion's command ask of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Condition {
+    /// Exit status 0 (`passes`, `succeeds`, or nothing said).
+    Passes,
+    /// Exit status 0 and nothing printed (`is empty`, `prints nothing`).
+    Empty,
+    /// A non-zero exit status (`fails`, `exits non-zero`).
+    Fails,
+}
+
+/// The condition the words right after the command state; what they say
+/// further on ("`npm test` passes (the old build fails)") is not one.
+fn output_condition(after: &str) -> Condition {
+    let after = after.trim_start_matches(|c: char| !c.is_alphanumeric());
+    let says = |words: &[&str]| words.iter().any(|w| after.starts_with(w));
+    if says(&[
+        "is empty",
+        "are empty",
+        "prints nothing",
+        "outputs nothing",
+        "shows nothing",
+        "returns nothing",
+        "gives no output",
+        "has no output",
+        "produces no output",
+    ]) {
+        Condition::Empty
+    } else if says(&[
+        "fails",
+        "exits non-zero",
+        "exits nonzero",
+        "returns non-zero",
+    ]) {
+        Condition::Fails
+    } else {
+        Condition::Passes
+    }
+}
+
 pub(super) fn criterion(text: &str, line: usize, label: Label) -> Criterion {
     let codes = inline_codes(text);
     let clean = plain(text);
@@ -282,7 +322,16 @@ pub(super) fn criterion(text: &str, line: usize, label: Label) -> Criterion {
         });
     } else if !commands.is_empty() && (!lower.contains(" exist") || commands.len() >= codes.len()) {
         c.kind = CriterionKind::Command;
-        c.command = Some(commands.join(" && "));
+        let joined = commands.join(" && ");
+        // What the words after the command ask of it: its exit status, or
+        // its output being empty ("`git status --porcelain` is empty"), or
+        // its failing — never the command alone when they ask for more.
+        let after = text.rsplit('`').next().unwrap_or("").trim().to_lowercase();
+        c.command = Some(match output_condition(&after) {
+            Condition::Passes => joined,
+            Condition::Empty => format!("out=$({joined}) && test -z \"$out\""),
+            Condition::Fails => format!("! {{ {joined}; }}"),
+        });
     } else if let (Some(path), true) = (
         path,
         lower.contains("exist")
