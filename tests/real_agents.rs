@@ -187,7 +187,10 @@ fn real_claude_code_completes_a_plan_from_the_readmes_command() {
     // the attempts', to the millionth.
     assert!(dollars > 0.0);
     let report = repo.cmd(&["status"]).output().unwrap();
-    let shown = format!("Spend: ${dollars:.4} · by unit:");
+    let shown = format!(
+        "Spend: {} · by unit:",
+        supervise::engine::usage::Usd::from_dollars(dollars)
+    );
     assert!(
         support::text(&report).contains(&shown),
         "{shown}:\n{}",
