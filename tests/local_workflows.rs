@@ -558,3 +558,37 @@ fn an_agents_evaluation_fixes_are_held_to_the_checks() {
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     assert_eq!(repo.invocations().len(), before, "no agent offline");
 }
+
+/// A plan tool's agent that fails every attempt: the next steps printed
+/// name the command as it is typed (`supervise plan evaluate`, never
+/// `supervise evaluate` nor `supervise resume`), and typed, it goes on.
+#[test]
+fn a_plan_tools_blocked_agent_names_the_command_that_goes_on() {
+    let plan = "# Shop\n\n## api\n### Sprint 1: Handlers\n- Write `api/src/handlers.rs`\n\n**Exit criteria**:\n- [ ] It works correctly\n";
+    let repo = Checkout::new(
+        &[("EXECUTION_PLAN.md", plan)],
+        "tests/agents/plan-editor.sh",
+        "",
+    );
+    let out = repo
+        .cmd(&["plan", "evaluate", "--agent", "echo cannot; exit 1"])
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(said.contains("supervise plan evaluate"), "{said}");
+    assert!(
+        !said.contains("supervise evaluate") && !said.contains("supervise resume"),
+        "{said}"
+    );
+    let again = repo
+        .cmd(&["plan", "evaluate", "--agent", "echo cannot; exit 1"])
+        .output()
+        .unwrap();
+    assert_ne!(
+        again.status.code(),
+        Some(1),
+        "typed as printed, it is accepted: {}",
+        text(&again)
+    );
+}

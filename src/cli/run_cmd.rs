@@ -577,7 +577,7 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
     supervisor::stop_on_interrupt();
     let ending = sup.run_loop()?;
     if let Some(st) = sup.state() {
-        terminal::farewell(out, ending, st);
+        terminal::farewell(out, ending, st, None);
     }
     if ending == supervisor::Ending::Interrupted {
         terminal::interrupted(&dir);

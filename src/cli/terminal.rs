@@ -323,8 +323,10 @@ pub fn interrupted(state_dir: &std::path::Path) {
 /// terminal's final frame already shows it; the final summary printed before
 /// says what its completion section would) and where the work is, with the
 /// commands to look at it and take it.
-pub fn farewell(out: OutputMode, ending: Ending, st: &OperationState) {
-    let said = |t: &str| match report::resume_command(st) {
+/// `resume` names how this operation goes on when it is not `supervise
+/// resume` (`supervise solve`, `supervise plan evaluate`).
+pub fn farewell(out: OutputMode, ending: Ending, st: &OperationState, resume: Option<&str>) {
+    let said = |t: &str| match resume {
         Some(command) => report::resume_as(t, command),
         None => t.to_string(),
     };
@@ -336,7 +338,7 @@ pub fn farewell(out: OutputMode, ending: Ending, st: &OperationState) {
     }
     if out == OutputMode::Lines {
         let board = report::status_board(st, chrono::Utc::now());
-        println!("\n{}", text::for_terminal(&board));
+        println!("\n{}", text::for_terminal(&said(&board)));
     }
     if st.status == OverallStatus::Killed {
         println!("\n{}", text::for_terminal(&said(&report::kill_summary(st))));

@@ -157,6 +157,15 @@ pub fn agent_configured(flags: &RunFlags) -> bool {
         .is_some_and(|f| f.agent.is_some())
 }
 
+/// How a person runs the workflow of `kind` again: `supervise solve`, or
+/// `supervise plan evaluate` for the plan tools that run one.
+fn command_of(kind: &str) -> String {
+    match kind {
+        "solve" | "manage" => format!("supervise {kind}"),
+        tool => format!("supervise plan {tool}"),
+    }
+}
+
 /// Starts the workflow `make` builds (setting aside a finished one), or goes
 /// on with the one under way when there is nothing to start.
 fn drive<F>(kind: &str, flags: &RunFlags, make: Option<F>) -> Result<i32>
@@ -184,13 +193,27 @@ where
     }
     let dir = root.join(".supervise").join(kind);
     if let Some(pid) = crate::place::local::supervisor::running_supervisor(&dir) {
-        eprintln!("A `supervise {kind}` is already running here (pid {pid}).");
+        eprintln!(
+            "A `{}` is already running here (pid {pid}).",
+            command_of(kind)
+        );
         return Ok(exit::USAGE);
     }
     let recorded = crate::store::FileLedger::read(dir.join("events.jsonl"))?.state;
+    // A plan tool takes no description: run again while its workflow is
+    // under way, it goes on with it, as its message says.
+    let tool_under_way = !matches!(kind, "solve" | "manage")
+        && !flags.new
+        && recorded
+            .as_ref()
+            .is_some_and(|st| st.status != OverallStatus::Completed);
+    let make = make.filter(|_| !tool_under_way);
     let workflow = make.map(|m| m(&root, &settings.without_plan));
     if workflow.is_none() && recorded.is_none() {
-        eprintln!("No `supervise {kind}` under way here; give a description to start one.");
+        eprintln!(
+            "No `{}` under way here; give a description to start one.",
+            command_of(kind)
+        );
         return Ok(exit::USAGE);
     }
     let under_way = recorded
@@ -198,8 +221,11 @@ where
         .filter(|st| st.status != OverallStatus::Completed);
     if let (Some(_), Some(st), false) = (&workflow, under_way, flags.new) {
         eprintln!(
-            "{} ({}) is still under way ({}). Run `supervise {kind}` without a description to go on with it, or `supervise {kind} --new …` to set it aside.",
-            st.name, st.id.0, st.status
+            "{} ({}) is still under way ({}). Run `{c}` without a description to go on with it, or `{c} --new …` to set it aside.",
+            st.name,
+            st.id.0,
+            st.status,
+            c = command_of(kind)
         );
         return Ok(exit::USAGE);
     }
@@ -220,7 +246,7 @@ where
         terminal::default_output(flags.json)
     };
     let screen = Terminal::new(out)
-        .resuming_with(format!("supervise {kind}"))
+        .resuming_with(command_of(kind))
         .verbose(flags.verbose);
     let mut sup = Supervisor::open_in(loaded, settings, Box::new(screen), dir.clone())?;
     let first = match workflow {
@@ -252,7 +278,7 @@ where
     crate::place::local::supervisor::stop_on_interrupt();
     let ending = sup.run_loop()?;
     if let Some(st) = sup.state() {
-        terminal::farewell(out, ending, st);
+        terminal::farewell(out, ending, st, Some(&command_of(kind)));
         if out != OutputMode::Quiet && out != OutputMode::Json {
             let complete = crate::report::complete_file_name(st);
             match dir.join(&complete).is_file() {
@@ -309,13 +335,13 @@ pub fn show_status(json: bool, only_running: bool) -> Result<Option<i32>> {
             let table = crate::report::status_table(&st, chrono::Utc::now());
             print!(
                 "{}",
-                crate::text::for_terminal(&crate::report::resume_as(
-                    &table,
-                    &format!("supervise {kind}")
-                ))
+                crate::text::for_terminal(&crate::report::resume_as(&table, &command_of(kind)))
             );
             if !running && matches!(st.status, OverallStatus::Running | OverallStatus::Stopping) {
-                println!("(no supervisor is running for it; `supervise {kind}` picks it up)");
+                println!(
+                    "(no supervisor is running for it; `{}` picks it up)",
+                    command_of(kind)
+                );
             }
         }
         return Ok(Some(exit::COMPLETED));

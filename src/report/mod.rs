@@ -129,18 +129,6 @@ pub(crate) fn elapsed(secs: i64) -> String {
     }
 }
 
-/// The command that goes on with an operation in a terminal: `supervise
-/// resume` for a plan's; for work without a plan, the command that started
-/// it, run again without a description (it resumes everything, so a unit
-/// named after `resume` is dropped).
-pub fn resume_command(st: &crate::engine::OperationState) -> Option<&'static str> {
-    match st.workflow.as_ref() {
-        None => None,
-        Some(crate::engine::workflow::Workflow::Phases(_)) => Some("supervise solve"),
-        Some(crate::engine::workflow::Workflow::Manager(_)) => Some("supervise manage"),
-    }
-}
-
 /// `text` with every `supervise resume [unit]` said as `command`.
 pub fn resume_as(text: &str, command: &str) -> String {
     const WORDS: &str = "supervise resume";
