@@ -321,22 +321,7 @@ fn a_repository_that_is_not_owner_slash_name_is_refused_before_any_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_takes_the_repository_from_origin_and_names_what_is_missing() {
     let story = Story::begin("").await;
-    let clone = tempfile::tempdir().unwrap();
-    let git = |args: &[&str]| {
-        assert!(std::process::Command::new("git")
-            .args(args)
-            .current_dir(clone.path())
-            .status()
-            .unwrap()
-            .success());
-    };
-    git(&["init", "-q"]);
-    git(&[
-        "remote",
-        "add",
-        "origin",
-        &format!("git@github.com:{REPO}.git"),
-    ]);
+    let clone = clone_of(&format!("git@github.com:{REPO}.git"));
     // The same findings as with `--repo`: the repository was taken from origin.
     let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/test-app-key.pem");
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_supervise"));
@@ -457,6 +442,20 @@ fn mistakes_in_what_was_set_are_said_of_what_was_set() {
     );
 }
 
+/// An empty clone whose `origin` is `url`.
+fn clone_of(url: &str) -> tempfile::TempDir {
+    let clone = tempfile::tempdir().unwrap();
+    for args in [&["init", "-q"][..], &["remote", "add", "origin", url]] {
+        assert!(std::process::Command::new("git")
+            .args(args)
+            .current_dir(clone.path())
+            .status()
+            .unwrap()
+            .success());
+    }
+    clone
+}
+
 /// A release server for the Release check: it answers `ok` (a version
 /// tag) with SHA256SUMS, anything else with 404. Its address is what
 /// SUPERVISE_RELEASE_BASE takes.
@@ -489,22 +488,7 @@ fn release_server(ok: &'static str) -> String {
 /// An older workflow that would run a script the repository lacks fails.
 #[test]
 fn doctor_in_a_clone_checks_what_needs_no_credential() {
-    let clone = tempfile::tempdir().unwrap();
-    let git = |args: &[&str]| {
-        assert!(std::process::Command::new("git")
-            .args(args)
-            .current_dir(clone.path())
-            .status()
-            .unwrap()
-            .success());
-    };
-    git(&["init", "-q"]);
-    git(&[
-        "remote",
-        "add",
-        "origin",
-        &format!("https://github.com/{REPO}.git"),
-    ]);
+    let clone = clone_of(&format!("https://github.com/{REPO}.git"));
     std::fs::create_dir_all(clone.path().join(".github/workflows")).unwrap();
     std::fs::write(clone.path().join(WORKFLOW), workflow_text()).unwrap();
     std::fs::write(

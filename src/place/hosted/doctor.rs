@@ -255,26 +255,7 @@ const AGENT_SCRIPT: &str = ".github/supervise-agent.sh";
 pub async fn local(file: &dyn Fn(&str) -> Option<String>, plan_path: &str) -> Vec<Finding> {
     let mut out = Vec::new();
     out.push(match file(plan_path) {
-        Some(text) => match crate::plan::parse(&text, plan_path) {
-            Ok(p) => Finding::pass(
-                "Plan",
-                format!(
-                    "{plan_path} here: {}, {}",
-                    crate::text::count(p.work_units.len(), "unit"),
-                    crate::text::count(p.total_sprints(), "sprint")
-                ),
-            ),
-            Err(problems) => Finding::fail(
-                "Plan",
-                problems
-                    .iter()
-                    .take(3)
-                    .map(|p| format!("{plan_path}:{p}"))
-                    .collect::<Vec<_>>()
-                    .join("; "),
-                format!("fix the plan; `supervise plan show {plan_path}` says where"),
-            ),
-        },
+        Some(text) => plan_read(&text, plan_path, &format!("{plan_path} here")),
         None => Finding::skipped(
             "Plan",
             format!("no {plan_path} here (work without a plan needs none)"),
@@ -641,30 +622,7 @@ async fn secrets(t: &Target<'_>, installation: u64) -> (Finding, Option<Vec<Stri
 /// 7. The plan on the default branch reads.
 async fn plan(t: &Target<'_>, repo: &Repo<'_>) -> Finding {
     match repo.file(t.plan, None).await {
-        Ok(Some((text, _))) => match crate::plan::parse(&text, t.plan) {
-            Ok(p) => Finding::pass(
-                "Plan",
-                format!(
-                    "{}: {}, {}",
-                    t.plan,
-                    crate::text::count(p.work_units.len(), "unit"),
-                    crate::text::count(p.total_sprints(), "sprint")
-                ),
-            ),
-            Err(problems) => Finding::fail(
-                "Plan",
-                problems
-                    .iter()
-                    .take(3)
-                    .map(|p| format!("{}:{p}", t.plan))
-                    .collect::<Vec<_>>()
-                    .join("; "),
-                format!(
-                    "fix the plan; `supervise plan show {}` says the same locally",
-                    t.plan
-                ),
-            ),
-        },
+        Ok(Some((text, _))) => plan_read(&text, t.plan, t.plan),
         Ok(None) => Finding::skipped(
             "Plan",
             format!(
@@ -676,6 +634,30 @@ async fn plan(t: &Target<'_>, repo: &Repo<'_>) -> Finding {
             "Plan",
             e.to_string(),
             "the installation needs contents: read",
+        ),
+    }
+}
+
+/// The plan `text` (at `path`, said as `shown`) as the reader reads it.
+fn plan_read(text: &str, path: &str, shown: &str) -> Finding {
+    match crate::plan::parse(text, path) {
+        Ok(p) => Finding::pass(
+            "Plan",
+            format!(
+                "{shown}: {}, {}",
+                crate::text::count(p.work_units.len(), "unit"),
+                crate::text::count(p.total_sprints(), "sprint")
+            ),
+        ),
+        Err(problems) => Finding::fail(
+            "Plan",
+            problems
+                .iter()
+                .take(3)
+                .map(|p| format!("{path}:{p}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+            format!("fix the plan; `supervise plan show {path}` says where, locally"),
         ),
     }
 }
