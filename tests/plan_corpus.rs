@@ -89,6 +89,7 @@ fn malformed_plans_are_refused_with_their_lines() {
     // `## transform` holds `### Normalise names` and a checklist, which the
     // reader does not take for a sprint: read anyway, the plan would lose the
     // unit and both edges through it, and `report` would start at once.
+    // (A checklist there is a sprint: `16_graph_with_a_checklist_unit.md`.)
     assert_eq!(
         problems("bad_graph_names_a_unit_it_cannot_read.md"),
         [(12, "the dependency graph (line 3) names `transform`, and its section here reads as no work unit: it has no sprint the reader knows, so `transform` and every dependency through it would be dropped".to_string())]
@@ -532,4 +533,68 @@ fn evaluate_twice_is_evaluate_once() {
     }
     // The property is tried on plans the first pass did change.
     assert!(rewritten >= 1, "no plan was rewritten");
+}
+
+/// Round five, item 8: a sprint heading one level down, spelt in words or
+/// written in bold is the next sprint, never a part of the one above.
+#[test]
+fn every_shape_of_a_second_sprint_heading_is_its_own_sprint() {
+    for second in [
+        "### Sprint 2: Page",
+        "### Sprint 2 — Page",
+        "#### Sprint 2: Page",
+        "### Sprint Two: Page",
+        "**Sprint 2: Page**",
+    ] {
+        let src = format!(
+            "# Site\n\n## Sprint 1: A\n\n- Write a.txt\n\n**Exit criteria:**\n- [ ] File `a.txt` exists\n\n\
+             {second}\n\n- Write page.txt\n\n**Exit criteria:**\n- [ ] File `page.txt` exists\n"
+        );
+        let p = plan::parse(&src, "site").unwrap_or_else(|e| panic!("{second}: {e:?}"));
+        let sprints = &p.work_units[0].sprints;
+        let exits: Vec<Vec<&str>> = sprints
+            .iter()
+            .map(|s| s.exit_criteria.iter().map(|c| c.text.as_str()).collect())
+            .collect();
+        assert_eq!(
+            exits,
+            [vec!["File a.txt exists"], vec!["File page.txt exists"]],
+            "{second}"
+        );
+        assert_eq!(sprints[1].id.as_str(), "2", "{second}");
+        assert_eq!(sprints[1].name, "Page", "{second}");
+    }
+}
+
+/// Round five, item 7: a unit whose only sprint is a checklist under a
+/// heading is a unit, with the dependency its prose states; and a unit table's
+/// units may hold checklist groups (the hint names them, §2b reads them).
+#[test]
+fn a_unit_made_of_checklist_groups_is_read_with_its_dependency() {
+    let prose = "# Data pipeline\n\n## Ingest\n\n### Sprint 1: Fetch\n\n- [ ] File `fetch.py` exists\n\n\
+                 ## Report\n\nDepends on ingest.\n\n### Build the report\n\n- [ ] File `report.py` exists\n";
+    let tabled = "# Data pipeline\n\n| Unit | Depends on |\n|------|------------|\n| ingest | — |\n| report | ingest |\n\n\
+                  ## ingest\n\n### Fetch\n\n- [ ] File `fetch.py` exists\n\n## report\n\n### Build\n\n- [ ] File `report.py` exists\n";
+    for (shape, src) in [("prose", prose), ("table", tabled)] {
+        let p = plan::parse(src, "pipeline").unwrap_or_else(|e| panic!("{shape}: {e:?}"));
+        let units: Vec<(String, Vec<String>, usize)> = p
+            .work_units
+            .iter()
+            .map(|u| {
+                (
+                    u.name.to_lowercase(),
+                    u.depends_on.iter().map(|d| d.to_lowercase()).collect(),
+                    u.sprints.len(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            units,
+            [
+                ("ingest".to_string(), vec![], 1),
+                ("report".to_string(), vec!["ingest".to_string()], 1)
+            ],
+            "{shape}"
+        );
+    }
 }

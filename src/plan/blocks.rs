@@ -101,9 +101,16 @@ impl LineIndex<'_> {
     }
 }
 
+/// The inside of a paragraph that is only `**Sprint N: Name**`.
+fn bold_sprint_title(text: &str) -> Option<&str> {
+    let inner = text.strip_prefix("**")?.strip_suffix("**")?;
+    (!inner.contains("**") && crate::plan::detect::sprint_heading(inner).is_some()).then_some(inner)
+}
+
 enum Open {
     Heading(u8, usize),
-    Paragraph(usize),
+    /// Its line and byte offset.
+    Paragraph(usize, usize),
     Code(String, usize),
     Cell,
     Metadata,
@@ -341,7 +348,7 @@ fn read_piece(source: &str, r: std::ops::Range<usize>, starts: &[usize]) -> Piec
             }
             Event::Start(Tag::Paragraph) => {
                 if items.is_empty() && table.is_none() {
-                    open = Some(Open::Paragraph(line));
+                    open = Some(Open::Paragraph(line, range.start));
                     buf.clear();
                 } else if let Some(it) = items.last_mut() {
                     if !it.text.is_empty() {
@@ -350,10 +357,25 @@ fn read_piece(source: &str, r: std::ops::Range<usize>, starts: &[usize]) -> Piec
                 }
             }
             Event::End(TagEnd::Paragraph) => {
-                if let Some(Open::Paragraph(l)) = open {
+                if let Some(Open::Paragraph(l, offset)) = open {
                     open = None;
                     let text = tidy(&buf);
-                    if !text.is_empty() {
+                    if let Some(title) = bold_sprint_title(&text) {
+                        // `**Sprint 2: Page**` alone on its line is written as a
+                        // heading one below the last; read as a paragraph, its
+                        // criteria went to the sprint above without a word.
+                        let level = blocks
+                            .iter()
+                            .rev()
+                            .find_map(Block::heading)
+                            .map_or(2, |(l, _)| (l + 1).min(6));
+                        blocks.push(Block::Heading {
+                            level,
+                            text: title.to_string(),
+                            line: l,
+                            offset,
+                        });
+                    } else if !text.is_empty() {
                         blocks.push(Block::Paragraph { text, line: l });
                     }
                 }

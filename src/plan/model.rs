@@ -12,6 +12,36 @@ use std::fmt;
 #[serde(transparent)]
 pub struct SprintId(String);
 
+/// `One` … `Twenty` as a number: `### Sprint Two: Page` is sprint 2.
+fn number_word(t: &str) -> Option<usize> {
+    const WORDS: [&str; 20] = [
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+        "twenty",
+    ];
+    WORDS
+        .iter()
+        .position(|w| w.eq_ignore_ascii_case(t))
+        .map(|i| i + 1)
+}
+
 impl SprintId {
     /// Parses `2`, `2a`, `Sprint 2a`; `None` when it is not of that shape.
     pub fn parse(text: &str) -> Option<SprintId> {
@@ -21,6 +51,9 @@ impl SprintId {
             .or_else(|| t.strip_prefix("sprint"))
             .unwrap_or(t)
             .trim();
+        if let Some(n) = number_word(t) {
+            return Some(SprintId::ordinal(n));
+        }
         let digits = t.chars().take_while(|c| c.is_ascii_digit()).count();
         if digits == 0 || digits > 6 {
             return None;

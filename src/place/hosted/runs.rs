@@ -382,7 +382,7 @@ impl Operations {
             .file(&results_path(&d.0), Some(&head))
             .await?
             .map(|(t, _)| t);
-        let (recorded, forged) = match vouched_record(&d.0, file, &own) {
+        let (recorded, forged) = match vouched_record(&d.0, file, &own, &ci) {
             Ok(r) => (r, None),
             Err(why) => (None, Some(why)),
         };
@@ -654,19 +654,33 @@ pub(super) struct HeadChecks {
 /// The results record at the head of a run's sprint branch, if the trusted
 /// step vouched for it: a record check run for this dispatch on that head
 /// whose digest is the file's. `Err` says why a record that is there is not
-/// taken (it did not come from the trusted step).
+/// taken (it did not come from the trusted step). `others`, the checks by
+/// anyone else, only shape that reason: a record vouched for by an App this
+/// supervisor was not told to trust is still refused, and the refusal names
+/// the App id to give it (the Action without `SUPERVISE_APP_ID`).
 pub(super) fn vouched_record(
     dispatch: &str,
     file: Option<String>,
     own: &[Check],
+    others: &[Check],
 ) -> Result<Option<RunResult>, String> {
     let Some(text) = file else { return Ok(None) };
-    let vouched = own.iter().any(|c| {
+    let vouches = |c: &&Check| {
         c.name == crate::contract::RECORD_CHECK
             && c.external_id == dispatch
             && crate::contract::vouches_for(&c.summary, text.as_bytes())
-    });
-    if !vouched {
+    };
+    if !own.iter().any(|c| vouches(&c)) {
+        if let Some(c) = others.iter().find(vouches) {
+            let id = c
+                .app_id
+                .map_or_else(|| "its id".to_string(), |id| id.to_string());
+            return Err(format!(
+                "the results record `{}` is vouched for by the App `{}` (id {id}), which this supervisor was not told to trust, so it is not taken. If that is your agent workflow's App (its `SUPERVISE_APP_ID` secret), give the supervisor its id: the Action's `app-id: ${{{{ secrets.SUPERVISE_APP_ID }}}}` input, or `SUPERVISE_APP_ID={id}`",
+                results_path(dispatch),
+                c.app
+            ));
+        }
         return Err(format!(
             "the results record `{}` was not made by the agent workflow's trusted job (no `{}` check run vouches for it): an agent's job cannot write its own verdict. If the repository's agent workflow is an older copy, copy Sprint Supervisor's `.github/workflows/supervise-agent.yml` over it",
             results_path(dispatch),
@@ -757,7 +771,7 @@ mod tests {
         let record = record();
         let digest = record_digest_line(record.as_bytes());
         let taken =
-            |checks: Vec<Check>| vouched_record(DISPATCH, Some(record.clone()), &own(checks));
+            |checks: Vec<Check>| vouched_record(DISPATCH, Some(record.clone()), &own(checks), &[]);
         assert!(taken(vec![check(
             RECORD_CHECK,
             "supervise",
@@ -816,7 +830,20 @@ mod tests {
             );
         }
         // No record at all is no record, not a refusal.
-        assert!(matches!(vouched_record(DISPATCH, None, &[]), Ok(None)));
+        assert!(matches!(vouched_record(DISPATCH, None, &[], &[]), Ok(None)));
+        // A record vouched for by an App the supervisor was not given is
+        // refused all the same, and the refusal names the id to give it.
+        let why = vouched_record(
+            DISPATCH,
+            Some(record.clone()),
+            &[],
+            &[check(RECORD_CHECK, "my-supervisor", 77, DISPATCH, &digest)],
+        )
+        .expect_err("an App not trusted");
+        assert!(
+            why.contains("`my-supervisor` (id 77)") && why.contains("SUPERVISE_APP_ID=77"),
+            "{why}"
+        );
     }
 }
 

@@ -20,6 +20,7 @@ use criteria::*;
 use dependencies::*;
 use files::*;
 use outline::*;
+pub(super) use sprints::sprint_heading;
 use sprints::*;
 use units::*;
 

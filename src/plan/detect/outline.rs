@@ -1,13 +1,14 @@
 //! The document's outline: where sections end and where sprint definitions are.
 
-use super::{is_sprint_table, sprint_heading, task_heading, Block, Range};
+use super::{is_sprint_table, label_of, sprint_heading, task_heading, Block, Range};
 
 /// Where every section ends and where sprint definitions are, computed once so
 /// that no heuristic rescans the document (plans with thousands of units).
 pub(super) struct Outline {
     /// For a heading at `i`: the first block after its section.
     end: Vec<usize>,
-    /// Prefix counts of blocks that define sprints (sprint/task headings, sprint tables).
+    /// Prefix counts of blocks that define sprints (sprint/task headings, sprint
+    /// tables, and headings over a checklist that are no label).
     defs: Vec<u32>,
     /// What each heading is, read once here: several heuristics ask, and
     /// reading a heading as a sprint's costs a copy of its text.
@@ -40,6 +41,27 @@ impl Outline {
             Block::Heading { .. } => HeadingKind::Other,
             _ => HeadingKind::None,
         });
+        // A heading whose own blocks hold a `- [ ]` is a checklist group (§2b.4):
+        // it defines a sprint as surely as `### Sprint 1:` does, so the unit
+        // around it is found by it (before, such a unit was dropped unsaid).
+        let mut checklist = vec![false; blocks.len()];
+        let mut under = None;
+        for (i, b) in blocks.iter().enumerate() {
+            match b {
+                Block::Heading { text, .. } => {
+                    under =
+                        (heads[i] == HeadingKind::Other && label_of(text).is_none()).then_some(i)
+                }
+                Block::Item {
+                    checked: Some(_), ..
+                } => {
+                    if let Some(h) = under.take() {
+                        checklist[h] = true;
+                    }
+                }
+                _ => {}
+            }
+        }
         for (i, b) in blocks.iter().enumerate() {
             if let Some((level, _)) = b.heading() {
                 while open.last().is_some_and(|(_, l)| *l >= level) {
@@ -50,7 +72,7 @@ impl Outline {
             }
             let is_def = match b {
                 Block::Table { header, .. } => is_sprint_table(header),
-                _ => matches!(heads[i], HeadingKind::Sprint | HeadingKind::Task),
+                _ => checklist[i] || matches!(heads[i], HeadingKind::Sprint | HeadingKind::Task),
             };
             defs.push(defs[i] + u32::from(is_def));
         }

@@ -88,11 +88,15 @@ pub(super) fn find_sprints(doc: &Doc, o: &Outline, r: Range<usize>) -> Vec<Sprin
         })
         .collect();
     if !heads.is_empty() {
+        // A sprint ends at the next sprint heading whatever its level: a
+        // `### Sprint 2` under `## Sprint 1` is its sibling, not its part.
+        let next: Vec<usize> = heads.iter().skip(1).map(|h| h.0).chain([r.end]).collect();
         return heads
             .into_iter()
-            .map(|(i, id, name)| {
+            .zip(next)
+            .map(|((i, id, name), next)| {
                 let s = o.section(i);
-                let end = s.end.min(r.end);
+                let end = s.end.min(r.end).min(next);
                 build_sprint(doc, id, name, i, i + 1..end)
             })
             .collect();
