@@ -2481,3 +2481,89 @@ fn a_continuation_after_a_retry_does_not_escalate_again() {
     assert_eq!(next.tier, retry.tier.max(ModelTier::Sonnet), "{why}");
     assert!(!why.contains("one tier up"), "{why}");
 }
+
+/// Round five, item 2: `bad`'s merge breaks the build, and it ends BLOCKED
+/// with that merge still on the integration branch. The next gate, for
+/// `good` alone, fails where the place cannot tell which merge did it (CI
+/// on GitHub ran on pull requests only): its output names `bad/BROKEN`, or
+/// nothing at all. Neither charges `good` an attempt: the failure stays
+/// bad's, and good waits BLOCKED with a notice that names bad.
+#[test]
+fn a_gate_failure_after_a_unit_is_blocked_with_its_merge_stays_that_units() {
+    let plan = "# Pair\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| bad | bad | 0 |\n| good | good | 0 |\n\n\
+## bad\n### Sprint 1: B\n- [ ] `bad/x.txt` exists\n\
+## good\n### Sprint 1: G\n- [ ] `good/x.txt` exists\n";
+    for output in [
+        "error: bad/BROKEN: no such thing",
+        "make: *** [all] Error 2",
+    ] {
+        let cfg = EngineConfig {
+            build_gate: true,
+            ..Default::default()
+        };
+        let mut sim = Sim::start(plan, cfg);
+        sim.finish("good", success());
+        // bad's every attempt lands, and the gate bisects the break to it.
+        while sim.unit("bad").status == UnitStatus::Running {
+            if sim.out().iter().any(|o| o.unit == "bad") {
+                sim.finish("bad", success());
+            }
+            let (gate, units) = open_gate(&sim);
+            if units.contains(&"bad".to_string()) {
+                sim.send(Input::GateResult {
+                    gate,
+                    passed: false,
+                    output: "error: bad/BROKEN".into(),
+                    blame: GateBlame::Merge {
+                        unit: "bad".into(),
+                        sprint: SprintId::parse("1").unwrap(),
+                    },
+                })
+                .unwrap();
+            }
+        }
+        assert_eq!(sim.unit("bad").status, UnitStatus::Blocked);
+        // Gates for good alone, until it is charged or waits.
+        for _ in 0..4 {
+            let (gate, units) = open_gate(&sim);
+            if units != ["good"]
+                || sim
+                    .st()
+                    .gates
+                    .iter()
+                    .all(|g| g.id != gate || g.passed.is_some())
+            {
+                break;
+            }
+            sim.send(Input::GateResult {
+                gate,
+                passed: false,
+                output: output.into(),
+                blame: GateBlame::Unknown,
+            })
+            .unwrap();
+        }
+        assert_eq!(
+            sim.unit("good").sprints[0].failures,
+            0,
+            "{output}: good is charged for bad's merge"
+        );
+        assert!(
+            sim.out().iter().all(|o| o.unit != "good"),
+            "{output}: good re-run"
+        );
+        assert_eq!(sim.unit("good").status, UnitStatus::Blocked, "{output}");
+        let told = notices(&sim, NoticeKind::Blocked);
+        let good = told
+            .iter()
+            .find(|t| t.starts_with("BLOCKED: good"))
+            .unwrap_or_else(|| panic!("{output}: good's notice in {told:?}"));
+        assert!(good.contains("supervise resume bad"), "{good}");
+        // bad's own notice quotes the build's output, not only its first line.
+        let bad = told
+            .iter()
+            .find(|t| t.starts_with("BLOCKED: bad"))
+            .expect("bad's notice");
+        assert!(bad.contains("    error: bad/BROKEN"), "{bad}");
+    }
+}

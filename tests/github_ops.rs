@@ -1662,10 +1662,12 @@ async fn an_operation_starts_from_a_workflow_dispatch() {
 /// Two replicas of the binary on a fresh PostgreSQL database behind a
 /// balancer on the story's port, with `extra` in their environment: the
 /// replicas and the database's URL (the balancer lives as long as the story's
-/// runtime).
+/// runtime). With `first_only`, the balancer sends everything to the first:
+/// the second hears of no operation but through the store.
 async fn two_replicas(
     s: &Story,
     extra: &[(&'static str, &str)],
+    first_only: bool,
 ) -> (std::process::Child, std::process::Child, String) {
     let db = support::postgres_database().await;
     let env = |id: &str| {
@@ -1680,7 +1682,10 @@ async fn two_replicas(
     wait_listening(p1).await;
     wait_listening(p2).await;
     // Detached: it serves until the test's runtime ends.
-    drop(balance(s.port, vec![p1, p2]));
+    drop(balance(
+        s.port,
+        if first_only { vec![p1] } else { vec![p1, p2] },
+    ));
     wait_listening(s.port).await;
     (r1, r2, db)
 }
@@ -1693,7 +1698,7 @@ async fn two_replicas(
 #[ignore = "needs PostgreSQL: run by scripts/test"]
 async fn two_replicas_on_postgres_finish_an_operation_while_one_is_killed() {
     let s = Story::start(Setup::operation(PLAN, "").door(Door::None)).await;
-    let (mut r1, mut r2, _db) = two_replicas(&s, &[]).await;
+    let (mut r1, mut r2, _db) = two_replicas(&s, &[], false).await;
     s.say("/supervise start").await;
     s.until("the first agent runs", 120, |s| {
         !s.runs_of("/api/1/").is_empty()
@@ -1710,6 +1715,38 @@ async fn two_replicas_on_postgres_finish_an_operation_while_one_is_killed() {
     s.assert_no_double_dispatch();
     let _ = r2.kill();
     let _ = r2.wait();
+}
+
+/// Round five, item 5: the replica that owns the operation is killed while
+/// a run is in flight, and the webhooks that would have told the other
+/// replica about it die with it (GitHub sent them to the dead one). The
+/// survivor takes the operation over when the lease lapses, by its
+/// reconciliation timer, and finishes it; no sprint runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: run by scripts/test"]
+async fn a_lapsed_lease_is_taken_over_by_the_timer_without_a_webhook() {
+    let s = Story::start(Setup::operation(PLAN, "").door(Door::None)).await;
+    // Every delivery goes to supervise-1, which owns the operation; the
+    // other replica was up before it started and hears of it only through
+    // the store.
+    let (mut owner, mut survivor, _db) = two_replicas(&s, &[], true).await;
+    s.say("/supervise start").await;
+    s.until("the first agent runs", 120, |s| {
+        !s.runs_of("/api/1/").is_empty()
+    })
+    .await;
+    // From here on no webhook reaches anyone: only the timer can notice.
+    s.fake.lose_webhooks(true);
+    let _ = owner.kill();
+    let _ = owner.wait();
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    for sprint in ["/api/1/", "/api/2/", "/docs/1/", "/web/1/"] {
+        assert_eq!(s.runs_of(sprint).len(), 1, "{sprint} dispatched once");
+    }
+    s.assert_no_double_dispatch();
+    let _ = survivor.kill();
+    let _ = survivor.wait();
 }
 
 /// A run that never ends and ignores its cancel: the wall-clock cap (one
@@ -1809,6 +1846,7 @@ async fn a_daily_budget_holds_across_operations_repositories_and_replicas() {
             ("SUPERVISE_INSTALLATION_DAILY_BUDGET", "50"),
             ("SUPERVISE_COSTS", "10,10,10"),
         ],
+        false,
     )
     .await;
     start_three(&s, second, BLOG, blog).await;
@@ -1936,6 +1974,7 @@ async fn a_daily_dollar_budget_holds_the_third_operation_before_it_starts() {
             ("SUPERVISE_INSTALLATION_DAILY_BUDGET_USD", "0.50"),
             ("SUPERVISE_ATTEMPT_USD", "0.20,0.20,0.20"),
         ],
+        false,
     )
     .await;
     start_three(&s, second, BLOG, blog).await;
@@ -2667,4 +2706,91 @@ async fn without_the_agent_variable_the_workflow_runs_the_settings_agent() {
         ["api 1", "api 2", "docs 1", "web 1"],
         "Claude Code ran each sprint once"
     );
+}
+
+/// Round five, items 3 and 4: two units change the same line of
+/// `shared.txt` at once, so the second to land no longer merges. Its
+/// conflict round merges the integration branch in, as its prompt says,
+/// which brings every merged sprint's results record under `.supervise/`:
+/// that is the trusted branch's, not the agent writing the supervisor's
+/// records, so the round is taken, both sides are kept, and the plan ends
+/// with its final pull request, nothing BLOCKED, nothing counted as failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_conflict_round_on_github_merges_the_integration_branch_and_is_taken() {
+    let plan = "# Two\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| a | a | 0 |\n| b | b | 0 |\n\n\
+## a\n### Sprint 1: A\n- [ ] `a/a-sprint-1.txt` exists\n\
+## b\n### Sprint 1: B\n- [ ] `b/b-sprint-1.txt` exists\n";
+    let s = Story::start(Setup::operation(
+        plan,
+        "a 1 shared,resolve\nb 1 shared,resolve\n",
+    ))
+    .await;
+    s.say("/supervise start").await;
+    s.until("the final pull request, or a BLOCKED unit", 180, |s| {
+        s.final_pull().is_some() || s.status_comment().contains("BLOCKED |")
+    })
+    .await;
+    let status = s.status_comment();
+    assert!(s.final_pull().is_some(), "{status}");
+    let refused: Vec<String> = s
+        .fake
+        .check_runs(REPO)
+        .into_iter()
+        .filter(|c| c.summary.contains("refused"))
+        .map(|c| c.summary)
+        .collect();
+    assert!(refused.is_empty(), "{refused:#?}");
+    let runs = s.sprints_run();
+    assert_eq!(
+        runs.len(),
+        3,
+        "two sprints and one conflict round: {runs:?}"
+    );
+    s.assert_no_double_dispatch();
+}
+
+/// Round five, item 4: conflict rounds that never merge BLOCK the unit,
+/// its row saying so (not RUNNING), its notice giving the cause; and
+/// `/supervise resume` then dispatches it again, and the plan completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_unit_blocked_by_conflicts_is_shown_blocked_and_resume_runs_it_again() {
+    let plan = "# Two\n\n| Work Unit | Directory | Layer |\n|---|---|---|\n| a | a | 0 |\n| b | b | 0 |\n\n\
+## a\n### Sprint 1: A\n- [ ] `a/a-sprint-1.txt` exists\n\
+## b\n### Sprint 1: B\n- [ ] `b/b-sprint-1.txt` exists\n";
+    // Whoever lands second never merges in its rounds.
+    let s = Story::start(Setup::operation(
+        plan,
+        "a 1 shared,shared,shared,resolve\nb 1 shared,shared,shared,resolve\n",
+    ))
+    .await;
+    s.say("/supervise start").await;
+    s.until("a BLOCKED unit", 240, |s| {
+        s.status_comment().contains("| BLOCKED |")
+    })
+    .await;
+    let status = s.status_comment();
+    let row = status
+        .lines()
+        .find(|l| l.contains("| BLOCKED |"))
+        .unwrap()
+        .to_string();
+    assert!(!row.contains("RUNNING"), "{status}");
+    let unit = if row.starts_with("| a ") { "a" } else { "b" };
+    let notice = s
+        .bot_comments(s.issue)
+        .into_iter()
+        .find(|c| c.starts_with("⛔"))
+        .expect("a BLOCKED notice");
+    assert!(notice.contains("does not merge"), "{notice}");
+    let before = s.runs_of(&format!("/{unit}/1/")).len();
+    s.say(&format!("/supervise resume {unit}")).await;
+    s.until("the final pull request after resume", 240, |s| {
+        s.final_pull().is_some()
+    })
+    .await;
+    assert!(
+        s.runs_of(&format!("/{unit}/1/")).len() > before,
+        "resume dispatched {unit} again"
+    );
+    s.assert_no_double_dispatch();
 }

@@ -2529,3 +2529,36 @@ fn an_interrupted_supervisor_names_the_agents_it_leaves_running() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Round five, item 2: `bad`'s every attempt breaks the build and it ends
+/// BLOCKED with its merge still on the integration branch. The gates after
+/// that fail for bad's work: `base`, done once, is never charged an attempt
+/// and waits BLOCKED with a notice that names bad; `good`, after base, waits.
+#[test]
+fn a_blocked_units_merge_that_breaks_the_build_is_charged_to_it_alone() {
+    let plan = "# Trio\n\n| Work Unit | Directory | Depends on |\n|---|---|---|\n| bad | bad | — |\n| base | base | — |\n| good | good | base |\n\n\
+## bad\n### Sprint 1: B\n- [ ] `bad/bad-sprint-1.txt` exists\n\
+## base\n### Sprint 1: A\n- [ ] `base/base-sprint-1.txt` exists\n\
+## good\n### Sprint 1: G\n- [ ] `good/good-sprint-1.txt` exists\n";
+    let repo = Repo::new(plan, "");
+    let gate = "if test -f bad/bad-sprint-1.txt; then echo 'error: bad/bad-sprint-1.txt breaks the build'; exit 1; fi";
+    let out = repo.run(&["--build-gate", gate]);
+    let said = text(&out);
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    let runs = repo.sprints_run();
+    assert_eq!(
+        runs.iter().filter(|r| *r == "base 1").count(),
+        1,
+        "base is charged for bad's merge: {runs:?}\n{said}"
+    );
+    assert!(!runs.iter().any(|r| r == "good 1"), "{runs:?}");
+    assert_eq!(repo.unit("bad")["status"], "BLOCKED", "{said}");
+    assert_eq!(repo.unit("base")["status"], "BLOCKED", "{said}");
+    let log =
+        std::fs::read_to_string(repo.root.join("SUPERVISOR_STATE.md")).unwrap_or_default() + &said;
+    assert!(
+        !log.contains("attributed to the last sprint of: base"),
+        "{log}"
+    );
+    assert!(log.contains("supervise resume bad"), "{log}");
+}

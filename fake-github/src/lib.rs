@@ -168,6 +168,8 @@ pub(crate) struct Inner {
     /// Every webhook is delivered twice, under two delivery ids (a
     /// redelivery from the App's settings, or a second hook).
     deliver_twice: bool,
+    /// Webhooks are sent nowhere (they went to a replica that died).
+    webhooks_lost: bool,
     /// `workflow_run` webhooks as sent: (seconds since start, action, run name).
     run_deliveries: Vec<(f64, String, String)>,
     /// The primary rate limit (see `quota.rs`) and each installation's window.
@@ -459,6 +461,12 @@ impl FakeGitHub {
         self.inner.lock().deliver_twice = true;
     }
 
+    /// While `lost`, every webhook is noted as sent and reaches nobody:
+    /// GitHub delivered it to a replica that died before it answered.
+    pub fn lose_webhooks(&self, lost: bool) {
+        self.inner.lock().webhooks_lost = lost;
+    }
+
     pub fn fail_every(&self, n: u64) {
         self.inner.lock().fail_every = n;
     }
@@ -642,7 +650,14 @@ impl FakeGitHub {
             return 0;
         };
         let body = serde_json::to_vec(payload).unwrap();
-        let twice = self.inner.lock().deliver_twice;
+        let (twice, lost) = {
+            let s = self.inner.lock();
+            (s.deliver_twice, s.webhooks_lost)
+        };
+        if lost {
+            self.note_delivery(event, "lost", 0);
+            return 0;
+        }
         let mut status = 0;
         for _ in 0..if twice { 2 } else { 1 } {
             let id = {

@@ -72,6 +72,17 @@ impl Blocked<'_> {
         );
         if let Some(f) = self.last_failure_line() {
             out.push_str(&format!("\nLast failure: {f}"));
+            // A failure of many lines (a build gate's output) keeps its
+            // end, unless a failing check's output is quoted below.
+            let rest: Vec<&str> = self
+                .last_failure
+                .map(|f| f.lines().skip(1).collect())
+                .unwrap_or_default();
+            if self.check.is_none() && !rest.is_empty() {
+                for line in &rest[rest.len().saturating_sub(15)..] {
+                    out.push_str(&format!("\n    {line}"));
+                }
+            }
         }
         if let Some(c) = self.check {
             out.push('\n');

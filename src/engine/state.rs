@@ -203,6 +203,14 @@ pub struct SprintRun {
     /// acted on again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reviews_seen: Vec<String>,
+    /// How much of `history` came before the last resume after FATAL: what
+    /// is counted against the sprint (its conflict rounds) starts after it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rounds_before_reset: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl SprintRun {
@@ -986,6 +994,7 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
             if let Some(s) = sprint_mut(st, *unit, *sprint) {
                 s.failures = 0;
                 s.continuations = 0;
+                s.rounds_before_reset = s.history.len();
             }
         }
         Event::ProviderWait {

@@ -761,18 +761,24 @@ impl Decider<'_> {
     /// counted and no stronger model is paid for.
     fn conflict(&mut self, u: usize, s: usize, conflict: String) {
         let id = self.names(u, s).1;
-        let rounds = self
-            .sprint(u, s)
-            .history
+        let sp = self.sprint(u, s);
+        // Rounds since the last resume: a person who resumes gives it new ones.
+        let rounds = sp.history[sp.rounds_before_reset.min(sp.history.len())..]
             .iter()
             .filter(|r| r.outcome == CONFLICT)
             .count();
         if rounds > CONFLICT_ROUNDS {
+            // A round whose work was refused is why it still conflicts: say so.
+            let refused = sp
+                .last_failure
+                .as_deref()
+                .filter(|f| f.starts_with("the work was refused"))
+                .map(|f| format!("{conflict}; a round's work was not taken: {f}"));
             self.block(
                 u,
                 s,
                 format!("still does not merge after {CONFLICT_ROUNDS} conflict rounds"),
-                &conflict,
+                refused.as_deref().unwrap_or(&conflict),
             );
             return;
         }
@@ -780,7 +786,10 @@ impl Decider<'_> {
         self.log(
             Some(u),
             Some(s),
-            format!("Sprint {id} CONFLICT (round {rounds}/{CONFLICT_ROUNDS})"),
+            format!(
+                "Sprint {id} CONFLICT (round {}/{CONFLICT_ROUNDS})",
+                rounds.max(1)
+            ),
             conflict.clone(),
         );
         let task = format!(
@@ -834,6 +843,12 @@ impl Decider<'_> {
             .workflow
             .as_ref()
             .is_some_and(|w| w.absorbs_failure(&unit));
+        // FATAL is reached through BACKOFF: a sprint blocked straight from
+        // its attempt (conflict rounds spent) passes it, or it would stay
+        // RUNNING, and `resume` (FATAL → PENDING) would find nothing to do.
+        if !self.sprint(u, s).status().can_become(SprintStatus::Fatal) {
+            self.sprint_to(u, s, SprintStatus::Backoff);
+        }
         self.sprint_to(u, s, SprintStatus::Fatal);
         self.unit_to(u, UnitStatus::Blocked, "sprint FATAL");
         self.log(

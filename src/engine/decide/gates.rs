@@ -173,6 +173,14 @@ impl Decider<'_> {
                 }
                 return;
             }
+            // The merge of a unit BLOCKED since: the failure is still its.
+            if self.blocked_with_work(g).contains(unit) {
+                let why = format!(
+                    "it passed before {unit} Sprint {sprint} was merged and fails after it"
+                );
+                self.gate_waits_for_blocked(g, std::slice::from_ref(unit), &shown, &why);
+                return;
+            }
         }
         if blame == GateBlame::BeforePhase {
             let st = self.st();
@@ -183,13 +191,34 @@ impl Decider<'_> {
                         && !g.units.contains(&st.units[u].name)
                 })
                 .map(|u| st.units[u].name.clone())
+                .chain(self.blocked_with_work(g))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
                 .collect();
             if !blocked.is_empty() {
-                self.gate_waits_for_blocked(g, &blocked, &shown);
+                let why = "it failed before this phase's merges too: none of them broke it";
+                self.gate_waits_for_blocked(g, &blocked, &shown, why);
                 return;
             }
         }
         let named = self.units_named_in(&g.units, output);
+        // A BLOCKED unit's merges stay on the integration branch: a failure
+        // its output puts there, or one nothing points at once run again,
+        // is that unit's, and is never charged to the units that finished.
+        let with_work = self.blocked_with_work(g);
+        if named.is_empty() && !with_work.is_empty() {
+            let theirs = self.units_named_in(&with_work, output);
+            if !theirs.is_empty() {
+                let why = format!("its output names {}", theirs.join(", "));
+                self.gate_waits_for_blocked(g, &theirs, &shown, &why);
+                return;
+            }
+            if g.retry_of.is_some() {
+                let why = "it failed twice, its output names none of this phase's units, and the BLOCKED work is on the integration branch";
+                self.gate_waits_for_blocked(g, &with_work, &shown, why);
+                return;
+            }
+        }
         if named.is_empty() && g.retry_of.is_none() {
             // Nothing in the output points at a unit: the failure may be
             // flaky or environmental, so run the gate once more before
@@ -260,14 +289,20 @@ impl Decider<'_> {
     /// its layer are BLOCKED: their missing work is what it lacks. The units
     /// that finished wait, BLOCKED, with nothing charged, until a person
     /// resumes the blocked ones.
-    fn gate_waits_for_blocked(&mut self, g: &Gate, blocked: &[String], shown: &str) {
+    fn gate_waits_for_blocked(&mut self, g: &Gate, blocked: &[String], shown: &str, why: &str) {
         let gate = g.id;
         let them = blocked.join(", ");
         self.log(
             None,
             None,
-            format!("Build gate {gate} failed (layer {}) while {them} BLOCKED", g.layer),
-            format!("it fails before this phase's merges too, so none of {} broke it; no attempt is charged", g.units.join(", ")),
+            format!(
+                "Build gate {gate} failed (layer {}) while {them} BLOCKED",
+                g.layer
+            ),
+            format!(
+                "{why}; the failure is {them}'s, and no attempt of {} is charged",
+                g.units.join(", ")
+            ),
         );
         let first = crate::text::shell_quote(&blocked[0]);
         for name in &g.units {
@@ -286,12 +321,34 @@ impl Decider<'_> {
                 kind: NoticeKind::Blocked,
                 unit: Some(name.clone()),
                 text: format!(
-                    "BLOCKED: {name} is done, but build gate {gate} fails, and it failed before this phase's merges too: none of them broke it. {them} of the same phase {} BLOCKED, and the build lacks its work.\nBuild output:\n{shown}\nTo go on: fix and resume {them} (supervise resume {first}), then supervise resume {}",
+                    "BLOCKED: {name} is done, but build gate {gate} fails, and the failure is not its: {why}. {them} {} BLOCKED, and the build lacks its work or still holds its broken merge.\nBuild output:\n{shown}\nTo go on: fix and resume {them} (supervise resume {first}), then supervise resume {}",
                     if blocked.len() == 1 { "is" } else { "are" },
                     crate::text::shell_quote(name),
                 ),
             });
         }
+    }
+
+    /// BLOCKED units of the gate's layer or before whose work reached the
+    /// integration branch (a sprint merged, or one failed by a gate after
+    /// its merge): their merges are still there.
+    fn blocked_with_work(&self, g: &Gate) -> Vec<String> {
+        let st = self.st();
+        (0..st.units.len())
+            .filter(|&u| {
+                let run = &st.units[u];
+                st.plan.work_units[u].layer <= g.layer
+                    && run.status == UnitStatus::Blocked
+                    && !g.units.contains(&run.name)
+                    && run.sprints.iter().any(|s| {
+                        s.status() == crate::engine::SprintStatus::Completed
+                            || s.last_failure
+                                .as_deref()
+                                .is_some_and(|f| f.starts_with("the coordinated build (gate"))
+                    })
+            })
+            .map(|u| st.units[u].name.clone())
+            .collect()
     }
 
     /// The gate's units that a build output points at: a path under the unit's

@@ -190,6 +190,47 @@ pub fn scan(root: &Path, branch: &str, handoff: &Path, out: &Path) -> Result<Opt
     Ok(found)
 }
 
+/// The paths `git diff` lists between two commits.
+fn changed_paths(root: &Path, from: &str, to: &str) -> Result<Vec<String>> {
+    Ok(git(
+        root,
+        &["diff", "--name-only", "--no-renames", "-z", from, to],
+    )?
+    .split('\0')
+    .filter(|p| !p.is_empty())
+    .map(str::to_string)
+    .collect())
+}
+
+/// The paths the agent's own commits change from `base` to `head`. A
+/// conflict round merges the integration branch in, as its prompt says:
+/// what that brings (every merged sprint's results record under
+/// `.supervise/`) is the trusted branch's, not the agent's writing. So a
+/// path whose content at `head` is the integration branch's exactly is not
+/// the agent's change; every other path is judged.
+fn agents_own_changes(root: &Path, branch: &str, base: &str, head: &str) -> Result<Vec<String>> {
+    let changed = changed_paths(root, base, head)?;
+    let integration = branch
+        .strip_prefix("supervise/")
+        .and_then(|rest| rest.split_once('/'))
+        .map(|(op, _)| crate::engine::naming::integration_branch(op))
+        .and_then(|b| remote_head(root, &b));
+    let Some(integration) = integration else {
+        return Ok(changed);
+    };
+    // Only when the work holds the integration head: a merge of it.
+    if git(root, &["merge-base", "--is-ancestor", &integration, head]).is_err() {
+        return Ok(changed);
+    }
+    let differs: std::collections::HashSet<String> = changed_paths(root, &integration, head)?
+        .into_iter()
+        .collect();
+    Ok(changed
+        .into_iter()
+        .filter(|p| differs.contains(p))
+        .collect())
+}
+
 /// What the scan step found, read by the step that runs the work: a
 /// refusal when it found a secret, or when its answer is missing (a scan
 /// that did not run is not a clean one).
@@ -246,14 +287,7 @@ pub fn verify(
     let refused = match &fetched {
         Err(why) => Some(why.clone()),
         Ok(head) => {
-            let changed: Vec<String> = git(
-                root,
-                &["diff", "--name-only", "--no-renames", "-z", &base, head],
-            )?
-            .split('\0')
-            .filter(|p| !p.is_empty())
-            .map(str::to_string)
-            .collect();
+            let changed = agents_own_changes(root, a.branch, &base, head)?;
             let after = rules
                 .plan_path
                 .and_then(|p| git(root, &["show", &format!("{head}:{p}")]).ok());

@@ -532,8 +532,19 @@ impl Operations {
     pub fn spawn_timer(self: &Arc<Self>) {
         let ops = self.clone();
         tokio::spawn(async move {
+            let mut looked = Instant::now();
             loop {
                 tokio::time::sleep(ops.timings.tick).await;
+                // Operations whose owner let its lease lapse are taken over
+                // here, not when a webhook for them happens to arrive: the
+                // webhooks of runs that ended while the owner was dead went
+                // to it, and are lost.
+                if looked.elapsed() >= ops.timings.lease / 4 {
+                    looked = Instant::now();
+                    if let Err(e) = ops.adopt_lapsed().await {
+                        tracing::warn!(error = %e, "cannot look for lapsed operations; will retry");
+                    }
+                }
                 let all: Vec<_> = ops.live.locked().values().map(|l| l.live.clone()).collect();
                 for l in all {
                     // Each operation on its own task: one waiting out a rate limit
@@ -557,6 +568,18 @@ impl Operations {
                 }
             }
         });
+    }
+
+    /// Loads the active operations whose lease another replica let lapse;
+    /// the next tick takes the lease and catches up with their log.
+    async fn adopt_lapsed(&self) -> Result<(), OpError> {
+        for row in self.store.lapsed_operations(&self.owner).await? {
+            if self.get(&row.id).is_none() {
+                tracing::info!(op = %row.id, "its owner's lease lapsed: taking it over");
+                self.open(&row).await?;
+            }
+        }
+        Ok(())
     }
 
     /// One pass over every loaded operation, as the GitHub Action makes per
@@ -653,6 +676,11 @@ impl Operations {
         // memory, so the service's work and size follow the operations in
         // flight, not every operation it ever ran.
         if live.is_idle() {
+            if live.place.held_until.take().is_some() {
+                self.store
+                    .release_operation(&live.place.ctx.op, &self.owner)
+                    .await?;
+            }
             self.evict(&live.place.ctx.op);
             return Ok(());
         }
@@ -808,6 +836,43 @@ mod tests {
         store.create_operation(&row).await.unwrap();
         let live = ops.open(&row).await.unwrap();
         (ops, live)
+    }
+
+    /// An operation whose owner let its lease lapse, never loaded here (no
+    /// webhook for it came to this replica), is loaded by the timer's look
+    /// and then taken over; one another owner holds, or this one, is not.
+    #[tokio::test]
+    async fn a_lapsed_lease_is_taken_over_without_a_webhook() {
+        let lease = Duration::from_millis(50);
+        let (ops, _live) = one_operation(lease).await;
+        // Another replica ("there") holds it, and this one has let it go.
+        assert!(ops
+            .store
+            .lease_operation("op", "there", lease)
+            .await
+            .unwrap());
+        ops.live.locked().clear();
+        ops.adopt_lapsed().await.unwrap();
+        assert_eq!(ops.loaded(), 0, "its lease still holds");
+        tokio::time::sleep(lease * 2).await;
+        ops.adopt_lapsed().await.unwrap();
+        assert_eq!(ops.loaded(), 1, "the lapsed operation is loaded");
+        let l = ops.get("op").unwrap();
+        let mut live = l.lock().await;
+        ops.acquire(&mut live).await.unwrap();
+        assert!(
+            ops.store
+                .lapsed_operations("there")
+                .await
+                .unwrap()
+                .is_empty()
+                && !ops
+                    .store
+                    .lease_operation("op", "there", lease)
+                    .await
+                    .unwrap(),
+            "taken over: this replica holds it now"
+        );
     }
 
     /// Each effect is carried out under a lease that still holds: renewed

@@ -200,6 +200,35 @@ impl SqlStore {
         Ok(r.rows_affected() == 1)
     }
 
+    /// Active operations another owner leased and let lapse: that replica
+    /// stopped or died mid-way, and their webhooks may have died with it,
+    /// so the reconciliation timer takes them over (oldest first).
+    pub async fn lapsed_operations(&self, owner: &str) -> Result<Vec<OperationRow>, SqlError> {
+        let rows = sqlx::query(concat!(
+            operation_select!(),
+            " WHERE active = 1 AND owner IS NOT NULL AND owner <> $1 AND lease_until < $2 ORDER BY created_at, id"
+        ))
+        .bind(owner)
+        .bind(now_ms())
+        .fetch_all(&mut *self.connection().await?)
+        .await?;
+        Ok(rows.iter().map(Self::operation_row).collect())
+    }
+
+    /// Gives up the lease on an operation this owner holds: an idle one
+    /// (waiting for a person) is no lapsed lease for another replica to
+    /// take over.
+    pub async fn release_operation(&self, op: &str, owner: &str) -> Result<(), SqlError> {
+        sqlx::query(
+            "UPDATE operations SET owner = NULL, lease_until = 0 WHERE id = $1 AND owner = $2",
+        )
+        .bind(op)
+        .bind(owner)
+        .execute(&mut *self.connection().await?)
+        .await?;
+        Ok(())
+    }
+
     /// The sequence number of the operation's last decision (0: none).
     pub async fn last_seq(&self, op: &str) -> Result<i64, SqlError> {
         let row = sqlx::query(LAST_SEQ)
