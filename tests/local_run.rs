@@ -2562,3 +2562,27 @@ fn a_blocked_units_merge_that_breaks_the_build_is_charged_to_it_alone() {
     );
     assert!(log.contains("supervise resume bad"), "{log}");
 }
+
+/// Round five, item 11: the budget drains the operation, and the notice's
+/// next step is typed as it says: `supervise resume --budget N` raises it
+/// and the plan goes on to the end. A budget no more than what was spent is
+/// refused with the figure.
+#[test]
+fn a_drained_budget_is_raised_on_resume_as_the_notice_says() {
+    let repo = Repo::new(PLAN, "");
+    let out = repo.run(&["--budget", "31"]);
+    let said = text(&out);
+    assert!(said.contains("Budget reached"), "{said}");
+    assert!(said.contains("supervise resume --budget 62"), "{said}");
+    assert_ne!(repo.state()["status"], "COMPLETED", "{said}");
+    let low = repo.cmd(&["resume", "--budget", "1"]).output().unwrap();
+    assert_ne!(low.status.code(), Some(0), "{}", text(&low));
+    assert!(text(&low).contains("no more than the"), "{}", text(&low));
+    let out = repo
+        .cmd(&["resume", "--budget", "100000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(repo.state()["status"], "COMPLETED");
+    assert_eq!(repo.state()["config"]["budget"], 100000);
+}

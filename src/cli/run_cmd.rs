@@ -450,7 +450,12 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
         .state()
         .filter(|_| !(matches!(mode, Mode::Run | Mode::Start) && flags.new))
     {
-        let changed = config_flags_changed(flags, &st.config, &asked, tick_ms);
+        // The budgets are the one thing a person changes on the way:
+        // `resume --budget` raises them (below).
+        let changed: Vec<String> = config_flags_changed(flags, &st.config, &asked, tick_ms)
+            .into_iter()
+            .filter(|c| !c.starts_with("--budget"))
+            .collect();
         if !changed.is_empty() && st.status != OverallStatus::Completed {
             eprintln!(
                 "{} ({}) keeps the settings it started with, so {} cannot change them. Resume without {}, or start a new operation with them: `supervise stop`, then `supervise run --new …` (its log is kept in .supervise/finished/).",
@@ -527,6 +532,21 @@ pub fn run(path: Option<&Path>, flags: &RunFlags, mode: Mode) -> Result<i32> {
             "The plan changed since this operation started ({}). The operation goes on with the plan it started with; to run the new plan, start over with `supervise run --new` (stop or finish this one first).",
             changes.join("; ")
         );
+    }
+    if let Some(st) = sup
+        .state()
+        .filter(|st| st.status != OverallStatus::Completed)
+    {
+        let budget = flags.budget.filter(|b| st.config.budget != Some(*b));
+        let budget_usd = flags
+            .budget_usd
+            .filter(|b| st.config.budget_usd != Some(*b));
+        if budget.is_some() || budget_usd.is_some() {
+            let set = Input::SetBudget { budget, budget_usd };
+            if let Some(r) = sup.handle(set)?.refusal() {
+                return Ok(refused(r));
+            }
+        }
     }
     let first = match (sup.state().map(|s| s.status), &mode) {
         (None, Mode::Resume(_)) => {

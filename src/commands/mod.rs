@@ -141,6 +141,37 @@ fn resume(unit: Option<String>) -> Result<Input, ParseError> {
     }
 }
 
+/// `budget N` (in ×) or `budget $D` (in dollars): the running operation's
+/// budget, raised; `resume` then goes on.
+fn budget(amount: Option<String>) -> Result<Input, ParseError> {
+    let bad = |a: &str| ParseError::BadArgument {
+        command: "budget",
+        argument: a.chars().take(80).collect(),
+        why: "give the new budget as a whole number of × (like 200) or dollars (like $5)",
+    };
+    let Some(a) = amount
+        .map(|a| a.trim().to_string())
+        .filter(|a| !a.is_empty())
+    else {
+        return Err(bad(""));
+    };
+    if a.starts_with('$') {
+        let usd = a.parse().map_err(|_| bad(&a))?;
+        return Ok(Input::SetBudget {
+            budget: None,
+            budget_usd: Some(usd),
+        });
+    }
+    let n = a
+        .trim_end_matches(['x', '×'])
+        .parse::<u64>()
+        .map_err(|_| bad(&a))?;
+    Ok(Input::SetBudget {
+        budget: Some(n),
+        budget_usd: None,
+    })
+}
+
 pub const COMMANDS: &[CommandSpec] = &[
     spec(
         "start",
@@ -157,6 +188,17 @@ pub const COMMANDS: &[CommandSpec] = &[
         OnOperation {
             input: resume,
             done: "Resumed.",
+            without: None,
+        },
+    ),
+    on_operation(
+        "budget",
+        Some("N|$D"),
+        "raise the operation's budget (× or dollars); then `resume`",
+        Permission::Write,
+        OnOperation {
+            input: budget,
+            done: "Budget set. If it drained, `/supervise resume` goes on.",
             without: None,
         },
     ),
@@ -583,6 +625,8 @@ mod tests {
                 let parsed = parse_comment(&line).remove(0);
                 match parsed {
                     Ok(c) => assert_eq!(c.name(), spec.name, "{line}"),
+                    // Its own refusal of a missing or wrong amount is its own too.
+                    Err(ParseError::BadArgument { command, .. }) if command == spec.name => {}
                     Err(e) => panic!("{line}: {e:?}"),
                 }
             }
@@ -600,17 +644,23 @@ mod tests {
                 continue;
             };
             seen += 1;
-            let parsed = parse_comment(&format!("{PREFIX} {}", spec.name))
+            // `budget` needs its amount; the others read with none.
+            let arg = (spec.name == "budget").then(|| "200".to_string());
+            let typed = match &arg {
+                Some(a) => format!("{} {a}", spec.name),
+                None => spec.name.to_string(),
+            };
+            let parsed = parse_comment(&format!("{PREFIX} {typed}"))
                 .remove(0)
                 .unwrap();
             let (input, said) = parsed.on_operation().expect(spec.name);
-            assert_eq!(Some(input.clone()), (on.input)(None).ok(), "{}", spec.name);
+            assert_eq!(Some(input.clone()), (on.input)(arg).ok(), "{}", spec.name);
             assert_eq!(said.done, on.done);
-            let bare = Command::parse_bare(spec.name).and_then(|c| c.operation_input());
+            let bare = Command::parse_bare(&typed).and_then(|c| c.operation_input());
             assert_eq!(bare, Some(input), "a control file saying `{}`", spec.name);
             assert!(help_text().contains(&format!("`{PREFIX} {}", spec.name)));
         }
-        assert_eq!(seen, 4, "resume, stop, killall, name-feature");
+        assert_eq!(seen, 5, "resume, budget, stop, killall, name-feature");
         assert!(Command::Status.on_operation().is_none());
     }
 
@@ -690,6 +740,29 @@ mod tests {
             })
         );
         assert_eq!(input("resume"), Some(Input::Resume { unit: None }));
+        // The next step a drained budget prints, typed as it says.
+        assert_eq!(
+            input("budget 200"),
+            Some(Input::SetBudget {
+                budget: Some(200),
+                budget_usd: None
+            })
+        );
+        assert_eq!(
+            input("budget $5"),
+            Some(Input::SetBudget {
+                budget: None,
+                budget_usd: Some("5".parse().unwrap())
+            })
+        );
+        assert_eq!(input("budget lots"), None);
+        assert!(matches!(
+            one("/supervise budget"),
+            Err(ParseError::BadArgument {
+                command: "budget",
+                ..
+            })
+        ));
         assert_eq!(input("name-feature"), Some(Input::NameFeature));
         assert_eq!(
             input("status"),

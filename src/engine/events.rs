@@ -243,6 +243,15 @@ pub enum Input {
     Resume {
         unit: Option<String>,
     },
+    /// A person raises (or sets) the running operation's budgets: each
+    /// given one replaces the one it started with. `resume --budget`, or
+    /// `/supervise budget`.
+    SetBudget {
+        #[serde(default)]
+        budget: Option<u64>,
+        #[serde(default)]
+        budget_usd: Option<crate::engine::usage::Usd>,
+    },
     Stop,
     Killall,
     Status,
@@ -787,6 +796,12 @@ pub enum Event {
         ticks: u32,
         at: DateTime<Utc>,
     },
+    /// The operation's budgets, as a person set them since it started.
+    BudgetSet {
+        budget: Option<u64>,
+        budget_usd: Option<crate::engine::usage::Usd>,
+        at: DateTime<Utc>,
+    },
     /// A completed sprint's merge into the integration branch is confirmed.
     Merged {
         unit: usize,
@@ -842,6 +857,7 @@ impl Event {
             | Event::GateClosed { at, .. }
             | Event::Reopened { at, .. }
             | Event::StopTicked { at, .. }
+            | Event::BudgetSet { at, .. }
             | Event::Merged { at, .. }
             | Event::HeadVerified { at, .. }
             | Event::ReviewRound { at, .. }

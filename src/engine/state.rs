@@ -1108,6 +1108,12 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
             }
         }
         Event::StopTicked { ticks, .. } => st.stop_ticks = *ticks,
+        Event::BudgetSet {
+            budget, budget_usd, ..
+        } => {
+            st.config.budget = *budget;
+            st.config.budget_usd = *budget_usd;
+        }
         Event::HeadVerified { verification, .. } => {
             st.head_verification = Some(verification.clone())
         }

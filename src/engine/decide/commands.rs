@@ -185,6 +185,56 @@ impl Decider<'_> {
         Ok(())
     }
 
+    /// Sets the budgets given, each above what the operation has already
+    /// spent and promised (one at or below it would drain again at once).
+    /// Nothing resumes here: a drained operation goes on with `resume`.
+    pub(super) fn set_budget(
+        &mut self,
+        budget: Option<u64>,
+        budget_usd: Option<crate::engine::usage::Usd>,
+    ) -> Result<(), Refusal> {
+        let st = self.require()?;
+        if st.status == OverallStatus::Completed {
+            return Err(Refusal::NotAllowed(
+                "the operation is complete; there is no budget to raise".into(),
+            ));
+        }
+        if budget.is_none() && budget_usd.is_none() {
+            return Err(Refusal::NotAllowed(
+                "name the new budget: `--budget N` (in ×) or `--budget-usd D` (in dollars)".into(),
+            ));
+        }
+        let spent = st.cost_committed();
+        if let Some(b) = budget.filter(|&b| b <= spent) {
+            return Err(Refusal::NotAllowed(format!(
+                "a budget of {b}x is no more than the {spent}x already spent: give more than {spent}"
+            )));
+        }
+        let spent_usd = st.dollars_spent();
+        if let Some(b) = budget_usd.filter(|&b| b <= spent_usd) {
+            return Err(Refusal::NotAllowed(format!(
+                "a budget of {b} is no more than the {spent_usd} already spent: give more than that"
+            )));
+        }
+        let (budget, budget_usd) = (
+            budget.or(st.config.budget),
+            budget_usd.or(st.config.budget_usd),
+        );
+        let shown = |x: Option<String>| x.unwrap_or_else(|| "none".into());
+        let why = format!(
+            "budget {}, dollar budget {}",
+            shown(budget.map(|b| format!("{b}x"))),
+            shown(budget_usd.map(|b| b.to_string()))
+        );
+        self.emit(Event::BudgetSet {
+            budget,
+            budget_usd,
+            at: self.now,
+        });
+        self.log(None, None, "Budget set by a person".into(), why);
+        Ok(())
+    }
+
     pub(super) fn resume(&mut self, unit: Option<String>) -> Result<(), Refusal> {
         let st = self.require()?;
         if st.status == OverallStatus::Completed {

@@ -90,6 +90,7 @@ pub fn decide_shared(
             return Ok(c.finish());
         }
         Input::Resume { unit } => c.resume(unit)?,
+        Input::SetBudget { budget, budget_usd } => c.set_budget(budget, budget_usd)?,
         Input::Stop => c.stop()?,
         Input::Killall => c.killall()?,
         Input::AgentStarted { dispatch } | Input::AgentActivity { dispatch } => {

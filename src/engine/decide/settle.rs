@@ -178,7 +178,12 @@ impl Decider<'_> {
             if let Some(budget) = st.config.budget {
                 let spent = st.cost_committed();
                 if spent + cost > budget {
-                    self.drain_for_budget(format!("Budget reached: {spent}x spent of {budget}x; the next dispatch would cost {cost}x."));
+                    let more = (budget * 2).max(spent + cost);
+                    self.drain_for_budget(
+                        format!("Budget reached: {spent}x spent of {budget}x; the next dispatch would cost {cost}x."),
+                        &format!("--budget {more}"),
+                        &more.to_string(),
+                    );
                     return;
                 }
             }
@@ -195,7 +200,12 @@ impl Decider<'_> {
                             " and {f} expected of attempts in flight or that reported no cost"
                         ),
                     };
-                    self.drain_for_budget(format!("Budget reached: {spent} spent{foreseen}, of a {cap} budget; the next attempt, on {}, is expected to cost {next}.", tier.as_str()));
+                    let more = (cap + cap).to_string();
+                    self.drain_for_budget(
+                        format!("Budget reached: {spent} spent{foreseen}, of a {cap} budget; the next attempt, on {}, is expected to cost {next}.", tier.as_str()),
+                        &format!("--budget-usd {}", more.trim_start_matches('$')),
+                        &more,
+                    );
                     return;
                 }
             }
@@ -276,13 +286,15 @@ impl Decider<'_> {
     }
 
     /// Drains like `stop`, saying `why` (which begins "Budget reached:").
-    pub(super) fn drain_for_budget(&mut self, why: String) {
+    /// `flag` and `amount` are a raise to type: twice the budget, or what
+    /// the next dispatch needs when that is more.
+    pub(super) fn drain_for_budget(&mut self, why: String, flag: &str, amount: &str) {
         for u in 0..self.st().units.len() {
             if self.st().units[u].status == UnitStatus::Running {
                 self.unit_to(u, UnitStatus::Stopping, "budget reached");
             }
         }
-        let text = format!("{why} Draining like `stop`; raise the budget and `resume` to go on.");
+        let text = format!("{why} Draining like `stop`; to go on, raise it as you resume: `supervise resume {flag}` (on GitHub: `/supervise budget {amount}`, then `/supervise resume`).");
         self.overall(OverallStatus::Stopping, &text);
         self.log(None, None, "Budget reached: draining".into(), text.clone());
         self.effects.push(Effect::Notify {
