@@ -2746,6 +2746,17 @@ async fn a_conflict_round_on_github_merges_the_integration_branch_and_is_taken()
         3,
         "two sprints and one conflict round: {runs:?}"
     );
+    // Every pull request made through the API was told as GitHub tells it.
+    let opened = s
+        .fake
+        .delivered_events()
+        .iter()
+        .filter(|e| *e == "pull_request")
+        .count();
+    assert!(
+        opened >= 3,
+        "two sprints' and the final pull request: {opened}"
+    );
     s.assert_no_double_dispatch();
 }
 

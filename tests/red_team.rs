@@ -420,7 +420,8 @@ async fn an_earlier_sprint_cannot_loosen_the_rules_for_a_later_one() {
 /// record, each time getting one thing wrong: the digest, the dispatch the
 /// check run names (`external_id`), the commit it is on (the work's commit
 /// under the record's), or who made it (another App). None is taken: each attempt fails saying
-/// no trusted job vouched for the record, and every unit ends BLOCKED.
+/// no trusted job vouched for the record (for another App's, naming the App
+/// id it would take to trust it), and every unit ends BLOCKED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_record_vouched_for_wrongly_is_not_taken() {
     const UNITS: [&str; 4] = ["digest", "elsewhere", "parent", "stranger"];
@@ -491,9 +492,14 @@ curl -sf -o /dev/null -X POST -H "Authorization: Bearer $token" -H "Content-Type
         assert!(!checks.is_empty(), "{u}");
         for c in checks {
             assert_eq!(c.conclusion.as_deref(), Some("failure"), "{u}: {c:#?}");
+            // Another App's vouching is refused too, and named with its id.
             assert!(
                 c.summary
-                    .contains("not made by the agent workflow's trusted job"),
+                    .contains("not made by the agent workflow's trusted job")
+                    || u == "stranger"
+                        && c.summary
+                            .contains("which this supervisor was not told to trust")
+                        && c.summary.contains("SUPERVISE_APP_ID=9999"),
                 "{u}: {}",
                 c.summary
             );

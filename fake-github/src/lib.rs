@@ -449,6 +449,17 @@ impl FakeGitHub {
     }
 
     /// From now on every `n`-th installation API call answers 502 (0 stops it).
+    /// The events of the webhooks sent so far, oldest first (the last
+    /// 100, as GitHub's delivery list keeps).
+    pub fn delivered_events(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .hook_deliveries
+            .iter()
+            .map(|d| d.event.clone())
+            .collect()
+    }
+
     /// The `workflow_run` webhooks sent so far, on the request log's clock:
     /// (seconds since start, action, the run's name).
     pub fn run_deliveries(&self) -> Vec<(f64, String, String)> {
@@ -773,6 +784,7 @@ pub async fn start(config: Config) -> Arc<FakeGitHub> {
         .route("/_fake/agent-workflow", post(control_agent_workflow))
         .route("/_fake/ci", post(control_ci))
         .route("/_fake/approvals", post(control_approval))
+        .route("/_fake/reviews", post(control_approval))
         .route("/_fake/users", post(control_user))
         .route("/_fake/comments", post(control_comment))
         .route("/_fake/edit", post(control_edit))
@@ -1432,11 +1444,28 @@ struct NewApproval {
     pull: i64,
     #[serde(default = "default_login")]
     login: String,
+    /// `APPROVED` (the default), `CHANGES_REQUESTED` or `COMMENTED`.
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    body: String,
 }
 
-async fn control_approval(State(f): State<Shared>, Json(b): Json<NewApproval>) -> StatusCode {
-    f.approve(&b.repo, b.pull, &b.login);
-    StatusCode::NO_CONTENT
+/// A review of a pull request, an approval unless `state` says otherwise;
+/// answers the review's id (404 for a pull request the fake does not have,
+/// 422 for a state GitHub has not).
+async fn control_approval(
+    State(f): State<Shared>,
+    Json(b): Json<NewApproval>,
+) -> Result<Json<Value>, StatusCode> {
+    let state = b.state.as_deref().unwrap_or("APPROVED");
+    if !matches!(state, "APPROVED" | "CHANGES_REQUESTED" | "COMMENTED") {
+        return Err(StatusCode::UNPROCESSABLE_ENTITY);
+    }
+    match f.review(&b.repo, b.pull, &b.login, state, &b.body, &[]) {
+        0 => Err(StatusCode::NOT_FOUND),
+        id => Ok(Json(json!({ "review_id": id }))),
+    }
 }
 
 #[derive(Deserialize)]

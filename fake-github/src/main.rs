@@ -28,7 +28,10 @@ Control API (JSON bodies; what a test does in process, for a person with curl):
                          the agent workflow run from its YAML, as GitHub runs it; the
                          agent command plays Claude Code (the prompt on its stdin)
   POST /_fake/ci         {\"repo\", \"command\"}   the repository's CI
-  POST /_fake/approvals  {\"repo\", \"pull\", \"login\"}
+  POST /_fake/approvals  {\"repo\", \"pull\", \"login\"}   an approval -> {\"review_id\"}
+  POST /_fake/reviews    {\"repo\", \"pull\", \"login\", \"state\": \"CHANGES_REQUESTED\", \"body\"}
+                         any review, delivered as pull_request_review
+  POST /_fake/edit       {\"comment_id\", \"body\"}   edits a comment, delivers issue_comment edited
   POST /_fake/faults     {\"status\", \"times\"}   the next calls fail so
   GET  /_fake/repos/OWNER/REPO   issues, comments, pulls, check runs, runs
   GET  /_fake/state      comments, reactions and the request log
@@ -93,4 +96,25 @@ async fn main() {
     let fake = fake_github::start(config).await;
     println!("fake GitHub on {}", fake.url());
     tokio::signal::ctrl_c().await.ok();
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every control route the fake serves is in `--help`: a person with
+    /// curl finds `/_fake/edit` and `/_fake/reviews` there, as the rest.
+    #[test]
+    fn every_control_route_is_in_the_help() {
+        let routes: Vec<&str> = include_str!("lib.rs")
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix(".route(\"/_fake/"))
+            .filter_map(|rest| rest.split(['"', '/']).next())
+            .collect();
+        assert!(routes.len() >= 10, "{routes:?}");
+        for r in routes {
+            assert!(
+                super::HELP.contains(&format!("/_fake/{r}")),
+                "/_fake/{r} is served but not in --help"
+            );
+        }
+    }
 }

@@ -129,6 +129,25 @@ pub(super) async fn create_pull(
         s.api.pulls.push(p.clone());
         p
     };
+    // GitHub tells the App of every pull request opened, its own included
+    // (the supervisor's parse leaves those on `supervise/` branches alone).
+    let (owner, short) = name.split_once('/').unwrap_or(("owner", name.as_str()));
+    let payload = json!({
+        "action": "opened",
+        "number": p.number,
+        "pull_request": {
+            "number": p.number,
+            "head": { "ref": p.head, "sha": repo.branch_sha(&p.head).unwrap_or_default() },
+            "base": { "ref": p.base },
+        },
+        "repository": { "full_name": name, "name": short, "owner": { "login": owner } },
+        "sender": { "login": format!("{}[bot]", "supervise"), "type": "Bot" },
+        "installation": { "id": f.installation_of(&name) },
+    });
+    let fake = f.clone();
+    tokio::spawn(async move {
+        fake.deliver("pull_request", &payload).await;
+    });
     created(pull_json(
         &p,
         &repo,
