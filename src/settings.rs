@@ -360,6 +360,7 @@ impl Settings {
                     .map_or(d.max_agent_secs, |m| m.max(1).saturating_mul(60)),
                 stop_timeout_ticks: stop_ticks,
                 review_rounds: pick(file.review_rounds, flags.review_rounds, d.review_rounds),
+                merge_after_review: flags.merge.or(file.merge) == Some(MergeMode::AfterReview),
                 costs: {
                     let c = flags.costs.or(file.costs).unwrap_or_default();
                     [

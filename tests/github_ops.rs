@@ -407,9 +407,27 @@ async fn a_flaky_sprint_is_retried_stronger_and_a_doomed_one_blocks_until_resume
     let failed_check = s.fake.check_runs(REPO).into_iter().find(|c| {
         c.name == "supervise: docs Sprint 1" && c.conclusion.as_deref() == Some("failure")
     });
+    let failed_check = failed_check.expect("the failed attempt is reported as a check run");
+    // Titled by how the attempt ended, not by the sprint's next state (a
+    // retry is DISPATCHED again by the time the check is written).
     assert!(
-        failed_check.is_some(),
-        "the failed attempt is reported as a check run"
+        failed_check
+            .title
+            .starts_with("docs Sprint 1: FAILED, to be retried — "),
+        "{}",
+        failed_check.title
+    );
+    let last = s
+        .fake
+        .check_runs(REPO)
+        .into_iter()
+        .rfind(|c| c.name == "supervise: api Sprint 1");
+    let last = last.expect("api's last attempt's check run");
+    assert!(
+        last.title
+            .starts_with("api Sprint 1: FAILED, retries spent — "),
+        "{}",
+        last.title
     );
 
     // The doomed sprint: three attempts, then BLOCKED with its notice.
@@ -1137,6 +1155,12 @@ async fn with_merge_after_review_a_sprint_waits_for_an_approval() {
     assert!(
         s.runs_of("/api/2/").is_empty(),
         "Sprint 2 waits for Sprint 1's merge"
+    );
+    // The table says what the operation waits for: a person, not dispatch.
+    let status = s.status_comment();
+    assert!(
+        status.contains("waiting for review of api Sprint 1 by a person who may write"),
+        "{status}"
     );
     // Anyone may review a public repository's pull request: an approval by
     // someone who cannot write merges nothing.
@@ -2747,16 +2771,16 @@ async fn a_conflict_round_on_github_merges_the_integration_branch_and_is_taken()
         "two sprints and one conflict round: {runs:?}"
     );
     // Every pull request made through the API was told as GitHub tells it.
-    let opened = s
-        .fake
-        .delivered_events()
-        .iter()
-        .filter(|e| *e == "pull_request")
-        .count();
+    // (The delivery is sent after the answer, as GitHub's is: wait for it.)
+    let made = s.fake.pulls(REPO).len();
     assert!(
-        opened >= 3,
-        "two sprints' and the final pull request: {opened}"
+        made >= 2,
+        "the sprints' and the final pull requests: {made}"
     );
+    s.until("a pull_request opened for each made", 30, |s| {
+        s.fake.delivered_count("pull_request") == made
+    })
+    .await;
     s.assert_no_double_dispatch();
 }
 

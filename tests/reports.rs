@@ -378,3 +378,43 @@ mod dollars {
         }
     }
 }
+
+/// Round five, item 14: a second killall's summary counts the agents it
+/// terminated — what its notice said — not those an earlier kill ended.
+#[test]
+fn a_second_killalls_summary_counts_only_its_own_agents() {
+    let mut sim = Sim::start(THREE_UNITS, EngineConfig::default());
+    let kill_and_settle = |sim: &mut Sim| -> String {
+        let d = sim.send(Input::Killall).unwrap();
+        let said = d
+            .effects
+            .iter()
+            .find_map(|e| match e {
+                Effect::Notify { text, .. } => Some(text.clone()),
+                _ => None,
+            })
+            .expect("killall's notice");
+        for o in sim.out() {
+            sim.advance(1);
+            let report = sim.for_order(&o, failure());
+            sim.send(Input::AgentFinished {
+                dispatch: o.dispatch.clone(),
+                report,
+            })
+            .unwrap();
+        }
+        said
+    };
+    let first = kill_and_settle(&mut sim);
+    sim.advance(60);
+    sim.send(Input::Resume { unit: None }).unwrap();
+    sim.advance(60);
+    let second = kill_and_settle(&mut sim);
+    let n: usize = second.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= 1, "{first} / {second}");
+    let summary = report::kill_summary(sim.st());
+    assert!(
+        summary.contains(&format!("Agents terminated: {n}\n")),
+        "the notice said {second:?}, the summary:\n{summary}"
+    );
+}

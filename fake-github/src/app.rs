@@ -108,6 +108,7 @@ impl FakeGitHub {
             status_code,
             at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         });
+        *s.delivered_by_event.entry(event.to_string()).or_default() += 1;
         let over = s.hook_deliveries.len().saturating_sub(100);
         s.hook_deliveries.drain(..over);
     }

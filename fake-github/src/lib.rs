@@ -172,6 +172,9 @@ pub(crate) struct Inner {
     webhooks_lost: bool,
     /// `workflow_run` webhooks as sent: (seconds since start, action, run name).
     run_deliveries: Vec<(f64, String, String)>,
+    /// Every webhook sent, by event, however many: the delivery list
+    /// keeps only GitHub's last 100, and a long story outgrows it.
+    delivered_by_event: std::collections::BTreeMap<String, usize>,
     /// The primary rate limit (see `quota.rs`) and each installation's window.
     limit: quota::Limit,
     windows: HashMap<u64, quota::Window>,
@@ -448,16 +451,14 @@ impl FakeGitHub {
         self.inner.lock().tokens.get(token).copied()
     }
 
-    /// From now on every `n`-th installation API call answers 502 (0 stops it).
-    /// The events of the webhooks sent so far, oldest first (the last
-    /// 100, as GitHub's delivery list keeps).
-    pub fn delivered_events(&self) -> Vec<String> {
+    /// How many webhooks of `event` were sent since the fake started.
+    pub fn delivered_count(&self, event: &str) -> usize {
         self.inner
             .lock()
-            .hook_deliveries
-            .iter()
-            .map(|d| d.event.clone())
-            .collect()
+            .delivered_by_event
+            .get(event)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The `workflow_run` webhooks sent so far, on the request log's clock:
@@ -478,6 +479,7 @@ impl FakeGitHub {
         self.inner.lock().webhooks_lost = lost;
     }
 
+    /// From now on every `n`-th installation API call answers 502 (0 stops it).
     pub fn fail_every(&self, n: u64) {
         self.inner.lock().fail_every = n;
     }

@@ -628,6 +628,30 @@ pub fn agents_word_words(unverified: usize) -> String {
     }
 }
 
+/// What one attempt came to, from the events its report was decided into:
+/// the sprint's last move that is not a new dispatch. The sprint's status
+/// afterwards says what happens next (a retry is DISPATCHED again), not
+/// how the attempt ended; a check run titled by it said "DISPATCHED" of
+/// an attempt that failed.
+pub fn attempt_verdict(
+    events: &[Event],
+    unit: usize,
+    sprint: usize,
+) -> Option<super::SprintStatus> {
+    use super::SprintStatus::{Dispatched, Pending, Running};
+    events.iter().rev().find_map(|e| match e {
+        Event::Sprint {
+            unit: u,
+            sprint: s,
+            to,
+            ..
+        } if (*u, *s) == (unit, sprint) && !matches!(to, Dispatched | Running | Pending) => {
+            Some(*to)
+        }
+        _ => None,
+    })
+}
+
 /// The facts the engine records. `apply` folds them into state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]

@@ -104,6 +104,11 @@ pub struct EngineConfig {
     /// Fix rounds a sprint gets for reviews asking for changes; one more
     /// and its unit is BLOCKED for the reviewer.
     pub review_rounds: u32,
+    /// A verified sprint merges only once a person who may write approves
+    /// it (`merge: after_review`). The engine does not wait on it, the
+    /// place does; it is here so a status table can say what it waits for.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub merge_after_review: bool,
 }
 
 impl Default for EngineConfig {
@@ -125,6 +130,7 @@ impl Default for EngineConfig {
             stop_timeout_ticks: 10,
             deferred_report_polls: 20,
             review_rounds: 3,
+            merge_after_review: false,
         }
     }
 }

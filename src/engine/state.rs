@@ -385,6 +385,10 @@ pub struct OperationState {
     pub cost_held: u64,
     pub gates: Vec<Gate>,
     pub stop_ticks: u32,
+    /// When the last `killall` was told: its summary counts the agents it
+    /// terminated, not every attempt an earlier kill or stop ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub killed_at: Option<DateTime<Utc>>,
     /// The final head's re-verification, once the last unit completed and
     /// the place ran it (a place that cannot run criteria leaves it unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -823,6 +827,7 @@ pub fn started(event: &Event) -> Option<OperationState> {
         cost_held: 0,
         gates: Vec::new(),
         stop_ticks: 0,
+        killed_at: None,
         head_verification: None,
         version: 1,
     })
@@ -845,6 +850,9 @@ pub fn apply_to(st: &mut OperationState, event: &Event) {
             st.stop_ticks = 0;
             if matches!(to, OverallStatus::Completed) {
                 st.finished_at = Some(*at);
+            }
+            if matches!(to, OverallStatus::Killed) {
+                st.killed_at = Some(*at);
             }
         }
         Event::Unit { unit, to, .. } => {

@@ -166,6 +166,11 @@ pub fn sprint_check(
     };
     let state = match verdict {
         Some(SprintStatus::Completed) if on_word => crate::engine::agents_word_words(unverified),
+        // The attempt's end, in words: BACKOFF and FATAL are the sprint's
+        // states, not what a reader of one attempt's check asks.
+        Some(SprintStatus::Backoff) => "FAILED, to be retried".to_string(),
+        Some(SprintStatus::Fatal) => "FAILED, retries spent".to_string(),
+        Some(SprintStatus::Partial) => "PARTIAL, to be continued".to_string(),
         v => v.map_or("not verified".to_string(), |v| v.to_string()),
     };
     let title = format!(

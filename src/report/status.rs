@@ -56,6 +56,27 @@ fn next_event(st: &OperationState) -> String {
                 .any(|u| u.sprints.iter().any(|s| s.deferred_waiting))
             {
                 "polling a deferred sprint's condition".into()
+            } else if let Some((unit, sprint)) = st.units.iter().find_map(|u| {
+                u.sprints
+                    .iter()
+                    .find(|s| s.awaiting_merge())
+                    .map(|s| (&u.name, s))
+            }) {
+                // Verified, not merged. A sprint completed on the agent's
+                // word waits for a person whatever the settings say.
+                let on_word = st.workflow.is_none()
+                    && sprint
+                        .completion
+                        .as_ref()
+                        .is_some_and(|c| c.on_agents_word().is_some());
+                if st.config.merge_after_review || on_word {
+                    format!(
+                        "waiting for review of {unit} Sprint {} by a person who may write",
+                        sprint.id
+                    )
+                } else {
+                    format!("waiting for {unit} Sprint {} to merge", sprint.id)
+                }
             } else {
                 "dispatching".into()
             }
@@ -346,6 +367,7 @@ pub fn kill_summary(st: &OperationState) -> String {
         .flat_map(|u| &u.sprints)
         .flat_map(|s| &s.history)
         .filter(|h| h.outcome == "terminated")
+        .filter(|h| st.killed_at.is_none_or(|k| h.finished_at >= k))
         .count();
     let with_work: Vec<&str> = st
         .units

@@ -503,14 +503,14 @@ impl Operations {
             dispatch: d.clone(),
             report: report.clone(),
         };
-        if let Decided::Refused(_) = self.decide(live, input).await? {
-            return Ok(());
-        }
-        let verdict = live
-            .driver
-            .state
-            .as_ref()
-            .map(|st| st.units[u].sprints[s].status());
+        let events = match self.decide(live, input).await? {
+            Decided::Refused(_) => return Ok(()),
+            Decided::Acted(events) => events,
+        };
+        let verdict = crate::engine::attempt_verdict(&events, u, s).or_else(|| {
+            let st = live.driver.state.as_ref()?;
+            Some(st.units[u].sprints[s].status())
+        });
         let (attempt, model) = active
             .map(|a| (a.attempt, a.model_id))
             .unwrap_or((0, String::new()));

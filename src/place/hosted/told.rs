@@ -135,7 +135,7 @@ impl Operations {
             .await?;
         Ok(match launched {
             Ok((op, workflow)) => format!(
-                "Started operation `{op}`: {}, {}, agents through `.github/workflows/{workflow}` on branches from `{}`. {expected} The status comment below is kept up to date.",
+                "Started operation `{op}`: {}, {}, agents through `.github/workflows/{workflow}` on branches from `{}`. {expected} Its status comment on this issue is kept up to date.",
                 crate::text::count(units, "work unit"),
                 crate::text::count(sprints, "sprint"),
                 integration_branch(&op)
@@ -236,7 +236,7 @@ impl Operations {
                     })
                     .unwrap_or_default();
                 format!(
-                    "{}Started operation `{op}` without a plan.\n\n{announcement}{scopes}\n\nAgents run through `.github/workflows/{agent_workflow}` on branches from `{}`. The status comment below is kept up to date.",
+                    "{}Started operation `{op}` without a plan.\n\n{announcement}{scopes}\n\nAgents run through `.github/workflows/{agent_workflow}` on branches from `{}`. Its status comment on this issue is kept up to date.",
                     set_aside.as_deref().map(|s| format!("{s}Only the words after the command are.\n\n")).unwrap_or_default(),
                     integration_branch(&op)
                 )
