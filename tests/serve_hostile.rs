@@ -536,3 +536,55 @@ async fn idle_sockets_at_the_connection_cap_give_way_to_a_real_delivery() {
     assert_eq!(statuses, [202], "after {took:?}");
     drop(idle);
 }
+
+/// Round five: at the cap, sockets that each send part of a request's
+/// headers and wait — and come back as soon as they are closed — give way
+/// to a real delivery as idle ones do: one that has begun no request is
+/// closed at once, not left to its header timeout, so the delivery is
+/// answered within the ten seconds GitHub waits (the fake's own limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_headers_at_the_connection_cap_give_way_to_a_real_delivery() {
+    let s = start_with_files(Some(320)).await;
+    let port = s.port;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reconnected = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // 200 attackers, each holding a socket with half a request's headers
+    // and opening another the moment it is closed.
+    let attackers: Vec<_> = (0..200)
+        .map(|i| {
+            let (stop, reconnected) = (stop.clone(), reconnected.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)).await else {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    };
+                    let head = format!("POST /webhook HTTP/1.1\r\nHost: x\r\nX-Half: {i}\r\n");
+                    if c.write_all(head.as_bytes()).await.is_ok() {
+                        // Closed by the server: read answers 0 or an error.
+                        let mut b = [0u8; 64];
+                        let _ = c.read(&mut b).await;
+                    }
+                    reconnected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for _ in 0..3 {
+        let (_, statuses) = s
+            .fake
+            .comment(REPO, 1, "mia", "/supervise status", false)
+            .await;
+        assert_eq!(
+            statuses,
+            [202],
+            "a real delivery among half-sent headers (attackers came back {} times)",
+            reconnected.load(std::sync::atomic::Ordering::SeqCst)
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for a in attackers {
+        a.abort();
+    }
+}

@@ -4,7 +4,8 @@
 //! between requests, or one that has not finished sending its headers) is
 //! closed for it, so idle sockets cannot keep a real delivery out — only
 //! when every connection is in the middle of a request does the listener
-//! wait, and then what waits is the kernel's backlog, not our memory. A
+//! wait, and then what waits is the kernel's backlog, not our memory. One
+//! that has begun no request is dropped at once, half-sent headers and all. A
 //! client has `header_timeout` to send a request's headers — which also
 //! closes a keep-alive connection idle that long; and on shutdown the
 //! listener stops accepting, lets requests in progress finish within a grace
@@ -180,13 +181,19 @@ pub async fn serve(
             // Replaced at the cap, or shutdown: a request in progress
             // finishes first, an idle connection closes at once.
             let ended = tokio::select! {
-                r = conn.as_mut() => Some(r),
-                () = state.close.notified() => None,
-                _ = stop_seen.wait_for(|s| *s) => None,
+                r = conn.as_mut() => Ended::Done(r),
+                () = state.close.notified() => Ended::Replaced,
+                _ = stop_seen.wait_for(|s| *s) => Ended::Stopping,
             };
             let result = match ended {
-                Some(r) => r,
-                None => {
+                Ended::Done(r) => r,
+                // Replaced with no request begun since it was chosen (the
+                // only mark on it is the chooser's): dropped now. A graceful
+                // shutdown would wait out the header timeout of a socket
+                // that sent half a request's headers, and an attacker who
+                // keeps a cap's worth of those would keep deliveries out.
+                Ended::Replaced if state.busy.load(Ordering::SeqCst) == 1 => Ok(()),
+                Ended::Replaced | Ended::Stopping => {
                     conn.as_mut().graceful_shutdown();
                     conn.await
                 }
@@ -207,6 +214,16 @@ pub async fn serve(
             tracing::warn!("connections still open after the shutdown grace; closing them");
         }
     }
+}
+
+/// How a connection's task came to end it.
+enum Ended<R> {
+    /// It ended by itself (the client closed, or an error).
+    Done(R),
+    /// Chosen to make room at the cap.
+    Replaced,
+    /// The listener is shutting down.
+    Stopping,
 }
 
 /// The app, noting on its connection that a request is in progress, until
