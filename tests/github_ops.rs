@@ -675,6 +675,35 @@ async fn writes_whose_answers_are_lost_are_made_once() {
     assert_eq!(checks.len(), all, "one check run per name and head");
 }
 
+/// Round five: the final steps' writes whose answers are lost — the git
+/// data API's tree and commit that take the bookkeeping out, and a file
+/// put that GitHub made (so its retry is refused, 409) — are looked at
+/// before they are made again: the final pull request is opened, and the
+/// head is verified once, with one `supervise: final verification`. Six
+/// lost trees are more than one step sends again, so the step itself is
+/// run again too, and finds the check run it made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_final_steps_writes_whose_answers_are_lost_are_made_once() {
+    let s = Story::begin("").await;
+    s.fake.lose_answers("/git/trees", 6);
+    s.fake.lose_answers("/git/commits", 1);
+    s.fake.lose_answers("PUT /contents/SUPERVISOR_STATE.md", 1);
+    s.say("/supervise start").await;
+    s.until("the final pull request", 240, |s| s.final_pull().is_some())
+        .await;
+    assert_eq!(s.fake.answers_lost(), 8, "every answer asked for was lost");
+    let finals: Vec<String> = s
+        .fake
+        .check_runs(REPO)
+        .into_iter()
+        .filter(|c| c.name == supervise::contract::FINAL_CHECK)
+        .map(|c| c.head_sha)
+        .collect();
+    assert_eq!(finals.len(), 1, "one final verification: {finals:?}");
+    let status = s.status_comment();
+    assert!(!status.contains("BLOCKED |"), "{status}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn server_errors_and_a_rate_limit_window_do_not_stop_the_operation() {
     let s = Story::begin("").await;

@@ -65,16 +65,18 @@ async fn busy(
         return next.run(req).await;
     }
     let from = f.started.elapsed().as_secs_f64();
-    let post = (req.method() == axum::http::Method::POST).then(|| req.uri().path().to_string());
+    // Writes: what an answer lost on the way leaves made but unknown.
+    let write = (req.method() != axum::http::Method::GET)
+        .then(|| format!("{} {}", req.method(), req.uri().path()));
     let at_once = AtOnce::enter(&f);
     let mut resp = next.run(req).await;
     drop(at_once);
-    if let Some(path) = post.filter(|_| resp.status().is_success()) {
+    if let Some(path) = write.filter(|_| resp.status().is_success()) {
         let mut s = f.inner.lock();
         if let Some(lost) = s
             .lost_answers
             .iter_mut()
-            .find(|(suffix, n)| *n > 0 && path.ends_with(suffix.as_str()))
+            .find(|(which, n)| *n > 0 && lost_here(which, &path))
         {
             lost.1 -= 1;
             s.answers_lost += 1;
@@ -90,6 +92,18 @@ async fn busy(
     let to = f.started.elapsed().as_secs_f64();
     f.inner.lock().busy.push((from, to));
     resp
+}
+
+/// Whether a lost answer asked for as `which` (a path suffix, meaning a
+/// POST; or `METHOD` and a suffix, `PUT /contents/x.json`) is this write's
+/// (`METHOD /path`).
+fn lost_here(which: &str, write: &str) -> bool {
+    match which.split_once(' ') {
+        Some((method, suffix)) => {
+            write.starts_with(&format!("{method} ")) && write.ends_with(suffix)
+        }
+        None => write.starts_with("POST ") && write.ends_with(which),
+    }
 }
 
 /// One API call in flight, counted until it is answered or its client
@@ -547,6 +561,7 @@ impl FakeGitHub {
 
     /// The next `times` POSTs whose path ends with `suffix` are made, and
     /// then answered 502: GitHub did the work and the answer was lost.
+    /// Another write is named with its method: `PUT /contents/notes.md`.
     pub fn lose_answers(&self, suffix: &str, times: u32) {
         self.inner
             .lock()

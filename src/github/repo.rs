@@ -385,10 +385,10 @@ impl Repo<'_> {
             return Ok(None);
         }
         let new_tree: answers::Tree = self
-            .post("/git/trees", json!({ "base_tree": tree.sha, "tree": gone }))
+            .post_again("/git/trees", json!({ "base_tree": tree.sha, "tree": gone }))
             .await?;
         let commit: answers::GitObject = self
-            .post(
+            .post_again(
                 "/git/commits",
                 json!({ "message": message, "tree": new_tree.sha, "parents": [head] }),
             )
@@ -403,6 +403,25 @@ impl Repo<'_> {
             )
             .await?;
         Ok(Some(commit.sha))
+    }
+
+    /// A POST to the git data API, sent again when its answer was lost. A
+    /// tree is named by its content, so making it twice makes one; a
+    /// commit made twice leaves the first unreferenced, which nobody sees
+    /// and GitHub collects. Nothing else may be posted so.
+    async fn post_again<T: serde::de::DeserializeOwned>(
+        &self,
+        rest: &str,
+        body: Value,
+    ) -> Result<T, GitHubError> {
+        debug_assert!(rest.starts_with("/git/trees") || rest.starts_with("/git/commits"));
+        let mut unknown = 0;
+        loop {
+            match self.post(rest, body.clone()).await {
+                Err(GitHubError::Transport { .. }) if unknown < 3 => unknown += 1,
+                other => return other,
+            }
+        }
     }
 
     /// One `PUT /contents`: the new commit's sha. `replacing`: the blob sha of
@@ -424,7 +443,25 @@ impl Repo<'_> {
             body["sha"] = json!(sha);
         }
         let at = self.path(&format!("/contents/{}", enc(path)));
-        let v = self.gh.put(self.installation, &at, &body).await?.json();
+        let v = match self.gh.put(self.installation, &at, &body).await {
+            Ok(reply) => reply.json(),
+            // The client sends a PUT again after a server error; when the
+            // first was made (its answer lost), the second is refused as
+            // out of date. The file holding this text is that write done:
+            // its commit is the branch's head, unless one came after it.
+            Err(GitHubError::Http {
+                status: 409 | 422, ..
+            }) if self
+                .file(path, Some(branch))
+                .await?
+                .is_some_and(|(t, _)| t == text) =>
+            {
+                return self.branch_sha(branch).await?.ok_or_else(|| {
+                    GitHubError::NeedsPerson(format!("{branch} is gone after writing {path}"))
+                });
+            }
+            Err(e) => return Err(e),
+        };
         let made: answers::FileCommit = read(&format!("PUT {at}"), v)?;
         Ok(made.commit.sha)
     }
