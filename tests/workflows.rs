@@ -110,6 +110,15 @@ fn a_full_implementation_runs_every_phase_and_the_generated_plan_in_parallel() {
     sim.finish("testing", tests_fail());
     assert_eq!(sim.unit("testing").status, UnitStatus::Blocked);
     assert!(notices(&sim, NoticeKind::Blocked).is_empty());
+    // Its row reads BLOCKED (handed on); the count beside it says so too,
+    // not "0" next to a BLOCKED row.
+    let table = supervise::report::status_table(sim.st(), chrono::Utc::now());
+    assert!(table.contains("BLOCKED (handed on)"), "{table}");
+    let rows = table.matches("BLOCKED (handed on)").count();
+    assert!(
+        table.contains(&format!("Blocked work units: 0 waiting, {rows} handed on")),
+        "{table}"
+    );
     sim.finish("debug", tests_fail());
     let round2 = sim.order_for("debug");
     assert_eq!((round2.kind, round2.attempt), (DispatchKind::Retry, 2));

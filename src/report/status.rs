@@ -268,7 +268,24 @@ fn board(
             }
         }
     }
-    let _ = writeln!(out, "Blocked work units: {blocked}");
+    // Units the workflow went on without are BLOCKED in their rows: the
+    // count says they are there, and why they are not waiting for anyone.
+    let handed_on = st
+        .units
+        .iter()
+        .filter(|u| u.status == UnitStatus::Blocked && st.superseded(&u.name))
+        .count();
+    match handed_on {
+        0 => {
+            let _ = writeln!(out, "Blocked work units: {blocked}");
+        }
+        n => {
+            let _ = writeln!(
+                out,
+                "Blocked work units: {blocked} waiting, {n} handed on (the work went on without them)"
+            );
+        }
+    }
     let _ = writeln!(out, "Next event: {}", next_event(st));
     if let Some(b) = st.config.budget {
         let _ = writeln!(out, "Relative cost: {}× of {b}× budget", st.cost_spent);
