@@ -326,6 +326,7 @@ impl Settings {
             .build_gate
             .or(file.build_gate)
             .filter(|s| !s.trim().is_empty());
+        let merge = flags.merge.or(file.merge).unwrap_or_default();
         Settings {
             engine: EngineConfig {
                 max_retries: pick(file.max_retries, flags.max_retries, d.max_retries).max(1),
@@ -360,7 +361,7 @@ impl Settings {
                     .map_or(d.max_agent_secs, |m| m.max(1).saturating_mul(60)),
                 stop_timeout_ticks: stop_ticks,
                 review_rounds: pick(file.review_rounds, flags.review_rounds, d.review_rounds),
-                merge_after_review: flags.merge.or(file.merge) == Some(MergeMode::AfterReview),
+                merge_after_review: merge == MergeMode::AfterReview,
                 costs: {
                     let c = flags.costs.or(file.costs).unwrap_or_default();
                     [
@@ -379,7 +380,7 @@ impl Settings {
             without_plan: flags.without_plan.or(file.without_plan).unwrap_or_default(),
             agent_may_change_workflows: file.agent_may_change_workflows.unwrap_or(false),
             notify: notify(file.notify, flags.notify),
-            merge: flags.merge.or(file.merge).unwrap_or_default(),
+            merge,
             sandbox: flags
                 .sandbox
                 .or(file.sandbox)

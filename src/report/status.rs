@@ -60,22 +60,17 @@ fn next_event(st: &OperationState) -> String {
                 u.sprints
                     .iter()
                     .find(|s| s.awaiting_merge())
-                    .map(|s| (&u.name, s))
+                    .map(|s| (&u.name, &s.id))
             }) {
-                // Verified, not merged. A sprint completed on the agent's
-                // word waits for a person whatever the settings say.
-                let on_word = st.workflow.is_none()
-                    && sprint
-                        .completion
-                        .as_ref()
-                        .is_some_and(|c| c.on_agents_word().is_some());
-                if st.config.merge_after_review || on_word {
+                // Verified, not merged. Whether a place holds a sprint taken
+                // on the agent's word for a person too is the place's rule
+                // (the ☐ line under the table asks for that review).
+                if st.config.merge_after_review {
                     format!(
-                        "waiting for review of {unit} Sprint {} by a person who may write",
-                        sprint.id
+                        "waiting for review of {unit} Sprint {sprint} by a person who may write"
                     )
                 } else {
-                    format!("waiting for {unit} Sprint {} to merge", sprint.id)
+                    format!("waiting for {unit} Sprint {sprint} to merge")
                 }
             } else {
                 "dispatching".into()
@@ -275,17 +270,11 @@ fn board(
         .iter()
         .filter(|u| u.status == UnitStatus::Blocked && st.superseded(&u.name))
         .count();
-    match handed_on {
-        0 => {
-            let _ = writeln!(out, "Blocked work units: {blocked}");
-        }
-        n => {
-            let _ = writeln!(
-                out,
-                "Blocked work units: {blocked} waiting, {n} handed on (the work went on without them)"
-            );
-        }
-    }
+    let handed_on = match handed_on {
+        0 => String::new(),
+        n => format!(" waiting, {n} handed on (the work went on without them)"),
+    };
+    let _ = writeln!(out, "Blocked work units: {blocked}{handed_on}");
     let _ = writeln!(out, "Next event: {}", next_event(st));
     if let Some(b) = st.config.budget {
         let _ = writeln!(out, "Relative cost: {}× of {b}× budget", st.cost_spent);

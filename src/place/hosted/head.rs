@@ -51,26 +51,33 @@ impl Operations {
         let Some(head) = repo.branch_sha(&branch).await? else {
             return Ok(Verifying::Done(None));
         };
+        // One read of the head's check runs: the verifying job's, and the
+        // service's own reading of the files (made once per head, though
+        // the final report that asks for it may run again).
+        let app = repo.gh.app_id();
+        let checks = repo.checks(&head).await?;
+        let ours = |id: &str| {
+            checks
+                .iter()
+                .find(|c| c.name == FINAL_CHECK && c.external_id == id && c.is_supervisors(app))
+        };
+        let reported = ours(&ctx.op).is_some();
         let criteria = st.completed_criteria();
         if criteria.iter().all(|(_, _, c)| c.assertion.is_some()) {
             let v = self
-                .verify_head_files(ctx, st, head, "no command to run")
+                .verify_head_files(ctx, st, head, "no command to run", reported)
                 .await?;
             return Ok(Verifying::Done(Some(v)));
         }
         let dispatch = final_dispatch(&ctx.op, &head);
-        let app = repo.gh.app_id();
-        let made =
-            repo.checks(&head).await?.into_iter().find(|c| {
-                c.name == FINAL_CHECK && c.external_id == dispatch && c.is_supervisors(app)
-            });
+        let made = ours(&dispatch).cloned();
         if let Some(check) = made {
             return Ok(Verifying::Done(Some(
                 match serde_json::from_str::<HeadVerification>(&check.text) {
                     Ok(v) if v.head == head => v,
                     Ok(_) | Err(_) => {
                         let why = "commands not verified: the verifying job's results do not read";
-                        self.verify_head_files(ctx, st, head, why).await?
+                        self.verify_head_files(ctx, st, head, why, reported).await?
                     }
                 },
             )));
@@ -101,14 +108,18 @@ impl Operations {
                         ),
                         None => "commands not verified: the final verification run is gone".into(),
                     };
-                    let v = self.verify_head_files(ctx, st, head, &why).await?;
+                    let v = self
+                        .verify_head_files(ctx, st, head, &why, reported)
+                        .await?;
                     Ok(Verifying::Done(Some(v)))
                 }
             };
         }
         if row.is_none() {
             if let Some(why) = self.dispatch_final(ctx, st, &head, &dispatch).await? {
-                let v = self.verify_head_files(ctx, st, head, &why).await?;
+                let v = self
+                    .verify_head_files(ctx, st, head, &why, reported)
+                    .await?;
                 return Ok(Verifying::Done(Some(v)));
             }
         }
@@ -196,13 +207,15 @@ impl Operations {
     /// through the contents API (one listing, one read per file a `contains`
     /// names); a command criterion is listed as not run, for the reason
     /// `commands` gives. The result is also a check run
-    /// `supervise: final verification` on that head.
+    /// `supervise: final verification` on that head, unless `reported`: it
+    /// is there already.
     async fn verify_head_files(
         &self,
         ctx: &OpContext,
         st: &OperationState,
         head: String,
         commands: &str,
+        reported: bool,
     ) -> Result<HeadVerification, OpError> {
         use crate::engine::done_before::{self, Found};
         let repo = self.repo(ctx);
@@ -263,15 +276,9 @@ impl Operations {
             "Every exit criterion of every sprint, on the final integration head. Files are read again here; a command is not ({commands})."
         );
         // The files at one head read the same every time: a step that runs
-        // again (the final report failed after this, and is retried) finds
-        // the check run it made and makes no second.
-        let app = repo.gh.app_id();
-        let made = repo
-            .checks(&head)
-            .await?
-            .into_iter()
-            .any(|c| c.name == FINAL_CHECK && c.external_id == ctx.op && c.is_supervisors(app));
-        if made {
+        // again (the final report failed after this, and is retried) makes
+        // no second check run of them.
+        if reported {
             return Ok(verification);
         }
         let (conclusion, title, summary) =
